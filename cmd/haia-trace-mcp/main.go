@@ -1,0 +1,53 @@
+// Command haia-trace-mcp serves Haia Trace operation receipts and a
+// pre-payment guard to AI agents over MCP, and carries the operator's
+// command-line tools (review, build, verify, ...).
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// Exit codes shared by the subcommands that do not define their own.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+// run dispatches to a subcommand. With no subcommand (or only flags) it
+// serves MCP, which is what an agent host launches.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		rest := args[1:]
+		switch args[0] {
+		case "version":
+			return runVersion(rest, stdout, stderr)
+		case "help":
+			fmt.Fprint(stdout, usage)
+			return exitOK
+		default:
+			fmt.Fprintf(stderr, "haia-trace-mcp: unknown command %q\n\n%s", args[0], usage)
+			return exitUsage
+		}
+	}
+	fmt.Fprintf(stderr, "haia-trace-mcp: serving is not built yet\n")
+	return exitFail
+}
+
+const usage = `usage:
+  haia-trace-mcp [--dir .trace] [flags]        serve MCP (stdio by default, --http for Streamable HTTP)
+  haia-trace-mcp build RUN_FILE [--template NAME|PATH] [--templates-dir DIR]
+  haia-trace-mcp version
+`

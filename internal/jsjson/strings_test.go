@@ -1,0 +1,46 @@
+package jsjson
+
+import "testing"
+
+func TestAppendString(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{"plain", `"plain"`},
+		{"q\"b\\", `"q\"b\\"`},
+		{"\b\f\n\r\t\x00\x1f", `"\b\f\n\r\t\u0000\u001f"`},
+		{"<&/>\u2028\u2029", "\"<&/>\u2028\u2029\""},
+		{"\U0001F600é", "\"\U0001F600é\""},
+		{"\xed\xa0\x80", `"\ud800"`},
+		{"a\xed\xbf\xbfb", `"a\udfffb"`},
+		{"\xff", "\"\ufffd\""},
+		{"\x7f", "\"\x7f\""},
+	}
+	for _, c := range cases {
+		if got := string(AppendString(nil, c.in)); got != c.want {
+			t.Errorf("AppendString(%q) = %s, want %s", c.in, got, c.want)
+		}
+	}
+}
+
+func TestCompareUTF16(t *testing.T) {
+	cases := []struct {
+		a, b string
+		want int
+	}{
+		{"", "", 0},
+		{"a", "b", -1},
+		{"ab", "a", 1},
+		// U+FF61 is above the lead surrogate of U+1F600 in UTF-16, below it in code points.
+		{"\U0001F600", "\uff61", -1},
+		{"\uff61", "\U0001F600", 1},
+		{"\U0001F600", "\U0001F601", -1},
+		{"\ue000", "\U00010000", 1},
+		{"\xed\xa0\x80", "\U00010000", -1}, // lone D800 before D800 DC00
+		{"z", "\xed\xa0\x80", -1},
+		{"\xed\xa0\x80\uffff", "\U00010000", 1},
+	}
+	for _, c := range cases {
+		if got := CompareUTF16(c.a, c.b); got != c.want {
+			t.Errorf("CompareUTF16(%q, %q) = %d, want %d", c.a, c.b, got, c.want)
+		}
+	}
+}
