@@ -1,0 +1,272 @@
+// Package confined opens files beneath a directory that was resolved once,
+// refusing symbolic links at every step and never blocking on special files.
+//
+// Every lookup is a single openat(2) relative to an open directory
+// descriptor with O_NOFOLLOW, followed by fstat(2) of the descriptor that was
+// actually opened, so there is no gap between checking a file and using it.
+package confined
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrSymlink is returned when a name refers to a symbolic link.
+var ErrSymlink = errors.New("symbolic link refused")
+
+// ErrNotRegular is returned when a file is not a regular file (a FIFO, a
+// device, a socket or a directory where a file was expected).
+var ErrNotRegular = errors.New("not a regular file")
+
+// ErrBadName is returned for names that are not a single path element.
+var ErrBadName = errors.New("name must be a single path element")
+
+// Dir is an open directory. It is safe for concurrent use.
+type Dir struct {
+	fd   int
+	path string
+}
+
+// OpenRoot resolves path to its real path once and opens it. The real path
+// is what every later lookup is confined to.
+func OpenRoot(path string) (*Dir, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("resolve %s: %w", path, err)
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return nil, fmt.Errorf("resolve %s: %w", path, err)
+	}
+	fd, err := unix.Open(real, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open directory %s: %w", real, err)
+	}
+	return &Dir{fd: fd, path: real}, nil
+}
+
+// Path is the directory's real path, for messages.
+func (d *Dir) Path() string { return d.path }
+
+// Close releases the directory descriptor.
+func (d *Dir) Close() error { return unix.Close(d.fd) }
+
+func checkName(name string) error {
+	if name == "" || name == "." || name == ".." || strings.ContainsRune(name, '/') || strings.ContainsRune(name, 0) {
+		return fmt.Errorf("%q: %w", name, ErrBadName)
+	}
+	return nil
+}
+
+// OpenDir opens the child directory name, refusing a symbolic link.
+func (d *Dir) OpenDir(name string) (*Dir, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	fd, err := unix.Openat(d.fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, d.explain(name, err)
+	}
+	return &Dir{fd: fd, path: filepath.Join(d.path, name)}, nil
+}
+
+// MkdirAll opens the child directory name, creating it with perm when absent.
+func (d *Dir) MkdirAll(name string, perm os.FileMode) (*Dir, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	if err := unix.Mkdirat(d.fd, name, uint32(perm.Perm())); err != nil && !errors.Is(err, unix.EEXIST) {
+		return nil, fmt.Errorf("create directory %s: %w", filepath.Join(d.path, name), err)
+	}
+	return d.OpenDir(name)
+}
+
+// Open opens the regular file name for reading. A symbolic link, a FIFO, a
+// device or a directory is refused without blocking.
+func (d *Dir) Open(name string) (*os.File, error) {
+	return d.OpenFile(name, os.O_RDONLY, 0)
+}
+
+// OpenFile opens the regular file name with flag (os.O_* values) and, when
+// it is created, perm. The file is checked after it is opened.
+func (d *Dir) OpenFile(name string, flag int, perm os.FileMode) (*os.File, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	fd, err := unix.Openat(d.fd, name, flag|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, uint32(perm.Perm()))
+	if err != nil {
+		return nil, d.explain(name, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("stat %s: %w", filepath.Join(d.path, name), err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return nil, fmt.Errorf("%s: %w (%s)", filepath.Join(d.path, name), ErrNotRegular, kindOf(st.Mode))
+	}
+	// The descriptor stays non-blocking; for regular files that changes nothing,
+	// but clear it so callers get ordinary blocking semantics.
+	if err := unix.SetNonblock(fd, false); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("open %s: %w", filepath.Join(d.path, name), err)
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(d.path, name)), nil
+}
+
+// explain turns an openat error into one that names the file and says
+// plainly when a symbolic link was the cause.
+func (d *Dir) explain(name string, err error) error {
+	full := filepath.Join(d.path, name)
+	if errors.Is(err, unix.ELOOP) {
+		return fmt.Errorf("%s: %w", full, ErrSymlink)
+	}
+	if errors.Is(err, unix.ENOTDIR) {
+		var st unix.Stat_t
+		if unix.Fstatat(d.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			return fmt.Errorf("%s: %w", full, ErrSymlink)
+		}
+		return fmt.Errorf("%s: not a directory", full)
+	}
+	if errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("%s: %w", full, fs.ErrNotExist)
+	}
+	if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
+		return fmt.Errorf("%s: %w", full, fs.ErrPermission)
+	}
+	return fmt.Errorf("open %s: %w", full, err)
+}
+
+// Entry is one name in a directory listing with its type, as lstat sees it.
+type Entry struct {
+	Name    string
+	Type    fs.FileMode // fs.ModeSymlink, fs.ModeDir, fs.ModeNamedPipe, ... or 0 for a regular file
+	Size    int64
+	ModTime time.Time
+	Dev     uint64
+	Ino     uint64
+}
+
+// Regular reports whether the entry is a regular file.
+func (e Entry) Regular() bool { return e.Type == 0 }
+
+// Kind names the entry's type for messages.
+func (e Entry) Kind() string {
+	switch {
+	case e.Type == 0:
+		return "regular file"
+	case e.Type&fs.ModeSymlink != 0:
+		return "symbolic link"
+	case e.Type&fs.ModeDir != 0:
+		return "directory"
+	case e.Type&fs.ModeNamedPipe != 0:
+		return "FIFO"
+	case e.Type&fs.ModeSocket != 0:
+		return "socket"
+	case e.Type&fs.ModeDevice != 0:
+		return "device"
+	default:
+		return "special file"
+	}
+}
+
+// ReadDir lists the directory, lstat-ing each entry without following links.
+// Entries that vanish between listing and stat are left out.
+func (d *Dir) ReadDir() ([]Entry, error) {
+	fd, err := unix.Openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", d.path, err)
+	}
+	f := os.NewFile(uintptr(fd), d.path)
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil && err != io.EOF {
+		return nil, fmt.Errorf("list %s: %w", d.path, err)
+	}
+	out := make([]Entry, 0, len(names))
+	for _, name := range names {
+		var st unix.Stat_t
+		if err := unix.Fstatat(d.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			continue
+		}
+		out = append(out, Entry{
+			Name:    name,
+			Type:    modeType(st.Mode),
+			Size:    st.Size,
+			ModTime: time.Unix(st.Mtim.Sec, st.Mtim.Nsec),
+			Dev:     uint64(st.Dev),
+			Ino:     st.Ino,
+		})
+	}
+	return out, nil
+}
+
+func modeType(m uint32) fs.FileMode {
+	switch m & unix.S_IFMT {
+	case unix.S_IFREG:
+		return 0
+	case unix.S_IFDIR:
+		return fs.ModeDir
+	case unix.S_IFLNK:
+		return fs.ModeSymlink
+	case unix.S_IFIFO:
+		return fs.ModeNamedPipe
+	case unix.S_IFSOCK:
+		return fs.ModeSocket
+	case unix.S_IFCHR:
+		return fs.ModeDevice | fs.ModeCharDevice
+	case unix.S_IFBLK:
+		return fs.ModeDevice
+	default:
+		return fs.ModeIrregular
+	}
+}
+
+func kindOf(m uint32) string { return Entry{Type: modeType(m)}.Kind() }
+
+// FS exposes the directory's regular files as a flat fs.FS (no
+// subdirectories), with the same refusals as Open. maxBytes bounds what
+// ReadFile will read from one file.
+func (d *Dir) FS(maxBytes int64) fs.FS { return dirFS{d: d, max: maxBytes} }
+
+type dirFS struct {
+	d   *Dir
+	max int64
+}
+
+func (f dirFS) Open(name string) (fs.File, error) {
+	if !fs.ValidPath(name) || strings.ContainsRune(name, '/') || name == "." {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrInvalid}
+	}
+	file, err := f.d.Open(name)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
+	}
+	return file, nil
+}
+
+// ReadFile reads a whole file, refusing one larger than the bound.
+func (f dirFS) ReadFile(name string) ([]byte, error) {
+	file, err := f.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer file.Close()
+	data, err := io.ReadAll(io.LimitReader(file, f.max+1))
+	if err != nil {
+		return nil, &fs.PathError{Op: "read", Path: name, Err: err}
+	}
+	if int64(len(data)) > f.max {
+		return nil, &fs.PathError{Op: "read", Path: name, Err: fmt.Errorf("file larger than %d bytes", f.max)}
+	}
+	return data, nil
+}

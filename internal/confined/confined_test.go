@@ -1,0 +1,145 @@
+package confined
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+func setup(t *testing.T) (*Dir, string) {
+	t.Helper()
+	base := t.TempDir()
+	root := filepath.Join(base, "root")
+	outside := filepath.Join(base, "outside")
+	for _, d := range []string{root, outside, filepath.Join(root, "events")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(p, s string) {
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(root, "events", "good.ndjson"), "{}\n")
+	write(filepath.Join(outside, "secret.ndjson"), "secret\n")
+	must(t, os.Symlink(filepath.Join(outside, "secret.ndjson"), filepath.Join(root, "events", "out.ndjson")))
+	must(t, os.Symlink("good.ndjson", filepath.Join(root, "events", "in.ndjson")))
+	must(t, os.Symlink(outside, filepath.Join(root, "linkdir")))
+	must(t, syscall.Mkfifo(filepath.Join(root, "events", "pipe.ndjson"), 0o644))
+	must(t, os.Mkdir(filepath.Join(root, "events", "dir.ndjson"), 0o755))
+	d, err := OpenRoot(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d, root
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOpenRefusals(t *testing.T) {
+	root, _ := setup(t)
+	events, err := root.OpenDir("events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer events.Close()
+	cases := []struct {
+		name    string
+		wantErr error
+		wantMsg string
+	}{
+		{"good.ndjson", nil, ""},
+		{"out.ndjson", ErrSymlink, "symbolic link refused"},
+		{"in.ndjson", ErrSymlink, "symbolic link refused"},
+		{"pipe.ndjson", ErrNotRegular, "FIFO"},
+		{"dir.ndjson", ErrNotRegular, "directory"},
+		{"../outside", ErrBadName, "single path element"},
+		{"", ErrBadName, "single path element"},
+		{"missing.ndjson", fs.ErrNotExist, "missing.ndjson"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f, err := events.Open(c.name)
+			if c.wantErr == nil {
+				if err != nil {
+					t.Fatalf("open: %v", err)
+				}
+				f.Close()
+				return
+			}
+			if err == nil {
+				f.Close()
+				t.Fatalf("open %q succeeded, want %v", c.name, c.wantErr)
+			}
+			if !errors.Is(err, c.wantErr) || !strings.Contains(err.Error(), c.wantMsg) {
+				t.Fatalf("open %q: %v, want %v mentioning %q", c.name, err, c.wantErr, c.wantMsg)
+			}
+		})
+	}
+}
+
+func TestOpenDirRefusesSymlink(t *testing.T) {
+	root, _ := setup(t)
+	if _, err := root.OpenDir("linkdir"); !errors.Is(err, ErrSymlink) {
+		t.Fatalf("OpenDir(linkdir) = %v, want ErrSymlink", err)
+	}
+}
+
+func TestReadDirKinds(t *testing.T) {
+	root, _ := setup(t)
+	events, err := root.OpenDir("events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer events.Close()
+	entries, err := events.ReadDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, e := range entries {
+		got[e.Name] = e.Kind()
+	}
+	want := map[string]string{
+		"good.ndjson": "regular file", "out.ndjson": "symbolic link", "in.ndjson": "symbolic link",
+		"pipe.ndjson": "FIFO", "dir.ndjson": "directory",
+	}
+	for name, kind := range want {
+		if got[name] != kind {
+			t.Errorf("%s: kind %q, want %q", name, got[name], kind)
+		}
+	}
+}
+
+func TestFSBoundsAndRefusals(t *testing.T) {
+	root, _ := setup(t)
+	events, err := root.OpenDir("events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer events.Close()
+	fsys := events.FS(2)
+	if _, err := fs.ReadFile(fsys, "good.ndjson"); err == nil || !strings.Contains(err.Error(), "larger than 2 bytes") {
+		t.Fatalf("bounded read: %v", err)
+	}
+	if data, err := fs.ReadFile(events.FS(100), "good.ndjson"); err != nil || string(data) != "{}\n" {
+		t.Fatalf("read: %q %v", data, err)
+	}
+	if _, err := fs.ReadFile(fsys, "out.ndjson"); !errors.Is(err, ErrSymlink) {
+		t.Fatalf("symlink through FS: %v", err)
+	}
+	if _, err := fsys.Open("a/b"); err == nil {
+		t.Fatal("nested path accepted")
+	}
+}
