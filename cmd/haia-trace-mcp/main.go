@@ -42,8 +42,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return exitUsage
 		}
 	}
-	fmt.Fprintf(stderr, "haia-trace-mcp: serving is not built yet\n")
-	return exitFail
+	return runServe(ctx, args, stdin, stdout, stderr)
 }
 
 const usage = `usage:

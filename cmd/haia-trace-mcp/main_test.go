@@ -1,0 +1,88 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// binPath is the real binary the end-to-end tests start; TestMain builds it.
+var binPath string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "haia-trace-mcp-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binPath = filepath.Join(dir, "haia-trace-mcp")
+	build := exec.Command("go", "build", "-race", "-o", binPath, ".")
+	if os.Getenv("HAIA_E2E_NORACE") != "" {
+		build = exec.Command("go", "build", "-o", binPath, ".")
+	}
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building the binary for end-to-end tests:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// runCLI runs the real binary with args and returns stdout, stderr and the exit code.
+func runCLI(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binPath, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			t.Fatalf("run %v: %v", args, err)
+		}
+		code = ee.ExitCode()
+	}
+	return out.String(), errb.String(), code
+}
+
+// mcpSession starts the real binary over stdio with args and connects the
+// official Go SDK client to it.
+func mcpSession(t *testing.T, stderr *bytes.Buffer, args ...string) *mcp.ClientSession {
+	t.Helper()
+	cmd := exec.Command(binPath, args...)
+	if stderr != nil {
+		cmd.Stderr = stderr
+	}
+	client := mcp.NewClient(&mcp.Implementation{Name: "e2e-test", Version: "1"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("connect to %v: %v (stderr: %s)", args, err, stderr)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+func TestVersionCommand(t *testing.T) {
+	out, _, code := runCLI(t, "version")
+	if code != 0 || !bytes.HasPrefix([]byte(out), []byte("haia-trace-mcp ")) {
+		t.Fatalf("version: code %d, out %q", code, out)
+	}
+	_, errOut, code := runCLI(t, "no-such-command")
+	if code != exitUsage || !bytes.Contains([]byte(errOut), []byte(`unknown command "no-such-command"`)) {
+		t.Fatalf("unknown command: code %d, stderr %q", code, errOut)
+	}
+}

@@ -1,0 +1,411 @@
+// Package runindex keeps an in-memory index of the run files under a Trace
+// root's events/ directory, so that repeated listings cost little.
+//
+// A run is keyed by its file identity (device, inode, size, modification
+// time). A file that grew under the same identity is read from where the last
+// read stopped, because run files are append-only; a file that was replaced or
+// shrank is read again from the start. The events kept are compacted by a
+// caller-supplied projection and their estimated size is bounded: past the
+// budget, the least recently used runs are dropped and read again on demand.
+package runindex
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/jsjson"
+	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
+)
+
+// Options configures an Index.
+type Options[T any] struct {
+	// Events is the events/ directory of the Trace root.
+	Events *confined.Dir
+	// Limits bound what one line and one run file may cost.
+	Limits receipt.Limits
+	// MaxBytes is the budget, in estimated bytes, for the events the index
+	// keeps in memory. Zero means DefaultMaxBytes.
+	MaxBytes int64
+	// Compact is applied to each event before it is kept; it should drop what
+	// Summarize does not need (payloads, mostly). Nil keeps events whole.
+	Compact func(receipt.Event) receipt.Event
+	// Summarize turns one assembled receipt into what callers list. It is
+	// called once per (run version, template) and its results are cached.
+	Summarize func(runID string, r *receipt.Receipt) T
+	// Logger receives diagnostics; nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultMaxBytes is the default memory budget for indexed events.
+const DefaultMaxBytes = 256 << 20
+
+// eventOverhead estimates the fixed memory of one kept event (the struct and
+// its string headers) on top of its string bytes.
+const eventOverhead = 200
+
+// Index is safe for concurrent use; refreshes are serialized.
+type Index[T any] struct {
+	opt   Options[T]
+	mu    sync.Mutex
+	runs  map[string]*run[T]
+	tick  uint64
+	bytes int64
+	stats Stats
+}
+
+// Stats reports what the index did, for benchmarks and /metrics.
+type Stats struct {
+	Runs          int   // runs currently known (readable or not)
+	ResidentRuns  int   // runs whose events are in memory
+	Events        int   // events in memory
+	Bytes         int64 // estimated bytes of events in memory
+	BytesRead     int64 // total bytes read from run files since start
+	FullReads     int64 // runs read from the start
+	IncrementalRs int64 // runs read from a previous offset
+	Evictions     int64 // runs dropped to honour the budget
+}
+
+type identity struct {
+	dev, ino uint64
+	size     int64
+	mtime    time.Time
+}
+
+type run[T any] struct {
+	id       string
+	name     string
+	ident    identity
+	resident bool
+	offset   int64 // bytes consumed so far (up to the last complete line)
+	nextLine int
+	events   []receipt.Event
+	cost     int64
+	err      error // why the run is unreadable, or nil
+	used     uint64
+	views    map[string][]T // per template fingerprint
+	lastAt   string         // latest occurred_at, for "latest run"
+}
+
+// New returns an empty index.
+func New[T any](opt Options[T]) *Index[T] {
+	if opt.MaxBytes <= 0 {
+		opt.MaxBytes = DefaultMaxBytes
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Index[T]{opt: opt, runs: map[string]*run[T]{}}
+}
+
+// Unreadable is a run (or a file in events/) that could not be used, with
+// the reason a person can act on.
+type Unreadable struct {
+	RunID string
+	Err   error
+}
+
+// RunView is one readable run's summaries for a template.
+type RunView[T any] struct {
+	RunID string
+	// LastEventAt is the latest occurred_at of the run ("" for an empty run).
+	LastEventAt string
+	Items       []T
+}
+
+// Listing is the result of a refresh for one template.
+type Listing[T any] struct {
+	Runs       []RunView[T]
+	Unreadable []Unreadable
+}
+
+// List refreshes the index from the directory and returns the summaries of
+// every readable run for the template t, in run id order.
+func (ix *Index[T]) List(ctx context.Context, t *receipt.Template) (Listing[T], error) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	entries, err := ix.opt.Events.ReadDir()
+	if err != nil {
+		return Listing[T]{}, err
+	}
+	seen := make(map[string]bool, len(entries))
+	var out Listing[T]
+	fp := Fingerprint(t)
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Name < entries[j].Name })
+	for _, e := range entries {
+		if err := ctx.Err(); err != nil {
+			return Listing[T]{}, err
+		}
+		id, ok := receipt.RunIDFromFileName(e.Name)
+		if !ok {
+			continue
+		}
+		seen[id] = true
+		if !e.Regular() {
+			ix.forget(id)
+			out.Unreadable = append(out.Unreadable, Unreadable{RunID: id, Err: fmt.Errorf("skipped: %s is a %s, not a regular file", e.Name, e.Kind())})
+			continue
+		}
+		r := ix.refresh(id, e)
+		if r.err != nil {
+			out.Unreadable = append(out.Unreadable, Unreadable{RunID: id, Err: r.err})
+			continue
+		}
+		ix.tick++
+		r.used = ix.tick
+		items, ok := r.views[fp]
+		if !ok {
+			res := receipt.Assemble(r.events, t)
+			items = make([]T, 0, len(res.Receipts))
+			for i := range res.Receipts {
+				items = append(items, ix.opt.Summarize(id, &res.Receipts[i]))
+			}
+			if r.views == nil {
+				r.views = map[string][]T{}
+			}
+			r.views[fp] = items
+		}
+		out.Runs = append(out.Runs, RunView[T]{RunID: id, LastEventAt: r.lastAt, Items: items})
+	}
+	for id := range ix.runs {
+		if !seen[id] {
+			ix.forget(id)
+		}
+	}
+	ix.evict()
+	return out, nil
+}
+
+// forget drops everything known about a run.
+func (ix *Index[T]) forget(id string) {
+	if r, ok := ix.runs[id]; ok {
+		ix.bytes -= r.cost
+		delete(ix.runs, id)
+	}
+}
+
+// refresh brings one run up to date with its file and returns it.
+func (ix *Index[T]) refresh(id string, e confined.Entry) *run[T] {
+	cur := identity{dev: e.Dev, ino: e.Ino, size: e.Size, mtime: e.ModTime}
+	r, ok := ix.runs[id]
+	switch {
+	case ok && r.ident == cur && (r.resident || r.err != nil):
+		return r // unchanged
+	case ok && r.resident && r.err == nil && r.ident.dev == cur.dev && r.ident.ino == cur.ino && cur.size > r.ident.size:
+		ix.read(r, cur, true) // grew: read only the appended bytes
+		return r
+	case ok && r.err != nil && r.ident.dev == cur.dev && r.ident.ino == cur.ino && cur.size >= r.ident.size:
+		// An append-only file with a bad line stays bad; remember the new size.
+		r.ident = cur
+		return r
+	}
+	if ok {
+		ix.forget(id)
+	}
+	r = &run[T]{id: id, name: e.Name}
+	ix.runs[id] = r
+	ix.read(r, cur, false)
+	return r
+}
+
+// read reads a run from its offset (incremental) or from the start.
+func (ix *Index[T]) read(r *run[T], cur identity, incremental bool) {
+	if !incremental {
+		ix.bytes -= r.cost
+		r.events, r.cost, r.offset, r.nextLine, r.err, r.views, r.lastAt = nil, 0, 0, 1, nil, nil, ""
+		ix.stats.FullReads++
+	} else {
+		ix.stats.IncrementalRs++
+	}
+	r.ident = cur
+	r.resident = true
+	f, err := ix.opt.Events.Open(r.name)
+	if err != nil {
+		r.err = err
+		return
+	}
+	defer f.Close()
+	if r.offset > 0 {
+		if _, err := f.Seek(r.offset, io.SeekStart); err != nil {
+			r.err = fmt.Errorf("run %s: seek to %d: %w", r.id, r.offset, err)
+			return
+		}
+	}
+	remaining := ix.opt.Limits.MaxRunBytes - r.offset
+	var added int64
+	consumed, next, err := receipt.ReadEvents(io.LimitReader(f, remaining+1), r.nextLine, ix.opt.Limits, func(ev receipt.Event) error {
+		if ix.opt.Compact != nil {
+			ev = ix.opt.Compact(ev)
+		}
+		r.events = append(r.events, ev)
+		added += costOf(&ev)
+		if jsjson.CompareUTF16(ev.OccurredAt, r.lastAt) > 0 {
+			r.lastAt = ev.OccurredAt
+		}
+		return nil
+	})
+	ix.stats.BytesRead += consumed
+	r.cost += added
+	ix.bytes += added
+	r.offset += consumed
+	r.nextLine = next
+	if len(r.views) > 0 && added > 0 {
+		r.views = nil
+	}
+	if err != nil {
+		var le *receipt.LineError
+		if errors.As(err, &le) && le.Run == "" {
+			le.Run = r.id
+		}
+		r.err = err
+		ix.bytes -= r.cost
+		r.events, r.cost, r.views = nil, 0, nil
+		return
+	}
+	if r.offset >= ix.opt.Limits.MaxRunBytes {
+		r.err = fmt.Errorf("run %s: file larger than the %d-byte limit for one run", r.id, ix.opt.Limits.MaxRunBytes)
+		ix.bytes -= r.cost
+		r.events, r.cost, r.views = nil, 0, nil
+	}
+}
+
+func costOf(e *receipt.Event) int64 {
+	return eventOverhead + int64(len(e.ID)+len(e.Type)+len(e.OccurredAt)+len(e.Adapter)+len(e.Role)+len(e.ContextID)) + valueCost(e.Raw)
+}
+
+// valueCost estimates the memory a kept JSON value holds.
+func valueCost(v jsjson.Value) int64 {
+	switch v.Kind() {
+	case jsjson.String:
+		s, _ := v.Str()
+		return 32 + int64(len(s))
+	case jsjson.Array:
+		n := int64(48)
+		for _, it := range v.Items() {
+			n += valueCost(it)
+		}
+		return n
+	case jsjson.Object:
+		n := int64(48)
+		for _, m := range v.Members() {
+			n += 16 + int64(len(m.Key)) + valueCost(m.Value)
+		}
+		return n
+	default:
+		return 32
+	}
+}
+
+// evict drops the least recently used runs' events until the budget holds.
+func (ix *Index[T]) evict() {
+	if ix.bytes <= ix.opt.MaxBytes {
+		return
+	}
+	resident := make([]*run[T], 0, len(ix.runs))
+	for _, r := range ix.runs {
+		if r.resident && r.err == nil {
+			resident = append(resident, r)
+		}
+	}
+	sort.Slice(resident, func(i, j int) bool { return resident[i].used < resident[j].used })
+	for _, r := range resident {
+		if ix.bytes <= ix.opt.MaxBytes {
+			break
+		}
+		ix.bytes -= r.cost
+		r.events, r.cost, r.views, r.resident = nil, 0, nil, false
+		r.offset, r.nextLine = 0, 1
+		ix.stats.Evictions++
+	}
+}
+
+// Stats returns a snapshot of the index's counters.
+func (ix *Index[T]) Stats() Stats {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	s := ix.stats
+	s.Runs = len(ix.runs)
+	s.Bytes = ix.bytes
+	for _, r := range ix.runs {
+		if r.resident && r.err == nil {
+			s.ResidentRuns++
+			s.Events += len(r.events)
+		}
+	}
+	return s
+}
+
+// ErrUnknownRun is returned when a run id names no run file.
+var ErrUnknownRun = errors.New("no such run")
+
+// ReadRun reads one run in full (events exactly as written, payloads
+// included). The id is looked up among the files that exist, never joined
+// onto a path.
+func (ix *Index[T]) ReadRun(ctx context.Context, id string) ([]receipt.Event, error) {
+	entries, err := ix.opt.Events.ReadDir()
+	if err != nil {
+		return nil, err
+	}
+	var name string
+	for _, e := range entries {
+		if rid, ok := receipt.RunIDFromFileName(e.Name); ok && rid == id {
+			if !e.Regular() {
+				return nil, fmt.Errorf("run %s: %s is a %s, not a regular file", id, e.Name, e.Kind())
+			}
+			name = e.Name
+			break
+		}
+	}
+	if name == "" {
+		return nil, fmt.Errorf("run %q: %w", id, ErrUnknownRun)
+	}
+	f, err := ix.opt.Events.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var events []receipt.Event
+	consumed, _, err := receipt.ReadEvents(io.LimitReader(f, ix.opt.Limits.MaxRunBytes+1), 1, ix.opt.Limits, func(ev receipt.Event) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		events = append(events, ev)
+		return nil
+	})
+	if err != nil {
+		var le *receipt.LineError
+		if errors.As(err, &le) && le.Run == "" {
+			le.Run = id
+		}
+		return nil, err
+	}
+	if consumed >= ix.opt.Limits.MaxRunBytes {
+		return nil, fmt.Errorf("run %s: file larger than the %d-byte limit for one run", id, ix.opt.Limits.MaxRunBytes)
+	}
+	return events, nil
+}
+
+// Fingerprint identifies a template's content, so cached assemblies are
+// reused only for the very same stages.
+func Fingerprint(t *receipt.Template) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\x00%v\x00", t.Name, t.Version)
+	for _, s := range t.Stages {
+		fmt.Fprintf(&b, "%s\x00%t\x00%s\x00", s.ID, s.Required, s.MissingExplanation)
+		for _, w := range s.Match {
+			fmt.Fprintf(&b, "%s\x00%s\x00%t\x00", w.Event, w.Role, w.HasRole)
+		}
+		b.WriteByte(1)
+	}
+	for _, x := range t.Exceptions {
+		fmt.Fprintf(&b, "%s\x00", x)
+	}
+	return b.String()
+}

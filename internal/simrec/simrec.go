@@ -1,0 +1,119 @@
+// Package simrec writes Event Contract lines the way the trace-x402
+// recorder does for a buyer agent, so the demo and the end-to-end tests can
+// build a Trace root from simulated payments. Only the money is simulated:
+// the lines are the same shape a real recorder writes.
+package simrec
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// USDCBase is USDC's contract address on Base, as recorders write it.
+const USDCBase = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913"
+
+// Payment is one paid request the simulated agent makes.
+type Payment struct {
+	OperationID string
+	URL         string // the paid resource
+	PayTo       string // the seller's address
+	Amount      string // atomic units (USDC has 6 decimals)
+	Network     string // x402 network name or CAIP-2 id; default "base"
+	Asset       string // token address; default USDC on Base
+	// Outcome: "settled" (a successful payment response), "unsettled" (the
+	// payment left and nothing came back), "declined" (verification failed),
+	// or "walked-away" (a 402 was seen and no payment was made).
+	Outcome string
+}
+
+// Recorder appends events for one run file.
+type Recorder struct {
+	path string
+	now  time.Time
+	seq  int
+}
+
+// New starts a run file events/<runID>.ndjson under root (created 0755/0644).
+func New(root, runID string, start time.Time) (*Recorder, error) {
+	dir := filepath.Join(root, "events")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("simrec: %w", err)
+	}
+	return &Recorder{path: filepath.Join(dir, runID+".ndjson"), now: start.UTC()}, nil
+}
+
+// Path is the run file's path.
+func (r *Recorder) Path() string { return r.path }
+
+// Pay records the events of one payment.
+func (r *Recorder) Pay(p Payment) error {
+	if p.Network == "" {
+		p.Network = "base"
+	}
+	if p.Asset == "" {
+		p.Asset = USDCBase
+	}
+	resource := map[string]any{"url": p.URL, "description": "Paid resource", "mime_type": "application/json"}
+	req := map[string]any{
+		"scheme": "exact", "network": p.Network, "asset": p.Asset, "amount": p.Amount,
+		"pay_to": p.PayTo, "max_timeout_seconds": 300,
+	}
+	var lines []map[string]any
+	add := func(typ string, after time.Duration, payload map[string]any) {
+		r.now = r.now.Add(after)
+		lines = append(lines, map[string]any{
+			"event_id":    fmt.Sprintf("%s-%d", p.OperationID, r.seq),
+			"event_type":  typ,
+			"occurred_at": r.now.Format("2006-01-02T15:04:05.000Z"),
+			"seq":         r.seq,
+			"adapter":     "trace-x402",
+			"role":        "client",
+			"context_id":  p.OperationID,
+			"payload":     payload,
+		})
+		r.seq++
+	}
+	add("x402.payment.required", time.Second, map[string]any{"x402_version": 2, "error": "Payment required", "resource": resource, "accepts": []any{req}})
+	if p.Outcome == "walked-away" {
+		return r.write(lines)
+	}
+	add("x402.payment.creating", 120*time.Millisecond, map[string]any{"x402_version": 2, "resource": resource, "requirements": req})
+	add("x402.payment.submitted", 360*time.Millisecond, map[string]any{"x402_version": 2, "resource": resource, "requirements": req})
+	switch p.Outcome {
+	case "settled":
+		add("x402.payment.responded", 1830*time.Millisecond, map[string]any{"x402_version": 2, "resource": resource, "requirements": req,
+			"settle": map[string]any{"success": true, "transaction": fmt.Sprintf("0x%064x", r.seq), "network": p.Network}})
+	case "declined":
+		add("x402.verify.failed", 900*time.Millisecond, map[string]any{"x402_version": 2, "resource": resource, "requirements": req, "error": "invalid_signature"})
+	case "unsettled":
+	default:
+		return fmt.Errorf("simrec: unknown outcome %q", p.Outcome)
+	}
+	return r.write(lines)
+}
+
+func (r *Recorder) write(lines []map[string]any) error {
+	f, err := os.OpenFile(r.path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("simrec: %w", err)
+	}
+	w := bufio.NewWriter(f)
+	for _, l := range lines {
+		b, err := json.Marshal(l)
+		if err != nil {
+			f.Close()
+			return fmt.Errorf("simrec: %w", err)
+		}
+		w.Write(b)
+		w.WriteByte('\n')
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return fmt.Errorf("simrec: %w", err)
+	}
+	return f.Close()
+}

@@ -1,0 +1,188 @@
+// Package server defines the MCP tools of haia-trace-mcp and serves them
+// over stdio or Streamable HTTP. Handlers are thin: they validate
+// arguments, call the receipt and guard packages, and render results.
+package server
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/runindex"
+	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
+)
+
+//go:embed schema/*.json
+var schemaFiles embed.FS
+
+// DefaultTemplate is the template a tool uses when none is named.
+const DefaultTemplate = "x402-buyer"
+
+// Config is what a Server needs; the caller opens the root once.
+type Config struct {
+	// Root is the Trace root, resolved once at start.
+	Root *confined.Dir
+	// Events is Root's events/ directory.
+	Events *confined.Dir
+	// Templates resolves template names (operator's directory first).
+	Templates receipt.Resolver
+	// Limits bound run files.
+	Limits receipt.Limits
+	// IndexMaxBytes bounds the memory of the run index (0: default).
+	IndexMaxBytes int64
+	// Version is reported to clients.
+	Version string
+	Logger  *slog.Logger
+	Now     func() time.Time
+}
+
+// Server holds the tool handlers and the state they share.
+type Server struct {
+	cfg   Config
+	index *runindex.Index[opSummary]
+	mcp   *mcpserver.MCPServer
+}
+
+// opSummary is what the index keeps per assembled receipt.
+type opSummary struct {
+	RunID          string
+	OperationID    string
+	Template       string
+	Completeness   string
+	MissingStages  []string
+	ExceptionCount int
+	LastEventAt    string
+}
+
+// New builds the server and registers its tools.
+func New(cfg Config) (*Server, error) {
+	if cfg.Root == nil || cfg.Events == nil {
+		return nil, errors.New("server: the Trace root and its events directory must be open")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	s := &Server{cfg: cfg}
+	s.index = runindex.New(runindex.Options[opSummary]{
+		Events:    cfg.Events,
+		Limits:    cfg.Limits,
+		MaxBytes:  cfg.IndexMaxBytes,
+		Compact:   compactEvent,
+		Summarize: summarize,
+		Logger:    cfg.Logger,
+	})
+	s.mcp = mcpserver.NewMCPServer("haia-trace-mcp", cfg.Version,
+		mcpserver.WithToolCapabilities(false),
+		mcpserver.WithLogging(),
+		mcpserver.WithRecovery(),
+		mcpserver.WithInstructions("Read your own Haia Trace operation receipts and ask check_before_pay before paying a counterparty again. "+
+			"Reviews are decided by a human from the command line; no tool can approve or reject them."),
+	)
+	for _, t := range s.tools() {
+		tool, err := t.build()
+		if err != nil {
+			return nil, err
+		}
+		s.mcp.AddTool(tool, s.wrap(t.name, t.handler))
+	}
+	return s, nil
+}
+
+// MCP returns the underlying mcp-go server (for transports and tests).
+func (s *Server) MCP() *mcpserver.MCPServer { return s.mcp }
+
+// toolDef describes one tool; schemas live in schema/<name>.{input,output}.json.
+type toolDef struct {
+	name        string
+	title       string
+	description string
+	readOnly    bool
+	idempotent  bool
+	handler     func(ctx context.Context, raw any) (*mcp.CallToolResult, error)
+}
+
+func (t toolDef) build() (mcp.Tool, error) {
+	in, err := schemaFiles.ReadFile("schema/" + t.name + ".input.json")
+	if err != nil {
+		return mcp.Tool{}, fmt.Errorf("tool %s: input schema: %w", t.name, err)
+	}
+	out, err := schemaFiles.ReadFile("schema/" + t.name + ".output.json")
+	if err != nil {
+		return mcp.Tool{}, fmt.Errorf("tool %s: output schema: %w", t.name, err)
+	}
+	return mcp.NewTool(t.name,
+		mcp.WithDescription(t.description),
+		mcp.WithRawInputSchema(json.RawMessage(in)),
+		mcp.WithRawOutputSchema(json.RawMessage(out)),
+		mcp.WithTitleAnnotation(t.title),
+		mcp.WithReadOnlyHintAnnotation(t.readOnly),
+		mcp.WithDestructiveHintAnnotation(false),
+		mcp.WithIdempotentHintAnnotation(t.idempotent),
+		mcp.WithOpenWorldHintAnnotation(false),
+	), nil
+}
+
+// toolError is an error whose message is meant for the caller.
+type toolError struct{ msg string }
+
+func (e *toolError) Error() string { return e.msg }
+
+func userErrorf(format string, a ...any) error { return &toolError{msg: fmt.Sprintf(format, a...)} }
+
+// wrap turns handler errors into tool errors: a toolError's message goes to
+// the caller as is; anything else is logged and reported generically, so no
+// Go internals reach a client.
+func (s *Server) wrap(name string, h func(ctx context.Context, raw any) (*mcp.CallToolResult, error)) mcpserver.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		start := s.cfg.Now()
+		res, err := h(ctx, req.GetRawArguments())
+		if err != nil {
+			var te *toolError
+			if errors.As(err, &te) {
+				s.cfg.Logger.Info("tool call refused", "tool", name, "reason", te.msg)
+				return mcp.NewToolResultError(te.msg), nil
+			}
+			s.cfg.Logger.Error("tool call failed", "tool", name, "err", err)
+			return mcp.NewToolResultError(name + " failed on the server side; the operator's log has the details"), nil
+		}
+		s.cfg.Logger.Debug("tool call", "tool", name, "duration", time.Since(start))
+		return res, nil
+	}
+}
+
+// structured answers with a JSON value and a text rendering of it.
+func structured(v any, text string) *mcp.CallToolResult {
+	return mcp.NewToolResultStructured(v, text)
+}
+
+// template resolves a template argument (already checked to be a slug).
+func (s *Server) template(name string) (*receipt.Template, error) {
+	if name == "" {
+		name = DefaultTemplate
+	}
+	if !receipt.IsSlug(name) {
+		return nil, userErrorf("template must be a bare name made of letters, digits, '-' and '_' (got %q)", name)
+	}
+	t, err := s.cfg.Templates.Resolve(name)
+	if err != nil {
+		return nil, userErrorf("template %q: %s", name, s.relative(err.Error()))
+	}
+	return t, nil
+}
+
+// relative strips the root's real path from messages meant for clients.
+func (s *Server) relative(msg string) string {
+	return strings.ReplaceAll(msg, s.cfg.Root.Path()+"/", "")
+}
