@@ -32,6 +32,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		rest := args[1:]
 		switch args[0] {
+		case "build":
+			return runBuild(ctx, rest, stdout, stderr)
 		case "version":
 			return runVersion(rest, stdout, stderr)
 		case "help":

@@ -1,0 +1,486 @@
+package jsjson
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"unicode/utf8"
+)
+
+// MaxDepth bounds how deeply arrays and objects may nest. Deeper input is
+// refused with an error instead of risking the stack; no real event nests
+// anywhere near this.
+const MaxDepth = 1000
+
+// maxDocBytes keeps tape offsets within 32 bits.
+const maxDocBytes = math.MaxUint32 - 1
+
+// SyntaxError reports where and why input is not JSON.
+type SyntaxError struct {
+	Offset int // byte offset into the input
+	Msg    string
+}
+
+func (e *SyntaxError) Error() string {
+	return fmt.Sprintf("invalid JSON at byte %d: %s", e.Offset, e.Msg)
+}
+
+// Parse parses one JSON text the way JavaScript's JSON.parse does: member
+// order is kept, a repeated key keeps its first position and its last value,
+// numbers become doubles (a literal too large becomes ±Inf) and "\ud800"-style
+// lone surrogates are kept as WTF-8 bytes. Unlike a JavaScript engine, which
+// would have replaced them while decoding the text, invalid UTF-8 bytes are an
+// error.
+func Parse(data []byte) (Value, error) {
+	return ParseString(string(data))
+}
+
+// ParseString is Parse over a string; the Value refers to s without copying
+// it.
+func ParseString(s string) (Value, error) {
+	if len(s) > maxDocBytes {
+		return Value{}, &SyntaxError{0, "document larger than 4 GiB"}
+	}
+	p := parser{src: s}
+	// A rough guess that avoids most regrowth for typical events.
+	p.tape = make([]entry, 0, len(s)/24+4)
+	p.skipWS()
+	if err := p.value(span{}, false, 0); err != nil {
+		return Value{}, err
+	}
+	p.skipWS()
+	if p.pos < len(p.src) {
+		return Value{}, p.errf("unexpected %s after the JSON value", p.describe())
+	}
+	d := &doc{src: s, side: string(p.side), redirect: p.redirect}
+	// Trim the tape to its length so a long-lived Value holds no slack.
+	d.tape = make([]entry, len(p.tape))
+	copy(d.tape, p.tape)
+	return Value{d: d, i: 0}, nil
+}
+
+type parser struct {
+	src      string
+	pos      int
+	tape     []entry
+	side     []byte
+	redirect map[uint32]uint32
+}
+
+func (p *parser) errf(format string, args ...any) error {
+	return &SyntaxError{Offset: p.pos, Msg: fmt.Sprintf(format, args...)}
+}
+
+// describe names the byte at the current position for an error message.
+func (p *parser) describe() string {
+	if p.pos >= len(p.src) {
+		return "end of input"
+	}
+	c := p.src[p.pos]
+	if c >= 0x20 && c < 0x7f {
+		return strconv.QuoteRune(rune(c))
+	}
+	return fmt.Sprintf("byte 0x%02x", c)
+}
+
+func (p *parser) skipWS() {
+	for p.pos < len(p.src) {
+		switch p.src[p.pos] {
+		case ' ', '\t', '\n', '\r':
+			p.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (p *parser) push(kind uint8, key span, keySide bool, a, b uint32) uint32 {
+	if keySide {
+		kind |= flagSideKey
+	}
+	p.tape = append(p.tape, entry{kind: kind, key: key, a: a, b: b})
+	return uint32(len(p.tape) - 1)
+}
+
+func (p *parser) value(key span, keySide bool, depth int) error {
+	if p.pos >= len(p.src) {
+		return p.errf("unexpected end of input, expected a value")
+	}
+	switch c := p.src[p.pos]; {
+	case c == '{':
+		return p.object(key, keySide, depth+1)
+	case c == '[':
+		return p.array(key, keySide, depth+1)
+	case c == '"':
+		sp, side, err := p.str()
+		if err != nil {
+			return err
+		}
+		k := uint8(String)
+		if side {
+			k |= flagSideStr
+		}
+		p.push(k, key, keySide, sp.off, sp.n)
+		return nil
+	case c == '-' || (c >= '0' && c <= '9'):
+		f, err := p.number()
+		if err != nil {
+			return err
+		}
+		bits := math.Float64bits(f)
+		p.push(uint8(Number), key, keySide, uint32(bits), uint32(bits>>32))
+		return nil
+	case c == 't':
+		return p.literal("true", uint8(Bool), 1, key, keySide)
+	case c == 'f':
+		return p.literal("false", uint8(Bool), 0, key, keySide)
+	case c == 'n':
+		return p.literal("null", uint8(Null), 0, key, keySide)
+	default:
+		return p.errf("unexpected %s, expected a value", p.describe())
+	}
+}
+
+func (p *parser) literal(word string, kind uint8, a uint32, key span, keySide bool) error {
+	if len(p.src)-p.pos < len(word) || p.src[p.pos:p.pos+len(word)] != word {
+		return p.errf("invalid literal, expected %q", word)
+	}
+	p.pos += len(word)
+	p.push(kind, key, keySide, a, 0)
+	return nil
+}
+
+func (p *parser) array(key span, keySide bool, depth int) error {
+	if depth > MaxDepth {
+		return p.errf("nesting deeper than %d levels", MaxDepth)
+	}
+	self := p.push(uint8(Array), key, keySide, 0, 0)
+	p.pos++ // '['
+	p.skipWS()
+	var n uint32
+	if p.pos < len(p.src) && p.src[p.pos] == ']' {
+		p.pos++
+	} else {
+		for {
+			p.skipWS()
+			if err := p.value(span{}, false, depth); err != nil {
+				return err
+			}
+			n++
+			p.skipWS()
+			if p.pos >= len(p.src) {
+				return p.errf("unexpected end of input in an array")
+			}
+			c := p.src[p.pos]
+			p.pos++
+			if c == ']' {
+				break
+			}
+			if c != ',' {
+				p.pos--
+				return p.errf("unexpected %s in an array, expected ',' or ']'", p.describe())
+			}
+		}
+	}
+	p.tape[self].a = uint32(len(p.tape))
+	p.tape[self].b = n
+	return nil
+}
+
+// smallObject is how many members are compared pairwise for duplicates
+// before a map takes over, so huge objects stay linear.
+const smallObject = 16
+
+func (p *parser) object(key span, keySide bool, depth int) error {
+	if depth > MaxDepth {
+		return p.errf("nesting deeper than %d levels", MaxDepth)
+	}
+	self := p.push(uint8(Object), key, keySide, 0, 0)
+	p.pos++ // '{'
+	p.skipWS()
+	var (
+		n       uint32
+		members []uint32          // raw member indices while the object is small
+		index   map[string]uint32 // key -> first member index, once it is large
+		flags   uint8
+	)
+	if p.pos < len(p.src) && p.src[p.pos] == '}' {
+		p.pos++
+	} else {
+		for {
+			p.skipWS()
+			if p.pos >= len(p.src) || p.src[p.pos] != '"' {
+				return p.errf("unexpected %s in an object, expected a string key", p.describe())
+			}
+			ksp, kside, err := p.str()
+			if err != nil {
+				return err
+			}
+			p.skipWS()
+			if p.pos >= len(p.src) || p.src[p.pos] != ':' {
+				return p.errf("unexpected %s after an object key, expected ':'", p.describe())
+			}
+			p.pos++
+			p.skipWS()
+			at := uint32(len(p.tape))
+			if err := p.value(ksp, kside, depth); err != nil {
+				return err
+			}
+			n++
+			k := p.keyBytes(ksp, kside)
+			if _, ok := arrayIndex(k); ok {
+				flags |= flagIndexKey
+			}
+			first, dup := uint32(0), false
+			if index != nil {
+				first, dup = index[k]
+			} else {
+				for _, m := range members {
+					if p.keyBytes(p.tape[m].key, p.tape[m].kind&flagSideKey != 0) == k {
+						first, dup = m, true
+						break
+					}
+				}
+			}
+			if dup {
+				p.tape[at].kind |= flagSkip
+				p.tape[first].kind |= flagRedirect
+				if p.redirect == nil {
+					p.redirect = make(map[uint32]uint32)
+				}
+				p.redirect[first] = at
+			} else if index != nil {
+				index[k] = at
+			} else {
+				members = append(members, at)
+				if len(members) > smallObject {
+					index = make(map[string]uint32, 2*len(members))
+					for _, m := range members {
+						index[p.keyBytes(p.tape[m].key, p.tape[m].kind&flagSideKey != 0)] = m
+					}
+					members = nil
+				}
+			}
+			p.skipWS()
+			if p.pos >= len(p.src) {
+				return p.errf("unexpected end of input in an object")
+			}
+			c := p.src[p.pos]
+			p.pos++
+			if c == '}' {
+				break
+			}
+			if c != ',' {
+				p.pos--
+				return p.errf("unexpected %s in an object, expected ',' or '}'", p.describe())
+			}
+		}
+	}
+	p.tape[self].kind |= flags
+	p.tape[self].a = uint32(len(p.tape))
+	p.tape[self].b = n
+	return nil
+}
+
+// keyBytes returns a key as a string. Side keys are copied because p.side may
+// still grow; source keys are substrings and cost nothing.
+func (p *parser) keyBytes(sp span, side bool) string {
+	if side {
+		return string(p.side[sp.off : sp.off+sp.n])
+	}
+	return p.src[sp.off : sp.off+sp.n]
+}
+
+func (p *parser) number() (float64, error) {
+	start := p.pos
+	s := p.src
+	i := p.pos
+	if s[i] == '-' {
+		i++
+	}
+	digits := func() int {
+		j := i
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+		return i - j
+	}
+	if i >= len(s) || s[i] < '0' || s[i] > '9' {
+		p.pos = i
+		return 0, p.errf("invalid number: expected a digit")
+	}
+	if s[i] == '0' {
+		i++
+		if i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			p.pos = i
+			return 0, p.errf("invalid number: leading zero")
+		}
+	} else {
+		digits()
+	}
+	if i < len(s) && s[i] == '.' {
+		i++
+		if digits() == 0 {
+			p.pos = i
+			return 0, p.errf("invalid number: expected a digit after '.'")
+		}
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			p.pos = i
+			return 0, p.errf("invalid number: expected a digit in the exponent")
+		}
+	}
+	p.pos = i
+	f, err := strconv.ParseFloat(s[start:i], 64)
+	if err != nil {
+		// The grammar was checked above, so only a range error is possible:
+		// ParseFloat then returns ±Inf or ±0, which is what JavaScript holds.
+		if ne, ok := err.(*strconv.NumError); !ok || ne.Err != strconv.ErrRange {
+			return 0, &SyntaxError{start, "invalid number"}
+		}
+	}
+	return f, nil
+}
+
+// str parses a string literal at p.pos ('"'). Strings without escapes are
+// spans of the source; others are decoded into p.side.
+func (p *parser) str() (span, bool, error) {
+	p.pos++ // opening quote
+	start := p.pos
+	s := p.src
+	i := p.pos
+	for i < len(s) {
+		c := s[i]
+		switch {
+		case c == '"':
+			p.pos = i + 1
+			return span{uint32(start), uint32(i - start)}, false, nil
+		case c == '\\':
+			p.pos = i
+			return p.strSlow(start)
+		case c < 0x20:
+			p.pos = i
+			return span{}, false, p.errf("control character 0x%02x in a string must be escaped", c)
+		case c < utf8.RuneSelf:
+			i++
+		default:
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && size == 1 {
+				p.pos = i
+				return span{}, false, p.errf("invalid UTF-8 byte 0x%02x in a string", c)
+			}
+			i += size
+		}
+	}
+	p.pos = i
+	return span{}, false, p.errf("unterminated string")
+}
+
+func (p *parser) strSlow(start int) (span, bool, error) {
+	off := len(p.side)
+	p.side = append(p.side, p.src[start:p.pos]...)
+	s := p.src
+	i := p.pos
+	for i < len(s) {
+		c := s[i]
+		switch {
+		case c == '"':
+			p.pos = i + 1
+			return span{uint32(off), uint32(len(p.side) - off)}, true, nil
+		case c == '\\':
+			if i+1 >= len(s) {
+				p.pos = i
+				return span{}, false, p.errf("unterminated escape sequence")
+			}
+			e := s[i+1]
+			i += 2
+			switch e {
+			case '"', '\\', '/':
+				p.side = append(p.side, e)
+			case 'b':
+				p.side = append(p.side, '\b')
+			case 'f':
+				p.side = append(p.side, '\f')
+			case 'n':
+				p.side = append(p.side, '\n')
+			case 'r':
+				p.side = append(p.side, '\r')
+			case 't':
+				p.side = append(p.side, '\t')
+			case 'u':
+				u, ok := hex4(s, i)
+				if !ok {
+					p.pos = i
+					return span{}, false, p.errf("invalid \\u escape, expected four hex digits")
+				}
+				i += 4
+				r := rune(u)
+				if u >= 0xD800 && u <= 0xDBFF && i+6 <= len(s) && s[i] == '\\' && s[i+1] == 'u' {
+					// A high surrogate followed by an escaped low surrogate is one
+					// astral character, as it is in a JavaScript string.
+					if lo, ok := hex4(s, i+2); ok && lo >= 0xDC00 && lo <= 0xDFFF {
+						r = 0x10000 + (rune(u)-0xD800)<<10 + (rune(lo) - 0xDC00)
+						i += 6
+					}
+				}
+				p.side = appendWTF8(p.side, r)
+			default:
+				p.pos = i - 1
+				return span{}, false, p.errf("invalid escape %s", strconv.QuoteRune(rune(e)))
+			}
+		case c < 0x20:
+			p.pos = i
+			return span{}, false, p.errf("control character 0x%02x in a string must be escaped", c)
+		case c < utf8.RuneSelf:
+			p.side = append(p.side, c)
+			i++
+		default:
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && size == 1 {
+				p.pos = i
+				return span{}, false, p.errf("invalid UTF-8 byte 0x%02x in a string", c)
+			}
+			p.side = append(p.side, s[i:i+size]...)
+			i += size
+		}
+	}
+	p.pos = i
+	return span{}, false, p.errf("unterminated string")
+}
+
+func hex4(s string, i int) (uint16, bool) {
+	if i+4 > len(s) {
+		return 0, false
+	}
+	var u uint16
+	for j := i; j < i+4; j++ {
+		c := s[j]
+		var d byte
+		switch {
+		case c >= '0' && c <= '9':
+			d = c - '0'
+		case c >= 'a' && c <= 'f':
+			d = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			d = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		u = u<<4 | uint16(d)
+	}
+	return u, true
+}
+
+// appendWTF8 appends r as UTF-8, encoding a surrogate code point with the
+// same three-byte pattern (WTF-8) that AppendString recognises.
+func appendWTF8(dst []byte, r rune) []byte {
+	if r >= 0xD800 && r <= 0xDFFF {
+		return append(dst, 0xE0|byte(r>>12), 0x80|byte(r>>6)&0x3F, 0x80|byte(r)&0x3F)
+	}
+	return utf8.AppendRune(dst, r)
+}

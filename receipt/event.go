@@ -1,0 +1,211 @@
+// Package receipt reads Haia Trace runs (the Event Contract), loads operation
+// templates and assembles per-operation receipts whose JSON is byte-identical
+// to the reference implementation's (@usehaia/trace-core 0.0.10).
+package receipt
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+	"unicode/utf8"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/jsjson"
+)
+
+// Event is one line of a run file that passed the envelope rules.
+type Event struct {
+	ID, Type, OccurredAt, Adapter string
+	Seq                           float64 // a validated non-negative integer
+	Role                          string
+	HasRole                       bool
+	ContextID                     string // "" means the event belongs to no operation
+	Line                          int    // 1-based line number in its run file
+	Raw                           jsjson.Value
+}
+
+// Payload returns the event's payload object.
+func (e Event) Payload() jsjson.Value {
+	p, _ := e.Raw.Get("payload")
+	return p
+}
+
+// Envelope rule names, used in LineError.Rule.
+const (
+	RuleUTF8       = "utf8"
+	RuleJSON       = "json"
+	RuleObject     = "object"
+	RuleEventID    = "event_id"
+	RuleEventType  = "event_type"
+	RuleOccurredAt = "occurred_at"
+	RuleSeq        = "seq"
+	RuleAdapter    = "adapter"
+	RuleRole       = "role"
+	RuleContextID  = "context_id"
+	RulePayload    = "payload"
+	RuleLineSize   = "line_size"
+	RuleRunSize    = "run_size"
+)
+
+// LineError says which rule a line of a run file broke.
+type LineError struct {
+	Run  string // run id, "" when not known
+	Line int    // 1-based line number, 0 when not known
+	Rule string
+	Err  error
+}
+
+func (e *LineError) Error() string {
+	var b []byte
+	if e.Run != "" {
+		b = fmt.Appendf(b, "run %s, ", e.Run)
+	}
+	if e.Line > 0 {
+		b = fmt.Appendf(b, "line %d: ", e.Line)
+	}
+	b = fmt.Appendf(b, "%s: %v", e.Rule, e.Err)
+	return string(b)
+}
+
+func (e *LineError) Unwrap() error { return e.Err }
+
+func ruleErr(rule, format string, args ...any) *LineError {
+	return &LineError{Rule: rule, Err: fmt.Errorf(format, args...)}
+}
+
+var bom = []byte{0xEF, 0xBB, 0xBF}
+
+// DecodeLine decodes one line (without its line end) against the envelope
+// rules. The error is a *LineError naming the broken rule.
+//
+// Decision on bytes a JavaScript reader would have silently rewritten: a line
+// with invalid UTF-8 or starting with a byte order mark is refused with a
+// clear error rather than having its bytes replaced (U+FFFD) as Node would;
+// the reference could not parse a BOM-prefixed line either.
+func DecodeLine(line []byte) (Event, error) {
+	if bytes.HasPrefix(line, bom) {
+		return Event{}, ruleErr(RuleUTF8, "line starts with a UTF-8 byte order mark (U+FEFF); remove it")
+	}
+	if !utf8.Valid(line) {
+		off := firstInvalidUTF8(line)
+		return Event{}, ruleErr(RuleUTF8, "invalid UTF-8 at byte %d (0x%02x); event lines must be UTF-8", off, line[off])
+	}
+	v, err := jsjson.Parse(line)
+	if err != nil {
+		return Event{}, &LineError{Rule: RuleJSON, Err: err}
+	}
+	return decodeValue(v)
+}
+
+func firstInvalidUTF8(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return 0
+}
+
+func decodeValue(v jsjson.Value) (Event, error) {
+	if v.Kind() != jsjson.Object {
+		return Event{}, ruleErr(RuleObject, "an event must be a JSON object, got %s", v.Kind())
+	}
+	ev := Event{Raw: v}
+	var err error
+	if ev.ID, err = requiredString(v, "event_id"); err != nil {
+		return Event{}, &LineError{Rule: RuleEventID, Err: err}
+	}
+	if ev.Type, err = requiredString(v, "event_type"); err != nil {
+		return Event{}, &LineError{Rule: RuleEventType, Err: err}
+	}
+	if ev.Adapter, err = requiredString(v, "adapter"); err != nil {
+		return Event{}, &LineError{Rule: RuleAdapter, Err: err}
+	}
+	at, ok := v.Get("occurred_at")
+	if !ok {
+		return Event{}, ruleErr(RuleOccurredAt, "missing; expected an ISO-8601 UTC time like 2026-07-24T09:00:00.120Z")
+	}
+	if ev.OccurredAt, ok = at.Str(); !ok {
+		return Event{}, ruleErr(RuleOccurredAt, "must be a string, got %s", at.Kind())
+	}
+	if err := checkTimestamp(ev.OccurredAt); err != nil {
+		return Event{}, &LineError{Rule: RuleOccurredAt, Err: err}
+	}
+	seq, ok := v.Get("seq")
+	if !ok {
+		return Event{}, ruleErr(RuleSeq, "missing; expected a non-negative integer")
+	}
+	if ev.Seq, ok = seq.Num(); !ok {
+		return Event{}, ruleErr(RuleSeq, "must be a number, got %s", seq.Kind())
+	}
+	if math.IsInf(ev.Seq, 0) || ev.Seq < 0 || ev.Seq != math.Trunc(ev.Seq) {
+		return Event{}, ruleErr(RuleSeq, "must be a non-negative integer, got %s", jsjson.FormatNumber(ev.Seq))
+	}
+	if ev.Seq == 0 {
+		ev.Seq = 0 // -0 sorts and prints as 0
+	}
+	if r, ok := v.Get("role"); ok {
+		if ev.Role, ok = r.Str(); !ok {
+			return Event{}, ruleErr(RuleRole, "must be a string when present, got %s", r.Kind())
+		}
+		ev.HasRole = true
+	}
+	if c, ok := v.Get("context_id"); ok {
+		if ev.ContextID, ok = c.Str(); !ok {
+			return Event{}, ruleErr(RuleContextID, "must be a string when present, got %s", c.Kind())
+		}
+	}
+	p, ok := v.Get("payload")
+	if !ok {
+		return Event{}, ruleErr(RulePayload, "missing; expected an object")
+	}
+	if p.Kind() != jsjson.Object {
+		return Event{}, ruleErr(RulePayload, "must be an object, got %s", p.Kind())
+	}
+	return ev, nil
+}
+
+func requiredString(v jsjson.Value, key string) (string, error) {
+	m, ok := v.Get(key)
+	if !ok {
+		return "", errors.New("missing; expected a non-empty string")
+	}
+	s, ok := m.Str()
+	if !ok {
+		return "", fmt.Errorf("must be a string, got %s", m.Kind())
+	}
+	if s == "" {
+		return "", errors.New("must be a non-empty string")
+	}
+	return s, nil
+}
+
+// checkTimestamp accepts exactly YYYY-MM-DDTHH:MM:SS.mmmZ naming a real
+// instant. The fixed width is what makes the assembler's string ordering
+// chronological.
+func checkTimestamp(s string) error {
+	const layout = "2006-01-02T15:04:05.000Z"
+	bad := func() error {
+		return fmt.Errorf("%q is not canonical ISO-8601 UTC with milliseconds (like 2026-07-24T09:00:00.120Z)", s)
+	}
+	if len(s) != len(layout) {
+		return bad()
+	}
+	for i := 0; i < len(s); i++ {
+		c, l := s[i], layout[i]
+		if l >= '0' && l <= '9' {
+			if c < '0' || c > '9' {
+				return bad()
+			}
+		} else if c != l {
+			return bad()
+		}
+	}
+	if _, err := time.Parse(layout, s); err != nil {
+		return fmt.Errorf("%q is not a real instant (no such date or time of day)", s)
+	}
+	return nil
+}

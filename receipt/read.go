@@ -1,0 +1,191 @@
+package receipt
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"unicode/utf8"
+)
+
+// Limits bound what one run may cost to read.
+type Limits struct {
+	MaxLineBytes int   // longest accepted line, line end excluded
+	MaxRunBytes  int64 // most bytes read from one run file
+}
+
+// DefaultLimits allows 4 MiB per line and 256 MiB per run file. A recorder
+// line is normally well under 4 KiB; a 256 MiB run is about 400k events, and
+// holding it costs roughly twice its size in memory.
+func DefaultLimits() Limits {
+	return Limits{MaxLineBytes: 4 << 20, MaxRunBytes: 256 << 20}
+}
+
+func mib(n int64) string {
+	if n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+// ReadEvents reads complete lines from r (an append-only run file positioned
+// at some offset) and calls fn for each event, in file order. It skips blank
+// lines (as JavaScript's trim() sees them), accepts "\r\n" line ends, and
+// never consumes the text after the last '\n': that is either nothing or a
+// line a writer has not finished. It returns how many bytes it consumed (up to
+// and including the last '\n') and the number of the next line, so a caller
+// can resume from (offset+consumed, nextLine) when the file grows.
+//
+// A line that breaks the envelope rules stops the read with a *LineError
+// naming the line and the rule; so does an error returned by fn.
+func ReadEvents(r io.Reader, firstLine int, lim Limits, fn func(Event) error) (consumed int64, nextLine int, err error) {
+	if lim.MaxLineBytes <= 0 || lim.MaxRunBytes <= 0 {
+		def := DefaultLimits()
+		if lim.MaxLineBytes <= 0 {
+			lim.MaxLineBytes = def.MaxLineBytes
+		}
+		if lim.MaxRunBytes <= 0 {
+			lim.MaxRunBytes = def.MaxRunBytes
+		}
+	}
+	if firstLine < 1 {
+		firstLine = 1
+	}
+	br := bufio.NewReaderSize(r, 64<<10)
+	line := firstLine
+	var long []byte // a line longer than the reader's buffer
+	for {
+		chunk, rerr := br.ReadSlice('\n')
+		if rerr == bufio.ErrBufferFull {
+			long = append(long, chunk...)
+			if len(long) > lim.MaxLineBytes {
+				return consumed, line, &LineError{Line: line, Rule: RuleLineSize,
+					Err: fmt.Errorf("line is longer than the %s line limit", mib(int64(lim.MaxLineBytes)))}
+			}
+			continue
+		}
+		if rerr == io.EOF {
+			// Whatever is left is a torn tail: not consumed, not an error.
+			return consumed, line, nil
+		}
+		if rerr != nil {
+			return consumed, line, fmt.Errorf("reading line %d: %w", line, rerr)
+		}
+		text := chunk[:len(chunk)-1]
+		if long != nil {
+			long = append(long, text...)
+			text = long
+		}
+		if len(text) > lim.MaxLineBytes {
+			return consumed, line, &LineError{Line: line, Rule: RuleLineSize,
+				Err: fmt.Errorf("line is %d bytes, over the %s line limit", len(text), mib(int64(lim.MaxLineBytes)))}
+		}
+		if consumed+int64(len(text))+1 > lim.MaxRunBytes {
+			return consumed, line, &LineError{Line: line, Rule: RuleRunSize,
+				Err: fmt.Errorf("run file is larger than the %s limit", mib(lim.MaxRunBytes))}
+		}
+		if !isBlank(text) {
+			ev, err := DecodeLine(text)
+			if err != nil {
+				var le *LineError
+				if errors.As(err, &le) {
+					le.Line = line
+					return consumed, line, le
+				}
+				return consumed, line, fmt.Errorf("line %d: %w", line, err)
+			}
+			ev.Line = line
+			if err := fn(ev); err != nil {
+				return consumed, line, err
+			}
+		}
+		consumed += int64(len(text)) + 1
+		line++
+		long = long[:0]
+		if cap(long) > 1<<20 {
+			long = nil // do not pin a huge buffer for the rest of the file
+		}
+	}
+}
+
+// isBlank reports whether a line is empty after JavaScript's String#trim,
+// which is how the reference decides to skip it.
+func isBlank(b []byte) bool {
+	for i := 0; i < len(b); {
+		c := b[i]
+		if c < utf8.RuneSelf {
+			switch c {
+			case ' ', '\t', '\n', '\v', '\f', '\r':
+				i++
+				continue
+			}
+			return false
+		}
+		r, n := utf8.DecodeRune(b[i:])
+		switch {
+		case r == 0x00A0, r == 0x1680, r >= 0x2000 && r <= 0x200A, r == 0x2028, r == 0x2029,
+			r == 0x202F, r == 0x205F, r == 0x3000, r == 0xFEFF:
+			i += n
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// RunIDFromFileName returns the run id of a run file name ("<id>.ndjson").
+func RunIDFromFileName(name string) (string, bool) {
+	id, ok := strings.CutSuffix(name, ".ndjson")
+	if !ok || id == "" || strings.ContainsAny(id, `/\`) {
+		return "", false
+	}
+	return id, true
+}
+
+// ReadRunFile reads a whole run file, as the build command does. The run id
+// is the file name without ".ndjson" (or the whole base name otherwise).
+// Errors are *LineError values carrying the run id where a line is at fault.
+func ReadRunFile(path string, lim Limits) (runID string, events []Event, err error) {
+	base := filepath.Base(path)
+	runID, ok := RunIDFromFileName(base)
+	if !ok {
+		runID = base
+	}
+	if lim.MaxRunBytes <= 0 {
+		lim.MaxRunBytes = DefaultLimits().MaxRunBytes
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return runID, nil, fmt.Errorf("opening run file: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return runID, nil, fmt.Errorf("opening run file: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		return runID, nil, fmt.Errorf("run file %s is not a regular file", path)
+	}
+	if st.Size() > lim.MaxRunBytes {
+		return runID, nil, &LineError{Run: runID, Rule: RuleRunSize,
+			Err: fmt.Errorf("file is %d bytes, over the %s limit", st.Size(), mib(lim.MaxRunBytes))}
+	}
+	// A recorder line is a few hundred bytes; guessing the count avoids
+	// regrowing a large slice many times.
+	events = make([]Event, 0, st.Size()/512+1)
+	_, _, err = ReadEvents(f, 1, lim, func(e Event) error {
+		events = append(events, e)
+		return nil
+	})
+	if err != nil {
+		var le *LineError
+		if errors.As(err, &le) {
+			le.Run = runID
+		}
+		return runID, nil, err
+	}
+	return runID, events, nil
+}
