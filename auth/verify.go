@@ -1,0 +1,304 @@
+package auth
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/lestrrat-go/jwx/v2/jws"
+	"github.com/lestrrat-go/jwx/v2/jwt"
+)
+
+// Identity is what a verified access token says about the caller.
+type Identity struct {
+	Subject   string    // `sub`: who asked; recorded in the review log and receipts
+	Scopes    []string  // the space-separated `scope` claim, split
+	ClientID  string    // `client_id` (RFC 9068) or `azp`, when present
+	Issuer    string    // `iss`
+	ExpiresAt time.Time // `exp`
+}
+
+// HasScope reports whether the token grants scope s.
+func (id Identity) HasScope(s string) bool { return slices.Contains(id.Scopes, s) }
+
+// TokenError says a presented token cannot be accepted (RFC 6750
+// invalid_token). Description is fixed text safe to send to the client; Err
+// carries the detail for the server's log only.
+type TokenError struct {
+	Description string
+	Err         error
+}
+
+func (e *TokenError) Error() string {
+	if e.Err == nil {
+		return "invalid token: " + e.Description
+	}
+	return "invalid token: " + e.Description + ": " + e.Err.Error()
+}
+
+func (e *TokenError) Unwrap() error { return e.Err }
+
+// ScopeError says a valid token lacks scopes (RFC 6750 insufficient_scope).
+// Required is every scope the request needs, which is what the challenge
+// advertises so that a client can ask for all of them at once.
+type ScopeError struct {
+	Required []string
+	Missing  []string
+}
+
+func (e *ScopeError) Error() string {
+	return "insufficient scope: missing " + strings.Join(e.Missing, " ")
+}
+
+// Client-facing descriptions. They name the failed rule, never key material,
+// expected values or library errors.
+const (
+	descEmpty       = "empty bearer token"
+	descTooLarge    = "token too large"
+	descMalformed   = "malformed token"
+	descAlg         = "token algorithm not accepted"
+	descKey         = "token key not recognised"
+	descSignature   = "token signature invalid"
+	descExpired     = "token expired"
+	descNotYetValid = "token not yet valid"
+	descIssuedAt    = "token issued in the future"
+	descIssuer      = "token issuer not accepted"
+	descAudience    = "token audience does not include this resource"
+	descClaims      = "token claims invalid"
+	descSubject     = "token has no subject"
+	descNoExpiry    = "token has no expiry"
+	descScopeClaim  = "token scope claim is not a string"
+	descBound       = "sender-constrained tokens are not supported"
+)
+
+// Verifier checks access tokens for one resource. It is safe for concurrent
+// use; Reload swaps its keys atomically.
+type Verifier struct {
+	cfg         Config
+	metadataURL string
+	keys        atomic.Pointer[keySet]
+}
+
+// New loads the keys and returns a Verifier, or the reason the configuration
+// cannot work.
+func New(cfg Config) (*Verifier, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	murl, err := metadataURL(cfg.Resource)
+	if err != nil {
+		return nil, err
+	}
+	v := &Verifier{cfg: cfg, metadataURL: murl}
+	ks, err := v.load()
+	if err != nil {
+		return nil, fmt.Errorf("auth: %w", err)
+	}
+	v.keys.Store(ks)
+	return v, nil
+}
+
+func (v *Verifier) load() (*keySet, error) {
+	if v.cfg.HMACSecretFile != "" {
+		return loadHMAC(v.cfg.HMACSecretFile, v.cfg.Logger)
+	}
+	return loadJWKS(v.cfg.JWKSFile, v.cfg.Logger)
+}
+
+// Reload re-reads the key file (on SIGHUP). When the new file cannot be
+// used, the old keys stay in force and the reason is returned.
+func (v *Verifier) Reload() error {
+	ks, err := v.load()
+	if err != nil {
+		v.cfg.Logger.Error("auth key reload failed; keeping the previous keys", "err", err)
+		return fmt.Errorf("auth reload (previous keys kept): %w", err)
+	}
+	v.keys.Store(ks)
+	v.cfg.Logger.Info("auth keys reloaded", "keys", ks.count())
+	return nil
+}
+
+func (ks *keySet) count() int {
+	if ks.hmac != nil {
+		return 1
+	}
+	return len(ks.byKID)
+}
+
+// Config returns the effective configuration (defaults filled in).
+func (v *Verifier) Config() Config { return v.cfg }
+
+// MetadataURL is the resource_metadata address used in challenges.
+func (v *Verifier) MetadataURL() string { return v.metadataURL }
+
+// b64tokenByte reports whether b may appear in an RFC 6750 b64token.
+func b64tokenByte(b byte) bool {
+	return b >= 'A' && b <= 'Z' || b >= 'a' && b <= 'z' || b >= '0' && b <= '9' ||
+		b == '-' || b == '.' || b == '_' || b == '~' || b == '+' || b == '/' || b == '='
+}
+
+// joseHeader holds the protected-header members this server looks at.
+type joseHeader struct {
+	Alg  string          `json:"alg"`
+	Kid  string          `json:"kid"`
+	Typ  string          `json:"typ"`
+	Cty  string          `json:"cty"`
+	Crit json.RawMessage `json:"crit"`
+	B64  json.RawMessage `json:"b64"`
+}
+
+var b64url = base64.RawURLEncoding.Strict()
+
+// Verify checks a compact JWS access token: key and algorithm, issuer,
+// audience, lifetime and the base scopes. It returns a *TokenError for a
+// token that cannot be accepted and a *ScopeError for a valid token that
+// lacks a base scope.
+func (v *Verifier) Verify(ctx context.Context, token string) (Identity, error) {
+	_ = ctx // reserved: verification is local and quick, there is nothing to cancel
+	if token == "" {
+		return Identity{}, &TokenError{Description: descEmpty}
+	}
+	if len(token) > v.cfg.MaxTokenBytes {
+		return Identity{}, &TokenError{Description: descTooLarge, Err: fmt.Errorf("%d bytes > limit %d", len(token), v.cfg.MaxTokenBytes)}
+	}
+	for i := 0; i < len(token); i++ {
+		if !b64tokenByte(token[i]) {
+			return Identity{}, &TokenError{Description: descMalformed, Err: fmt.Errorf("byte %d is not a b64token character", i)}
+		}
+	}
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 || parts[0] == "" || parts[1] == "" {
+		return Identity{}, &TokenError{Description: descMalformed, Err: fmt.Errorf("a compact JWS has 3 non-empty dot-separated parts, got %d", len(parts))}
+	}
+	hdrBytes, err := b64url.DecodeString(parts[0])
+	if err != nil {
+		return Identity{}, &TokenError{Description: descMalformed, Err: fmt.Errorf("header is not base64url: %w", err)}
+	}
+	var hdr joseHeader
+	if err := json.Unmarshal(hdrBytes, &hdr); err != nil || !bytes.HasPrefix(bytes.TrimSpace(hdrBytes), []byte("{")) {
+		return Identity{}, &TokenError{Description: descMalformed, Err: errors.New("header is not a JSON object")}
+	}
+	if hdr.Crit != nil || hdr.B64 != nil || hdr.Cty != "" {
+		// No JWS extension is understood here, so none may be critical (RFC 7515 §4.1.11),
+		// and nested or unencoded payloads are not access tokens.
+		return Identity{}, &TokenError{Description: descMalformed, Err: errors.New("header uses crit, b64 or cty")}
+	}
+	switch strings.ToLower(hdr.Typ) {
+	case "", "jwt", "at+jwt", "application/at+jwt":
+	default:
+		return Identity{}, &TokenError{Description: descMalformed, Err: fmt.Errorf("typ %q is not an access token type", hdr.Typ)}
+	}
+
+	pk, err := v.keyFor(hdr)
+	if err != nil {
+		return Identity{}, err
+	}
+
+	payload, err := jws.Verify([]byte(token), jws.WithKey(pk.alg, pk.key), jws.WithCompact())
+	if err != nil {
+		return Identity{}, &TokenError{Description: descSignature, Err: err}
+	}
+	if !bytes.HasPrefix(bytes.TrimSpace(payload), []byte("{")) {
+		return Identity{}, &TokenError{Description: descMalformed, Err: errors.New("payload is not a JSON object")}
+	}
+	now := v.cfg.Now
+	tok, err := jwt.Parse(payload,
+		jwt.WithVerify(false), // the signature was checked just above, with the pinned key
+		jwt.WithValidate(true),
+		jwt.WithClock(jwt.ClockFunc(func() time.Time { return now() })),
+		jwt.WithAcceptableSkew(v.cfg.Leeway),
+		jwt.WithIssuer(v.cfg.Issuer),
+		jwt.WithAudience(v.cfg.Resource),
+		jwt.WithRequiredClaim(jwt.ExpirationKey),
+	)
+	if err != nil {
+		return Identity{}, classifyClaimError(err)
+	}
+	if tok.Subject() == "" {
+		return Identity{}, &TokenError{Description: descSubject}
+	}
+	if _, bound := tok.Get("cnf"); bound {
+		// A DPoP- or mTLS-bound token must not be usable as a plain bearer token.
+		return Identity{}, &TokenError{Description: descBound}
+	}
+	id := Identity{Subject: tok.Subject(), Issuer: tok.Issuer(), ExpiresAt: tok.Expiration()}
+	if raw, ok := tok.Get("scope"); ok {
+		s, isString := raw.(string)
+		if !isString {
+			return Identity{}, &TokenError{Description: descScopeClaim, Err: fmt.Errorf("scope is %T", raw)}
+		}
+		id.Scopes = strings.Fields(s)
+	}
+	for _, name := range []string{"client_id", "azp"} {
+		if raw, ok := tok.Get(name); ok {
+			if s, isString := raw.(string); isString && s != "" {
+				id.ClientID = s
+				break
+			}
+		}
+	}
+	if missing := missingScopes(id, v.cfg.Scopes); len(missing) > 0 {
+		return id, &ScopeError{Required: v.cfg.Scopes, Missing: missing}
+	}
+	return id, nil
+}
+
+// keyFor picks the key a token names and refuses any algorithm but the
+// key's own. This is where alg=none and algorithm confusion stop.
+func (v *Verifier) keyFor(hdr joseHeader) (pinnedKey, error) {
+	ks := v.keys.Load()
+	if ks.hmac != nil {
+		if hdr.Alg != string(ks.hmac.alg) {
+			return pinnedKey{}, &TokenError{Description: descAlg, Err: fmt.Errorf("alg %q, want %s", hdr.Alg, ks.hmac.alg)}
+		}
+		return *ks.hmac, nil
+	}
+	if hdr.Kid == "" {
+		return pinnedKey{}, &TokenError{Description: descKey, Err: errors.New("no kid in the token header")}
+	}
+	pk, ok := ks.byKID[hdr.Kid]
+	if !ok {
+		return pinnedKey{}, &TokenError{Description: descKey, Err: fmt.Errorf("kid %q is not in the JWKS", hdr.Kid)}
+	}
+	if hdr.Alg != string(pk.alg) {
+		return pinnedKey{}, &TokenError{Description: descAlg, Err: fmt.Errorf("alg %q, but key %q is pinned to %s", hdr.Alg, hdr.Kid, pk.alg)}
+	}
+	return pk, nil
+}
+
+func classifyClaimError(err error) *TokenError {
+	switch {
+	case errors.Is(err, jwt.ErrTokenExpired()):
+		return &TokenError{Description: descExpired, Err: err}
+	case errors.Is(err, jwt.ErrTokenNotYetValid()):
+		return &TokenError{Description: descNotYetValid, Err: err}
+	case errors.Is(err, jwt.ErrInvalidIssuedAt()):
+		return &TokenError{Description: descIssuedAt, Err: err}
+	case errors.Is(err, jwt.ErrInvalidIssuer()):
+		return &TokenError{Description: descIssuer, Err: err}
+	case errors.Is(err, jwt.ErrInvalidAudience()):
+		return &TokenError{Description: descAudience, Err: err}
+	case errors.Is(err, jwt.ErrRequiredClaim()):
+		return &TokenError{Description: descNoExpiry, Err: err} // exp is the only claim required through jwx
+	default:
+		return &TokenError{Description: descClaims, Err: err}
+	}
+}
+
+func missingScopes(id Identity, need []string) []string {
+	var missing []string
+	for _, s := range need {
+		if !id.HasScope(s) {
+			missing = append(missing, s)
+		}
+	}
+	return missing
+}
