@@ -1,0 +1,390 @@
+package guard
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/cockroachdb/apd/v3"
+)
+
+// Config is the guard policy, read once at start. Amounts are integer
+// atomic units of DefaultAsset; nothing in a request or an event can change
+// a Config after it is built.
+type Config struct {
+	// Allowlist, when non-empty, sends every other counterparty to review.
+	Allowlist []Counterparty
+	// Denylist blocks its counterparties outright.
+	Denylist []Counterparty
+	// Limit caps the spend to one counterparty inside a sliding window.
+	Limit Limit
+	// MaxOpenPartial is how many paid-but-unsettled operations with one
+	// counterparty are tolerated before the next payment goes to review.
+	MaxOpenPartial int
+	// ReviewAbove sends any single payment larger than this to review.
+	ReviewAbove *big.Int
+	// DefaultAsset is the asset every policy amount is expressed in.
+	DefaultAsset Asset
+	// Assets is the registry: the built-in USDC deployments plus the file's own.
+	Assets Registry
+	// PolicyFile is the noa.policy/0.2 custom-rules file named by "policy",
+	// resolved against the config file's directory; empty when none.
+	PolicyFile string
+	// Source names where the policy came from, for messages.
+	Source string
+}
+
+// Limit is the per-counterparty spending limit.
+type Limit struct {
+	Amount *big.Int
+	Window time.Duration
+}
+
+// Defaults of SPEC §6.
+const (
+	defaultLimitAmount = "5.00"
+	defaultWindowHours = 24
+	defaultReviewAbove = "1.00"
+	maxConfigBytes     = 1 << 20
+	maxWindowHours     = 24 * 366 * 10
+	maxOpenPartialCap  = 1_000_000
+	maxListEntries     = 10_000
+)
+
+// ErrConfig marks every policy file problem.
+var ErrConfig = errors.New("guard config")
+
+// DefaultConfig is the policy used when no file is given.
+func DefaultConfig() *Config {
+	c, err := ParseConfig([]byte("{}"), "")
+	if err != nil {
+		panic("guard: the built-in defaults do not load: " + err.Error()) // a programming error, caught by tests
+	}
+	c.Source = "built-in defaults"
+	return c
+}
+
+// LoadConfig reads the policy file at path (JSON). An empty path gives the
+// defaults. The file may be a symbolic link (configuration volumes are made
+// of them); it is read once.
+func LoadConfig(path string) (*Config, error) {
+	if path == "" {
+		return DefaultConfig(), nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading %s: %w", ErrConfig, path, err)
+	}
+	if len(data) > maxConfigBytes {
+		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrConfig, path, maxConfigBytes)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	c, err := ParseConfig(data, filepath.Dir(abs))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	c.Source = path
+	return c, nil
+}
+
+// ParseConfig builds a Config from the JSON text of a policy file. dir is the
+// directory a relative "policy" path is resolved against.
+func ParseConfig(data []byte, dir string) (*Config, error) {
+	top, err := objectMembers(data, "the policy file")
+	if err != nil {
+		return nil, err
+	}
+	c := &Config{Assets: newRegistry(), Limit: Limit{Window: defaultWindowHours * time.Hour}}
+	limitText, reviewText, defaultKey := defaultLimitAmount, defaultReviewAbove, USDCBase
+	limitKey, reviewKey := "perCounterpartyLimit.amount", "reviewAbove"
+
+	// Assets first: the default asset and every amount depend on them.
+	if raw, ok := top.get("assets"); ok {
+		if err := c.readAssets(raw); err != nil {
+			return nil, err
+		}
+	}
+	for _, m := range top {
+		switch m.key {
+		case "assets":
+		case "allowlist", "denylist":
+			list, err := readCounterparties(m.value, m.key)
+			if err != nil {
+				return nil, err
+			}
+			if m.key == "allowlist" {
+				c.Allowlist = list
+			} else {
+				c.Denylist = list
+			}
+		case "perCounterpartyLimit":
+			inner, err := objectMembers(m.value, "perCounterpartyLimit")
+			if err != nil {
+				return nil, err
+			}
+			for _, im := range inner {
+				switch im.key {
+				case "amount":
+					if limitText, err = readString(im.value, limitKey); err != nil {
+						return nil, err
+					}
+				case "windowHours":
+					if c.Limit.Window, err = readWindow(im.value); err != nil {
+						return nil, err
+					}
+				default:
+					return nil, fmt.Errorf("%w: unknown key %q in perCounterpartyLimit (known: amount, windowHours)", ErrConfig, clip(im.key))
+				}
+			}
+		case "maxOpenPartialPerCounterparty":
+			n, err := readInt(m.value, m.key, 0, maxOpenPartialCap)
+			if err != nil {
+				return nil, err
+			}
+			c.MaxOpenPartial = n
+		case "reviewAbove":
+			if reviewText, err = readString(m.value, m.key); err != nil {
+				return nil, err
+			}
+		case "defaultAsset":
+			if defaultKey, err = readString(m.value, m.key); err != nil {
+				return nil, err
+			}
+		case "policy":
+			p, err := readString(m.value, m.key)
+			if err != nil {
+				return nil, err
+			}
+			if p == "" {
+				return nil, fmt.Errorf("%w: policy must name a file", ErrConfig)
+			}
+			if !filepath.IsAbs(p) && dir != "" {
+				p = filepath.Join(dir, p)
+			}
+			c.PolicyFile = p
+		default:
+			return nil, fmt.Errorf("%w: unknown key %q (known: allowlist, denylist, perCounterpartyLimit, maxOpenPartialPerCounterparty, reviewAbove, defaultAsset, assets, policy)", ErrConfig, clip(m.key))
+		}
+	}
+
+	_, _, key, err := parseAssetKey(defaultKey)
+	if err != nil {
+		return nil, fmt.Errorf("%w: defaultAsset: %w", ErrConfig, err)
+	}
+	def, ok := c.Assets.Lookup(key)
+	if !ok {
+		return nil, fmt.Errorf("%w: defaultAsset %q is neither a built-in asset nor listed under assets", ErrConfig, clip(defaultKey))
+	}
+	c.DefaultAsset = def
+	if c.Limit.Amount, err = ParseAmount(limitText, def.Decimals); err != nil {
+		return nil, fmt.Errorf("%w: %s in %s: %w", ErrConfig, limitKey, def.Symbol, err)
+	}
+	if c.ReviewAbove, err = ParseAmount(reviewText, def.Decimals); err != nil {
+		return nil, fmt.Errorf("%w: %s in %s: %w", ErrConfig, reviewKey, def.Symbol, err)
+	}
+	return c, nil
+}
+
+func (c *Config) readAssets(raw json.RawMessage) error {
+	entries, err := objectMembers(raw, "assets")
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		where := fmt.Sprintf("assets[%q]", clip(e.key))
+		network, address, key, err := parseAssetKey(e.key)
+		if err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrConfig, where, err)
+		}
+		fields, err := objectMembers(e.value, where)
+		if err != nil {
+			return err
+		}
+		a := Asset{Key: key, Network: network, Address: address, Decimals: -1}
+		for _, f := range fields {
+			switch f.key {
+			case "symbol":
+				if a.Symbol, err = readString(f.value, where+".symbol"); err != nil {
+					return err
+				}
+				if a.Symbol == "" || len(a.Symbol) > 32 || !allBytes(a.Symbol, func(c byte) bool { return isAlpha(c) || isDigit(c) || c == '.' || c == '-' || c == '_' }) {
+					return fmt.Errorf("%w: %s.symbol must be 1 to 32 characters of [A-Za-z0-9._-]", ErrConfig, where)
+				}
+			case "decimals":
+				if a.Decimals, err = readInt(f.value, where+".decimals", 0, maxDecimals); err != nil {
+					return err
+				}
+			default:
+				return fmt.Errorf("%w: unknown key %q in %s (known: symbol, decimals)", ErrConfig, clip(f.key), where)
+			}
+		}
+		if a.Symbol == "" {
+			return fmt.Errorf("%w: %s.symbol is required", ErrConfig, where)
+		}
+		if a.Decimals < 0 {
+			return fmt.Errorf("%w: %s.decimals is required", ErrConfig, where)
+		}
+		if b, ok := c.Assets.Lookup(key); ok && b.Decimals != a.Decimals {
+			return fmt.Errorf("%w: %s.decimals is %d, but the built-in %s has %d decimals", ErrConfig, where, a.Decimals, b.Symbol, b.Decimals)
+		}
+		c.Assets.byKey[key] = a
+	}
+	return nil
+}
+
+func readCounterparties(raw json.RawMessage, key string) ([]Counterparty, error) {
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil || items == nil {
+		return nil, fmt.Errorf("%w: %s must be a list of strings", ErrConfig, key)
+	}
+	if len(items) > maxListEntries {
+		return nil, fmt.Errorf("%w: %s has %d entries; at most %d are accepted", ErrConfig, key, len(items), maxListEntries)
+	}
+	out := make([]Counterparty, 0, len(items))
+	for i, it := range items {
+		where := fmt.Sprintf("%s[%d]", key, i)
+		s, err := readString(it, where)
+		if err != nil {
+			return nil, err
+		}
+		cp, err := ParseCounterparty(s)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrConfig, where, err)
+		}
+		out = append(out, cp)
+	}
+	return out, nil
+}
+
+func readString(raw json.RawMessage, where string) (string, error) {
+	var s string
+	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
+		return "", fmt.Errorf("%w: %s must be a string", ErrConfig, where)
+	}
+	return s, nil
+}
+
+// readNumber parses a JSON number literal exactly (apd, no float).
+func readNumber(raw json.RawMessage, where string) (*apd.Decimal, error) {
+	text := strings.TrimSpace(string(raw))
+	if text == "" || !(text[0] == '-' || isDigit(text[0])) {
+		return nil, fmt.Errorf("%w: %s must be a number", ErrConfig, where)
+	}
+	d, _, err := apd.NewFromString(text)
+	if err != nil || d.Form != apd.Finite {
+		return nil, fmt.Errorf("%w: %s must be a number", ErrConfig, where)
+	}
+	return d, nil
+}
+
+func readInt(raw json.RawMessage, where string, lo, hi int64) (int, error) {
+	d, err := readNumber(raw, where)
+	if err != nil {
+		return 0, err
+	}
+	var i apd.Decimal
+	if _, err := apd.BaseContext.RoundToIntegralExact(&i, d); err != nil || i.Cmp(d) != 0 {
+		return 0, fmt.Errorf("%w: %s must be a whole number", ErrConfig, where)
+	}
+	n, err := i.Int64()
+	if err != nil || n < lo || n > hi {
+		return 0, fmt.Errorf("%w: %s must be between %d and %d", ErrConfig, where, lo, hi)
+	}
+	return int(n), nil
+}
+
+// readWindow reads windowHours: a positive number of hours, whole seconds,
+// at most ten years.
+func readWindow(raw json.RawMessage) (time.Duration, error) {
+	const where = "perCounterpartyLimit.windowHours"
+	d, err := readNumber(raw, where)
+	if err != nil {
+		return 0, err
+	}
+	if d.Sign() <= 0 || d.Cmp(apd.New(maxWindowHours, 0)) > 0 {
+		return 0, fmt.Errorf("%w: %s must be more than 0 and at most %d", ErrConfig, where, maxWindowHours)
+	}
+	var secs, whole apd.Decimal
+	if _, err := apd.BaseContext.Mul(&secs, d, apd.New(3600, 0)); err != nil {
+		return 0, fmt.Errorf("%w: %s: %w", ErrConfig, where, err)
+	}
+	if _, err := apd.BaseContext.RoundToIntegralExact(&whole, &secs); err != nil || whole.Cmp(&secs) != 0 {
+		return 0, fmt.Errorf("%w: %s must come to a whole number of seconds", ErrConfig, where)
+	}
+	n, err := whole.Int64()
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s is out of range", ErrConfig, where)
+	}
+	return time.Duration(n) * time.Second, nil
+}
+
+type member struct {
+	key   string
+	value json.RawMessage
+}
+
+type members []member
+
+func (ms members) get(key string) (json.RawMessage, bool) {
+	for _, m := range ms {
+		if m.key == key {
+			return m.value, true
+		}
+	}
+	return nil, false
+}
+
+// objectMembers reads one JSON object, keeping member order and refusing
+// duplicate keys and trailing data, so that no key can be silently shadowed.
+func objectMembers(data []byte, where string) (members, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	tok, err := dec.Token()
+	if err != nil || tok != json.Delim('{') {
+		return nil, fmt.Errorf("%w: %s must be a JSON object", ErrConfig, where)
+	}
+	var out members
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s is not valid JSON: %w", ErrConfig, where, err)
+		}
+		key, _ := tok.(string)
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, fmt.Errorf("%w: %s: the value of %q is not valid JSON: %w", ErrConfig, where, clip(key), err)
+		}
+		if seen[key] {
+			return nil, fmt.Errorf("%w: %s has the key %q twice", ErrConfig, where, clip(key))
+		}
+		seen[key] = true
+		out = append(out, member{key: key, value: raw})
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, fmt.Errorf("%w: %s is not valid JSON: %w", ErrConfig, where, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("%w: %s has data after the closing brace", ErrConfig, where)
+	}
+	return out, nil
+}
+
+// FormatDefault writes atomic units of the policy's default asset for people.
+func (c *Config) FormatDefault(atomic *big.Int) string {
+	return FormatAmount(atomic, c.DefaultAsset.Decimals) + " " + c.DefaultAsset.Symbol
+}

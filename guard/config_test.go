@@ -1,0 +1,172 @@
+package guard
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDefaultConfig(t *testing.T) {
+	c := DefaultConfig()
+	if len(c.Allowlist) != 0 || len(c.Denylist) != 0 {
+		t.Errorf("lists not empty: %+v", c)
+	}
+	if c.Limit.Amount.String() != "5000000" || c.Limit.Window != 24*time.Hour {
+		t.Errorf("limit %s %s", c.Limit.Amount, c.Limit.Window)
+	}
+	if c.MaxOpenPartial != 0 || c.ReviewAbove.String() != "1000000" {
+		t.Errorf("maxOpenPartial %d reviewAbove %s", c.MaxOpenPartial, c.ReviewAbove)
+	}
+	if c.DefaultAsset.Key != USDCBase || c.DefaultAsset.Decimals != 6 || c.DefaultAsset.Symbol != "USDC" {
+		t.Errorf("default asset %+v", c.DefaultAsset)
+	}
+	if _, ok := c.Assets.Lookup(USDCBaseSepolia); !ok {
+		t.Errorf("Base Sepolia USDC is not built in")
+	}
+	if c.PolicyFile != "" {
+		t.Errorf("policy %q", c.PolicyFile)
+	}
+}
+
+func TestParseConfigEveryKey(t *testing.T) {
+	js := `{
+	  "allowlist": ["0x209693Bc6afc0C5328bA36FaF03C514EF312287C", "https://API.example.com:8443/x"],
+	  "denylist": ["evil.example."],
+	  "perCounterpartyLimit": {"amount": "12.5", "windowHours": 1.5},
+	  "maxOpenPartialPerCounterparty": 2,
+	  "reviewAbove": "3",
+	  "defaultAsset": "eip155:1/0x6B175474E89094C44Da98b954EedeAC495271d0F",
+	  "assets": {"eip155:1/0x6B175474E89094C44Da98b954EedeAC495271d0F": {"symbol": "DAI", "decimals": 18}},
+	  "policy": "rules/custom.json"
+	}`
+	c, err := ParseConfig([]byte(js), "/etc/haia")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Allowlist) != 2 || c.Allowlist[0] != (Counterparty{KindAddress, "0x209693bc6afc0c5328ba36faf03c514ef312287c"}) || c.Allowlist[1] != (Counterparty{KindHost, "api.example.com"}) {
+		t.Errorf("allowlist %+v", c.Allowlist)
+	}
+	if len(c.Denylist) != 1 || c.Denylist[0].Value != "evil.example" {
+		t.Errorf("denylist %+v", c.Denylist)
+	}
+	if c.DefaultAsset.Symbol != "DAI" || c.DefaultAsset.Key != "eip155:1/0x6b175474e89094c44da98b954eedeac495271d0f" {
+		t.Errorf("default asset %+v", c.DefaultAsset)
+	}
+	if c.Limit.Amount.String() != "12500000000000000000" || c.Limit.Window != 90*time.Minute {
+		t.Errorf("limit %s %s", c.Limit.Amount, c.Limit.Window)
+	}
+	if c.ReviewAbove.String() != "3000000000000000000" || c.MaxOpenPartial != 2 {
+		t.Errorf("reviewAbove %s maxOpenPartial %d", c.ReviewAbove, c.MaxOpenPartial)
+	}
+	if c.PolicyFile != filepath.Join("/etc/haia", "rules/custom.json") {
+		t.Errorf("policy %q", c.PolicyFile)
+	}
+}
+
+func TestParseConfigErrors(t *testing.T) {
+	tests := []struct{ js, errHas string }{
+		{`{"allowList": []}`, `unknown key "allowList"`},
+		{`{"perCounterpartyLimit": {"amount": "1", "window": 2}}`, `unknown key "window" in perCounterpartyLimit`},
+		{`{"assets": {"eip155:1/0x6B175474E89094C44Da98b954EedeAC495271d0F": {"symbol": "DAI", "decimals": 18, "name": "Dai"}}}`, `unknown key "name" in assets`},
+		{`{"reviewAbove": 1.5}`, "reviewAbove must be a string"},
+		{`{"reviewAbove": "1.5e2"}`, "reviewAbove in USDC: unreadable amount"},
+		{`{"reviewAbove": "-1"}`, "reviewAbove"},
+		{`{"reviewAbove": "0.0000001"}`, "7 decimal places"},
+		{`{"perCounterpartyLimit": {"amount": "five"}}`, "perCounterpartyLimit.amount"},
+		{`{"perCounterpartyLimit": {"windowHours": 0}}`, "windowHours must be more than 0"},
+		{`{"perCounterpartyLimit": {"windowHours": -1}}`, "windowHours must be more than 0"},
+		{`{"perCounterpartyLimit": {"windowHours": "24"}}`, "windowHours must be a number"},
+		{`{"perCounterpartyLimit": {"windowHours": 0.00001}}`, "whole number of seconds"},
+		{`{"perCounterpartyLimit": {"windowHours": 1e9}}`, "windowHours must be more than 0 and at most"},
+		{`{"perCounterpartyLimit": []}`, "perCounterpartyLimit must be a JSON object"},
+		{`{"maxOpenPartialPerCounterparty": 1.5}`, "whole number"},
+		{`{"maxOpenPartialPerCounterparty": -1}`, "between 0 and"},
+		{`{"maxOpenPartialPerCounterparty": "1"}`, "must be a number"},
+		{`{"defaultAsset": "eip155:1/0x6B175474E89094C44Da98b954EedeAC495271d0F"}`, "neither a built-in asset nor listed under assets"},
+		{`{"defaultAsset": "USDC"}`, "defaultAsset"},
+		{`{"assets": {"DAI": {"symbol": "DAI", "decimals": 18}}}`, `assets["DAI"]`},
+		{`{"assets": {"eip155:1/0x6B175474E89094C44Da98b954EedeAC495271d0F": {"decimals": 18}}}`, "symbol is required"},
+		{`{"assets": {"eip155:1/0x6B175474E89094C44Da98b954EedeAC495271d0F": {"symbol": "DAI"}}}`, "decimals is required"},
+		{`{"assets": {"eip155:1/0x6B175474E89094C44Da98b954EedeAC495271d0F": {"symbol": "DAI", "decimals": 99}}}`, "decimals must be between 0 and 36"},
+		{`{"assets": {"` + USDCBase + `": {"symbol": "USDC", "decimals": 18}}}`, "built-in USDC has 6 decimals"},
+		{`{"allowlist": "0x209693Bc6afc0C5328bA36FaF03C514EF312287C"}`, "allowlist must be a list"},
+		{`{"denylist": [42]}`, "denylist[0] must be a string"},
+		{`{"denylist": ["ok.example", "https://u@evil.example/"]}`, "denylist[1]"},
+		{`{"policy": ""}`, "policy must name a file"},
+		{`{"reviewAbove": "1", "reviewAbove": "2"}`, `the key "reviewAbove" twice`},
+		{`{} {}`, "data after the closing brace"},
+		{`[]`, "must be a JSON object"},
+		{`{"reviewAbove": }`, "not valid JSON"},
+		{``, "must be a JSON object"},
+	}
+	for _, tc := range tests {
+		_, err := ParseConfig([]byte(tc.js), "")
+		if err == nil {
+			t.Errorf("%s: accepted", tc.js)
+			continue
+		}
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.errHas) {
+			t.Errorf("%s: error %q, want one mentioning %q", tc.js, err, tc.errHas)
+		}
+	}
+}
+
+func TestLoadConfig(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "haia-guard.config.json")
+	if err := os.WriteFile(path, []byte(`{"reviewAbove":"2","policy":"p.json"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ReviewAbove.String() != "2000000" || c.PolicyFile != filepath.Join(dir, "p.json") || c.Source != path {
+		t.Errorf("%+v", c)
+	}
+	if _, err := LoadConfig(filepath.Join(dir, "absent.json")); err == nil || !errors.Is(err, ErrConfig) {
+		t.Errorf("absent file: %v", err)
+	}
+	big := filepath.Join(dir, "big.json")
+	if err := os.WriteFile(big, []byte(`{"denylist":["`+strings.Repeat("a", maxConfigBytes)+`"]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadConfig(big); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Errorf("big file: %v", err)
+	}
+	if c, err := LoadConfig(""); err != nil || c.Source != "built-in defaults" {
+		t.Errorf("empty path: %v", err)
+	}
+}
+
+// FuzzParseConfig: the loader never panics, and an accepted policy is
+// internally consistent.
+func FuzzParseConfig(f *testing.F) {
+	for _, s := range []string{
+		`{}`,
+		`{"allowlist":["api.example.com"],"denylist":["0x209693Bc6afc0C5328bA36FaF03C514EF312287C"]}`,
+		`{"perCounterpartyLimit":{"amount":"5.00","windowHours":24},"maxOpenPartialPerCounterparty":0,"reviewAbove":"1.00"}`,
+		`{"defaultAsset":"eip155:1/0x6B175474E89094C44Da98b954EedeAC495271d0F","assets":{"eip155:1/0x6B175474E89094C44Da98b954EedeAC495271d0F":{"symbol":"DAI","decimals":18}}}`,
+		`{"policy":"p.json"}`, `{"a":1}`, `{"reviewAbove":"1","reviewAbove":"2"}`, `[`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := ParseConfig(data, "/cfg")
+		if err != nil {
+			if !errors.Is(err, ErrConfig) {
+				t.Fatalf("error %v does not wrap ErrConfig", err)
+			}
+			return
+		}
+		if c.Limit.Amount == nil || c.ReviewAbove == nil || c.Limit.Window <= 0 || c.MaxOpenPartial < 0 {
+			t.Fatalf("inconsistent config %+v", c)
+		}
+		if _, ok := c.Assets.Lookup(c.DefaultAsset.Key); !ok {
+			t.Fatalf("default asset %q not in registry", c.DefaultAsset.Key)
+		}
+	})
+}

@@ -1,0 +1,372 @@
+package guard
+
+import (
+	"fmt"
+	"math/big"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Decisions.
+const (
+	Allow  = "allow"
+	Review = "review"
+	Block  = "block"
+)
+
+// Rule names, in the order SPEC §6 evaluates them.
+const (
+	RuleDenylist           = "denylist"
+	RuleAllowlist          = "allowlist"
+	RuleOpenPartial        = "open_partial"
+	RuleUnknownAsset       = "unknown_asset"
+	RuleUnparseableAmount  = "unparseable_amount"
+	RuleAssetMismatch      = "asset_mismatch"
+	RulePerCounterparty    = "per_counterparty_limit"
+	RuleMixedAssets        = "mixed_assets"
+	RuleUnparseableHistory = "unparseable_history"
+	RuleReviewAbove        = "review_above"
+	RuleHistory            = "history"
+)
+
+// maxEvidence bounds the evidence one reason carries; the detail says how
+// many more there were.
+const maxEvidence = 20
+
+// Ref names one operation: operation ids are unique only within a run.
+type Ref struct {
+	RunID       string `json:"run_id"`
+	OperationID string `json:"operation_id"`
+}
+
+// Reason is one line of a decision's explanation.
+type Reason struct {
+	Rule     string `json:"rule"`
+	Detail   string `json:"detail"`
+	Evidence []Ref  `json:"evidence,omitempty"`
+}
+
+// Decision is the guard's answer.
+type Decision struct {
+	Decision string   `json:"decision"`
+	Reasons  []Reason `json:"reasons"`
+	Figures  Figures  `json:"figures"`
+}
+
+// Figures are the numbers the built-in rules computed; custom rules read them.
+// Atomic amounts are in units of the policy's default asset.
+type Figures struct {
+	// Amount is the request in atomic units; nil when it could not be read
+	// in the default asset (rule 4).
+	Amount *big.Int `json:"amount_atomic,omitempty"`
+	// Denylisted / Allowlisted: whether the counterparty is on each list.
+	Denylisted  bool `json:"denylisted"`
+	Allowlisted bool `json:"allowlisted"`
+	// Matched is how many operations in history are with this counterparty.
+	Matched int `json:"matched_operations"`
+	// OpenPartial is how many of those are paid but not settled.
+	OpenPartial int `json:"open_partial"`
+	// WindowOperations is how many paid operations with this counterparty
+	// fall inside the limit's window; Spend is the sum of those that could
+	// be summed, SpendWithAmount adds this request. Both nil when rule 4 fired.
+	WindowOperations   int      `json:"window_operations"`
+	Spend              *big.Int `json:"spend_in_window_atomic,omitempty"`
+	SpendWithAmount    *big.Int `json:"spend_with_amount_atomic,omitempty"`
+	MixedAssets        int      `json:"mixed_assets"`
+	UnparseableHistory int      `json:"unparseable_history"`
+	// What history was read.
+	Operations     int  `json:"operations"`
+	Runs           int  `json:"runs"`
+	Unattributable int  `json:"unattributable"`
+	UnreadableRuns int  `json:"unreadable_runs"`
+	Coarse         bool `json:"coarse"`
+}
+
+// Money is what one past operation says about who was paid, how much, in
+// what. Fields that could not be read are empty; Problem says why the amount
+// cannot be summed.
+type Money struct {
+	PayTo   string   // lower-case 0x address, or ""
+	Host    string   // normalised host of the resource URL, or ""
+	Atomic  *big.Int // amount in atomic units of Asset, or nil
+	Asset   string   // registry-style key "caip2/address", or ""
+	Problem string   // why Atomic/Asset cannot be used, or ""
+}
+
+// Op is one past operation as the guard sees it.
+type Op struct {
+	RunID, OperationID, Template, Completeness string
+	// RolesKnown is false for a template without stage roles: such an
+	// operation is judged coarsely (every partial counts as open, every
+	// attributable operation as spend).
+	RolesKnown                               bool
+	PaidConfirmed, OutcomeConfirmed, Faulted bool
+	// Money is nil when the operation cannot be attributed to a
+	// counterparty; Unattributable then says why.
+	Money          *Money
+	Unattributable string
+	LastEventAt    string
+}
+
+// UnreadableRun is a run file the caller could not read.
+type UnreadableRun struct {
+	RunID string `json:"run_id"`
+	Error string `json:"error"`
+}
+
+// History is everything the caller read before asking.
+type History struct {
+	Ops        []Op
+	Runs       int
+	Unreadable []UnreadableRun
+}
+
+func (o Op) ref() Ref { return Ref{RunID: o.RunID, OperationID: o.OperationID} }
+
+// matches says whether the operation was with this counterparty: an address
+// matches requirements.pay_to, a host the resource URL's host.
+func (o Op) matches(c Counterparty) bool {
+	if o.Money == nil {
+		return false
+	}
+	switch c.Kind {
+	case KindAddress:
+		return o.Money.PayTo != "" && o.Money.PayTo == c.Value
+	case KindHost:
+		return o.Money.Host != "" && o.Money.Host == c.Value
+	}
+	return false
+}
+
+// open: money moved and the outcome was not seen. Without roles every
+// partial counts.
+func (o Op) open() bool {
+	if o.Completeness != "partial" {
+		return false
+	}
+	if !o.RolesKnown {
+		return true
+	}
+	return o.PaidConfirmed && !o.OutcomeConfirmed
+}
+
+// spent: the operation counts toward the spending limit.
+func (o Op) spent() bool { return !o.RolesKnown || o.PaidConfirmed }
+
+func listed(list []Counterparty, c Counterparty) bool {
+	for _, e := range list {
+		if e == c {
+			return true
+		}
+	}
+	return false
+}
+
+// Decide applies the policy's rules in SPEC §6 order. It is pure: the same
+// request, history, policy and clock give the same decision.
+func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
+	var d Decision
+	f := &d.Figures
+	block, review := false, false
+	add := func(r Reason, outcome string) {
+		d.Reasons = append(d.Reasons, r)
+		switch outcome {
+		case Block:
+			block = true
+		case Review:
+			review = true
+		}
+	}
+	cp := req.Counterparty
+
+	var matched []Op
+	for _, o := range h.Ops {
+		if o.matches(cp) {
+			matched = append(matched, o)
+			if !o.RolesKnown {
+				f.Coarse = true
+			}
+		}
+	}
+	f.Matched = len(matched)
+
+	// 1. denylist
+	if listed(cfg.Denylist, cp) {
+		f.Denylisted = true
+		add(Reason{Rule: RuleDenylist, Detail: fmt.Sprintf("the counterparty %s is on the denylist", cp.Value)}, Block)
+	}
+	// 2. allowlist
+	f.Allowlisted = listed(cfg.Allowlist, cp)
+	if len(cfg.Allowlist) > 0 && !f.Allowlisted {
+		add(Reason{Rule: RuleAllowlist, Detail: fmt.Sprintf("the allowlist has %d entries and the counterparty %s is not one of them", len(cfg.Allowlist), cp.Value)}, Review)
+	}
+	// 3. open_partial
+	var open []Op
+	for _, o := range matched {
+		if o.open() {
+			open = append(open, o)
+		}
+	}
+	f.OpenPartial = len(open)
+	if len(open) > cfg.MaxOpenPartial {
+		what := "partial operations where the payment stage closed and the outcome stage did not"
+		if f.Coarse {
+			what = "partial operations (some under a template without stage roles, where every partial counts as open)"
+		}
+		detail := fmt.Sprintf("%d %s with %s; the policy tolerates %d. From the buyer's side a payment whose settlement answer never arrived and one that settled silently look the same",
+			len(open), what, cp.Value, cfg.MaxOpenPartial)
+		add(Reason{Rule: RuleOpenPartial, Detail: detail + moreNote(len(open)), Evidence: refs(open)}, Review)
+	}
+	// 4. can the amount be read in the policy's asset?
+	moneyOK := true
+	switch {
+	case req.AssetErr != nil:
+		moneyOK = false
+		add(Reason{Rule: RuleUnknownAsset, Detail: shortErr(req.AssetErr) + "; no money rule was applied"}, Review)
+	case req.Asset.Key != cfg.DefaultAsset.Key:
+		moneyOK = false
+		add(Reason{Rule: RuleAssetMismatch, Detail: fmt.Sprintf("the request is in %s (%s) but the policy's limits are in %s (%s); no money rule was applied",
+			req.Asset.Symbol, req.Asset.Key, cfg.DefaultAsset.Symbol, cfg.DefaultAsset.Key)}, Review)
+	}
+	if req.AmountErr != nil {
+		moneyOK = false
+		add(Reason{Rule: RuleUnparseableAmount, Detail: shortErr(req.AmountErr) + "; no money rule was applied"}, Review)
+	}
+	if moneyOK {
+		f.Amount = new(big.Int).Set(req.Atomic)
+		// 5. per_counterparty_limit
+		from := now.Add(-cfg.Limit.Window)
+		spend := new(big.Int)
+		var inWindow, mixed, unparseable []Op
+		for _, o := range matched {
+			if !o.spent() {
+				continue
+			}
+			t, err := time.Parse(time.RFC3339Nano, o.LastEventAt)
+			if err != nil {
+				unparseable = append(unparseable, o)
+				continue
+			}
+			if t.Before(from) {
+				continue
+			}
+			inWindow = append(inWindow, o)
+			switch {
+			case o.Money.Problem != "" || o.Money.Atomic == nil || o.Money.Asset == "":
+				unparseable = append(unparseable, o)
+			case o.Money.Asset != cfg.DefaultAsset.Key:
+				mixed = append(mixed, o)
+			default:
+				spend.Add(spend, o.Money.Atomic)
+			}
+		}
+		f.WindowOperations = len(inWindow)
+		f.MixedAssets, f.UnparseableHistory = len(mixed), len(unparseable)
+		f.Spend = spend
+		f.SpendWithAmount = new(big.Int).Add(spend, req.Atomic)
+		if f.SpendWithAmount.Cmp(cfg.Limit.Amount) > 0 {
+			add(Reason{Rule: RulePerCounterparty, Detail: fmt.Sprintf("%s already paid to %s in the last %s plus %s makes %s, over the limit of %s",
+				cfg.FormatDefault(spend), cp.Value, hours(cfg.Limit.Window), cfg.FormatDefault(req.Atomic), cfg.FormatDefault(f.SpendWithAmount), cfg.FormatDefault(cfg.Limit.Amount)) + moreNote(len(inWindow)),
+				Evidence: refs(inWindow)}, Review)
+		}
+		if len(mixed) > 0 {
+			add(Reason{Rule: RuleMixedAssets, Detail: fmt.Sprintf("%d paid operations with %s in the window are in another asset than %s and cannot be added to the limit", len(mixed), cp.Value, cfg.DefaultAsset.Symbol) + moreNote(len(mixed)),
+				Evidence: refs(mixed)}, Review)
+		}
+		if len(unparseable) > 0 {
+			add(Reason{Rule: RuleUnparseableHistory, Detail: fmt.Sprintf("%d paid operations with %s have an amount, asset or time that cannot be read (%s), so the spend in the window is unknown", len(unparseable), cp.Value, firstProblem(unparseable)) + moreNote(len(unparseable)),
+				Evidence: refs(unparseable)}, Review)
+		}
+		// 6. review_above
+		if req.Atomic.Cmp(cfg.ReviewAbove) > 0 {
+			add(Reason{Rule: RuleReviewAbove, Detail: fmt.Sprintf("%s is more than the %s a payment may be without review", cfg.FormatDefault(req.Atomic), cfg.FormatDefault(cfg.ReviewAbove))}, Review)
+		}
+	}
+
+	d.Reasons = append(d.Reasons, historyReason(h, f, req.Template, cp))
+	switch {
+	case block:
+		d.Decision = Block
+	case review:
+		d.Decision = Review
+	default:
+		d.Decision = Allow
+	}
+	return d
+}
+
+func historyReason(h History, f *Figures, template string, cp Counterparty) Reason {
+	f.Operations, f.Runs, f.UnreadableRuns = len(h.Ops), h.Runs, len(h.Unreadable)
+	why := map[string]int{}
+	for _, o := range h.Ops {
+		if o.Money == nil {
+			f.Unattributable++
+			why[o.Unattributable]++
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "read %d operations in %d runs under template %s; %d are with %s", f.Operations, f.Runs, template, f.Matched, cp.Value)
+	if f.Unattributable > 0 {
+		keys := make([]string, 0, len(why))
+		for k := range why {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		parts := make([]string, 0, len(keys))
+		for _, k := range keys {
+			parts = append(parts, fmt.Sprintf("%d: %s", why[k], k))
+		}
+		fmt.Fprintf(&b, "; %d could not be attributed to any counterparty (%s)", f.Unattributable, strings.Join(parts, "; "))
+	}
+	if f.UnreadableRuns > 0 {
+		names := make([]string, 0, len(h.Unreadable))
+		for i, u := range h.Unreadable {
+			if i == maxEvidence {
+				names = append(names, fmt.Sprintf("and %d more", len(h.Unreadable)-i))
+				break
+			}
+			names = append(names, u.RunID)
+		}
+		fmt.Fprintf(&b, "; %d runs are unreadable and were not counted, so they may hide operations with this counterparty (%s)", f.UnreadableRuns, strings.Join(names, ", "))
+	}
+	if f.Coarse {
+		b.WriteString("; some operations with this counterparty use a template without stage roles, so they are judged coarsely: every partial counts as open and every attributable operation as spend")
+	}
+	return Reason{Rule: RuleHistory, Detail: b.String()}
+}
+
+func refs(ops []Op) []Ref {
+	n := min(len(ops), maxEvidence)
+	out := make([]Ref, 0, n)
+	for _, o := range ops[:n] {
+		out = append(out, o.ref())
+	}
+	return out
+}
+
+func moreNote(n int) string {
+	if n <= maxEvidence {
+		return ""
+	}
+	return fmt.Sprintf(" (evidence lists the first %d of %d)", maxEvidence, n)
+}
+
+func firstProblem(ops []Op) string {
+	for _, o := range ops {
+		if o.Money != nil && o.Money.Problem != "" {
+			return "first: " + o.Money.Problem
+		}
+		if _, err := time.Parse(time.RFC3339Nano, o.LastEventAt); err != nil {
+			return fmt.Sprintf("first: last event time %q", clip(o.LastEventAt))
+		}
+	}
+	return "first: no amount or asset"
+}
+
+func hours(d time.Duration) string {
+	if d%time.Hour == 0 {
+		return fmt.Sprintf("%d hours", d/time.Hour)
+	}
+	return d.String()
+}

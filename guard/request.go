@@ -1,0 +1,105 @@
+package guard
+
+import (
+	"errors"
+	"fmt"
+	"math/big"
+	"strings"
+	"unicode/utf8"
+)
+
+// DefaultTemplate is the template a request is judged under when it names none.
+const DefaultTemplate = "x402-buyer"
+
+// RawRequest is a check_before_pay question as a caller sends it.
+type RawRequest struct {
+	Counterparty string `json:"counterparty"`
+	Amount       string `json:"amount"`
+	Asset        string `json:"asset,omitempty"`
+	Template     string `json:"template,omitempty"`
+}
+
+// Request is a parsed question. A counterparty that cannot be read is an
+// error (there is nothing to judge); an amount or asset that cannot be read
+// is kept, with its error, because SPEC §6 rule 4 turns it into a review.
+type Request struct {
+	Counterparty Counterparty
+	// AmountText and AssetText are the caller's words, kept for the log.
+	AmountText string
+	AssetText  string
+	Template   string
+	// Asset is the resolved asset; AssetErr says why there is none.
+	Asset    Asset
+	AssetErr error
+	// Atomic is the amount in atomic units of Asset; AmountErr says why it
+	// could not be read.
+	Atomic    *big.Int
+	AmountErr error
+}
+
+const maxFieldText = 2048
+
+// ErrRequest marks a request that cannot be judged at all.
+var ErrRequest = errors.New("bad request")
+
+// ParseRequest reads a question against the policy's asset registry.
+func ParseRequest(raw RawRequest, cfg *Config) (Request, error) {
+	cp, err := ParseCounterparty(raw.Counterparty)
+	if err != nil {
+		return Request{}, fmt.Errorf("%w: counterparty: %w", ErrRequest, err)
+	}
+	for name, v := range map[string]string{"amount": raw.Amount, "asset": raw.Asset, "template": raw.Template} {
+		if len(v) > maxFieldText {
+			return Request{}, fmt.Errorf("%w: %s is %d bytes long; at most %d are accepted", ErrRequest, name, len(v), maxFieldText)
+		}
+		if !utf8.ValidString(v) {
+			return Request{}, fmt.Errorf("%w: %s is not valid UTF-8", ErrRequest, name)
+		}
+	}
+	tmpl := raw.Template
+	if tmpl == "" {
+		tmpl = DefaultTemplate
+	}
+	req := Request{Counterparty: cp, AmountText: raw.Amount, AssetText: raw.Asset, Template: tmpl}
+	req.Asset, req.AssetErr = cfg.Assets.Resolve(raw.Asset, cfg.DefaultAsset)
+	decimals := maxDecimals
+	if req.AssetErr == nil {
+		decimals = req.Asset.Decimals
+	}
+	req.Atomic, req.AmountErr = ParseAmount(raw.Amount, decimals)
+	if req.AssetErr != nil {
+		req.Atomic = nil // no decimals to read it in
+	}
+	return req, nil
+}
+
+// Question is the identity of a request for the review log: the normalised
+// counterparty, the amount in canonical display form (or the caller's text
+// when it cannot be read) and the asset key (or the caller's text).
+type Question struct {
+	Counterparty string `json:"counterparty"`
+	Amount       string `json:"amount"`
+	Asset        string `json:"asset"`
+	Template     string `json:"template,omitempty"`
+}
+
+// Question gives the request's identity for idempotency and for the log.
+func (r Request) Question() Question {
+	q := Question{Counterparty: r.Counterparty.Value, Amount: r.AmountText, Asset: r.AssetText, Template: r.Template}
+	if r.AssetErr == nil {
+		q.Asset = r.Asset.Key
+		if r.Atomic != nil {
+			q.Amount = FormatAmount(r.Atomic, r.Asset.Decimals)
+		}
+	}
+	return q
+}
+
+// shortErr strips the sentinel prefix so a reason reads as a sentence.
+func shortErr(err error) string {
+	s := err.Error()
+	for _, p := range []string{ErrAmount.Error() + ": ", ErrAsset.Error() + ": "} {
+		s = strings.TrimPrefix(s, p)
+	}
+	return s
+}
