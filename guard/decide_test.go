@@ -102,7 +102,7 @@ func TestDecide(t *testing.T) {
 		{name: "another host does not match", cfg: lenient, req: RawRequest{Counterparty: "https://example.com/", Amount: "2"},
 			ops: []Op{op("o1", 4_000_000, time.Hour)}, want: Allow},
 		{name: "open partial: one paid and unsettled", cfg: `{}`, req: RawRequest{Counterparty: addrA, Amount: "0.10"},
-			ops: []Op{op("o1", 100_000, time.Hour), op("o2", 100_000, 30*time.Minute, unsettled, inRun("run-2"))},
+			ops:  []Op{op("o1", 100_000, time.Hour), op("o2", 100_000, 30*time.Minute, unsettled, inRun("run-2"))},
 			want: Review, rules: []string{RuleOpenPartial}, evidence: []Ref{{"run-2", "o2"}}, detailHas: "look the same"},
 		{name: "open partial: tolerated by maxOpenPartialPerCounterparty", cfg: `{"maxOpenPartialPerCounterparty":1}`, req: RawRequest{Counterparty: addrA, Amount: "0.10"},
 			ops: []Op{op("o2", 100_000, 30*time.Minute, unsettled)}, want: Allow},
