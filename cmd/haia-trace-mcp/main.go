@@ -34,6 +34,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		switch args[0] {
 		case "build":
 			return runBuild(ctx, rest, stdout, stderr)
+		case "policy":
+			return runPolicy(ctx, rest, stdout, stderr)
 		case "version":
 			return runVersion(rest, stdout, stderr)
 		case "help":
@@ -50,5 +52,6 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 const usage = `usage:
   haia-trace-mcp [--dir .trace] [flags]        serve MCP (stdio by default, --http for Streamable HTTP)
   haia-trace-mcp build RUN_FILE [--template NAME|PATH] [--templates-dir DIR]
+  haia-trace-mcp policy check FILE | policy eval FILE --input INPUT.json
   haia-trace-mcp version
 `
