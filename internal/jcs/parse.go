@@ -50,8 +50,14 @@ var forbiddenKeys = map[string]bool{"__proto__": true, "prototype": true, "const
 // nesting deeper than MaxDepth, inputs larger than MaxSize, and anything
 // but whitespace after the value.
 func Parse(data []byte) (any, error) {
-	if len(data) > MaxSize {
-		return nil, &SyntaxError{Offset: MaxSize, Msg: fmt.Sprintf("input of %d bytes exceeds the limit of %d bytes", len(data), MaxSize)}
+	return ParseLimit(data, MaxSize)
+}
+
+// ParseLimit is Parse with another size limit, for documents that hold
+// many values (a chain of receipts in one JSON array).
+func ParseLimit(data []byte, limit int) (any, error) {
+	if len(data) > limit {
+		return nil, &SyntaxError{Offset: limit, Msg: fmt.Sprintf("input of %d bytes exceeds the limit of %d bytes", len(data), limit)}
 	}
 	p := parser{data: data}
 	v, err := p.value(0)
