@@ -1,0 +1,232 @@
+package guard
+
+import (
+	"fmt"
+	"math/big"
+	"strings"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/jsjson"
+	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
+)
+
+// stageRoles is SPEC §3's table of which stage means "money moved" and
+// which "outcome confirmed". Kept here until receipt exports its own.
+func stageRoles(template string) (paid, outcome string, ok bool) {
+	switch template {
+	case "x402-buyer":
+		return "payment", "settlement", true
+	case "x402-seller", "x402-facilitator":
+		return "verification", "settlement", true
+	case "escrow-arc":
+		return "deposit", "disposition", true
+	}
+	return "", "", false
+}
+
+// Why an operation has no money fields.
+const (
+	whyEscrow       = "escrow receipts carry no x402 money fields (pay_to, amount, asset)"
+	whyNoReqs       = "no event carries x402 requirements"
+	whyNoCounter    = "requirements.pay_to is not a usable address and no resource URL host was found"
+	whyConflictPay  = "events name different requirements.pay_to"
+	whyConflictHost = "events name different resource hosts"
+)
+
+// OpFromReceipt reads what the guard needs from one receipt: whether money
+// moved and the outcome was seen (by the template's stage roles), and who
+// was paid how much in what (from the x402 payloads, validated here).
+func OpFromReceipt(runID string, r *receipt.Receipt) Op {
+	o := Op{
+		RunID:        runID,
+		OperationID:  r.Operation.OperationID,
+		Template:     r.Operation.Template,
+		Completeness: r.Completeness,
+		Faulted:      len(r.Exceptions) > 0,
+		LastEventAt:  r.LastEventAt(),
+	}
+	if paid, outcome, ok := stageRoles(o.Template); ok && hasStage(r, paid) && hasStage(r, outcome) {
+		// An operator's own template may reuse a bundled name with other
+		// stages; roles then do not apply and it is judged coarsely.
+		o.RolesKnown = true
+		o.PaidConfirmed = r.StageConfirmed(paid)
+		o.OutcomeConfirmed = r.StageConfirmed(outcome)
+	}
+	if o.Template == "escrow-arc" {
+		o.Unattributable = whyEscrow
+		return o
+	}
+	o.Money, o.Unattributable = moneyOf(r.Events)
+	return o
+}
+
+func hasStage(r *receipt.Receipt, id string) bool {
+	for _, s := range r.Stages {
+		if s.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// moneyOf reads requirements and the resource URL from every event that
+// carries them. The first event sets the values; a later event that
+// disagrees makes the field unusable rather than being silently ignored.
+func moneyOf(events []receipt.Event) (*Money, string) {
+	var (
+		m                  Money
+		seenReqs, seenHost bool
+		amountKey          string // "amount|asset" of the first event, to detect disagreement
+		amountFrom         string
+		payConflict        bool
+		hostConflict       bool
+	)
+	for _, e := range events {
+		p := e.Payload()
+		if p.Kind() != jsjson.Object {
+			continue
+		}
+		if host, ok := resourceHost(p); ok {
+			switch {
+			case !seenHost:
+				m.Host, seenHost = host, true
+			case host != m.Host:
+				hostConflict = true
+			}
+		}
+		req, ok := p.Get("requirements")
+		if !ok {
+			continue
+		}
+		pay, amt, asset, problem := readRequirements(req)
+		if problem != "" {
+			problem = fmt.Sprintf("event %s: %s", clip(e.ID), problem)
+		}
+		if !seenReqs {
+			seenReqs = true
+			m.PayTo = pay
+			m.Atomic, m.Asset, m.Problem = amt, asset, problem
+			amountKey, amountFrom = moneyKey(amt, asset, problem), e.ID
+			continue
+		}
+		if pay != m.PayTo {
+			payConflict = true
+		}
+		if k := moneyKey(amt, asset, problem); k != amountKey && m.Problem == "" {
+			m.Atomic, m.Asset = nil, ""
+			m.Problem = fmt.Sprintf("events %s and %s disagree on requirements.amount or asset", clip(amountFrom), clip(e.ID))
+		}
+	}
+	if hostConflict {
+		m.Host = ""
+	}
+	if payConflict {
+		return nil, whyConflictPay
+	}
+	if !seenReqs {
+		return nil, whyNoReqs
+	}
+	if m.PayTo == "" && m.Host == "" {
+		if hostConflict {
+			return nil, whyConflictHost
+		}
+		return nil, whyNoCounter
+	}
+	return &m, ""
+}
+
+func moneyKey(amt *big.Int, asset, problem string) string {
+	if problem != "" {
+		return "!" + problem
+	}
+	return amt.String() + "|" + asset
+}
+
+// readRequirements validates the x402 requirements object: pay_to an
+// address, amount a string of atomic units, asset a token address on
+// network (an x402 name or CAIP-2 id).
+func readRequirements(req jsjson.Value) (payTo string, atomic *big.Int, asset, problem string) {
+	if req.Kind() != jsjson.Object {
+		return "", nil, "", "requirements is a " + req.Kind().String() + ", not an object"
+	}
+	var problems []string
+	if v, ok := req.Get("pay_to"); ok {
+		if s, isStr := v.Str(); isStr {
+			if a, err := ParseAddress(s); err == nil {
+				payTo = a
+			}
+		}
+	}
+	switch v, ok := req.Get("amount"); {
+	case !ok:
+		problems = append(problems, "requirements.amount is missing")
+	case v.Kind() != jsjson.String:
+		problems = append(problems, "requirements.amount is a "+v.Kind().String()+", not a string of atomic units")
+	default:
+		s, _ := v.Str()
+		a, err := ParseAtomic(s)
+		if err != nil {
+			problems = append(problems, "requirements.amount: "+shortErr(err))
+		} else {
+			atomic = a
+		}
+	}
+	network, nerr := stringField(req, "network")
+	token, terr := stringField(req, "asset")
+	switch {
+	case nerr != "":
+		problems = append(problems, nerr)
+	case terr != "":
+		problems = append(problems, terr)
+	default:
+		caip, err := NetworkCAIP2(network)
+		if err != nil {
+			problems = append(problems, "requirements.network: "+err.Error())
+			break
+		}
+		key, _, err := AssetKey(caip, token)
+		if err != nil {
+			problems = append(problems, "requirements.asset: "+err.Error())
+			break
+		}
+		asset = key
+	}
+	if len(problems) > 0 {
+		return payTo, nil, "", strings.Join(problems, "; ")
+	}
+	return payTo, atomic, asset, ""
+}
+
+func stringField(obj jsjson.Value, key string) (string, string) {
+	v, ok := obj.Get(key)
+	if !ok {
+		return "", "requirements." + key + " is missing"
+	}
+	s, isStr := v.Str()
+	if !isStr {
+		return "", "requirements." + key + " is a " + v.Kind().String() + ", not a string"
+	}
+	return s, ""
+}
+
+// resourceHost reads payload.resource.url (x402 v2) or payload.resource as
+// a URL string (v1) and returns its normalised host.
+func resourceHost(p jsjson.Value) (string, bool) {
+	res, ok := p.Get("resource")
+	if !ok {
+		return "", false
+	}
+	if res.Kind() == jsjson.Object {
+		if res, ok = res.Get("url"); !ok {
+			return "", false
+		}
+	}
+	s, isStr := res.Str()
+	if !isStr {
+		return "", false
+	}
+	h, err := HostOfURL(s)
+	if err != nil {
+		return "", false
+	}
+	return h, true
+}
