@@ -59,10 +59,16 @@ type LineError struct {
 func (e *LineError) Error() string {
 	var b []byte
 	if e.Run != "" {
-		b = fmt.Appendf(b, "run %s, ", e.Run)
+		b = fmt.Appendf(b, "run %s", e.Run)
 	}
 	if e.Line > 0 {
-		b = fmt.Appendf(b, "line %d: ", e.Line)
+		if len(b) > 0 {
+			b = append(b, ", "...)
+		}
+		b = fmt.Appendf(b, "line %d", e.Line)
+	}
+	if len(b) > 0 {
+		b = append(b, ": "...)
 	}
 	b = fmt.Appendf(b, "%s: %v", e.Rule, e.Err)
 	return string(b)

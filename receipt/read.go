@@ -24,9 +24,13 @@ func DefaultLimits() Limits {
 	return Limits{MaxLineBytes: 4 << 20, MaxRunBytes: 256 << 20}
 }
 
-func mib(n int64) string {
-	if n%(1<<20) == 0 {
+// size prints a byte count the way the limits are usually set.
+func size(n int64) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
 		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
 	}
 	return fmt.Sprintf("%d bytes", n)
 }
@@ -63,7 +67,7 @@ func ReadEvents(r io.Reader, firstLine int, lim Limits, fn func(Event) error) (c
 			long = append(long, chunk...)
 			if len(long) > lim.MaxLineBytes {
 				return consumed, line, &LineError{Line: line, Rule: RuleLineSize,
-					Err: fmt.Errorf("line is longer than the %s line limit", mib(int64(lim.MaxLineBytes)))}
+					Err: fmt.Errorf("line is longer than the %s line limit", size(int64(lim.MaxLineBytes)))}
 			}
 			continue
 		}
@@ -81,11 +85,11 @@ func ReadEvents(r io.Reader, firstLine int, lim Limits, fn func(Event) error) (c
 		}
 		if len(text) > lim.MaxLineBytes {
 			return consumed, line, &LineError{Line: line, Rule: RuleLineSize,
-				Err: fmt.Errorf("line is %d bytes, over the %s line limit", len(text), mib(int64(lim.MaxLineBytes)))}
+				Err: fmt.Errorf("line is %d bytes, over the %s line limit", len(text), size(int64(lim.MaxLineBytes)))}
 		}
 		if consumed+int64(len(text))+1 > lim.MaxRunBytes {
 			return consumed, line, &LineError{Line: line, Rule: RuleRunSize,
-				Err: fmt.Errorf("run file is larger than the %s limit", mib(lim.MaxRunBytes))}
+				Err: fmt.Errorf("run file is larger than the %s limit", size(lim.MaxRunBytes))}
 		}
 		if !isBlank(text) {
 			ev, err := DecodeLine(text)
@@ -171,7 +175,7 @@ func ReadRunFile(path string, lim Limits) (runID string, events []Event, err err
 	}
 	if st.Size() > lim.MaxRunBytes {
 		return runID, nil, &LineError{Run: runID, Rule: RuleRunSize,
-			Err: fmt.Errorf("file is %d bytes, over the %s limit", st.Size(), mib(lim.MaxRunBytes))}
+			Err: fmt.Errorf("file is %d bytes, over the %s limit", st.Size(), size(lim.MaxRunBytes))}
 	}
 	// A recorder line is a few hundred bytes; guessing the count avoids
 	// regrowing a large slice many times.

@@ -117,6 +117,9 @@ func ParseTemplate(source string, data []byte) (*Template, error) {
 	for i, sn := range stages.Content {
 		at := fmt.Sprintf("stages[%d]", i)
 		sn = w.deref(sn)
+		if w.err != nil {
+			return fail("", "%v", w.err)
+		}
 		if sn.Kind != yaml.MappingNode {
 			return fail(at, "expected a mapping with id, required and match, got %s", describeNode(sn))
 		}

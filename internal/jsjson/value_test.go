@@ -1,0 +1,256 @@
+package jsjson
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// Expected outputs were taken from Node.js: JSON.stringify(JSON.parse(in)).
+func TestNumberRoundTripLikeJavaScript(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{"0", "0"}, {"-0", "0"}, {"1", "1"}, {"1.0", "1"}, {"-1.5", "-1.5"}, {"0.1", "0.1"},
+		{"1e21", "1e+21"}, {"1e20", "100000000000000000000"},
+		{"123456789012345678901", "123456789012345680000"},
+		{"1e-6", "0.000001"}, {"1e-7", "1e-7"}, {"1.5e-7", "1.5e-7"}, {"0.000001", "0.000001"},
+		{"5e-324", "5e-324"}, {"1.7976931348623157e308", "1.7976931348623157e+308"},
+		{"1e400", "null"}, {"-1e400", "null"}, {"2.5e+25", "2.5e+25"}, {"100", "100"},
+		{"1e15", "1000000000000000"}, {"1e16", "10000000000000000"}, {"12345678.9", "12345678.9"},
+		{"0.30000000000000004", "0.30000000000000004"}, {"9007199254740993", "9007199254740992"},
+		{"4.35", "4.35"}, {"-0.0000012345", "-0.0000012345"}, {"1e-400", "0"}, {"-1e-400", "0"},
+		{"123e-20", "1.23e-18"}, {"1.234e21", "1.234e+21"}, {"99999999999999999999", "100000000000000000000"},
+		{"0.1e1", "1"}, {"314159e-5", "3.14159"},
+	}
+	for _, c := range cases {
+		v, err := ParseString(c.in)
+		if err != nil {
+			t.Errorf("Parse(%s): %v", c.in, err)
+			continue
+		}
+		if got := string(AppendIndent(nil, v, "", "")); got != c.want {
+			t.Errorf("%s printed as %s, want %s", c.in, got, c.want)
+		}
+	}
+}
+
+func TestParsePrintLikeJavaScript(t *testing.T) {
+	cases := []struct{ name, in, indent, want string }{
+		{"repeated key keeps first position, last value", `{"a":1,"b":2,"a":3}`, "", `{"a":3,"b":2}`},
+		{"thrice repeated", `{"a":1,"b":2,"a":3,"c":0,"a":{"x":[]}}`, "", `{"a":{"x":[]},"b":2,"c":0}`},
+		{"array-index keys first, ascending", `{"b":1,"2":2,"1":3,"01":4,"-1":5,"4294967294":6,"4294967295":7}`, "",
+			`{"1":3,"2":2,"4294967294":6,"b":1,"01":4,"-1":5,"4294967295":7}`},
+		{"escapes normalised", `["\u0041\/\"\\\b\f\n\r\t\u001f\u007f\u2028"]`, "", "[\"A/\\\"\\\\\\b\\f\\n\\r\\t\\u001f\x7f\u2028\"]"},
+		{"surrogate pair escape joins", `"\ud83d\ude00"`, "", "\"\U0001F600\""},
+		{"lone surrogates stay escaped", `["\ud800","\udfff x","\ud83d\ud83d\ude00"]`, "", "[\"\\ud800\",\"\\udfff x\",\"\\ud83d\U0001F600\"]"},
+		{"indent", `{"a":[1,{"b":null}],"c":{},"d":[]}`, "  ", "{\n  \"a\": [\n    1,\n    {\n      \"b\": null\n    }\n  ],\n  \"c\": {},\n  \"d\": []\n}"},
+		{"whitespace and CR", " \t{\"a\" : true }\r\n", "", `{"a":true}`},
+		{"big object dedupe", `{"k0":0,"k1":1,"k2":2,"k3":3,"k4":4,"k5":5,"k6":6,"k7":7,"k8":8,"k9":9,"k10":10,"k11":11,"k12":12,"k13":13,"k14":14,"k15":15,"k16":16,"k17":17,"k3":"x","k17":"y"}`, "",
+			`{"k0":0,"k1":1,"k2":2,"k3":"x","k4":4,"k5":5,"k6":6,"k7":7,"k8":8,"k9":9,"k10":10,"k11":11,"k12":12,"k13":13,"k14":14,"k15":15,"k16":16,"k17":"y"}`},
+		{"escaped keys dedupe", `{"\u0061":1,"a":2}`, "", `{"a":2}`},
+		{"__proto__ is a plain key", `{"__proto__":1}`, "", `{"__proto__":1}`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			v, err := ParseString(c.in)
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if got := string(AppendIndent(nil, v, "", c.indent)); got != c.want {
+				t.Errorf("got  %s\nwant %s", got, c.want)
+			}
+		})
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	cases := []struct {
+		in     string
+		offset int
+		msg    string
+	}{
+		{``, 0, "unexpected end of input"},
+		{`{"a":1,}`, 7, "expected a string key"},
+		{`[1,]`, 3, "expected a value"},
+		{`{"a" 1}`, 5, "expected ':'"},
+		{`[01]`, 2, "leading zero"},
+		{`[1.]`, 3, "after '.'"},
+		{`[1e]`, 3, "exponent"},
+		{`[-]`, 2, "expected a digit"},
+		{`"a` + "\x01" + `"`, 2, "control character"},
+		{`"\x"`, 2, "invalid escape"},
+		{`"\u12G4"`, 3, "four hex digits"},
+		{"\"\xff\"", 1, "invalid UTF-8"},
+		{"\"\xed\xa0\x80\"", 1, "invalid UTF-8"},
+		{`{} x`, 3, "after the JSON value"},
+		{`tru`, 0, "expected \"true\""},
+		{`NaN`, 0, "expected a value"},
+		{"\ufeff{}", 0, "expected a value"},
+		{`"abc`, 4, "unterminated string"},
+		{strings.Repeat("[", MaxDepth+1) + strings.Repeat("]", MaxDepth+1), MaxDepth, "nesting deeper than 1000"},
+	}
+	for _, c := range cases {
+		_, err := ParseString(c.in)
+		var se *SyntaxError
+		if !errors.As(err, &se) {
+			t.Errorf("Parse(%q) = %v, want a SyntaxError", c.in, err)
+			continue
+		}
+		if se.Offset != c.offset || !strings.Contains(se.Msg, c.msg) {
+			t.Errorf("Parse(%q) = %v, want offset %d and %q", c.in, err, c.offset, c.msg)
+		}
+	}
+	// Exactly MaxDepth levels is fine.
+	if _, err := ParseString(strings.Repeat("[", MaxDepth) + strings.Repeat("]", MaxDepth)); err != nil {
+		t.Errorf("depth %d refused: %v", MaxDepth, err)
+	}
+}
+
+func TestAccessors(t *testing.T) {
+	v, err := ParseString(`{"s":"x\ny","n":-2.5,"b":true,"z":null,"a":[1,"2",[3]],"o":{"k":"v","k":"w"}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, ok := v.Get("s"); !ok || s.Kind() != String {
+		t.Fatalf("Get(s) = %v %v", s.Kind(), ok)
+	} else if got, _ := s.Str(); got != "x\ny" {
+		t.Errorf("Str = %q", got)
+	}
+	if n, _ := v.Get("n"); true {
+		if f, ok := n.Num(); !ok || f != -2.5 {
+			t.Errorf("Num = %v %v", f, ok)
+		}
+		if _, ok := n.Str(); ok {
+			t.Error("Str on a number succeeded")
+		}
+	}
+	if b, _ := v.Get("b"); true {
+		if x, ok := b.Bool(); !ok || !x {
+			t.Errorf("Bool = %v %v", x, ok)
+		}
+	}
+	if z, ok := v.Get("z"); !ok || z.Kind() != Null {
+		t.Errorf("null member: %v %v", z.Kind(), ok)
+	}
+	if _, ok := v.Get("missing"); ok {
+		t.Error("Get(missing) found something")
+	}
+	a, _ := v.Get("a")
+	items := a.Items()
+	if len(items) != 3 || items[2].Kind() != Array || a.Len() != 3 {
+		t.Fatalf("Items = %d", len(items))
+	}
+	if f, _ := items[2].Items()[0].Num(); f != 3 {
+		t.Errorf("nested item = %v", f)
+	}
+	o, _ := v.Get("o")
+	if o.Len() != 1 {
+		t.Errorf("Len of deduped object = %d", o.Len())
+	}
+	if k, _ := o.Get("k"); true {
+		if s, _ := k.Str(); s != "w" {
+			t.Errorf("repeated key value = %q, want the last", s)
+		}
+	}
+	ms := v.Members()
+	keys := []string{}
+	for _, m := range ms {
+		keys = append(keys, m.Key)
+	}
+	if strings.Join(keys, ",") != "s,n,b,z,a,o" {
+		t.Errorf("Members order = %v", keys)
+	}
+	var zero Value
+	if zero.Kind() != Null || zero.Members() != nil || zero.Items() != nil || zero.Len() != 0 {
+		t.Error("zero Value is not null")
+	}
+	if !Equal(v, v) || Equal(v, o) {
+		t.Error("Equal is wrong")
+	}
+}
+
+func TestAppendIndentPrefix(t *testing.T) {
+	v, _ := ParseString(`{"a":[1]}`)
+	got := string(AppendIndent([]byte("x: "), v, "    ", "  "))
+	want := "x: {\n      \"a\": [\n        1\n      ]\n    }"
+	if got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+func TestKindString(t *testing.T) {
+	for k, want := range map[Kind]string{Null: "null", Bool: "boolean", Number: "number", String: "string", Array: "array", Object: "object", 9: "kind(9)"} {
+		if k.String() != want {
+			t.Errorf("%d.String() = %q", k, k.String())
+		}
+	}
+}
+
+func FuzzRoundTrip(f *testing.F) {
+	for _, s := range []string{
+		`{"a":1,"b":[true,false,null],"a":"x"}`, `{"2":1,"1":2,"x":{}}`, `"\ud800\u0000\n"`, `[1e400,-0,5e-324,0.1]`,
+		`{"event_id":"e1","seq":3.0,"payload":{"note":"<&>\u2028"}}`, `[[[[]]]]`, `"\ud83d\ude00"`, "  {}\r",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		v, err := Parse(data)
+		if err != nil {
+			return
+		}
+		for _, indent := range []string{"", "  "} {
+			out := AppendIndent(nil, v, "", indent)
+			w, err := Parse(out)
+			if err != nil {
+				t.Fatalf("re-parse of %q failed: %v", out, err)
+			}
+			if !equalAsPrinted(v, w) {
+				t.Fatalf("round trip changed the value: %q -> %q", data, out)
+			}
+			if again := AppendIndent(nil, w, "", indent); string(again) != string(out) {
+				t.Fatalf("printing is not stable: %q vs %q", out, again)
+			}
+		}
+	})
+}
+
+// equalAsPrinted is Equal except that a non-finite number equals null, since
+// JSON.stringify prints it as null.
+func equalAsPrinted(a, b Value) bool {
+	norm := func(k Kind, v Value) Kind {
+		if f, ok := v.Num(); ok && (f > 1.7976931348623157e308 || f < -1.7976931348623157e308) {
+			return Null
+		}
+		return k
+	}
+	ka, kb := norm(a.Kind(), a), norm(b.Kind(), b)
+	if ka != kb {
+		return false
+	}
+	switch ka {
+	case Array:
+		x, y := a.Items(), b.Items()
+		if len(x) != len(y) {
+			return false
+		}
+		for i := range x {
+			if !equalAsPrinted(x[i], y[i]) {
+				return false
+			}
+		}
+		return true
+	case Object:
+		x, y := a.Members(), b.Members()
+		if len(x) != len(y) {
+			return false
+		}
+		for i := range x {
+			if x[i].Key != y[i].Key || !equalAsPrinted(x[i].Value, y[i].Value) {
+				return false
+			}
+		}
+		return true
+	case Null:
+		return true
+	}
+	return Equal(a, b)
+}
