@@ -271,3 +271,30 @@ func FuzzPolicy(f *testing.F) {
 		}
 	})
 }
+
+func TestCommit(t *testing.T) {
+	p := mustParse(t, guardPolicy)
+	s := Snapshot{"args.counterparty": String("0xabc"), "amountAtomic": Int(3000000), "history.settledCount": Int(0)}
+	c, r, err := p.Commit(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantInputs, _ := InputsHash(s)
+	want := Compliance{PolicyHash: p.Hash(), ReadSetHash: p.ReadSetHash(), InputsHash: wantInputs, Verdict: Deny}
+	if c != want || r.RuleFired != "block-big-new" {
+		t.Errorf("Commit = %+v, %+v; want %+v", c, r, want)
+	}
+	for name, bad := range map[string]Snapshot{
+		"nil":        nil,
+		"non-scalar": {"args.counterparty": scalarFromJSON(nil), "amountAtomic": Int(1)},
+	} {
+		c, r, err := p.Commit(bad)
+		if err == nil || c != (Compliance{}) || r.Verdict != Deny {
+			t.Errorf("%s: Commit = %+v, %+v, %v; want an error and DENY", name, c, r, err)
+		}
+	}
+	var none *Policy
+	if _, r, err := none.Commit(s); err == nil || r.RuleFired != FiredPolicyInvalid {
+		t.Errorf("nil policy: %+v, %v", r, err)
+	}
+}
