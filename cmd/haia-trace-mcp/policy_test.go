@@ -37,6 +37,7 @@ func TestPolicyCLI(t *testing.T) {
 		"none.json":    `{"other":"x"}`,
 		"float.json":   `{"amountAtomic":1.5}`,
 		"array.json":   `[1]`,
+		"norules.json": `{"spec":"noa.policy/0.2","id":"none","requiredPaths":[],"rules":[]}`,
 	})
 	p := func(name string) string { return filepath.Join(dir, name) }
 	tests := []struct {
@@ -66,6 +67,8 @@ func TestPolicyCLI(t *testing.T) {
 			stdout: `{"verdict":"DENY","ruleFired":"input-invalid"}` + "\n"},
 		{name: "eval invalid policy", args: []string{"eval", p("bad.json"), "--input", p("big.json")}, code: 0,
 			stdout: `{"verdict":"DENY","ruleFired":"policy-invalid"}` + "\n", stderrHas: "§2.9"},
+		{name: "eval no rule matched", args: []string{"eval", p("norules.json"), "--input", p("big.json")}, code: 0,
+			stdout: `{"verdict":"DENY","ruleFired":null}` + "\n"},
 		{name: "eval no input flag", args: []string{"eval", p("p.json")}, code: 2, stderrHas: "--input", emptyStdout: true},
 		{name: "eval missing input file", args: []string{"eval", p("p.json"), "--input", p("nope.json")}, code: 1, emptyStdout: true},
 		{name: "eval unknown flag", args: []string{"eval", p("p.json"), "--inptu", p("big.json")}, code: 2, emptyStdout: true},
