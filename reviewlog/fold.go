@@ -1,0 +1,162 @@
+package reviewlog
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+)
+
+// Review states.
+const (
+	Pending  = "pending"
+	Approved = "approved"
+	Rejected = "rejected"
+)
+
+// Review is the state of one review: the fold of its lines.
+type Review struct {
+	ID           string         `json:"review_id"`
+	Status       string         `json:"status"`
+	CreatedAt    string         `json:"created_at"`
+	DecidedAt    string         `json:"decided_at,omitempty"`
+	DecidedBy    string         `json:"decided_by,omitempty"`
+	Note         string         `json:"note,omitempty"`
+	Counterparty string         `json:"counterparty"`
+	Amount       string         `json:"amount"`
+	Asset        string         `json:"asset"`
+	Template     string         `json:"template,omitempty"`
+	Reasons      []guard.Reason `json:"reasons"`
+}
+
+// badLine is a line that is not a usable record.
+type badLine struct {
+	n   int
+	why string
+}
+
+// state is the fold of a whole log.
+type state struct {
+	reviews []*Review
+	byID    map[string]*Review
+	// tail is the run of unusable lines after the last record: the remains
+	// of writes that did not complete. Readers skip it; the next writer
+	// closes it with a repair record.
+	tail []badLine
+	// endsClean is false when the file's last byte is not a newline.
+	endsClean bool
+}
+
+// fold reads a whole log. A bad line followed by a record (other than a
+// repair record naming exactly the bad lines before it) is corruption and
+// is reported by its line number; bad lines at the end are the torn tail.
+func fold(data []byte, name string) (*state, error) {
+	st := &state{byID: map[string]*Review{}, endsClean: len(data) == 0 || data[len(data)-1] == '\n'}
+	var pending []badLine
+	n := 0
+	for len(data) > 0 {
+		n++
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			// The text after the last newline is never a complete record.
+			if len(bytes.TrimSpace(data)) > 0 {
+				pending = append(pending, badLine{n, "incomplete last line"})
+			}
+			break
+		}
+		line := bytes.TrimSuffix(data[:i], []byte{'\r'})
+		data = data[i+1:]
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		if len(line) > maxLineBytes {
+			pending = append(pending, badLine{n, fmt.Sprintf("line longer than %d bytes", maxLineBytes)})
+			continue
+		}
+		rec, err := decodeRecord(line)
+		if err == nil && rec.Type != typeRepair {
+			err = st.check(rec)
+		}
+		if err != nil {
+			pending = append(pending, badLine{n, err.Error()})
+			continue
+		}
+		if rec.Type == typeRepair {
+			if !slices.Equal(rec.Lines, lineNumbers(pending)) {
+				pending = append(pending, badLine{n, fmt.Sprintf("repair record names lines %v but the unusable lines before it are %v", rec.Lines, lineNumbers(pending))})
+				continue
+			}
+			pending = nil
+			continue
+		}
+		if len(pending) > 0 {
+			return nil, fmt.Errorf("%w: %s line %d: %s (a record follows it on line %d, so it is no torn tail)", ErrCorrupt, name, pending[0].n, pending[0].why, n)
+		}
+		st.apply(rec)
+	}
+	st.tail = pending
+	return st, nil
+}
+
+func lineNumbers(bad []badLine) []int {
+	out := make([]int, 0, len(bad))
+	for _, b := range bad {
+		out = append(out, b.n)
+	}
+	return out
+}
+
+// check enforces the fold's rules: ids are opened once, decided once, and
+// only after they were opened.
+func (st *state) check(rec record) error {
+	r := st.byID[rec.ReviewID]
+	switch rec.Type {
+	case typeOpened:
+		if r != nil {
+			return fmt.Errorf("review %s is opened a second time", rec.ReviewID)
+		}
+	case typeDecided:
+		if r == nil {
+			return fmt.Errorf("review %s is decided but was never opened", rec.ReviewID)
+		}
+		if r.Status != Pending {
+			return fmt.Errorf("review %s is decided a second time", rec.ReviewID)
+		}
+	}
+	return nil
+}
+
+func (st *state) apply(rec record) {
+	switch rec.Type {
+	case typeOpened:
+		reasons := rec.Reasons
+		if reasons == nil {
+			reasons = []guard.Reason{}
+		}
+		r := &Review{ID: rec.ReviewID, Status: Pending, CreatedAt: rec.At, Counterparty: rec.Counterparty,
+			Amount: *rec.Amount, Asset: rec.Asset, Template: rec.Template, Reasons: reasons}
+		st.reviews = append(st.reviews, r)
+		st.byID[r.ID] = r
+	case typeDecided:
+		r := st.byID[rec.ReviewID]
+		r.Status, r.DecidedAt, r.DecidedBy, r.Note = rec.Status, rec.At, rec.By, rec.Note
+	}
+}
+
+// findPending returns the pending review for the same question opened at
+// or after since, if any (the newest one).
+func (st *state) findPending(q guard.Question, since time.Time) *Review {
+	for i := len(st.reviews) - 1; i >= 0; i-- {
+		r := st.reviews[i]
+		if r.Status != Pending || r.Counterparty != q.Counterparty || r.Amount != q.Amount || r.Asset != q.Asset {
+			continue
+		}
+		t, err := parseTime(r.CreatedAt)
+		if err == nil && !t.Before(since) {
+			return r
+		}
+	}
+	return nil
+}

@@ -1,0 +1,165 @@
+package reviewlog
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+)
+
+// Line types of guard/decisions.ndjson.
+const (
+	typeOpened  = "opened"
+	typeDecided = "decided"
+	// typeRepair records that the lines it names are the remains of writes
+	// that did not complete (a writer killed mid-append). A writer that
+	// finds such a tail starts on a new line and writes this marker first,
+	// so the repair is itself part of the audit trail and readers never
+	// have to guess.
+	typeRepair = "repair"
+)
+
+// record is one line of the log. Which fields are required depends on Type.
+//
+//	{"type":"opened","review_id":…,"at":…,"counterparty":…,"amount":…,"asset":…,"template":…,"reasons":[…]}
+//	{"type":"decided","review_id":…,"at":…,"status":"approved"|"rejected","by":…,"note":…}
+//	{"type":"repair","at":…,"lines":[n,…]}
+type record struct {
+	Type         string         `json:"type"`
+	ReviewID     string         `json:"review_id,omitempty"`
+	At           string         `json:"at"`
+	Counterparty string         `json:"counterparty,omitempty"`
+	Amount       *string        `json:"amount,omitempty"` // may be "" (an empty amount was asked about)
+	Asset        string         `json:"asset,omitempty"`
+	Template     string         `json:"template,omitempty"`
+	Reasons      []guard.Reason `json:"reasons,omitempty"`
+	Status       string         `json:"status,omitempty"`
+	By           string         `json:"by,omitempty"`
+	Note         string         `json:"note,omitempty"`
+	Lines        []int          `json:"lines,omitempty"`
+}
+
+const timeLayout = "2006-01-02T15:04:05.000Z"
+
+func formatTime(t time.Time) string { return t.UTC().Format(timeLayout) }
+
+func parseTime(s string) (time.Time, error) {
+	t, err := time.Parse(timeLayout, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("time %q is not of the form 2026-07-24T09:00:00.120Z", clip(s))
+	}
+	return t, nil
+}
+
+// decodeRecord reads one line strictly: unknown fields, trailing data and
+// missing or malformed fields are refused.
+func decodeRecord(b []byte) (record, error) {
+	var r record
+	if !utf8.Valid(b) {
+		return r, errors.New("not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		return r, fmt.Errorf("not a review log record: %s", plainJSONError(err))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return r, errors.New("data after the record")
+	}
+	if _, err := parseTime(r.At); err != nil {
+		return r, fmt.Errorf("at: %w", err)
+	}
+	switch r.Type {
+	case typeOpened:
+		if err := checkID(r.ReviewID); err != nil {
+			return r, err
+		}
+		if r.Counterparty == "" || r.Amount == nil {
+			return r, errors.New("an opened record needs counterparty and amount")
+		}
+		if r.Status != "" || r.By != "" || r.Note != "" || r.Lines != nil {
+			return r, errors.New("an opened record carries decision fields")
+		}
+	case typeDecided:
+		if err := checkID(r.ReviewID); err != nil {
+			return r, err
+		}
+		if r.Status != Approved && r.Status != Rejected {
+			return r, fmt.Errorf("status %q is neither approved nor rejected", clip(r.Status))
+		}
+		if r.By == "" {
+			return r, errors.New("a decided record needs by")
+		}
+		if r.Counterparty != "" || r.Amount != nil || r.Asset != "" || r.Template != "" || r.Reasons != nil || r.Lines != nil {
+			return r, errors.New("a decided record carries question fields")
+		}
+	case typeRepair:
+		if len(r.Lines) == 0 || r.ReviewID != "" || r.Counterparty != "" || r.Amount != nil || r.Status != "" || r.By != "" {
+			return r, errors.New("a repair record carries only at and lines")
+		}
+	default:
+		return r, fmt.Errorf("unknown record type %q", clip(r.Type))
+	}
+	return r, nil
+}
+
+// plainJSONError keeps encoding/json's message but not its Go type names.
+func plainJSONError(err error) string {
+	var ute *json.UnmarshalTypeError
+	if errors.As(err, &ute) {
+		return fmt.Sprintf("field %q has the wrong type (%s)", ute.Field, ute.Value)
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Sprintf("invalid JSON at byte %d", se.Offset)
+	}
+	return strings.TrimPrefix(err.Error(), "json: ")
+}
+
+func encodeRecord(r record) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(r); err != nil {
+		return nil, fmt.Errorf("encode review log record: %w", err)
+	}
+	return buf.Bytes(), nil // Encode ends the line with '\n'
+}
+
+// checkID accepts a lower-case RFC 9562 version 4 UUID, as newID makes.
+func checkID(id string) error {
+	if len(id) != 36 {
+		return fmt.Errorf("%w: %q is not a review id (a UUID such as 1b4e28ba-2fa1-4d2c-883f-0016d3cca427)", ErrBadID, clip(id))
+	}
+	for i := 0; i < 36; i++ {
+		c := id[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return fmt.Errorf("%w: %q is not a review id", ErrBadID, clip(id))
+			}
+		default:
+			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+				return fmt.Errorf("%w: %q is not a review id (lower-case hex digits expected)", ErrBadID, clip(id))
+			}
+		}
+	}
+	if id[14] != '4' || !strings.ContainsRune("89ab", rune(id[19])) {
+		return fmt.Errorf("%w: %q is not a version 4 UUID", ErrBadID, clip(id))
+	}
+	return nil
+}
+
+func clip(s string) string {
+	const max = 80
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "…"
+}

@@ -1,0 +1,435 @@
+// Package reviewlog keeps guard/decisions.ndjson, the append-only log of
+// reviews the guard opened and the decisions humans made on them. The state
+// of a review is the fold of its lines; the file is the audit trail.
+//
+// Every append happens under an exclusive flock(2) on guard/decisions.lock,
+// which holds across processes sharing the Trace root. The locked section is
+// a small transaction: read the log, decide, run the caller's hook (where
+// the signed decision receipt is appended), then write one whole line.
+package reviewlog
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
+)
+
+// Names under the Trace root.
+const (
+	DirName  = "guard"
+	FileName = "decisions.ndjson"
+	LockName = "decisions.lock"
+)
+
+// IdempotencyWindow: the same question asked again within it returns the
+// pending review that already exists.
+const IdempotencyWindow = 10 * time.Minute
+
+// Bounds.
+const (
+	maxLineBytes    = 1 << 20
+	maxLogBytes     = 256 << 20
+	maxByBytes      = 256
+	maxNoteBytes    = 4096
+	maxFieldBytes   = 2048
+	defaultLockWait = 5 * time.Second
+)
+
+// Errors a caller can tell apart with errors.Is.
+var (
+	ErrUnknownReview  = errors.New("unknown review")
+	ErrAlreadyDecided = errors.New("review already decided")
+	ErrLockTimeout    = errors.New("review log lock not obtained")
+	ErrCorrupt        = errors.New("review log is corrupt")
+	ErrBadID          = errors.New("bad review id")
+	ErrBadInput       = errors.New("bad review input")
+)
+
+// Options tune a Log. The zero value is usable.
+type Options struct {
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+	// LockWait bounds how long an operation waits for the lock (5 s when 0).
+	LockWait time.Duration
+}
+
+// Log is the review log under one Trace root. It is safe for concurrent use.
+type Log struct {
+	root     *confined.Dir
+	now      func() time.Time
+	lockWait time.Duration
+	// sem serialises this process's callers so they queue on a channel
+	// instead of all polling flock.
+	sem chan struct{}
+}
+
+// Open returns the review log of a Trace root opened with confined.OpenRoot.
+// Nothing is created until the first append.
+func Open(root *confined.Dir, opts Options) *Log {
+	l := &Log{root: root, now: opts.Now, lockWait: opts.LockWait, sem: make(chan struct{}, 1)}
+	if l.now == nil {
+		l.now = time.Now
+	}
+	if l.lockWait <= 0 {
+		l.lockWait = defaultLockWait
+	}
+	return l
+}
+
+// Path is the log file's path, for messages.
+func (l *Log) Path() string { return l.root.Path() + "/" + DirName + "/" + FileName }
+
+// Tx is what a hook sees inside the locked section.
+type Tx struct {
+	// Guard is the guard/ directory, open; the lock is held until the hook returns.
+	Guard *confined.Dir
+	// At is the time stamp of this append.
+	At time.Time
+	// Kind is "opened" (a new review), "reused" (an existing pending review
+	// answers the question again; nothing is appended to this log),
+	// "decided", or "" for WithLock.
+	Kind string
+	// Review is the review's state once this transaction commits.
+	Review Review
+}
+
+// Hook runs inside the lock before the line is written; an error aborts the
+// append and is returned to the caller.
+type Hook func(tx Tx) error
+
+// OpenReview opens a review for a question the guard answered with
+// "review", or returns the pending review for the same (counterparty,
+// amount, asset) opened within IdempotencyWindow. created says which. The
+// check and the append happen under one lock, so the answer holds across
+// goroutines and processes.
+func (l *Log) OpenReview(ctx context.Context, q guard.Question, reasons []guard.Reason, hook Hook) (Review, bool, error) {
+	if q.Counterparty == "" {
+		return Review{}, false, fmt.Errorf("%w: the counterparty is empty", ErrBadInput)
+	}
+	for name, v := range map[string]string{"counterparty": q.Counterparty, "amount": q.Amount, "asset": q.Asset, "template": q.Template} {
+		if len(v) > maxFieldBytes || !utf8.ValidString(v) {
+			return Review{}, false, fmt.Errorf("%w: %s is longer than %d bytes or not UTF-8", ErrBadInput, name, maxFieldBytes)
+		}
+	}
+	var out Review
+	created := false
+	err := l.transact(ctx, func(g *confined.Dir, st *state, at time.Time) (*record, error) {
+		if r := st.findPending(q, at.Add(-IdempotencyWindow)); r != nil {
+			out = *r
+			return nil, runHook(hook, Tx{Guard: g, At: at, Kind: "reused", Review: out})
+		}
+		id, err := newID()
+		if err != nil {
+			return nil, err
+		}
+		if reasons == nil {
+			reasons = []guard.Reason{}
+		}
+		amount := q.Amount
+		rec := &record{Type: typeOpened, ReviewID: id, At: formatTime(at), Counterparty: q.Counterparty, Amount: &amount,
+			Asset: q.Asset, Template: q.Template, Reasons: reasons}
+		out = Review{ID: id, Status: Pending, CreatedAt: rec.At, Counterparty: q.Counterparty, Amount: q.Amount,
+			Asset: q.Asset, Template: q.Template, Reasons: reasons}
+		if err := runHook(hook, Tx{Guard: g, At: at, Kind: "opened", Review: out}); err != nil {
+			return nil, err
+		}
+		created = true
+		return rec, nil
+	})
+	if err != nil {
+		return Review{}, false, err
+	}
+	return out, created, nil
+}
+
+// DecideReview records a human decision (status Approved or Rejected) on a
+// pending review. A review is decided once: a second decision fails with
+// ErrAlreadyDecided, an id not in the log with ErrUnknownReview.
+func (l *Log) DecideReview(ctx context.Context, id, status, note, by string, hook Hook) (Review, error) {
+	if err := checkID(id); err != nil {
+		return Review{}, err
+	}
+	if status != Approved && status != Rejected {
+		return Review{}, fmt.Errorf("%w: status %q is neither approved nor rejected", ErrBadInput, clip(status))
+	}
+	if err := checkText("by", by, maxByBytes, false); err != nil {
+		return Review{}, err
+	}
+	if by == "" {
+		return Review{}, fmt.Errorf("%w: by (who decides) is empty", ErrBadInput)
+	}
+	if err := checkText("note", note, maxNoteBytes, true); err != nil {
+		return Review{}, err
+	}
+	var out Review
+	err := l.transact(ctx, func(g *confined.Dir, st *state, at time.Time) (*record, error) {
+		r := st.byID[id]
+		if r == nil {
+			return nil, fmt.Errorf("%w: %s is not in %s", ErrUnknownReview, id, l.Path())
+		}
+		if r.Status != Pending {
+			return nil, fmt.Errorf("%w: %s was %s by %s at %s", ErrAlreadyDecided, id, r.Status, r.DecidedBy, r.DecidedAt)
+		}
+		out = *r
+		out.Status, out.DecidedAt, out.DecidedBy, out.Note = status, formatTime(at), by, note
+		if err := runHook(hook, Tx{Guard: g, At: at, Kind: "decided", Review: out}); err != nil {
+			return nil, err
+		}
+		return &record{Type: typeDecided, ReviewID: id, At: out.DecidedAt, Status: status, By: by, Note: note}, nil
+	})
+	if err != nil {
+		return Review{}, err
+	}
+	return out, nil
+}
+
+// WithLock runs fn under the review log's lock without appending to the
+// log, for other writers under guard/ that must be serialised with it (the
+// receipt of an allow or block answer).
+func (l *Log) WithLock(ctx context.Context, fn Hook) error {
+	return l.transact(ctx, func(g *confined.Dir, st *state, at time.Time) (*record, error) {
+		return nil, runHook(fn, Tx{Guard: g, At: at})
+	})
+}
+
+// Get returns one review.
+func (l *Log) Get(ctx context.Context, id string) (Review, error) {
+	if err := checkID(id); err != nil {
+		return Review{}, err
+	}
+	st, err := l.read(ctx)
+	if err != nil {
+		return Review{}, err
+	}
+	r := st.byID[id]
+	if r == nil {
+		return Review{}, fmt.Errorf("%w: %s", ErrUnknownReview, id)
+	}
+	return *r, nil
+}
+
+// List returns the pending reviews, or every review when all is set, in
+// the order they were opened.
+func (l *Log) List(ctx context.Context, all bool) ([]Review, error) {
+	st, err := l.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []Review{}
+	for _, r := range st.reviews {
+		if all || r.Status == Pending {
+			out = append(out, *r)
+		}
+	}
+	return out, nil
+}
+
+// read folds the log without the lock: every append is a single write of
+// whole lines, and a write caught half-way is a tail that fold skips.
+func (l *Log) read(ctx context.Context) (*state, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	g, err := l.root.OpenDir(DirName)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fold(nil, l.Path())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open the review log directory: %w", err)
+	}
+	defer g.Close()
+	f, err := g.Open(FileName)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fold(nil, l.Path())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open the review log: %w", err)
+	}
+	defer f.Close()
+	data, err := readAll(f, l.Path())
+	if err != nil {
+		return nil, err
+	}
+	return fold(data, l.Path())
+}
+
+// step decides, inside the lock, what to append: nil for nothing.
+type step func(g *confined.Dir, st *state, at time.Time) (*record, error)
+
+// transact is the locked section: lock, read and fold the log, let fn
+// decide (and run its hook), then append fn's record — preceded, when the
+// log ends in a torn tail, by a newline and a repair record.
+func (l *Log) transact(ctx context.Context, fn step) error {
+	deadline := time.Now().Add(l.lockWait)
+	release, err := l.acquire(ctx, deadline)
+	if err != nil {
+		return err
+	}
+	defer release()
+
+	g, err := l.root.MkdirAll(DirName, 0o700)
+	if err != nil {
+		return fmt.Errorf("open the review log directory %s/%s (it must be a real directory, not a symbolic link): %w", l.root.Path(), DirName, err)
+	}
+	defer g.Close()
+	lock, err := g.OpenFile(LockName, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("open the review log lock: %w", err)
+	}
+	defer lock.Close() // closing the descriptor releases the flock
+	if err := flockWait(ctx, int(lock.Fd()), deadline, l.lockWait); err != nil {
+		return fmt.Errorf("%s: %w", l.Path(), err)
+	}
+
+	f, err := g.OpenFile(FileName, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("open the review log: %w", err)
+	}
+	defer f.Close()
+	data, err := readAll(f, l.Path())
+	if err != nil {
+		return err
+	}
+	st, err := fold(data, l.Path())
+	if err != nil {
+		return err
+	}
+	at := l.now()
+	rec, err := fn(g, st, at)
+	if err != nil || rec == nil {
+		return err
+	}
+	line, err := encodeRecord(*rec)
+	if err != nil {
+		return err
+	}
+	if len(line) > maxLineBytes {
+		return fmt.Errorf("%w: the record is %d bytes; a line may have at most %d", ErrBadInput, len(line), maxLineBytes)
+	}
+	var buf []byte
+	if len(st.tail) > 0 {
+		if !st.endsClean {
+			buf = append(buf, '\n')
+		}
+		repair, err := encodeRecord(record{Type: typeRepair, At: formatTime(at), Lines: lineNumbers(st.tail)})
+		if err != nil {
+			return err
+		}
+		buf = append(buf, repair...)
+	}
+	buf = append(buf, line...)
+	// One write of whole lines: a reader never sees half of it except as a
+	// torn tail, which fold skips.
+	if _, err := f.Write(buf); err != nil {
+		return fmt.Errorf("append to %s: %w", l.Path(), err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", l.Path(), err)
+	}
+	return nil
+}
+
+// acquire takes this process's turn, bounded by the lock wait and ctx.
+func (l *Log) acquire(ctx context.Context, deadline time.Time) (func(), error) {
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case l.sem <- struct{}{}:
+		return func() { <-l.sem }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-t.C:
+		return nil, fmt.Errorf("%s: %w within %s (another caller in this process holds it)", l.Path(), ErrLockTimeout, l.lockWait)
+	}
+}
+
+// flockWait takes an exclusive flock, polling with a growing pause until
+// the deadline (wait is only for the message).
+func flockWait(ctx context.Context, fd int, deadline time.Time, wait time.Duration) error {
+	pause := time.Millisecond
+	for {
+		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
+			return fmt.Errorf("lock: %w", err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w within %s (another process holds it)", ErrLockTimeout, wait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pause):
+		}
+		pause = min(pause*2, 50*time.Millisecond)
+	}
+}
+
+func readAll(f *os.File, name string) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(f, maxLogBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	if len(data) > maxLogBytes {
+		return nil, fmt.Errorf("%s is larger than %d MiB; archive it before appending more", name, maxLogBytes>>20)
+	}
+	return data, nil
+}
+
+func runHook(h Hook, tx Tx) error {
+	if h == nil {
+		return nil
+	}
+	return h(tx)
+}
+
+// newID makes a random RFC 9562 version 4 UUID.
+func newID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("make a review id: %w", err)
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	const hexd = "0123456789abcdef"
+	var s strings.Builder
+	for i, c := range b {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			s.WriteByte('-')
+		}
+		s.WriteByte(hexd[c>>4])
+		s.WriteByte(hexd[c&0xf])
+	}
+	return s.String(), nil
+}
+
+// checkText bounds free text a person types: valid UTF-8, no control
+// characters (a note may have line breaks and tabs).
+func checkText(name, s string, max int, multiline bool) error {
+	if len(s) > max {
+		return fmt.Errorf("%w: %s is %d bytes long; at most %d are accepted", ErrBadInput, name, len(s), max)
+	}
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("%w: %s is not valid UTF-8", ErrBadInput, name)
+	}
+	for _, r := range s {
+		if (r < 0x20 && !(multiline && (r == '\n' || r == '\t'))) || r == 0x7f {
+			return fmt.Errorf("%w: %s contains the control character %U", ErrBadInput, name, r)
+		}
+	}
+	return nil
+}

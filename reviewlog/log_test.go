@@ -1,0 +1,288 @@
+package reviewlog
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
+)
+
+// clock is a settable test clock.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func newLog(t *testing.T, dir string, c *clock) *Log {
+	t.Helper()
+	root, err := confined.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	opts := Options{LockWait: 2 * time.Second}
+	if c != nil {
+		opts.Now = c.now
+	}
+	return Open(root, opts)
+}
+
+var (
+	q1      = guard.Question{Counterparty: "0xb0b0000000000000000000000000000000000002", Amount: "0.05", Asset: guard.USDCBase, Template: "x402-buyer"}
+	reasons = []guard.Reason{{Rule: "open_partial", Detail: "1 partial", Evidence: []guard.Ref{{RunID: "r1", OperationID: "op-2"}}}, {Rule: "history", Detail: "read 3"}}
+)
+
+func readFile(t *testing.T, dir string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, DirName, FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestOpenDecideGetList(t *testing.T) {
+	dir := t.TempDir()
+	c := &clock{t: time.Date(2026, 7, 25, 12, 0, 0, 0, time.UTC)}
+	l := newLog(t, dir, c)
+	ctx := context.Background()
+
+	var seen []Tx
+	hook := func(tx Tx) error { seen = append(seen, tx); return nil }
+	r1, created, err := l.OpenReview(ctx, q1, reasons, hook)
+	if err != nil || !created || r1.Status != Pending || r1.CreatedAt != "2026-07-25T12:00:00.000Z" || checkID(r1.ID) != nil {
+		t.Fatalf("open: %+v %v %v", r1, created, err)
+	}
+	if len(seen) != 1 || seen[0].Kind != "opened" || seen[0].Review.ID != r1.ID || seen[0].Guard == nil {
+		t.Errorf("hook saw %+v", seen)
+	}
+
+	// Same question within the window → the same review.
+	c.add(IdempotencyWindow)
+	r2, created, err := l.OpenReview(ctx, q1, nil, hook)
+	if err != nil || created || r2.ID != r1.ID {
+		t.Fatalf("repeat within the window: %+v %v %v", r2, created, err)
+	}
+	if seen[1].Kind != "reused" {
+		t.Errorf("hook kind %q", seen[1].Kind)
+	}
+	// A different amount is a different question.
+	q2 := q1
+	q2.Amount = "0.06"
+	r3, created, err := l.OpenReview(ctx, q2, reasons, nil)
+	if err != nil || !created || r3.ID == r1.ID {
+		t.Fatalf("other amount: %+v %v %v", r3, created, err)
+	}
+	// Past the window → a new review.
+	c.add(time.Millisecond)
+	r4, created, err := l.OpenReview(ctx, q1, reasons, nil)
+	if err != nil || !created || r4.ID == r1.ID {
+		t.Fatalf("past the window: %+v %v %v", r4, created, err)
+	}
+
+	d, err := l.DecideReview(ctx, r1.ID, Rejected, "seller B never settled\nsee op-2", "alice", hook)
+	if err != nil || d.Status != Rejected || d.DecidedBy != "alice" || d.Note != "seller B never settled\nsee op-2" || d.DecidedAt == "" {
+		t.Fatalf("decide: %+v %v", d, err)
+	}
+	if last := seen[len(seen)-1]; last.Kind != "decided" || last.Review.Status != Rejected {
+		t.Errorf("hook saw %+v", last)
+	}
+	if _, err := l.DecideReview(ctx, r1.ID, Approved, "", "bob", nil); !errors.Is(err, ErrAlreadyDecided) || !strings.Contains(err.Error(), "rejected by alice") {
+		t.Errorf("second decision: %v", err)
+	}
+	// A decided review no longer answers a repeated question.
+	q3 := q1
+	q3.Counterparty = "api.example.com"
+	r5, _, _ := l.OpenReview(ctx, q3, reasons, nil)
+	if _, err := l.DecideReview(ctx, r5.ID, Approved, "", "bob", nil); err != nil {
+		t.Fatal(err)
+	}
+	if r, created, err := l.OpenReview(ctx, q3, reasons, nil); err != nil || !created || r.ID == r5.ID {
+		t.Errorf("a decided review was reused: %v %v", created, err)
+	}
+
+	got, err := l.Get(ctx, r1.ID)
+	if err != nil || got.Status != Rejected || got.Counterparty != q1.Counterparty || len(got.Reasons) != 2 || got.Reasons[0].Evidence[0].OperationID != "op-2" {
+		t.Errorf("get: %+v %v", got, err)
+	}
+	pending, _ := l.List(ctx, false)
+	all, _ := l.List(ctx, true)
+	if len(pending) != 3 || len(all) != 5 || all[0].ID != r1.ID {
+		t.Errorf("list: %d pending, %d all", len(pending), len(all))
+	}
+
+	if _, err := l.Get(ctx, "1b4e28ba-2fa1-4d2c-883f-0016d3cca427"); !errors.Is(err, ErrUnknownReview) {
+		t.Errorf("unknown: %v", err)
+	}
+	if _, err := l.DecideReview(ctx, "1b4e28ba-2fa1-4d2c-883f-0016d3cca427", Approved, "", "bob", nil); !errors.Is(err, ErrUnknownReview) {
+		t.Errorf("unknown decide: %v", err)
+	}
+	for _, id := range []string{"", "x", "1B4E28BA-2FA1-4D2C-883F-0016D3CCA427", "1b4e28ba-2fa1-1d2c-883f-0016d3cca427", "../../etc/passwd"} {
+		if _, err := l.Get(ctx, id); !errors.Is(err, ErrBadID) {
+			t.Errorf("Get(%q): %v", id, err)
+		}
+	}
+	for _, bad := range []struct{ status, note, by string }{
+		{"maybe", "", "bob"}, {Approved, "", ""}, {Approved, "", "bo\x00b"}, {Approved, strings.Repeat("n", 5000), "bob"}, {Approved, "bell\a", "bob"},
+	} {
+		if _, err := l.DecideReview(ctx, r4.ID, bad.status, bad.note, bad.by, nil); !errors.Is(err, ErrBadInput) {
+			t.Errorf("DecideReview(%q, %q, %q): %v", bad.status, bad.note, bad.by, err)
+		}
+	}
+
+	info, err := os.Stat(filepath.Join(dir, DirName))
+	if err != nil || info.Mode().Perm() != 0o700 {
+		t.Errorf("guard dir mode %v %v", info.Mode(), err)
+	}
+	info, err = os.Stat(filepath.Join(dir, DirName, FileName))
+	if err != nil || info.Mode().Perm() != 0o600 {
+		t.Errorf("log mode %v %v", info.Mode(), err)
+	}
+	text := readFile(t, dir)
+	if n := strings.Count(text, "\n"); n != 7 || !strings.HasSuffix(text, "\n") {
+		t.Errorf("log has %d lines:\n%s", n, text)
+	}
+}
+
+func TestHookErrorAborts(t *testing.T) {
+	dir := t.TempDir()
+	l := newLog(t, dir, nil)
+	boom := errors.New("signer unavailable")
+	if _, _, err := l.OpenReview(context.Background(), q1, reasons, func(Tx) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("got %v", err)
+	}
+	if text := readFile(t, dir); text != "" {
+		t.Errorf("the log was written: %q", text)
+	}
+	r, _, err := l.OpenReview(context.Background(), q1, reasons, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.DecideReview(context.Background(), r.ID, Approved, "", "bob", func(Tx) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("got %v", err)
+	}
+	if got, _ := l.Get(context.Background(), r.ID); got.Status != Pending {
+		t.Errorf("decision written despite the hook error: %+v", got)
+	}
+	called := false
+	if err := l.WithLock(context.Background(), func(tx Tx) error { called = tx.Guard != nil; return nil }); err != nil || !called {
+		t.Errorf("WithLock: %v %v", err, called)
+	}
+}
+
+func TestEmptyRoot(t *testing.T) {
+	l := newLog(t, t.TempDir(), nil)
+	list, err := l.List(context.Background(), true)
+	if err != nil || len(list) != 0 {
+		t.Errorf("%v %v", list, err)
+	}
+	if _, err := l.Get(context.Background(), "1b4e28ba-2fa1-4d2c-883f-0016d3cca427"); !errors.Is(err, ErrUnknownReview) {
+		t.Errorf("%v", err)
+	}
+}
+
+func TestSymlinksRefused(t *testing.T) {
+	dir := t.TempDir()
+	elsewhere := t.TempDir()
+	if err := os.Symlink(elsewhere, filepath.Join(dir, DirName)); err != nil {
+		t.Fatal(err)
+	}
+	l := newLog(t, dir, nil)
+	if _, _, err := l.OpenReview(context.Background(), q1, reasons, nil); err == nil || !errors.Is(err, confined.ErrSymlink) {
+		t.Errorf("symlinked guard dir: %v", err)
+	}
+	if _, err := l.List(context.Background(), true); err == nil {
+		t.Errorf("symlinked guard dir listed")
+	}
+
+	dir2 := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir2, DirName), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(elsewhere, "x"), filepath.Join(dir2, DirName, FileName)); err != nil {
+		t.Fatal(err)
+	}
+	l2 := newLog(t, dir2, nil)
+	if _, _, err := l2.OpenReview(context.Background(), q1, reasons, nil); err == nil || !errors.Is(err, confined.ErrSymlink) {
+		t.Errorf("symlinked log: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(elsewhere, "x")); err == nil {
+		t.Errorf("a file was created through the link")
+	}
+}
+
+func TestLockTimeout(t *testing.T) {
+	dir := t.TempDir()
+	l := newLog(t, dir, nil)
+	l.lockWait = 100 * time.Millisecond
+	if _, _, err := l.OpenReview(context.Background(), q1, reasons, nil); err != nil { // creates guard/ and the lock file
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, DirName, LockName), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	q := q1
+	q.Amount = "9"
+	if _, _, err := l.OpenReview(context.Background(), q, reasons, nil); !errors.Is(err, ErrLockTimeout) {
+		t.Errorf("got %v, want ErrLockTimeout", err)
+	}
+	// Readers do not need the lock.
+	if list, err := l.List(context.Background(), true); err != nil || len(list) != 1 {
+		t.Errorf("list under a held lock: %v %v", list, err)
+	}
+	unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	if _, _, err := l.OpenReview(context.Background(), q, reasons, nil); err != nil {
+		t.Errorf("after unlock: %v", err)
+	}
+}
+
+func TestGoroutinesOpenOnce(t *testing.T) {
+	dir := t.TempDir()
+	l := newLog(t, dir, nil)
+	l2 := newLog(t, dir, nil) // a second Log on the same root: only flock serialises them
+	var wg sync.WaitGroup
+	ids := make([]string, 16)
+	errs := make([]error, 16)
+	for i := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lg := l
+			if i%2 == 1 {
+				lg = l2
+			}
+			r, _, err := lg.OpenReview(context.Background(), q1, reasons, nil)
+			ids[i], errs[i] = r.ID, err
+		}()
+	}
+	wg.Wait()
+	for i := range ids {
+		if errs[i] != nil || ids[i] != ids[0] {
+			t.Errorf("caller %d: %s %v (first %s)", i, ids[i], errs[i], ids[0])
+		}
+	}
+	if n := strings.Count(readFile(t, dir), `"type":"opened"`); n != 1 {
+		t.Errorf("%d opened lines", n)
+	}
+}
