@@ -188,3 +188,32 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestReloadConcurrent verifies while keys are swapped; run with -race.
+func TestReloadConcurrent(t *testing.T) {
+	f := newFixture(t)
+	v := f.verifier("jwks")
+	tok := f.es256(f.claims())
+	done := make(chan struct{})
+	errs := make(chan error, 1)
+	go func() {
+		defer close(done)
+		for i := 0; i < 200; i++ {
+			if _, err := v.Verify(context.Background(), tok); err != nil {
+				errs <- err
+				return
+			}
+		}
+	}()
+	for i := 0; i < 20; i++ {
+		if err := v.Reload(); err != nil {
+			t.Fatalf("Reload: %v", err)
+		}
+	}
+	<-done
+	select {
+	case err := <-errs:
+		t.Fatalf("Verify during reload: %v", err)
+	default:
+	}
+}

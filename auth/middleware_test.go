@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -160,4 +161,35 @@ func swapClaims(a, b string) string {
 	pa := strings.Split(a, ".")
 	pb := strings.Split(b, ".")
 	return pa[0] + "." + pb[1] + "." + pa[2]
+}
+
+func TestMiddlewareBodyBound(t *testing.T) {
+	f := newFixture(t)
+	cfg := f.config("jwks")
+	cfg.MaxBodyBytes = 64
+	var outcomes []Outcome
+	cfg.OnOutcome = func(o Outcome) { outcomes = append(outcomes, o) }
+	v, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw := v.Middleware(http.HandlerFunc(echo))
+	req := httptest.NewRequest(http.MethodPost, "/mcp", strings.NewReader(payBody))
+	req.Header.Set("Authorization", "Bearer "+f.rs256(f.claims()))
+	rec := httptest.NewRecorder()
+	mw.ServeHTTP(rec, req)
+	if rec.Code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("status %d, want 413", rec.Code)
+	}
+	// A token that holds every tool scope is not made to wait for its body.
+	req = httptest.NewRequest(http.MethodPost, "/mcp", strings.NewReader(payBody))
+	req.Header.Set("Authorization", "Bearer "+f.rs256(f.with(func(c map[string]any) { c["scope"] = "trace:read trace:write" })))
+	rec = httptest.NewRecorder()
+	mw.ServeHTTP(rec, req)
+	if rec.Code != 200 {
+		t.Fatalf("status %d, want 200", rec.Code)
+	}
+	if want := []Outcome{OutcomeBadRequest, OutcomeOK}; !slices.Equal(outcomes, want) {
+		t.Fatalf("outcomes %v, want %v", outcomes, want)
+	}
 }
