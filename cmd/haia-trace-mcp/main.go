@@ -36,6 +36,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return runBuild(ctx, rest, stdout, stderr)
 		case "policy":
 			return runPolicy(ctx, rest, stdout, stderr)
+		case "verify":
+			return runVerify(ctx, rest, stdout, stderr)
+		case "signer":
+			return runSigner(ctx, rest, stdout, stderr)
 		case "version":
 			return runVersion(rest, stdout, stderr)
 		case "help":
@@ -53,5 +57,7 @@ const usage = `usage:
   haia-trace-mcp [--dir .trace] [flags]        serve MCP (stdio by default, --http for Streamable HTTP)
   haia-trace-mcp build RUN_FILE [--template NAME|PATH] [--templates-dir DIR]
   haia-trace-mcp policy check FILE | policy eval FILE --input INPUT.json
+  haia-trace-mcp verify CHAIN [--keyring K] [--checkpoint C] [--identity M]
+  haia-trace-mcp signer --key-file K --listen unix:PATH
   haia-trace-mcp version
 `

@@ -2,6 +2,7 @@ package noa
 
 import (
 	"bufio"
+	"bytes"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -88,7 +89,7 @@ func documentsFor(t *testing.T, base string, args []string) Documents {
 	if len(positional) < 1 || len(positional) > 2 {
 		t.Fatalf("row %v: want a chain and an optional keyring", args)
 	}
-	d.Chain = read(positional[0])
+	d.Chain = bytes.NewReader(read(positional[0]))
 	if len(positional) == 2 {
 		d.Keyring = read(positional[1])
 	}

@@ -92,7 +92,7 @@ func join(ls [][]byte) []byte {
 
 func verifyFile(t *testing.T, file []byte, kr Keyring, cp *Checkpoint) Result {
 	t.Helper()
-	d := Documents{Chain: file}
+	d := Documents{Chain: bytes.NewReader(file)}
 	if kr != nil {
 		b, err := kr.JSON()
 		if err != nil {

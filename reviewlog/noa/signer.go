@@ -231,8 +231,9 @@ func (s *RemoteSigner) call(ctx context.Context, req signerRequest) (signerRespo
 	}
 	line, err := bufio.NewReaderSize(io.LimitReader(conn, maxSignerLine), maxSignerLine).ReadSlice('\n')
 	if err != nil {
-		if ctx.Err() != nil {
-			return signerResponse{}, fmt.Errorf("signer %s: no answer in time: %w", s.path, ctx.Err())
+		var ne net.Error
+		if ctx.Err() != nil || (errors.As(err, &ne) && ne.Timeout()) {
+			return signerResponse{}, fmt.Errorf("signer %s: no answer in time: %w", s.path, context.DeadlineExceeded)
 		}
 		return signerResponse{}, fmt.Errorf("signer %s: receive: %w", s.path, err)
 	}

@@ -1,11 +1,11 @@
 package noa
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 )
@@ -251,10 +251,11 @@ func VerifyChain(rs []Receipt, opt Options) Result {
 	return res
 }
 
-// Documents are the raw inputs of a verification, as files hold them; a
-// nil slice means the input was not supplied.
+// Documents are the inputs of a verification as files hold them. Chain
+// is read as DecodeChain reads it; a nil Keyring, Checkpoint or Identity
+// means that input was not supplied.
 type Documents struct {
-	Chain      []byte
+	Chain      io.Reader
 	Keyring    []byte
 	Checkpoint []byte
 	Identity   []byte
@@ -263,9 +264,13 @@ type Documents struct {
 // VerifyDocuments decodes and verifies raw inputs, mapping decoding
 // failures to the verdicts the reference verifier gives: unreadable chain,
 // keyring or manifest → MALFORMED; a checkpoint that is JSON but not a
-// valid statement → TAMPERED.
+// valid statement → TAMPERED. A chain in this product's line form must
+// also be in seq order.
 func VerifyDocuments(d Documents) Result {
-	rs, form, err := DecodeChain(bytes.NewReader(d.Chain))
+	if d.Chain == nil {
+		return fail(Malformed, "", 0, "no chain given")
+	}
+	rs, form, err := DecodeChain(d.Chain)
 	if err != nil {
 		return fail(Malformed, "", 0, "%v", err)
 	}
