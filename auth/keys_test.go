@@ -217,3 +217,14 @@ func TestReloadConcurrent(t *testing.T) {
 	default:
 	}
 }
+
+// TestExampleJWKS keeps the documented example file loadable.
+func TestExampleJWKS(t *testing.T) {
+	ks, err := loadJWKS(filepath.Join("..", "testdata", "auth", "jwks.example.json"), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("example JWKS: %v", err)
+	}
+	if ks.byKID["example-rs256"].alg != "RS256" || ks.byKID["example-es256"].alg != "ES256" {
+		t.Fatalf("example keys pinned to %v", ks.byKID)
+	}
+}
