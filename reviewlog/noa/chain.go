@@ -141,3 +141,21 @@ func decodeLines(br *bufio.Reader) ([]Receipt, error) {
 		rs = append(rs, rc)
 	}
 }
+
+// ExportArray writes receipts in the NOA JSON-array form that other
+// verifiers read: one canonical receipt per line inside "[" and "]".
+func ExportArray(rs []Receipt) ([]byte, error) {
+	out := []byte("[\n")
+	for i, r := range rs {
+		b, err := r.Bytes()
+		if err != nil {
+			return nil, fmt.Errorf("receipt %d: %w", i, err)
+		}
+		out = append(out, b...)
+		if i < len(rs)-1 {
+			out = append(out, ',')
+		}
+		out = append(out, '\n')
+	}
+	return append(out, "]\n"...), nil
+}
