@@ -54,6 +54,7 @@ type state struct {
 // is reported by its line number; bad lines at the end are the torn tail.
 func fold(data []byte, name string) (*state, error) {
 	st := &state{byID: map[string]*Review{}, endsClean: len(data) == 0 || data[len(data)-1] == '\n'}
+	voided := voidedLines(data)
 	var pending []badLine
 	n := 0
 	for len(data) > 0 {
@@ -61,18 +62,24 @@ func fold(data []byte, name string) (*state, error) {
 		i := bytes.IndexByte(data, '\n')
 		if i < 0 {
 			// The text after the last newline is never a complete record.
-			if len(bytes.TrimSpace(data)) > 0 {
+			if !isBlank(data) {
 				pending = append(pending, badLine{n, "incomplete last line"})
 			}
 			break
 		}
 		line := bytes.TrimSuffix(data[:i], []byte{'\r'})
 		data = data[i+1:]
-		if len(bytes.TrimSpace(line)) == 0 {
+		if isBlank(line) {
 			continue
 		}
 		if len(line) > maxLineBytes {
 			pending = append(pending, badLine{n, fmt.Sprintf("line longer than %d bytes", maxLineBytes)})
+			continue
+		}
+		if m, ok := voided[n]; ok {
+			// Text that was a torn tail when a writer found it stays void
+			// even though a newline now ends it.
+			pending = append(pending, badLine{n, fmt.Sprintf("the remains of an incomplete write (repair record on line %d)", m)})
 			continue
 		}
 		rec, err := decodeRecord(line)
@@ -98,6 +105,44 @@ func fold(data []byte, name string) (*state, error) {
 	}
 	st.tail = pending
 	return st, nil
+}
+
+// voidedLines maps each line a repair record names to the repair's line.
+// Whether the repair is legitimate (it must name exactly the unusable lines
+// right before it) is checked by fold.
+func voidedLines(data []byte) map[int]int {
+	out := map[int]int{}
+	n := 0
+	for len(data) > 0 {
+		n++
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			break
+		}
+		line := bytes.TrimSuffix(data[:i], []byte{'\r'})
+		data = data[i+1:]
+		if !bytes.Contains(line, []byte(`"repair"`)) || len(line) > maxLineBytes {
+			continue
+		}
+		if rec, err := decodeRecord(line); err == nil && rec.Type == typeRepair {
+			for _, v := range rec.Lines {
+				if v > 0 && v < n {
+					out[v] = n
+				}
+			}
+		}
+	}
+	return out
+}
+
+// isBlank: only JSON white space (a line of other control bytes is no blank).
+func isBlank(b []byte) bool {
+	for _, c := range b {
+		if c != ' ' && c != '\t' && c != '\r' {
+			return false
+		}
+	}
+	return true
 }
 
 func lineNumbers(bad []badLine) []int {

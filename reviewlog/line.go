@@ -45,13 +45,17 @@ type record struct {
 	Lines        []int          `json:"lines,omitempty"`
 }
 
+var knownFields = map[string]bool{"type": true, "review_id": true, "at": true, "counterparty": true, "amount": true, "asset": true,
+	"template": true, "reasons": true, "status": true, "by": true, "note": true, "lines": true}
+
 const timeLayout = "2006-01-02T15:04:05.000Z"
 
 func formatTime(t time.Time) string { return t.UTC().Format(timeLayout) }
 
 func parseTime(s string) (time.Time, error) {
 	t, err := time.Parse(timeLayout, s)
-	if err != nil {
+	if err != nil || formatTime(t) != s { // time.Parse also takes "9:00:00,1", which is not canonical
+
 		return time.Time{}, fmt.Errorf("time %q is not of the form 2026-07-24T09:00:00.120Z", clip(s))
 	}
 	return t, nil
@@ -63,6 +67,17 @@ func decodeRecord(b []byte) (record, error) {
 	var r record
 	if !utf8.Valid(b) {
 		return r, errors.New("not valid UTF-8")
+	}
+	// encoding/json matches field names without regard to case; the log's
+	// names are exact.
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(b, &keys); err != nil {
+		return r, fmt.Errorf("not a review log record: %s", plainJSONError(err))
+	}
+	for k := range keys {
+		if !knownFields[k] {
+			return r, fmt.Errorf("not a review log record: unknown field %q", clip(k))
+		}
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()

@@ -311,25 +311,10 @@ func (l *Log) transact(ctx context.Context, fn step) error {
 	if err != nil || rec == nil {
 		return err
 	}
-	line, err := encodeRecord(*rec)
+	buf, err := st.appendix(*rec, at)
 	if err != nil {
 		return err
 	}
-	if len(line) > maxLineBytes {
-		return fmt.Errorf("%w: the record is %d bytes; a line may have at most %d", ErrBadInput, len(line), maxLineBytes)
-	}
-	var buf []byte
-	if len(st.tail) > 0 {
-		if !st.endsClean {
-			buf = append(buf, '\n')
-		}
-		repair, err := encodeRecord(record{Type: typeRepair, At: formatTime(at), Lines: lineNumbers(st.tail)})
-		if err != nil {
-			return err
-		}
-		buf = append(buf, repair...)
-	}
-	buf = append(buf, line...)
 	// One write of whole lines: a reader never sees half of it except as a
 	// torn tail, which fold skips.
 	if _, err := f.Write(buf); err != nil {
@@ -339,6 +324,31 @@ func (l *Log) transact(ctx context.Context, fn step) error {
 		return fmt.Errorf("sync %s: %w", l.Path(), err)
 	}
 	return nil
+}
+
+// appendix is what an append writes after the current log: the record,
+// preceded, when the log ends in a torn tail, by a newline (if needed) and a
+// repair record naming the tail's lines.
+func (st *state) appendix(rec record, at time.Time) ([]byte, error) {
+	line, err := encodeRecord(rec)
+	if err != nil {
+		return nil, err
+	}
+	if len(line) > maxLineBytes {
+		return nil, fmt.Errorf("%w: the record is %d bytes; a line may have at most %d", ErrBadInput, len(line), maxLineBytes)
+	}
+	var buf []byte
+	if !st.endsClean {
+		buf = append(buf, '\n') // never glue onto whatever the last line holds
+	}
+	if len(st.tail) > 0 {
+		repair, err := encodeRecord(record{Type: typeRepair, At: formatTime(at), Lines: lineNumbers(st.tail)})
+		if err != nil {
+			return nil, err
+		}
+		buf = append(buf, repair...)
+	}
+	return append(buf, line...), nil
 }
 
 // acquire takes this process's turn, bounded by the lock wait and ctx.

@@ -1,0 +1,152 @@
+package reviewlog
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+)
+
+const (
+	idA     = "1b4e28ba-2fa1-4d2c-883f-0016d3cca427"
+	idB     = "2c5f39cb-3ab2-4e3d-994a-1127e4ddb538"
+	openedA = `{"type":"opened","review_id":"` + idA + `","at":"2026-07-25T12:00:00.000Z","counterparty":"api.example.com","amount":"1","asset":"a","reasons":[]}`
+	openedB = `{"type":"opened","review_id":"` + idB + `","at":"2026-07-25T12:00:01.000Z","counterparty":"api.example.com","amount":"2","asset":"a","reasons":[]}`
+	decideA = `{"type":"decided","review_id":"` + idA + `","at":"2026-07-25T12:05:00.000Z","status":"approved","by":"alice"}`
+)
+
+func TestFold(t *testing.T) {
+	tests := []struct {
+		name    string
+		log     string
+		reviews int
+		tail    []int
+		errHas  string
+	}{
+		{name: "empty", log: ""},
+		{name: "one of each", log: openedA + "\n" + decideA + "\n", reviews: 1},
+		{name: "CRLF and blank lines", log: openedA + "\r\n\r\n  \n" + decideA + "\r\n", reviews: 1},
+		{name: "torn tail", log: openedA + "\n" + `{"type":"decided","revi`, reviews: 1, tail: []int{2}},
+		{name: "torn tail after a blank line", log: openedA + "\n\n" + `{"ty`, reviews: 1, tail: []int{3}},
+		{name: "whitespace-only tail is no record", log: openedA + "\n   ", reviews: 1},
+		{name: "complete bad lines at the end are the tail", log: openedA + "\n{\"ty\n{\"type\":\"rep", reviews: 1, tail: []int{2, 3}},
+		{name: "repair record closes the tail", log: openedA + "\n{\"ty\n" + `{"type":"repair","at":"2026-07-25T12:06:00.000Z","lines":[2]}` + "\n" + openedB + "\n", reviews: 2},
+		{name: "bad middle line", log: openedA + "\nnot json\n" + openedB + "\n", errHas: "line 2: not a review log record"},
+		{name: "repair naming other lines", log: openedA + "\n{\"ty\n" + `{"type":"repair","at":"2026-07-25T12:06:00.000Z","lines":[1]}` + "\n" + openedB + "\n", errHas: "line 1: the remains of an incomplete write"},
+		{name: "repair with nothing to repair", log: `{"type":"repair","at":"2026-07-25T12:06:00.000Z","lines":[1]}` + "\n" + openedA + "\n", errHas: "line 1: repair record names lines [1]"},
+		{name: "decided before opened", log: decideA + "\n" + openedA + "\n", errHas: "line 1: review " + idA + " is decided but was never opened"},
+		{name: "decided twice", log: openedA + "\n" + decideA + "\n" + decideA + "\n" + openedB + "\n", errHas: "line 3: review " + idA + " is decided a second time"},
+		{name: "opened twice", log: openedA + "\n" + openedA + "\n" + openedB + "\n", errHas: "line 2: review " + idA + " is opened a second time"},
+		{name: "unknown field", log: `{"type":"opened","review_id":"` + idA + `","at":"2026-07-25T12:00:00.000Z","counterparty":"c","amount":"1","asset":"a","extra":1}` + "\n" + openedB + "\n", errHas: `unknown field "extra"`},
+		{name: "bad time", log: strings.Replace(openedA, "12:00:00.000Z", "noon", 1) + "\n" + openedB + "\n", errHas: "at: time"},
+		{name: "bad status", log: openedA + "\n" + strings.Replace(decideA, "approved", "maybe", 1) + "\n" + openedB + "\n", errHas: `status "maybe"`},
+		{name: "bad id", log: strings.Replace(openedA, idA, "42", 1) + "\n" + openedB + "\n", errHas: "not a review id"},
+		{name: "decided without by", log: openedA + "\n" + strings.Replace(decideA, `,"by":"alice"`, "", 1) + "\n" + openedB + "\n", errHas: "needs by"},
+		{name: "unknown type", log: `{"type":"comment","at":"2026-07-25T12:00:00.000Z"}` + "\n" + openedA + "\n", errHas: `unknown record type "comment"`},
+		{name: "trailing data", log: openedA + " {}\n" + openedB + "\n", errHas: "line 1: not a review log record"},
+		{name: "invalid UTF-8", log: "\xff\n" + openedB + "\n", errHas: "UTF-8"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st, err := fold([]byte(tc.log), "decisions.ndjson")
+			if tc.errHas != "" {
+				if err == nil || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), tc.errHas) {
+					t.Fatalf("error %v, want ErrCorrupt mentioning %q", err, tc.errHas)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(st.reviews) != tc.reviews {
+				t.Errorf("%d reviews, want %d", len(st.reviews), tc.reviews)
+			}
+			if got := lineNumbers(st.tail); len(got) != len(tc.tail) || (len(got) > 0 && !equalInts(got, tc.tail)) {
+				t.Errorf("tail %v, want %v", got, tc.tail)
+			}
+		})
+	}
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// A writer that finds a torn tail starts on a new line, records the repair,
+// and the log folds cleanly afterwards.
+func TestWriterRepairsTornTail(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, DirName), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	torn := openedA + "\n" + `{"type":"decided","review_id":"` + idA
+	if err := os.WriteFile(filepath.Join(dir, DirName, FileName), []byte(torn), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l := newLog(t, dir, nil)
+	ctx := context.Background()
+	if r, err := l.Get(ctx, idA); err != nil || r.Status != Pending {
+		t.Fatalf("reader over a torn tail: %+v %v", r, err)
+	}
+	if _, err := l.DecideReview(ctx, idA, Approved, "ok", "alice", nil); err != nil {
+		t.Fatal(err)
+	}
+	text := readFile(t, dir)
+	lines := strings.Split(strings.TrimSuffix(text, "\n"), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[2], `{"type":"repair"`) || !strings.Contains(lines[2], `"lines":[2]`) || !strings.HasPrefix(lines[3], `{"type":"decided"`) {
+		t.Fatalf("log after repair:\n%s", text)
+	}
+	if r, err := l.Get(ctx, idA); err != nil || r.Status != Approved {
+		t.Errorf("after repair: %+v %v", r, err)
+	}
+}
+
+// FuzzFold: the log reader never panics on arbitrary bytes, and anything it
+// accepts can be appended to and read again.
+func FuzzFold(f *testing.F) {
+	for _, s := range []string{"", openedA + "\n", openedA + "\n" + decideA + "\n", openedA + "\n{\"ty", "x\n" + openedA + "\n",
+		openedA + "\n{\n" + `{"type":"repair","at":"2026-07-25T12:06:00.000Z","lines":[2]}` + "\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		st, err := fold(data, "fuzz")
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error %v does not wrap ErrCorrupt", err)
+			}
+			return
+		}
+		for _, r := range st.reviews {
+			if st.byID[r.ID] != r || (r.Status != Pending && r.Status != Approved && r.Status != Rejected) {
+				t.Fatalf("inconsistent review %+v", r)
+			}
+		}
+		id, _ := newID()
+		amount := "1"
+		at := time.Date(2026, 7, 25, 12, 0, 0, 0, time.UTC)
+		more, err := st.appendix(record{Type: typeOpened, ReviewID: id, At: formatTime(at), Counterparty: "c", Amount: &amount, Reasons: []guard.Reason{}}, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		after, err := fold(append(append([]byte{}, data...), more...), "fuzz")
+		if err != nil {
+			t.Fatalf("the log does not read after an append: %v\n%q", err, append(data, more...))
+		}
+		if after.byID[id] == nil || len(after.reviews) != len(st.reviews)+1 || len(after.tail) != 0 {
+			t.Fatalf("append lost: %d → %d reviews, tail %v", len(st.reviews), len(after.reviews), after.tail)
+		}
+	})
+}
