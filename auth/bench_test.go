@@ -7,16 +7,26 @@ import (
 
 func BenchmarkVerify(b *testing.B) {
 	f := newFixture(b)
-	jwksV := f.verifier("jwks")
-	hmacV := f.verifier("hmac")
+	mk := func(keys string, cacheSize int) *Verifier {
+		cfg := f.config(keys)
+		cfg.CacheSize = cacheSize
+		v, err := New(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return v
+	}
 	cases := []struct {
 		name  string
 		v     *Verifier
 		token string
 	}{
-		{"RS256", jwksV, f.rs256(f.claims())},
-		{"ES256", jwksV, f.es256(f.claims())},
-		{"HS256", hmacV, f.hs256(f.claims())},
+		// Uncached: the full cost of a token seen for the first time.
+		{"RS256", mk("jwks", -1), f.rs256(f.claims())},
+		{"ES256", mk("jwks", -1), f.es256(f.claims())},
+		{"HS256", mk("hmac", -1), f.hs256(f.claims())},
+		// Cached: a client reusing its token.
+		{"RS256-cached", mk("jwks", 0), f.rs256(f.claims())},
 	}
 	ctx := context.Background()
 	for _, c := range cases {

@@ -18,6 +18,7 @@ const (
 	minMaxTokenBytes     = 1 << 10
 	maxMaxTokenBytes     = 64 << 10
 	DefaultMaxBodyBytes  = 4 << 20
+	DefaultCacheSize     = 1024
 	maxKeyFileBytes      = 1 << 20
 	maxSecretFileBytes   = 4 << 10
 	minSecretBytes       = 32 // RFC 7518 §3.2: an HS256 key has at least 256 bits
@@ -37,6 +38,7 @@ type Config struct {
 	Leeway        time.Duration // clock skew allowed on exp/nbf/iat; 0 means DefaultLeeway
 	MaxTokenBytes int           // longest bearer token accepted; 0 means DefaultMaxTokenBytes
 	MaxBodyBytes  int64         // largest body the per-tool scope check reads; 0 means DefaultMaxBodyBytes
+	CacheSize     int           // verified tokens remembered; 0 means DefaultCacheSize, negative turns the cache off
 
 	Now    func() time.Time // clock; nil means time.Now
 	Logger *slog.Logger     // nil means discard
@@ -92,6 +94,9 @@ func (c Config) withDefaults() (Config, error) {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
 	case c.MaxBodyBytes < 0:
 		errs = append(errs, fmt.Errorf("max body size %d bytes is negative", c.MaxBodyBytes))
+	}
+	if c.CacheSize == 0 {
+		c.CacheSize = DefaultCacheSize
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -27,6 +27,7 @@ type pinnedKey struct {
 type keySet struct {
 	byKID map[string]pinnedKey // JWKS mode
 	hmac  *pinnedKey           // HS256 mode: kid is not consulted
+	cache *tokenCache          // tokens verified with these keys; nil when off
 }
 
 // readBounded reads a regular file of at most limit bytes.

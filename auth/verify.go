@@ -3,6 +3,7 @@ package auth
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -107,10 +108,18 @@ func New(cfg Config) (*Verifier, error) {
 }
 
 func (v *Verifier) load() (*keySet, error) {
+	var ks *keySet
+	var err error
 	if v.cfg.HMACSecretFile != "" {
-		return loadHMAC(v.cfg.HMACSecretFile, v.cfg.Logger)
+		ks, err = loadHMAC(v.cfg.HMACSecretFile, v.cfg.Logger)
+	} else {
+		ks, err = loadJWKS(v.cfg.JWKSFile, v.cfg.Logger)
 	}
-	return loadJWKS(v.cfg.JWKSFile, v.cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+	ks.cache = newTokenCache(v.cfg.CacheSize)
+	return ks, nil
 }
 
 // Reload re-reads the key file (on SIGHUP). When the new file cannot be
@@ -161,6 +170,10 @@ var b64url = base64.RawURLEncoding.Strict()
 // audience, lifetime and the base scopes. It returns a *TokenError for a
 // token that cannot be accepted and a *ScopeError for a valid token that
 // lacks a base scope.
+//
+// A token that verified once is remembered (keyed by its SHA-256, bounded,
+// dropped on Reload) until it expires, so that a client reusing its token
+// pays for the signature check once; lifetime is still checked on every call.
 func (v *Verifier) Verify(ctx context.Context, token string) (Identity, error) {
 	_ = ctx // reserved: verification is local and quick, there is nothing to cancel
 	if token == "" {
@@ -174,6 +187,26 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Identity, error) {
 			return Identity{}, &TokenError{Description: descMalformed, Err: fmt.Errorf("byte %d is not a b64token character", i)}
 		}
 	}
+	ks := v.keys.Load()
+	now := v.cfg.Now()
+	digest := sha256.Sum256([]byte(token))
+	id, ok := ks.cache.get(digest, now, v.cfg.Leeway)
+	if !ok {
+		var err error
+		if id, err = v.verifyToken(ks, token, now); err != nil {
+			return Identity{}, err
+		}
+		ks.cache.put(digest, id, now)
+	}
+	if missing := missingScopes(id, v.cfg.Scopes); len(missing) > 0 {
+		return id, &ScopeError{Required: v.cfg.Scopes, Missing: missing}
+	}
+	return id, nil
+}
+
+// verifyToken does the full check of a token that passed the cheap
+// syntactic ones: header, pinned key, signature, then the claims.
+func (v *Verifier) verifyToken(ks *keySet, token string, now time.Time) (Identity, error) {
 	parts := strings.Split(token, ".")
 	if len(parts) != 3 || parts[0] == "" || parts[1] == "" {
 		return Identity{}, &TokenError{Description: descMalformed, Err: fmt.Errorf("a compact JWS has 3 non-empty dot-separated parts, got %d", len(parts))}
@@ -197,7 +230,7 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Identity, error) {
 		return Identity{}, &TokenError{Description: descMalformed, Err: fmt.Errorf("typ %q is not an access token type", hdr.Typ)}
 	}
 
-	pk, err := v.keyFor(hdr)
+	pk, err := ks.keyFor(hdr)
 	if err != nil {
 		return Identity{}, err
 	}
@@ -209,11 +242,10 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Identity, error) {
 	if !bytes.HasPrefix(bytes.TrimSpace(payload), []byte("{")) {
 		return Identity{}, &TokenError{Description: descMalformed, Err: errors.New("payload is not a JSON object")}
 	}
-	now := v.cfg.Now
 	tok, err := jwt.Parse(payload,
 		jwt.WithVerify(false), // the signature was checked just above, with the pinned key
 		jwt.WithValidate(true),
-		jwt.WithClock(jwt.ClockFunc(func() time.Time { return now() })),
+		jwt.WithClock(jwt.ClockFunc(func() time.Time { return now })),
 		jwt.WithAcceptableSkew(v.cfg.Leeway),
 		jwt.WithIssuer(v.cfg.Issuer),
 		jwt.WithAudience(v.cfg.Resource),
@@ -245,16 +277,12 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Identity, error) {
 			}
 		}
 	}
-	if missing := missingScopes(id, v.cfg.Scopes); len(missing) > 0 {
-		return id, &ScopeError{Required: v.cfg.Scopes, Missing: missing}
-	}
 	return id, nil
 }
 
 // keyFor picks the key a token names and refuses any algorithm but the
 // key's own. This is where alg=none and algorithm confusion stop.
-func (v *Verifier) keyFor(hdr joseHeader) (pinnedKey, error) {
-	ks := v.keys.Load()
+func (ks *keySet) keyFor(hdr joseHeader) (pinnedKey, error) {
 	if ks.hmac != nil {
 		if hdr.Alg != string(ks.hmac.alg) {
 			return pinnedKey{}, &TokenError{Description: descAlg, Err: fmt.Errorf("alg %q, want %s", hdr.Alg, ks.hmac.alg)}
