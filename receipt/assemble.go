@@ -76,7 +76,8 @@ func (r *Receipt) LastEventAt() string {
 }
 
 // compareEvents is the reference's total order: occurred_at (by UTF-16 code
-// units, as JavaScript's < compares), then seq numerically, then event_id.
+// units, as JavaScript's < compares; a valid occurred_at is ASCII, where
+// byte order is the same), then seq numerically, then event_id.
 func compareEvents(a, b *Event) int {
 	if c := compareJS(a.OccurredAt, b.OccurredAt); c != 0 {
 		return c
@@ -109,32 +110,67 @@ func isASCII(s string) bool {
 // JavaScript's Array#sort is, so events equal on all three keys (which only a
 // duplicated event can be) keep their file order.
 func SortEvents(events []Event) {
-	slices.SortStableFunc(events, func(a, b Event) int { return compareEvents(&a, &b) })
+	order := sortedOrder(events)
+	sorted := make([]Event, len(events))
+	for i, j := range order {
+		sorted[i] = events[j]
+	}
+	copy(events, sorted)
+}
+
+// sortedOrder returns the indices of events in the assembler's order. Sorting
+// indices avoids moving large structs, and the index as last key makes the
+// (faster) unstable sort give the stable sort's result.
+func sortedOrder(events []Event) []int32 {
+	order := make([]int32, len(events))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(a, b int32) int {
+		if c := compareEvents(&events[a], &events[b]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	return order
 }
 
 // Assemble splits a run's events into one receipt per operation (grouped by
 // context_id, in order of first appearance) plus the events that belong to
 // no operation (SPEC §4). It does not modify events.
 func Assemble(events []Event, t *Template) Result {
-	ordered := make([]Event, len(events))
-	copy(ordered, events)
-	SortEvents(ordered)
-
+	order := sortedOrder(events)
+	// Group in two passes so all operations' events share one array.
 	var res Result
-	index := map[string]int{}
-	var groups [][]Event
-	for _, e := range ordered {
+	index := map[string]int32{}
+	var counts []int
+	groupOf := make([]int32, len(order))
+	for k, j := range order {
+		e := &events[j]
 		if e.ContextID == "" {
-			res.Unassigned = append(res.Unassigned, e)
+			res.Unassigned = append(res.Unassigned, *e)
+			groupOf[k] = -1
 			continue
 		}
 		g, ok := index[e.ContextID]
 		if !ok {
-			g = len(groups)
+			g = int32(len(counts))
 			index[e.ContextID] = g
-			groups = append(groups, nil)
+			counts = append(counts, 0)
 		}
-		groups[g] = append(groups[g], e)
+		counts[g]++
+		groupOf[k] = g
+	}
+	all := make([]Event, 0, len(events)-len(res.Unassigned))
+	groups := make([][]Event, len(counts))
+	for g, c := range counts {
+		groups[g] = all[len(all) : len(all) : len(all)+c]
+		all = all[:len(all)+c]
+	}
+	for k, j := range order {
+		if g := groupOf[k]; g >= 0 {
+			groups[g] = append(groups[g], events[j])
+		}
 	}
 	m := newMatcher(t)
 	res.Receipts = make([]Receipt, len(groups))

@@ -4,10 +4,10 @@
 package receipt
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -80,8 +80,6 @@ func ruleErr(rule, format string, args ...any) *LineError {
 	return &LineError{Rule: rule, Err: fmt.Errorf(format, args...)}
 }
 
-var bom = []byte{0xEF, 0xBB, 0xBF}
-
 // DecodeLine decodes one line (without its line end) against the envelope
 // rules. The error is a *LineError naming the broken rule.
 //
@@ -90,23 +88,37 @@ var bom = []byte{0xEF, 0xBB, 0xBF}
 // clear error rather than having its bytes replaced (U+FFFD) as Node would;
 // the reference could not parse a BOM-prefixed line either.
 func DecodeLine(line []byte) (Event, error) {
-	if bytes.HasPrefix(line, bom) {
+	return decodeLine(nil, string(line))
+}
+
+// decodeLine decodes one line; with a non-nil dec the event's storage comes
+// from dec's shared blocks.
+func decodeLine(dec *jsjson.Decoder, line string) (Event, error) {
+	if strings.HasPrefix(line, "\ufeff") {
 		return Event{}, ruleErr(RuleUTF8, "line starts with a UTF-8 byte order mark (U+FEFF); remove it")
 	}
-	if !utf8.Valid(line) {
+	if !utf8.ValidString(line) {
 		off := firstInvalidUTF8(line)
 		return Event{}, ruleErr(RuleUTF8, "invalid UTF-8 at byte %d (0x%02x); event lines must be UTF-8", off, line[off])
 	}
-	v, err := jsjson.Parse(line)
+	var (
+		v   jsjson.Value
+		err error
+	)
+	if dec != nil {
+		v, err = dec.ParseString(line)
+	} else {
+		v, err = jsjson.ParseString(line)
+	}
 	if err != nil {
 		return Event{}, &LineError{Rule: RuleJSON, Err: err}
 	}
 	return decodeValue(v)
 }
 
-func firstInvalidUTF8(b []byte) int {
+func firstInvalidUTF8(b string) int {
 	for i := 0; i < len(b); {
-		r, n := utf8.DecodeRune(b[i:])
+		r, n := utf8.DecodeRuneInString(b[i:])
 		if r == utf8.RuneError && n == 1 {
 			return i
 		}

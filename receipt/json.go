@@ -1,6 +1,8 @@
 package receipt
 
 import (
+	"io"
+
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/jsjson"
 )
 
@@ -198,4 +200,50 @@ func (res *Result) AppendJSON(dst []byte) []byte {
 	o.events(res.Unassigned)
 	o.close('}')
 	return append(o.dst, '\n')
+}
+
+// WriteJSON writes the same bytes as AppendJSON to w, a piece at a time, so
+// a large run never needs its whole output in memory.
+func (res *Result) WriteJSON(w io.Writer) error {
+	o := newOut(make([]byte, 0, 64<<10), "", "  ")
+	flush := func(force bool) error {
+		if !force && len(o.dst) < 32<<10 {
+			return nil
+		}
+		_, err := w.Write(o.dst)
+		o.dst = o.dst[:0]
+		return err
+	}
+	o.open('{')
+	o.key(0, "receipts")
+	if len(res.Receipts) == 0 {
+		o.dst = append(o.dst, '[', ']')
+	} else {
+		o.open('[')
+		for i := range res.Receipts {
+			o.item(i)
+			o.receipt(&res.Receipts[i])
+			if err := flush(false); err != nil {
+				return err
+			}
+		}
+		o.close(']')
+	}
+	o.key(1, "unassigned")
+	if len(res.Unassigned) == 0 {
+		o.dst = append(o.dst, '[', ']')
+	} else {
+		o.open('[')
+		for i := range res.Unassigned {
+			o.item(i)
+			o.raw(res.Unassigned[i].Raw)
+			if err := flush(false); err != nil {
+				return err
+			}
+		}
+		o.close(']')
+	}
+	o.close('}')
+	o.dst = append(o.dst, '\n')
+	return flush(true)
 }

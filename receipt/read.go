@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/jsjson"
 )
 
 // Limits bound what one run may cost to read.
@@ -22,6 +24,18 @@ type Limits struct {
 // holding it costs roughly twice its size in memory.
 func DefaultLimits() Limits {
 	return Limits{MaxLineBytes: 4 << 20, MaxRunBytes: 256 << 20}
+}
+
+// orDefault fills unset (zero or negative) limits with the defaults.
+func (l Limits) orDefault() Limits {
+	def := DefaultLimits()
+	if l.MaxLineBytes <= 0 {
+		l.MaxLineBytes = def.MaxLineBytes
+	}
+	if l.MaxRunBytes <= 0 {
+		l.MaxRunBytes = def.MaxRunBytes
+	}
+	return l
 }
 
 // size prints a byte count the way the limits are usually set.
@@ -46,19 +60,12 @@ func size(n int64) string {
 // A line that breaks the envelope rules stops the read with a *LineError
 // naming the line and the rule; so does an error returned by fn.
 func ReadEvents(r io.Reader, firstLine int, lim Limits, fn func(Event) error) (consumed int64, nextLine int, err error) {
-	if lim.MaxLineBytes <= 0 || lim.MaxRunBytes <= 0 {
-		def := DefaultLimits()
-		if lim.MaxLineBytes <= 0 {
-			lim.MaxLineBytes = def.MaxLineBytes
-		}
-		if lim.MaxRunBytes <= 0 {
-			lim.MaxRunBytes = def.MaxRunBytes
-		}
-	}
+	lim = lim.orDefault()
 	if firstLine < 1 {
 		firstLine = 1
 	}
 	br := bufio.NewReaderSize(r, 64<<10)
+	var dec jsjson.Decoder
 	line := firstLine
 	var long []byte // a line longer than the reader's buffer
 	for {
@@ -92,17 +99,7 @@ func ReadEvents(r io.Reader, firstLine int, lim Limits, fn func(Event) error) (c
 				Err: fmt.Errorf("run file is larger than the %s limit", size(lim.MaxRunBytes))}
 		}
 		if !isBlank(text) {
-			ev, err := DecodeLine(text)
-			if err != nil {
-				var le *LineError
-				if errors.As(err, &le) {
-					le.Line = line
-					return consumed, line, le
-				}
-				return consumed, line, fmt.Errorf("line %d: %w", line, err)
-			}
-			ev.Line = line
-			if err := fn(ev); err != nil {
+			if err := decodeAt(&dec, string(text), line, fn); err != nil {
 				return consumed, line, err
 			}
 		}
@@ -115,9 +112,24 @@ func ReadEvents(r io.Reader, firstLine int, lim Limits, fn func(Event) error) (c
 	}
 }
 
+// decodeAt decodes the text of line number line and hands the event to fn.
+func decodeAt(dec *jsjson.Decoder, text string, line int, fn func(Event) error) error {
+	ev, err := decodeLine(dec, text)
+	if err != nil {
+		var le *LineError
+		if errors.As(err, &le) {
+			le.Line = line
+			return le
+		}
+		return fmt.Errorf("line %d: %w", line, err)
+	}
+	ev.Line = line
+	return fn(ev)
+}
+
 // isBlank reports whether a line is empty after JavaScript's String#trim,
 // which is how the reference decides to skip it.
-func isBlank(b []byte) bool {
+func isBlank[T string | []byte](b T) bool {
 	for i := 0; i < len(b); {
 		c := b[i]
 		if c < utf8.RuneSelf {
@@ -128,7 +140,7 @@ func isBlank(b []byte) bool {
 			}
 			return false
 		}
-		r, n := utf8.DecodeRune(b[i:])
+		r, n := utf8.DecodeRuneInString(string(b[i:]))
 		switch {
 		case r == 0x00A0, r == 0x1680, r >= 0x2000 && r <= 0x200A, r == 0x2028, r == 0x2029,
 			r == 0x202F, r == 0x205F, r == 0x3000, r == 0xFEFF:
@@ -138,6 +150,40 @@ func isBlank(b []byte) bool {
 		}
 	}
 	return true
+}
+
+// decodeText decodes the complete lines of a whole run file's text, with the
+// same rules as ReadEvents.
+func decodeText(text string, lim Limits) ([]Event, error) {
+	if int64(len(text)) > lim.MaxRunBytes {
+		return nil, &LineError{Rule: RuleRunSize, Err: fmt.Errorf("file is larger than the %s limit", size(lim.MaxRunBytes))}
+	}
+	// A recorder line is a few hundred bytes; guessing the count avoids
+	// regrowing a large slice many times.
+	events := make([]Event, 0, len(text)/512+1)
+	var dec jsjson.Decoder
+	line := 1
+	for {
+		nl := strings.IndexByte(text, '\n')
+		if nl < 0 {
+			return events, nil // a torn tail or nothing
+		}
+		l := text[:nl]
+		text = text[nl+1:]
+		if len(l) > lim.MaxLineBytes {
+			return nil, &LineError{Line: line, Rule: RuleLineSize,
+				Err: fmt.Errorf("line is %d bytes, over the %s line limit", len(l), size(int64(lim.MaxLineBytes)))}
+		}
+		if !isBlank(l) {
+			if err := decodeAt(&dec, l, line, func(e Event) error {
+				events = append(events, e)
+				return nil
+			}); err != nil {
+				return nil, err
+			}
+		}
+		line++
+	}
 }
 
 // RunIDFromFileName returns the run id of a run file name ("<id>.ndjson").
@@ -158,9 +204,7 @@ func ReadRunFile(path string, lim Limits) (runID string, events []Event, err err
 	if !ok {
 		runID = base
 	}
-	if lim.MaxRunBytes <= 0 {
-		lim.MaxRunBytes = DefaultLimits().MaxRunBytes
-	}
+	lim = lim.orDefault()
 	f, err := os.Open(path)
 	if err != nil {
 		return runID, nil, fmt.Errorf("opening run file: %w", err)
@@ -177,13 +221,14 @@ func ReadRunFile(path string, lim Limits) (runID string, events []Event, err err
 		return runID, nil, &LineError{Run: runID, Rule: RuleRunSize,
 			Err: fmt.Errorf("file is %d bytes, over the %s limit", st.Size(), size(lim.MaxRunBytes))}
 	}
-	// A recorder line is a few hundred bytes; guessing the count avoids
-	// regrowing a large slice many times.
-	events = make([]Event, 0, st.Size()/512+1)
-	_, _, err = ReadEvents(f, 1, lim, func(e Event) error {
-		events = append(events, e)
-		return nil
-	})
+	// Read the file in one piece and decode lines in place: events then
+	// share the file's text instead of each holding a copy.
+	var sb strings.Builder
+	sb.Grow(int(st.Size()) + 1)
+	if _, err := io.Copy(&sb, io.LimitReader(f, lim.MaxRunBytes+1)); err != nil {
+		return runID, nil, fmt.Errorf("reading run file: %w", err)
+	}
+	events, err = decodeText(sb.String(), lim)
 	if err != nil {
 		var le *LineError
 		if errors.As(err, &le) {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -78,11 +77,7 @@ func runBuild(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitFail
 	}
 	res := receipt.Assemble(events, t)
-	w := bufio.NewWriterSize(stdout, 1<<16)
-	if _, err := w.Write(res.AppendJSON(nil)); err == nil {
-		err = w.Flush()
-	}
-	if err != nil {
+	if err := res.WriteJSON(stdout); err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp build: writing output: %v\n", err)
 		return exitFail
 	}

@@ -38,12 +38,44 @@ func Parse(data []byte) (Value, error) {
 // ParseString is Parse over a string; the Value refers to s without copying
 // it.
 func ParseString(s string) (Value, error) {
+	d := Decoder{tapeBlock: 1, docBlock: 1}
+	return d.ParseString(s)
+}
+
+// Decoder parses many documents, carving their storage out of shared blocks
+// so that reading a large run costs a few big allocations instead of several
+// per line. Values from one Decoder keep its blocks alive. The zero Decoder
+// is ready to use; it is not safe for concurrent use.
+type Decoder struct {
+	tapes     []entry // free part of the current block of tape entries
+	docs      []doc   // free part of the current block of documents
+	tapeBlock int     // entries in the next block; 0 means start small
+	docBlock  int     // documents per block; 0 means defaultDocBlock
+}
+
+const (
+	defaultTapeBlock = 64 << 10 // entries (1.25 MiB)
+	defaultDocBlock  = 1 << 10
+)
+
+// ParseString parses s like the package-level ParseString.
+func (dec *Decoder) ParseString(s string) (Value, error) {
 	if len(s) > maxDocBytes {
 		return Value{}, &SyntaxError{0, "document larger than 4 GiB"}
 	}
 	p := parser{src: s}
-	// A rough guess that avoids most regrowth for typical events.
-	p.tape = make([]entry, 0, len(s)/24+4)
+	guess := len(s)/20 + 4
+	if cap(dec.tapes) < guess {
+		// Blocks start small and double, so a decoder used for a few lines
+		// stays cheap and one used for a whole run allocates rarely.
+		block := dec.tapeBlock
+		if block == 0 {
+			block = 256
+		}
+		dec.tapeBlock = min(2*block, defaultTapeBlock)
+		dec.tapes = make([]entry, 0, max(block, guess))
+	}
+	p.tape = dec.tapes[:0]
 	p.skipWS()
 	if err := p.value(span{}, false, 0); err != nil {
 		return Value{}, err
@@ -52,10 +84,24 @@ func ParseString(s string) (Value, error) {
 	if p.pos < len(p.src) {
 		return Value{}, p.errf("unexpected %s after the JSON value", p.describe())
 	}
-	d := &doc{src: s, side: string(p.side), redirect: p.redirect}
-	// Trim the tape to its length so a long-lived Value holds no slack.
-	d.tape = make([]entry, len(p.tape))
-	copy(d.tape, p.tape)
+	n := len(p.tape)
+	if !p.grown {
+		// Parsed in place: take the entries out of the block.
+		dec.tapes = dec.tapes[n:cap(dec.tapes)][:0]
+	} // else append outgrew the block and p.tape is an array of its own.
+	if len(dec.docs) == 0 {
+		block := dec.docBlock
+		if block == 0 {
+			block = 16
+		}
+		if block < defaultDocBlock && dec.docBlock != 1 {
+			dec.docBlock = min(2*block, defaultDocBlock)
+		}
+		dec.docs = make([]doc, block)
+	}
+	d := &dec.docs[0]
+	dec.docs = dec.docs[1:]
+	*d = doc{src: s, side: string(p.side), tape: p.tape[:n:n], redirect: p.redirect}
 	return Value{d: d, i: 0}, nil
 }
 
@@ -65,6 +111,7 @@ type parser struct {
 	tape     []entry
 	side     []byte
 	redirect map[uint32]uint32
+	grown    bool // the tape outgrew the block it started in
 }
 
 func (p *parser) errf(format string, args ...any) error {
@@ -97,6 +144,9 @@ func (p *parser) skipWS() {
 func (p *parser) push(kind uint8, key span, keySide bool, a, b uint32) uint32 {
 	if keySide {
 		kind |= flagSideKey
+	}
+	if len(p.tape) == cap(p.tape) {
+		p.grown = true
 	}
 	p.tape = append(p.tape, entry{kind: kind, key: key, a: a, b: b})
 	return uint32(len(p.tape) - 1)

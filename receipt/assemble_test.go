@@ -1,0 +1,295 @@
+package receipt
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// ev builds one event line.
+func evLine(id, typ, at string, seq int, role, ctx string) string {
+	s := fmt.Sprintf(`{"event_id":%q,"event_type":%q,"occurred_at":%q,"seq":%d,"adapter":"a"`, id, typ, at, seq)
+	if role != "-" {
+		s += fmt.Sprintf(`,"role":%q`, role)
+	}
+	if ctx != "-" {
+		s += fmt.Sprintf(`,"context_id":%q`, ctx)
+	}
+	return s + `,"payload":{}}`
+}
+
+func decodeAll(t testing.TB, lines ...string) []Event {
+	t.Helper()
+	var out []Event
+	for i, l := range lines {
+		e, err := DecodeLine([]byte(l))
+		if err != nil {
+			t.Fatalf("line %d: %v", i+1, err)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func mustTemplate(t testing.TB, y string) *Template {
+	t.Helper()
+	tm, err := ParseTemplate("test", []byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tm
+}
+
+func TestAssembleFold(t *testing.T) {
+	tm := mustTemplate(t, `
+template: t
+version: 3
+stages:
+  - id: offer
+    required: true
+    match:
+      - {event: pay.required, role: client}
+      - {event: pay.required}
+  - id: paid
+    required: true
+    match: [{event: pay.sent, role: client}]
+    missing_explanation: "no payment"
+  - id: extra
+    required: false
+    match: [{event: pay.required}, {event: pay.done}]
+exceptions: [pay.failed, pay.failed]
+`)
+	const t0, t1 = "2026-07-24T09:00:00.000Z", "2026-07-24T09:00:01.000Z"
+	events := decodeAll(t,
+		evLine("b", "pay.required", t1, 0, "client", "op1"),
+		evLine("a", "pay.required", t0, 5, "server", "op2"),
+		evLine("c", "pay.sent", t1, 1, "server", "op1"), // wrong role: closes nothing
+		evLine("d", "pay.failed", t1, 2, "-", "op1"),
+		evLine("u", "trace.attached", t0, 0, "-", "-"),
+		evLine("v", "trace.attached", t0, 1, "-", ""),
+		evLine("e", "pay.sent", t1, 9, "client", "op2"),
+	)
+	res := Assemble(events, tm)
+	if len(res.Receipts) != 2 || len(res.Unassigned) != 2 {
+		t.Fatalf("%d receipts, %d unassigned", len(res.Receipts), len(res.Unassigned))
+	}
+	op2, op1 := res.Receipts[0], res.Receipts[1] // op2's first event comes first
+	if op2.Operation.OperationID != "op2" || op1.Operation.OperationID != "op1" {
+		t.Fatalf("operation order %s, %s", op2.Operation.OperationID, op1.Operation.OperationID)
+	}
+	// One event closes two stages, and a stage with two matching witnesses
+	// records it once.
+	if got := fmt.Sprint(op2.Stages); got != "[{offer true confirmed [a]} {paid true confirmed [e]} {extra false confirmed [a]}]" {
+		t.Errorf("op2 stages %s", got)
+	}
+	if op2.Completeness != Full || len(op2.Missing) != 0 {
+		t.Errorf("op2 %s missing %v", op2.Completeness, op2.Missing)
+	}
+	if op1.Completeness != Partial || !op1.StageConfirmed("offer") || op1.StageConfirmed("paid") || op1.StageConfirmed("nope") {
+		t.Errorf("op1 %s %v", op1.Completeness, op1.Stages)
+	}
+	if got := fmt.Sprint(op1.Missing); got != "[{paid [pay.sent] no payment}]" {
+		t.Errorf("op1 missing %s", got)
+	}
+	if got := fmt.Sprint(op1.Exceptions); got != "[{pay.failed d}]" {
+		t.Errorf("op1 faults %s", got)
+	}
+	if op1.LastEventAt() != t1 || len(op1.Events) != 3 {
+		t.Errorf("op1 events %d, last %s", len(op1.Events), op1.LastEventAt())
+	}
+	if res.Unassigned[0].ID != "u" || res.Unassigned[1].ID != "v" {
+		t.Errorf("unassigned %v", res.Unassigned)
+	}
+	// The input is not reordered.
+	if events[0].ID != "b" {
+		t.Error("Assemble sorted its input in place")
+	}
+}
+
+func TestCompleteness(t *testing.T) {
+	optOnly := mustTemplate(t, "template: o\nversion: 1\nstages: [{id: s, required: false, match: [{event: x}]}]\nexceptions: [bad]\n")
+	at := "2026-07-24T09:00:00.000Z"
+	cases := []struct {
+		name  string
+		lines []string
+		want  string
+	}{
+		{"nothing confirmed is partial even with no required stage", []string{evLine("1", "other", at, 0, "-", "op")}, Partial},
+		{"an optional stage confirmed is full", []string{evLine("1", "x", at, 0, "-", "op")}, Full},
+		{"a fault makes it partial", []string{evLine("1", "x", at, 0, "-", "op"), evLine("2", "bad", at, 1, "-", "op")}, Partial},
+	}
+	for _, c := range cases {
+		res := Assemble(decodeAll(t, c.lines...), optOnly)
+		if got := res.Receipts[0].Completeness; got != c.want {
+			t.Errorf("%s: %s", c.name, got)
+		}
+	}
+}
+
+func TestOrdering(t *testing.T) {
+	tm := mustTemplate(t, "template: o\nversion: 1\nstages: [{id: s, required: false, match: [{event: x}]}]\n")
+	lines := []string{
+		evLine("z", "x", "2026-07-24T09:00:00.001Z", 0, "-", "op"),
+		evLine("b", "x", "2026-07-24T09:00:00.000Z", 10, "-", "op"),
+		evLine("c", "x", "2026-07-24T09:00:00.000Z", 9, "-", "op"),
+		evLine("\U0001F600", "x", "2026-07-24T09:00:00.000Z", 2, "-", "op"),
+		evLine("\uff61", "x", "2026-07-24T09:00:00.000Z", 2, "-", "op"),
+		evLine("a", "x", "2026-07-24T09:00:00.000Z", 2, "-", "op"),
+	}
+	res := Assemble(decodeAll(t, lines...), tm)
+	var ids []string
+	for _, e := range res.Receipts[0].Events {
+		ids = append(ids, e.ID)
+	}
+	// seq compares numerically (9 < 10); ids by UTF-16 units (U+1F600's lead
+	// surrogate sorts before U+FF61).
+	if got := strings.Join(ids, " "); got != "a \U0001F600 \uff61 c b z" {
+		t.Errorf("order %q", got)
+	}
+}
+
+func TestAssembleOperation(t *testing.T) {
+	tm, _ := Bundled("x402-buyer")
+	at := "2026-07-24T09:00:00.000Z"
+	r := AssembleOperation("op9", decodeAll(t, evLine("1", "x402.payment.submitted", at, 1, "client", "op9")), tm)
+	if r.Operation.OperationID != "op9" || !r.StageConfirmed("payment") || r.Completeness != Partial {
+		t.Errorf("%+v", r)
+	}
+}
+
+func TestEmptyResultJSON(t *testing.T) {
+	tm, _ := Bundled("x402-buyer")
+	res := Assemble(nil, tm)
+	if got := string(res.AppendJSON(nil)); got != "{\n  \"receipts\": [],\n  \"unassigned\": []\n}\n" {
+		t.Errorf("%q", got)
+	}
+}
+
+// shuffledRuns yields run texts for the order-independence property: the
+// parity runs when HAIA_SHARED is set, and generated runs always.
+func generatedRun(r *rand.Rand) string {
+	types := []string{"x402.payment.required", "x402.payment.creating", "x402.payment.submitted", "x402.payment.requested",
+		"x402.payment.responded", "x402.payment.failed", "x402.verify.ok", "x402.settle.ok", "trace.attached"}
+	roles := []string{"client", "server", "facilitator", "-"}
+	var b strings.Builder
+	n := 1 + r.Intn(60)
+	for i := 0; i < n; i++ {
+		ctx := "-"
+		switch k := r.Intn(8); {
+		case k == 0:
+			ctx = ""
+		case k > 1:
+			ctx = fmt.Sprintf("op-%d", r.Intn(6))
+		}
+		// Few distinct timestamps and seqs, so the tie-breakers matter.
+		at := fmt.Sprintf("2026-07-24T09:00:0%d.%03dZ", r.Intn(3), r.Intn(3))
+		id := fmt.Sprintf("e%d-%c", i, 'a'+rune(r.Intn(26)))
+		if r.Intn(10) == 0 {
+			id = fmt.Sprintf("\U0001F600%d", i)
+		}
+		b.WriteString(evLine(id, types[r.Intn(len(types))], at, r.Intn(4), roles[r.Intn(len(roles))], ctx))
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+func shuffleLines(r *rand.Rand, text string) string {
+	lines := strings.Split(strings.TrimSuffix(text, "\n"), "\n")
+	r.Shuffle(len(lines), func(i, j int) { lines[i], lines[j] = lines[j], lines[i] })
+	return strings.Join(lines, "\n") + "\n"
+}
+
+func buildText(t testing.TB, text string, tm *Template) []byte {
+	t.Helper()
+	var evs []Event
+	if _, _, err := ReadEvents(strings.NewReader(text), 1, DefaultLimits(), func(e Event) error {
+		evs = append(evs, e)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	res := Assemble(evs, tm)
+	return res.AppendJSON(nil)
+}
+
+func TestShuffleNeverChangesOutput(t *testing.T) {
+	r := rand.New(rand.NewSource(20260724))
+	tmpls := map[string]*Template{}
+	for _, n := range BundledNames() {
+		tmpls[n], _ = Bundled(n)
+	}
+	for i := 0; i < 200; i++ {
+		text := generatedRun(r)
+		for _, name := range []string{"x402-buyer", "x402-seller"} {
+			want := buildText(t, text, tmpls[name])
+			for k := 0; k < 3; k++ {
+				if got := buildText(t, shuffleLines(r, text), tmpls[name]); !bytes.Equal(got, want) {
+					t.Fatalf("run %d with %s: shuffled output differs\nrun:\n%s", i, name, text)
+				}
+			}
+		}
+	}
+	if os.Getenv("HAIA_SHARED") == "" {
+		t.Log("HAIA_SHARED not set: shuffling only generated runs, not the parity runs")
+		return
+	}
+	parity := filepath.Join(os.Getenv("HAIA_SHARED"), "parity")
+	cases, _ := filepath.Glob(filepath.Join(parity, "cases", "*"))
+	for _, c := range cases {
+		ref, _ := os.ReadFile(filepath.Join(c, "template"))
+		tm, err := LoadTemplateFile(filepath.Join(parity, strings.TrimSpace(string(ref))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := os.ReadFile(filepath.Join(c, "run.ndjson"))
+		text := string(raw)
+		text = text[:strings.LastIndexByte(text, '\n')+1] // drop the torn tail
+		var kept []string
+		for _, l := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
+			if !isBlank([]byte(l)) {
+				kept = append(kept, l)
+			}
+		}
+		text = strings.Join(kept, "\n") + "\n"
+		want := buildText(t, text, tm)
+		for k := 0; k < 5; k++ {
+			if got := buildText(t, shuffleLines(r, text), tm); !bytes.Equal(got, want) {
+				t.Fatalf("%s: shuffled output differs", filepath.Base(c))
+			}
+		}
+	}
+}
+
+// TestFixtureVerdicts: the reference sample runs give the same stage
+// verdicts with the bundled templates as with the reference templates.
+func TestFixtureVerdicts(t *testing.T) {
+	shared := sharedDir(t, "the reference fixture runs")
+	for _, name := range BundledNames() {
+		ref, err := LoadTemplateFile(filepath.Join(shared, "haia-trace", "templates", name+".yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		own, _ := Bundled(name)
+		_, evs, err := ReadRunFile(filepath.Join(shared, "haia-trace", "fixtures", name+".ndjson"), DefaultLimits())
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := Assemble(evs, ref), Assemble(evs, own)
+		if len(a.Receipts) == 0 || len(a.Receipts) != len(b.Receipts) {
+			t.Fatalf("%s: %d vs %d receipts", name, len(a.Receipts), len(b.Receipts))
+		}
+		for i := range a.Receipts {
+			ra, rb := a.Receipts[i], b.Receipts[i]
+			if ra.Completeness != rb.Completeness || fmt.Sprint(ra.Stages) != fmt.Sprint(rb.Stages) || fmt.Sprint(ra.Exceptions) != fmt.Sprint(rb.Exceptions) {
+				t.Errorf("%s %s: verdicts differ:\n ref %s %v\n own %s %v", name, ra.Operation.OperationID, ra.Completeness, ra.Stages, rb.Completeness, rb.Stages)
+			}
+			if len(ra.Missing) != len(rb.Missing) {
+				t.Errorf("%s %s: missing differs", name, ra.Operation.OperationID)
+			}
+		}
+	}
+}
