@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -191,5 +192,20 @@ func TestMiddlewareBodyBound(t *testing.T) {
 	}
 	if want := []Outcome{OutcomeBadRequest, OutcomeOK}; !slices.Equal(outcomes, want) {
 		t.Fatalf("outcomes %v, want %v", outcomes, want)
+	}
+}
+
+func TestPaddedSignatureRefused(t *testing.T) {
+	f := newFixture(t)
+	v := f.verifier("jwks")
+	tok := f.rs256(f.claims())
+	for _, alt := range []string{tok + "==", strings.ReplaceAll(tok, "-", "+"), strings.ReplaceAll(tok, "_", "/")} {
+		if alt == tok {
+			continue
+		}
+		var te *TokenError
+		if _, err := v.Verify(t.Context(), alt); !errors.As(err, &te) {
+			t.Errorf("respelled token %q accepted (err %v)", alt, err)
+		}
 	}
 }

@@ -148,10 +148,12 @@ func (v *Verifier) Config() Config { return v.cfg }
 // MetadataURL is the resource_metadata address used in challenges.
 func (v *Verifier) MetadataURL() string { return v.metadataURL }
 
-// b64tokenByte reports whether b may appear in an RFC 6750 b64token.
-func b64tokenByte(b byte) bool {
+// compactByte reports whether b may appear in a compact JWS: unpadded
+// base64url and the dots (RFC 7515 §2, §7.1). This is narrower than RFC
+// 6750's b64token on purpose, so that one signature has one spelling.
+func compactByte(b byte) bool {
 	return b >= 'A' && b <= 'Z' || b >= 'a' && b <= 'z' || b >= '0' && b <= '9' ||
-		b == '-' || b == '.' || b == '_' || b == '~' || b == '+' || b == '/' || b == '='
+		b == '-' || b == '_' || b == '.'
 }
 
 // joseHeader holds the protected-header members this server looks at.
@@ -183,8 +185,8 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Identity, error) {
 		return Identity{}, &TokenError{Description: descTooLarge, Err: fmt.Errorf("%d bytes > limit %d", len(token), v.cfg.MaxTokenBytes)}
 	}
 	for i := 0; i < len(token); i++ {
-		if !b64tokenByte(token[i]) {
-			return Identity{}, &TokenError{Description: descMalformed, Err: fmt.Errorf("byte %d is not a b64token character", i)}
+		if !compactByte(token[i]) {
+			return Identity{}, &TokenError{Description: descMalformed, Err: fmt.Errorf("byte %d is not base64url or a dot", i)}
 		}
 	}
 	ks := v.keys.Load()
