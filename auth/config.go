@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/url"
 	"sort"
 	"strings"
@@ -104,7 +105,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	c.Scopes = dedupe(c.Scopes)
+	c.Scopes = dedupe(c.Scopes) // dedupe copies, so the caller's slice is not shared
+	c.ToolScopes = maps.Clone(c.ToolScopes)
 	if len(errs) > 0 {
 		return c, fmt.Errorf("auth config: %w", errors.Join(errs...))
 	}
