@@ -40,6 +40,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return runVerify(ctx, rest, stdout, stderr)
 		case "signer":
 			return runSigner(ctx, rest, stdout, stderr)
+		case "review":
+			return runReview(ctx, rest, stdout, stderr)
 		case "version":
 			return runVersion(rest, stdout, stderr)
 		case "help":
@@ -59,5 +61,6 @@ const usage = `usage:
   haia-trace-mcp policy check FILE | policy eval FILE --input INPUT.json
   haia-trace-mcp verify CHAIN [--keyring K] [--checkpoint C] [--identity M]
   haia-trace-mcp signer --key-file K --listen unix:PATH
+  haia-trace-mcp review list|show|approve|reject [<review_id>] [--dir .trace] [--all] [--note "…"] [--by ID] [--json]
   haia-trace-mcp version
 `
