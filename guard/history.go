@@ -9,20 +9,6 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 )
 
-// stageRoles is SPEC §3's table of which stage means "money moved" and
-// which "outcome confirmed". Kept here until receipt exports its own.
-func stageRoles(template string) (paid, outcome string, ok bool) {
-	switch template {
-	case "x402-buyer":
-		return "payment", "settlement", true
-	case "x402-seller", "x402-facilitator":
-		return "verification", "settlement", true
-	case "escrow-arc":
-		return "deposit", "disposition", true
-	}
-	return "", "", false
-}
-
 // Why an operation has no money fields.
 const (
 	whyEscrow       = "escrow receipts carry no x402 money fields (pay_to, amount, asset)"
@@ -44,7 +30,7 @@ func OpFromReceipt(runID string, r *receipt.Receipt) Op {
 		Faulted:      len(r.Exceptions) > 0,
 		LastEventAt:  r.LastEventAt(),
 	}
-	if paid, outcome, ok := stageRoles(o.Template); ok && hasStage(r, paid) && hasStage(r, outcome) {
+	if paid, outcome, ok := receipt.StageRoles(o.Template); ok && hasStage(r, paid) && hasStage(r, outcome) {
 		// An operator's own template may reuse a bundled name with other
 		// stages; roles then do not apply and it is judged coarsely.
 		o.RolesKnown = true
