@@ -370,3 +370,17 @@ func hours(d time.Duration) string {
 	}
 	return d.String()
 }
+
+// Text renders a decision for people: the answer, then one line per reason
+// with its evidence.
+func (d Decision) Text() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "decision: %s\n", d.Decision)
+	for _, r := range d.Reasons {
+		fmt.Fprintf(&b, "- %s: %s\n", r.Rule, r.Detail)
+		for _, e := range r.Evidence {
+			fmt.Fprintf(&b, "    run %s, operation %s\n", e.RunID, e.OperationID)
+		}
+	}
+	return b.String()
+}

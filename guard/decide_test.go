@@ -182,6 +182,14 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+func TestDecisionText(t *testing.T) {
+	d := Decision{Decision: Review, Reasons: []Reason{{Rule: RuleOpenPartial, Detail: "1 open", Evidence: []Ref{{"r", "o"}}}, {Rule: RuleHistory, Detail: "read 1"}}}
+	want := "decision: review\n- open_partial: 1 open\n    run r, operation o\n- history: read 1\n"
+	if got := d.Text(); got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
 func TestDecideFigures(t *testing.T) {
 	cfg := mustConfig(t, `{"reviewAbove":"100"}`)
 	req, err := ParseRequest(RawRequest{Counterparty: addrA, Amount: "0.5"}, cfg)

@@ -216,3 +216,12 @@ func resourceHost(p jsjson.Value) (string, bool) {
 	}
 	return h, true
 }
+
+// OpsFromResult reads every receipt of one assembled run.
+func OpsFromResult(runID string, res *receipt.Result) []Op {
+	ops := make([]Op, 0, len(res.Receipts))
+	for i := range res.Receipts {
+		ops = append(ops, OpFromReceipt(runID, &res.Receipts[i]))
+	}
+	return ops
+}
