@@ -122,16 +122,23 @@ func (t toolDef) build() (mcp.Tool, error) {
 	if err != nil {
 		return mcp.Tool{}, fmt.Errorf("tool %s: output schema: %w", t.name, err)
 	}
-	return mcp.NewTool(t.name,
-		mcp.WithDescription(t.description),
-		mcp.WithRawInputSchema(json.RawMessage(in)),
+	// NewTool would set a default structured input schema, which cannot
+	// coexist with a raw one; start from the raw-schema constructor.
+	tool := mcp.NewToolWithRawSchema(t.name, t.description, json.RawMessage(in))
+	for _, opt := range []mcp.ToolOption{
 		mcp.WithRawOutputSchema(json.RawMessage(out)),
 		mcp.WithTitleAnnotation(t.title),
 		mcp.WithReadOnlyHintAnnotation(t.readOnly),
 		mcp.WithDestructiveHintAnnotation(false),
 		mcp.WithIdempotentHintAnnotation(t.idempotent),
 		mcp.WithOpenWorldHintAnnotation(false),
-	), nil
+	} {
+		opt(&tool)
+	}
+	if _, err := json.Marshal(tool); err != nil {
+		return mcp.Tool{}, fmt.Errorf("tool %s: %w", t.name, err)
+	}
+	return tool, nil
 }
 
 // toolError is an error whose message is meant for the caller.
@@ -147,7 +154,7 @@ func userErrorf(format string, a ...any) error { return &toolError{msg: fmt.Spri
 func (s *Server) wrap(name string, h func(ctx context.Context, raw any) (*mcp.CallToolResult, error)) mcpserver.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		start := s.cfg.Now()
-		res, err := h(ctx, req.GetRawArguments())
+		res, err := h(ctx, req.Params.Arguments)
 		if err != nil {
 			var te *toolError
 			if errors.As(err, &te) {

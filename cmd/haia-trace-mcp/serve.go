@@ -83,6 +83,8 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	fs.SetOutput(stderr)
 	var f serveFlags
 	f.register(fs)
+	var h httpFlags
+	h.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -114,6 +116,9 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
 		return exitFail
+	}
+	if h.addr != "" {
+		return runHTTP(ctx, srv, &h, logger, stderr)
 	}
 	logger.Info("serving MCP over stdio", "root", root.Path())
 	stdio := mcpserver.NewStdioServer(srv.MCP())
