@@ -1,15 +1,21 @@
 package server
 
 import (
+	"crypto/ed25519"
+	"crypto/rand"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
 
-// newTestServer opens dir as a Trace root (creating events/) and builds a server.
+// newTestServer opens dir as a Trace root (creating events/) and builds a
+// server with every tool, signing with a fresh key.
 func newTestServer(t *testing.T, dir string) *Server {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Join(dir, "events"), 0o755); err != nil {
@@ -24,7 +30,18 @@ func newTestServer(t *testing.T, dir string) *Server {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { events.Close(); root.Close() })
-	s, err := New(Config{Root: root, Events: events, Limits: receipt.DefaultLimits(), Version: "test"})
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &Guard{
+		Policy:    guard.DefaultConfig(),
+		Log:       reviewlog.Open(root, reviewlog.Options{}),
+		Chains:    &reviewlog.Chains{Signer: noa.NewKeySigner(key), Tenant: "test"},
+		ParamsKey: ParamsKeyFrom(key.Seed()),
+		AgentID:   "test-agent",
+	}
+	s, err := New(Config{Root: root, Events: events, Limits: receipt.DefaultLimits(), Version: "test", Guard: g})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/runindex"
 	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
@@ -39,6 +40,9 @@ type Config struct {
 	Limits receipt.Limits
 	// IndexMaxBytes bounds the memory of the run index (0: default).
 	IndexMaxBytes int64
+	// Guard enables check_before_pay and get_review_status; nil leaves
+	// only the read tools.
+	Guard *Guard
 	// Version is reported to clients.
 	Version string
 	Logger  *slog.Logger
@@ -61,6 +65,8 @@ type opSummary struct {
 	MissingStages  []string
 	ExceptionCount int
 	LastEventAt    string
+	// Guard is what the pre-payment guard reads from this receipt.
+	Guard guard.Op
 }
 
 // New builds the server and registers its tools.
@@ -90,7 +96,14 @@ func New(cfg Config) (*Server, error) {
 		mcpserver.WithInstructions("Read your own Haia Trace operation receipts and ask check_before_pay before paying a counterparty again. "+
 			"Reviews are decided by a human from the command line; no tool can approve or reject them."),
 	)
-	for _, t := range s.tools() {
+	tools := s.tools()
+	if cfg.Guard != nil {
+		if cfg.Guard.Policy == nil || cfg.Guard.Log == nil || cfg.Guard.Chains == nil || len(cfg.Guard.ParamsKey) == 0 || cfg.Guard.AgentID == "" {
+			return nil, errors.New("server: the guard needs a policy, a review log, a decision chain, a params key and an agent id")
+		}
+		tools = append(tools, s.guardTools()...)
+	}
+	for _, t := range tools {
 		tool, err := t.build()
 		if err != nil {
 			return nil, err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/jsjson"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/runindex"
 	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
@@ -42,9 +43,34 @@ func (s *Server) tools() []toolDef {
 	}
 }
 
-// compactEvent keeps only what listings and the guard read from an event.
+// compactEvent keeps only what listings and the guard read from an event:
+// the envelope, and from the payload the x402 requirements and resource.
+// The kept members are copied into a small document of their own, because a
+// value from the run's parse would pin the whole run's text in memory.
 func compactEvent(e receipt.Event) receipt.Event {
+	p := e.Payload()
+	req, hasReq := p.Get("requirements")
+	res, hasRes := p.Get("resource")
 	e.Raw = jsjson.Value{}
+	if !hasReq && !hasRes {
+		return e
+	}
+	buf := append(make([]byte, 0, 256), `{"payload":{`...)
+	if hasReq {
+		buf = append(buf, `"requirements":`...)
+		buf = jsjson.AppendIndent(buf, req, "", "")
+	}
+	if hasRes {
+		if hasReq {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, `"resource":`...)
+		buf = jsjson.AppendIndent(buf, res, "", "")
+	}
+	buf = append(buf, "}}"...)
+	if v, err := jsjson.Parse(buf); err == nil {
+		e.Raw = v
+	}
 	return e
 }
 
@@ -60,10 +86,10 @@ func summarize(runID string, r *receipt.Receipt) opSummary {
 	for _, m := range r.Missing {
 		sum.MissingStages = append(sum.MissingStages, m.Stage)
 	}
-	if n := len(r.Events); n > 0 {
-		// Events are in assembly order: by occurred_at first, so the last one is the latest.
-		sum.LastEventAt = r.Events[n-1].OccurredAt
-	}
+	sum.LastEventAt = r.LastEventAt()
+	sum.Guard = guard.OpFromReceipt(runID, r)
+	// The receipt's events are not kept past this point.
+	sum.Guard.LastEventAt = sum.LastEventAt
 	return sum
 }
 
@@ -140,7 +166,10 @@ func (s *Server) listOperations(ctx context.Context, raw any) (*mcp.CallToolResu
 			if completeness != "" && it.Completeness != completeness {
 				continue
 			}
-			rows = append(rows, operationRow(it))
+			rows = append(rows, operationRow{
+				RunID: it.RunID, OperationID: it.OperationID, Template: it.Template, Completeness: it.Completeness,
+				MissingStages: it.MissingStages, ExceptionCount: it.ExceptionCount, LastEventAt: it.LastEventAt,
+			})
 		}
 	}
 	sort.Slice(rows, func(i, j int) bool {

@@ -23,6 +23,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binPath = filepath.Join(dir, "haia-trace-mcp")
+	// Keys created by default go to the user's configuration directory;
+	// keep the tests' keys in a throwaway one (children inherit it).
+	os.Setenv("XDG_CONFIG_HOME", filepath.Join(dir, "config"))
 	build := exec.Command("go", "build", "-race", "-o", binPath, ".")
 	if os.Getenv("HAIA_E2E_NORACE") != "" {
 		build = exec.Command("go", "build", "-o", binPath, ".")

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/user"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/server"
 )
 
 // Exit codes of `review` beyond exitOK, exitFail and exitUsage.
@@ -52,6 +54,7 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	lockWait := fs.Duration("lock-wait", 5*time.Second, "how long to wait for the review log's lock")
 	var all *bool
 	var note, by *string
+	var signing signingFlags
 	switch verb {
 	case "list":
 		all = fs.Bool("all", false, "include decided reviews")
@@ -59,6 +62,7 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	case "approve", "reject":
 		note = fs.String("note", "", "why (kept in the log)")
 		by = fs.String("by", "", "who decides (default: the OS user name)")
+		signing.register(fs)
 	default:
 		fmt.Fprintf(stderr, "haia-trace-mcp review: unknown subcommand %q\n\n%s", verb, reviewUsage)
 		return exitUsage
@@ -119,7 +123,22 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if verb == "reject" {
 		status = reviewlog.Rejected
 	}
-	r, err := log.DecideReview(ctx, pos[0], status, *note, who, nil)
+	// The decision is signed into the decision chain inside the log's lock;
+	// if it cannot be signed, it is not recorded at all (fail closed).
+	signer, paramsKey, err := signing.open(slog.New(slog.NewTextHandler(stderr, nil)))
+	if err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp review %s: %v\n", verb, err)
+		return exitFail
+	}
+	chains := &reviewlog.Chains{Signer: signer, Tenant: signing.tenant}
+	r, err := log.DecideReview(ctx, pos[0], status, *note, who, func(tx reviewlog.Tx) error {
+		d, err := server.HumanDecisionDraft(tx.Review, paramsKey)
+		if err != nil {
+			return err
+		}
+		_, err = chains.Append(ctx, tx.Guard, d)
+		return err
+	})
 	if err != nil {
 		return reviewFailed(stderr, verb, err)
 	}

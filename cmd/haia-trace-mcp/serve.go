@@ -9,9 +9,14 @@ import (
 	"io/fs"
 	"log"
 	"log/slog"
+	"os"
 	"strings"
 
 	mcpserver "github.com/mark3labs/mcp-go/server"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard/policy"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
@@ -27,6 +32,9 @@ type serveFlags struct {
 	templatesDir string
 	logLevel     string
 	indexMaxMB   int64
+	guardConfig  string
+	agentID      string
+	signing      signingFlags
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
@@ -34,6 +42,42 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.templatesDir, "templates-dir", "", "the operator's templates directory (default: <dir>/templates)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level on stderr: debug, info, warn, error")
 	fs.Int64Var(&f.indexMaxMB, "index-max-mb", 256, "memory budget of the run index, in MiB")
+	fs.StringVar(&f.guardConfig, "guard-config", "", "the guard policy (haia-guard.config.json); default: built-in defaults")
+	fs.StringVar(&f.agentID, "agent-id", "local-agent", "who the caller is over stdio, for decision receipts (over HTTP the token's subject is used)")
+	f.signing.register(fs)
+}
+
+// openGuard loads the policy, its custom rules and the signing setup once.
+func openGuard(root *confined.Dir, f *serveFlags, logger *slog.Logger) (*server.Guard, error) {
+	cfg, err := guard.LoadConfig(f.guardConfig)
+	if err != nil {
+		return nil, fmt.Errorf("--guard-config: %w", err)
+	}
+	var rules *policy.Policy
+	if cfg.PolicyFile != "" {
+		data, err := os.ReadFile(cfg.PolicyFile)
+		if err != nil {
+			return nil, fmt.Errorf("custom rules: %w", err)
+		}
+		if rules, err = policy.Parse(data); err != nil {
+			return nil, fmt.Errorf("custom rules %s are invalid, refusing to start: %w", cfg.PolicyFile, err)
+		}
+		logger.Info("custom rules loaded", "policy", rules.ID(), "policy_hash", rules.Hash())
+	}
+	signer, paramsKey, err := f.signing.open(logger)
+	if err != nil {
+		return nil, err
+	}
+	chains := &reviewlog.Chains{Signer: signer, Tenant: f.signing.tenant}
+	noteRotation(root, chains, logger)
+	return &server.Guard{
+		Policy:    cfg,
+		Rules:     rules,
+		Log:       reviewlog.Open(root, reviewlog.Options{}),
+		Chains:    chains,
+		ParamsKey: paramsKey,
+		AgentID:   f.agentID,
+	}, nil
 }
 
 func newLogger(stderr io.Writer, level string) (*slog.Logger, error) {
@@ -104,7 +148,13 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	}
 	defer root.Close()
 	defer events.Close()
+	g, err := openGuard(root, &f, logger)
+	if err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
+		return exitFail
+	}
 	srv, err := server.New(server.Config{
+		Guard:         g,
 		Root:          root,
 		Events:        events,
 		Templates:     resolver,

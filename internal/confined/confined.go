@@ -270,3 +270,37 @@ func (f dirFS) ReadFile(name string) ([]byte, error) {
 	}
 	return data, nil
 }
+
+// WriteFileAtomic replaces name with data: it writes a new file beside it,
+// syncs it and renames it into place, so a reader sees the old or the new
+// content, never a part. The caller serializes writers (a lock).
+func (d *Dir) WriteFileAtomic(name string, data []byte, perm os.FileMode) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	tmp := "." + name + ".tmp"
+	_ = unix.Unlinkat(d.fd, tmp, 0)
+	f, err := d.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		_ = unix.Unlinkat(d.fd, tmp, 0)
+		return fmt.Errorf("write %s: %w", filepath.Join(d.path, name), err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		_ = unix.Unlinkat(d.fd, tmp, 0)
+		return fmt.Errorf("sync %s: %w", filepath.Join(d.path, name), err)
+	}
+	if err := f.Close(); err != nil {
+		_ = unix.Unlinkat(d.fd, tmp, 0)
+		return fmt.Errorf("close %s: %w", filepath.Join(d.path, name), err)
+	}
+	if err := unix.Renameat(d.fd, tmp, d.fd, name); err != nil {
+		_ = unix.Unlinkat(d.fd, tmp, 0)
+		return fmt.Errorf("rename into %s: %w", filepath.Join(d.path, name), err)
+	}
+	return nil
+}

@@ -143,3 +143,28 @@ func TestFSBoundsAndRefusals(t *testing.T) {
 		t.Fatal("nested path accepted")
 	}
 }
+
+func TestWriteFileAtomic(t *testing.T) {
+	root, dir := setup(t)
+	if err := root.WriteFileAtomic("k.json", []byte("one"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := root.WriteFileAtomic("k.json", []byte("two"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "k.json"))
+	if err != nil || string(data) != "two" {
+		t.Fatalf("content %q, %v", data, err)
+	}
+	st, _ := os.Stat(filepath.Join(dir, "k.json"))
+	if st.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v", st.Mode())
+	}
+	// A symlink in the way is refused, not followed.
+	if err := root.WriteFileAtomic("linkdir", []byte("x"), 0o600); err != nil {
+		t.Fatalf("replacing a link by rename should work on the link itself: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(dir), "outside", "x")); err == nil {
+		t.Fatal("wrote through a symlinked directory")
+	}
+}

@@ -1,0 +1,460 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	mcpserver "github.com/mark3labs/mcp-go/server"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/auth"
+)
+
+// Defaults of the HTTP transport's bounds; all are stated in the README.
+const (
+	DefaultHTTPMaxBody      = 1 << 20
+	DefaultHTTPMaxSessions  = 256
+	DefaultHTTPSessionIdle  = 30 * time.Minute
+	DefaultHTTPMaxHeader    = 16 << 10
+	DefaultReadHeaderTimout = 5 * time.Second
+	DefaultReadTimeout      = 30 * time.Second
+	DefaultWriteTimeout     = 60 * time.Second
+	DefaultIdleTimeout      = 2 * time.Minute
+	DefaultShutdownTimeout  = 20 * time.Second
+)
+
+// HTTPConfig describes the Streamable HTTP endpoint.
+type HTTPConfig struct {
+	// Resource is the URL clients call, e.g. http://127.0.0.1:3000/mcp; it
+	// is the `aud` tokens must carry and the RFC 9728 `resource`.
+	Resource string
+	// Auth configures token verification; nil serves without
+	// authentication (the caller allows that on loopback only). Its
+	// Resource is set to Resource and its OnOutcome feeds the metrics.
+	Auth *auth.Config
+	// AllowedHosts and AllowedOrigins guard /mcp against DNS rebinding
+	// (see auth.OriginGuard). Both must be set.
+	AllowedHosts   []string
+	AllowedOrigins []string
+	// MaxBodyBytes bounds a request body; larger ones get 413.
+	MaxBodyBytes int64
+	// MaxSessions bounds the live SSE streams (GET /mcp), the only
+	// per-session state held in memory beyond a request.
+	MaxSessions int
+	// SessionIdle is how long idle per-session state (log level) is kept.
+	SessionIdle time.Duration
+	// Ready reports whether the server can do its work; nil uses a probe
+	// that lists events/.
+	Ready func(context.Context) error
+	// Logger receives one line per request.
+	Logger *slog.Logger
+}
+
+// HTTP is the Streamable HTTP front of a Server: a router with /mcp, the
+// protected-resource metadata, health, readiness and metrics.
+type HTTP struct {
+	handler  http.Handler
+	mcp      *mcpserver.StreamableHTTPServer
+	verifier *auth.Verifier
+	metrics  *httpMetrics
+	logger   *slog.Logger
+}
+
+// NewHTTP builds the HTTP front. Sessions use mcp-go's generating session
+// manager, which checks an id's form but keeps no table of ids: all state a
+// tool needs lives in the Trace root, so any replica over the same root can
+// answer any request and no session affinity is needed. What stays in
+// memory (a session's log level, its SSE stream) is bounded by MaxSessions
+// and SessionIdle.
+func (s *Server) NewHTTP(cfg HTTPConfig) (*HTTP, error) {
+	if cfg.Resource == "" {
+		return nil, errors.New("http: the resource URL is empty")
+	}
+	if len(cfg.AllowedHosts) == 0 {
+		return nil, errors.New("http: no allowed Host values: the DNS-rebinding guard would refuse every request")
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultHTTPMaxBody
+	}
+	if cfg.MaxSessions <= 0 {
+		cfg.MaxSessions = DefaultHTTPMaxSessions
+	}
+	if cfg.SessionIdle <= 0 {
+		cfg.SessionIdle = DefaultHTTPSessionIdle
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = s.cfg.Logger
+	}
+	if cfg.Ready == nil {
+		cfg.Ready = s.probeReady
+	}
+	h := &HTTP{logger: cfg.Logger, metrics: newHTTPMetrics()}
+
+	var metadata http.Handler
+	if cfg.Auth != nil {
+		ac := *cfg.Auth
+		ac.Resource = cfg.Resource
+		if ac.Logger == nil {
+			ac.Logger = cfg.Logger
+		}
+		prev := ac.OnOutcome
+		ac.OnOutcome = func(o auth.Outcome) {
+			h.metrics.authOutcomes.WithLabelValues(string(o)).Inc()
+			if prev != nil {
+				prev(o)
+			}
+		}
+		v, err := auth.New(ac)
+		if err != nil {
+			return nil, fmt.Errorf("http: %w", err)
+		}
+		h.verifier = v
+		metadata = v.MetadataHandler()
+	}
+
+	h.mcp = mcpserver.NewStreamableHTTPServer(s.mcp,
+		mcpserver.WithEndpointPath("/mcp"),
+		mcpserver.WithSessionIdleTTL(cfg.SessionIdle),
+		// Our own OriginGuard checks Host and Origin for every listener,
+		// not only loopback ones, so mcp-go's narrower check is off.
+		mcpserver.WithDisableLocalhostProtection(true),
+		mcpserver.WithStreamableHTTPLogger(cfg.Logger),
+		mcpserver.WithHTTPContextFunc(carryIdentity),
+	)
+
+	r := chi.NewRouter()
+	r.Use(h.observe)
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	r.Get("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if err := cfg.Ready(r.Context()); err != nil {
+			cfg.Logger.WarnContext(r.Context(), "not ready", "err", err)
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, "not ready\n")
+			return
+		}
+		_, _ = io.WriteString(w, "ready\n")
+	})
+	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(h.metrics.registry, promhttp.HandlerOpts{
+		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+	}))
+	if metadata != nil {
+		path, err := auth.MetadataPath(cfg.Resource)
+		if err != nil {
+			return nil, fmt.Errorf("http: %w", err)
+		}
+		r.Handle(path, metadata)
+		if path != auth.WellKnownPrefix {
+			r.Handle(auth.WellKnownPrefix, metadata)
+		}
+	}
+
+	var endpoint http.Handler = h.mcp
+	endpoint = noteSubject(endpoint)
+	if h.verifier != nil {
+		endpoint = h.verifier.Middleware(endpoint)
+	}
+	endpoint = limitBody(cfg.MaxBodyBytes, endpoint)
+	endpoint = limitStreams(cfg.MaxSessions, h.metrics.streams, endpoint)
+	endpoint = auth.OriginGuard(cfg.AllowedHosts, cfg.AllowedOrigins, endpoint)
+	r.Handle("/mcp", endpoint)
+	h.handler = r
+	return h, nil
+}
+
+// ServeHTTP routes one request.
+func (h *HTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.handler.ServeHTTP(w, r) }
+
+// ReloadKeys re-reads the JWKS or secret file. On error the old keys stay
+// in use. Without authentication it does nothing.
+func (h *HTTP) ReloadKeys() error {
+	if h.verifier == nil {
+		return nil
+	}
+	return h.verifier.Reload()
+}
+
+// Registry is the Prometheus registry behind /metrics.
+func (h *HTTP) Registry() *prometheus.Registry { return h.metrics.registry }
+
+// Close ends the SSE streams and the session sweeper.
+func (h *HTTP) Close(ctx context.Context) error { return h.mcp.Shutdown(ctx) }
+
+// Timeouts bound the life of a connection; zero fields take the defaults.
+type Timeouts struct {
+	ReadHeader time.Duration
+	Read       time.Duration
+	Write      time.Duration
+	Idle       time.Duration
+	Shutdown   time.Duration // how long in-flight requests may take to finish
+	MaxHeader  int           // bytes of request headers
+}
+
+func (t Timeouts) withDefaults() Timeouts {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&t.ReadHeader, DefaultReadHeaderTimout)
+	def(&t.Read, DefaultReadTimeout)
+	def(&t.Write, DefaultWriteTimeout)
+	def(&t.Idle, DefaultIdleTimeout)
+	def(&t.Shutdown, DefaultShutdownTimeout)
+	if t.MaxHeader <= 0 {
+		t.MaxHeader = DefaultHTTPMaxHeader
+	}
+	return t
+}
+
+// Serve answers on ln until ctx is cancelled, then stops accepting, ends
+// the SSE streams and lets in-flight requests finish within t.Shutdown.
+// It returns nil after a clean shutdown.
+func (h *HTTP) Serve(ctx context.Context, ln net.Listener, t Timeouts) error {
+	t = t.withDefaults()
+	hs := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: t.ReadHeader,
+		ReadTimeout:       t.Read,
+		WriteTimeout:      t.Write,
+		IdleTimeout:       t.Idle,
+		MaxHeaderBytes:    t.MaxHeader,
+		ErrorLog:          slog.NewLogLogger(h.logger.Handler(), slog.LevelWarn),
+		// Requests outlive ctx so that Shutdown can let them finish.
+		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		_ = h.Close(context.Background())
+		return fmt.Errorf("http server on %s: %w", ln.Addr(), err)
+	case <-ctx.Done():
+	}
+	h.logger.Info("shutting down: finishing in-flight requests", "bound", t.Shutdown)
+	sctx, cancel := context.WithTimeout(context.Background(), t.Shutdown)
+	defer cancel()
+	// Long-lived SSE streams would hold Shutdown until its bound.
+	_ = h.Close(sctx)
+	err := hs.Shutdown(sctx)
+	<-errc
+	if err != nil {
+		_ = hs.Close()
+		return fmt.Errorf("graceful shutdown did not finish within %s: %w", t.Shutdown, err)
+	}
+	return nil
+}
+
+// carryIdentity copies the verified identity onto the context mcp-go gives
+// tool handlers, so that auth.SubjectFrom works there whatever context
+// mcp-go starts from.
+func carryIdentity(ctx context.Context, r *http.Request) context.Context {
+	if r == nil {
+		return ctx
+	}
+	if id, ok := auth.IdentityFrom(r.Context()); ok {
+		return auth.WithIdentity(ctx, id)
+	}
+	return ctx
+}
+
+// probeReady lists events/: a root that cannot be read serves nothing.
+func (s *Server) probeReady(context.Context) error {
+	if _, err := s.cfg.Events.ReadDir(); err != nil {
+		return fmt.Errorf("events directory not listable: %w", err)
+	}
+	return nil
+}
+
+// limitBody answers 413 to a body over max, before authentication reads
+// it, and hands later handlers a body that is already in memory.
+func limitBody(max int64, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > max {
+			http.Error(w, "request body larger than "+strconv.FormatInt(max, 10)+" bytes", http.StatusRequestEntityTooLarge)
+			return
+		}
+		if r.Body != nil && r.Body != http.NoBody {
+			body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
+			_ = r.Body.Close()
+			if err != nil {
+				http.Error(w, "request body could not be read", http.StatusBadRequest)
+				return
+			}
+			if int64(len(body)) > max {
+				http.Error(w, "request body larger than "+strconv.FormatInt(max, 10)+" bytes", http.StatusRequestEntityTooLarge)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// limitStreams bounds the concurrent GET /mcp streams; one more gets 503
+// with Retry-After rather than more memory.
+func limitStreams(max int, gauge prometheus.Gauge, next http.Handler) http.Handler {
+	var live atomic.Int64
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if live.Add(1) > int64(max) {
+			live.Add(-1)
+			w.Header().Set("Retry-After", "5")
+			http.Error(w, "too many live sessions", http.StatusServiceUnavailable)
+			return
+		}
+		gauge.Inc()
+		defer func() { live.Add(-1); gauge.Dec() }()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// httpMetrics are the transport's Prometheus collectors, in a registry of
+// their own so that two servers in one process never collide.
+type httpMetrics struct {
+	registry     *prometheus.Registry
+	requests     *prometheus.CounterVec
+	durations    *prometheus.HistogramVec
+	inFlight     prometheus.Gauge
+	streams      prometheus.Gauge
+	authOutcomes *prometheus.CounterVec
+}
+
+func newHTTPMetrics() *httpMetrics {
+	m := &httpMetrics{
+		registry: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "haia_http_requests_total", Help: "HTTP requests answered, by route, method and status code.",
+		}, []string{"route", "method", "code"}),
+		durations: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "haia_http_request_duration_seconds", Help: "Time to answer an HTTP request, by route.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"route"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "haia_http_in_flight_requests", Help: "HTTP requests being answered.",
+		}),
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "haia_mcp_live_streams", Help: "Open GET /mcp server-to-client streams.",
+		}),
+		authOutcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "haia_auth_outcomes_total", Help: "Bearer token decisions, by outcome.",
+		}, []string{"outcome"}),
+	}
+	for _, o := range []auth.Outcome{auth.OutcomeOK, auth.OutcomeNoToken, auth.OutcomeInvalidToken, auth.OutcomeInsufficientScope, auth.OutcomeBadRequest} {
+		m.authOutcomes.WithLabelValues(string(o)) // expose every outcome from the start, at zero
+	}
+	m.registry.MustRegister(m.requests, m.durations, m.inFlight, m.streams, m.authOutcomes,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// reqNote is filled in by inner handlers for the outer request log line.
+type reqNote struct{ subject string }
+
+type reqNoteKey struct{}
+
+// noteSubject records the verified subject for the request log; it runs
+// after the auth middleware, whose context the outer layer cannot see.
+func noteSubject(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n, ok := r.Context().Value(reqNoteKey{}).(*reqNote); ok {
+			if sub, ok := auth.SubjectFrom(r.Context()); ok {
+				n.subject = sub
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// statusWriter remembers the status code; it passes Flush through because
+// SSE responses need it.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
+}
+
+func (w *statusWriter) Flush() {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// observe logs one line per request and updates the metrics. The path is
+// logged without its query, so a token someone put there is not recorded.
+func (h *HTTP) observe(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		h.metrics.inFlight.Inc()
+		defer h.metrics.inFlight.Dec()
+		note := &reqNote{}
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), reqNoteKey{}, note)))
+		if sw.status == 0 {
+			sw.status = http.StatusOK
+		}
+		elapsed := time.Since(start)
+		route := "other"
+		if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
+			route = rc.RoutePattern()
+		}
+		h.metrics.requests.WithLabelValues(route, r.Method, strconv.Itoa(sw.status)).Inc()
+		h.metrics.durations.WithLabelValues(route).Observe(elapsed.Seconds())
+		attrs := []slog.Attr{
+			slog.String("method", r.Method),
+			slog.String("path", r.URL.Path),
+			slog.Int("status", sw.status),
+			slog.Duration("duration", elapsed),
+			slog.Int64("bytes", sw.bytes),
+			slog.String("remote", r.RemoteAddr),
+		}
+		if note.subject != "" {
+			attrs = append(attrs, slog.String("sub", note.subject))
+		}
+		level := slog.LevelInfo
+		if r.URL.Path == "/healthz" || r.URL.Path == "/metrics" || r.URL.Path == "/readyz" {
+			level = slog.LevelDebug // probes every few seconds would drown the log
+		}
+		h.logger.LogAttrs(r.Context(), level, "http request", attrs...)
+	})
+}
