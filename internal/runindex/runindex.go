@@ -92,6 +92,85 @@ type run[T any] struct {
 	used     uint64
 	views    map[string][]T // per template fingerprint
 	lastAt   string         // latest occurred_at, for "latest run"
+	anchor   anchor         // bytes an in-place rewrite would change
+}
+
+// anchorBytes is how many bytes each part of an anchor samples.
+const anchorBytes = 256
+
+// anchor samples a run file where an append cannot change it: its first
+// bytes, and the bytes just before the read offset (for a readable run) or
+// at the start of the bad line (for an unreadable one). Size and mtime alone
+// cannot tell an append from a truncate-and-rewrite of the same inode that
+// ends up longer, which would otherwise be read from a stale offset.
+type anchor struct {
+	head   []byte
+	mark   []byte
+	markAt int64
+	ok     bool
+}
+
+// takeAnchor samples f after a read that stopped at offset.
+func takeAnchor(f io.ReaderAt, offset int64, unreadable bool) anchor {
+	a := anchor{markAt: max(0, offset-anchorBytes)}
+	if unreadable {
+		a.markAt = offset
+	}
+	var err error
+	if a.head, err = readSome(f, 0); err != nil {
+		return anchor{}
+	}
+	if a.mark, err = readSome(f, a.markAt); err != nil {
+		return anchor{}
+	}
+	if !unreadable && int64(len(a.mark)) > offset-a.markAt {
+		a.mark = a.mark[:offset-a.markAt]
+	}
+	if int64(len(a.head)) > offset && !unreadable {
+		a.head = a.head[:offset]
+	}
+	a.ok = true
+	return a
+}
+
+// readSome reads up to anchorBytes at off; fewer at the end of the file.
+func readSome(f io.ReaderAt, off int64) ([]byte, error) {
+	buf := make([]byte, anchorBytes)
+	n, err := f.ReadAt(buf, off)
+	if err != nil && err != io.EOF {
+		return nil, err
+	}
+	return buf[:n], nil
+}
+
+// holds reports whether the file still carries the sampled bytes.
+func (a anchor) holds(f io.ReaderAt) bool {
+	if !a.ok {
+		return false
+	}
+	for _, part := range []struct {
+		at   int64
+		want []byte
+	}{{0, a.head}, {a.markAt, a.mark}} {
+		got := make([]byte, len(part.want))
+		if n, err := f.ReadAt(got, part.at); n != len(got) || (err != nil && err != io.EOF) {
+			return false
+		}
+		if string(got) != string(part.want) {
+			return false
+		}
+	}
+	return true
+}
+
+// stillHolds opens the run file and checks its anchor.
+func (ix *Index[T]) stillHolds(r *run[T]) bool {
+	f, err := ix.opt.Events.Open(r.name)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	return r.anchor.holds(f)
 }
 
 // New returns an empty index.
@@ -198,10 +277,10 @@ func (ix *Index[T]) refresh(id string, e confined.Entry) *run[T] {
 	switch {
 	case ok && r.ident == cur && (r.resident || r.err != nil):
 		return r // unchanged
-	case ok && r.resident && r.err == nil && r.ident.dev == cur.dev && r.ident.ino == cur.ino && cur.size > r.ident.size:
+	case ok && r.resident && r.err == nil && r.ident.dev == cur.dev && r.ident.ino == cur.ino && cur.size > r.ident.size && ix.stillHolds(r):
 		ix.read(r, cur, true) // grew: read only the appended bytes
 		return r
-	case ok && r.err != nil && r.ident.dev == cur.dev && r.ident.ino == cur.ino && cur.size >= r.ident.size:
+	case ok && r.err != nil && r.ident.dev == cur.dev && r.ident.ino == cur.ino && cur.size >= r.ident.size && ix.stillHolds(r):
 		// An append-only file with a bad line stays bad; remember the new size.
 		r.ident = cur
 		return r
@@ -252,6 +331,7 @@ func (ix *Index[T]) read(r *run[T], cur identity, incremental bool) {
 		return nil
 	})
 	ix.stats.BytesRead += consumed
+	r.anchor = takeAnchor(f, r.offset+consumed, err != nil)
 	r.cost += added
 	ix.bytes += added
 	r.offset += consumed

@@ -1,0 +1,150 @@
+package runindex
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
+	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
+)
+
+type item struct{ op string }
+
+func line(op string, seq int) string {
+	at := time.Date(2026, 7, 24, 9, 0, 0, 0, time.UTC).Add(time.Duration(seq) * time.Millisecond)
+	return fmt.Sprintf(`{"event_id":"%s-%d","event_type":"x402.payment.required","occurred_at":%q,"seq":%d,"adapter":"a","context_id":%q,"payload":{}}`+"\n",
+		op, seq, at.Format("2006-01-02T15:04:05.000Z"), seq, op)
+}
+
+func newIndex(t *testing.T) (*Index[item], string, *receipt.Template) {
+	t.Helper()
+	dir := t.TempDir()
+	d, err := confined.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	tmpl, err := receipt.Resolver{}.Resolve("x402-buyer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix := New(Options[item]{
+		Events:    d,
+		Limits:    receipt.DefaultLimits(),
+		Summarize: func(_ string, r *receipt.Receipt) item { return item{op: r.Operation.OperationID} },
+	})
+	return ix, dir, tmpl
+}
+
+func ops(t *testing.T, ix *Index[item], tmpl *receipt.Template) ([]string, []Unreadable) {
+	t.Helper()
+	l, err := ix.List(context.Background(), tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, rv := range l.Runs {
+		for _, it := range rv.Items {
+			out = append(out, rv.RunID+"/"+it.op)
+		}
+	}
+	return out, l.Unreadable
+}
+
+// rewriteInPlace truncates the file and writes new content to the same inode,
+// as an editor or a misbehaving recorder might, then gives it a later mtime.
+func rewriteInPlace(t *testing.T, path, content string, mtime time.Time) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(content); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, mtime, mtime); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A file rewritten in place (same inode, larger size) is not an append: the
+// index must read it again from the start rather than from its old offset.
+func TestRewriteInPlaceIsReadAgain(t *testing.T) {
+	cases := []struct {
+		name    string
+		before  string
+		after   string
+		wantOps []string
+	}{
+		{
+			name:    "aligned",
+			before:  line("old", 1),
+			after:   line("new", 1) + line("new2", 2),
+			wantOps: []string{"r/new", "r/new2"},
+		},
+		{
+			name:    "misaligned",
+			before:  line("old", 1),
+			after:   line("longer-name", 1) + line("longer-name", 2),
+			wantOps: []string{"r/longer-name"},
+		},
+		{
+			name:    "bad then good",
+			before:  "not json\n",
+			after:   line("fixed", 1),
+			wantOps: []string{"r/fixed"},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ix, dir, tmpl := newIndex(t)
+			path := filepath.Join(dir, "r.ndjson")
+			if err := os.WriteFile(path, []byte(c.before), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			ops(t, ix, tmpl)
+			rewriteInPlace(t, path, c.after, time.Now().Add(time.Hour))
+			got, bad := ops(t, ix, tmpl)
+			if len(bad) != 0 || strings.Join(got, ",") != strings.Join(c.wantOps, ",") {
+				t.Fatalf("after rewrite: ops %v, unreadable %v; want ops %v", got, bad, c.wantOps)
+			}
+		})
+	}
+}
+
+// Appends are read incrementally, and the line numbers of later errors count
+// the lines read before.
+func TestAppendIsIncremental(t *testing.T) {
+	ix, dir, tmpl := newIndex(t)
+	path := filepath.Join(dir, "r.ndjson")
+	if err := os.WriteFile(path, []byte(line("a", 1)+line("b", 2)+`{"torn`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, bad := ops(t, ix, tmpl)
+	if len(got) != 2 || len(bad) != 0 {
+		t.Fatalf("first listing: %v %v", got, bad)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Finish the torn line as a valid one would be impossible here, so the
+	// writer starts over on a new line after it: that line is bad (line 3).
+	fmt.Fprint(f, "\n"+line("c", 3))
+	f.Close()
+	_, bad = ops(t, ix, tmpl)
+	if len(bad) != 1 || !strings.Contains(bad[0].Err.Error(), "line 3") {
+		t.Fatalf("completed torn line: %v", bad)
+	}
+	if s := ix.Stats(); s.IncrementalRs != 1 || s.FullReads != 1 {
+		t.Fatalf("stats %+v, want one full and one incremental read", s)
+	}
+}
