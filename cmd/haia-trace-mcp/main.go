@@ -42,6 +42,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return runSigner(ctx, rest, stdout, stderr)
 		case "review":
 			return runReview(ctx, rest, stdout, stderr)
+		case "chain":
+			return runChain(ctx, rest, stdout, stderr)
+		case "healthcheck":
+			return runHealthcheck(ctx, rest, stdout, stderr)
 		case "version":
 			return runVersion(rest, stdout, stderr)
 		case "help":
@@ -62,5 +66,7 @@ const usage = `usage:
   haia-trace-mcp verify CHAIN [--keyring K] [--checkpoint C] [--identity M]
   haia-trace-mcp signer --key-file K --listen unix:PATH
   haia-trace-mcp review list|show|approve|reject [<review_id>] [--dir .trace] [--all] [--note "…"] [--by ID] [--json]
+  haia-trace-mcp chain list|export ID|checkpoint ID [--dir .trace]
+  haia-trace-mcp healthcheck [--url http://127.0.0.1:3000/healthz] [--timeout 3s]
   haia-trace-mcp version
 `
