@@ -429,14 +429,15 @@ func TestStdioListWhileAppending(t *testing.T) {
 					writeErr <- err
 					return
 				}
-				time.Sleep(200 * time.Microsecond)
+				time.Sleep(time.Millisecond)
 				l = l[cut:]
 			}
 			if _, err := f.WriteString(l); err != nil {
 				writeErr <- err
 				return
 			}
-			if i%50 == 0 {
+			if i%4 == 0 {
+				// Pace the writer so that many listings interleave with it.
 				time.Sleep(time.Millisecond)
 			}
 		}
@@ -463,6 +464,7 @@ func TestStdioListWhileAppending(t *testing.T) {
 			lastAt = at
 		}
 	}
+	began := time.Now()
 	for running := true; running; {
 		select {
 		case <-done:
@@ -477,13 +479,14 @@ func TestStdioListWhileAppending(t *testing.T) {
 		}
 	}
 	wg.Wait()
+	writing := time.Since(began)
 	select {
 	case err := <-writeErr:
 		t.Fatal(err)
 	default:
 	}
 	poll()
-	t.Logf("%d listings during %d appended lines (every 7th torn)", listings, lines)
+	t.Logf("%d listings in %v while %d lines were appended (every 7th torn)", listings, writing, lines)
 	if lastOps != ops {
 		t.Fatalf("final listing has %d operations, want %d", lastOps, ops)
 	}
