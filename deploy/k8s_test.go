@@ -1,0 +1,644 @@
+package deploy
+
+import (
+	"bytes"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+)
+
+// The names the manifests agree on.
+const (
+	k8sDir          = "kubernetes"
+	namespace       = "haia-trace"
+	serverContainer = "server"
+	signerContainer = "signer"
+	keySecretName   = "haia-trace-mcp-signing-key"
+	traceClaimName  = "haia-trace-root"
+	// The only containers allowed to touch the signing key: the signer and
+	// the init container that installs its key file.
+	keyInstallInit = "signing-key-install"
+)
+
+// k8sObject is one decoded document with where it came from.
+type k8sObject struct {
+	where string // file:document-number
+	obj   runtime.Object
+}
+
+// newTyped returns an empty object of the API type for a kind, so that the
+// strict decoder refuses every field that type does not have.
+func newTyped(apiVersion, kind string) (runtime.Object, error) {
+	switch apiVersion + "/" + kind {
+	case "v1/Namespace":
+		return &corev1.Namespace{}, nil
+	case "v1/PersistentVolumeClaim":
+		return &corev1.PersistentVolumeClaim{}, nil
+	case "v1/Secret":
+		return &corev1.Secret{}, nil
+	case "v1/ConfigMap":
+		return &corev1.ConfigMap{}, nil
+	case "v1/Service":
+		return &corev1.Service{}, nil
+	case "apps/v1/Deployment":
+		return &appsv1.Deployment{}, nil
+	}
+	return nil, fmt.Errorf("apiVersion %q kind %q: not a type this test knows; add it to newTyped", apiVersion, kind)
+}
+
+// splitYAMLDocuments splits a multi-document YAML stream at "---" lines.
+func splitYAMLDocuments(data []byte) [][]byte {
+	var docs [][]byte
+	var cur bytes.Buffer
+	flush := func() {
+		if len(bytes.TrimSpace(stripComments(cur.Bytes()))) > 0 {
+			docs = append(docs, slices.Clone(cur.Bytes()))
+		}
+		cur.Reset()
+	}
+	for _, line := range bytes.SplitAfter(data, []byte("\n")) {
+		if t := bytes.TrimRight(line, " \t\r\n"); bytes.Equal(t, []byte("---")) {
+			flush()
+			continue
+		}
+		cur.Write(line)
+	}
+	flush()
+	return docs
+}
+
+// stripComments drops whole-line comments, to tell an empty document.
+func stripComments(doc []byte) []byte {
+	var out []byte
+	for _, line := range bytes.SplitAfter(doc, []byte("\n")) {
+		if !bytes.HasPrefix(bytes.TrimSpace(line), []byte("#")) {
+			out = append(out, line...)
+		}
+	}
+	return out
+}
+
+// decodeK8sDocument decodes one document strictly: unknown or duplicate
+// fields and wrong types are errors.
+func decodeK8sDocument(doc []byte) (runtime.Object, error) {
+	var meta struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+	}
+	if err := yaml.Unmarshal(doc, &meta); err != nil {
+		return nil, fmt.Errorf("reading apiVersion and kind: %w", err)
+	}
+	obj, err := newTyped(meta.APIVersion, meta.Kind)
+	if err != nil {
+		return nil, err
+	}
+	if err := yaml.UnmarshalStrict(doc, obj); err != nil {
+		return nil, fmt.Errorf("%s: %w", meta.Kind, err)
+	}
+	return obj, nil
+}
+
+func loadK8s(t *testing.T) []k8sObject {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(k8sDir, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests under %s (err %v)", k8sDir, err)
+	}
+	var objs []k8sObject
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, doc := range splitYAMLDocuments(data) {
+			where := fmt.Sprintf("%s document %d", f, i+1)
+			obj, err := decodeK8sDocument(doc)
+			if err != nil {
+				t.Errorf("%s: %v", where, err)
+				continue
+			}
+			objs = append(objs, k8sObject{where: where, obj: obj})
+		}
+	}
+	return objs
+}
+
+func TestKubernetesStrictDecoding(t *testing.T) {
+	objs := loadK8s(t)
+	kinds := map[string]int{}
+	for _, o := range objs {
+		kinds[fmt.Sprintf("%T", o.obj)]++
+	}
+	for _, want := range []string{"*v1.Deployment", "*v1.Service", "*v1.Secret", "*v1.ConfigMap", "*v1.PersistentVolumeClaim", "*v1.Namespace"} {
+		if kinds[want] == 0 {
+			t.Errorf("no %s among the manifests (have %v)", want, kinds)
+		}
+	}
+}
+
+// TestStrictDecoderRefuses keeps the strict decoding honest: the checks above
+// mean something only if a typo'd or duplicated field fails.
+func TestStrictDecoderRefuses(t *testing.T) {
+	cases := []struct{ name, doc string }{
+		{"unknown field", "apiVersion: v1\nkind: Service\nmetadata: {name: x}\nspec: {selectr: {a: b}}\n"},
+		{"duplicate field", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {a: b}\ndata: {c: d}\n"},
+		{"wrong type", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec: {replicas: many}\n"},
+		{"unknown kind", "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := decodeK8sDocument([]byte(c.doc)); err == nil {
+				t.Errorf("decoded without error:\n%s", c.doc)
+			}
+		})
+	}
+}
+
+// find returns the single object of type T named name, failing otherwise.
+func find[T runtime.Object](t *testing.T, objs []k8sObject, name string) T {
+	t.Helper()
+	var found []T
+	for _, o := range objs {
+		if v, ok := o.obj.(T); ok {
+			if m, ok := any(v).(interface{ GetName() string }); ok && m.GetName() == name {
+				found = append(found, v)
+			}
+		}
+	}
+	if len(found) != 1 {
+		var zero T
+		t.Fatalf("want exactly one %T named %q, found %d", zero, name, len(found))
+	}
+	return found[0]
+}
+
+func TestKubernetesNamespaces(t *testing.T) {
+	for _, o := range loadK8s(t) {
+		m, ok := o.obj.(interface{ GetNamespace() string })
+		if _, isNS := o.obj.(*corev1.Namespace); !ok || isNS {
+			continue
+		}
+		if got := m.GetNamespace(); got != namespace {
+			t.Errorf("%s: namespace %q, want %q", o.where, got, namespace)
+		}
+	}
+}
+
+func allContainers(spec *corev1.PodSpec) []corev1.Container {
+	return append(slices.Clone(spec.InitContainers), spec.Containers...)
+}
+
+func TestKubernetesPodSecurity(t *testing.T) {
+	objs := loadK8s(t)
+	dep := find[*appsv1.Deployment](t, objs, "haia-trace-mcp")
+	pod := &dep.Spec.Template.Spec
+	psc := pod.SecurityContext
+	if psc == nil {
+		t.Fatal("pod has no securityContext")
+	}
+	if psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot {
+		t.Error("pod: runAsNonRoot is not true")
+	}
+	if psc.RunAsUser == nil || *psc.RunAsUser == 0 {
+		t.Error("pod: runAsUser unset or 0; the image's user is 65532")
+	}
+	if psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Error("pod: seccompProfile is not RuntimeDefault")
+	}
+	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
+		t.Error("pod: automountServiceAccountToken should be false (the server never calls the API)")
+	}
+	if pod.HostNetwork || pod.HostPID || pod.HostIPC {
+		t.Error("pod: shares a host namespace")
+	}
+	for _, c := range allContainers(pod) {
+		sc := c.SecurityContext
+		if sc == nil {
+			t.Errorf("container %s: no securityContext", c.Name)
+			continue
+		}
+		if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+			t.Errorf("container %s: allowPrivilegeEscalation is not false", c.Name)
+		}
+		if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+			t.Errorf("container %s: readOnlyRootFilesystem is not true", c.Name)
+		}
+		if sc.Privileged != nil && *sc.Privileged {
+			t.Errorf("container %s: privileged", c.Name)
+		}
+		if sc.RunAsUser != nil && *sc.RunAsUser == 0 {
+			t.Errorf("container %s: runs as uid 0", c.Name)
+		}
+		if sc.RunAsNonRoot != nil && !*sc.RunAsNonRoot {
+			t.Errorf("container %s: runAsNonRoot false", c.Name)
+		}
+		if sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
+			t.Errorf("container %s: capabilities do not drop ALL", c.Name)
+		} else if len(sc.Capabilities.Add) != 0 {
+			t.Errorf("container %s: adds capabilities %v", c.Name, sc.Capabilities.Add)
+		}
+		if sc.SeccompProfile != nil && sc.SeccompProfile.Type == corev1.SeccompProfileTypeUnconfined {
+			t.Errorf("container %s: seccomp Unconfined", c.Name)
+		}
+		if c.Resources.Limits.Memory().IsZero() || c.Resources.Limits.Cpu().IsZero() {
+			t.Errorf("container %s: no cpu and memory limits", c.Name)
+		}
+		if c.Resources.Requests.Memory().IsZero() {
+			t.Errorf("container %s: no memory request", c.Name)
+		}
+		if !imagePinned(c.Image) {
+			t.Errorf("container %s: image %q is neither digest-pinned nor an exact tag", c.Name, c.Image)
+		}
+	}
+}
+
+// imagePinned accepts name@sha256:<64 hex>, or an explicit tag that is not
+// "latest" (the project's own image, which the operator replaces).
+func imagePinned(ref string) bool {
+	if name, digest, ok := strings.Cut(ref, "@"); ok {
+		hex, ok := strings.CutPrefix(digest, "sha256:")
+		return ok && name != "" && len(hex) == 64 && strings.Trim(hex, "0123456789abcdef") == ""
+	}
+	slash := strings.LastIndex(ref, "/")
+	colon := strings.LastIndex(ref, ":")
+	return colon > slash && ref[colon+1:] != "" && ref[colon+1:] != "latest"
+}
+
+func TestImagePinned(t *testing.T) {
+	cases := map[string]bool{
+		"busybox:1.37.0@sha256:9db7b59979c38555a39def84a31fb98b5296952f9e3afd4f6f11f05b07adfab0": true,
+		"haia-trace-mcp:0.1.0":         true,
+		"registry:5000/haia:1.2":       true,
+		"busybox":                      false,
+		"busybox:latest":               false,
+		"registry:5000/haia":           false,
+		"busybox@sha256:abc":           false,
+		"busybox@sha512:" + strings.Repeat("a", 64): false,
+	}
+	for ref, want := range cases {
+		if got := imagePinned(ref); got != want {
+			t.Errorf("imagePinned(%q) = %v, want %v", ref, got, want)
+		}
+	}
+}
+
+func container(t *testing.T, pod *corev1.PodSpec, name string) corev1.Container {
+	t.Helper()
+	for _, c := range allContainers(pod) {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no container %q in the pod", name)
+	return corev1.Container{}
+}
+
+func TestKubernetesProbes(t *testing.T) {
+	objs := loadK8s(t)
+	dep := find[*appsv1.Deployment](t, objs, "haia-trace-mcp")
+	srv := container(t, &dep.Spec.Template.Spec, serverContainer)
+	probes := []struct {
+		name string
+		p    *corev1.Probe
+		path string
+	}{
+		{"livenessProbe", srv.LivenessProbe, "/healthz"},
+		{"readinessProbe", srv.ReadinessProbe, "/readyz"},
+	}
+	for _, pr := range probes {
+		if pr.p == nil || pr.p.HTTPGet == nil {
+			t.Errorf("server %s: want an httpGet probe on %s", pr.name, pr.path)
+			continue
+		}
+		if pr.p.HTTPGet.Path != pr.path {
+			t.Errorf("server %s: path %q, want %q", pr.name, pr.p.HTTPGet.Path, pr.path)
+		}
+		if !portDeclared(srv, pr.p.HTTPGet.Port) {
+			t.Errorf("server %s: port %s is not a port of the container", pr.name, pr.p.HTTPGet.Port.String())
+		}
+	}
+	if srv.StartupProbe != nil && srv.StartupProbe.HTTPGet != nil && !portDeclared(srv, srv.StartupProbe.HTTPGet.Port) {
+		t.Errorf("server startupProbe: port %s is not a port of the container", srv.StartupProbe.HTTPGet.Port.String())
+	}
+	// Every path a probe asks for must be served by the binary: look for
+	// it as a route literal in the HTTP wiring's source.
+	for _, pr := range probes {
+		if pr.p != nil && pr.p.HTTPGet != nil {
+			checkRouteExists(t, pr.p.HTTPGet.Path)
+		}
+	}
+}
+
+func portDeclared(c corev1.Container, p intstr.IntOrString) bool {
+	for _, cp := range c.Ports {
+		if (p.Type == intstr.String && cp.Name == p.StrVal) || (p.Type == intstr.Int && cp.ContainerPort == p.IntVal) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkRouteExists fails unless some non-test Go file of the module outside
+// deploy/ holds the path as a string literal.
+func checkRouteExists(t *testing.T, path string) {
+	t.Helper()
+	lit := []byte(`"` + path + `"`)
+	found := false
+	err := filepath.WalkDir("..", func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			switch d.Name() {
+			case ".git", "testdata", "deploy", "node_modules":
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if found || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		found = bytes.Contains(data, lit)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("searching the source for route %s: %v", path, err)
+	}
+	if !found {
+		t.Errorf("probe path %s: no Go source outside deploy/ serves it (no %s literal)", path, lit)
+	}
+}
+
+// TestKubernetesKeyIsolation: only the signer side of the pod mounts the
+// signing key, in any form; the network-facing container never does.
+func TestKubernetesKeyIsolation(t *testing.T) {
+	objs := loadK8s(t)
+	dep := find[*appsv1.Deployment](t, objs, "haia-trace-mcp")
+	pod := &dep.Spec.Template.Spec
+	// keyVolumes: the Secret's volume, and the emptyDir the install step
+	// copies it into (every volume the install container writes).
+	keyVolumes := map[string]bool{}
+	for _, v := range pod.Volumes {
+		if v.Secret != nil && v.Secret.SecretName == keySecretName {
+			keyVolumes[v.Name] = true
+		}
+		if v.Projected != nil {
+			for _, s := range v.Projected.Sources {
+				if s.Secret != nil && s.Secret.Name == keySecretName {
+					keyVolumes[v.Name] = true
+				}
+			}
+		}
+	}
+	if len(keyVolumes) == 0 {
+		t.Fatalf("no volume carries the Secret %s", keySecretName)
+	}
+	install := container(t, pod, keyInstallInit)
+	for _, m := range install.VolumeMounts {
+		if !m.ReadOnly {
+			keyVolumes[m.Name] = true
+		}
+	}
+	allowed := map[string]bool{signerContainer: true, keyInstallInit: true}
+	for _, c := range allContainers(pod) {
+		for _, m := range c.VolumeMounts {
+			if keyVolumes[m.Name] && !allowed[c.Name] {
+				t.Errorf("container %s mounts key volume %s; only %v may", c.Name, m.Name, allowed)
+			}
+		}
+		for _, e := range c.EnvFrom {
+			if e.SecretRef != nil && e.SecretRef.Name == keySecretName {
+				t.Errorf("container %s takes the key Secret as environment", c.Name)
+			}
+		}
+		for _, e := range c.Env {
+			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Name == keySecretName {
+				t.Errorf("container %s takes the key Secret as environment", c.Name)
+			}
+		}
+	}
+	signer := container(t, pod, signerContainer)
+	if len(signer.Ports) != 0 {
+		t.Errorf("signer exposes ports %v; it talks over its unix socket only", signer.Ports)
+	}
+	srv := container(t, pod, serverContainer)
+	if flagValue(srv.Args, "--key-file") != "" {
+		t.Error("server is given --key-file; it must sign through --signer")
+	}
+	if !strings.HasPrefix(flagValue(srv.Args, "--signer"), "unix:") {
+		t.Error("server has no --signer unix:PATH")
+	}
+	if a, b := flagValue(srv.Args, "--signer"), flagValue(signer.Args, "--listen"); a != b {
+		t.Errorf("server --signer %q and signer --listen %q differ", a, b)
+	}
+}
+
+// flagValue returns the value following name in args ("" when absent).
+func flagValue(args []string, name string) string {
+	for i, a := range args {
+		if a == name && i+1 < len(args) {
+			return args[i+1]
+		}
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// TestKubernetesTraceMounts: events/ read-only and guard/ writable for the
+// server; the whole root is mounted only by the layout init container.
+func TestKubernetesTraceMounts(t *testing.T) {
+	objs := loadK8s(t)
+	dep := find[*appsv1.Deployment](t, objs, "haia-trace-mcp")
+	pod := &dep.Spec.Template.Spec
+	traceVolumes := map[string]bool{}
+	for _, v := range pod.Volumes {
+		if v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == traceClaimName {
+			traceVolumes[v.Name] = true
+		}
+	}
+	if len(traceVolumes) == 0 {
+		t.Fatalf("no volume uses the claim %s", traceClaimName)
+	}
+	pvc := find[*corev1.PersistentVolumeClaim](t, objs, traceClaimName)
+	if !slices.Contains(pvc.Spec.AccessModes, corev1.ReadWriteMany) {
+		t.Errorf("claim %s: access modes %v; replicas on several nodes need ReadWriteMany", traceClaimName, pvc.Spec.AccessModes)
+	}
+	dir := flagValue(container(t, pod, serverContainer).Args, "--dir")
+	if dir == "" {
+		t.Fatal("server has no --dir")
+	}
+	var sawEvents, sawGuard bool
+	for _, c := range allContainers(pod) {
+		for _, m := range c.VolumeMounts {
+			if !traceVolumes[m.Name] {
+				continue
+			}
+			switch {
+			case m.SubPath == "events" || m.SubPath == "events/":
+				if !m.ReadOnly {
+					t.Errorf("container %s mounts events/ writable", c.Name)
+				}
+				if c.Name == serverContainer {
+					sawEvents = m.MountPath == dir+"/events"
+				}
+			case m.SubPath == "guard" || m.SubPath == "guard/":
+				if c.Name == serverContainer {
+					sawGuard = m.MountPath == dir+"/guard" && !m.ReadOnly
+				}
+			case m.SubPath == "":
+				if c.Name != "trace-layout" && !m.ReadOnly {
+					t.Errorf("container %s mounts the whole Trace root writable (events/ included)", c.Name)
+				}
+			default:
+				t.Errorf("container %s mounts unexpected subPath %q of the Trace root", c.Name, m.SubPath)
+			}
+		}
+	}
+	if !sawEvents {
+		t.Errorf("server does not mount events/ read-only at %s/events", dir)
+	}
+	if !sawGuard {
+		t.Errorf("server does not mount guard/ writable at %s/guard", dir)
+	}
+}
+
+// TestKubernetesWiring: every Secret, ConfigMap and key a pod refers to
+// exists, the Service reaches the pod, and the file paths in the args lie
+// under a mount of the right volume.
+func TestKubernetesWiring(t *testing.T) {
+	objs := loadK8s(t)
+	dep := find[*appsv1.Deployment](t, objs, "haia-trace-mcp")
+	pod := &dep.Spec.Template.Spec
+	for _, v := range pod.Volumes {
+		switch {
+		case v.Secret != nil:
+			s := find[*corev1.Secret](t, objs, v.Secret.SecretName)
+			for _, it := range v.Secret.Items {
+				if _, ok := s.StringData[it.Key]; !ok {
+					t.Errorf("volume %s: Secret %s has no key %s", v.Name, s.Name, it.Key)
+				}
+			}
+		case v.ConfigMap != nil:
+			find[*corev1.ConfigMap](t, objs, v.ConfigMap.Name)
+		}
+	}
+	svc := find[*corev1.Service](t, objs, "haia-trace-mcp")
+	for k, want := range svc.Spec.Selector {
+		if dep.Spec.Template.Labels[k] != want {
+			t.Errorf("Service selector %s=%s does not match the pod labels %v", k, want, dep.Spec.Template.Labels)
+		}
+	}
+	srv := container(t, pod, serverContainer)
+	for _, p := range svc.Spec.Ports {
+		if !portDeclared(srv, p.TargetPort) {
+			t.Errorf("Service port %s: targetPort %s is not a server port", p.Name, p.TargetPort.String())
+		}
+	}
+	// Each file argument must be a file the mounted volume provides.
+	files := []struct {
+		c      corev1.Container
+		flag   string
+		volume string
+	}{
+		{srv, "--auth-jwks", "jwks"},
+		{srv, "--guard-config", "guard-config"},
+		{container(t, pod, signerContainer), "--key-file", "signing-key"},
+	}
+	for _, f := range files {
+		path := flagValue(f.c.Args, f.flag)
+		if path == "" {
+			t.Errorf("container %s: no %s", f.c.Name, f.flag)
+			continue
+		}
+		ok := false
+		for _, m := range f.c.VolumeMounts {
+			if m.Name == f.volume && filepath.Dir(path) == m.MountPath {
+				ok = true
+			}
+		}
+		if !ok {
+			t.Errorf("container %s: %s %s is not in a mount of volume %s", f.c.Name, f.flag, path, f.volume)
+		}
+	}
+}
+
+// TestKubernetesSecretsArePlaceholders: no real key is ever committed.
+func TestKubernetesSecretsArePlaceholders(t *testing.T) {
+	for _, o := range loadK8s(t) {
+		s, ok := o.obj.(*corev1.Secret)
+		if !ok {
+			continue
+		}
+		values := map[string][]byte{}
+		for k, v := range s.StringData {
+			values[k] = []byte(v)
+		}
+		for k, v := range s.Data {
+			values[k] = v
+		}
+		for k, v := range values {
+			if b, _ := pem.Decode(v); b != nil {
+				t.Errorf("%s: Secret %s key %s holds a PEM block; commit placeholders only", o.where, s.Name, k)
+			}
+			var jwks struct {
+				Keys []map[string]any `json:"keys"`
+			}
+			if json.Unmarshal(v, &jwks) == nil {
+				for _, key := range jwks.Keys {
+					if _, private := key["d"]; private {
+						t.Errorf("%s: Secret %s key %s holds a private JWK", o.where, s.Name, k)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestGuardConfigExamples: the ConfigMap's policy and deploy's example file
+// are the same policy, and the guard accepts it.
+func TestGuardConfigExamples(t *testing.T) {
+	file, err := os.ReadFile("haia-guard.config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := guard.ParseConfig(file, "."); err != nil {
+		t.Errorf("haia-guard.config.json: %v", err)
+	}
+	cm := find[*corev1.ConfigMap](t, loadK8s(t), "haia-trace-mcp-guard")
+	inMap, ok := cm.Data["haia-guard.config.json"]
+	if !ok {
+		t.Fatal("ConfigMap haia-trace-mcp-guard has no haia-guard.config.json")
+	}
+	if _, err := guard.ParseConfig([]byte(inMap), "."); err != nil {
+		t.Errorf("ConfigMap haia-trace-mcp-guard: %v", err)
+	}
+	var a, b bytes.Buffer
+	if err := json.Compact(&a, file); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Compact(&b, []byte(inMap)); err != nil {
+		t.Fatal(err)
+	}
+	if a.String() != b.String() {
+		t.Errorf("the ConfigMap's policy differs from haia-guard.config.json:\n%s\n%s", b.String(), a.String())
+	}
+}
