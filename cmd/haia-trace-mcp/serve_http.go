@@ -2,24 +2,224 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/auth"
 	"github.com/haia-trace-mcp/haia-trace-mcp/server"
 )
 
 // httpFlags are the serve flags for Streamable HTTP.
 type httpFlags struct {
-	addr string
+	addr         string
+	publicURL    string
+	issuer       string
+	jwks         string
+	hmacSecret   string
+	scopes       listFlag
+	toolScopes   listFlag
+	allowRemote  bool
+	insecure     bool
+	maxBody      int64
+	maxSessions  int
+	sessionIdle  time.Duration
+	readHeader   time.Duration
+	readTimeout  time.Duration
+	writeTimeout time.Duration
+	idleTimeout  time.Duration
+	shutdown     time.Duration
 }
 
+// listFlag collects a repeatable string flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
 func (h *httpFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&h.addr, "http", "", "serve Streamable HTTP on HOST:PORT instead of stdio")
+	fs.StringVar(&h.addr, "http", "", "serve Streamable HTTP on HOST:PORT instead of stdio (loopback unless --http-allow-remote)")
+	fs.StringVar(&h.publicURL, "public-url", "", "the public base URL behind a TLS proxy, e.g. https://mcp.example.com; the resource is <public-url>/mcp")
+	fs.StringVar(&h.issuer, "auth-issuer", "", "the authorization server's issuer; tokens must carry it as iss")
+	fs.StringVar(&h.jwks, "auth-jwks", "", "JWKS file with the authorization server's public keys (RS256, ES256); reloaded on SIGHUP")
+	fs.StringVar(&h.hmacSecret, "auth-hmac-secret", "", "HS256 secret file, for a local authorization server only")
+	fs.Var(&h.scopes, "auth-scope", "a scope every request needs (repeatable)")
+	fs.Var(&h.toolScopes, "auth-tool-scope", "TOOL=SCOPE: an extra scope a call of TOOL needs (repeatable)")
+	fs.BoolVar(&h.allowRemote, "http-allow-remote", false, "allow listening on a non-loopback address")
+	fs.BoolVar(&h.insecure, "http-insecure-no-auth", false, "serve without authentication (loopback only, e.g. for the MCP Inspector)")
+	fs.Int64Var(&h.maxBody, "http-max-body", server.DefaultHTTPMaxBody, "largest request body in bytes")
+	fs.IntVar(&h.maxSessions, "http-max-sessions", server.DefaultHTTPMaxSessions, "most live server-to-client streams")
+	fs.DurationVar(&h.sessionIdle, "http-session-idle", server.DefaultHTTPSessionIdle, "how long idle session state is kept")
+	fs.DurationVar(&h.readHeader, "http-read-header-timeout", server.DefaultReadHeaderTimout, "time allowed to read request headers")
+	fs.DurationVar(&h.readTimeout, "http-read-timeout", server.DefaultReadTimeout, "time allowed to read a whole request")
+	fs.DurationVar(&h.writeTimeout, "http-write-timeout", server.DefaultWriteTimeout, "time allowed to write a response (bounds SSE streams too)")
+	fs.DurationVar(&h.idleTimeout, "http-idle-timeout", server.DefaultIdleTimeout, "keep-alive idle time")
+	fs.DurationVar(&h.shutdown, "http-shutdown-timeout", server.DefaultShutdownTimeout, "time in-flight requests get to finish on SIGTERM")
+}
+
+// isLoopbackHost reports whether a listen host only reaches this machine.
+// An empty host (":3000") listens everywhere, so it is not loopback.
+func isLoopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// httpPlan is everything runHTTP decides from the flags before listening.
+type httpPlan struct {
+	host     string
+	loopback bool
+	auth     *auth.Config
+}
+
+// plan applies the binding rules and builds the auth configuration.
+func (h *httpFlags) plan() (httpPlan, error) {
+	host, _, err := net.SplitHostPort(h.addr)
+	if err != nil {
+		return httpPlan{}, fmt.Errorf("--http %q: want HOST:PORT such as 127.0.0.1:3000: %w", h.addr, err)
+	}
+	p := httpPlan{host: host, loopback: isLoopbackHost(host)}
+	if !p.loopback && !h.allowRemote {
+		return p, fmt.Errorf("--http %q is not a loopback address: add --http-allow-remote to listen beyond this machine", h.addr)
+	}
+	authGiven := h.issuer != "" || h.jwks != "" || h.hmacSecret != "" || len(h.scopes) > 0 || len(h.toolScopes) > 0
+	if h.insecure {
+		if !p.loopback {
+			return p, fmt.Errorf("--http-insecure-no-auth is refused on %q: it is allowed on loopback only", h.addr)
+		}
+		if authGiven {
+			return p, errors.New("--http-insecure-no-auth cannot be combined with --auth-* flags")
+		}
+		return p, nil
+	}
+	if h.issuer == "" || (h.jwks == "" && h.hmacSecret == "") {
+		return p, errors.New("--http needs --auth-issuer and one of --auth-jwks or --auth-hmac-secret (or --http-insecure-no-auth on loopback)")
+	}
+	tools := map[string]string{}
+	for _, ts := range h.toolScopes {
+		tool, scope, ok := strings.Cut(ts, "=")
+		if !ok || tool == "" || scope == "" {
+			return p, fmt.Errorf("--auth-tool-scope %q: want TOOL=SCOPE", ts)
+		}
+		tools[tool] = scope
+	}
+	p.auth = &auth.Config{
+		Issuer:         h.issuer,
+		Scopes:         append([]string(nil), h.scopes...),
+		ToolScopes:     tools,
+		JWKSFile:       h.jwks,
+		HMACSecretFile: h.hmacSecret,
+	}
+	return p, nil
+}
+
+// resourceAndHosts derives the resource URL and the Host values /mcp
+// answers to from the bound port and --public-url.
+func (h *httpFlags) resourceAndHosts(p httpPlan, port string) (string, []string, error) {
+	hosts := []string{net.JoinHostPort(p.host, port)}
+	if p.loopback || p.host == "" || p.host == "0.0.0.0" || p.host == "::" {
+		hosts = append(hosts, auth.LoopbackHosts(port)...)
+	}
+	resource := "http://" + net.JoinHostPort(p.host, port) + "/mcp"
+	if p.host == "" {
+		resource = "http://" + net.JoinHostPort("127.0.0.1", port) + "/mcp"
+	}
+	if h.publicURL != "" {
+		u, err := url.Parse(h.publicURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+			return "", nil, fmt.Errorf("--public-url %q: want an absolute http(s) URL without query, such as https://mcp.example.com", h.publicURL)
+		}
+		resource = strings.TrimSuffix(u.String(), "/") + "/mcp"
+		hosts = append(hosts, u.Host)
+		if u.Port() == "" { // some clients send the default port explicitly
+			def := "80"
+			if u.Scheme == "https" {
+				def = "443"
+			}
+			hosts = append(hosts, net.JoinHostPort(u.Hostname(), def))
+		}
+	}
+	return resource, hosts, nil
 }
 
 func runHTTP(ctx context.Context, srv *server.Server, h *httpFlags, logger *slog.Logger, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "haia-trace-mcp: --http is not available in this build yet")
-	return exitFail
+	p, err := h.plan()
+	if err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
+		return exitUsage
+	}
+	ln, err := net.Listen("tcp", h.addr)
+	if err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp: listen on %s: %v\n", h.addr, err)
+		return exitFail
+	}
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	resource, hosts, err := h.resourceAndHosts(p, port)
+	if err != nil {
+		ln.Close()
+		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
+		return exitUsage
+	}
+	front, err := srv.NewHTTP(server.HTTPConfig{
+		Resource:       resource,
+		Auth:           p.auth,
+		AllowedHosts:   hosts,
+		AllowedOrigins: auth.OriginsFor(hosts),
+		MaxBodyBytes:   h.maxBody,
+		MaxSessions:    h.maxSessions,
+		SessionIdle:    h.sessionIdle,
+		Logger:         logger,
+	})
+	if err != nil {
+		ln.Close()
+		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
+		return exitFail
+	}
+	if p.auth == nil {
+		logger.Warn("serving WITHOUT authentication (--http-insecure-no-auth); loopback only")
+	}
+	logger.Info("serving MCP over Streamable HTTP", "addr", ln.Addr().String(), "resource", resource, "auth", p.auth != nil)
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				if err := front.ReloadKeys(); err != nil {
+					logger.Error("SIGHUP: key reload failed; the previous keys stay in use", "err", err)
+				} else {
+					logger.Info("SIGHUP: keys reloaded")
+				}
+			}
+		}
+	}()
+
+	err = front.Serve(ctx, ln, server.Timeouts{
+		ReadHeader: h.readHeader,
+		Read:       h.readTimeout,
+		Write:      h.writeTimeout,
+		Idle:       h.idleTimeout,
+		Shutdown:   h.shutdown,
+	})
+	if err != nil {
+		logger.Error("HTTP transport stopped", "err", err)
+		return exitFail
+	}
+	logger.Info("HTTP transport stopped cleanly")
+	return exitOK
 }

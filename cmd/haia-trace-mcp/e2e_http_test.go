@@ -1,0 +1,387 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/auth/authtest"
+)
+
+// httpProc is the real binary serving Streamable HTTP.
+type httpProc struct {
+	cmd      *exec.Cmd
+	base     string // http://127.0.0.1:PORT
+	resource string
+	mu       sync.Mutex
+	log      strings.Builder
+	exited   chan struct{}
+	exitErr  error
+}
+
+func (p *httpProc) logs() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.String()
+}
+
+// startHTTPBinary starts the binary with --http 127.0.0.1:0 and the given
+// flags, and waits for the log line that names the bound address.
+func startHTTPBinary(t *testing.T, args ...string) *httpProc {
+	t.Helper()
+	cmd := exec.Command(binPath, append([]string{"--http", "127.0.0.1:0"}, args...)...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &httpProc{cmd: cmd, exited: make(chan struct{})}
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			p.mu.Lock()
+			p.log.WriteString(line + "\n")
+			p.mu.Unlock()
+			var rec struct {
+				Msg  string `json:"msg"`
+				Addr string `json:"addr"`
+			}
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "serving MCP over Streamable HTTP" {
+				addr <- rec.Addr
+			}
+		}
+		_, _ = io.Copy(io.Discard, stderr)
+		p.exitErr = cmd.Wait()
+		close(p.exited)
+	}()
+	select {
+	case a := <-addr:
+		p.base = "http://" + a
+		p.resource = p.base + "/mcp"
+	case <-p.exited:
+		t.Fatalf("server exited before serving: %v\n%s", p.exitErr, p.logs())
+	case <-time.After(time.Minute):
+		cmd.Process.Kill()
+		t.Fatalf("server did not start:\n%s", p.logs())
+	}
+	t.Cleanup(func() {
+		select {
+		case <-p.exited:
+		default:
+			cmd.Process.Kill()
+			<-p.exited
+		}
+	})
+	return p
+}
+
+// stop sends SIGTERM and returns the exit code.
+func (p *httpProc) stop(t *testing.T) int {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.exited:
+	case <-time.After(time.Minute):
+		t.Fatalf("no exit after SIGTERM:\n%s", p.logs())
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+// bearer adds a token to every request of the SDK client.
+type bearer struct {
+	token func() string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	if tok := b.token(); tok != "" {
+		r.Header.Set("Authorization", "Bearer "+tok)
+	}
+	return b.next.RoundTrip(r)
+}
+
+// httpSession connects the official Go SDK client to url with token.
+func httpSession(t *testing.T, url string, token func() string) (*mcp.ClientSession, error) {
+	t.Helper()
+	client := mcp.NewClient(&mcp.Implementation{Name: "e2e-http", Version: "1"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tr := &mcp.StreamableClientTransport{
+		Endpoint:   url,
+		HTTPClient: &http.Client{Transport: bearer{token: token, next: http.DefaultTransport}},
+		MaxRetries: -1,
+	}
+	cs, err := client.Connect(ctx, tr, nil)
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs, nil
+}
+
+// exerciseEveryTool lists the tools and calls each with arguments that
+// must succeed on sampleRoot, failing on any tool it does not know, so a
+// new tool cannot go untested over HTTP.
+func exerciseEveryTool(t *testing.T, cs *mcp.ClientSession) {
+	t.Helper()
+	tools, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := map[string]map[string]any{
+		"list_operations":  {},
+		"get_receipt":      {"run_id": "run-1", "operation_id": "op-a"},
+		"explain":          {"run_id": "run-1", "operation_id": "op-b"},
+		"check_before_pay": {"counterparty": sellerB, "amount": "0.10"},
+	}
+	var reviewID string
+	order := []string{"list_operations", "get_receipt", "explain", "check_before_pay", "get_review_status"}
+	listed := map[string]bool{}
+	for _, tool := range tools.Tools {
+		listed[tool.Name] = true
+		if _, ok := known[tool.Name]; !ok && tool.Name != "get_review_status" {
+			t.Errorf("tool %s is not exercised over HTTP; add it to exerciseEveryTool", tool.Name)
+		}
+	}
+	for _, name := range order {
+		if !listed[name] {
+			if name == "list_operations" || name == "get_receipt" || name == "explain" {
+				t.Errorf("tool %s is not listed", name)
+			}
+			continue
+		}
+		args := known[name]
+		if name == "get_review_status" {
+			if reviewID == "" {
+				t.Errorf("get_review_status: check_before_pay gave no review_id to look up")
+				continue
+			}
+			args = map[string]any{"review_id": reviewID}
+		}
+		var out map[string]any
+		decodeStructured(t, callTool(t, cs, name, args), &out)
+		if name == "check_before_pay" {
+			if out["decision"] != "review" {
+				t.Errorf("check_before_pay for the seller who never settled: %v", out)
+			}
+			reviewID, _ = out["review_id"].(string)
+		}
+	}
+}
+
+// TestHTTPEndToEnd drives the real binary over Streamable HTTP with the
+// official SDK client, authenticated by ES256 (JWKS) tokens.
+func TestHTTPEndToEnd(t *testing.T) {
+	root := sampleRoot(t)
+	dir := t.TempDir()
+	// The resource URL contains the port, which is known only after the
+	// bind, so the issuer is told the audience afterwards.
+	iss, err := authtest.NewIssuer(dir, "https://as.test.example", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startHTTPBinary(t, "--dir", root, "--key-file", filepath.Join(dir, "signing.pem"),
+		"--auth-issuer", iss.Issuer, "--auth-jwks", iss.JWKSPath, "--auth-scope", "trace:read",
+		"--auth-tool-scope", "check_before_pay=trace:guard")
+	iss.Resource = p.resource
+	token := func(scopes ...string) func() string {
+		tok, err := iss.Token("agent-http", scopes, time.Now(), time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return func() string { return tok }
+	}
+
+	cs, err := httpSession(t, p.resource, token("trace:read", "trace:guard"))
+	if err != nil {
+		t.Fatalf("connect: %v\n%s", err, p.logs())
+	}
+	exerciseEveryTool(t, cs)
+
+	// The subject of the token is who asked: it reaches the request log.
+	if !strings.Contains(p.logs(), `"sub":"agent-http"`) {
+		t.Errorf("the token's subject is not in the request log")
+	}
+
+	// Without the step-up scope, check_before_pay is refused with a challenge.
+	readOnly, err := httpSession(t, p.resource, token("trace:read"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readOnly.CallTool(context.Background(), &mcp.CallToolParams{Name: "check_before_pay", Arguments: map[string]any{"counterparty": sellerA, "amount": "0.01"}}); err == nil {
+		t.Error("check_before_pay without trace:guard succeeded")
+	}
+
+	// Raw HTTP: no token, a token for another resource.
+	other, err := iss.Sign(map[string]any{"iss": iss.Issuer, "aud": "https://elsewhere.example/mcp", "sub": "x",
+		"exp": time.Now().Add(time.Hour).Unix(), "scope": "trace:read trace:guard"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mdURL := p.base + "/.well-known/oauth-protected-resource/mcp"
+	for _, c := range []struct {
+		name, token, challenge string
+	}{
+		{"no token", "", `Bearer resource_metadata="` + mdURL + `"`},
+		{"other resource", other, `error="invalid_token"`},
+	} {
+		status, hdr := rawInitialize(t, p.resource, c.token)
+		if status != http.StatusUnauthorized || !strings.Contains(hdr, c.challenge) {
+			t.Errorf("%s: %d %q, want 401 with %q", c.name, status, hdr, c.challenge)
+		}
+	}
+	if _, err := httpSession(t, p.resource, func() string { return other }); err == nil {
+		t.Error("the SDK client connected with a token for another resource")
+	}
+
+	// SIGHUP with a broken JWKS keeps the old keys.
+	if err := os.WriteFile(iss.JWKSPath, []byte(`{"keys": [`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, p, "key reload failed")
+	cs2, err := httpSession(t, p.resource, token("trace:read"))
+	if err != nil {
+		t.Fatalf("connect after a bad reload: %v", err)
+	}
+	callTool(t, cs2, "list_operations", nil)
+
+	// Health answers, and the healthcheck command agrees.
+	if _, errOut, code := runCLI(t, "healthcheck", "--url", p.base+"/healthz"); code != 0 {
+		t.Errorf("healthcheck: %d %s", code, errOut)
+	}
+
+	cs.Close()
+	readOnly.Close()
+	cs2.Close()
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit code after SIGTERM: %d\n%s", code, p.logs())
+	}
+	if _, _, code := runCLI(t, "healthcheck", "--url", p.base+"/healthz", "--timeout", "2s"); code != 1 {
+		t.Errorf("healthcheck of a stopped server: exit %d, want 1", code)
+	}
+}
+
+// TestHTTPEndToEndHS256 runs the same tools with an HS256 secret file.
+func TestHTTPEndToEndHS256(t *testing.T) {
+	root := sampleRoot(t)
+	dir := t.TempDir()
+	secret := []byte(strings.Repeat("k", 48))
+	secretFile := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secretFile, secret, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startHTTPBinary(t, "--dir", root, "--key-file", filepath.Join(dir, "signing.pem"),
+		"--auth-issuer", "http://127.0.0.1/local-as", "--auth-hmac-secret", secretFile)
+	tok := signHS256(t, secret, map[string]any{"iss": "http://127.0.0.1/local-as", "aud": p.resource, "sub": "hs-agent",
+		"exp": time.Now().Add(time.Hour).Unix(), "iat": time.Now().Unix()})
+	cs, err := httpSession(t, p.resource, func() string { return tok })
+	if err != nil {
+		t.Fatalf("connect: %v\n%s", err, p.logs())
+	}
+	exerciseEveryTool(t, cs)
+	cs.Close()
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit code after SIGTERM: %d", code)
+	}
+}
+
+func TestHTTPBindingRules(t *testing.T) {
+	root := sampleRoot(t)
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"remote without opt-in", []string{"--http", "0.0.0.0:0", "--http-insecure-no-auth"}, "--http-allow-remote"},
+		{"insecure off loopback", []string{"--http", "0.0.0.0:0", "--http-allow-remote", "--http-insecure-no-auth"}, "loopback only"},
+		{"no auth flags", []string{"--http", "127.0.0.1:0"}, "--auth-issuer"},
+		{"insecure with auth flags", []string{"--http", "127.0.0.1:0", "--http-insecure-no-auth", "--auth-issuer", "x"}, "cannot be combined"},
+		{"bad tool scope", []string{"--http", "127.0.0.1:0", "--auth-issuer", "x", "--auth-hmac-secret", "s", "--auth-tool-scope", "explain"}, "TOOL=SCOPE"},
+		{"not host:port", []string{"--http", "localhost"}, "HOST:PORT"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, errOut, code := runCLI(t, append([]string{"--dir", root}, c.args...)...)
+			if code != exitUsage || !strings.Contains(errOut, c.want) {
+				t.Fatalf("exit %d, stderr %q; want %d mentioning %q", code, errOut, exitUsage, c.want)
+			}
+		})
+	}
+}
+
+func rawInitialize(t *testing.T, url, token string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode, resp.Header.Get("WWW-Authenticate")
+}
+
+func waitLog(t *testing.T, p *httpProc, substr string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(p.logs(), substr) {
+		if time.Now().After(deadline) {
+			t.Fatalf("log never said %q:\n%s", substr, p.logs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func signHS256(t *testing.T, secret []byte, claims map[string]any) string {
+	t.Helper()
+	tok, err := hs256(secret, claims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// hs256 signs claims as a compact HS256 JWT, the way a local authorization
+// server sharing --auth-hmac-secret would.
+func hs256(secret []byte, claims map[string]any) (string, error) {
+	enc := base64.RawURLEncoding.EncodeToString
+	body, err := json.Marshal(claims)
+	if err != nil {
+		return "", fmt.Errorf("encode claims: %w", err)
+	}
+	input := enc([]byte(`{"alg":"HS256","typ":"JWT"}`)) + "." + enc(body)
+	mac := hmac.New(sha256.New, secret)
+	mac.Write([]byte(input))
+	return input + "." + enc(mac.Sum(nil)), nil
+}
