@@ -46,6 +46,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return runChain(ctx, rest, stdout, stderr)
 		case "healthcheck":
 			return runHealthcheck(ctx, rest, stdout, stderr)
+		case "demo":
+			return runDemo(ctx, rest, stdout, stderr)
 		case "version":
 			return runVersion(rest, stdout, stderr)
 		case "help":
@@ -68,5 +70,6 @@ const usage = `usage:
   haia-trace-mcp review list|show|approve|reject [<review_id>] [--dir .trace] [--all] [--note "…"] [--by ID] [--json]
   haia-trace-mcp chain list|export ID|checkpoint ID [--dir .trace]
   haia-trace-mcp healthcheck [--url http://127.0.0.1:3000/healthz] [--timeout 3s]
+  haia-trace-mcp demo [--keep DIR]                 the whole story on a simulated Trace root
   haia-trace-mcp version
 `

@@ -1,0 +1,295 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	mcpclient "github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/simrec"
+)
+
+// The demo's two simulated sellers.
+const (
+	demoSellerSettles = "0x5e11e4000000000000000000000000000000a001"
+	demoSellerSilent  = "0x5e11e4000000000000000000000000000000b002"
+)
+
+// runDemo plays the product's story on a fresh, simulated Trace root: only
+// the money is simulated; the recorder lines, the server, the MCP client,
+// the review CLI and the verifier are the real ones.
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	keep := fs.String("keep", "", "build the demo in DIR (must not exist) and keep it afterwards")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if fs.NArg() != 0 {
+		fmt.Fprintf(stderr, "demo: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	base := *keep
+	if base == "" {
+		dir, err := os.MkdirTemp("", "haia-trace-demo-")
+		if err != nil {
+			fmt.Fprintf(stderr, "demo: %v\n", err)
+			return exitFail
+		}
+		defer os.RemoveAll(dir)
+		base = dir
+	} else if err := os.Mkdir(base, 0o700); err != nil {
+		fmt.Fprintf(stderr, "demo: --keep %s: %v (choose a directory that does not exist yet)\n", base, err)
+		return exitFail
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(stderr, "demo: cannot find this program's path to start the server: %v\n", err)
+		return exitFail
+	}
+	d := &demo{
+		self: self, out: stdout,
+		root: filepath.Join(base, ".trace"),
+		key:  filepath.Join(base, "keys", "signing-key.pem"),
+	}
+	if err := d.run(ctx); err != nil {
+		fmt.Fprintf(stdout, "\nDEMO FAILED: %v\n", err)
+		return exitFail
+	}
+	if *keep != "" {
+		fmt.Fprintf(stdout, "\nThe demo's files are kept in %s (Trace root %s, signing key %s).\n", base, d.root, d.key)
+	}
+	return exitOK
+}
+
+type demo struct {
+	self, root, key string
+	out             io.Writer
+	client          *mcpclient.Client
+	step            int
+}
+
+func (d *demo) say(format string, a ...any) { fmt.Fprintf(d.out, format+"\n", a...) }
+
+func (d *demo) heading(format string, a ...any) {
+	d.step++
+	fmt.Fprintf(d.out, "\n== %d. %s\n", d.step, fmt.Sprintf(format, a...))
+}
+
+func (d *demo) run(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	d.say("haia-trace-mcp demo: an agent pays two sellers; one never settles.")
+	d.say("Only the money is simulated. The recorder lines, the MCP server, the MCP client,")
+	d.say("the review command and the verifier below are the real ones.")
+
+	d.heading("The agent's recorder writes its Trace run (%s)", filepath.Join(d.root, "events"))
+	if err := os.MkdirAll(filepath.Dir(d.key), 0o700); err != nil {
+		return err
+	}
+	rec, err := simrec.New(d.root, "run-demo", time.Now().Add(-5*time.Minute))
+	if err != nil {
+		return err
+	}
+	for _, p := range []simrec.Payment{
+		{OperationID: "op-1", URL: "https://reports.example.com/weekly", PayTo: demoSellerSettles, Amount: "250000", Outcome: "settled"},
+		{OperationID: "op-2", URL: "https://quotes.example.net/live", PayTo: demoSellerSilent, Amount: "400000", Outcome: "unsettled"},
+	} {
+		if err := rec.Pay(p); err != nil {
+			return err
+		}
+		d.say("  %s: paid %s atomic USDC to %s for %s — %s", p.OperationID, p.Amount, p.PayTo, p.URL, map[string]string{
+			"settled": "the settlement response came back", "unsettled": "no settlement response ever arrived"}[p.Outcome])
+	}
+
+	d.heading("The agent host starts the MCP server over stdio")
+	client, err := mcpclient.NewStdioMCPClient(d.self, os.Environ(), "--dir", d.root, "--key-file", d.key, "--agent-id", "demo-agent", "--log-level", "warn")
+	if err != nil {
+		return fmt.Errorf("start the server: %w", err)
+	}
+	defer client.Close()
+	if stderr, ok := mcpclient.GetStderr(client); ok {
+		go io.Copy(io.Discard, stderr)
+	}
+	d.client = client
+	init := mcp.InitializeRequest{}
+	init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+	init.Params.ClientInfo = mcp.Implementation{Name: "haia-trace-mcp-demo", Version: "1"}
+	info, err := client.Initialize(ctx, init)
+	if err != nil {
+		return fmt.Errorf("initialize: %w", err)
+	}
+	tools, err := client.ListTools(ctx, mcp.ListToolsRequest{})
+	if err != nil {
+		return fmt.Errorf("list tools: %w", err)
+	}
+	var names []string
+	for _, t := range tools.Tools {
+		names = append(names, t.Name)
+	}
+	d.say("  connected to %s; tools: %s", info.ServerInfo.Name, strings.Join(names, ", "))
+	d.say("  (there is no tool that approves or rejects a review: that is the human's job)")
+
+	d.heading("The agent lists its operations")
+	var list struct {
+		Operations []struct {
+			RunID         string   `json:"run_id"`
+			OperationID   string   `json:"operation_id"`
+			Completeness  string   `json:"completeness"`
+			MissingStages []string `json:"missing_stages"`
+		} `json:"operations"`
+	}
+	if err := d.call(ctx, "list_operations", map[string]any{}, &list); err != nil {
+		return err
+	}
+	for _, op := range list.Operations {
+		missing := ""
+		if len(op.MissingStages) > 0 {
+			missing = " (missing: " + strings.Join(op.MissingStages, ", ") + ")"
+		}
+		d.say("  %s / %s: %s%s", op.RunID, op.OperationID, op.Completeness, missing)
+	}
+
+	d.heading("Before paying the silent seller again, the agent asks check_before_pay")
+	var check struct {
+		Decision string `json:"decision"`
+		Reasons  []struct {
+			Rule   string `json:"rule"`
+			Detail string `json:"detail"`
+		} `json:"reasons"`
+		ReviewID  string `json:"review_id"`
+		ReceiptID string `json:"receipt_id"`
+	}
+	if err := d.call(ctx, "check_before_pay", map[string]any{"counterparty": demoSellerSilent, "amount": "0.40", "asset": "USDC"}, &check); err != nil {
+		return err
+	}
+	d.say("  decision: %s   review_id: %s", strings.ToUpper(check.Decision), check.ReviewID)
+	for _, r := range check.Reasons {
+		d.say("  - %s: %s", r.Rule, r.Detail)
+	}
+	if check.Decision != "review" || check.ReviewID == "" {
+		return fmt.Errorf("expected a review for the silent seller, got %q", check.Decision)
+	}
+
+	d.heading("A human reviews it from the command line and rejects it")
+	d.say("  $ haia-trace-mcp review list --dir %s", d.root)
+	if out, err := d.cli(ctx, "review", "list", "--dir", d.root); err != nil {
+		return err
+	} else {
+		d.say("%s", indent(out))
+	}
+	d.say("  $ haia-trace-mcp review reject %s --note \"op-2 never settled; ask the seller first\" --by operator", check.ReviewID)
+	out, err := d.cli(ctx, "review", "reject", check.ReviewID, "--note", "op-2 never settled; ask the seller first", "--by", "operator", "--dir", d.root, "--key-file", d.key)
+	if err != nil {
+		return err
+	}
+	d.say("%s", indent(out))
+
+	d.heading("The agent reads the decision and the explanation")
+	var status struct {
+		Status   string   `json:"status"`
+		Note     string   `json:"note"`
+		Receipts []string `json:"receipts"`
+	}
+	if err := d.call(ctx, "get_review_status", map[string]any{"review_id": check.ReviewID}, &status); err != nil {
+		return err
+	}
+	d.say("  review %s: %s — %q (signed receipts: %s)", check.ReviewID, status.Status, status.Note, strings.Join(status.Receipts, ", "))
+	if status.Status != "rejected" {
+		return fmt.Errorf("expected the review to be rejected, got %q", status.Status)
+	}
+	var ex struct {
+		Explanation string `json:"explanation"`
+	}
+	if err := d.call(ctx, "explain", map[string]any{"run_id": "run-demo", "operation_id": "op-2"}, &ex); err != nil {
+		return err
+	}
+	d.say("  explain run-demo/op-2: %s", ex.Explanation)
+
+	d.heading("Paying the seller that settles is fine")
+	if err := d.call(ctx, "check_before_pay", map[string]any{"counterparty": demoSellerSettles, "amount": "0.25"}, &check); err != nil {
+		return err
+	}
+	d.say("  decision: %s", strings.ToUpper(check.Decision))
+	if check.Decision != "allow" {
+		return fmt.Errorf("expected allow for the settled seller, got %q", check.Decision)
+	}
+
+	d.heading("Anyone can verify the signed decision chain offline")
+	lines, err := d.cli(ctx, "chain", "list", "--dir", d.root)
+	if err != nil {
+		return err
+	}
+	fields := strings.Split(strings.TrimSpace(lines), "\t")
+	if len(fields) != 4 {
+		return fmt.Errorf("chain list printed %q", lines)
+	}
+	d.say("  chain %s: %s receipts, head %s", fields[0], fields[2], fields[3])
+	keyring := filepath.Join(d.root, "guard", "keyring.json")
+	d.say("  $ haia-trace-mcp verify %s --keyring %s", fields[1], keyring)
+	out, err = d.cli(ctx, "verify", fields[1], "--keyring", keyring)
+	if err != nil {
+		return err
+	}
+	d.say("%s", indent(out))
+	if !strings.HasPrefix(out, "VALID") {
+		return errors.New("the decision chain did not verify")
+	}
+	d.say("\nDemo complete: review → rejected by a human → agent informed → chain VALID.")
+	return nil
+}
+
+// call invokes a tool and decodes its structured result into v.
+func (d *demo) call(ctx context.Context, tool string, args map[string]any, v any) error {
+	req := mcp.CallToolRequest{}
+	req.Params.Name = tool
+	req.Params.Arguments = args
+	res, err := d.client.CallTool(ctx, req)
+	if err != nil {
+		return fmt.Errorf("%s: %w", tool, err)
+	}
+	if res.IsError {
+		var b strings.Builder
+		for _, c := range res.Content {
+			if tc, ok := c.(mcp.TextContent); ok {
+				b.WriteString(tc.Text)
+			}
+		}
+		return fmt.Errorf("%s answered an error: %s", tool, b.String())
+	}
+	data, err := json.Marshal(res.StructuredContent)
+	if err != nil {
+		return fmt.Errorf("%s: %w", tool, err)
+	}
+	return json.Unmarshal(data, v)
+}
+
+// cli runs this program's own command line, as an operator would.
+func (d *demo) cli(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, d.self, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("haia-trace-mcp %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
+	}
+	return out.String(), nil
+}
+
+func indent(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = "    " + l
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestDemo runs the demo as a new user would and checks its milestones.
+func TestDemo(t *testing.T) {
+	keep := filepath.Join(t.TempDir(), "demo")
+	out, errOut, code := runCLI(t, "demo", "--keep", keep)
+	if code != 0 {
+		t.Fatalf("demo exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	milestones := []string{
+		"op-2: paid 400000 atomic USDC",
+		"no tool that approves or rejects",
+		"run-demo / op-2: partial (missing: settlement)",
+		"run-demo / op-1: full",
+		"decision: REVIEW",
+		"- open_partial:",
+		"rejected by operator",
+		": rejected — \"op-2 never settled; ask the seller first\"",
+		"look the same",
+		"decision: ALLOW",
+		"VALID: 3 receipts",
+		"Demo complete",
+	}
+	last := -1
+	for _, m := range milestones {
+		i := strings.Index(out, m)
+		if i < 0 {
+			t.Fatalf("transcript lacks %q:\n%s", m, out)
+		}
+		if i < last {
+			t.Fatalf("milestone %q out of order:\n%s", m, out)
+		}
+		last = i
+	}
+	if _, err := os.Stat(filepath.Join(keep, ".trace", "guard", "decisions.ndjson")); err != nil {
+		t.Fatalf("--keep did not keep the root: %v", err)
+	}
+	if _, _, code := runCLI(t, "demo", "--keep", keep); code == 0 {
+		t.Fatal("demo reused an existing --keep directory")
+	}
+}
