@@ -321,7 +321,7 @@ func (ix *Index[T]) read(r *run[T], cur identity, incremental bool) {
 	var added int64
 	consumed, next, err := receipt.ReadEvents(io.LimitReader(f, remaining+1), r.nextLine, ix.opt.Limits, func(ev receipt.Event) error {
 		if ix.opt.Compact != nil {
-			ev = ix.opt.Compact(ev)
+			ev = detach(ix.opt.Compact(ev))
 		}
 		r.events = append(r.events, ev)
 		added += costOf(&ev)
@@ -354,6 +354,20 @@ func (ix *Index[T]) read(r *run[T], cur identity, incremental bool) {
 		ix.bytes -= r.cost
 		r.events, r.cost, r.views = nil, 0, nil
 	}
+}
+
+// detach copies a compacted event's strings. The reader parses each line in
+// place, so they are substrings of the whole line: kept as they are, an ID of
+// a few bytes would keep its line's payload alive, and the index would hold
+// far more memory than its budget counts.
+func detach(e receipt.Event) receipt.Event {
+	e.ID = strings.Clone(e.ID)
+	e.Type = strings.Clone(e.Type)
+	e.OccurredAt = strings.Clone(e.OccurredAt)
+	e.Adapter = strings.Clone(e.Adapter)
+	e.Role = strings.Clone(e.Role)
+	e.ContextID = strings.Clone(e.ContextID)
+	return e
 }
 
 func costOf(e *receipt.Event) int64 {

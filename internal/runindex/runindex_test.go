@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/jsjson"
 	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 )
 
@@ -146,5 +148,51 @@ func TestAppendIsIncremental(t *testing.T) {
 	}
 	if s := ix.Stats(); s.IncrementalRs != 1 || s.FullReads != 1 {
 		t.Fatalf("stats %+v, want one full and one incremental read", s)
+	}
+}
+
+// Compacted events must not keep their lines alive: the index's memory
+// budget counts only what it keeps, so the rest must really be freed.
+func TestCompactedEventsDoNotPinLines(t *testing.T) {
+	dir := t.TempDir()
+	d, err := confined.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	tmpl, err := receipt.Resolver{}.Resolve("x402-buyer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const lines, pad = 2000, 10 << 10 // about 20 MiB of payload
+	var b strings.Builder
+	for i := 1; i <= lines; i++ {
+		l := line(fmt.Sprintf("op-%d", i%20), i)
+		b.WriteString(strings.Replace(l, `"payload":{}`, `"payload":{"pad":"`+strings.Repeat("x", pad)+`"}`, 1))
+	}
+	if err := os.WriteFile(filepath.Join(dir, "r.ndjson"), []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b = strings.Builder{}
+	ix := New(Options[item]{
+		Events:    d,
+		Limits:    receipt.DefaultLimits(),
+		Compact:   func(e receipt.Event) receipt.Event { e.Raw = jsjson.Value{}; return e },
+		Summarize: func(_ string, r *receipt.Receipt) item { return item{op: r.Operation.OperationID} },
+	})
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	got, bad := ops(t, ix, tmpl)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if len(got) != 20 || len(bad) != 0 {
+		t.Fatalf("ops %d, unreadable %v", len(got), bad)
+	}
+	grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	est := ix.Stats().Bytes
+	t.Logf("heap grew by %d KiB for an estimated %d KiB of kept events", grew>>10, est>>10)
+	if grew > 4*est+(1<<20) {
+		t.Fatalf("the index keeps %d KiB alive, far over its %d KiB estimate: lines are pinned", grew>>10, est>>10)
 	}
 }
