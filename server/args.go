@@ -91,7 +91,18 @@ func (a *args) intIn(key string, def, lo, hi int) int {
 	if !ok || v == nil {
 		return def
 	}
-	f, ok := v.(float64)
+	var f float64
+	ok = true
+	switch n := v.(type) {
+	case float64:
+		f = n
+	case int:
+		f = float64(n)
+	case int64:
+		f = float64(n)
+	default:
+		ok = false
+	}
 	if !ok {
 		a.errs = append(a.errs, fmt.Sprintf("%s must be an integer from %d to %d", key, lo, hi))
 		return def

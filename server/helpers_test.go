@@ -16,7 +16,7 @@ import (
 
 // newTestServer opens dir as a Trace root (creating events/) and builds a
 // server with every tool, signing with a fresh key.
-func newTestServer(t *testing.T, dir string) *Server {
+func newTestServer(t testing.TB, dir string) *Server {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Join(dir, "events"), 0o755); err != nil {
 		t.Fatal(err)

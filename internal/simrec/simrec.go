@@ -51,6 +51,27 @@ func (r *Recorder) Path() string { return r.path }
 
 // Pay records the events of one payment.
 func (r *Recorder) Pay(p Payment) error {
+	lines, err := r.lines(p)
+	if err != nil {
+		return err
+	}
+	return r.write(lines)
+}
+
+// PayAll records several payments with one write.
+func (r *Recorder) PayAll(ps []Payment) error {
+	var all []map[string]any
+	for _, p := range ps {
+		lines, err := r.lines(p)
+		if err != nil {
+			return err
+		}
+		all = append(all, lines...)
+	}
+	return r.write(all)
+}
+
+func (r *Recorder) lines(p Payment) ([]map[string]any, error) {
 	if p.Network == "" {
 		p.Network = "base"
 	}
@@ -79,7 +100,7 @@ func (r *Recorder) Pay(p Payment) error {
 	}
 	add("x402.payment.required", time.Second, map[string]any{"x402_version": 2, "error": "Payment required", "resource": resource, "accepts": []any{req}})
 	if p.Outcome == "walked-away" {
-		return r.write(lines)
+		return lines, nil
 	}
 	add("x402.payment.creating", 120*time.Millisecond, map[string]any{"x402_version": 2, "resource": resource, "requirements": req})
 	add("x402.payment.submitted", 360*time.Millisecond, map[string]any{"x402_version": 2, "resource": resource, "requirements": req})
@@ -91,9 +112,9 @@ func (r *Recorder) Pay(p Payment) error {
 		add("x402.verify.failed", 900*time.Millisecond, map[string]any{"x402_version": 2, "resource": resource, "requirements": req, "error": "invalid_signature"})
 	case "unsettled":
 	default:
-		return fmt.Errorf("simrec: unknown outcome %q", p.Outcome)
+		return nil, fmt.Errorf("simrec: unknown outcome %q", p.Outcome)
 	}
-	return r.write(lines)
+	return lines, nil
 }
 
 func (r *Recorder) write(lines []map[string]any) error {
