@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -384,4 +385,98 @@ func hs256(secret []byte, claims map[string]any) (string, error) {
 	mac := hmac.New(sha256.New, secret)
 	mac.Write([]byte(input))
 	return input + "." + enc(mac.Sum(nil)), nil
+}
+
+// TestOIDCAuthorizationServer runs against a real authorization server:
+// oidc-provider (tools/oidc) on loopback issues JWT access tokens by client
+// credentials with a resource indicator; the SDK client calls every tool
+// with one; a token it issued for another resource is refused.
+func TestOIDCAuthorizationServer(t *testing.T) {
+	node := os.Getenv("HAIA_NODE")
+	if node == "" {
+		t.Skip("HAIA_NODE not set: the oidc-provider end-to-end test needs a Node 22 binary (tools/ci-node.sh sets it)")
+	}
+	asDir, err := filepath.Abs(filepath.Join("..", "..", "tools", "oidc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(asDir, "node_modules", "oidc-provider")); err != nil {
+		t.Skipf("tools/oidc/node_modules is missing (run npm ci in %s): %v", asDir, err)
+	}
+	dir := t.TempDir()
+	jwks := filepath.Join(dir, "as-jwks.json")
+	as := exec.Command(node, filepath.Join(asDir, "server.mjs"), "--jwks-out", jwks)
+	as.Dir = asDir
+	out, err := as.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var asErr strings.Builder
+	as.Stderr = &asErr
+	if err := as.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = as.Process.Signal(syscall.SIGTERM); _ = as.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("authorization server did not start: %v\n%s", err, asErr.String())
+	}
+	var info struct {
+		Issuer        string `json:"issuer"`
+		TokenEndpoint string `json:"token_endpoint"`
+	}
+	if err := json.Unmarshal([]byte(line), &info); err != nil {
+		t.Fatalf("authorization server said %q: %v", line, err)
+	}
+
+	root := sampleRoot(t)
+	p := startHTTPBinary(t, "--dir", root, "--key-file", filepath.Join(dir, "signing.pem"),
+		"--auth-issuer", info.Issuer, "--auth-jwks", jwks, "--auth-scope", "trace:read",
+		"--auth-tool-scope", "check_before_pay=trace:guard")
+
+	token := clientCredentials(t, info.TokenEndpoint, p.resource)
+	cs, err := httpSession(t, p.resource, func() string { return token })
+	if err != nil {
+		t.Fatalf("connect with the authorization server's token: %v\n%s", err, p.logs())
+	}
+	exerciseEveryTool(t, cs)
+	if !strings.Contains(p.logs(), `"sub":"haia-agent"`) {
+		t.Error("the client's subject is not in the request log")
+	}
+
+	other := clientCredentials(t, info.TokenEndpoint, "http://127.0.0.1:1/mcp")
+	if status, hdr := rawInitialize(t, p.resource, other); status != http.StatusUnauthorized || !strings.Contains(hdr, `error="invalid_token"`) {
+		t.Errorf("token for another resource: %d %q, want 401 invalid_token", status, hdr)
+	}
+	cs.Close()
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit after SIGTERM: %d", code)
+	}
+}
+
+// clientCredentials obtains an access token for resource by a plain
+// client-credentials POST (RFC 6749 §4.4, RFC 8707).
+func clientCredentials(t *testing.T, endpoint, resource string) string {
+	t.Helper()
+	form := url.Values{
+		"grant_type":    {"client_credentials"},
+		"client_id":     {"haia-agent"},
+		"client_secret": {"haia-agent-secret-for-tests-only"},
+		"scope":         {"trace:read trace:guard"},
+		"resource":      {resource},
+	}
+	resp, err := http.PostForm(endpoint, form)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var tok struct {
+		AccessToken string `json:"access_token"`
+		Error       string `json:"error"`
+		Description string `json:"error_description"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&tok); err != nil || tok.AccessToken == "" {
+		t.Fatalf("token endpoint: HTTP %d %v %s %s", resp.StatusCode, err, tok.Error, tok.Description)
+	}
+	return tok.AccessToken
 }

@@ -1,0 +1,224 @@
+// Command loadtest drives a running haia-trace-mcp over Streamable HTTP with
+// a fixed number of concurrent clients for a fixed time and reports
+// throughput, latency percentiles and errors by status. It starts nothing
+// itself and stops by itself.
+//
+//	loadtest --url http://127.0.0.1:3000/mcp [--token-file F] [--duration 30s] [--clients 32] [--tool list_operations]
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+type config struct {
+	url       string
+	tokenFile string
+	duration  time.Duration
+	clients   int
+	tool      string
+	args      string
+	jsonOut   bool
+}
+
+func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c config
+	fs.StringVar(&c.url, "url", "http://127.0.0.1:3000/mcp", "the MCP endpoint")
+	fs.StringVar(&c.tokenFile, "token-file", "", "file holding a bearer token (none: no Authorization header)")
+	fs.DurationVar(&c.duration, "duration", 30*time.Second, "how long to run")
+	fs.IntVar(&c.clients, "clients", 32, "concurrent clients, each with its own MCP session")
+	fs.StringVar(&c.tool, "tool", "list_operations", "the tool to call")
+	fs.StringVar(&c.args, "args", "", "tool arguments as JSON (default: a fitting example for list_operations and check_before_pay)")
+	fs.BoolVar(&c.jsonOut, "json", false, "print the report as one JSON object")
+	if err := fs.Parse(argv); err != nil {
+		return 2
+	}
+	if c.clients < 1 || c.clients > 4096 || c.duration <= 0 || c.duration > time.Hour {
+		fmt.Fprintln(stderr, "loadtest: --clients must be 1..4096 and --duration 0..1h")
+		return 2
+	}
+	if c.args == "" {
+		switch c.tool {
+		case "check_before_pay":
+			c.args = `{"counterparty":"0xA11CE00000000000000000000000000000000001","amount":"0.01"}`
+		default:
+			c.args = `{}`
+		}
+	}
+	if !json.Valid([]byte(c.args)) {
+		fmt.Fprintf(stderr, "loadtest: --args %q is not JSON\n", c.args)
+		return 2
+	}
+	token := ""
+	if c.tokenFile != "" {
+		b, err := os.ReadFile(c.tokenFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "loadtest: --token-file: %v\n", err)
+			return 2
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	rep, err := load(ctx, c, token)
+	if err != nil {
+		fmt.Fprintf(stderr, "loadtest: %v\n", err)
+		return 1
+	}
+	if c.jsonOut {
+		_ = json.NewEncoder(stdout).Encode(rep)
+	} else {
+		fmt.Fprintf(stdout, "tool=%s clients=%d duration=%s requests=%d rps=%.0f p50=%s p99=%s errors=%v\n",
+			rep.Tool, rep.Clients, rep.Duration, rep.Requests, rep.RPS, rep.P50, rep.P99, rep.Errors)
+	}
+	if rep.Errors5xx > 0 {
+		return 1
+	}
+	return 0
+}
+
+// report is what one run measured.
+type report struct {
+	Tool      string         `json:"tool"`
+	Clients   int            `json:"clients"`
+	Duration  string         `json:"duration"`
+	Requests  int            `json:"requests"`
+	RPS       float64        `json:"rps"`
+	P50       time.Duration  `json:"p50_ns"`
+	P99       time.Duration  `json:"p99_ns"`
+	Errors    map[string]int `json:"errors"`
+	Errors5xx int            `json:"errors_5xx"`
+}
+
+type client struct {
+	http    *http.Client
+	url     string
+	token   string
+	session string
+}
+
+func (c *client) post(ctx context.Context, body []byte) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if c.session != "" {
+		req.Header.Set("Mcp-Session-Id", c.session)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if c.session == "" {
+		c.session = resp.Header.Get("Mcp-Session-Id")
+	}
+	return resp.StatusCode, b, err
+}
+
+func (c *client) open(ctx context.Context) error {
+	st, b, err := c.post(ctx, []byte(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"loadtest","version":"1"}}}`))
+	if err != nil {
+		return fmt.Errorf("initialize: %w", err)
+	}
+	if st != http.StatusOK {
+		return fmt.Errorf("initialize: HTTP %d: %s", st, bytes.TrimSpace(b))
+	}
+	if st, b, err = c.post(ctx, []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)); err != nil || st/100 != 2 {
+		return fmt.Errorf("initialized: HTTP %d %v: %s", st, err, bytes.TrimSpace(b))
+	}
+	return nil
+}
+
+func load(ctx context.Context, c config, token string) (report, error) {
+	tr := &http.Transport{MaxIdleConnsPerHost: c.clients, MaxConnsPerHost: c.clients, IdleConnTimeout: time.Minute}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	clients := make([]*client, c.clients)
+	for i := range clients {
+		clients[i] = &client{http: hc, url: c.url, token: token}
+		if err := clients[i].open(ctx); err != nil {
+			return report{}, err
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.duration)
+	defer cancel()
+	type result struct {
+		lat    []time.Duration
+		errors map[string]int
+	}
+	results := make([]result, c.clients)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i, cl := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := result{errors: map[string]int{}}
+			for n := 1; ctx.Err() == nil; n++ {
+				body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":%q,"arguments":%s}}`, n, c.tool, c.args)
+				t0 := time.Now()
+				st, b, err := cl.post(ctx, []byte(body))
+				switch {
+				case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
+					// the run ended during this call; not an error of the server
+				case err != nil:
+					r.errors["transport"]++
+				case st != http.StatusOK:
+					r.errors[fmt.Sprintf("http_%d", st)]++
+				case bytes.Contains(b, []byte(`"isError":true`)) || bytes.Contains(b, []byte(`"error":{`)):
+					r.errors["tool_error"]++
+				default:
+					r.lat = append(r.lat, time.Since(t0))
+				}
+			}
+			results[i] = r
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	rep := report{Tool: c.tool, Clients: c.clients, Duration: elapsed.Round(time.Millisecond).String(), Errors: map[string]int{}}
+	var all []time.Duration
+	for _, r := range results {
+		all = append(all, r.lat...)
+		for k, v := range r.errors {
+			rep.Errors[k] += v
+			if strings.HasPrefix(k, "http_5") {
+				rep.Errors5xx += v
+			}
+		}
+	}
+	slices.Sort(all)
+	rep.Requests = len(all)
+	rep.RPS = float64(len(all)) / elapsed.Seconds()
+	if len(all) > 0 {
+		rep.P50 = all[len(all)*50/100]
+		rep.P99 = all[min(len(all)-1, len(all)*99/100)]
+	}
+	return rep, nil
+}
