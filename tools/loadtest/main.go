@@ -9,6 +9,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -38,9 +41,13 @@ type config struct {
 	tool      string
 	args      string
 	jsonOut   bool
+	row       bool
 }
 
 func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
+	if len(argv) > 0 && argv[0] == "mint-hs256" {
+		return mint(argv[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var c config
@@ -51,6 +58,7 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.tool, "tool", "list_operations", "the tool to call")
 	fs.StringVar(&c.args, "args", "", "tool arguments as JSON (default: a fitting example for list_operations and check_before_pay)")
 	fs.BoolVar(&c.jsonOut, "json", false, "print the report as one JSON object")
+	fs.BoolVar(&c.row, "row", false, "print one table row: req/s p50 p99 errors")
 	if err := fs.Parse(argv); err != nil {
 		return 2
 	}
@@ -84,9 +92,20 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "loadtest: %v\n", err)
 		return 1
 	}
-	if c.jsonOut {
+	switch {
+	case c.jsonOut:
 		_ = json.NewEncoder(stdout).Encode(rep)
-	} else {
+	case c.row:
+		errs := make([]string, 0, len(rep.Errors))
+		for k, v := range rep.Errors {
+			errs = append(errs, fmt.Sprintf("%s=%d", k, v))
+		}
+		slices.Sort(errs)
+		if len(errs) == 0 {
+			errs = []string{"none"}
+		}
+		fmt.Fprintf(stdout, "%.0f %s %s %s\n", rep.RPS, rep.P50.Round(10*time.Microsecond), rep.P99.Round(10*time.Microsecond), strings.Join(errs, ","))
+	default:
 		fmt.Fprintf(stdout, "tool=%s clients=%d duration=%s requests=%d rps=%.0f p50=%s p99=%s errors=%v\n",
 			rep.Tool, rep.Clients, rep.Duration, rep.Requests, rep.RPS, rep.P50, rep.P99, rep.Errors)
 	}
@@ -221,4 +240,39 @@ func load(ctx context.Context, c config, token string) (report, error) {
 		rep.P99 = all[min(len(all)-1, len(all)*99/100)]
 	}
 	return rep, nil
+}
+
+// mint prints an HS256 access token, so that the load test can run with
+// authentication on against a --auth-hmac-secret server without an
+// authorization server.
+func mint(argv []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("loadtest mint-hs256", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	secretFile := fs.String("secret-file", "", "the HS256 secret file the server was given")
+	issuer := fs.String("issuer", "", "iss")
+	audience := fs.String("audience", "", "aud: the resource URL")
+	scope := fs.String("scope", "", "space-separated scopes")
+	sub := fs.String("sub", "loadtest", "sub")
+	ttl := fs.Duration("ttl", time.Hour, "lifetime")
+	if err := fs.Parse(argv); err != nil {
+		return 2
+	}
+	secret, err := os.ReadFile(*secretFile)
+	if err != nil {
+		fmt.Fprintf(stderr, "mint-hs256: --secret-file: %v\n", err)
+		return 2
+	}
+	now := time.Now()
+	claims, err := json.Marshal(map[string]any{"iss": *issuer, "aud": *audience, "sub": *sub, "scope": *scope,
+		"iat": now.Unix(), "exp": now.Add(*ttl).Unix()})
+	if err != nil {
+		fmt.Fprintf(stderr, "mint-hs256: %v\n", err)
+		return 1
+	}
+	enc := base64.RawURLEncoding.EncodeToString
+	input := enc([]byte(`{"alg":"HS256","typ":"JWT"}`)) + "." + enc(claims)
+	mac := hmac.New(sha256.New, bytes.TrimRight(secret, " \t\r\n"))
+	mac.Write([]byte(input))
+	fmt.Fprintln(stdout, input+"."+enc(mac.Sum(nil)))
+	return 0
 }

