@@ -280,12 +280,12 @@ func imagePinned(ref string) bool {
 func TestImagePinned(t *testing.T) {
 	cases := map[string]bool{
 		"busybox:1.37.0@sha256:9db7b59979c38555a39def84a31fb98b5296952f9e3afd4f6f11f05b07adfab0": true,
-		"haia-trace-mcp:0.1.0":         true,
-		"registry:5000/haia:1.2":       true,
-		"busybox":                      false,
-		"busybox:latest":               false,
-		"registry:5000/haia":           false,
-		"busybox@sha256:abc":           false,
+		"haia-trace-mcp:0.1.0":                      true,
+		"registry:5000/haia:1.2":                    true,
+		"busybox":                                   false,
+		"busybox:latest":                            false,
+		"registry:5000/haia":                        false,
+		"busybox@sha256:abc":                        false,
 		"busybox@sha512:" + strings.Repeat("a", 64): false,
 	}
 	for ref, want := range cases {
@@ -561,6 +561,7 @@ func TestKubernetesWiring(t *testing.T) {
 	}{
 		{srv, "--auth-jwks", "jwks"},
 		{srv, "--guard-config", "guard-config"},
+		{srv, "--params-key-file", "params-key"},
 		{container(t, pod, signerContainer), "--key-file", "signing-key"},
 	}
 	for _, f := range files {
