@@ -22,6 +22,13 @@ const (
 // moved and the outcome was seen (by the template's stage roles), and who
 // was paid how much in what (from the x402 payloads, validated here).
 func OpFromReceipt(runID string, r *receipt.Receipt) Op {
+	return OpFromFacts(runID, r, func(e *receipt.Event) EventFacts { return FactsOf(*e) })
+}
+
+// OpFromFacts is OpFromReceipt for a caller that extracted each event's
+// facts earlier (an index that does not keep payloads): facts returns them
+// for one of the receipt's events.
+func OpFromFacts(runID string, r *receipt.Receipt, facts func(e *receipt.Event) EventFacts) Op {
 	o := Op{
 		RunID:        runID,
 		OperationID:  r.Operation.OperationID,
@@ -41,7 +48,11 @@ func OpFromReceipt(runID string, r *receipt.Receipt) Op {
 		o.Unattributable = whyEscrow
 		return o
 	}
-	o.Money, o.Unattributable = moneyOf(r.Events)
+	fs := make([]EventFacts, len(r.Events))
+	for i := range r.Events {
+		fs[i] = facts(&r.Events[i])
+	}
+	o.Money, o.Unattributable = moneyOf(fs)
 	return o
 }
 
@@ -54,10 +65,53 @@ func hasStage(r *receipt.Receipt, id string) bool {
 	return false
 }
 
-// moneyOf reads requirements and the resource URL from every event that
-// carries them. The first event sets the values; a later event that
-// disagrees makes the field unusable rather than being silently ignored.
-func moneyOf(events []receipt.Event) (*Money, string) {
+// EventFacts is what the guard reads from one event's payload: the resource
+// host and the x402 requirements, already validated. It is small, so an
+// index can keep it instead of the payload.
+type EventFacts struct {
+	EventID string
+	// Host is the resource URL's normalised host ("" when none).
+	Host string
+	// HasRequirements says the payload carries x402 requirements; PayTo,
+	// Atomic (decimal digits) and Asset are then read from them, or
+	// Problem says why the amount cannot be used.
+	HasRequirements bool
+	PayTo           string
+	Atomic          string
+	Asset           string
+	Problem         string
+}
+
+// FactsOf extracts an event's facts from its payload.
+func FactsOf(e receipt.Event) EventFacts {
+	f := EventFacts{EventID: e.ID}
+	p := e.Payload()
+	if p.Kind() != jsjson.Object {
+		return f
+	}
+	if host, ok := resourceHost(p); ok {
+		f.Host = host
+	}
+	req, ok := p.Get("requirements")
+	if !ok {
+		return f
+	}
+	f.HasRequirements = true
+	pay, amt, asset, problem := readRequirements(req)
+	f.PayTo, f.Asset = pay, asset
+	if amt != nil {
+		f.Atomic = amt.String()
+	}
+	if problem != "" {
+		f.Problem = fmt.Sprintf("event %s: %s", clip(e.ID), problem)
+	}
+	return f
+}
+
+// moneyOf combines the facts of an operation's events. The first event with
+// requirements sets the values; a later event that disagrees makes the field
+// unusable rather than being silently ignored.
+func moneyOf(facts []EventFacts) (*Money, string) {
 	var (
 		m                  Money
 		seenReqs, seenHost bool
@@ -66,40 +120,35 @@ func moneyOf(events []receipt.Event) (*Money, string) {
 		payConflict        bool
 		hostConflict       bool
 	)
-	for _, e := range events {
-		p := e.Payload()
-		if p.Kind() != jsjson.Object {
-			continue
-		}
-		if host, ok := resourceHost(p); ok {
+	for _, f := range facts {
+		if f.Host != "" {
 			switch {
 			case !seenHost:
-				m.Host, seenHost = host, true
-			case host != m.Host:
+				m.Host, seenHost = f.Host, true
+			case f.Host != m.Host:
 				hostConflict = true
 			}
 		}
-		req, ok := p.Get("requirements")
-		if !ok {
+		if !f.HasRequirements {
 			continue
 		}
-		pay, amt, asset, problem := readRequirements(req)
-		if problem != "" {
-			problem = fmt.Sprintf("event %s: %s", clip(e.ID), problem)
+		var amt *big.Int
+		if f.Problem == "" {
+			amt, _ = new(big.Int).SetString(f.Atomic, 10)
 		}
 		if !seenReqs {
 			seenReqs = true
-			m.PayTo = pay
-			m.Atomic, m.Asset, m.Problem = amt, asset, problem
-			amountKey, amountFrom = moneyKey(amt, asset, problem), e.ID
+			m.PayTo = f.PayTo
+			m.Atomic, m.Asset, m.Problem = amt, f.Asset, f.Problem
+			amountKey, amountFrom = moneyKey(amt, f.Asset, f.Problem), f.EventID
 			continue
 		}
-		if pay != m.PayTo {
+		if f.PayTo != m.PayTo {
 			payConflict = true
 		}
-		if k := moneyKey(amt, asset, problem); k != amountKey && m.Problem == "" {
+		if k := moneyKey(amt, f.Asset, f.Problem); k != amountKey && m.Problem == "" {
 			m.Atomic, m.Asset = nil, ""
-			m.Problem = fmt.Sprintf("events %s and %s disagree on requirements.amount or asset", clip(amountFrom), clip(e.ID))
+			m.Problem = fmt.Sprintf("events %s and %s disagree on requirements.amount or asset", clip(amountFrom), clip(f.EventID))
 		}
 	}
 	if hostConflict {

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/auth"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 )
 
 // Defaults of the HTTP transport's bounds; all are stated in the README.
@@ -273,12 +274,22 @@ func carryIdentity(ctx context.Context, r *http.Request) context.Context {
 	return ctx
 }
 
-// probeReady lists events/: a root that cannot be read serves nothing.
+// probeReady lists events/ (a root that cannot be read serves nothing) and,
+// with the guard on, checks that guard/ can be written (a decision that
+// cannot be recorded is not given).
 func (s *Server) probeReady(context.Context) error {
 	if _, err := s.cfg.Events.ReadDir(); err != nil {
 		return fmt.Errorf("events directory not listable: %w", err)
 	}
-	return nil
+	if s.cfg.Guard == nil {
+		return nil
+	}
+	g, err := s.cfg.Root.MkdirAll(reviewlog.DirName, 0o700)
+	if err != nil {
+		return fmt.Errorf("guard directory: %w", err)
+	}
+	defer g.Close()
+	return g.Writable()
 }
 
 // limitBody answers 413 to a body over max, before authentication reads

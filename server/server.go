@@ -52,7 +52,7 @@ type Config struct {
 // Server holds the tool handlers and the state they share.
 type Server struct {
 	cfg   Config
-	index *runindex.Index[opSummary]
+	index *runindex.Index[opSummary, guard.EventFacts]
 	mcp   *mcpserver.MCPServer
 }
 
@@ -81,10 +81,12 @@ func New(cfg Config) (*Server, error) {
 		cfg.Now = time.Now
 	}
 	s := &Server{cfg: cfg}
-	s.index = runindex.New(runindex.Options[opSummary]{
+	s.index = runindex.New(runindex.Options[opSummary, guard.EventFacts]{
 		Events:    cfg.Events,
 		Limits:    cfg.Limits,
 		MaxBytes:  cfg.IndexMaxBytes,
+		Extract:   guard.FactsOf,
+		FactsCost: factsCost,
 		Compact:   compactEvent,
 		Summarize: summarize,
 		Logger:    cfg.Logger,

@@ -43,38 +43,19 @@ func (s *Server) tools() []toolDef {
 	}
 }
 
-// compactEvent keeps only what listings and the guard read from an event:
-// the envelope, and from the payload the x402 requirements and resource.
-// The kept members are copied into a small document of their own, because a
-// value from the run's parse would pin the whole run's text in memory.
+// compactEvent drops the payload: what the guard reads from it was
+// extracted beforehand (guard.FactsOf) and is kept beside the event.
 func compactEvent(e receipt.Event) receipt.Event {
-	p := e.Payload()
-	req, hasReq := p.Get("requirements")
-	res, hasRes := p.Get("resource")
 	e.Raw = jsjson.Value{}
-	if !hasReq && !hasRes {
-		return e
-	}
-	buf := append(make([]byte, 0, 256), `{"payload":{`...)
-	if hasReq {
-		buf = append(buf, `"requirements":`...)
-		buf = jsjson.AppendIndent(buf, req, "", "")
-	}
-	if hasRes {
-		if hasReq {
-			buf = append(buf, ',')
-		}
-		buf = append(buf, `"resource":`...)
-		buf = jsjson.AppendIndent(buf, res, "", "")
-	}
-	buf = append(buf, "}}"...)
-	if v, err := jsjson.Parse(buf); err == nil {
-		e.Raw = v
-	}
 	return e
 }
 
-func summarize(runID string, r *receipt.Receipt) opSummary {
+// factsCost estimates the memory of one event's guard facts.
+func factsCost(f guard.EventFacts) int64 {
+	return 112 + int64(len(f.EventID)+len(f.Host)+len(f.PayTo)+len(f.Atomic)+len(f.Asset)+len(f.Problem))
+}
+
+func summarize(runID string, r *receipt.Receipt, facts func(e *receipt.Event) guard.EventFacts) opSummary {
 	sum := opSummary{
 		RunID:          runID,
 		OperationID:    r.Operation.OperationID,
@@ -87,7 +68,7 @@ func summarize(runID string, r *receipt.Receipt) opSummary {
 		sum.MissingStages = append(sum.MissingStages, m.Stage)
 	}
 	sum.LastEventAt = r.LastEventAt()
-	sum.Guard = guard.OpFromReceipt(runID, r)
+	sum.Guard = guard.OpFromFacts(runID, r, facts)
 	// The receipt's events are not kept past this point.
 	sum.Guard.LastEventAt = sum.LastEventAt
 	return sum

@@ -304,3 +304,11 @@ func (d *Dir) WriteFileAtomic(name string, data []byte, perm os.FileMode) error 
 	}
 	return nil
 }
+
+// Writable reports whether this process may create files in the directory.
+func (d *Dir) Writable() error {
+	if err := unix.Faccessat(d.fd, ".", unix.W_OK, unix.AT_EACCESS); err != nil {
+		return fmt.Errorf("%s is not writable: %w", d.path, err)
+	}
+	return nil
+}

@@ -26,7 +26,7 @@ import (
 )
 
 // Options configures an Index.
-type Options[T any] struct {
+type Options[T, F any] struct {
 	// Events is the events/ directory of the Trace root.
 	Events *confined.Dir
 	// Limits bound what one line and one run file may cost.
@@ -37,9 +37,15 @@ type Options[T any] struct {
 	// Compact is applied to each event before it is kept; it should drop what
 	// Summarize does not need (payloads, mostly). Nil keeps events whole.
 	Compact func(receipt.Event) receipt.Event
+	// Extract reads, from each event before it is compacted, the facts
+	// Summarize will need (what the payload says, mostly); they are kept
+	// beside the event. Nil keeps zero facts.
+	Extract func(receipt.Event) F
+	// FactsCost estimates the memory one event's facts hold.
+	FactsCost func(F) int64
 	// Summarize turns one assembled receipt into what callers list. It is
 	// called once per (run version, template) and its results are cached.
-	Summarize func(runID string, r *receipt.Receipt) T
+	Summarize func(runID string, r *receipt.Receipt, facts func(e *receipt.Event) F) T
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
 }
@@ -52,10 +58,10 @@ const DefaultMaxBytes = 256 << 20
 const eventOverhead = 200
 
 // Index is safe for concurrent use; refreshes are serialized.
-type Index[T any] struct {
-	opt   Options[T]
+type Index[T, F any] struct {
+	opt   Options[T, F]
 	mu    sync.Mutex
-	runs  map[string]*run[T]
+	runs  map[string]*run[T, F]
 	tick  uint64
 	bytes int64
 	stats Stats
@@ -79,7 +85,7 @@ type identity struct {
 	mtime    time.Time
 }
 
-type run[T any] struct {
+type run[T, F any] struct {
 	id       string
 	name     string
 	ident    identity
@@ -87,6 +93,8 @@ type run[T any] struct {
 	offset   int64 // bytes consumed so far (up to the last complete line)
 	nextLine int
 	events   []receipt.Event
+	facts    []F // facts[i] belongs to events[i]
+	intern   map[string]string
 	cost     int64
 	err      error // why the run is unreadable, or nil
 	used     uint64
@@ -164,7 +172,7 @@ func (a anchor) holds(f io.ReaderAt) bool {
 }
 
 // stillHolds opens the run file and checks its anchor.
-func (ix *Index[T]) stillHolds(r *run[T]) bool {
+func (ix *Index[T, F]) stillHolds(r *run[T, F]) bool {
 	f, err := ix.opt.Events.Open(r.name)
 	if err != nil {
 		return false
@@ -174,14 +182,14 @@ func (ix *Index[T]) stillHolds(r *run[T]) bool {
 }
 
 // New returns an empty index.
-func New[T any](opt Options[T]) *Index[T] {
+func New[T, F any](opt Options[T, F]) *Index[T, F] {
 	if opt.MaxBytes <= 0 {
 		opt.MaxBytes = DefaultMaxBytes
 	}
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Index[T]{opt: opt, runs: map[string]*run[T]{}}
+	return &Index[T, F]{opt: opt, runs: map[string]*run[T, F]{}}
 }
 
 // Unreadable is a run (or a file in events/) that could not be used, with
@@ -207,7 +215,7 @@ type Listing[T any] struct {
 
 // List refreshes the index from the directory and returns the summaries of
 // every readable run for the template t, in run id order.
-func (ix *Index[T]) List(ctx context.Context, t *receipt.Template) (Listing[T], error) {
+func (ix *Index[T, F]) List(ctx context.Context, t *receipt.Template) (Listing[T], error) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	entries, err := ix.opt.Events.ReadDir()
@@ -244,7 +252,7 @@ func (ix *Index[T]) List(ctx context.Context, t *receipt.Template) (Listing[T], 
 			res := receipt.Assemble(r.events, t)
 			items = make([]T, 0, len(res.Receipts))
 			for i := range res.Receipts {
-				items = append(items, ix.opt.Summarize(id, &res.Receipts[i]))
+				items = append(items, ix.opt.Summarize(id, &res.Receipts[i], r.factsOf))
 			}
 			if r.views == nil {
 				r.views = map[string][]T{}
@@ -263,7 +271,7 @@ func (ix *Index[T]) List(ctx context.Context, t *receipt.Template) (Listing[T], 
 }
 
 // forget drops everything known about a run.
-func (ix *Index[T]) forget(id string) {
+func (ix *Index[T, F]) forget(id string) {
 	if r, ok := ix.runs[id]; ok {
 		ix.bytes -= r.cost
 		delete(ix.runs, id)
@@ -271,7 +279,7 @@ func (ix *Index[T]) forget(id string) {
 }
 
 // refresh brings one run up to date with its file and returns it.
-func (ix *Index[T]) refresh(id string, e confined.Entry) *run[T] {
+func (ix *Index[T, F]) refresh(id string, e confined.Entry) *run[T, F] {
 	cur := identity{dev: e.Dev, ino: e.Ino, size: e.Size, mtime: e.ModTime}
 	r, ok := ix.runs[id]
 	switch {
@@ -288,17 +296,17 @@ func (ix *Index[T]) refresh(id string, e confined.Entry) *run[T] {
 	if ok {
 		ix.forget(id)
 	}
-	r = &run[T]{id: id, name: e.Name}
+	r = &run[T, F]{id: id, name: e.Name}
 	ix.runs[id] = r
 	ix.read(r, cur, false)
 	return r
 }
 
 // read reads a run from its offset (incremental) or from the start.
-func (ix *Index[T]) read(r *run[T], cur identity, incremental bool) {
+func (ix *Index[T, F]) read(r *run[T, F], cur identity, incremental bool) {
 	if !incremental {
 		ix.bytes -= r.cost
-		r.events, r.cost, r.offset, r.nextLine, r.err, r.views, r.lastAt = nil, 0, 0, 1, nil, nil, ""
+		r.events, r.facts, r.intern, r.cost, r.offset, r.nextLine, r.err, r.views, r.lastAt = nil, nil, nil, 0, 0, 1, nil, nil, ""
 		ix.stats.FullReads++
 	} else {
 		ix.stats.IncrementalRs++
@@ -320,10 +328,22 @@ func (ix *Index[T]) read(r *run[T], cur identity, incremental bool) {
 	remaining := ix.opt.Limits.MaxRunBytes - r.offset
 	var added int64
 	consumed, next, err := receipt.ReadEvents(io.LimitReader(f, remaining+1), r.nextLine, ix.opt.Limits, func(ev receipt.Event) error {
-		if ix.opt.Compact != nil {
-			ev = detach(ix.opt.Compact(ev))
+		var facts F
+		if ix.opt.Extract != nil {
+			facts = ix.opt.Extract(ev)
+			if ix.opt.FactsCost != nil {
+				added += ix.opt.FactsCost(facts)
+			}
 		}
+		if ix.opt.Compact != nil {
+			ev = ix.opt.Compact(ev)
+		}
+		if r.intern == nil {
+			r.intern = map[string]string{}
+		}
+		ev = r.detach(ev)
 		r.events = append(r.events, ev)
+		r.facts = append(r.facts, facts)
 		added += costOf(&ev)
 		if jsjson.CompareUTF16(ev.OccurredAt, r.lastAt) > 0 {
 			r.lastAt = ev.OccurredAt
@@ -346,13 +366,13 @@ func (ix *Index[T]) read(r *run[T], cur identity, incremental bool) {
 		}
 		r.err = err
 		ix.bytes -= r.cost
-		r.events, r.cost, r.views = nil, 0, nil
+		r.events, r.facts, r.intern, r.cost, r.views = nil, nil, nil, 0, nil
 		return
 	}
 	if r.offset >= ix.opt.Limits.MaxRunBytes {
 		r.err = fmt.Errorf("run %s: file larger than the %d-byte limit for one run", r.id, ix.opt.Limits.MaxRunBytes)
 		ix.bytes -= r.cost
-		r.events, r.cost, r.views = nil, 0, nil
+		r.events, r.facts, r.intern, r.cost, r.views = nil, nil, nil, 0, nil
 	}
 }
 
@@ -360,14 +380,36 @@ func (ix *Index[T]) read(r *run[T], cur identity, incremental bool) {
 // place, so they are substrings of the whole line: kept as they are, an ID of
 // a few bytes would keep its line's payload alive, and the index would hold
 // far more memory than its budget counts.
-func detach(e receipt.Event) receipt.Event {
+func (r *run[T, F]) detach(e receipt.Event) receipt.Event {
 	e.ID = strings.Clone(e.ID)
-	e.Type = strings.Clone(e.Type)
 	e.OccurredAt = strings.Clone(e.OccurredAt)
-	e.Adapter = strings.Clone(e.Adapter)
-	e.Role = strings.Clone(e.Role)
-	e.ContextID = strings.Clone(e.ContextID)
+	// Types, adapters, roles and operation ids repeat: keep one copy each.
+	e.Type = r.share(e.Type)
+	e.Adapter = r.share(e.Adapter)
+	e.Role = r.share(e.Role)
+	e.ContextID = r.share(e.ContextID)
 	return e
+}
+
+// share returns the run's one copy of s (a copy, so it pins no line).
+func (r *run[T, F]) share(s string) string {
+	if v, ok := r.intern[s]; ok {
+		return v
+	}
+	v := strings.Clone(s)
+	r.intern[v] = v
+	return v
+}
+
+// factsOf returns the facts kept for one of the run's events, found by its
+// line number (events are kept in line order).
+func (r *run[T, F]) factsOf(e *receipt.Event) F {
+	i := sort.Search(len(r.events), func(i int) bool { return r.events[i].Line >= e.Line })
+	var zero F
+	if i < len(r.events) && r.events[i].Line == e.Line && i < len(r.facts) {
+		return r.facts[i]
+	}
+	return zero
 }
 
 func costOf(e *receipt.Event) int64 {
@@ -398,11 +440,11 @@ func valueCost(v jsjson.Value) int64 {
 }
 
 // evict drops the least recently used runs' events until the budget holds.
-func (ix *Index[T]) evict() {
+func (ix *Index[T, F]) evict() {
 	if ix.bytes <= ix.opt.MaxBytes {
 		return
 	}
-	resident := make([]*run[T], 0, len(ix.runs))
+	resident := make([]*run[T, F], 0, len(ix.runs))
 	for _, r := range ix.runs {
 		if r.resident && r.err == nil {
 			resident = append(resident, r)
@@ -414,14 +456,14 @@ func (ix *Index[T]) evict() {
 			break
 		}
 		ix.bytes -= r.cost
-		r.events, r.cost, r.views, r.resident = nil, 0, nil, false
+		r.events, r.facts, r.intern, r.cost, r.views, r.resident = nil, nil, nil, 0, nil, false
 		r.offset, r.nextLine = 0, 1
 		ix.stats.Evictions++
 	}
 }
 
 // Stats returns a snapshot of the index's counters.
-func (ix *Index[T]) Stats() Stats {
+func (ix *Index[T, F]) Stats() Stats {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	s := ix.stats
@@ -442,7 +484,7 @@ var ErrUnknownRun = errors.New("no such run")
 // ReadRun reads one run in full (events exactly as written, payloads
 // included). The id is looked up among the files that exist, never joined
 // onto a path.
-func (ix *Index[T]) ReadRun(ctx context.Context, id string) ([]receipt.Event, error) {
+func (ix *Index[T, F]) ReadRun(ctx context.Context, id string) ([]receipt.Event, error) {
 	entries, err := ix.opt.Events.ReadDir()
 	if err != nil {
 		return nil, err

@@ -23,7 +23,7 @@ func line(op string, seq int) string {
 		op, seq, at.Format("2006-01-02T15:04:05.000Z"), seq, op)
 }
 
-func newIndex(t *testing.T) (*Index[item], string, *receipt.Template) {
+func newIndex(t *testing.T) (*Index[item, string], string, *receipt.Template) {
 	t.Helper()
 	dir := t.TempDir()
 	d, err := confined.OpenRoot(dir)
@@ -35,15 +35,23 @@ func newIndex(t *testing.T) (*Index[item], string, *receipt.Template) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ix := New(Options[item]{
+	ix := New(Options[item, string]{
 		Events:    d,
 		Limits:    receipt.DefaultLimits(),
-		Summarize: func(_ string, r *receipt.Receipt) item { return item{op: r.Operation.OperationID} },
+		Extract:   func(e receipt.Event) string { return "facts of " + e.ID },
+		Summarize: func(_ string, r *receipt.Receipt, facts func(*receipt.Event) string) item {
+			for i := range r.Events {
+				if got, want := facts(&r.Events[i]), "facts of "+r.Events[i].ID; got != want {
+					panic("facts " + got + " handed for " + want)
+				}
+			}
+			return item{op: r.Operation.OperationID}
+		},
 	})
 	return ix, dir, tmpl
 }
 
-func ops(t *testing.T, ix *Index[item], tmpl *receipt.Template) ([]string, []Unreadable) {
+func ops(t *testing.T, ix *Index[item, string], tmpl *receipt.Template) ([]string, []Unreadable) {
 	t.Helper()
 	l, err := ix.List(context.Background(), tmpl)
 	if err != nil {
@@ -174,11 +182,19 @@ func TestCompactedEventsDoNotPinLines(t *testing.T) {
 		t.Fatal(err)
 	}
 	b = strings.Builder{}
-	ix := New(Options[item]{
+	ix := New(Options[item, string]{
 		Events:    d,
 		Limits:    receipt.DefaultLimits(),
 		Compact:   func(e receipt.Event) receipt.Event { e.Raw = jsjson.Value{}; return e },
-		Summarize: func(_ string, r *receipt.Receipt) item { return item{op: r.Operation.OperationID} },
+		Extract:   func(e receipt.Event) string { return "facts of " + e.ID },
+		Summarize: func(_ string, r *receipt.Receipt, facts func(*receipt.Event) string) item {
+			for i := range r.Events {
+				if got, want := facts(&r.Events[i]), "facts of "+r.Events[i].ID; got != want {
+					panic("facts " + got + " handed for " + want)
+				}
+			}
+			return item{op: r.Operation.OperationID}
+		},
 	})
 	var before, after runtime.MemStats
 	runtime.GC()
