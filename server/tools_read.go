@@ -26,8 +26,8 @@ func (s *Server) tools() []toolDef {
 			handler: s.listOperations,
 		},
 		{
-			name:  "get_receipt",
-			title: "Get one operation receipt",
+			name:        "get_receipt",
+			title:       "Get one operation receipt",
 			description: "Return the full Haia Trace receipt of one operation, exactly as the reference assembler builds it, plus its run_id.",
 			readOnly:    true, idempotent: true,
 			handler: s.getReceipt,

@@ -119,4 +119,3 @@ func runChain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	return exitOK
 }
-

@@ -36,9 +36,9 @@ func newIndex(t *testing.T) (*Index[item, string], string, *receipt.Template) {
 		t.Fatal(err)
 	}
 	ix := New(Options[item, string]{
-		Events:    d,
-		Limits:    receipt.DefaultLimits(),
-		Extract:   func(e receipt.Event) string { return "facts of " + e.ID },
+		Events:  d,
+		Limits:  receipt.DefaultLimits(),
+		Extract: func(e receipt.Event) string { return "facts of " + e.ID },
 		Summarize: func(_ string, r *receipt.Receipt, facts func(*receipt.Event) string) item {
 			for i := range r.Events {
 				if got, want := facts(&r.Events[i]), "facts of "+r.Events[i].ID; got != want {
@@ -183,10 +183,10 @@ func TestCompactedEventsDoNotPinLines(t *testing.T) {
 	}
 	b = strings.Builder{}
 	ix := New(Options[item, string]{
-		Events:    d,
-		Limits:    receipt.DefaultLimits(),
-		Compact:   func(e receipt.Event) receipt.Event { e.Raw = jsjson.Value{}; return e },
-		Extract:   func(e receipt.Event) string { return "facts of " + e.ID },
+		Events:  d,
+		Limits:  receipt.DefaultLimits(),
+		Compact: func(e receipt.Event) receipt.Event { e.Raw = jsjson.Value{}; return e },
+		Extract: func(e receipt.Event) string { return "facts of " + e.ID },
 		Summarize: func(_ string, r *receipt.Receipt, facts func(*receipt.Event) string) item {
 			for i := range r.Events {
 				if got, want := facts(&r.Events[i]), "facts of "+r.Events[i].ID; got != want {
