@@ -82,7 +82,7 @@ func jwkJSON(kid string, pub any) map[string]any {
 	case *rsa.PublicKey:
 		return map[string]any{"kty": "RSA", "kid": kid, "use": "sig", "n": b64(k.N.Bytes()), "e": b64(big.NewInt(int64(k.E)).Bytes())}
 	case *ecdsa.PublicKey:
-		return map[string]any{"kty": "EC", "kid": kid, "crv": "P-256", "x": b64(padded(k.X, 32)), "y": b64(padded(k.Y, 32))}
+		return map[string]any{"kty": "EC", "kid": kid, "crv": "P-256", "x": b64(ecCoord(k, 0)), "y": b64(ecCoord(k, 1))}
 	}
 	panic("unsupported key type in test")
 }
@@ -205,4 +205,13 @@ func (f *fixture) with(edit func(map[string]any)) map[string]any {
 	c := f.claims()
 	edit(c)
 	return c
+}
+
+// ecCoord returns a P-256 key's X (i=0) or Y (i=1) from its uncompressed encoding.
+func ecCoord(k *ecdsa.PublicKey, i int) []byte {
+	b, err := k.Bytes()
+	if err != nil {
+		panic(err)
+	}
+	return b[1+32*i : 33+32*i]
 }

@@ -36,7 +36,7 @@ func NewIssuer(dir, issuer, resource string) (*Issuer, error) {
 	iss := &Issuer{Issuer: issuer, Resource: resource, JWKSPath: filepath.Join(dir, "jwks.json"), KeyID: "authtest-1", key: key}
 	jwks := map[string]any{"keys": []map[string]any{{
 		"kty": "EC", "crv": "P-256", "use": "sig", "alg": "ES256", "kid": iss.KeyID,
-		"x": enc(fixed32(key.PublicKey.X.Bytes())), "y": enc(fixed32(key.PublicKey.Y.Bytes())),
+		"x": enc(ecX(&key.PublicKey)), "y": enc(ecY(&key.PublicKey)),
 	}}}
 	data, err := json.MarshalIndent(jwks, "", "  ")
 	if err != nil {
@@ -88,3 +88,8 @@ func fixed32(b []byte) []byte {
 	copy(out[32-len(b):], b)
 	return out
 }
+
+// ecX and ecY read a P-256 public key's coordinates from its uncompressed
+// encoding (0x04 || X || Y), each 32 bytes.
+func ecX(k *ecdsa.PublicKey) []byte { b, _ := k.Bytes(); return b[1:33] }
+func ecY(k *ecdsa.PublicKey) []byte { b, _ := k.Bytes(); return b[33:65] }
