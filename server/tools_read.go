@@ -141,32 +141,34 @@ func (s *Server) listOperations(ctx context.Context, raw any) (*mcp.CallToolResu
 		}
 	}
 	res.RunsScanned = len(runs)
-	var rows []operationRow
+	// Sort pointers to the cached summaries and copy out only the rows
+	// returned: a large root has tens of thousands of operations.
+	var picked []*opSummary
 	for _, rv := range runs {
-		for _, it := range rv.Items {
-			if completeness != "" && it.Completeness != completeness {
-				continue
+		for i := range rv.Items {
+			if completeness == "" || rv.Items[i].Completeness == completeness {
+				picked = append(picked, &rv.Items[i])
 			}
-			rows = append(rows, operationRow{
-				RunID: it.RunID, OperationID: it.OperationID, Template: it.Template, Completeness: it.Completeness,
-				MissingStages: it.MissingStages, ExceptionCount: it.ExceptionCount, LastEventAt: it.LastEventAt,
-			})
 		}
 	}
-	sort.Slice(rows, func(i, j int) bool {
-		if c := jsjson.CompareUTF16(rows[i].LastEventAt, rows[j].LastEventAt); c != 0 {
+	sort.Slice(picked, func(i, j int) bool {
+		a, b := picked[i], picked[j]
+		if c := jsjson.CompareUTF16(a.LastEventAt, b.LastEventAt); c != 0 {
 			return c > 0
 		}
-		if rows[i].RunID != rows[j].RunID {
-			return rows[i].RunID > rows[j].RunID
+		if a.RunID != b.RunID {
+			return a.RunID > b.RunID
 		}
-		return rows[i].OperationID < rows[j].OperationID
+		return a.OperationID < b.OperationID
 	})
-	if len(rows) > limit {
-		rows = rows[:limit]
+	if len(picked) > limit {
+		picked = picked[:limit]
 	}
-	if rows != nil {
-		res.Operations = rows
+	for _, it := range picked {
+		res.Operations = append(res.Operations, operationRow{
+			RunID: it.RunID, OperationID: it.OperationID, Template: it.Template, Completeness: it.Completeness,
+			MissingStages: it.MissingStages, ExceptionCount: it.ExceptionCount, LastEventAt: it.LastEventAt,
+		})
 	}
 	return structured(res, renderList(res)), nil
 }

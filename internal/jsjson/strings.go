@@ -72,6 +72,35 @@ func AppendString(dst []byte, s string) []byte {
 // CompareUTF16 orders two strings the way JavaScript's < does: by UTF-16
 // code units, not by code points or bytes. It returns -1, 0 or +1.
 func CompareUTF16(a, b string) int {
+	// Fast path: skip the common prefix; where the first differing bytes are
+	// both ASCII, byte order is UTF-16 order.
+	n := min(len(a), len(b))
+	i := 0
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	switch {
+	case i == n:
+		if len(a) == len(b) {
+			return 0
+		}
+		if (len(a) == n || a[n] < utf8.RuneSelf) && (len(b) == n || b[n] < utf8.RuneSelf) {
+			if len(a) < len(b) {
+				return -1
+			}
+			return 1
+		}
+	case a[i] < utf8.RuneSelf && b[i] < utf8.RuneSelf:
+		if a[i] < b[i] {
+			return -1
+		}
+		return 1
+	}
+	// Back up to the start of the character the difference is in.
+	for i > 0 && (i == len(a) || i == len(b) || !utf8.RuneStart(a[i])) {
+		i--
+	}
+	a, b = a[i:], b[i:]
 	ua, ub := unitReader{s: a}, unitReader{s: b}
 	for {
 		ca, okA := ua.next()

@@ -44,3 +44,41 @@ func TestCompareUTF16(t *testing.T) {
 		}
 	}
 }
+
+// TestCompareUTF16FastPathAgrees checks the byte fast path against the
+// code-unit walk on strings that differ after a shared prefix.
+func TestCompareUTF16FastPathAgrees(t *testing.T) {
+	parts := []string{"", "a", "z", "é", "\uff61", "\U0001F600", "\ue000", "\xed\xa0\x80", "~", "\x00"}
+	slow := func(a, b string) int {
+		ua, ub := unitReader{s: a}, unitReader{s: b}
+		for {
+			ca, okA := ua.next()
+			cb, okB := ub.next()
+			switch {
+			case !okA && !okB:
+				return 0
+			case !okA:
+				return -1
+			case !okB:
+				return 1
+			case ca != cb:
+				if ca < cb {
+					return -1
+				}
+				return 1
+			}
+		}
+	}
+	for _, prefix := range []string{"", "2026-07-24T", "é", "\U0001F600"} {
+		for _, x := range parts {
+			for _, y := range parts {
+				for _, tail := range []string{"", "a", "\U0001F600"} {
+					a, b := prefix+x+tail, prefix+y
+					if got, want := CompareUTF16(a, b), slow(a, b); got != want {
+						t.Errorf("CompareUTF16(%q, %q) = %d, want %d", a, b, got, want)
+					}
+				}
+			}
+		}
+	}
+}
