@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -161,19 +160,10 @@ func hostileCases() []hostileCase {
 // the child process, so its memory can be read from /proc.
 func startServer(t *testing.T, stderr *lockedBuffer, args ...string) (*mcp.ClientSession, *exec.Cmd) {
 	t.Helper()
-	cmd := exec.Command(binPath, args...)
-	if stderr != nil {
-		cmd.Stderr = stderr
+	if stderr == nil {
+		return mcpSessionCmd(t, nil, args...)
 	}
-	client := mcp.NewClient(&mcp.Implementation{Name: "e2e-hostile", Version: "1"}, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
-	if err != nil {
-		t.Fatalf("connect to %v: %v (stderr: %s)", args, err, stderr)
-	}
-	t.Cleanup(func() { cs.Close() })
-	return cs, cmd
+	return mcpSessionCmd(t, stderr, args...)
 }
 
 // lockedBuffer collects a child's stderr, which exec copies from another

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -62,7 +63,15 @@ func runCLI(t *testing.T, args ...string) (string, string, int) {
 
 // mcpSession starts the real binary over stdio with args and connects the
 // official Go SDK client to it.
-func mcpSession(t *testing.T, stderr *bytes.Buffer, args ...string) *mcp.ClientSession {
+func mcpSession(t *testing.T, stderr io.Writer, args ...string) *mcp.ClientSession {
+	t.Helper()
+	cs, _ := mcpSessionCmd(t, stderr, args...)
+	return cs
+}
+
+// mcpSessionCmd is mcpSession that also returns the child process (to read
+// its memory from /proc, or to signal it).
+func mcpSessionCmd(t *testing.T, stderr io.Writer, args ...string) (*mcp.ClientSession, *exec.Cmd) {
 	t.Helper()
 	cmd := exec.Command(binPath, args...)
 	if stderr != nil {
@@ -73,10 +82,10 @@ func mcpSession(t *testing.T, stderr *bytes.Buffer, args ...string) *mcp.ClientS
 	defer cancel()
 	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
 	if err != nil {
-		t.Fatalf("connect to %v: %v (stderr: %s)", args, err, stderr)
+		t.Fatalf("connect to %v: %v (stderr: %v)", args, err, stderr)
 	}
 	t.Cleanup(func() { cs.Close() })
-	return cs
+	return cs, cmd
 }
 
 func TestVersionCommand(t *testing.T) {

@@ -100,7 +100,11 @@ func CompareUTF16(a, b string) int {
 	for i > 0 && (i == len(a) || i == len(b) || !utf8.RuneStart(a[i])) {
 		i--
 	}
-	a, b = a[i:], b[i:]
+	return compareUnits(a[i:], b[i:])
+}
+
+// compareUnits compares two strings one UTF-16 code unit at a time.
+func compareUnits(a, b string) int {
 	ua, ub := unitReader{s: a}, unitReader{s: b}
 	for {
 		ca, okA := ua.next()
