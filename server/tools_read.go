@@ -229,7 +229,8 @@ func (s *Server) findReceipt(ctx context.Context, raw any) (string, *receipt.Rec
 	if err != nil {
 		return "", nil, err
 	}
-	events, err := s.index.ReadRun(ctx, runID)
+	// Only the operation's own events are kept while the run is read.
+	events, err := s.index.ReadRun(ctx, runID, func(e *receipt.Event) bool { return e.ContextID == opID })
 	if err != nil {
 		if errors.Is(err, runindex.ErrUnknownRun) {
 			return "", nil, userErrorf("no run %q under events/ (list_operations shows the runs there)", runID)
@@ -243,11 +244,9 @@ func (s *Server) findReceipt(ctx context.Context, raw any) (string, *receipt.Rec
 		}
 		return "", nil, userErrorf("run %q cannot be read: %s", runID, s.relative(err.Error()))
 	}
-	res := receipt.Assemble(events, t)
-	for i := range res.Receipts {
-		if res.Receipts[i].Operation.OperationID == opID {
-			return runID, &res.Receipts[i], nil
-		}
+	if len(events) > 0 {
+		r := receipt.AssembleOperation(opID, events, t)
+		return runID, &r, nil
 	}
 	return "", nil, userErrorf("run %q has no operation %q (list_operations with run=%q shows its operations)", runID, opID, runID)
 }

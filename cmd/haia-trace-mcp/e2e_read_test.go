@@ -134,14 +134,7 @@ func TestStdioReadTools(t *testing.T) {
 		t.Fatalf("filtered list: %v", list.Ops)
 	}
 
-	// get_receipt equals build's receipt for the same operation.
-	res := callTool(t, cs, "get_receipt", map[string]any{"run_id": "run-1", "operation_id": "op-b"})
-	var got map[string]any
-	decodeStructured(t, res, &got)
-	if got["run_id"] != "run-1" {
-		t.Fatalf("run_id: %v", got["run_id"])
-	}
-	delete(got, "run_id")
+	// get_receipt equals build's receipt for the same operation, for every operation.
 	out, errOut, code := runCLI(t, "build", filepath.Join(root, "events", "run-1.ndjson"))
 	if code != 0 {
 		t.Fatalf("build: %d %s", code, errOut)
@@ -152,20 +145,27 @@ func TestStdioReadTools(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &built); err != nil {
 		t.Fatal(err)
 	}
-	var want map[string]any
-	for _, r := range built.Receipts {
-		if r["operation"].(map[string]any)["operation_id"] == "op-b" {
-			want = r
+	if len(built.Receipts) != 3 {
+		t.Fatalf("build assembled %d receipts, want 3", len(built.Receipts))
+	}
+	for _, want := range built.Receipts {
+		opID := want["operation"].(map[string]any)["operation_id"].(string)
+		res := callTool(t, cs, "get_receipt", map[string]any{"run_id": "run-1", "operation_id": opID})
+		var got map[string]any
+		decodeStructured(t, res, &got)
+		if got["run_id"] != "run-1" {
+			t.Fatalf("run_id: %v", got["run_id"])
 		}
-	}
-	gb, _ := json.Marshal(got)
-	wb, _ := json.Marshal(want)
-	if !bytes.Equal(gb, wb) {
-		t.Fatalf("get_receipt differs from build:\n got %s\nwant %s", gb, wb)
-	}
-	// The text rendering is build's own bytes for that receipt.
-	if !strings.Contains(out, strings.TrimSpace(indentLines(resultText(res), "    "))) {
-		t.Fatalf("text rendering is not build's receipt:\n%s", resultText(res))
+		delete(got, "run_id")
+		gb, _ := json.Marshal(got)
+		wb, _ := json.Marshal(want)
+		if !bytes.Equal(gb, wb) {
+			t.Fatalf("get_receipt %s differs from build:\n got %s\nwant %s", opID, gb, wb)
+		}
+		// The text rendering is build's own bytes for that receipt.
+		if !strings.Contains(out, strings.TrimSpace(indentLines(resultText(res), "    "))) {
+			t.Fatalf("text rendering of %s is not build's receipt:\n%s", opID, resultText(res))
+		}
 	}
 
 	var ex map[string]any

@@ -65,6 +65,8 @@ type Index[T, F any] struct {
 	tick  uint64
 	bytes int64
 	stats Stats
+	// fullReads is a semaphore bounding concurrent full-run reads.
+	fullReads chan struct{}
 }
 
 // Stats reports what the index did, for benchmarks and /metrics.
@@ -189,7 +191,7 @@ func New[T, F any](opt Options[T, F]) *Index[T, F] {
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Index[T, F]{opt: opt, runs: map[string]*run[T, F]{}}
+	return &Index[T, F]{opt: opt, runs: map[string]*run[T, F]{}, fullReads: make(chan struct{}, MaxConcurrentFullReads)}
 }
 
 // Unreadable is a run (or a file in events/) that could not be used, with
@@ -481,10 +483,21 @@ func (ix *Index[T, F]) Stats() Stats {
 // ErrUnknownRun is returned when a run id names no run file.
 var ErrUnknownRun = errors.New("no such run")
 
-// ReadRun reads one run in full (events exactly as written, payloads
-// included). The id is looked up among the files that exist, never joined
-// onto a path.
-func (ix *Index[T, F]) ReadRun(ctx context.Context, id string) ([]receipt.Event, error) {
+// MaxConcurrentFullReads bounds how many runs are read in full (payloads
+// included) at once: such a read costs memory in proportion to the run.
+const MaxConcurrentFullReads = 2
+
+// ReadRun reads one run in full, payloads included, and keeps the events
+// for which keep returns true (nil keeps all) exactly as written. The id is
+// looked up among the files that exist, never joined onto a path. At most
+// MaxConcurrentFullReads such reads run at once; others wait their turn.
+func (ix *Index[T, F]) ReadRun(ctx context.Context, id string, keep func(*receipt.Event) bool) ([]receipt.Event, error) {
+	select {
+	case ix.fullReads <- struct{}{}:
+		defer func() { <-ix.fullReads }()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	entries, err := ix.opt.Events.ReadDir()
 	if err != nil {
 		return nil, err
@@ -512,7 +525,9 @@ func (ix *Index[T, F]) ReadRun(ctx context.Context, id string) ([]receipt.Event,
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		events = append(events, ev)
+		if keep == nil || keep(&ev) {
+			events = append(events, ev)
+		}
 		return nil
 	})
 	if err != nil {
