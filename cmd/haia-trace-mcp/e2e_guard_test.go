@@ -279,3 +279,48 @@ func TestSignerProcessFailsClosed(t *testing.T) {
 		t.Fatalf("verify: %d %s", code, got)
 	}
 }
+
+// TestSameQuestionAcrossServerProcesses has three real server processes,
+// each with several concurrent callers, ask the same question at once:
+// exactly one review opens and every answer carries its id.
+func TestSameQuestionAcrossServerProcesses(t *testing.T) {
+	root := sampleRoot(t)
+	key := filepath.Join(t.TempDir(), "key.pem")
+	runCLI(t, "chain", "checkpoint", "none", "--dir", root, "--key-file", key) // creates the key once; the chain does not exist
+	var sessions []*mcp.ClientSession
+	for i := 0; i < 3; i++ {
+		sessions = append(sessions, mcpSession(t, nil, "--dir", root, "--key-file", key))
+	}
+	var mu sync.Mutex
+	ids := map[string]int{}
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for _, s := range sessions {
+		for g := 0; g < 5; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				var ans checkAnswer
+				decodeStructured(t, callTool(t, s, "check_before_pay", map[string]any{"counterparty": sellerB, "amount": "0.30"}), &ans)
+				mu.Lock()
+				ids[ans.ReviewID]++
+				mu.Unlock()
+			}()
+		}
+	}
+	close(start)
+	wg.Wait()
+	if len(ids) != 1 {
+		t.Fatalf("15 concurrent askers in 3 processes got review ids %v, want exactly one", ids)
+	}
+	for id, n := range ids {
+		if id == "" || n != 15 {
+			t.Fatalf("answers %v: every answer must carry the one review id", ids)
+		}
+	}
+	out, _, code := runCLI(t, "review", "list", "--dir", root, "--json")
+	if code != 0 || strings.Count(out, `"review_id"`) != 1 {
+		t.Fatalf("review log: %s", out)
+	}
+}
