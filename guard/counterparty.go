@@ -70,7 +70,7 @@ func ParseCounterparty(s string) (Counterparty, error) {
 		if err != nil {
 			return Counterparty{}, fmt.Errorf("%w: %w", ErrCounterparty, err)
 		}
-		return Counterparty{Kind: KindHost, Value: h}, nil
+		return hostCounterparty(s, h)
 	}
 	if strings.ContainsAny(s, "/?#@") {
 		return Counterparty{}, fmt.Errorf("%w: %q is neither an address, a host nor a URL with a scheme (https://…)", ErrCounterparty, clip(s))
@@ -78,6 +78,16 @@ func ParseCounterparty(s string) (Counterparty, error) {
 	h, err := normaliseHost(s, false)
 	if err != nil {
 		return Counterparty{}, fmt.Errorf("%w: %w", ErrCounterparty, err)
+	}
+	return hostCounterparty(s, h)
+}
+
+// hostCounterparty refuses a host that would read back as an address (a
+// single label "0x…", e.g. from "0x." or "https://0x/"), so that the
+// normalised value always parses to itself.
+func hostCounterparty(s, h string) (Counterparty, error) {
+	if strings.HasPrefix(h, "0x") && !strings.ContainsAny(h, ".:") {
+		return Counterparty{}, fmt.Errorf("%w: %q names host %q, which would read as an address; give the address or a full host name", ErrCounterparty, clip(s), h)
 	}
 	return Counterparty{Kind: KindHost, Value: h}, nil
 }
