@@ -365,10 +365,10 @@ func TestStdioHostileRoot(t *testing.T) {
 
 	peak := peakRSS(t, cmd.Process.Pid)
 	bound := int64(hostilePeakRSSBound)
-	if os.Getenv("HAIA_E2E_NORACE") != "" {
+	if !binRace {
 		bound = hostilePeakRSSBoundNoRace
 	}
-	t.Logf("server peak RSS (VmHWM) %.1f MiB, bound %d MiB (race build: %v)", float64(peak)/(1<<20), bound>>20, os.Getenv("HAIA_E2E_NORACE") == "")
+	t.Logf("server peak RSS (VmHWM) %.1f MiB, bound %d MiB (race build: %v)", float64(peak)/(1<<20), bound>>20, binRace)
 	if peak > bound {
 		t.Errorf("server peak RSS %d MiB, over the %d MiB bound", peak>>20, bound>>20)
 	}

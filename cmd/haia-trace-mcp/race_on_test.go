@@ -1,0 +1,6 @@
+//go:build race
+
+package main
+
+// raceEnabled: the tests run under -race, so the binary they start does too.
+const raceEnabled = true
