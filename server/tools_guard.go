@@ -173,6 +173,9 @@ func (s *Server) guardError(what string, err error) error {
 	switch {
 	case errors.Is(err, reviewlog.ErrLockTimeout):
 		return userErrorf("could not %s: the review log is busy (lock not obtained); ask again", what)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		s.cfg.Logger.Info("decision not recorded: the caller went away", "what", what)
+		return userErrorf("the request ended before the decision could be recorded, so no decision is given; ask again")
 	case errors.Is(err, reviewlog.ErrCorrupt):
 		return userErrorf("could not %s: the review log is damaged; the operator must look at it", what)
 	}
