@@ -85,10 +85,11 @@ func New(cfg Config) (*Server, error) {
 		Events:    cfg.Events,
 		Limits:    cfg.Limits,
 		MaxBytes:  cfg.IndexMaxBytes,
-		Extract:   guard.FactsOf,
+		Extract:   extractFacts,
 		FactsCost: factsCost,
 		Compact:   compactEvent,
 		Summarize: summarize,
+		ItemCost:  summaryCost,
 		Logger:    cfg.Logger,
 	})
 	s.mcp = mcpserver.NewMCPServer("haia-trace-mcp", cfg.Version,

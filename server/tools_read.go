@@ -50,9 +50,36 @@ func compactEvent(e receipt.Event) receipt.Event {
 	return e
 }
 
+// extractFacts reads the guard's facts from an event and copies their
+// strings, which may otherwise point into the run's whole parse buffer and
+// keep it alive.
+func extractFacts(e receipt.Event) guard.EventFacts {
+	f := guard.FactsOf(e)
+	f.EventID = strings.Clone(f.EventID)
+	f.Host = strings.Clone(f.Host)
+	f.PayTo = strings.Clone(f.PayTo)
+	f.Atomic = strings.Clone(f.Atomic)
+	f.Asset = strings.Clone(f.Asset)
+	f.Problem = strings.Clone(f.Problem)
+	return f
+}
+
 // factsCost estimates the memory of one event's guard facts.
 func factsCost(f guard.EventFacts) int64 {
 	return 112 + int64(len(f.EventID)+len(f.Host)+len(f.PayTo)+len(f.Atomic)+len(f.Asset)+len(f.Problem))
+}
+
+// summaryCost estimates the memory one cached summary holds: the struct
+// with its guard figures, plus its strings.
+func summaryCost(s opSummary) int64 {
+	n := int64(400 + len(s.OperationID) + len(s.LastEventAt))
+	for _, m := range s.MissingStages {
+		n += 16 + int64(len(m))
+	}
+	if s.Guard.Money != nil {
+		n += 120 + int64(len(s.Guard.Money.PayTo)+len(s.Guard.Money.Host)+len(s.Guard.Money.Asset)+len(s.Guard.Money.Problem))
+	}
+	return n + int64(len(s.Guard.Unattributable))
 }
 
 func summarize(runID string, r *receipt.Receipt, facts func(e *receipt.Event) guard.EventFacts) opSummary {

@@ -43,6 +43,9 @@ type Options[T, F any] struct {
 	Extract func(receipt.Event) F
 	// FactsCost estimates the memory one event's facts hold.
 	FactsCost func(F) int64
+	// ItemCost estimates the memory one summary holds; summaries count
+	// against MaxBytes like the events they came from. Nil counts nothing.
+	ItemCost func(T) int64
 	// Summarize turns one assembled receipt into what callers list. It is
 	// called once per (run version, template) and its results are cached.
 	Summarize func(runID string, r *receipt.Receipt, facts func(e *receipt.Event) F) T
@@ -101,6 +104,7 @@ type run[T, F any] struct {
 	err      error // why the run is unreadable, or nil
 	used     uint64
 	views    map[string][]T // per template fingerprint
+	viewCost int64          // the part of cost that views hold
 	lastAt   string         // latest occurred_at, for "latest run"
 	anchor   anchor         // bytes an in-place rewrite would change
 }
@@ -260,6 +264,15 @@ func (ix *Index[T, F]) List(ctx context.Context, t *receipt.Template) (Listing[T
 				r.views = map[string][]T{}
 			}
 			r.views[fp] = items
+			if ix.opt.ItemCost != nil {
+				var c int64
+				for _, it := range items {
+					c += ix.opt.ItemCost(it)
+				}
+				r.viewCost += c
+				r.cost += c
+				ix.bytes += c
+			}
 		}
 		out.Runs = append(out.Runs, RunView[T]{RunID: id, LastEventAt: r.lastAt, Items: items})
 	}
@@ -308,7 +321,7 @@ func (ix *Index[T, F]) refresh(id string, e confined.Entry) *run[T, F] {
 func (ix *Index[T, F]) read(r *run[T, F], cur identity, incremental bool) {
 	if !incremental {
 		ix.bytes -= r.cost
-		r.events, r.facts, r.intern, r.cost, r.offset, r.nextLine, r.err, r.views, r.lastAt = nil, nil, nil, 0, 0, 1, nil, nil, ""
+		r.events, r.facts, r.intern, r.cost, r.offset, r.nextLine, r.err, r.views, r.viewCost, r.lastAt = nil, nil, nil, 0, 0, 1, nil, nil, 0, ""
 		ix.stats.FullReads++
 	} else {
 		ix.stats.IncrementalRs++
@@ -359,7 +372,9 @@ func (ix *Index[T, F]) read(r *run[T, F], cur identity, incremental bool) {
 	r.offset += consumed
 	r.nextLine = next
 	if len(r.views) > 0 && added > 0 {
-		r.views = nil
+		r.cost -= r.viewCost
+		ix.bytes -= r.viewCost
+		r.views, r.viewCost = nil, 0
 	}
 	if err != nil {
 		var le *receipt.LineError
@@ -368,13 +383,13 @@ func (ix *Index[T, F]) read(r *run[T, F], cur identity, incremental bool) {
 		}
 		r.err = err
 		ix.bytes -= r.cost
-		r.events, r.facts, r.intern, r.cost, r.views = nil, nil, nil, 0, nil
+		r.events, r.facts, r.intern, r.cost, r.views, r.viewCost = nil, nil, nil, 0, nil, 0
 		return
 	}
 	if r.offset >= ix.opt.Limits.MaxRunBytes {
 		r.err = fmt.Errorf("run %s: file larger than the %d-byte limit for one run", r.id, ix.opt.Limits.MaxRunBytes)
 		ix.bytes -= r.cost
-		r.events, r.facts, r.intern, r.cost, r.views = nil, nil, nil, 0, nil
+		r.events, r.facts, r.intern, r.cost, r.views, r.viewCost = nil, nil, nil, 0, nil, 0
 	}
 }
 
@@ -458,7 +473,7 @@ func (ix *Index[T, F]) evict() {
 			break
 		}
 		ix.bytes -= r.cost
-		r.events, r.facts, r.intern, r.cost, r.views, r.resident = nil, nil, nil, 0, nil, false
+		r.events, r.facts, r.intern, r.cost, r.views, r.viewCost, r.resident = nil, nil, nil, 0, nil, 0, false
 		r.offset, r.nextLine = 0, 1
 		ix.stats.Evictions++
 	}
