@@ -62,36 +62,28 @@ func (o *out) boolean(b bool) {
 	}
 }
 
-func (o *out) strings(list []string) {
-	if len(list) == 0 {
+// array writes items as a JSON array ("[]" when empty), each through write.
+func array[E any](o *out, items []E, write func(*E)) {
+	if len(items) == 0 {
 		o.dst = append(o.dst, '[', ']')
 		return
 	}
 	o.open('[')
-	for i, s := range list {
+	for i := range items {
 		o.item(i)
-		o.str(s)
+		write(&items[i])
 	}
 	o.close(']')
 }
+
+func (o *out) strings(list []string) { array(o, list, func(s *string) { o.str(*s) }) }
 
 // raw writes a parsed value at the current indentation.
 func (o *out) raw(v jsjson.Value) {
 	o.dst = jsjson.AppendIndent(o.dst, v, string(o.line[1:]), o.indent)
 }
 
-func (o *out) events(list []Event) {
-	if len(list) == 0 {
-		o.dst = append(o.dst, '[', ']')
-		return
-	}
-	o.open('[')
-	for i := range list {
-		o.item(i)
-		o.raw(list[i].Raw)
-	}
-	o.close(']')
-}
+func (o *out) events(list []Event) { array(o, list, func(e *Event) { o.raw(e.Raw) }) }
 
 func (o *out) receipt(r *Receipt) {
 	o.open('{')
@@ -108,63 +100,42 @@ func (o *out) receipt(r *Receipt) {
 	o.str(r.Completeness)
 
 	o.key(2, "stages")
-	if len(r.Stages) == 0 {
-		o.dst = append(o.dst, '[', ']')
-	} else {
-		o.open('[')
-		for i, s := range r.Stages {
-			o.item(i)
-			o.open('{')
-			o.key(0, "id")
-			o.str(s.ID)
-			o.key(1, "required")
-			o.boolean(s.Required)
-			o.key(2, "state")
-			o.str(s.State)
-			o.key(3, "events")
-			o.strings(s.Events)
-			o.close('}')
-		}
-		o.close(']')
-	}
+	array(o, r.Stages, func(s *StageResult) {
+		o.open('{')
+		o.key(0, "id")
+		o.str(s.ID)
+		o.key(1, "required")
+		o.boolean(s.Required)
+		o.key(2, "state")
+		o.str(s.State)
+		o.key(3, "events")
+		o.strings(s.Events)
+		o.close('}')
+	})
 
 	o.key(3, "missing")
-	if len(r.Missing) == 0 {
-		o.dst = append(o.dst, '[', ']')
-	} else {
-		o.open('[')
-		for i, m := range r.Missing {
-			o.item(i)
-			o.open('{')
-			o.key(0, "stage")
-			o.str(m.Stage)
-			o.key(1, "expected_events")
-			o.strings(m.ExpectedEvents)
-			if m.Why != "" {
-				o.key(2, "why")
-				o.str(m.Why)
-			}
-			o.close('}')
+	array(o, r.Missing, func(m *Missing) {
+		o.open('{')
+		o.key(0, "stage")
+		o.str(m.Stage)
+		o.key(1, "expected_events")
+		o.strings(m.ExpectedEvents)
+		if m.Why != "" {
+			o.key(2, "why")
+			o.str(m.Why)
 		}
-		o.close(']')
-	}
+		o.close('}')
+	})
 
 	o.key(4, "exceptions")
-	if len(r.Exceptions) == 0 {
-		o.dst = append(o.dst, '[', ']')
-	} else {
-		o.open('[')
-		for i, f := range r.Exceptions {
-			o.item(i)
-			o.open('{')
-			o.key(0, "event_type")
-			o.str(f.EventType)
-			o.key(1, "event_id")
-			o.str(f.EventID)
-			o.close('}')
-		}
-		o.close(']')
-	}
+	array(o, r.Exceptions, func(f *Fault) {
+		o.open('{')
+		o.key(0, "event_type")
+		o.str(f.EventType)
+		o.key(1, "event_id")
+		o.str(f.EventID)
+		o.close('}')
+	})
 
 	o.key(5, "events")
 	o.events(r.Events)
@@ -183,67 +154,46 @@ func (r *Receipt) AppendJSON(dst []byte, prefix, indent string) []byte {
 // AppendJSON appends {"receipts": [...], "unassigned": [...]} indented by two
 // spaces with a final newline: the bytes of the reference's `build --json`.
 func (res *Result) AppendJSON(dst []byte) []byte {
-	o := newOut(dst, "", "  ")
-	o.open('{')
-	o.key(0, "receipts")
-	if len(res.Receipts) == 0 {
-		o.dst = append(o.dst, '[', ']')
-	} else {
-		o.open('[')
-		for i := range res.Receipts {
-			o.item(i)
-			o.receipt(&res.Receipts[i])
-		}
-		o.close(']')
-	}
-	o.key(1, "unassigned")
-	o.events(res.Unassigned)
-	o.close('}')
-	return append(o.dst, '\n')
+	w := &appendWriter{buf: dst}
+	_ = res.WriteJSON(w) // an appendWriter never fails
+	return w.buf
+}
+
+// appendWriter collects writes into a byte slice.
+type appendWriter struct{ buf []byte }
+
+func (w *appendWriter) Write(p []byte) (int, error) {
+	w.buf = append(w.buf, p...)
+	return len(p), nil
 }
 
 // WriteJSON writes the same bytes as AppendJSON to w, a piece at a time, so
 // a large run never needs its whole output in memory.
 func (res *Result) WriteJSON(w io.Writer) error {
 	o := newOut(make([]byte, 0, 64<<10), "", "  ")
-	flush := func(force bool) error {
-		if !force && len(o.dst) < 32<<10 {
-			return nil
+	var werr error
+	// flush hands what is buffered to w once enough has gathered (or at the
+	// end); the first write error stops further writes and is returned.
+	flush := func(force bool) {
+		if werr != nil || (!force && len(o.dst) < 32<<10) {
+			return
 		}
-		_, err := w.Write(o.dst)
+		_, werr = w.Write(o.dst)
 		o.dst = o.dst[:0]
-		return err
 	}
 	o.open('{')
 	o.key(0, "receipts")
-	if len(res.Receipts) == 0 {
-		o.dst = append(o.dst, '[', ']')
-	} else {
-		o.open('[')
-		for i := range res.Receipts {
-			o.item(i)
-			o.receipt(&res.Receipts[i])
-			if err := flush(false); err != nil {
-				return err
-			}
-		}
-		o.close(']')
-	}
+	array(o, res.Receipts, func(r *Receipt) {
+		o.receipt(r)
+		flush(false)
+	})
 	o.key(1, "unassigned")
-	if len(res.Unassigned) == 0 {
-		o.dst = append(o.dst, '[', ']')
-	} else {
-		o.open('[')
-		for i := range res.Unassigned {
-			o.item(i)
-			o.raw(res.Unassigned[i].Raw)
-			if err := flush(false); err != nil {
-				return err
-			}
-		}
-		o.close(']')
-	}
+	array(o, res.Unassigned, func(e *Event) {
+		o.raw(e.Raw)
+		flush(false)
+	})
 	o.close('}')
 	o.dst = append(o.dst, '\n')
-	return flush(true)
+	flush(true)
+	return werr
 }
