@@ -207,3 +207,18 @@ func clip(s string) string {
 	}
 	return s[:max] + "…"
 }
+
+// networkNames are the people's names of the networks the guard knows.
+var networkNames = map[string]string{
+	"eip155:8453":  "Base",
+	"eip155:84532": "Base Sepolia",
+}
+
+// Describe names the asset for people: its symbol and network, then its
+// key, so two deployments of one symbol are never written alike.
+func (a Asset) Describe() string {
+	if n, ok := networkNames[a.Network]; ok {
+		return fmt.Sprintf("%s on %s (%s)", a.Symbol, n, a.Key)
+	}
+	return fmt.Sprintf("%s on %s (%s)", a.Symbol, a.Network, a.Key)
+}

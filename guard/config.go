@@ -9,6 +9,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,7 +40,39 @@ type Config struct {
 	PolicyFile string
 	// Source names where the policy came from, for messages.
 	Source string
+
+	// HistoryTemplates are the templates past operations are read under;
+	// the guard takes the worst case over them. A caller cannot choose.
+	HistoryTemplates []string
+	// UnreadableHistory and UnattributableHistory say what an unreadable
+	// run and an open operation that cannot be attributed do: Review (the
+	// default) or Ignore.
+	UnreadableHistory     string
+	UnattributableHistory string
+
+	// ReviewTTL: a pending review expires after it. ApprovalTTL: an
+	// approval is honoured on the identical retry within it. RejectionHold:
+	// a rejection blocks the identical question within it.
+	ReviewTTL     time.Duration
+	ApprovalTTL   time.Duration
+	RejectionHold time.Duration
+	// MaxPendingReviews caps the pending reviews one caller may hold.
+	MaxPendingReviews int
 }
+
+// What an unreadable or unattributable history does.
+const (
+	Ignore = "ignore"
+)
+
+// Defaults of the keys added since version 1.
+const (
+	defaultReviewTTL         = 24 * time.Hour
+	defaultApprovalTTL       = time.Hour
+	defaultRejectionHold     = 24 * time.Hour
+	defaultMaxPendingReviews = 20
+	maxHistoryTemplates      = 16
+)
 
 // Limit is the per-counterparty spending limit.
 type Limit struct {
@@ -109,7 +142,10 @@ func ParseConfig(data []byte, dir string) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Config{Assets: newRegistry(), Limit: Limit{Window: defaultWindowHours * time.Hour}}
+	c := &Config{Assets: newRegistry(), Limit: Limit{Window: defaultWindowHours * time.Hour},
+		HistoryTemplates: []string{DefaultTemplate}, UnreadableHistory: Review, UnattributableHistory: Review,
+		ReviewTTL: defaultReviewTTL, ApprovalTTL: defaultApprovalTTL, RejectionHold: defaultRejectionHold,
+		MaxPendingReviews: defaultMaxPendingReviews}
 	limitText, reviewText, defaultKey := defaultLimitAmount, defaultReviewAbove, USDCBase
 	limitKey, reviewKey := "perCounterpartyLimit.amount", "reviewAbove"
 
@@ -177,8 +213,47 @@ func ParseConfig(data []byte, dir string) (*Config, error) {
 				p = filepath.Join(dir, p)
 			}
 			c.PolicyFile = p
+		case "historyTemplates":
+			if c.HistoryTemplates, err = readTemplateNames(m.value, m.key); err != nil {
+				return nil, err
+			}
+		case "unreadableHistory", "unattributableHistory":
+			v, err := readString(m.value, m.key)
+			if err != nil {
+				return nil, err
+			}
+			if v != Review && v != Ignore {
+				return nil, fmt.Errorf("%w: %s must be %q or %q (got %q)", ErrConfig, m.key, Review, Ignore, clip(v))
+			}
+			if m.key == "unreadableHistory" {
+				c.UnreadableHistory = v
+			} else {
+				c.UnattributableHistory = v
+			}
+		case "reviewTtlMinutes", "approvalTtlMinutes":
+			n, err := readInt(m.value, m.key, 1, maxWindowHours*60)
+			if err != nil {
+				return nil, err
+			}
+			if m.key == "reviewTtlMinutes" {
+				c.ReviewTTL = time.Duration(n) * time.Minute
+			} else {
+				c.ApprovalTTL = time.Duration(n) * time.Minute
+			}
+		case "rejectionHoldHours":
+			n, err := readInt(m.value, m.key, 0, maxWindowHours)
+			if err != nil {
+				return nil, err
+			}
+			c.RejectionHold = time.Duration(n) * time.Hour
+		case "maxPendingReviewsPerCaller":
+			n, err := readInt(m.value, m.key, 1, maxOpenPartialCap)
+			if err != nil {
+				return nil, err
+			}
+			c.MaxPendingReviews = n
 		default:
-			return nil, fmt.Errorf("%w: unknown key %q (known: allowlist, denylist, perCounterpartyLimit, maxOpenPartialPerCounterparty, reviewAbove, defaultAsset, assets, policy)", ErrConfig, clip(m.key))
+			return nil, fmt.Errorf("%w: unknown key %q (known: %s)", ErrConfig, clip(m.key), strings.Join(ConfigKeys(), ", "))
 		}
 	}
 
@@ -245,6 +320,43 @@ func (c *Config) readAssets(raw json.RawMessage) error {
 		c.Assets.byKey[key] = a
 	}
 	return nil
+}
+
+// ConfigKeys lists the top-level keys of the policy file, in the order the
+// README documents them.
+func ConfigKeys() []string {
+	return []string{"allowlist", "denylist", "perCounterpartyLimit", "maxOpenPartialPerCounterparty", "reviewAbove",
+		"defaultAsset", "assets", "policy", "historyTemplates", "unreadableHistory", "unattributableHistory",
+		"reviewTtlMinutes", "approvalTtlMinutes", "rejectionHoldHours", "maxPendingReviewsPerCaller"}
+}
+
+// readTemplateNames reads historyTemplates: a non-empty list of distinct
+// bare template names. Whether each exists is checked when the engine
+// starts, against the templates loaded then.
+func readTemplateNames(raw json.RawMessage, key string) ([]string, error) {
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil || items == nil {
+		return nil, fmt.Errorf("%w: %s must be a list of template names", ErrConfig, key)
+	}
+	if len(items) == 0 || len(items) > maxHistoryTemplates {
+		return nil, fmt.Errorf("%w: %s must name between 1 and %d templates", ErrConfig, key, maxHistoryTemplates)
+	}
+	out := make([]string, 0, len(items))
+	for i, it := range items {
+		where := fmt.Sprintf("%s[%d]", key, i)
+		s, err := readString(it, where)
+		if err != nil {
+			return nil, err
+		}
+		if s == "" || len(s) > 64 || !allBytes(s, func(c byte) bool { return isAlpha(c) || isDigit(c) || c == '-' || c == '_' }) {
+			return nil, fmt.Errorf("%w: %s must be a bare template name ([A-Za-z0-9_-]+, at most 64 characters), got %q", ErrConfig, where, clip(s))
+		}
+		if slices.Contains(out, s) {
+			return nil, fmt.Errorf("%w: %s names %q twice", ErrConfig, key, s)
+		}
+		out = append(out, s)
+	}
+	return out, nil
 }
 
 func readCounterparties(raw json.RawMessage, key string) ([]Counterparty, error) {

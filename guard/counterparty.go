@@ -6,7 +6,10 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"unicode"
 	"unicode/utf8"
+
+	"golang.org/x/net/idna"
 )
 
 // CounterpartyKind says how a counterparty is identified.
@@ -36,18 +39,21 @@ const maxCounterpartyText = 2048
 // ParseCounterparty reads a counterparty: a 0x address (40 hex digits, any
 // case), a host name, or an http(s) URL whose host is used.
 //
-// The rules are strict so that a denylist cannot be side-stepped by spelling:
-//   - host names are compared in lower case; one trailing dot is dropped
-//     ("api.example.com." is the same host);
+// The question and the history go through the same canonical forms
+// (CanonicalAddress, CanonicalHost, HostOfURL), so that no spelling of one
+// counterparty can miss its own history or side-step a list:
+//   - surrounding white space is trimmed; "0x" and "0X" are the same prefix;
+//   - host names go through IDNA (the lookup profile) to their ASCII form,
+//     in lower case, with one trailing dot dropped;
 //   - a URL's port is ignored — a service is identified by its host, so a
 //     listed host covers every port; a bare host may not carry a port;
-//   - URLs with user information ("https://a@b/") are refused, since they are
-//     a classic way to make one host look like another;
-//   - internationalised names must be written in their ASCII (xn--) form;
-//     raw non-ASCII names are refused rather than converted;
-//   - IPv4 and IPv6 literals are accepted and written in canonical form; a
-//     name whose last label is numeric but is no valid IPv4 address is refused.
+//   - percent-encoded host bytes are decoded, IPv4-mapped IPv6 literals are
+//     written as IPv4, and IP literals are written in canonical form;
+//   - a question given as a URL with user information ("https://a@b/") is
+//     refused, since it is a classic way to make one host look like another
+//     (history URLs are read for the host they really name).
 func ParseCounterparty(s string) (Counterparty, error) {
+	s = strings.TrimSpace(s)
 	switch {
 	case s == "":
 		return Counterparty{}, fmt.Errorf("%w: the counterparty is empty", ErrCounterparty)
@@ -55,27 +61,36 @@ func ParseCounterparty(s string) (Counterparty, error) {
 		return Counterparty{}, fmt.Errorf("%w: the counterparty is %d bytes long; at most %d are accepted", ErrCounterparty, len(s), maxCounterpartyText)
 	case !utf8.ValidString(s):
 		return Counterparty{}, fmt.Errorf("%w: the counterparty is not valid UTF-8", ErrCounterparty)
-	case strings.ContainsFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f }):
-		return Counterparty{}, fmt.Errorf("%w: %q contains white space or control characters", ErrCounterparty, clip(s))
+	case strings.ContainsFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f || unicode.IsSpace(r) || unicode.Is(unicode.Cf, r) }):
+		return Counterparty{}, fmt.Errorf("%w: %q contains white space, control or invisible characters", ErrCounterparty, clip(s))
 	}
 	if (strings.HasPrefix(s, "0x") || strings.HasPrefix(s, "0X")) && !strings.ContainsAny(s, ".:/") {
-		a, err := ParseAddress(s)
+		a, err := CanonicalAddress(s)
 		if err != nil {
 			return Counterparty{}, fmt.Errorf("%w: %w", ErrCounterparty, err)
 		}
 		return Counterparty{Kind: KindAddress, Value: a}, nil
 	}
 	if strings.Contains(s, "://") {
-		h, err := hostOfURL(s)
+		h, hadUser, err := hostOfURL(s)
 		if err != nil {
 			return Counterparty{}, fmt.Errorf("%w: %w", ErrCounterparty, err)
 		}
+		if hadUser {
+			return Counterparty{}, fmt.Errorf("%w: URL %q carries user information before the host; it is refused because it disguises the host", ErrCounterparty, clip(s))
+		}
 		return hostCounterparty(s, h)
 	}
-	if strings.ContainsAny(s, "/?#@") {
+	if strings.ContainsAny(s, "/?#@\\") {
 		return Counterparty{}, fmt.Errorf("%w: %q is neither an address, a host nor a URL with a scheme (https://…)", ErrCounterparty, clip(s))
 	}
-	h, err := normaliseHost(s, false)
+	if strings.Contains(s, ":") {
+		if a, err := netip.ParseAddr(s); err == nil && a.Is6() && a.Zone() == "" {
+			return hostCounterparty(s, canonicalIP(a))
+		}
+		return Counterparty{}, fmt.Errorf("%w: host %q: a bare host may not carry a port; give a URL (its port is ignored)", ErrCounterparty, clip(s))
+	}
+	h, err := CanonicalHost(s)
 	if err != nil {
 		return Counterparty{}, fmt.Errorf("%w: %w", ErrCounterparty, err)
 	}
@@ -86,19 +101,18 @@ func ParseCounterparty(s string) (Counterparty, error) {
 // single label "0x…", e.g. from "0x." or "https://0x/"), so that the
 // normalised value always parses to itself.
 func hostCounterparty(s, h string) (Counterparty, error) {
-	if strings.HasPrefix(h, "0x") && !strings.ContainsAny(h, ".:") {
+	if (strings.HasPrefix(h, "0x") || strings.HasPrefix(h, "0X")) && !strings.ContainsAny(h, ".:") {
 		return Counterparty{}, fmt.Errorf("%w: %q names host %q, which would read as an address; give the address or a full host name", ErrCounterparty, clip(s), h)
 	}
 	return Counterparty{Kind: KindHost, Value: h}, nil
 }
 
-// ParseAddress reads a 0x address with exactly 40 hex digits and returns it
-// in lower case (checksum case is not verified; the comparison ignores case).
-func ParseAddress(s string) (string, error) {
-	if !strings.HasPrefix(s, "0x") {
-		if strings.HasPrefix(s, "0X") {
-			return "", fmt.Errorf("address %q: write the prefix as a lower-case 0x", clip(s))
-		}
+// CanonicalAddress reads a 0x address: surrounding white space trimmed, the
+// prefix 0x or 0X, exactly 40 hex digits. It returns the address in lower
+// case (checksum case is not verified; the comparison ignores case).
+func CanonicalAddress(s string) (string, error) {
+	s = strings.TrimSpace(s)
+	if !strings.HasPrefix(s, "0x") && !strings.HasPrefix(s, "0X") {
 		return "", fmt.Errorf("address %q does not start with 0x", clip(s))
 	}
 	hex := s[2:]
@@ -110,88 +124,112 @@ func ParseAddress(s string) (string, error) {
 			return "", fmt.Errorf("address %q has the non-hex character %q at position %d", clip(s), rune(hex[i]), i+2)
 		}
 	}
-	return strings.ToLower(s), nil
+	return "0x" + strings.ToLower(hex), nil
 }
 
-// HostOfURL returns the normalised host of an http(s) URL, by the same rules
-// as ParseCounterparty. The history reader uses it on resource URLs.
-func HostOfURL(raw string) (string, error) { return hostOfURL(raw) }
+// ParseAddress is CanonicalAddress (kept for the asset registry's callers).
+func ParseAddress(s string) (string, error) { return CanonicalAddress(s) }
 
-func hostOfURL(raw string) (string, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "", fmt.Errorf("URL %q cannot be parsed", clip(raw))
+// HostOfURL returns the canonical host of an http(s) URL: the host the URL
+// really names, whatever user information precedes it. The history reader
+// uses it on resource URLs; questions use it too (and refuse user info).
+func HostOfURL(raw string) (string, error) {
+	h, _, err := hostOfURL(raw)
+	return h, err
+}
+
+// hostOfURL splits the authority out of an http(s) URL the way a browser
+// does (a backslash ends it like a slash; percent-encoded bytes are
+// decoded; user information before the last '@' is dropped and reported),
+// then canonicalises its host. The port is ignored.
+func hostOfURL(raw string) (host string, hadUser bool, err error) {
+	raw = strings.TrimSpace(raw)
+	i := strings.Index(raw, "://")
+	if i < 0 {
+		return "", false, fmt.Errorf("URL %q has no scheme", clip(raw))
 	}
-	scheme := strings.ToLower(u.Scheme)
+	scheme := strings.ToLower(raw[:i])
 	if scheme != "https" && scheme != "http" {
-		return "", fmt.Errorf("URL %q: only http and https URLs name a service", clip(raw))
+		return "", false, fmt.Errorf("URL %q: only http and https URLs name a service", clip(raw))
 	}
-	if u.User != nil {
-		return "", fmt.Errorf("URL %q carries user information before the host; it is refused because it disguises the host", clip(raw))
+	auth := raw[i+3:]
+	if end := strings.IndexAny(auth, "/?#\\"); end >= 0 {
+		auth = auth[:end]
 	}
-	if u.Opaque != "" || u.Host == "" {
-		return "", fmt.Errorf("URL %q has no host", clip(raw))
+	if at := strings.LastIndexByte(auth, '@'); at >= 0 {
+		auth, hadUser = auth[at+1:], true
 	}
-	host := u.Host
-	// Drop the port: a service is identified by its host.
-	if strings.HasPrefix(host, "[") {
-		end := strings.IndexByte(host, ']')
+	if strings.Contains(auth, "%") {
+		dec, err := url.PathUnescape(auth)
+		if err != nil {
+			return "", hadUser, fmt.Errorf("URL %q: the host has a bad percent-encoding", clip(raw))
+		}
+		auth = dec
+	}
+	if auth == "" {
+		return "", hadUser, fmt.Errorf("URL %q has no host", clip(raw))
+	}
+	if strings.HasPrefix(auth, "[") {
+		end := strings.IndexByte(auth, ']')
 		if end < 0 {
-			return "", fmt.Errorf("URL %q: unterminated IPv6 literal", clip(raw))
+			return "", hadUser, fmt.Errorf("URL %q: unterminated IPv6 literal", clip(raw))
 		}
-		if rest := host[end+1:]; rest != "" && !validPort(rest) {
-			return "", fmt.Errorf("URL %q: bad port %q", clip(raw), clip(rest))
+		if rest := auth[end+1:]; rest != "" && !validPort(rest) {
+			return "", hadUser, fmt.Errorf("URL %q: bad port %q", clip(raw), clip(rest))
 		}
-		host = host[:end+1]
-	} else if i := strings.LastIndexByte(host, ':'); i >= 0 {
-		if !validPort(host[i:]) {
-			return "", fmt.Errorf("URL %q: bad port %q", clip(raw), clip(host[i:]))
+		a, err := netip.ParseAddr(auth[1:end])
+		if err != nil || !a.Is6() || a.Zone() != "" {
+			return "", hadUser, fmt.Errorf("URL %q: %q is not an IPv6 address", clip(raw), clip(auth[1:end]))
 		}
-		host = host[:i]
+		return canonicalIP(a), hadUser, nil
 	}
-	return normaliseHost(host, true)
+	if c := strings.LastIndexByte(auth, ':'); c >= 0 {
+		if !validPort(auth[c:]) {
+			return "", hadUser, fmt.Errorf("URL %q: bad port %q", clip(raw), clip(auth[c:]))
+		}
+		auth = auth[:c]
+	}
+	h, err := CanonicalHost(auth)
+	if err != nil {
+		return "", hadUser, fmt.Errorf("URL %q: %w", clip(raw), err)
+	}
+	return h, hadUser, nil
 }
 
-// validPort accepts ":" followed by 1..5 digits of a value 1..65535.
+// validPort accepts ":" followed by at most 5 digits, or a bare ":" (an
+// empty port, which browsers read as the default one). The value is not
+// judged: a service is identified by its host whatever port it names.
 func validPort(p string) bool {
-	if len(p) < 2 || len(p) > 6 || p[0] != ':' || !allBytes(p[1:], isDigit) {
-		return false
-	}
-	n := 0
-	for _, c := range p[1:] {
-		n = n*10 + int(c-'0')
-	}
-	return n >= 1 && n <= 65535
+	return len(p) >= 1 && len(p) <= 6 && p[0] == ':' && allBytes(p[1:], isDigit)
 }
 
-func normaliseHost(h string, fromURL bool) (string, error) {
+// canonicalIP writes an IP literal in canonical form, an IPv4-mapped IPv6
+// address as the IPv4 address it maps.
+func canonicalIP(a netip.Addr) string { return a.Unmap().String() }
+
+// CanonicalHost is the one canonical form of a host name or IP literal
+// (without brackets or port): one trailing dot dropped, IDNA to ASCII with
+// the lookup profile (which also lower-cases), every label non-empty, and a
+// name whose last label is numeric must be a dotted IPv4 address.
+func CanonicalHost(h string) (string, error) {
 	if h == "" {
 		return "", fmt.Errorf("the host is empty")
 	}
-	if strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]") {
-		if !fromURL {
-			return "", fmt.Errorf("host %q: write a bare IPv6 address without brackets", clip(h))
+	if a, err := netip.ParseAddr(h); err == nil {
+		if a.Zone() != "" {
+			return "", fmt.Errorf("host %q: an address with a zone does not name a service", clip(h))
 		}
-		h = h[1 : len(h)-1]
-		a, err := netip.ParseAddr(h)
-		if err != nil || !a.Is6() || a.Zone() != "" {
-			return "", fmt.Errorf("host [%s] is not an IPv6 address", clip(h))
-		}
-		return a.String(), nil
+		return canonicalIP(a), nil
 	}
 	if strings.Contains(h, ":") {
-		if a, err := netip.ParseAddr(h); err == nil && a.Is6() && a.Zone() == "" && !fromURL {
-			return a.String(), nil
-		}
-		return "", fmt.Errorf("host %q: a bare host may not carry a port; give a URL (its port is ignored)", clip(h))
+		return "", fmt.Errorf("host %q is not a host name or an IP address", clip(h))
 	}
-	for i := 0; i < len(h); i++ {
-		if h[i] >= utf8.RuneSelf {
-			return "", fmt.Errorf("host %q is not ASCII; write an internationalised name in its xn-- form", clip(h))
-		}
-	}
-	h = strings.ToLower(h)
 	h = strings.TrimSuffix(h, ".")
+	ascii, err := idna.Lookup.ToASCII(h)
+	if err != nil {
+		return "", fmt.Errorf("host %q is not a valid host name (%s)", clip(h), strings.TrimPrefix(err.Error(), "idna: "))
+	}
+	h = strings.ToLower(ascii)
 	if len(h) > 253 {
 		return "", fmt.Errorf("host name is %d characters long; at most 253 are allowed", len(h))
 	}
@@ -202,9 +240,6 @@ func normaliseHost(h string, fromURL bool) (string, error) {
 		}
 		if len(l) > 63 {
 			return "", fmt.Errorf("host %q has a label longer than 63 characters", clip(h))
-		}
-		if l[0] == '-' || l[len(l)-1] == '-' {
-			return "", fmt.Errorf("host %q has a label that starts or ends with a hyphen", clip(h))
 		}
 		for i := 0; i < len(l); i++ {
 			c := l[i]

@@ -3,6 +3,7 @@ package guard
 import (
 	"fmt"
 	"math/big"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -26,6 +27,8 @@ const (
 	RulePerCounterparty    = "per_counterparty_limit"
 	RuleMixedAssets        = "mixed_assets"
 	RuleUnparseableHistory = "unparseable_history"
+	RuleUnattributable     = "unattributable_history"
+	RuleUnreadable         = "unreadable_history"
 	RuleReviewAbove        = "review_above"
 	RuleHistory            = "history"
 )
@@ -79,6 +82,11 @@ type Figures struct {
 	Operations     int  `json:"operations"`
 	Runs           int  `json:"runs"`
 	Unattributable int  `json:"unattributable"`
+	// UnattributableOpen counts the unattributable operations that are
+	// paid and not settled; PaidWithoutHost, for a host question, the paid
+	// operations with no usable host.
+	UnattributableOpen int `json:"unattributable_open"`
+	PaidWithoutHost    int `json:"paid_without_host"`
 	UnreadableRuns int  `json:"unreadable_runs"`
 	Coarse         bool `json:"coarse"`
 }
@@ -87,8 +95,11 @@ type Figures struct {
 // what. Fields that could not be read are empty; Problem says why the amount
 // cannot be summed.
 type Money struct {
-	PayTo   string   // lower-case 0x address, or ""
-	Host    string   // normalised host of the resource URL, or ""
+	// PayTos are the canonical 0x addresses its requirements name (several
+	// when its events disagree: it then counts against each of them).
+	PayTos []string
+	// Hosts are the canonical hosts of its resource URLs.
+	Hosts   []string
 	Atomic  *big.Int // amount in atomic units of Asset, or nil
 	Asset   string   // registry-style key "caip2/address", or ""
 	Problem string   // why Atomic/Asset cannot be used, or ""
@@ -102,7 +113,14 @@ type Op struct {
 	// attributable operation as spend).
 	RolesKnown                               bool
 	PaidConfirmed, OutcomeConfirmed, Faulted bool
-	// Money is nil when the operation cannot be attributed to a
+	// SettlementUnconfirmed: the template's settlement stage closed, but no
+	// witness's payload says settle.success is true, so the guard does not
+	// count the outcome as confirmed.
+	SettlementUnconfirmed bool
+	// Open: money moved and the outcome was not confirmed (or a fault was
+	// seen). Spent: the operation counts toward spending limits.
+	Open, Spent bool
+	// Money is nil when the operation cannot be attributed to any
 	// counterparty; Unattributable then says why.
 	Money          *Money
 	Unattributable string
@@ -120,39 +138,83 @@ type History struct {
 	Ops        []Op
 	Runs       int
 	Unreadable []UnreadableRun
+	// Templates are the templates history was read under (the policy's
+	// historyTemplates); Overridden are those an operator file replaces.
+	Templates  []string
+	Overridden []string
 }
 
 func (o Op) ref() Ref { return Ref{RunID: o.RunID, OperationID: o.OperationID} }
 
 // matches says whether the operation was with this counterparty: an address
-// matches requirements.pay_to, a host the resource URL's host.
+// matches any requirements.pay_to, a host any resource URL's host.
 func (o Op) matches(c Counterparty) bool {
 	if o.Money == nil {
 		return false
 	}
 	switch c.Kind {
 	case KindAddress:
-		return o.Money.PayTo != "" && o.Money.PayTo == c.Value
+		return slices.Contains(o.Money.PayTos, c.Value)
 	case KindHost:
-		return o.Money.Host != "" && o.Money.Host == c.Value
+		return slices.Contains(o.Money.Hosts, c.Value)
 	}
 	return false
 }
 
-// open: money moved and the outcome was not seen. Without roles every
-// partial counts.
-func (o Op) open() bool {
-	if o.Completeness != "partial" {
-		return false
+// unattributableFor says why the operation cannot be told to be, or not to
+// be, with a counterparty of this kind ("" when it can).
+func (o Op) unattributableFor(kind CounterpartyKind) string {
+	switch {
+	case o.Money == nil:
+		return o.Unattributable
+	case kind == KindAddress && len(o.Money.PayTos) == 0:
+		return whyNoPayTo
+	case kind == KindHost && len(o.Money.Hosts) == 0:
+		return whyNoHost
 	}
-	if !o.RolesKnown {
-		return true
-	}
-	return o.PaidConfirmed && !o.OutcomeConfirmed
+	return ""
 }
 
-// spent: the operation counts toward the spending limit.
-func (o Op) spent() bool { return !o.RolesKnown || o.PaidConfirmed }
+// MergeHistories combines history read under several templates into one,
+// operation by operation, taking the worst case: an operation is open if it
+// is open under any template, and spent if spent under any.
+func MergeHistories(hs ...History) History {
+	if len(hs) == 1 {
+		return hs[0]
+	}
+	var out History
+	index := map[Ref]int{}
+	seenRun := map[string]bool{}
+	for _, h := range hs {
+		out.Runs = max(out.Runs, h.Runs)
+		out.Templates = append(out.Templates, h.Templates...)
+		out.Overridden = append(out.Overridden, h.Overridden...)
+		for _, u := range h.Unreadable {
+			if !seenRun[u.RunID] {
+				seenRun[u.RunID] = true
+				out.Unreadable = append(out.Unreadable, u)
+			}
+		}
+		for _, o := range h.Ops {
+			i, ok := index[o.ref()]
+			if !ok {
+				index[o.ref()] = len(out.Ops)
+				out.Ops = append(out.Ops, o)
+				continue
+			}
+			m := &out.Ops[i]
+			m.Template += "+" + o.Template
+			m.Open = m.Open || o.Open
+			m.Spent = m.Spent || o.Spent
+			m.RolesKnown = m.RolesKnown && o.RolesKnown
+			m.SettlementUnconfirmed = m.SettlementUnconfirmed || o.SettlementUnconfirmed
+			if m.Money == nil && o.Money != nil {
+				m.Money, m.Unattributable = o.Money, ""
+			}
+		}
+	}
+	return out
+}
 
 func listed(list []Counterparty, c Counterparty) bool {
 	for _, e := range list {
@@ -163,8 +225,10 @@ func listed(list []Counterparty, c Counterparty) bool {
 	return false
 }
 
-// Decide applies the policy's rules in SPEC §6 order. It is pure: the same
-// request, history, policy and clock give the same decision.
+// Decide applies the policy's rules in order. It is pure: the same request,
+// history, policy and clock give the same decision. Where the history cannot
+// tell (an unreadable run, an open operation that cannot be attributed), the
+// answer is review, never allow, unless the policy says to ignore it.
 func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 	var d Decision
 	f := &d.Figures
@@ -180,16 +244,27 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 	}
 	cp := req.Counterparty
 
-	var matched []Op
+	var matched, unattributedOpen []Op
 	for _, o := range h.Ops {
 		if o.matches(cp) {
 			matched = append(matched, o)
 			if !o.RolesKnown {
 				f.Coarse = true
 			}
+			continue
+		}
+		if why := o.unattributableFor(cp.Kind); why != "" {
+			f.Unattributable++
+			if o.Open {
+				unattributedOpen = append(unattributedOpen, o)
+			}
+			if cp.Kind == KindHost && o.Spent && (o.Money == nil || len(o.Money.Hosts) == 0) {
+				f.PaidWithoutHost++
+			}
 		}
 	}
 	f.Matched = len(matched)
+	f.UnattributableOpen = len(unattributedOpen)
 
 	// 1. denylist
 	if listed(cfg.Denylist, cp) {
@@ -204,19 +279,31 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 	// 3. open_partial
 	var open []Op
 	for _, o := range matched {
-		if o.open() {
+		if o.Open {
 			open = append(open, o)
 		}
 	}
 	f.OpenPartial = len(open)
 	if len(open) > cfg.MaxOpenPartial {
-		what := "partial operations where the payment stage closed and the outcome stage did not"
+		what := "partial operations where the payment stage closed and the outcome was not confirmed"
 		if f.Coarse {
 			what = "partial operations (some under a template without stage roles, where every partial counts as open)"
 		}
-		detail := fmt.Sprintf("%d %s with %s; the policy tolerates %d. From the buyer's side a payment whose settlement answer never arrived and one that settled silently look the same",
-			len(open), what, cp.Value, cfg.MaxOpenPartial)
+		detail := fmt.Sprintf("%s with %s; the policy tolerates %d. From the buyer's side a payment whose settlement answer never arrived and one that settled silently look the same",
+			count(len(open), strings.Replace(what, "operations", "operation", 1), what), cp.Value, cfg.MaxOpenPartial)
 		add(Reason{Rule: RuleOpenPartial, Detail: detail + moreNote(len(open)), Evidence: refs(open)}, Review)
+	}
+	// 3a. unattributable_history: money moved and was not settled, and the
+	// guard cannot tell whether it was this counterparty.
+	if len(unattributedOpen) > 0 && cfg.UnattributableHistory != Ignore {
+		detail := fmt.Sprintf("%s paid and not settled cannot be attributed to any %s (%s), so any of them may be with %s",
+			count(len(unattributedOpen), "operation", "operations"), kindWord(cp.Kind), firstWhy(unattributedOpen, cp.Kind), cp.Value)
+		add(Reason{Rule: RuleUnattributable, Detail: detail + moreNote(len(unattributedOpen)), Evidence: refs(unattributedOpen)}, Review)
+	}
+	// 3b. unreadable_history: a run that cannot be read may hide anything.
+	if len(h.Unreadable) > 0 && cfg.UnreadableHistory != Ignore {
+		add(Reason{Rule: RuleUnreadable, Detail: fmt.Sprintf("%s cannot be read (%s), so the guard cannot tell whether it hides payments to %s that were never settled",
+			count(len(h.Unreadable), "run", "runs"), unreadableNames(h.Unreadable), cp.Value)}, Review)
 	}
 	// 4. can the amount be read in the policy's asset?
 	moneyOK := true
@@ -226,8 +313,8 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 		add(Reason{Rule: RuleUnknownAsset, Detail: shortErr(req.AssetErr) + "; no money rule was applied"}, Review)
 	case req.Asset.Key != cfg.DefaultAsset.Key:
 		moneyOK = false
-		add(Reason{Rule: RuleAssetMismatch, Detail: fmt.Sprintf("the request is in %s (%s) but the policy's limits are in %s (%s); no money rule was applied",
-			req.Asset.Symbol, req.Asset.Key, cfg.DefaultAsset.Symbol, cfg.DefaultAsset.Key)}, Review)
+		add(Reason{Rule: RuleAssetMismatch, Detail: fmt.Sprintf("the request is in %s but the policy's limits are in %s; no money rule was applied",
+			req.Asset.Describe(), cfg.DefaultAsset.Describe())}, Review)
 	}
 	if req.AmountErr != nil {
 		moneyOK = false
@@ -240,7 +327,7 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 		spend := new(big.Int)
 		var inWindow, mixed, unparseable []Op
 		for _, o := range matched {
-			if !o.spent() {
+			if !o.Spent {
 				continue
 			}
 			t, err := time.Parse(time.RFC3339Nano, o.LastEventAt)
@@ -271,11 +358,11 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 				Evidence: refs(inWindow)}, Review)
 		}
 		if len(mixed) > 0 {
-			add(Reason{Rule: RuleMixedAssets, Detail: fmt.Sprintf("%d paid operations with %s in the window are in another asset than %s and cannot be added to the limit", len(mixed), cp.Value, cfg.DefaultAsset.Symbol) + moreNote(len(mixed)),
+			add(Reason{Rule: RuleMixedAssets, Detail: fmt.Sprintf("%s with %s in the window are in another asset than %s and cannot be added to the limit", count(len(mixed), "paid operation", "paid operations"), cp.Value, cfg.DefaultAsset.Symbol) + moreNote(len(mixed)),
 				Evidence: refs(mixed)}, Review)
 		}
 		if len(unparseable) > 0 {
-			add(Reason{Rule: RuleUnparseableHistory, Detail: fmt.Sprintf("%d paid operations with %s have an amount, asset or time that cannot be read (%s), so the spend in the window is unknown", len(unparseable), cp.Value, firstProblem(unparseable)) + moreNote(len(unparseable)),
+			add(Reason{Rule: RuleUnparseableHistory, Detail: fmt.Sprintf("%s with %s have an amount, asset or time that cannot be read (%s), so the spend in the window is unknown", count(len(unparseable), "paid operation", "paid operations"), cp.Value, firstProblem(unparseable)) + moreNote(len(unparseable)),
 				Evidence: refs(unparseable)}, Review)
 		}
 		// 6. review_above
@@ -284,7 +371,7 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 		}
 	}
 
-	d.Reasons = append(d.Reasons, historyReason(h, f, req.Template, cp))
+	d.Reasons = append(d.Reasons, historyReason(h, f, cfg, cp))
 	switch {
 	case block:
 		d.Decision = Block
@@ -296,39 +383,92 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 	return d
 }
 
-func historyReason(h History, f *Figures, template string, cp Counterparty) Reason {
-	f.Operations, f.Runs, f.UnreadableRuns = len(h.Ops), h.Runs, len(h.Unreadable)
+// count writes "1 run" / "3 runs": n, then the singular or the plural
+// phrase.
+func count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+func kindWord(k CounterpartyKind) string {
+	if k == KindHost {
+		return "host"
+	}
+	return "address"
+}
+
+func firstWhy(ops []Op, kind CounterpartyKind) string {
 	why := map[string]int{}
-	for _, o := range h.Ops {
-		if o.Money == nil {
-			f.Unattributable++
-			why[o.Unattributable]++
+	for _, o := range ops {
+		why[o.unattributableFor(kind)]++
+	}
+	keys := make([]string, 0, len(why))
+	for k := range why {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%d: %s", why[k], k))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func unreadableNames(us []UnreadableRun) string {
+	names := make([]string, 0, min(len(us), maxEvidence+1))
+	for i, u := range us {
+		if i == maxEvidence {
+			names = append(names, fmt.Sprintf("and %d more", len(us)-i))
+			break
 		}
+		names = append(names, u.RunID)
+	}
+	return strings.Join(names, ", ")
+}
+
+func historyReason(h History, f *Figures, cfg *Config, cp Counterparty) Reason {
+	f.Operations, f.Runs, f.UnreadableRuns = len(h.Ops), h.Runs, len(h.Unreadable)
+	templates := h.Templates
+	if len(templates) == 0 {
+		templates = cfg.HistoryTemplates
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "read %d operations in %d runs under template %s; %d are with %s", f.Operations, f.Runs, template, f.Matched, cp.Value)
+	fmt.Fprintf(&b, "read %s in %s under template %s (the policy's history templates); %d are with %s",
+		count(f.Operations, "operation", "operations"), count(f.Runs, "run", "runs"), strings.Join(templates, ", "), f.Matched, cp.Value)
+	if len(h.Overridden) > 0 {
+		fmt.Fprintf(&b, "; the operator's templates directory replaces the bundled %s", strings.Join(h.Overridden, ", "))
+	}
 	if f.Unattributable > 0 {
-		keys := make([]string, 0, len(why))
-		for k := range why {
-			keys = append(keys, k)
+		var un []Op
+		for _, o := range h.Ops {
+			if !o.matches(cp) && o.unattributableFor(cp.Kind) != "" {
+				un = append(un, o)
+			}
 		}
-		sort.Strings(keys)
-		parts := make([]string, 0, len(keys))
-		for _, k := range keys {
-			parts = append(parts, fmt.Sprintf("%d: %s", why[k], k))
+		fmt.Fprintf(&b, "; %s could not be attributed to any %s (%s), %d of them paid and not settled", count(f.Unattributable, "operation", "operations"), kindWord(cp.Kind), firstWhy(un, cp.Kind), f.UnattributableOpen)
+		if cfg.UnattributableHistory == Ignore && f.UnattributableOpen > 0 {
+			b.WriteString(", which the policy says to ignore")
 		}
-		fmt.Fprintf(&b, "; %d could not be attributed to any counterparty (%s)", f.Unattributable, strings.Join(parts, "; "))
+	}
+	if cp.Kind == KindHost && f.Matched == 0 && f.PaidWithoutHost > 0 {
+		fmt.Fprintf(&b, "; nothing matched the host %s, and %s had no usable host to compare", cp.Value, count(f.PaidWithoutHost, "paid operation", "paid operations"))
 	}
 	if f.UnreadableRuns > 0 {
-		names := make([]string, 0, len(h.Unreadable))
-		for i, u := range h.Unreadable {
-			if i == maxEvidence {
-				names = append(names, fmt.Sprintf("and %d more", len(h.Unreadable)-i))
-				break
-			}
-			names = append(names, u.RunID)
+		fmt.Fprintf(&b, "; %s could not be read (%s)", count(f.UnreadableRuns, "run", "runs"), unreadableNames(h.Unreadable))
+		if cfg.UnreadableHistory == Ignore {
+			b.WriteString(" and the policy says to ignore them, so they may hide operations with this counterparty")
 		}
-		fmt.Fprintf(&b, "; %d runs are unreadable and were not counted, so they may hide operations with this counterparty (%s)", f.UnreadableRuns, strings.Join(names, ", "))
+	}
+	settleUnconfirmed := 0
+	for _, o := range h.Ops {
+		if o.SettlementUnconfirmed {
+			settleUnconfirmed++
+		}
+	}
+	if settleUnconfirmed > 0 {
+		fmt.Fprintf(&b, "; %s had a settlement answer that does not say settle.success is true, so they count as not settled", count(settleUnconfirmed, "operation", "operations"))
 	}
 	if f.Coarse {
 		b.WriteString("; some operations with this counterparty use a template without stage roles, so they are judged coarsely: every partial counts as open and every attributable operation as spend")

@@ -33,12 +33,13 @@ func op(id string, atomic int64, ago time.Duration, opts ...func(*Op)) Op {
 	o := Op{
 		RunID: "run-1", OperationID: id, Template: "x402-buyer", Completeness: "full", RolesKnown: true,
 		PaidConfirmed: true, OutcomeConfirmed: true,
-		Money:       &Money{PayTo: strings.ToLower(addrA), Host: "api.example.com", Atomic: big.NewInt(atomic), Asset: USDCBase},
+		Money:       &Money{PayTos: []string{strings.ToLower(addrA)}, Hosts: []string{"api.example.com"}, Atomic: big.NewInt(atomic), Asset: USDCBase},
 		LastEventAt: at(ago),
 	}
 	for _, f := range opts {
 		f(&o)
 	}
+	o.classify()
 	return o
 }
 
@@ -46,7 +47,7 @@ var (
 	unsettled = func(o *Op) { o.Completeness, o.OutcomeConfirmed = "partial", false }
 	onlyOffer = func(o *Op) { o.Completeness, o.PaidConfirmed, o.OutcomeConfirmed = "partial", false, false }
 	faulted   = func(o *Op) { o.Completeness, o.OutcomeConfirmed, o.Faulted = "partial", false, true }
-	toB       = func(o *Op) { o.Money.PayTo, o.Money.Host = strings.ToLower(addrB), "other.example" }
+	toB       = func(o *Op) { o.Money.PayTos, o.Money.Hosts = []string{strings.ToLower(addrB)}, []string{"other.example"} }
 	sepolia   = func(o *Op) { o.Money.Asset = USDCBaseSepolia }
 	custom    = func(o *Op) {
 		o.Template, o.RolesKnown, o.PaidConfirmed, o.OutcomeConfirmed, o.Completeness = "my-flow", false, false, false, "partial"
@@ -56,6 +57,8 @@ var (
 	}
 	badAmount = func(o *Op) { o.Money.Atomic, o.Money.Problem = nil, `requirements.amount "1.5" is not atomic units` }
 	badTime   = func(o *Op) { o.LastEventAt = "yesterday" }
+	noPayTo   = func(o *Op) { o.Money.PayTos = nil }
+	noHost    = func(o *Op) { o.Money.Hosts = nil }
 	inRun     = func(r string) func(*Op) { return func(o *Op) { o.RunID = r } }
 )
 
@@ -125,7 +128,28 @@ func TestDecide(t *testing.T) {
 		{name: "unparseable history time", cfg: lenient, req: RawRequest{Counterparty: addrA, Amount: "0.10"},
 			ops: []Op{op("o1", 100_000, time.Hour, badTime)}, want: Review, rules: []string{RuleUnparseableHistory}, detailHas: "yesterday"},
 		{name: "escrow operation cannot be attributed", cfg: `{}`, req: RawRequest{Counterparty: addrA, Amount: "0.10"},
-			ops: []Op{op("e1", 0, time.Hour, escrow)}, want: Allow, detailHas: "1 could not be attributed to any counterparty (1: escrow receipts carry no x402 money fields)"},
+			ops: []Op{op("e1", 0, time.Hour, escrow, unsettled)}, want: Review, rules: []string{RuleUnattributable}, evidence: []Ref{{"run-1", "e1"}},
+			detailHas: "1 operation could not be attributed to any address (1: escrow receipts carry no x402 money fields), 1 of them paid and not settled"},
+		{name: "unattributable: ignored when the policy says so", cfg: `{"unattributableHistory":"ignore"}`, req: RawRequest{Counterparty: addrA, Amount: "0.10"},
+			ops: []Op{op("e1", 0, time.Hour, escrow, unsettled)}, want: Allow, detailHas: "which the policy says to ignore"},
+		{name: "unattributable: a settled operation without pay_to does not count", cfg: `{}`, req: RawRequest{Counterparty: addrA, Amount: "0.10"},
+			ops: []Op{op("o1", 100_000, time.Hour, noPayTo)}, want: Allow, detailHas: "0 of them paid and not settled"},
+		{name: "unattributable: a paid, unsettled operation without pay_to reviews an address question", cfg: `{}`, req: RawRequest{Counterparty: addrA, Amount: "0.10"},
+			ops: []Op{op("o1", 100_000, time.Hour, noPayTo, unsettled)}, want: Review, rules: []string{RuleUnattributable}, evidence: []Ref{{"run-1", "o1"}}},
+		{name: "unattributable: the same operation matches a host question", cfg: `{}`, req: RawRequest{Counterparty: "api.example.com", Amount: "0.10"},
+			ops: []Op{op("o1", 100_000, time.Hour, noPayTo, unsettled)}, want: Review, rules: []string{RuleOpenPartial}},
+		{name: "unattributable: no usable host reviews a host question", cfg: `{}`, req: RawRequest{Counterparty: "api.example.com", Amount: "0.10"},
+			ops: []Op{op("o1", 100_000, time.Hour, noHost, unsettled)}, want: Review, rules: []string{RuleUnattributable}, detailHas: "a usable resource URL host"},
+		{name: "unattributable: a host question that matched nothing counts paid operations without a host", cfg: `{}`, req: RawRequest{Counterparty: "api.example.com", Amount: "0.10"},
+			ops: []Op{op("o1", 100_000, time.Hour, noHost)}, want: Allow, detailHas: "1 paid operation had no usable host to compare"},
+		{name: "several pay_to values: counts against each", cfg: `{}`, req: RawRequest{Counterparty: addrB, Amount: "0.10"},
+			ops: []Op{op("o1", 100_000, time.Hour, unsettled, func(o *Op) { o.Money.PayTos = append(o.Money.PayTos, strings.ToLower(addrB)) })},
+			want: Review, rules: []string{RuleOpenPartial}},
+		{name: "settlement not confirmed by payload counts as open", cfg: `{}`, req: RawRequest{Counterparty: addrA, Amount: "0.10"},
+			ops: []Op{op("o1", 100_000, time.Hour, func(o *Op) { o.OutcomeConfirmed, o.SettlementUnconfirmed = false, true })},
+			want: Review, rules: []string{RuleOpenPartial}, detailHas: "does not say settle.success is true"},
+		{name: "a fault after a confirmed settlement still counts as open", cfg: `{}`, req: RawRequest{Counterparty: addrA, Amount: "0.10"},
+			ops: []Op{op("o1", 100_000, time.Hour, func(o *Op) { o.Faulted, o.Completeness = true, "partial" })}, want: Review, rules: []string{RuleOpenPartial}},
 		{name: "unknown asset", cfg: `{}`, req: RawRequest{Counterparty: addrA, Amount: "0.10", Asset: "DAI"}, want: Review, rules: []string{RuleUnknownAsset}, detailHas: "DAI"},
 		{name: "unknown asset address", cfg: `{}`, req: RawRequest{Counterparty: addrA, Amount: "0.10", Asset: "0x" + strings.Repeat("1", 40)}, want: Review, rules: []string{RuleUnknownAsset}},
 		{name: "asset by symbol resolves to the default", cfg: `{}`, req: RawRequest{Counterparty: addrA, Amount: "0.10", Asset: "usdc"}, want: Allow},
@@ -142,7 +166,11 @@ func TestDecide(t *testing.T) {
 		{name: "allowlist: not listed", cfg: `{"allowlist":["` + addrB + `"]}`, req: RawRequest{Counterparty: addrA, Amount: "0.01"}, want: Review, rules: []string{RuleAllowlist}},
 		{name: "allowlist: a host entry does not cover an address", cfg: `{"allowlist":["api.example.com"]}`, req: RawRequest{Counterparty: addrA, Amount: "0.01"}, want: Review, rules: []string{RuleAllowlist}},
 		{name: "unreadable runs are named in the history line", cfg: `{}`, req: RawRequest{Counterparty: addrA, Amount: "0.01"},
-			unreadable: []UnreadableRun{{RunID: "broken", Error: "line 3: not JSON"}}, want: Allow, detailHas: "1 runs are unreadable"},
+			unreadable: []UnreadableRun{{RunID: "broken", Error: "line 3: not JSON"}}, want: Review, rules: []string{RuleUnreadable}, detailHas: "1 run could not be read (broken)"},
+		{name: "unreadable runs: ignored when the policy says so, and said", cfg: `{"unreadableHistory":"ignore"}`, req: RawRequest{Counterparty: addrA, Amount: "0.01"},
+			unreadable: []UnreadableRun{{RunID: "broken", Error: "line 3: not JSON"}}, want: Allow, detailHas: "the policy says to ignore them"},
+		{name: "unreadable runs do not hide another run's open partial", cfg: `{"unreadableHistory":"ignore"}`, req: RawRequest{Counterparty: addrA, Amount: "0.01"},
+			ops: []Op{op("o1", 100_000, time.Hour, unsettled)}, unreadable: []UnreadableRun{{RunID: "broken", Error: "x"}}, want: Review, rules: []string{RuleOpenPartial}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -9,14 +9,26 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 )
 
-// Why an operation has no money fields.
+// Why an operation cannot be attributed to a counterparty.
 const (
-	whyEscrow       = "escrow receipts carry no x402 money fields (pay_to, amount, asset)"
-	whyNoReqs       = "no event carries x402 requirements"
-	whyNoCounter    = "requirements.pay_to is not a usable address and no resource URL host was found"
-	whyConflictPay  = "events name different requirements.pay_to"
-	whyConflictHost = "events name different resource hosts"
+	whyEscrow    = "escrow receipts carry no x402 money fields (pay_to, amount, asset)"
+	whyNoReqs    = "no event carries x402 requirements"
+	whyNoCounter = "requirements.pay_to is not a usable address and no resource URL host was found"
+	whyNoPayTo   = "no event carries a usable requirements.pay_to address"
+	whyNoHost    = "no event carries a usable resource URL host"
 )
+
+// settlementChecked names the templates whose outcome stage is an x402
+// settlement answer: for them the guard counts the outcome as confirmed only
+// where a witness's payload says settle.success is true. The receipt itself
+// keeps the reference's verdict; this is the guard's reading of it.
+func settlementChecked(template string) bool {
+	switch template {
+	case "x402-buyer", "x402-seller", "x402-facilitator":
+		return true
+	}
+	return false
+}
 
 // OpFromReceipt reads what the guard needs from one receipt: whether money
 // moved and the outcome was seen (by the template's stage roles), and who
@@ -37,23 +49,59 @@ func OpFromFacts(runID string, r *receipt.Receipt, facts func(e *receipt.Event) 
 		Faulted:      len(r.Exceptions) > 0,
 		LastEventAt:  r.LastEventAt(),
 	}
+	fs := make([]EventFacts, len(r.Events))
+	for i := range r.Events {
+		fs[i] = facts(&r.Events[i])
+	}
 	if paid, outcome, ok := receipt.StageRoles(o.Template); ok && hasStage(r, paid) && hasStage(r, outcome) {
 		// An operator's own template may reuse a bundled name with other
 		// stages; roles then do not apply and it is judged coarsely.
 		o.RolesKnown = true
 		o.PaidConfirmed = r.StageConfirmed(paid)
 		o.OutcomeConfirmed = r.StageConfirmed(outcome)
+		if o.OutcomeConfirmed && settlementChecked(o.Template) && !settledByPayload(r, outcome, fs) {
+			o.OutcomeConfirmed, o.SettlementUnconfirmed = false, true
+		}
 	}
+	o.classify()
 	if o.Template == "escrow-arc" {
 		o.Unattributable = whyEscrow
 		return o
 	}
-	fs := make([]EventFacts, len(r.Events))
-	for i := range r.Events {
-		fs[i] = facts(&r.Events[i])
-	}
 	o.Money, o.Unattributable = moneyOf(fs)
 	return o
+}
+
+// classify sets Open and Spent from the stage facts.
+func (o *Op) classify() {
+	switch {
+	case o.RolesKnown:
+		// Money moved; from the buyer's side a reported fault and a silent
+		// settlement look the same, so a fault keeps the operation open.
+		o.Open = o.PaidConfirmed && (!o.OutcomeConfirmed || o.Faulted)
+		o.Spent = o.PaidConfirmed
+	default:
+		o.Open = o.Completeness == receipt.Partial
+		o.Spent = true
+	}
+}
+
+// settledByPayload: some event that closed the outcome stage carries an
+// x402 settle answer whose success is true.
+func settledByPayload(r *receipt.Receipt, stage string, fs []EventFacts) bool {
+	for _, s := range r.Stages {
+		if s.ID != stage {
+			continue
+		}
+		for _, id := range s.Events {
+			for i := range r.Events {
+				if r.Events[i].ID == id && fs[i].SettleOK {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 func hasStage(r *receipt.Receipt, id string) bool {
@@ -80,6 +128,9 @@ type EventFacts struct {
 	Atomic          string
 	Asset           string
 	Problem         string
+	// SettleOK says the payload carries an x402 settle answer whose
+	// success is the JSON value true.
+	SettleOK bool
 }
 
 // FactsOf extracts an event's facts from its payload.
@@ -91,6 +142,12 @@ func FactsOf(e receipt.Event) EventFacts {
 	}
 	if host, ok := resourceHost(p); ok {
 		f.Host = host
+	}
+	if st, ok := p.Get("settle"); ok && st.Kind() == jsjson.Object {
+		if v, ok := st.Get("success"); ok {
+			b, isBool := v.Bool()
+			f.SettleOK = isBool && b
+		}
 	}
 	req, ok := p.Get("requirements")
 	if !ok {
@@ -108,29 +165,27 @@ func FactsOf(e receipt.Event) EventFacts {
 	return f
 }
 
-// moneyOf combines the facts of an operation's events. The first event with
-// requirements sets the values; a later event that disagrees makes the field
-// unusable rather than being silently ignored.
+// moneyOf combines the facts of an operation's events. Every usable pay_to
+// and every resource host any event names is kept, so an operation whose
+// events disagree counts against each counterparty they name. The first
+// event with requirements sets the amount; a later event that disagrees
+// makes it unusable rather than being silently ignored.
 func moneyOf(facts []EventFacts) (*Money, string) {
 	var (
-		m                  Money
-		seenReqs, seenHost bool
-		amountKey          string // "amount|asset" of the first event, to detect disagreement
-		amountFrom         string
-		payConflict        bool
-		hostConflict       bool
+		m          Money
+		seenReqs   bool
+		amountKey  string // "amount|asset" of the first event, to detect disagreement
+		amountFrom string
 	)
 	for _, f := range facts {
 		if f.Host != "" {
-			switch {
-			case !seenHost:
-				m.Host, seenHost = f.Host, true
-			case f.Host != m.Host:
-				hostConflict = true
-			}
+			m.Hosts = addUnique(m.Hosts, f.Host)
 		}
 		if !f.HasRequirements {
 			continue
+		}
+		if f.PayTo != "" {
+			m.PayTos = addUnique(m.PayTos, f.PayTo)
 		}
 		var amt *big.Int
 		if f.Problem == "" {
@@ -138,35 +193,31 @@ func moneyOf(facts []EventFacts) (*Money, string) {
 		}
 		if !seenReqs {
 			seenReqs = true
-			m.PayTo = f.PayTo
 			m.Atomic, m.Asset, m.Problem = amt, f.Asset, f.Problem
 			amountKey, amountFrom = moneyKey(amt, f.Asset, f.Problem), f.EventID
 			continue
-		}
-		if f.PayTo != m.PayTo {
-			payConflict = true
 		}
 		if k := moneyKey(amt, f.Asset, f.Problem); k != amountKey && m.Problem == "" {
 			m.Atomic, m.Asset = nil, ""
 			m.Problem = fmt.Sprintf("events %s and %s disagree on requirements.amount or asset", clip(amountFrom), clip(f.EventID))
 		}
 	}
-	if hostConflict {
-		m.Host = ""
-	}
-	if payConflict {
-		return nil, whyConflictPay
-	}
 	if !seenReqs {
 		return nil, whyNoReqs
 	}
-	if m.PayTo == "" && m.Host == "" {
-		if hostConflict {
-			return nil, whyConflictHost
-		}
+	if len(m.PayTos) == 0 && len(m.Hosts) == 0 {
 		return nil, whyNoCounter
 	}
 	return &m, ""
+}
+
+func addUnique(list []string, v string) []string {
+	for _, x := range list {
+		if x == v {
+			return list
+		}
+	}
+	return append(list, v)
 }
 
 func moneyKey(amt *big.Int, asset, problem string) string {
@@ -186,7 +237,7 @@ func readRequirements(req jsjson.Value) (payTo string, atomic *big.Int, asset, p
 	var problems []string
 	if v, ok := req.Get("pay_to"); ok {
 		if s, isStr := v.Str(); isStr {
-			if a, err := ParseAddress(s); err == nil {
+			if a, err := CanonicalAddress(s); err == nil {
 				payTo = a
 			}
 		}

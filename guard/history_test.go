@@ -45,15 +45,15 @@ func TestOpFromReceiptBuyer(t *testing.T) {
 		why                  string
 	}
 	wants := map[string]want{
-		"op-1": {"full", true, true, false, &Money{PayTo: a, Host: "api.example.com", Atomic: big.NewInt(250000), Asset: USDCBase}, ""},
-		"op-2": {"partial", true, false, false, &Money{PayTo: b, Host: "data.example.net", Atomic: big.NewInt(1000000), Asset: USDCBase}, ""},
+		"op-1": {"full", true, true, false, &Money{PayTos: []string{a}, Hosts: []string{"api.example.com"}, Atomic: big.NewInt(250000), Asset: USDCBase}, ""},
+		"op-2": {"partial", true, false, false, &Money{PayTos: []string{b}, Hosts: []string{"data.example.net"}, Atomic: big.NewInt(1000000), Asset: USDCBase}, ""},
 		"op-3": {"partial", false, false, false, nil, whyNoReqs},
-		"op-4": {"full", true, true, false, &Money{PayTo: b, Host: "data.example.net", Atomic: big.NewInt(50000), Asset: USDCBaseSepolia}, ""},
-		"op-5": {"full", true, true, false, &Money{PayTo: a, Host: "api.example.com", Problem: "event op-5-13: requirements.amount is a number, not a string of atomic units"}, ""},
-		"op-6": {"partial", true, false, true, &Money{PayTo: a, Host: "api.example.com", Atomic: big.NewInt(100000), Asset: USDCBase}, ""},
-		"op-7": {"partial", true, false, false, nil, whyConflictPay},
-		"op-8": {"partial", true, false, false, &Money{Host: "api.example.com", Atomic: big.NewInt(7), Asset: USDCBase}, ""},
-		"op-9": {"partial", true, false, false, &Money{PayTo: a, Host: "api.example.com", Problem: `event op-9-23: requirements.network: network "solana-devnet" is neither a known x402 name (base, base-sepolia) nor a CAIP-2 id such as eip155:8453`}, ""},
+		"op-4": {"full", true, true, false, &Money{PayTos: []string{b}, Hosts: []string{"data.example.net"}, Atomic: big.NewInt(50000), Asset: USDCBaseSepolia}, ""},
+		"op-5": {"full", true, true, false, &Money{PayTos: []string{a}, Hosts: []string{"api.example.com"}, Problem: "event op-5-13: requirements.amount is a number, not a string of atomic units"}, ""},
+		"op-6": {"partial", true, false, true, &Money{PayTos: []string{a}, Hosts: []string{"api.example.com"}, Atomic: big.NewInt(100000), Asset: USDCBase}, ""},
+		"op-7": {"partial", true, false, false, &Money{PayTos: []string{a, b}, Hosts: []string{"api.example.com"}, Atomic: big.NewInt(1), Asset: USDCBase}, ""},
+		"op-8": {"partial", true, false, false, &Money{Hosts: []string{"api.example.com"}, Atomic: big.NewInt(7), Asset: USDCBase}, ""},
+		"op-9": {"partial", true, false, false, &Money{PayTos: []string{a}, Hosts: []string{"api.example.com"}, Problem: `event op-9-23: requirements.network: network "solana-devnet" is neither a known x402 name (base, base-sepolia) nor a CAIP-2 id such as eip155:8453`}, ""},
 	}
 	if len(ops) != len(wants) {
 		t.Fatalf("%d operations, want %d", len(ops), len(wants))
@@ -91,7 +91,7 @@ func TestOpFromReceiptEscrowAndCustom(t *testing.T) {
 		t.Fatalf("%d custom operations", len(ops))
 	}
 	for _, o := range ops {
-		if o.RolesKnown || o.Money == nil || o.Money.PayTo != strings.ToLower(addrA) {
+		if o.RolesKnown || o.Money == nil || !reflect.DeepEqual(o.Money.PayTos, []string{strings.ToLower(addrA)}) {
 			t.Errorf("custom: %+v", o)
 		}
 	}
@@ -117,10 +117,18 @@ func TestDecideOverRealRuns(t *testing.T) {
 	if d.Decision != Review || d.Reasons[0].Rule != RuleOpenPartial || !reflect.DeepEqual(d.Reasons[0].Evidence, []Ref{{"buyer-run", "op-2"}}) {
 		t.Errorf("seller B: %+v", d)
 	}
+	// The escrow deposit is paid and not disposed of, and cannot be
+	// attributed: it may be with anyone, so the guard does not allow.
 	req, _ = ParseRequest(RawRequest{Counterparty: "https://api.example.com/reports/weekly", Amount: "0.25"}, cfg)
 	d = Decide(req, History{Ops: ops, Runs: 2}, cfg, now)
-	if d.Decision != Allow || len(d.Reasons) != 1 || !strings.Contains(d.Reasons[0].Detail, whyEscrow) {
+	if d.Decision != Review || d.Reasons[0].Rule != RuleUnattributable || !strings.Contains(d.Reasons[0].Detail, whyEscrow) {
 		t.Errorf("seller A: %+v", d)
+	}
+	lenient := mustConfig(t, `{"unattributableHistory":"ignore"}`)
+	req, _ = ParseRequest(RawRequest{Counterparty: "https://api.example.com/reports/weekly", Amount: "0.25"}, lenient)
+	d = Decide(req, History{Ops: ops, Runs: 2}, lenient, now)
+	if d.Decision != Allow || len(d.Reasons) != 1 || !strings.Contains(d.Reasons[0].Detail, whyEscrow) {
+		t.Errorf("seller A, unattributable ignored: %+v", d)
 	}
 }
 

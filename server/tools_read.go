@@ -77,7 +77,13 @@ func summaryCost(s opSummary) int64 {
 		n += 16 + int64(len(m))
 	}
 	if s.Guard.Money != nil {
-		n += 120 + int64(len(s.Guard.Money.PayTo)+len(s.Guard.Money.Host)+len(s.Guard.Money.Asset)+len(s.Guard.Money.Problem))
+		n += 120 + int64(len(s.Guard.Money.Asset)+len(s.Guard.Money.Problem))
+		for _, v := range s.Guard.Money.PayTos {
+			n += 16 + int64(len(v))
+		}
+		for _, v := range s.Guard.Money.Hosts {
+			n += 16 + int64(len(v))
+		}
 	}
 	return n + int64(len(s.Guard.Unattributable))
 }
