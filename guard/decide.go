@@ -79,16 +79,16 @@ type Figures struct {
 	MixedAssets        int      `json:"mixed_assets"`
 	UnparseableHistory int      `json:"unparseable_history"`
 	// What history was read.
-	Operations     int  `json:"operations"`
-	Runs           int  `json:"runs"`
-	Unattributable int  `json:"unattributable"`
+	Operations     int `json:"operations"`
+	Runs           int `json:"runs"`
+	Unattributable int `json:"unattributable"`
 	// UnattributableOpen counts the unattributable operations that are
 	// paid and not settled; PaidWithoutHost, for a host question, the paid
 	// operations with no usable host.
-	UnattributableOpen int `json:"unattributable_open"`
-	PaidWithoutHost    int `json:"paid_without_host"`
-	UnreadableRuns int  `json:"unreadable_runs"`
-	Coarse         bool `json:"coarse"`
+	UnattributableOpen int  `json:"unattributable_open"`
+	PaidWithoutHost    int  `json:"paid_without_host"`
+	UnreadableRuns     int  `json:"unreadable_runs"`
+	Coarse             bool `json:"coarse"`
 }
 
 // Money is what one past operation says about who was paid, how much, in

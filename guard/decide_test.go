@@ -47,9 +47,11 @@ var (
 	unsettled = func(o *Op) { o.Completeness, o.OutcomeConfirmed = "partial", false }
 	onlyOffer = func(o *Op) { o.Completeness, o.PaidConfirmed, o.OutcomeConfirmed = "partial", false, false }
 	faulted   = func(o *Op) { o.Completeness, o.OutcomeConfirmed, o.Faulted = "partial", false, true }
-	toB       = func(o *Op) { o.Money.PayTos, o.Money.Hosts = []string{strings.ToLower(addrB)}, []string{"other.example"} }
-	sepolia   = func(o *Op) { o.Money.Asset = USDCBaseSepolia }
-	custom    = func(o *Op) {
+	toB       = func(o *Op) {
+		o.Money.PayTos, o.Money.Hosts = []string{strings.ToLower(addrB)}, []string{"other.example"}
+	}
+	sepolia = func(o *Op) { o.Money.Asset = USDCBaseSepolia }
+	custom  = func(o *Op) {
 		o.Template, o.RolesKnown, o.PaidConfirmed, o.OutcomeConfirmed, o.Completeness = "my-flow", false, false, false, "partial"
 	}
 	escrow = func(o *Op) {
@@ -143,10 +145,10 @@ func TestDecide(t *testing.T) {
 		{name: "unattributable: a host question that matched nothing counts paid operations without a host", cfg: `{}`, req: RawRequest{Counterparty: "api.example.com", Amount: "0.10"},
 			ops: []Op{op("o1", 100_000, time.Hour, noHost)}, want: Allow, detailHas: "1 paid operation had no usable host to compare"},
 		{name: "several pay_to values: counts against each", cfg: `{}`, req: RawRequest{Counterparty: addrB, Amount: "0.10"},
-			ops: []Op{op("o1", 100_000, time.Hour, unsettled, func(o *Op) { o.Money.PayTos = append(o.Money.PayTos, strings.ToLower(addrB)) })},
+			ops:  []Op{op("o1", 100_000, time.Hour, unsettled, func(o *Op) { o.Money.PayTos = append(o.Money.PayTos, strings.ToLower(addrB)) })},
 			want: Review, rules: []string{RuleOpenPartial}},
 		{name: "settlement not confirmed by payload counts as open", cfg: `{}`, req: RawRequest{Counterparty: addrA, Amount: "0.10"},
-			ops: []Op{op("o1", 100_000, time.Hour, func(o *Op) { o.OutcomeConfirmed, o.SettlementUnconfirmed = false, true })},
+			ops:  []Op{op("o1", 100_000, time.Hour, func(o *Op) { o.OutcomeConfirmed, o.SettlementUnconfirmed = false, true })},
 			want: Review, rules: []string{RuleOpenPartial}, detailHas: "does not say settle.success is true"},
 		{name: "a fault after a confirmed settlement still counts as open", cfg: `{}`, req: RawRequest{Counterparty: addrA, Amount: "0.10"},
 			ops: []Op{op("o1", 100_000, time.Hour, func(o *Op) { o.Faulted, o.Completeness = true, "partial" })}, want: Review, rules: []string{RuleOpenPartial}},

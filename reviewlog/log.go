@@ -88,6 +88,20 @@ func Open(root *confined.Dir, opts Options) *Log {
 	return l
 }
 
+// ReceiptsFor lists the ids of the receipts, in every chain under this
+// root's guard/, whose action id is actionID (none when guard/ is absent).
+func (l *Log) ReceiptsFor(actionID string) ([]string, error) {
+	g, err := l.root.OpenDir(DirName)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer g.Close()
+	return ReceiptsForAction(g, actionID)
+}
+
 // Path is the log file's path, for messages.
 func (l *Log) Path() string { return l.root.Path() + "/" + DirName + "/" + FileName }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
@@ -34,15 +35,22 @@ func newTestServer(t testing.TB, dir string) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &Guard{
+	s, err := New(Config{Root: root, Events: events, Limits: receipt.DefaultLimits(), Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := engine.New(engine.Config{
 		Policy:    guard.DefaultConfig(),
+		Templates: receipt.Resolver{},
+		History:   s.History(),
 		Log:       reviewlog.Open(root, reviewlog.Options{}),
 		Chains:    &reviewlog.Chains{Signer: noa.NewKeySigner(key), Tenant: "test"},
-		ParamsKey: ParamsKeyFrom(key.Seed()),
-		AgentID:   "test-agent",
-	}
-	s, err := New(Config{Root: root, Events: events, Limits: receipt.DefaultLimits(), Version: "test", Guard: g})
+		ParamsKey: engine.ParamsKeyFrom(key.Seed()),
+	})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.EnableGuard(&Guard{Engine: eng, AgentID: "test-agent"}); err != nil {
 		t.Fatal(err)
 	}
 	return s

@@ -281,7 +281,7 @@ func (s *Server) probeReady(context.Context) error {
 	if _, err := s.cfg.Events.ReadDir(); err != nil {
 		return fmt.Errorf("events directory not listable: %w", err)
 	}
-	if s.cfg.Guard == nil {
+	if s.guard == nil {
 		return nil
 	}
 	g, err := s.cfg.Root.MkdirAll(reviewlog.DirName, 0o700)

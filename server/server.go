@@ -34,15 +34,13 @@ type Config struct {
 	Root *confined.Dir
 	// Events is Root's events/ directory.
 	Events *confined.Dir
-	// Templates resolves template names (operator's directory first).
-	Templates receipt.Resolver
+	// Templates resolves template names (operator's directory first); a
+	// receipt.TemplateSet fixes them at start.
+	Templates receipt.TemplateSource
 	// Limits bound run files.
 	Limits receipt.Limits
 	// IndexMaxBytes bounds the memory of the run index (0: default).
 	IndexMaxBytes int64
-	// Guard enables check_before_pay and get_review_status; nil leaves
-	// only the read tools.
-	Guard *Guard
 	// Version is reported to clients.
 	Version string
 	Logger  *slog.Logger
@@ -54,6 +52,9 @@ type Server struct {
 	cfg   Config
 	index *runindex.Index[opSummary, guard.EventFacts]
 	mcp   *mcpserver.MCPServer
+	// guard is set by EnableGuard, which adds check_before_pay and
+	// get_review_status; without it only the read tools are served.
+	guard *Guard
 }
 
 // opSummary is what the index keeps per assembled receipt.
@@ -99,21 +100,24 @@ func New(cfg Config) (*Server, error) {
 		mcpserver.WithInstructions("Read your own Haia Trace operation receipts and ask check_before_pay before paying a counterparty again. "+
 			"Reviews are decided by a human from the command line; no tool can approve or reject them."),
 	)
-	tools := s.tools()
-	if cfg.Guard != nil {
-		if cfg.Guard.Policy == nil || cfg.Guard.Log == nil || cfg.Guard.Chains == nil || len(cfg.Guard.ParamsKey) == 0 || cfg.Guard.AgentID == "" {
-			return nil, errors.New("server: the guard needs a policy, a review log, a decision chain, a params key and an agent id")
-		}
-		tools = append(tools, s.guardTools()...)
+	if s.cfg.Templates == nil {
+		s.cfg.Templates = receipt.Resolver{} // the bundled templates only
 	}
+	if err := s.addTools(s.tools()); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Server) addTools(tools []toolDef) error {
 	for _, t := range tools {
 		tool, err := t.build()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		s.mcp.AddTool(tool, s.wrap(t.name, t.handler))
 	}
-	return s, nil
+	return nil
 }
 
 // MCP returns the underlying mcp-go server (for transports and tests).

@@ -14,9 +14,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
-	"github.com/haia-trace-mcp/haia-trace-mcp/server"
 )
 
 // Exit codes of `review` beyond exitOK, exitFail and exitUsage.
@@ -131,14 +131,7 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return exitFail
 	}
 	chains := &reviewlog.Chains{Signer: signer, Tenant: signing.tenant}
-	r, err := log.DecideReview(ctx, pos[0], status, *note, who, func(tx reviewlog.Tx) error {
-		d, err := server.HumanDecisionDraft(tx.Review, paramsKey)
-		if err != nil {
-			return err
-		}
-		_, err = chains.Append(ctx, tx.Guard, d)
-		return err
-	})
+	r, err := engine.Decider{Log: log, Chains: chains, ParamsKey: paramsKey}.Decide(ctx, pos[0], status, *note, who)
 	if err != nil {
 		return reviewFailed(stderr, verb, err)
 	}

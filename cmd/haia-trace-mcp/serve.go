@@ -10,11 +10,14 @@ import (
 	"log"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/policy"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 
@@ -47,8 +50,17 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	f.signing.register(fs)
 }
 
+// guardSetup is what the guard is built from, loaded once at start.
+type guardSetup struct {
+	policy    *guard.Config
+	rules     *policy.Policy
+	log       *reviewlog.Log
+	chains    *reviewlog.Chains
+	paramsKey []byte
+}
+
 // openGuard loads the policy, its custom rules and the signing setup once.
-func openGuard(root *confined.Dir, f *serveFlags, logger *slog.Logger) (*server.Guard, error) {
+func openGuard(root *confined.Dir, f *serveFlags, logger *slog.Logger) (*guardSetup, error) {
 	cfg, err := guard.LoadConfig(f.guardConfig)
 	if err != nil {
 		return nil, fmt.Errorf("--guard-config: %w", err)
@@ -70,14 +82,28 @@ func openGuard(root *confined.Dir, f *serveFlags, logger *slog.Logger) (*server.
 	}
 	chains := &reviewlog.Chains{Signer: signer, Tenant: f.signing.tenant}
 	noteRotation(root, chains, logger)
-	return &server.Guard{
-		Policy:    cfg,
-		Rules:     rules,
-		Log:       reviewlog.Open(root, reviewlog.Options{}),
-		Chains:    chains,
-		ParamsKey: paramsKey,
-		AgentID:   f.agentID,
-	}, nil
+	return &guardSetup{policy: cfg, rules: rules, log: reviewlog.Open(root, reviewlog.Options{}), chains: chains, paramsKey: paramsKey}, nil
+}
+
+// startGuard builds the decision engine over the server's run index and
+// registers the guard's tools.
+func startGuard(srv *server.Server, g *guardSetup, templates *receipt.TemplateSet, agentID string, logger *slog.Logger) error {
+	eng, err := engine.New(engine.Config{
+		Policy:    g.policy,
+		Rules:     g.rules,
+		Templates: templates,
+		History:   srv.History(),
+		Log:       g.log,
+		Chains:    g.chains,
+		ParamsKey: g.paramsKey,
+		Logger:    logger,
+	})
+	if err != nil {
+		return err
+	}
+	logger.Info("guard policy loaded", "source", g.policy.Source, "history_templates", strings.Join(g.policy.HistoryTemplates, ","),
+		"unreadable_history", g.policy.UnreadableHistory, "unattributable_history", g.policy.UnattributableHistory)
+	return srv.EnableGuard(&server.Guard{Engine: eng, AgentID: agentID})
 }
 
 func newLogger(stderr io.Writer, level string) (*slog.Logger, error) {
@@ -88,38 +114,112 @@ func newLogger(stderr io.Writer, level string) (*slog.Logger, error) {
 	return slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: l})), nil
 }
 
-// openTrace opens the Trace root, its events/ directory and the template
-// resolver, all confined to real paths resolved once.
-func openTrace(dir, templatesDir string) (root, events *confined.Dir, res receipt.Resolver, err error) {
+// openTrace opens the Trace root, its events/ directory and the templates,
+// all confined to real paths resolved once. The templates are loaded now and
+// stay fixed until SIGHUP.
+func openTrace(dir, templatesDir string, logger *slog.Logger) (root, events *confined.Dir, set *receipt.TemplateSet, err error) {
 	root, err = confined.OpenRoot(dir)
 	if err != nil {
-		return nil, nil, res, fmt.Errorf("trace root: %w", err)
+		return nil, nil, nil, fmt.Errorf("trace root: %w", err)
 	}
 	events, err = root.OpenDir("events")
 	if err != nil {
 		root.Close()
-		return nil, nil, res, fmt.Errorf("trace root %s: events directory: %w", root.Path(), err)
+		return nil, nil, nil, fmt.Errorf("trace root %s: events directory: %w", root.Path(), err)
 	}
+	set, err = openTemplates(root, templatesDir, logger)
+	if err != nil {
+		root.Close()
+		events.Close()
+		return nil, nil, nil, err
+	}
+	return root, events, set, nil
+}
+
+// openTemplates loads the operator's templates and the bundled ones, and
+// logs each with its SHA-256; an operator file that replaces a bundled
+// template is allowed (it is the operator's choice) and logged as such.
+func openTemplates(root *confined.Dir, templatesDir string, logger *slog.Logger) (*receipt.TemplateSet, error) {
 	var tdir *confined.Dir
+	var err error
+	name := "templates"
 	if templatesDir != "" {
-		tdir, err = confined.OpenRoot(templatesDir)
-		if err != nil {
-			root.Close()
-			events.Close()
-			return nil, nil, res, fmt.Errorf("--templates-dir: %w", err)
+		if tdir, err = confined.OpenRoot(templatesDir); err != nil {
+			return nil, fmt.Errorf("--templates-dir: %w", err)
 		}
+		name = tdir.Path()
 	} else if tdir, err = root.OpenDir("templates"); err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
-			root.Close()
-			events.Close()
-			return nil, nil, res, fmt.Errorf("trace root %s: templates directory: %w", root.Path(), err)
+			return nil, fmt.Errorf("trace root %s: templates directory: %w", root.Path(), err)
 		}
-		tdir, err = nil, nil
+		tdir = nil
 	}
-	if tdir != nil {
-		res.Dir = tdir.FS(maxTemplateBytes)
+	load := func() (*receipt.Registry, []error) {
+		if tdir == nil {
+			return receipt.LoadRegistry(nil, "", nil)
+		}
+		entries, err := tdir.ReadDir()
+		if err != nil {
+			return nil, []error{fmt.Errorf("templates directory: %w", err)}
+		}
+		var names []string
+		for _, e := range entries {
+			if e.Regular() {
+				names = append(names, e.Name)
+			}
+		}
+		return receipt.LoadRegistry(tdir.FS(maxTemplateBytes), name, names)
 	}
-	return root, events, res, nil
+	set, errs := receipt.NewTemplateSet(load)
+	if set == nil {
+		return nil, errors.Join(errs...)
+	}
+	logTemplates(set.Current(), errs, logger, "templates loaded")
+	return set, nil
+}
+
+func logTemplates(r *receipt.Registry, errs []error, logger *slog.Logger, msg string) {
+	for _, l := range r.Loaded() {
+		if l.Overrides {
+			logger.Warn(msg+": an operator template replaces the bundled one", "template", l.Name, "source", l.Source, "sha256", l.SHA256)
+			continue
+		}
+		logger.Info(msg, "template", l.Name, "source", l.Source, "sha256", l.SHA256)
+	}
+	for _, err := range errs {
+		logger.Error(msg+": a template could not be loaded and cannot be used until it is fixed and the server reloaded (SIGHUP)", "err", err)
+	}
+}
+
+// reloadTemplatesOnHUP re-reads the templates on SIGHUP. A set in which a
+// template the policy reads history under cannot be used is refused, and
+// the previous set stays in force.
+func reloadTemplatesOnHUP(ctx context.Context, set *receipt.TemplateSet, historyTemplates []string, logger *slog.Logger) func() {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				r, errs := set.Reload(func(r *receipt.Registry) error {
+					for _, n := range historyTemplates {
+						if _, err := r.Resolve(n); err != nil {
+							return fmt.Errorf("history template %s: %w", n, err)
+						}
+					}
+					return nil
+				})
+				if r == nil {
+					logger.Error("SIGHUP: templates not reloaded", "err", errors.Join(errs...))
+					continue
+				}
+				logTemplates(r, errs, logger, "SIGHUP: templates reloaded")
+			}
+		}
+	}()
+	return func() { signal.Stop(hup) }
 }
 
 func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -141,7 +241,7 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
 		return exitUsage
 	}
-	root, events, resolver, err := openTrace(f.dir, f.templatesDir)
+	root, events, templates, err := openTrace(f.dir, f.templatesDir, logger)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
 		return exitFail
@@ -154,10 +254,9 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return exitFail
 	}
 	srv, err := server.New(server.Config{
-		Guard:         g,
 		Root:          root,
 		Events:        events,
-		Templates:     resolver,
+		Templates:     templates,
 		Limits:        receipt.DefaultLimits(),
 		IndexMaxBytes: f.indexMaxMB << 20,
 		Version:       versionString(),
@@ -167,6 +266,11 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
 		return exitFail
 	}
+	if err := startGuard(srv, g, templates, f.agentID, logger); err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
+		return exitFail
+	}
+	defer reloadTemplatesOnHUP(ctx, templates, g.policy.HistoryTemplates, logger)()
 	if h.addr != "" {
 		return runHTTP(ctx, srv, &h, logger, stderr)
 	}

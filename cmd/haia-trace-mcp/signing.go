@@ -11,10 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
-	"github.com/haia-trace-mcp/haia-trace-mcp/server"
 )
 
 // signerTimeout bounds one request to a signer process; past it the
@@ -104,7 +104,7 @@ func (s *signingFlags) open(logger *slog.Logger) (noa.Signer, []byte, error) {
 		}
 		paramsSecret = ed25519.PrivateKey(pk).Seed()
 	}
-	return signer, server.ParamsKeyFrom(paramsSecret), nil
+	return signer, engine.ParamsKeyFrom(paramsSecret), nil
 }
 
 // noteRotation says so when this key starts a new chain beside others.

@@ -1,0 +1,294 @@
+// Package engine is the one decision engine of the pre-payment guard. Every
+// entry point — the MCP tool, the review CLI, a Go program embedding the
+// guard — hands it a question and a caller identity and gets back the
+// answer as recorded: the review log and the signed decision chain are
+// written before the answer is returned, or no answer is given at all.
+//
+// What the engine judges by is fixed when it is built: the policy, the
+// custom rules and the templates history is read under. Nothing in a
+// question or an event can change them.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard/policy"
+	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
+)
+
+// HistorySource reads every past operation under one template, with the runs
+// that could not be read. The server's run index is one; ScanHistory, which
+// reads the run files on every call, is another.
+type HistorySource interface {
+	History(ctx context.Context, t *receipt.Template) (guard.History, error)
+}
+
+// Templates resolves the template names the policy reads history under.
+type Templates interface {
+	Resolve(name string) (*receipt.Template, error)
+}
+
+// overrider is implemented by template sets that know whether an operator
+// file replaces a bundled template.
+type overrider interface {
+	Overrides(name string) bool
+}
+
+// Config is what an Engine needs; every part is fixed for its lifetime.
+type Config struct {
+	Policy *guard.Config
+	// Rules are the operator's custom rules (noa.policy/0.2), or nil.
+	Rules     *policy.Policy
+	Templates Templates
+	History   HistorySource
+	Log       *reviewlog.Log
+	// Chains signs every answer into the decision chain.
+	Chains *reviewlog.Chains
+	// ParamsKey keys the HMAC that stands for a question in receipts.
+	ParamsKey []byte
+	Now       func() time.Time
+	Logger    *slog.Logger
+}
+
+// Engine answers check_before_pay questions.
+type Engine struct {
+	cfg Config
+}
+
+// New checks the configuration and that every template the policy reads
+// history under exists, so that a typo in historyTemplates stops the start
+// instead of silently reading nothing.
+func New(cfg Config) (*Engine, error) {
+	switch {
+	case cfg.Policy == nil:
+		return nil, errors.New("engine: no policy")
+	case cfg.Templates == nil || cfg.History == nil:
+		return nil, errors.New("engine: no templates or history source")
+	case cfg.Log == nil || cfg.Chains == nil:
+		return nil, errors.New("engine: no review log or decision chain")
+	case len(cfg.ParamsKey) == 0:
+		return nil, errors.New("engine: no params key")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if len(cfg.Policy.HistoryTemplates) == 0 {
+		return nil, errors.New("engine: the policy names no history templates")
+	}
+	for _, name := range cfg.Policy.HistoryTemplates {
+		if _, err := cfg.Templates.Resolve(name); err != nil {
+			return nil, fmt.Errorf("guard config historyTemplates names %q, which cannot be used: %w", name, err)
+		}
+	}
+	return &Engine{cfg: cfg}, nil
+}
+
+// Policy is the policy the engine judges by.
+func (e *Engine) Policy() *guard.Config { return e.cfg.Policy }
+
+// Question is what a caller asks: check_before_pay's arguments.
+type Question = guard.RawRequest
+
+// Answer is the recorded answer to a question.
+type Answer struct {
+	Decision  string         `json:"decision"`
+	Reasons   []guard.Reason `json:"reasons"`
+	ReviewID  string         `json:"review_id,omitempty"`
+	ReceiptID string         `json:"receipt_id"`
+}
+
+// RefusedError means the question cannot be judged as asked; nothing was
+// recorded. Its message is meant for the caller.
+type RefusedError struct{ Message string }
+
+func (e *RefusedError) Error() string { return e.Message }
+
+// NotRecordedError means a decision was reached but could not be recorded,
+// so none is given (fail closed). Message is meant for the caller; Err is
+// for the operator's log.
+type NotRecordedError struct {
+	Message string
+	Err     error
+}
+
+func (e *NotRecordedError) Error() string { return e.Message + ": " + e.Err.Error() }
+func (e *NotRecordedError) Unwrap() error { return e.Err }
+
+func refusedf(format string, a ...any) error {
+	return &RefusedError{Message: fmt.Sprintf(format, a...)}
+}
+
+// Receipt vocabulary for guard decisions.
+const (
+	actionCanonical = "x402.payment"
+	governanceMode  = "approvals_on"
+	ruleCustom      = "custom_rule"
+)
+
+// Check answers one question for one caller. The caller is who asked — the
+// verified token subject over HTTP, the configured agent id over stdio —
+// never anything the question says.
+func (e *Engine) Check(ctx context.Context, caller string, q Question) (Answer, error) {
+	if caller == "" {
+		return Answer{}, errors.New("engine: no caller identity")
+	}
+	pol := e.cfg.Policy
+	if q.Template == "" {
+		q.Template = defaultTemplate(pol)
+	} else if !slices.Contains(pol.HistoryTemplates, q.Template) {
+		return Answer{}, refusedf("template %q cannot be used here: the guard reads history under the policy's history templates (%s), so template may only name one of them",
+			clipText(q.Template), strings.Join(pol.HistoryTemplates, ", "))
+	}
+	req, err := guard.ParseRequest(q, pol)
+	if err != nil {
+		return Answer{}, refusedf("%s", strings.TrimPrefix(err.Error(), guard.ErrRequest.Error()+": "))
+	}
+	hist, err := e.history(ctx)
+	if err != nil {
+		return Answer{}, err
+	}
+	now := e.cfg.Now()
+	dec := guard.Decide(req, hist, pol, now)
+	var compliance *noa.Compliance
+	if e.cfg.Rules != nil {
+		compliance = applyRules(e.cfg.Rules, &dec, req)
+	}
+	paramsHash, err := ParamsHash(e.cfg.ParamsKey, req.Question())
+	if err != nil {
+		return Answer{}, err
+	}
+	draft := noa.Draft{
+		TS:    now,
+		Agent: noa.Agent{ID: caller, Principal: noa.PrincipalService},
+		Action: noa.Action{
+			Canonical: actionCanonical, RiskClass: "IRREVERSIBLE", ParamsHash: paramsHash, Reversible: false,
+		},
+		Governance: noa.Governance{Mode: governanceMode, Verdict: verdictOf(dec.Decision), RuleID: firstRule(dec), Compliance: compliance},
+	}
+	ans := Answer{Decision: dec.Decision, Reasons: dec.Reasons}
+	record := func(actionID string) reviewlog.Hook {
+		return func(tx reviewlog.Tx) error {
+			d := draft
+			d.Action.ID = actionID
+			if actionID == "" {
+				d.Action.ID = "review:" + tx.Review.ID
+			}
+			r, err := e.cfg.Chains.Append(ctx, tx.Guard, d)
+			if err != nil {
+				return err
+			}
+			ans.ReceiptID = r.ID
+			return nil
+		}
+	}
+	if dec.Decision == guard.Review {
+		rv, _, err := e.cfg.Log.OpenReview(ctx, req.Question(), dec.Reasons, record(""))
+		if err != nil {
+			return Answer{}, e.notRecorded("open the review", err)
+		}
+		ans.ReviewID = rv.ID
+	} else {
+		id, err := randomID("check")
+		if err != nil {
+			return Answer{}, err
+		}
+		if err := e.cfg.Log.WithLock(ctx, record(id)); err != nil {
+			return Answer{}, e.notRecorded("record the "+dec.Decision+" decision", err)
+		}
+	}
+	e.cfg.Logger.Info("check_before_pay", "decision", ans.Decision, "review_id", ans.ReviewID, "receipt_id", ans.ReceiptID, "caller", caller)
+	return ans, nil
+}
+
+func defaultTemplate(pol *guard.Config) string {
+	if slices.Contains(pol.HistoryTemplates, guard.DefaultTemplate) {
+		return guard.DefaultTemplate
+	}
+	return pol.HistoryTemplates[0]
+}
+
+// history reads past operations under every template the policy names and
+// merges them, worst case first.
+func (e *Engine) history(ctx context.Context) (guard.History, error) {
+	names := e.cfg.Policy.HistoryTemplates
+	hs := make([]guard.History, 0, len(names))
+	ov, _ := e.cfg.Templates.(overrider)
+	for _, name := range names {
+		t, err := e.cfg.Templates.Resolve(name)
+		if err != nil {
+			return guard.History{}, fmt.Errorf("history template %s: %w", name, err)
+		}
+		h, err := e.cfg.History.History(ctx, t)
+		if err != nil {
+			return guard.History{}, fmt.Errorf("read history under %s: %w", name, err)
+		}
+		h.Templates = []string{name}
+		if ov != nil && ov.Overrides(name) {
+			h.Overridden = []string{name}
+		}
+		hs = append(hs, h)
+	}
+	return guard.MergeHistories(hs...), nil
+}
+
+// notRecorded reports a failure to record a decision. The decision is not
+// returned: an answer that was not recorded must not be acted on.
+func (e *Engine) notRecorded(what string, err error) error {
+	switch {
+	case errors.Is(err, reviewlog.ErrLockTimeout):
+		return &NotRecordedError{Message: "could not " + what + ": the review log is busy (lock not obtained), so no decision is given; ask again", Err: err}
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		e.cfg.Logger.Info("decision not recorded: the caller went away", "what", what)
+		return &NotRecordedError{Message: "the request ended before the decision could be recorded, so no decision is given; ask again", Err: err}
+	case errors.Is(err, reviewlog.ErrCorrupt):
+		e.cfg.Logger.Error("decision not recorded: the review log is damaged", "what", what, "err", err)
+		return &NotRecordedError{Message: "could not " + what + ": the review log is damaged, so no decision is given; the operator must look at it", Err: err}
+	}
+	e.cfg.Logger.Error("decision not recorded", "what", what, "err", err)
+	return &NotRecordedError{Message: "could not " + what + ", so no decision is given (fail closed); the operator's log says why", Err: err}
+}
+
+func verdictOf(decision string) string {
+	switch decision {
+	case guard.Allow:
+		return noa.VerdictAllowed
+	case guard.Review:
+		return noa.VerdictDeferred
+	default:
+		return noa.VerdictBlocked
+	}
+}
+
+// firstRule names the rule behind a review or block (the first non-history
+// reason), or nil for allow.
+func firstRule(dec guard.Decision) *string {
+	if dec.Decision == guard.Allow {
+		return nil
+	}
+	for _, r := range dec.Reasons {
+		if r.Rule != guard.RuleHistory {
+			rule := r.Rule
+			return &rule
+		}
+	}
+	return nil
+}
+
+func clipText(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}

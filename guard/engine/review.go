@@ -1,0 +1,59 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+)
+
+// ReviewStatus is a review as get_review_status reports it: its state and
+// the signed receipts that record it.
+type ReviewStatus struct {
+	reviewlog.Review
+	Receipts []string `json:"receipts"`
+}
+
+// ErrUnknownReview is returned for an id no review has.
+var ErrUnknownReview = errors.New("no such review")
+
+// ReviewStatus reads one review's state and its receipts.
+func (e *Engine) ReviewStatus(ctx context.Context, id string) (ReviewStatus, error) {
+	rv, err := e.cfg.Log.Get(ctx, id)
+	switch {
+	case errors.Is(err, reviewlog.ErrUnknownReview), errors.Is(err, reviewlog.ErrBadID):
+		return ReviewStatus{}, fmt.Errorf("%w: %q", ErrUnknownReview, id)
+	case err != nil:
+		return ReviewStatus{}, fmt.Errorf("read review %s: %w", id, err)
+	}
+	out := ReviewStatus{Review: rv, Receipts: []string{}}
+	ids, err := e.cfg.Log.ReceiptsFor("review:" + rv.ID)
+	if err != nil {
+		return ReviewStatus{}, fmt.Errorf("read decision receipts: %w", err)
+	}
+	if ids != nil {
+		out.Receipts = ids
+	}
+	return out, nil
+}
+
+// Decider records a human's decision on a review: the log line and the
+// signed receipt are written together under the log's lock, or neither is.
+type Decider struct {
+	Log       *reviewlog.Log
+	Chains    *reviewlog.Chains
+	ParamsKey []byte
+}
+
+// Decide approves (status reviewlog.Approved) or rejects a review.
+func (d Decider) Decide(ctx context.Context, id, status, note, by string) (reviewlog.Review, error) {
+	return d.Log.DecideReview(ctx, id, status, note, by, func(tx reviewlog.Tx) error {
+		draft, err := HumanDecisionDraft(tx.Review, d.ParamsKey)
+		if err != nil {
+			return err
+		}
+		_, err = d.Chains.Append(ctx, tx.Guard, draft)
+		return err
+	})
+}
