@@ -189,3 +189,7 @@ func (s *TemplateSet) Reload(check func(*Registry) error) (*Registry, []error) {
 	s.cur.Store(r)
 	return r, errs
 }
+
+// Overrides reports whether, in the current registry, an operator file
+// replaces the bundled template of that name.
+func (s *TemplateSet) Overrides(name string) bool { return s.Current().Overrides(name) }

@@ -28,6 +28,16 @@ type Payment struct {
 	// payment left and nothing came back), "declined" (verification failed),
 	// or "walked-away" (a 402 was seen and no payment was made).
 	Outcome string
+
+	// What a hostile seller or a confused recorder may write. Settle, when
+	// set, replaces the settle answer of a "settled" payment (say
+	// {"success": false}). SubmittedPayTo, when set, is the pay_to of the
+	// submitted event's requirements, so the operation's events disagree.
+	// OfferExtra is raw JSON the seller put in its 402 answer, recorded as
+	// the payload member "seller_extra".
+	Settle         any
+	SubmittedPayTo string
+	OfferExtra     json.RawMessage
 }
 
 // Recorder appends events for one run file.
@@ -98,16 +108,32 @@ func (r *Recorder) lines(p Payment) ([]map[string]any, error) {
 		})
 		r.seq++
 	}
-	add("x402.payment.required", time.Second, map[string]any{"x402_version": 2, "error": "Payment required", "resource": resource, "accepts": []any{req}})
+	offer := map[string]any{"x402_version": 2, "error": "Payment required", "resource": resource, "accepts": []any{req}}
+	if p.OfferExtra != nil {
+		offer["seller_extra"] = p.OfferExtra
+	}
+	add("x402.payment.required", time.Second, offer)
 	if p.Outcome == "walked-away" {
 		return lines, nil
 	}
 	add("x402.payment.creating", 120*time.Millisecond, map[string]any{"x402_version": 2, "resource": resource, "requirements": req})
-	add("x402.payment.submitted", 360*time.Millisecond, map[string]any{"x402_version": 2, "resource": resource, "requirements": req})
+	submitted := req
+	if p.SubmittedPayTo != "" {
+		submitted = map[string]any{}
+		for k, v := range req {
+			submitted[k] = v
+		}
+		submitted["pay_to"] = p.SubmittedPayTo
+	}
+	add("x402.payment.submitted", 360*time.Millisecond, map[string]any{"x402_version": 2, "resource": resource, "requirements": submitted})
 	switch p.Outcome {
 	case "settled":
+		var settle any = map[string]any{"success": true, "transaction": fmt.Sprintf("0x%064x", r.seq), "network": p.Network}
+		if p.Settle != nil {
+			settle = p.Settle
+		}
 		add("x402.payment.responded", 1830*time.Millisecond, map[string]any{"x402_version": 2, "resource": resource, "requirements": req,
-			"settle": map[string]any{"success": true, "transaction": fmt.Sprintf("0x%064x", r.seq), "network": p.Network}})
+			"settle": settle})
 	case "declined":
 		add("x402.verify.failed", 900*time.Millisecond, map[string]any{"x402_version": 2, "resource": resource, "requirements": req, "error": "invalid_signature"})
 	case "unsettled":
