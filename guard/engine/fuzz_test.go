@@ -1,0 +1,129 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/simrec"
+)
+
+// How a generated operation names its seller. The question is always about
+// sellerA (by address) or api.example.com (by host).
+var fuzzPayTos = []struct {
+	payTo, submitted string
+	couldBe          bool // could this operation be sellerA's?
+}{
+	{sellerA, "", true},
+	{strings.ToLower(sellerA), "", true},
+	{"0X" + strings.ToUpper(sellerA[2:]), "", true},
+	{" " + sellerA + " ", "", true},
+	{sellerB, "", false},
+	{"seller-a", "", true}, // no usable address: it may be anyone's
+	{sellerB, sellerA, true},
+	{sellerA, "0x12", true},
+}
+
+var fuzzURLs = []struct {
+	url     string
+	couldBe bool // could this operation be api.example.com's?
+}{
+	{"https://api.example.com/x", true},
+	{"https://API.Example.COM./x", true},
+	{"https://u:p@api.example.com:8443/x", true},
+	{"https://%61pi.example.com/x", true},
+	{"https://other.example/x", false},
+	{"not a url", true},
+	{"ftp://api.example.com/x", true},
+	{"https://xn--bcher-kva.example/x", false},
+}
+
+// How the operation ended: settledOK is whether the seller's answer really
+// says the payment settled.
+var fuzzOutcomes = []struct {
+	outcome   string
+	settle    any
+	paid      bool
+	settledOK bool
+}{
+	{"settled", nil, true, true},
+	{"settled", map[string]any{"success": false}, true, false},
+	{"settled", map[string]any{"success": "true"}, true, false},
+	{"settled", map[string]any{}, true, false},
+	{"settled", []any{true}, true, false},
+	{"unsettled", nil, true, false},
+	{"declined", nil, true, false},
+	{"walked-away", nil, false, false},
+}
+
+// FuzzCheckNeverAllowsOpen drives check_before_pay through the engine with
+// generated histories — spellings of the seller, settlement claims, hostile
+// lines — and holds the safety property: a history that holds a paid, not
+// settled operation that could be the counterparty's, or a run that cannot
+// be read, is never answered allow.
+func FuzzCheckNeverAllowsOpen(f *testing.F) {
+	f.Add([]byte{0, 0, 5}, false, byte(0))
+	f.Add([]byte{2, 1, 1}, false, byte(0))
+	f.Add([]byte{4, 4, 0, 0, 0, 0}, true, byte(0))
+	f.Add([]byte{6, 0, 5, 1, 2, 3}, true, byte(1))
+	f.Add([]byte{5, 5, 6}, false, byte(2))
+	f.Fuzz(func(t *testing.T, data []byte, byHost bool, hostile byte) {
+		if len(data) > 3*6 {
+			data = data[:3*6]
+		}
+		f := newFixture(t, t.TempDir(), lenientPolicy)
+		var ps []simrec.Payment
+		mustNotAllow := false
+		for i := 0; i+2 < len(data); i += 3 {
+			pt := fuzzPayTos[int(data[i])%len(fuzzPayTos)]
+			u := fuzzURLs[int(data[i+1])%len(fuzzURLs)]
+			oc := fuzzOutcomes[int(data[i+2])%len(fuzzOutcomes)]
+			ps = append(ps, simrec.Payment{OperationID: "op-" + string(rune('a'+i/3)), URL: u.url, PayTo: pt.payTo, SubmittedPayTo: pt.submitted,
+				Amount: "1000", Outcome: oc.outcome, Settle: oc.settle})
+			couldBe := pt.couldBe
+			if byHost {
+				couldBe = u.couldBe
+			}
+			if oc.paid && !oc.settledOK && couldBe {
+				mustNotAllow = true
+			}
+		}
+		if len(ps) > 0 {
+			f.pay(t, "run-1", ps...)
+		}
+		switch hostile % 4 {
+		case 1: // a 402 answer nested past the reader's bound
+			f.pay(t, "run-2", simrec.Payment{OperationID: "x", URL: "https://api.example.com/x", PayTo: sellerA, Amount: "1", Outcome: "walked-away",
+				OfferExtra: json.RawMessage(strings.Repeat("[", 2000) + strings.Repeat("]", 2000))})
+			mustNotAllow = true
+		case 2: // a line that is not JSON
+			if err := os.WriteFile(filepath.Join(f.dir, "events", "run-3.ndjson"), []byte("{\"event_id\":\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			mustNotAllow = true
+		case 3: // invalid UTF-8 in a string
+			if err := os.WriteFile(filepath.Join(f.dir, "events", "run-4.ndjson"), []byte("{\"event_id\":\"\xff\"}\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			mustNotAllow = true
+		}
+		q := Question{Counterparty: sellerA, Amount: "0.001"}
+		if byHost {
+			q.Counterparty = "api.example.com"
+		}
+		ans, err := f.eng.Check(context.Background(), "fuzz-agent", q)
+		if err != nil {
+			t.Fatalf("Check: %v", err)
+		}
+		if mustNotAllow && ans.Decision == guard.Allow {
+			t.Fatalf("allowed over a history that holds an open operation that could be the counterparty's: %+v", ans.Reasons)
+		}
+		if len(ps) == 0 && hostile%4 == 0 && ans.Decision != guard.Allow {
+			t.Fatalf("an empty history must be allowed for a small amount: %+v", ans.Reasons)
+		}
+	})
+}
