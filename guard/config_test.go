@@ -170,3 +170,39 @@ func FuzzParseConfig(f *testing.F) {
 		}
 	})
 }
+
+func TestParseConfigSafetyKeys(t *testing.T) {
+	c := DefaultConfig()
+	if strings.Join(c.HistoryTemplates, ",") != "x402-buyer" || c.UnreadableHistory != Review || c.UnattributableHistory != Review {
+		t.Errorf("safe defaults: %+v %s %s", c.HistoryTemplates, c.UnreadableHistory, c.UnattributableHistory)
+	}
+	if c.ReviewTTL != 24*time.Hour || c.ApprovalTTL != time.Hour || c.RejectionHold != 24*time.Hour || c.MaxPendingReviews != 20 {
+		t.Errorf("review defaults: %s %s %s %d", c.ReviewTTL, c.ApprovalTTL, c.RejectionHold, c.MaxPendingReviews)
+	}
+	c, err := ParseConfig([]byte(`{"historyTemplates": ["x402-buyer", "my-flow"], "unreadableHistory": "ignore", "unattributableHistory": "review",
+		"reviewTtlMinutes": 30, "approvalTtlMinutes": 5, "rejectionHoldHours": 0, "maxPendingReviewsPerCaller": 3}`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(c.HistoryTemplates, ",") != "x402-buyer,my-flow" || c.UnreadableHistory != Ignore || c.UnattributableHistory != Review ||
+		c.ReviewTTL != 30*time.Minute || c.ApprovalTTL != 5*time.Minute || c.RejectionHold != 0 || c.MaxPendingReviews != 3 {
+		t.Errorf("parsed: %+v", c)
+	}
+	for _, tc := range []struct{ js, errHas string }{
+		{`{"historyTemplates": []}`, "between 1 and 16"},
+		{`{"historyTemplates": "x402-buyer"}`, "list of template names"},
+		{`{"historyTemplates": ["../x"]}`, "bare template name"},
+		{`{"historyTemplates": ["a", "a"]}`, "twice"},
+		{`{"historyTemplates": [1]}`, "must be a string"},
+		{`{"unreadableHistory": "allow"}`, `"review" or "ignore"`},
+		{`{"unattributableHistory": true}`, "must be a string"},
+		{`{"reviewTtlMinutes": 0}`, "between 1"},
+		{`{"approvalTtlMinutes": 1.5}`, "whole number"},
+		{`{"maxPendingReviewsPerCaller": 0}`, "between 1"},
+		{`{"historytemplates": ["x402-buyer"]}`, `unknown key "historytemplates"`},
+	} {
+		if _, err := ParseConfig([]byte(tc.js), ""); err == nil || !strings.Contains(err.Error(), tc.errHas) {
+			t.Errorf("%s: error %v, want one mentioning %q", tc.js, err, tc.errHas)
+		}
+	}
+}
