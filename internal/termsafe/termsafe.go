@@ -108,3 +108,60 @@ func writeRune(b *strings.Builder, r rune) {
 		b.WriteByte(hexDigits[(r>>uint(shift))&0xf])
 	}
 }
+
+// JSON returns the JSON text b with every rune String would escape that is
+// still raw in it (encoding/json leaves DEL, bidi, zero-width and tag
+// characters as they are) written as a \u escape, so that the JSON means
+// the same and shows safely on a terminal. Such runes can only occur inside
+// strings of valid JSON, where \u escapes are allowed (the white space
+// between tokens is left alone). Invalid UTF-8 is
+// left as it is (encoding/json never writes it). b is returned unchanged
+// when nothing needs escaping.
+func JSON(b []byte) []byte {
+	i := 0
+	for i < len(b) {
+		if b[i] < utf8.RuneSelf {
+			if b[i] == 0x7f {
+				break
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(b[i:])
+		if r != utf8.RuneError && NeedsEscape(r) {
+			break
+		}
+		i += size
+	}
+	if i == len(b) {
+		return b
+	}
+	out := make([]byte, 0, len(b)+16)
+	out = append(out, b[:i]...)
+	for i < len(b) {
+		if b[i] < utf8.RuneSelf {
+			if b[i] == 0x7f {
+				out = appendU(out, 0x7f)
+			} else {
+				out = append(out, b[i])
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError || !NeedsEscape(r) {
+			out = append(out, b[i:i+size]...)
+		} else if r > 0xffff {
+			r -= 0x10000
+			out = appendU(appendU(out, 0xd800+(r>>10)), 0xdc00+(r&0x3ff))
+		} else {
+			out = appendU(out, r)
+		}
+		i += size
+	}
+	return out
+}
+
+func appendU(out []byte, r rune) []byte {
+	return append(out, '\\', 'u', hexDigits[r>>12&0xf], hexDigits[r>>8&0xf], hexDigits[r>>4&0xf], hexDigits[r&0xf])
+}

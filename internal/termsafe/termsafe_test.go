@@ -1,7 +1,9 @@
 package termsafe
 
 import (
+	"encoding/json"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -149,4 +151,56 @@ func unescape(s string) (string, error) {
 		}
 	}
 	return b.String(), nil
+}
+
+func TestJSON(t *testing.T) {
+	tests := []struct{ name, in, want string }{
+		{"clean", `{"a":"東京 🎉"}`, `{"a":"東京 🎉"}`},
+		{"bidi", "{\"a\":\"x\u202ey\"}", `{"a":"x\u202ey"}`},
+		{"zero width in amount", "[\"0.01\u200b\"]", `["0.01\u200b"]`},
+		{"tag character as a surrogate pair", "\"\U000e0041\"", `"\udb40\udc41"`},
+		{"DEL", "\"a\x7fb\"", `"a\u007fb"`},
+		{"indented", "{\n\t\"a\": 1\n}", "{\n\t\"a\": 1\n}"},
+		{"escapes already there", `"\u0000\\"`, `"\u0000\\"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := string(JSON([]byte(tt.in)))
+			if got != tt.want {
+				t.Fatalf("JSON(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+			var a, b any
+			if err := json.Unmarshal([]byte(tt.in), &a); err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal([]byte(got), &b); err != nil || !reflect.DeepEqual(a, b) {
+				t.Errorf("JSON changed the meaning: %v %v %v", a, b, err)
+			}
+		})
+	}
+}
+
+func FuzzJSON(f *testing.F) {
+	for _, s := range []string{"", "x\u202ey", "\U000e0041", "\xff", "0.01\u200b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		in, err := json.Marshal(map[string]string{s: s})
+		if err != nil {
+			t.Skip("not encodable")
+		}
+		out := JSON(in)
+		var a, b map[string]string
+		if err := json.Unmarshal(in, &a); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(out, &b); err != nil || !reflect.DeepEqual(a, b) {
+			t.Fatalf("JSON(%q) = %q changed the meaning (%v)", in, out, err)
+		}
+		for _, r := range string(out) {
+			if forbidden(r) {
+				t.Fatalf("JSON(%q) = %q still holds %U", in, out, r)
+			}
+		}
+	})
 }
