@@ -57,12 +57,16 @@ type Message struct {
 	// Review is the review's JSON object, sent as it is.
 	Review json.RawMessage
 	// Text is a one-line human summary (the "text" field, which a
-	// Slack-style incoming webhook shows). When empty it is made from Review.
+	// Slack-style incoming webhook shows). When empty it is made from
+	// Review, escaped and clipped; a Text given here is sent as it is.
 	Text string
 }
 
 // Notifier takes notifications. Notify never blocks beyond an enqueue and
-// never fails: problems are logged and counted.
+// never fails: problems are logged and counted. Call it once the review's
+// line is in the log (after OpenReview or DecideReview returned, not from
+// inside their hook), so that nobody is told of a review that was not
+// recorded.
 type Notifier interface {
 	Notify(Message)
 }
