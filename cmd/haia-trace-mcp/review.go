@@ -31,6 +31,7 @@ const reviewUsage = `usage:
   haia-trace-mcp review show <review_id> [--dir .trace] [--json]
   haia-trace-mcp review approve <review_id> [--note "…"] [--by ID] [--dir .trace] [--json]
   haia-trace-mcp review reject  <review_id> [--note "…"] [--by ID] [--dir .trace] [--json]
+  haia-trace-mcp review watch [--dir .trace] [--json] [--interval 1s]
 
 exit codes: 0 done, 1 error, 2 usage, 3 unknown review id, 4 already decided,
 5 review log lock not obtained
@@ -56,6 +57,8 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var note, by *string
 	var signing signingFlags
 	switch verb {
+	case "watch":
+		return runReviewWatch(ctx, rest, stdout, stderr)
 	case "list":
 		all = fs.Bool("all", false, "include decided reviews")
 	case "show":

@@ -1,0 +1,165 @@
+package notify
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// writeScript writes an executable sh script to a temporary directory.
+func writeScript(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "notify.sh")
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body+"\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestCommandGetsEveryMessageOnce(t *testing.T) {
+	out := t.TempDir()
+	// Each run writes its environment's two variables and its stdin to a
+	// file of its own.
+	script := writeScript(t, fmt.Sprintf(`f=%q/msg.$$
+{ printf '%%s %%s\n' "$HAIA_NOTIFY_EVENT" "$HAIA_REVIEW_ID"; cat; } > "$f.tmp" && mv "$f.tmp" "$f"`, out))
+	logger, logs := testLogger()
+	m := NewMetrics()
+	c, err := NewCommand(script, Options{Logger: logger, Metrics: m, Workers: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 8
+	for i := range n {
+		c.Notify(message(t, EventOpened, i))
+		c.Notify(message(t, EventOpened, i)) // the same opening again: ignored
+	}
+	for i := range n / 2 {
+		c.Notify(message(t, EventDecided, i))
+	}
+	if err := c.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	files, err := filepath.Glob(filepath.Join(out, "msg.*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env, stdin, ok := strings.Cut(string(data), "\n")
+		if !ok {
+			t.Fatalf("%s: %q", f, data)
+		}
+		var d delivered
+		if err := json.Unmarshal([]byte(stdin), &d); err != nil {
+			t.Fatalf("stdin of a run is not the JSON body: %v: %q", err, stdin)
+		}
+		if env != d.Event+" "+d.Review.ID {
+			t.Errorf("environment %q does not match the body's %s %s", env, d.Event, d.Review.ID)
+		}
+		if !strings.Contains(d.Text, d.Review.ID) {
+			t.Errorf("text %q does not name the review", d.Text)
+		}
+		seen[d.Event+" "+d.Review.ID]++
+	}
+	want := n + n/2
+	if len(seen) != want || len(files) != want {
+		t.Errorf("%d runs for %d distinct messages; want %d of each", len(files), len(seen), want)
+	}
+	for k, v := range seen {
+		if v != 1 {
+			t.Errorf("%s delivered %d times", k, v)
+		}
+	}
+	if got := m.Snapshot(SinkCommand); got.Sent != uint64(want) || got.Failed != 0 || got.Dropped != 0 {
+		t.Errorf("counts = %+v; log:\n%s", got, logs)
+	}
+}
+
+func TestCommandFailures(t *testing.T) {
+	tests := []struct {
+		name    string
+		script  string
+		wantLog string
+	}{
+		{"non-zero exit", `echo "no route to chat server" >&2; exit 3`, "exit status 3; its standard error begins: no route to chat server"},
+		{"hostile standard error", "printf 'a\\033[2Jb' >&2; exit 1", `a\\u001b[2Jb`},
+		{"timeout kills it", "sleep 60", "ran longer than 200ms and was killed"},
+		{"timeout kills its children too", "sleep 60 & wait", "ran longer than 200ms and was killed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			logger, logs := testLogger()
+			m := NewMetrics()
+			c, err := NewCommand(writeScript(t, tt.script), Options{Logger: logger, Metrics: m, Timeout: 200 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Notify(message(t, EventOpened, 1))
+			if err := c.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if got := m.Snapshot(SinkCommand); got.Failed != 1 || got.Sent != 0 {
+				t.Errorf("counts = %+v", got)
+			}
+			if !strings.Contains(logs.String(), tt.wantLog) {
+				t.Errorf("log lacks %q:\n%s", tt.wantLog, logs)
+			}
+		})
+	}
+}
+
+func TestCommandCloseAbortsAtDeadline(t *testing.T) {
+	logger, logs := testLogger()
+	m := NewMetrics()
+	c, err := NewCommand(writeScript(t, "sleep 60"), Options{Logger: logger, Metrics: m, Workers: 1, QueueSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		c.Notify(message(t, EventOpened, i))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := c.Close(ctx); err == nil || !strings.Contains(err.Error(), "shutdown did not wait") {
+		t.Fatalf("Close with an ended context = %v", err)
+	}
+	got := m.Snapshot(SinkCommand)
+	if got.Sent != 0 || got.Failed+got.Dropped != 3 {
+		t.Errorf("counts = %+v; want the 3 messages failed or dropped; log:\n%s", got, logs)
+	}
+}
+
+func TestNewCommandRefuses(t *testing.T) {
+	dir := t.TempDir()
+	plain := filepath.Join(dir, "plain.sh")
+	if err := os.WriteFile(plain, []byte("#!/bin/sh\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ name, path, want string }{
+		{"empty", "", "is empty"},
+		{"missing", filepath.Join(dir, "nope"), "no such file"},
+		{"not executable", plain, "is not an executable file"},
+		{"directory", dir, "is not an executable file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := NewCommand(tt.path, Options{})
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				if c != nil {
+					_ = c.Close(context.Background())
+				}
+				t.Fatalf("NewCommand(%q) = %v; want %q", tt.path, err, tt.want)
+			}
+		})
+	}
+}
