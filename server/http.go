@@ -61,8 +61,8 @@ type HTTPConfig struct {
 	MaxSessions int
 	// SessionIdle is how long an idle session's state is kept.
 	SessionIdle time.Duration
-	// SessionKeyFile holds the key session ids are signed with; replicas
-	// behind one load balancer share it. Empty draws a random key.
+	// SessionKeyFile holds the key session ids are signed with. Empty
+	// derives it from Resource (see sessionTable), which replicas share.
 	SessionKeyFile string
 	// MaxStreams bounds the live streams (GET /mcp, subscriptions/listen).
 	MaxStreams int
@@ -97,8 +97,8 @@ type HTTP struct {
 }
 
 // NewHTTP builds the HTTP front. All state a tool needs lives in the Trace
-// root; session ids are signed (see sessionTable), so replicas sharing
-// SessionKeyFile accept each other's ids without affinity, and an id the
+// root; session ids carry a MAC (see sessionTable), so replicas of one
+// resource accept each other's ids without affinity, and an id the
 // server did not issue gets 404 and leaves no state. What a process keeps
 // per session (mcp-go's registration and log level, a live stream) is
 // bounded by MaxSessions and SessionIdle, streams by MaxStreams,
@@ -157,7 +157,7 @@ func (s *Server) NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 		return nil, fmt.Errorf("http: %w", err)
 	}
 	h.limiter = limiter
-	key, err := loadSessionKey(cfg.SessionKeyFile)
+	key, err := loadSessionKey(cfg.SessionKeyFile, cfg.Resource)
 	if err != nil {
 		return nil, fmt.Errorf("http: %w", err)
 	}

@@ -29,12 +29,14 @@ import (
 //
 //	s1.<22 chars: 16 random bytes>.<22 chars: HMAC-SHA256(key, subject, random)[:16]>
 //
-// The MAC binds the id to the token subject that opened it, so another
-// subject presenting it gets 404 like any unknown id. Replicas that share
-// --http-session-key accept each other's ids (each keeps its own bounded
-// table of the per-session state it holds); without it every process draws
-// a random key and a client that reaches another replica gets 404 and
-// initializes again, as the MCP transport specifies.
+// The MAC binds the id to the token subject that opened it: another
+// subject presenting it gets 404 like any unknown id. The key is the
+// --http-session-key file when given; otherwise it is derived from the
+// resource URL, so that the replicas of one deployment accept each other's
+// ids with no configuration and no affinity. A derived key is not secret:
+// someone who knows the derivation can make a valid id for their own
+// subject only, which gives nothing initialize would not (the same table
+// bound, the same rate limit). A key file makes ids unforgeable.
 const (
 	sessionIDPrefix = "s1."
 	sessionRandLen  = 16
@@ -55,15 +57,12 @@ var (
 
 var sidEncoding = base64.RawURLEncoding
 
-// loadSessionKey reads a shared session key file, or draws a random key
-// when path is empty.
-func loadSessionKey(path string) ([]byte, error) {
+// loadSessionKey reads the session key file, or derives the key from the
+// resource URL when path is empty.
+func loadSessionKey(path, resource string) ([]byte, error) {
 	if path == "" {
-		key := make([]byte, 32)
-		if _, err := rand.Read(key); err != nil {
-			return nil, fmt.Errorf("session key: %w", err)
-		}
-		return key, nil
+		sum := sha256.Sum256([]byte("haia-trace-mcp session key v1\x00" + resource))
+		return sum[:], nil
 	}
 	f, err := os.Open(path)
 	if err != nil {

@@ -778,7 +778,7 @@ func TestSessionKeyFile(t *testing.T) {
 	tests := []struct {
 		name, path, err string
 	}{
-		{"random when unset", "", ""},
+		{"derived when unset", "", ""},
 		{"long enough", write("ok", strings.Repeat("k", 32)+"\n"), ""},
 		{"too short", write("short", "abc\n"), "at least 32"},
 		{"too long", write("long", strings.Repeat("k", 5000)), "larger than"},
@@ -786,7 +786,7 @@ func TestSessionKeyFile(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			key, err := loadSessionKey(tc.path)
+			key, err := loadSessionKey(tc.path, "https://mcp.example/mcp")
 			if tc.err == "" {
 				if err != nil || len(key) < 32 {
 					t.Fatalf("key %d bytes, err %v", len(key), err)
@@ -798,7 +798,14 @@ func TestSessionKeyFile(t *testing.T) {
 			}
 		})
 	}
-	// Two tables with one key accept each other's ids; another key does not.
+	// Two tables with one key accept each other's ids; another key does
+	// not. Without a key file, replicas of one resource derive one key.
+	k1, _ := loadSessionKey("", "https://mcp.example/mcp")
+	k2, _ := loadSessionKey("", "https://mcp.example/mcp")
+	k3, _ := loadSessionKey("", "https://other.example/mcp")
+	if !bytes.Equal(k1, k2) || bytes.Equal(k1, k3) {
+		t.Fatal("derived keys do not follow the resource")
+	}
 	key := []byte(strings.Repeat("s", 32))
 	m := prometheus.NewGauge(prometheus.GaugeOpts{Name: "x"})
 	d := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "y"}, []string{"reason"})
