@@ -20,10 +20,12 @@ const (
 	maxMaxTokenBytes     = 64 << 10
 	DefaultMaxBodyBytes  = 4 << 20
 	DefaultCacheSize     = 1024
-	maxKeyFileBytes      = 1 << 20
-	maxSecretFileBytes   = 4 << 10
-	minSecretBytes       = 32 // RFC 7518 §3.2: an HS256 key has at least 256 bits
-	minRSABits           = 2048
+	// DefaultMaxTokenLifetime bounds exp − iat (or exp − now without iat).
+	DefaultMaxTokenLifetime = 24 * time.Hour
+	maxKeyFileBytes         = 1 << 20
+	maxSecretFileBytes      = 4 << 10
+	minSecretBytes          = 32 // RFC 7518 §3.2: an HS256 key has at least 256 bits
+	minRSABits              = 2048
 )
 
 // Config describes one protected resource and where its keys come from.
@@ -40,6 +42,9 @@ type Config struct {
 	MaxTokenBytes int           // longest bearer token accepted; 0 means DefaultMaxTokenBytes
 	MaxBodyBytes  int64         // largest body the per-tool scope check reads; 0 means DefaultMaxBodyBytes
 	CacheSize     int           // verified tokens remembered; 0 means DefaultCacheSize, negative turns the cache off
+	// MaxTokenLifetime refuses a token whose exp − iat (exp − now without
+	// iat) is longer (--auth-max-token-lifetime); 0 means DefaultMaxTokenLifetime.
+	MaxTokenLifetime time.Duration
 
 	Now    func() time.Time // clock; nil means time.Now
 	Logger *slog.Logger     // nil means discard
@@ -95,6 +100,12 @@ func (c Config) withDefaults() (Config, error) {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
 	case c.MaxBodyBytes < 0:
 		errs = append(errs, fmt.Errorf("max body size %d bytes is negative", c.MaxBodyBytes))
+	}
+	switch {
+	case c.MaxTokenLifetime == 0:
+		c.MaxTokenLifetime = DefaultMaxTokenLifetime
+	case c.MaxTokenLifetime < time.Minute:
+		errs = append(errs, fmt.Errorf("max token lifetime %s is under one minute (or negative): tokens could never be accepted", c.MaxTokenLifetime))
 	}
 	if c.CacheSize == 0 {
 		c.CacheSize = DefaultCacheSize

@@ -60,7 +60,7 @@ func TestMiddlewareTokens(t *testing.T) {
 		{name: "expired", auth: bearer(f.rs256(f.with(func(c map[string]any) { c["exp"] = f.now.Add(-time.Hour).Unix() }))), status: 401, challenge: invalid("token expired")},
 		{name: "expired inside the leeway", auth: bearer(f.rs256(f.with(func(c map[string]any) { c["exp"] = f.now.Add(-10 * time.Second).Unix() }))), status: 200},
 		{name: "no exp", auth: bearer(f.rs256(f.with(func(c map[string]any) { delete(c, "exp") }))), status: 401, challenge: invalid("token has no expiry")},
-		{name: "exp not a number", auth: bearer(f.rs256(f.with(func(c map[string]any) { c["exp"] = "tomorrow" }))), status: 401, challenge: invalid("token claims invalid")},
+		{name: "exp not a number", auth: bearer(f.rs256(f.with(func(c map[string]any) { c["exp"] = "tomorrow" }))), status: 401, challenge: invalid("token exp, nbf or iat is not a JSON number")},
 		{name: "future nbf", auth: bearer(f.rs256(f.with(func(c map[string]any) { c["nbf"] = f.now.Add(time.Hour).Unix() }))), status: 401, challenge: invalid("token not yet valid")},
 		{name: "nbf inside the leeway", auth: bearer(f.rs256(f.with(func(c map[string]any) { c["nbf"] = f.now.Add(10 * time.Second).Unix() }))), status: 200},
 		{name: "iat in the future", auth: bearer(f.rs256(f.with(func(c map[string]any) { c["iat"] = f.now.Add(time.Hour).Unix() }))), status: 401, challenge: invalid("token issued in the future")},

@@ -8,7 +8,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -77,6 +79,10 @@ const (
 	descNoExpiry    = "token has no expiry"
 	descScopeClaim  = "token scope claim is not a string"
 	descBound       = "sender-constrained tokens are not supported"
+	descTimeClaim   = "token exp, nbf or iat is not a JSON number"
+	descBadExpiry   = "token expiry is not later than the Unix epoch"
+	descLifetime    = "token lifetime exceeds this server's limit"
+	descDuplicate   = "token claims repeat a name"
 )
 
 // Verifier checks access tokens for one resource. It is safe for concurrent
@@ -244,6 +250,9 @@ func (v *Verifier) verifyToken(ks *keySet, token string, now time.Time) (Identit
 	if !bytes.HasPrefix(bytes.TrimSpace(payload), []byte("{")) {
 		return Identity{}, &TokenError{Description: descMalformed, Err: errors.New("payload is not a JSON object")}
 	}
+	if err := v.checkTimeClaims(payload, now); err != nil {
+		return Identity{}, err
+	}
 	tok, err := jwt.Parse(payload,
 		jwt.WithVerify(false), // the signature was checked just above, with the pinned key
 		jwt.WithValidate(true),
@@ -269,7 +278,7 @@ func (v *Verifier) verifyToken(ks *keySet, token string, now time.Time) (Identit
 		if !isString {
 			return Identity{}, &TokenError{Description: descScopeClaim, Err: fmt.Errorf("scope is %T", raw)}
 		}
-		id.Scopes = strings.Fields(s)
+		id.Scopes = splitScope(s)
 	}
 	for _, name := range []string{"client_id", "azp"} {
 		if raw, ok := tok.Get(name); ok {
@@ -280,6 +289,117 @@ func (v *Verifier) verifyToken(ks *keySet, token string, now time.Time) (Identit
 		}
 	}
 	return id, nil
+}
+
+// splitScope splits a scope claim on spaces only (RFC 6749 §3.3:
+// scope-token *( SP scope-token )). Tabs, commas and other separators stay
+// inside a token, so "a,b" grants neither "a" nor "b". Empty tokens from
+// repeated spaces are dropped.
+func splitScope(s string) []string {
+	var out []string
+	for _, tok := range strings.Split(s, " ") {
+		if tok != "" {
+			out = append(out, tok)
+		}
+	}
+	return out
+}
+
+// timeClaims are the NumericDate claims (RFC 7519 §2) read from the raw
+// payload, so that their JSON type is seen before any library converts it.
+type timeClaims struct {
+	exp, nbf, iat          float64
+	hasExp, hasNbf, hasIat bool
+}
+
+// readTimeClaims walks the top level of the claims object. A repeated
+// member name is refused (RFC 7519 §4 allows refusing, and two parsers
+// that pick different duplicates would disagree about the token); exp, nbf
+// and iat must be JSON numbers — not strings, digit strings, RFC 3339
+// text, null, booleans or objects.
+func readTimeClaims(payload []byte) (timeClaims, error) {
+	var tc timeClaims
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.UseNumber()
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return tc, &TokenError{Description: descMalformed, Err: errors.New("payload is not a JSON object")}
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return tc, &TokenError{Description: descMalformed, Err: fmt.Errorf("payload: %w", err)}
+		}
+		name, _ := t.(string)
+		if seen[name] {
+			return tc, &TokenError{Description: descDuplicate, Err: fmt.Errorf("claim %q appears more than once", name)}
+		}
+		seen[name] = true
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return tc, &TokenError{Description: descMalformed, Err: fmt.Errorf("claim %q: %w", name, err)}
+		}
+		var dst *float64
+		var has *bool
+		switch name {
+		case "exp":
+			dst, has = &tc.exp, &tc.hasExp
+		case "nbf":
+			dst, has = &tc.nbf, &tc.hasNbf
+		case "iat":
+			dst, has = &tc.iat, &tc.hasIat
+		default:
+			continue
+		}
+		f, err := numericDate(raw)
+		if err != nil {
+			return tc, &TokenError{Description: descTimeClaim, Err: fmt.Errorf("claim %s: %w", name, err)}
+		}
+		*dst, *has = f, true
+	}
+	return tc, nil
+}
+
+// numericDate accepts a JSON number token only.
+func numericDate(raw json.RawMessage) (float64, error) {
+	b := bytes.TrimSpace(raw)
+	if len(b) == 0 || (b[0] != '-' && (b[0] < '0' || b[0] > '9')) {
+		return 0, fmt.Errorf("%.40q is not a JSON number", b)
+	}
+	f, err := strconv.ParseFloat(string(b), 64)
+	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+		return 0, fmt.Errorf("%.40q is not a finite number", b)
+	}
+	return f, nil
+}
+
+// checkTimeClaims applies the rules jwx does not: exp present, a number
+// and after the epoch (jwx reads 0 as "unset"), nbf and iat numbers, and
+// the lifetime (exp − iat, or exp − now without iat) within
+// MaxTokenLifetime. jwx still checks exp, nbf and iat against the clock.
+func (v *Verifier) checkTimeClaims(payload []byte, now time.Time) error {
+	tc, err := readTimeClaims(payload)
+	if err != nil {
+		return err
+	}
+	if !tc.hasExp {
+		return &TokenError{Description: descNoExpiry, Err: errors.New("no exp claim")}
+	}
+	if tc.exp <= 0 {
+		return &TokenError{Description: descBadExpiry, Err: fmt.Errorf("exp %v is not after 1970-01-01T00:00:00Z", tc.exp)}
+	}
+	nowSec := float64(now.UnixNano()) / 1e9
+	if tc.exp+v.cfg.Leeway.Seconds() <= nowSec {
+		return &TokenError{Description: descExpired, Err: fmt.Errorf("exp %v is %.0fs before now (leeway %s)", tc.exp, nowSec-tc.exp, v.cfg.Leeway)}
+	}
+	start, from := nowSec, "now"
+	if tc.hasIat {
+		start, from = tc.iat, "iat"
+	}
+	if life := tc.exp - start; life > v.cfg.MaxTokenLifetime.Seconds() {
+		return &TokenError{Description: descLifetime, Err: fmt.Errorf("lifetime exp − %s = %.0fs is over --auth-max-token-lifetime %s", from, life, v.cfg.MaxTokenLifetime)}
+	}
+	return nil
 }
 
 // keyFor picks the key a token names and refuses any algorithm but the

@@ -9,8 +9,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
-	"sync/atomic"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -26,8 +27,11 @@ import (
 // Defaults of the HTTP transport's bounds; all are stated in the README.
 const (
 	DefaultHTTPMaxBody      = 1 << 20
-	DefaultHTTPMaxSessions  = 256
+	DefaultHTTPMaxSessions  = 10000
 	DefaultHTTPSessionIdle  = 30 * time.Minute
+	DefaultHTTPMaxStreams   = 256
+	DefaultHTTPStreamIdle   = 5 * time.Minute
+	DefaultHTTPStreamPing   = 25 * time.Second
 	DefaultHTTPMaxHeader    = 16 << 10
 	DefaultReadHeaderTimout = 5 * time.Second
 	DefaultReadTimeout      = 30 * time.Second
@@ -51,11 +55,25 @@ type HTTPConfig struct {
 	AllowedOrigins []string
 	// MaxBodyBytes bounds a request body; larger ones get 413.
 	MaxBodyBytes int64
-	// MaxSessions bounds the live SSE streams (GET /mcp), the only
-	// per-session state held in memory beyond a request.
+	// MaxSessions bounds the session ids this process holds state for
+	// (mcp-go's registration and log level, the live stream, tombstones of
+	// terminated sessions); past it the least recently active is dropped.
 	MaxSessions int
-	// SessionIdle is how long idle per-session state (log level) is kept.
+	// SessionIdle is how long an idle session's state is kept.
 	SessionIdle time.Duration
+	// SessionKeyFile holds the key session ids are signed with. Empty
+	// derives it from Resource (see sessionTable), which replicas share.
+	SessionKeyFile string
+	// MaxStreams bounds the live streams (GET /mcp, subscriptions/listen).
+	MaxStreams int
+	// StreamIdle closes a stream on which the server sent no message for
+	// this long; StreamPing is the period of the keep-alive comments.
+	StreamIdle time.Duration
+	StreamPing time.Duration
+	// RateLimit and RateBurst are the per-caller token bucket; zero takes
+	// auth.DefaultRateLimit and auth.DefaultRateBurst.
+	RateLimit float64
+	RateBurst int
 	// Ready reports whether the server can do its work; nil uses a probe
 	// that lists events/.
 	Ready func(context.Context) error
@@ -66,19 +84,25 @@ type HTTPConfig struct {
 // HTTP is the Streamable HTTP front of a Server: a router with /mcp, the
 // protected-resource metadata, health, readiness and metrics.
 type HTTP struct {
-	handler  http.Handler
-	mcp      *mcpserver.StreamableHTTPServer
-	verifier *auth.Verifier
-	metrics  *httpMetrics
-	logger   *slog.Logger
+	handler    http.Handler
+	mcp        *mcpserver.StreamableHTTPServer
+	verifier   *auth.Verifier
+	limiter    *auth.RateLimiter
+	sessions   *sessionTable
+	streams    *streamSet
+	streamIdle time.Duration
+	streamPing time.Duration
+	metrics    *httpMetrics
+	logger     *slog.Logger
 }
 
-// NewHTTP builds the HTTP front. Sessions use mcp-go's generating session
-// manager, which checks an id's form but keeps no table of ids: all state a
-// tool needs lives in the Trace root, so any replica over the same root can
-// answer any request and no session affinity is needed. What stays in
-// memory (a session's log level, its SSE stream) is bounded by MaxSessions
-// and SessionIdle.
+// NewHTTP builds the HTTP front. All state a tool needs lives in the Trace
+// root; session ids carry a MAC (see sessionTable), so replicas of one
+// resource accept each other's ids without affinity, and an id the
+// server did not issue gets 404 and leaves no state. What a process keeps
+// per session (mcp-go's registration and log level, a live stream) is
+// bounded by MaxSessions and SessionIdle, streams by MaxStreams,
+// StreamIdle and StreamPing, and every caller by RateLimit and RateBurst.
 func (s *Server) NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 	if cfg.Resource == "" {
 		return nil, errors.New("http: the resource URL is empty")
@@ -95,13 +119,51 @@ func (s *Server) NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 	if cfg.SessionIdle <= 0 {
 		cfg.SessionIdle = DefaultHTTPSessionIdle
 	}
+	if cfg.MaxStreams <= 0 {
+		cfg.MaxStreams = DefaultHTTPMaxStreams
+	}
+	if cfg.StreamIdle <= 0 {
+		cfg.StreamIdle = DefaultHTTPStreamIdle
+	}
+	if cfg.StreamPing <= 0 {
+		cfg.StreamPing = DefaultHTTPStreamPing
+	}
+	if cfg.StreamPing >= cfg.StreamIdle {
+		cfg.StreamPing = cfg.StreamIdle / 2 // a ping must go out before the stream counts as idle
+	}
+	if cfg.RateLimit == 0 {
+		cfg.RateLimit = auth.DefaultRateLimit
+	}
+	if cfg.RateBurst == 0 {
+		cfg.RateBurst = auth.DefaultRateBurst
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = s.cfg.Logger
 	}
 	if cfg.Ready == nil {
 		cfg.Ready = s.probeReady
 	}
-	h := &HTTP{logger: cfg.Logger, metrics: newHTTPMetrics()}
+	h := &HTTP{logger: cfg.Logger, metrics: newHTTPMetrics(), streamIdle: cfg.StreamIdle, streamPing: cfg.StreamPing}
+	if cfg.Auth != nil {
+		if err := s.CheckToolScopes(cfg.Auth.ToolScopes); err != nil {
+			return nil, fmt.Errorf("http: %w", err)
+		}
+	}
+	limiter, err := auth.NewRateLimiter(auth.RateConfig{
+		PerSecond: cfg.RateLimit, Burst: cfg.RateBurst,
+		OnLimited: h.metrics.rateLimited.Inc,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("http: %w", err)
+	}
+	h.limiter = limiter
+	key, err := loadSessionKey(cfg.SessionKeyFile, cfg.Resource)
+	if err != nil {
+		return nil, fmt.Errorf("http: %w", err)
+	}
+	h.sessions = newSessionTable(key, cfg.MaxSessions, cfg.SessionIdle, h.metrics.sessions, h.metrics.sessionsDropped)
+	h.sessions.onDrop = h.dropMCPState
+	h.streams = &streamSet{max: cfg.MaxStreams, gauge: h.metrics.streams, live: map[*streamHandle]struct{}{}}
 
 	var metadata http.Handler
 	if cfg.Auth != nil {
@@ -127,7 +189,10 @@ func (s *Server) NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 
 	h.mcp = mcpserver.NewStreamableHTTPServer(s.mcp,
 		mcpserver.WithEndpointPath("/mcp"),
-		mcpserver.WithSessionIdleTTL(cfg.SessionIdle),
+		// Session ids are minted and checked by the front's table, which
+		// also bounds and expires their state; mcp-go's own idle sweeper
+		// (WithSessionIdleTTL) stays off, so it keeps no per-id clock.
+		mcpserver.WithSessionIdManagerResolver(sessionResolver{t: h.sessions}),
 		// Our own OriginGuard checks Host and Origin for every listener,
 		// not only loopback ones, so mcp-go's narrower check is off.
 		mcpserver.WithDisableLocalhostProtection(true),
@@ -166,12 +231,13 @@ func (s *Server) NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 	}
 
 	var endpoint http.Handler = h.mcp
+	endpoint = h.gate(endpoint)
 	endpoint = noteSubject(endpoint)
+	endpoint = h.limiter.Middleware(endpoint) // per token subject, or per address without auth
 	if h.verifier != nil {
 		endpoint = h.verifier.Middleware(endpoint)
 	}
 	endpoint = limitBody(cfg.MaxBodyBytes, endpoint)
-	endpoint = limitStreams(cfg.MaxSessions, h.metrics.streams, endpoint)
 	endpoint = auth.OriginGuard(cfg.AllowedHosts, cfg.AllowedOrigins, endpoint)
 	r.Handle("/mcp", endpoint)
 	h.handler = r
@@ -193,8 +259,35 @@ func (h *HTTP) ReloadKeys() error {
 // Registry is the Prometheus registry behind /metrics.
 func (h *HTTP) Registry() *prometheus.Registry { return h.metrics.registry }
 
-// Close ends the SSE streams and the session sweeper.
-func (h *HTTP) Close(ctx context.Context) error { return h.mcp.Shutdown(ctx) }
+// Close ends the live streams.
+func (h *HTTP) Close(ctx context.Context) error {
+	h.streams.closeAll(errShuttingDown)
+	return h.mcp.Shutdown(ctx)
+}
+
+// CheckToolScopes refuses a per-tool scope for a tool the server does not
+// have: a typo (check-before-pay) would otherwise leave the real tool
+// callable with the base scope.
+func (s *Server) CheckToolScopes(scopes map[string]string) error {
+	tools := s.mcp.ListTools()
+	var unknown []string
+	for name := range scopes {
+		if _, ok := tools[name]; !ok {
+			unknown = append(unknown, name)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	names := make([]string, 0, len(tools))
+	for name := range tools {
+		names = append(names, name)
+	}
+	slices.Sort(unknown)
+	slices.Sort(names)
+	return fmt.Errorf("--auth-tool-scope names no tool of this server: %s (the tools are: %s)",
+		strings.Join(unknown, ", "), strings.Join(names, ", "))
+}
 
 // Timeouts bound the life of a connection; zero fields take the defaults.
 type Timeouts struct {
@@ -312,28 +405,10 @@ func limitBody(max int64, next http.Handler) http.Handler {
 				return
 			}
 			r.Body = io.NopCloser(bytes.NewReader(body))
+			if n, ok := r.Context().Value(reqNoteKey{}).(*reqNote); ok {
+				n.body = body
+			}
 		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// limitStreams bounds the concurrent GET /mcp streams; one more gets 503
-// with Retry-After rather than more memory.
-func limitStreams(max int, gauge prometheus.Gauge, next http.Handler) http.Handler {
-	var live atomic.Int64
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet {
-			next.ServeHTTP(w, r)
-			return
-		}
-		if live.Add(1) > int64(max) {
-			live.Add(-1)
-			w.Header().Set("Retry-After", "5")
-			http.Error(w, "too many live sessions", http.StatusServiceUnavailable)
-			return
-		}
-		gauge.Inc()
-		defer func() { live.Add(-1); gauge.Dec() }()
 		next.ServeHTTP(w, r)
 	})
 }
@@ -347,6 +422,11 @@ type httpMetrics struct {
 	inFlight     prometheus.Gauge
 	streams      prometheus.Gauge
 	authOutcomes *prometheus.CounterVec
+
+	sessions        prometheus.Gauge
+	sessionsDropped *prometheus.CounterVec
+	streamsClosed   *prometheus.CounterVec
+	rateLimited     prometheus.Counter
 }
 
 func newHTTPMetrics() *httpMetrics {
@@ -368,18 +448,38 @@ func newHTTPMetrics() *httpMetrics {
 		authOutcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "haia_auth_outcomes_total", Help: "Bearer token decisions, by outcome.",
 		}, []string{"outcome"}),
+		sessions: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "haia_mcp_sessions", Help: "Session ids this process holds state for (tombstones included).",
+		}),
+		sessionsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "haia_mcp_sessions_evicted_total", Help: "Session state dropped, by reason (capacity: the table was full; idle).",
+		}, []string{"reason"}),
+		streamsClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "haia_mcp_streams_closed_total", Help: "Streams ended, by reason.",
+		}, []string{"reason"}),
+		rateLimited: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "haia_http_rate_limited_total", Help: "Requests refused with 429 by the per-caller rate limit.",
+		}),
 	}
 	for _, o := range []auth.Outcome{auth.OutcomeOK, auth.OutcomeNoToken, auth.OutcomeInvalidToken, auth.OutcomeInsufficientScope, auth.OutcomeBadRequest} {
 		m.authOutcomes.WithLabelValues(string(o)) // expose every outcome from the start, at zero
 	}
+	for _, r := range []dropReason{dropCapacity, dropIdle} {
+		m.sessionsDropped.WithLabelValues(string(r))
+	}
+	m.streamsClosed.WithLabelValues("idle")
 	m.registry.MustRegister(m.requests, m.durations, m.inFlight, m.streams, m.authOutcomes,
+		m.sessions, m.sessionsDropped, m.streamsClosed, m.rateLimited,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
 // reqNote is filled in by inner handlers for the outer request log line.
-type reqNote struct{ subject string }
+type reqNote struct {
+	subject string
+	body    []byte // the request body, read by limitBody
+}
 
 type reqNoteKey struct{}
 

@@ -28,7 +28,7 @@ done
 head -c 48 /dev/urandom | base64 | tr -d '\n' >"$work/secret"
 issuer=http://127.0.0.1/soak-as
 
-"$work/haia-trace-mcp" --dir "$work/root" --key-file "$work/signing.pem" --http 127.0.0.1:0 --log-level info \
+"$work/haia-trace-mcp" --dir "$work/root" --key-file "$work/signing.pem" --http 127.0.0.1:0 --rate-limit 1000000 --rate-burst 1000000 --log-level info \
 	--auth-issuer "$issuer" --auth-hmac-secret "$work/secret" --auth-scope trace:read \
 	--auth-tool-scope check_before_pay=trace:guard 2>"$work/server.log" &
 server_pid=$!

@@ -480,3 +480,206 @@ func clientCredentials(t *testing.T, endpoint, resource string) string {
 	}
 	return tok.AccessToken
 }
+
+// TestHTTPBoundsEndToEnd runs the real binary with short stream bounds and
+// a tight rate limit: tokens with bad time claims are refused, an unknown
+// session id is 404, an idle stream is closed after --http-stream-idle
+// with keep-alive comments before it, the SDK client keeps working across
+// that, and a caller past its burst gets 429 while another is served.
+func TestHTTPBoundsEndToEnd(t *testing.T) {
+	root := sampleRoot(t)
+	dir := t.TempDir()
+	iss, err := authtest.NewIssuer(dir, "https://as.test.example", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startHTTPBinary(t, "--dir", root, "--key-file", filepath.Join(dir, "signing.pem"),
+		"--auth-issuer", iss.Issuer, "--auth-jwks", iss.JWKSPath, "--auth-scope", "trace:read",
+		"--auth-max-token-lifetime", "2h",
+		"--http-stream-idle", "1500ms", "--http-stream-ping", "200ms",
+		"--rate-limit", "1", "--rate-burst", "20")
+	iss.Resource = p.resource
+	now := time.Now()
+	claims := func(edit func(map[string]any)) string {
+		c := map[string]any{"iss": iss.Issuer, "aud": p.resource, "sub": "agent-b", "scope": "trace:read",
+			"iat": now.Unix(), "exp": now.Add(time.Hour).Unix()}
+		edit(c)
+		tok, err := iss.Sign(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	for _, c := range []struct{ name, token, reason string }{
+		{"exp 0", claims(func(c map[string]any) { c["exp"] = 0 }), "not later than the Unix epoch"},
+		{"exp as a digit string", claims(func(c map[string]any) { c["exp"] = fmt.Sprint(now.Add(time.Hour).Unix()) }), "not a JSON number"},
+		{"exp as RFC 3339", claims(func(c map[string]any) { c["exp"] = now.Add(time.Hour).Format(time.RFC3339) }), "not a JSON number"},
+		{"lifetime over --auth-max-token-lifetime", claims(func(c map[string]any) { c["exp"] = now.Add(3 * time.Hour).Unix() }), "lifetime exceeds"},
+	} {
+		status, hdr := rawInitialize(t, p.resource, c.token)
+		if status != http.StatusUnauthorized || !strings.Contains(hdr, `error="invalid_token"`) || !strings.Contains(hdr, c.reason) {
+			t.Errorf("%s: %d %q, want 401 invalid_token mentioning %q", c.name, status, hdr, c.reason)
+		}
+	}
+
+	good := claims(func(map[string]any) {})
+	hdr := map[string]string{"Authorization": "Bearer " + good, "Accept": "text/event-stream",
+		"Mcp-Session-Id": "s1.AAAAAAAAAAAAAAAAAAAAAA.AAAAAAAAAAAAAAAAAAAAAA"}
+	if status := rawRequest(t, http.MethodGet, p.resource, hdr); status != http.StatusNotFound {
+		t.Errorf("GET with an unknown session id: %d, want 404", status)
+	}
+
+	// A raw GET stream on a real session: keep-alive comments, then the
+	// server closes it after --http-stream-idle; the session still answers.
+	cs, err := httpSession(t, p.resource, func() string { return good })
+	if err != nil {
+		t.Fatalf("connect: %v\n%s", err, p.logs())
+	}
+	sid := rawSession(t, p.resource, good)
+	hdr["Mcp-Session-Id"] = sid
+	start := time.Now()
+	req, _ := http.NewRequest(http.MethodGet, p.resource, nil)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	lasted := time.Since(start)
+	if resp.StatusCode != 200 || err != nil || lasted < 1500*time.Millisecond || lasted > 5*time.Second || strings.Count(string(body), ": ping") < 3 {
+		t.Errorf("idle stream: %d after %s (err %v) with %d pings; want 200, closed after 1.5s, pings every 200ms",
+			resp.StatusCode, lasted, err, strings.Count(string(body), ": ping"))
+	}
+	callTool(t, cs, "list_operations", nil)
+	_, metrics := httpGet(t, p.base+"/metrics")
+	if !strings.Contains(metrics, `haia_mcp_streams_closed_total{reason="idle"} 1`) {
+		t.Errorf("idle stream close not counted:\n%s", grepLines(metrics, "haia_mcp_streams"))
+	}
+
+	// Rate limit: agent-b has used some of its 20; burn the rest.
+	limited := 0
+	for range 25 {
+		if status, _ := rawInitialize(t, p.resource, good); status == http.StatusTooManyRequests {
+			limited++
+		}
+	}
+	if limited == 0 {
+		t.Fatal("25 quick requests past a burst of 20 were never refused with 429")
+	}
+	other := claims(func(c map[string]any) { c["sub"] = "agent-c" })
+	if status, _ := rawInitialize(t, p.resource, other); status != http.StatusOK {
+		t.Fatalf("another caller while agent-b is limited: %d, want 200", status)
+	}
+	cs.Close()
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit code after SIGTERM: %d\n%s", code, p.logs())
+	}
+}
+
+// TestHTTPStartRefusals: a per-tool scope naming no tool, and a signing
+// key file owned by another user, stop the server before it listens.
+func TestHTTPStartRefusals(t *testing.T) {
+	root := sampleRoot(t)
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secret, []byte(strings.Repeat("k", 48)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	key := filepath.Join(dir, "signing.pem")
+	_, errOut, code := runCLI(t, "--dir", root, "--key-file", key, "--http", "127.0.0.1:0",
+		"--auth-issuer", "http://127.0.0.1/as", "--auth-hmac-secret", secret,
+		"--auth-tool-scope", "check-before-pay=trace:guard")
+	if code != exitUsage || !strings.Contains(errOut, "check-before-pay") || !strings.Contains(errOut, "check_before_pay") || !strings.Contains(errOut, "list_operations") {
+		t.Fatalf("tool-scope typo: exit %d, stderr %q; want %d naming the typo and the tools", code, errOut, exitUsage)
+	}
+	for _, bad := range [][]string{{"--rate-limit", "0"}, {"--http-max-sessions", "-1"}, {"--http-stream-idle", "0s"}} {
+		_, errOut, code := runCLI(t, append([]string{"--dir", root, "--http", "127.0.0.1:0", "--http-insecure-no-auth"}, bad...)...)
+		if code != exitUsage || !strings.Contains(errOut, bad[0]+" must be above zero") {
+			t.Errorf("%v: exit %d, stderr %q", bad, code, errOut)
+		}
+	}
+
+	if os.Geteuid() != 0 {
+		t.Skip("a key file owned by another user needs root to set up")
+	}
+	// Let the server create the key, then hand it to another uid.
+	p := startHTTPBinary(t, "--dir", root, "--key-file", key, "--http-insecure-no-auth")
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("first start: exit %d\n%s", code, p.logs())
+	}
+	if err := os.Chown(key, 4242, 4242); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code = runCLI(t, "--dir", root, "--key-file", key, "--http", "127.0.0.1:0", "--http-insecure-no-auth")
+	if code == exitOK || !strings.Contains(errOut, key) || !strings.Contains(errOut, "uid 4242") {
+		t.Fatalf("foreign-owned key: exit %d, stderr %q; want a refusal naming %s and uid 4242", code, errOut, key)
+	}
+}
+
+// rawSession initializes a session by hand and returns its id.
+func rawSession(t *testing.T, url, token string) string {
+	t.Helper()
+	post := func(body, sid string) *http.Response {
+		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer "+token)
+		if sid != "" {
+			req.Header.Set("Mcp-Session-Id", sid)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	resp := post(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`, "")
+	sid := resp.Header.Get("Mcp-Session-Id")
+	if resp.StatusCode != 200 || sid == "" {
+		t.Fatalf("initialize: %d, session %q", resp.StatusCode, sid)
+	}
+	if resp := post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`, sid); resp.StatusCode/100 != 2 {
+		t.Fatalf("initialized: %d", resp.StatusCode)
+	}
+	return sid
+}
+
+func rawRequest(t *testing.T, method, url string, hdr map[string]string) int {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, nil)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func grepLines(s, substr string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

@@ -33,6 +33,13 @@ type httpFlags struct {
 	maxBody      int64
 	maxSessions  int
 	sessionIdle  time.Duration
+	sessionKey   string
+	maxStreams   int
+	streamIdle   time.Duration
+	streamPing   time.Duration
+	rateLimit    float64
+	rateBurst    int
+	maxLifetime  time.Duration
 	readHeader   time.Duration
 	readTimeout  time.Duration
 	writeTimeout time.Duration
@@ -57,8 +64,15 @@ func (h *httpFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&h.allowRemote, "http-allow-remote", false, "allow listening on a non-loopback address")
 	fs.BoolVar(&h.insecure, "http-insecure-no-auth", false, "serve without authentication (loopback only, e.g. for the MCP Inspector)")
 	fs.Int64Var(&h.maxBody, "http-max-body", server.DefaultHTTPMaxBody, "largest request body in bytes")
-	fs.IntVar(&h.maxSessions, "http-max-sessions", server.DefaultHTTPMaxSessions, "most live server-to-client streams")
+	fs.IntVar(&h.maxSessions, "http-max-sessions", server.DefaultHTTPMaxSessions, "most sessions whose state is held; past it the least recently active is dropped")
 	fs.DurationVar(&h.sessionIdle, "http-session-idle", server.DefaultHTTPSessionIdle, "how long idle session state is kept")
+	fs.StringVar(&h.sessionKey, "http-session-key", "", "file with the key (32+ bytes) that makes session ids unforgeable; replicas share it (default: derived from the resource URL)")
+	fs.IntVar(&h.maxStreams, "http-max-streams", server.DefaultHTTPMaxStreams, "most live server-to-client streams (GET /mcp, subscriptions/listen)")
+	fs.DurationVar(&h.streamIdle, "http-stream-idle", server.DefaultHTTPStreamIdle, "close a stream on which no message was sent for this long")
+	fs.DurationVar(&h.streamPing, "http-stream-ping", server.DefaultHTTPStreamPing, "period of keep-alive comments on a stream (at most half of --http-stream-idle)")
+	fs.Float64Var(&h.rateLimit, "rate-limit", auth.DefaultRateLimit, "requests per second per caller (token subject; remote address without auth)")
+	fs.IntVar(&h.rateBurst, "rate-burst", auth.DefaultRateBurst, "requests a caller may send at once before --rate-limit applies")
+	fs.DurationVar(&h.maxLifetime, "auth-max-token-lifetime", auth.DefaultMaxTokenLifetime, "refuse tokens whose exp - iat (exp - now without iat) is longer")
 	fs.DurationVar(&h.readHeader, "http-read-header-timeout", server.DefaultReadHeaderTimout, "time allowed to read request headers")
 	fs.DurationVar(&h.readTimeout, "http-read-timeout", server.DefaultReadTimeout, "time allowed to read a whole request")
 	fs.DurationVar(&h.writeTimeout, "http-write-timeout", server.DefaultWriteTimeout, "time allowed to write a response (bounds SSE streams too)")
@@ -90,6 +104,9 @@ func (h *httpFlags) plan() (httpPlan, error) {
 		return httpPlan{}, fmt.Errorf("--http %q: want HOST:PORT such as 127.0.0.1:3000: %w", h.addr, err)
 	}
 	p := httpPlan{host: host, loopback: isLoopbackHost(host)}
+	if err := h.checkBounds(); err != nil {
+		return p, err
+	}
 	if !p.loopback && !h.allowRemote {
 		return p, fmt.Errorf("--http %q is not a loopback address: add --http-allow-remote to listen beyond this machine", h.addr)
 	}
@@ -115,13 +132,38 @@ func (h *httpFlags) plan() (httpPlan, error) {
 		tools[tool] = scope
 	}
 	p.auth = &auth.Config{
-		Issuer:         h.issuer,
-		Scopes:         append([]string(nil), h.scopes...),
-		ToolScopes:     tools,
-		JWKSFile:       h.jwks,
-		HMACSecretFile: h.hmacSecret,
+		Issuer:           h.issuer,
+		Scopes:           append([]string(nil), h.scopes...),
+		ToolScopes:       tools,
+		JWKSFile:         h.jwks,
+		HMACSecretFile:   h.hmacSecret,
+		MaxTokenLifetime: h.maxLifetime,
 	}
 	return p, nil
+}
+
+// checkBounds refuses bounds that would be no bound: zero or negative
+// values, which the server would otherwise replace by its defaults.
+func (h *httpFlags) checkBounds() error {
+	var errs []error
+	for _, c := range []struct {
+		name string
+		ok   bool
+	}{
+		{"--http-max-sessions", h.maxSessions > 0},
+		{"--http-max-streams", h.maxStreams > 0},
+		{"--http-session-idle", h.sessionIdle > 0},
+		{"--http-stream-idle", h.streamIdle > 0},
+		{"--http-stream-ping", h.streamPing > 0},
+		{"--rate-limit", h.rateLimit > 0},
+		{"--rate-burst", h.rateBurst > 0},
+		{"--auth-max-token-lifetime", h.maxLifetime > 0},
+	} {
+		if !c.ok {
+			errs = append(errs, fmt.Errorf("%s must be above zero", c.name))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // resourceAndHosts derives the resource URL and the Host values /mcp
@@ -155,6 +197,9 @@ func (h *httpFlags) resourceAndHosts(p httpPlan, port string) (string, []string,
 
 func runHTTP(ctx context.Context, srv *server.Server, h *httpFlags, logger *slog.Logger, stderr io.Writer) int {
 	p, err := h.plan()
+	if err == nil && p.auth != nil {
+		err = srv.CheckToolScopes(p.auth.ToolScopes)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
 		return exitUsage
@@ -179,6 +224,12 @@ func runHTTP(ctx context.Context, srv *server.Server, h *httpFlags, logger *slog
 		MaxBodyBytes:   h.maxBody,
 		MaxSessions:    h.maxSessions,
 		SessionIdle:    h.sessionIdle,
+		SessionKeyFile: h.sessionKey,
+		MaxStreams:     h.maxStreams,
+		StreamIdle:     h.streamIdle,
+		StreamPing:     h.streamPing,
+		RateLimit:      h.rateLimit,
+		RateBurst:      h.rateBurst,
 		Logger:         logger,
 	})
 	if err != nil {

@@ -50,6 +50,9 @@ func LoadKeyFile(path string) (ed25519.PrivateKey, error) {
 	if perm := st.Mode & 0o777; perm&0o077 != 0 {
 		return nil, fmt.Errorf("key file %s: %w: mode %04o gives access to group or others; run chmod 600 %s", path, ErrUnsafeKeyFile, perm, path)
 	}
+	if err := checkKeyFileOwner(path, st.Uid, os.Geteuid()); err != nil {
+		return nil, err
+	}
 	data, err := io.ReadAll(io.LimitReader(f, maxKeyFileBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("key file %s: read: %w", path, err)

@@ -194,3 +194,14 @@ func ParseIdentity(data []byte) (Identity, error) {
 func (id Identity) allows(agent, kid string) bool {
 	return slices.Contains(id[agent], kid)
 }
+
+// checkKeyFileOwner refuses a key file owned by anyone but the process's
+// effective user or root: whoever owns the file can replace the key with
+// their own, or grant themselves read access, whatever its mode says now.
+func checkKeyFileOwner(path string, owner uint32, euid int) error {
+	if owner == 0 || int64(owner) == int64(euid) {
+		return nil
+	}
+	return fmt.Errorf("key file %s: %w: owned by uid %d, not by this process's user (uid %d) or root; run chown %d %s",
+		path, ErrUnsafeKeyFile, owner, euid, euid, path)
+}
