@@ -9,11 +9,16 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 )
 
-// Review states.
+// Review states. The log alone knows Pending, Approved and Rejected; what a
+// reader reports is what the signatures prove (see Verified): a decision
+// without a trusted reviewer's receipt is Unverified, a pending review past
+// its time to live is Expired.
 const (
-	Pending  = "pending"
-	Approved = "approved"
-	Rejected = "rejected"
+	Pending    = "pending"
+	Approved   = "approved"
+	Rejected   = "rejected"
+	Unverified = "unverified"
+	Expired    = "expired"
 )
 
 // Review is the state of one review: the fold of its lines.
@@ -29,6 +34,24 @@ type Review struct {
 	Asset        string         `json:"asset"`
 	Template     string         `json:"template,omitempty"`
 	Reasons      []guard.Reason `json:"reasons"`
+	// Caller is who asked (the token subject or the stdio agent id); the
+	// review answers only that caller's identical question.
+	Caller string `json:"caller,omitempty"`
+	// ParamsHash is the keyed hash the question's receipts carry.
+	ParamsHash string `json:"params_hash,omitempty"`
+	// UsedAt is when an approval was honoured (once).
+	UsedAt string `json:"used_at,omitempty"`
+	// Integrity lists what the log and the signatures disagree on for this
+	// review; empty when they agree.
+	Integrity []string `json:"integrity,omitempty"`
+}
+
+// Finding is a line of the log that contradicts the rest: it is reported,
+// never applied.
+type Finding struct {
+	Line     int    `json:"line"`
+	ReviewID string `json:"review_id,omitempty"`
+	What     string `json:"what"`
 }
 
 // badLine is a line that is not a usable record.
@@ -47,6 +70,8 @@ type state struct {
 	tail []badLine
 	// endsClean is false when the file's last byte is not a newline.
 	endsClean bool
+	// findings are contradicting lines, in file order.
+	findings []Finding
 }
 
 // fold reads a whole log. A bad line followed by a record (other than a
@@ -76,26 +101,32 @@ func fold(data []byte, name string) (*state, error) {
 			pending = append(pending, badLine{n, fmt.Sprintf("line longer than %d bytes", maxLineBytes)})
 			continue
 		}
-		if m, ok := voided[n]; ok {
-			// Text that was a torn tail when a writer found it stays void
-			// even though a newline now ends it.
-			pending = append(pending, badLine{n, fmt.Sprintf("the remains of an incomplete write (repair record on line %d)", m)})
-			continue
-		}
 		rec, err := decodeRecord(line)
-		if err == nil && rec.Type != typeRepair {
-			err = st.check(rec)
-		}
 		if err != nil {
-			pending = append(pending, badLine{n, err.Error()})
+			if m, ok := voided[n]; ok {
+				// Text that was a torn tail when a writer found it stays void
+				// even though a newline now ends it.
+				pending = append(pending, badLine{n, fmt.Sprintf("the remains of an incomplete write (repair record on line %d)", m)})
+			} else {
+				pending = append(pending, badLine{n, err.Error()})
+			}
 			continue
 		}
 		if rec.Type == typeRepair {
-			if !slices.Equal(rec.Lines, lineNumbers(pending)) {
-				pending = append(pending, badLine{n, fmt.Sprintf("repair record names lines %v but the unusable lines before it are %v", rec.Lines, lineNumbers(pending))})
-				continue
+			// A repair may only void lines that are unusable. One that
+			// names a record is reported and ignored, so it can never
+			// reopen a decided review.
+			if extra := notIn(rec.Lines, lineNumbers(pending)); len(extra) > 0 || !covers(rec.Lines, lineNumbers(pending)) {
+				st.findings = append(st.findings, Finding{Line: n, What: fmt.Sprintf("repair record names lines %v, but the unusable lines before it are %v; it is ignored", rec.Lines, lineNumbers(pending))})
+				if !covers(rec.Lines, lineNumbers(pending)) {
+					continue
+				}
 			}
 			pending = nil
+			continue
+		}
+		if why := st.check(rec); why != "" {
+			st.findings = append(st.findings, Finding{Line: n, ReviewID: rec.ReviewID, What: why + "; the line is not applied"})
 			continue
 		}
 		if len(pending) > 0 {
@@ -153,24 +184,32 @@ func lineNumbers(bad []badLine) []int {
 	return out
 }
 
-// check enforces the fold's rules: ids are opened once, decided once, and
-// only after they were opened.
-func (st *state) check(rec record) error {
+// check enforces the fold's rules: ids are opened once, decided once and
+// only after they were opened, and used once and only after an approval. It
+// returns what is wrong with a contradicting record, or "".
+func (st *state) check(rec record) string {
 	r := st.byID[rec.ReviewID]
 	switch rec.Type {
 	case typeOpened:
 		if r != nil {
-			return fmt.Errorf("review %s is opened a second time", rec.ReviewID)
+			return fmt.Sprintf("review %s is opened a second time", rec.ReviewID)
 		}
 	case typeDecided:
 		if r == nil {
-			return fmt.Errorf("review %s is decided but was never opened", rec.ReviewID)
+			return fmt.Sprintf("review %s is decided but was never opened", rec.ReviewID)
 		}
 		if r.Status != Pending {
-			return fmt.Errorf("review %s is decided a second time", rec.ReviewID)
+			return fmt.Sprintf("review %s is decided a second time (%s by %s, after %s by %s)", rec.ReviewID, rec.Status, clip(rec.By), r.Status, clip(r.DecidedBy))
+		}
+	case typeUsed:
+		if r == nil || r.Status != Approved {
+			return fmt.Sprintf("review %s is marked used but was never approved", rec.ReviewID)
+		}
+		if r.UsedAt != "" {
+			return fmt.Sprintf("review %s is marked used a second time", rec.ReviewID)
 		}
 	}
-	return nil
+	return ""
 }
 
 func (st *state) apply(rec record) {
@@ -181,21 +220,42 @@ func (st *state) apply(rec record) {
 			reasons = []guard.Reason{}
 		}
 		r := &Review{ID: rec.ReviewID, Status: Pending, CreatedAt: rec.At, Counterparty: rec.Counterparty,
-			Amount: *rec.Amount, Asset: rec.Asset, Template: rec.Template, Reasons: reasons}
+			Amount: *rec.Amount, Asset: rec.Asset, Template: rec.Template, Reasons: reasons, Caller: rec.Caller, ParamsHash: rec.ParamsHash}
 		st.reviews = append(st.reviews, r)
 		st.byID[r.ID] = r
 	case typeDecided:
 		r := st.byID[rec.ReviewID]
 		r.Status, r.DecidedAt, r.DecidedBy, r.Note = rec.Status, rec.At, rec.By, rec.Note
+	case typeUsed:
+		st.byID[rec.ReviewID].UsedAt = rec.At
 	}
 }
 
-// findPending returns the pending review for the same question opened at
-// or after since, if any (the newest one).
-func (st *state) findPending(q guard.Question, since time.Time) *Review {
+func covers(list, want []int) bool {
+	for _, w := range want {
+		if !slices.Contains(list, w) {
+			return false
+		}
+	}
+	return true
+}
+
+func notIn(list, set []int) []int {
+	var out []int
+	for _, v := range list {
+		if !slices.Contains(set, v) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// findPending returns the caller's pending review for the same question
+// opened at or after since, if any (the newest one).
+func (st *state) findPending(caller string, q guard.Question, since time.Time) *Review {
 	for i := len(st.reviews) - 1; i >= 0; i-- {
 		r := st.reviews[i]
-		if r.Status != Pending || r.Counterparty != q.Counterparty || r.Amount != q.Amount || r.Asset != q.Asset {
+		if r.Status != Pending || !r.asks(caller, q) {
 			continue
 		}
 		t, err := parseTime(r.CreatedAt)
@@ -204,4 +264,9 @@ func (st *state) findPending(q guard.Question, since time.Time) *Review {
 		}
 	}
 	return nil
+}
+
+// asks: the review is this caller's, about this question.
+func (r *Review) asks(caller string, q guard.Question) bool {
+	return r.Caller == caller && r.Counterparty == q.Counterparty && r.Amount == q.Amount && r.Asset == q.Asset
 }

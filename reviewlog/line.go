@@ -23,6 +23,9 @@ const (
 	// so the repair is itself part of the audit trail and readers never
 	// have to guess.
 	typeRepair = "repair"
+	// typeUsed records that an approval was honoured: the caller's
+	// identical question was answered allow on its strength, once.
+	typeUsed = "used"
 )
 
 // record is one line of the log. Which fields are required depends on Type.
@@ -30,6 +33,11 @@ const (
 //	{"type":"opened","review_id":…,"at":…,"counterparty":…,"amount":…,"asset":…,"template":…,"reasons":[…]}
 //	{"type":"decided","review_id":…,"at":…,"status":"approved"|"rejected","by":…,"note":…}
 //	{"type":"repair","at":…,"lines":[n,…]}
+//	{"type":"used","review_id":…,"at":…,"by":<caller>}
+//
+// An opened record also names the caller that asked ("caller") and the
+// paramsHash its receipts carry ("params_hash"), so a reviewer's receipt can
+// carry the same value without the server's key.
 type record struct {
 	Type         string         `json:"type"`
 	ReviewID     string         `json:"review_id,omitempty"`
@@ -43,10 +51,12 @@ type record struct {
 	By           string         `json:"by,omitempty"`
 	Note         string         `json:"note,omitempty"`
 	Lines        []int          `json:"lines,omitempty"`
+	Caller       string         `json:"caller,omitempty"`
+	ParamsHash   string         `json:"params_hash,omitempty"`
 }
 
 var knownFields = map[string]bool{"type": true, "review_id": true, "at": true, "counterparty": true, "amount": true, "asset": true,
-	"template": true, "reasons": true, "status": true, "by": true, "note": true, "lines": true}
+	"template": true, "reasons": true, "status": true, "by": true, "note": true, "lines": true, "caller": true, "params_hash": true}
 
 const timeLayout = "2006-01-02T15:04:05.000Z"
 
@@ -111,11 +121,18 @@ func decodeRecord(b []byte) (record, error) {
 		if r.By == "" {
 			return r, errors.New("a decided record needs by")
 		}
-		if r.Counterparty != "" || r.Amount != nil || r.Asset != "" || r.Template != "" || r.Reasons != nil || r.Lines != nil {
+		if r.Counterparty != "" || r.Amount != nil || r.Asset != "" || r.Template != "" || r.Reasons != nil || r.Lines != nil || r.Caller != "" || r.ParamsHash != "" {
 			return r, errors.New("a decided record carries question fields")
 		}
+	case typeUsed:
+		if err := checkID(r.ReviewID); err != nil {
+			return r, err
+		}
+		if r.By == "" || r.Status != "" || r.Note != "" || r.Counterparty != "" || r.Amount != nil || r.Reasons != nil || r.Lines != nil || r.ParamsHash != "" {
+			return r, errors.New("a used record carries only review_id, at and by")
+		}
 	case typeRepair:
-		if len(r.Lines) == 0 || r.ReviewID != "" || r.Counterparty != "" || r.Amount != nil || r.Status != "" || r.By != "" {
+		if len(r.Lines) == 0 || r.ReviewID != "" || r.Counterparty != "" || r.Amount != nil || r.Status != "" || r.By != "" || r.Caller != "" || r.ParamsHash != "" {
 			return r, errors.New("a repair record carries only at and lines")
 		}
 	default:

@@ -55,6 +55,8 @@ var (
 	ErrCorrupt        = errors.New("review log is corrupt")
 	ErrBadID          = errors.New("bad review id")
 	ErrBadInput       = errors.New("bad review input")
+	ErrExpired        = errors.New("review expired")
+	ErrUntrusted      = errors.New("reviewer not trusted")
 )
 
 // Options tune a Log. The zero value is usable.
@@ -63,13 +65,21 @@ type Options struct {
 	Now func() time.Time
 	// LockWait bounds how long an operation waits for the lock (5 s when 0).
 	LockWait time.Duration
+	// Reviewers reads the trusted reviewers each time a decision is
+	// verified; nil trusts no one, so every decision reads Unverified.
+	Reviewers func() (Reviewers, error)
+	// ReviewTTL: a pending review older than this reads Expired (never
+	// when 0).
+	ReviewTTL time.Duration
 }
 
 // Log is the review log under one Trace root. It is safe for concurrent use.
 type Log struct {
-	root     *confined.Dir
-	now      func() time.Time
-	lockWait time.Duration
+	root      *confined.Dir
+	now       func() time.Time
+	lockWait  time.Duration
+	reviewers func() (Reviewers, error)
+	reviewTTL time.Duration
 	// sem serialises this process's callers so they queue on a channel
 	// instead of all polling flock.
 	sem chan struct{}
@@ -78,7 +88,7 @@ type Log struct {
 // Open returns the review log of a Trace root opened with confined.OpenRoot.
 // Nothing is created until the first append.
 func Open(root *confined.Dir, opts Options) *Log {
-	l := &Log{root: root, now: opts.Now, lockWait: opts.LockWait, sem: make(chan struct{}, 1)}
+	l := &Log{root: root, now: opts.Now, lockWait: opts.LockWait, sem: make(chan struct{}, 1), reviewers: opts.Reviewers, reviewTTL: opts.ReviewTTL}
 	if l.now == nil {
 		l.now = time.Now
 	}
@@ -140,7 +150,7 @@ func (l *Log) OpenReview(ctx context.Context, q guard.Question, reasons []guard.
 	var out Review
 	created := false
 	err := l.transact(ctx, func(g *confined.Dir, st *state, at time.Time) (*record, error) {
-		if r := st.findPending(q, at.Add(-IdempotencyWindow)); r != nil {
+		if r := st.findPending("", q, at.Add(-IdempotencyWindow)); r != nil {
 			out = *r
 			return nil, runHook(hook, Tx{Guard: g, At: at, Kind: "reused", Review: out})
 		}
@@ -193,8 +203,19 @@ func (l *Log) DecideReview(ctx context.Context, id, status, note, by string, hoo
 		if r == nil {
 			return nil, fmt.Errorf("%w: %s is not in %s", ErrUnknownReview, id, l.Path())
 		}
-		if r.Status != Pending {
-			return nil, fmt.Errorf("%w: %s was %s by %s at %s", ErrAlreadyDecided, id, r.Status, r.DecidedBy, r.DecidedAt)
+		// What the signatures say decides: a review a trusted reviewer
+		// signed stays decided whatever the log says, and a decided line
+		// no one signed does not stop the human.
+		v, err := l.newVerifier(g)
+		if err != nil {
+			return nil, err
+		}
+		vr, _ := v.resolve(r)
+		switch vr.Status {
+		case Approved, Rejected:
+			return nil, fmt.Errorf("%w: %s was %s by %s at %s", ErrAlreadyDecided, id, vr.Status, vr.DecidedBy, vr.DecidedAt)
+		case Expired:
+			return nil, fmt.Errorf("%w: %s was opened at %s and expired after %s without a decision; the agent must ask again", ErrExpired, id, r.CreatedAt, l.reviewTTL)
 		}
 		out = *r
 		out.Status, out.DecidedAt, out.DecidedBy, out.Note = status, formatTime(at), by, note
@@ -218,33 +239,35 @@ func (l *Log) WithLock(ctx context.Context, fn Hook) error {
 	})
 }
 
-// Get returns one review.
+// Get returns one review as the signatures prove it (see Verified).
 func (l *Log) Get(ctx context.Context, id string) (Review, error) {
-	if err := checkID(id); err != nil {
-		return Review{}, err
-	}
-	st, err := l.read(ctx)
-	if err != nil {
-		return Review{}, err
-	}
-	r := st.byID[id]
-	if r == nil {
-		return Review{}, fmt.Errorf("%w: %s", ErrUnknownReview, id)
-	}
-	return *r, nil
+	r, _, err := l.Verified(ctx, id)
+	return r, err
 }
 
 // List returns the pending reviews, or every review when all is set, in
-// the order they were opened.
+// the order they were opened, each as the signatures prove it.
 func (l *Log) List(ctx context.Context, all bool) ([]Review, error) {
 	st, err := l.read(ctx)
 	if err != nil {
 		return nil, err
 	}
+	g, err := l.openGuardDir()
+	if err != nil {
+		return nil, err
+	}
+	if g != nil {
+		defer g.Close()
+	}
+	v, err := l.newVerifier(g)
+	if err != nil {
+		return nil, err
+	}
 	out := []Review{}
 	for _, r := range st.reviews {
-		if all || r.Status == Pending {
-			out = append(out, *r)
+		vr, _ := v.resolve(r)
+		if all || vr.Status == Pending {
+			out = append(out, vr)
 		}
 	}
 	return out, nil

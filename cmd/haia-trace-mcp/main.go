@@ -42,6 +42,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return runSigner(ctx, rest, stdout, stderr)
 		case "review":
 			return runReview(ctx, rest, stdout, stderr)
+		case "reviewer":
+			return runReviewer(ctx, rest, stdout, stderr)
+		case "audit":
+			return runAudit(ctx, rest, stdout, stderr)
 		case "chain":
 			return runChain(ctx, rest, stdout, stderr)
 		case "healthcheck":
@@ -67,7 +71,9 @@ const usage = `usage:
   haia-trace-mcp policy check FILE | policy eval FILE --input INPUT.json
   haia-trace-mcp verify CHAIN [--keyring K] [--checkpoint C] [--identity M]
   haia-trace-mcp signer --key-file K --listen unix:PATH
-  haia-trace-mcp review list|show|approve|reject [<review_id>] [--dir .trace] [--all] [--note "…"] [--by ID] [--json]
+  haia-trace-mcp review list|show|approve|reject|watch [<review_id>] [--dir .trace] [--all] [--note "…"] [--reviewer-key K] [--json]
+  haia-trace-mcp reviewer init --id ID [--key-file K] [--reviewers F]
+  haia-trace-mcp audit [--dir .trace] [--reviewers F] [--keyring K]
   haia-trace-mcp chain list|export ID|checkpoint ID [--dir .trace]
   haia-trace-mcp healthcheck [--url http://127.0.0.1:3000/healthz] [--timeout 3s]
   haia-trace-mcp demo [--keep DIR]                 the whole story on a simulated Trace root

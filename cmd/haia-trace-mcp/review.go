@@ -7,34 +7,43 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/user"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
-	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
 
 // Exit codes of `review` beyond exitOK, exitFail and exitUsage.
 const (
-	reviewExitUnknown = 3 // no review with that id
-	reviewExitDecided = 4 // the review was already decided
-	reviewExitLock    = 5 // the review log's lock was not obtained in time
+	reviewExitUnknown   = 3 // no review with that id
+	reviewExitDecided   = 4 // the review was already decided
+	reviewExitLock      = 5 // the review log's lock was not obtained in time
+	reviewExitUntrusted = 6 // the reviewer key is not in the trusted reviewers file
+	reviewExitExpired   = 7 // the review expired before it was decided
 )
 
 const reviewUsage = `usage:
-  haia-trace-mcp review list [--dir .trace] [--all] [--json]
-  haia-trace-mcp review show <review_id> [--dir .trace] [--json]
-  haia-trace-mcp review approve <review_id> [--note "…"] [--by ID] [--dir .trace] [--json]
-  haia-trace-mcp review reject  <review_id> [--note "…"] [--by ID] [--dir .trace] [--json]
+  haia-trace-mcp review list [--dir .trace] [--all] [--json] [--reviewers F] [--guard-config C]
+  haia-trace-mcp review show <review_id> [--dir .trace] [--json] [--reviewers F] [--guard-config C]
+  haia-trace-mcp review approve <review_id> [--note "…"] [--reviewer-key K] [--by ID] [--reviewers F] [--dir .trace] [--json]
+  haia-trace-mcp review reject  <review_id> [--note "…"] [--reviewer-key K] [--by ID] [--reviewers F] [--dir .trace] [--json]
   haia-trace-mcp review watch [--dir .trace] [--json] [--interval 1s]
 
-exit codes: 0 done, 1 error, 2 usage, 3 unknown review id, 4 already decided,
-5 review log lock not obtained
+A decision is signed with the reviewer's own key (made by "haia-trace-mcp reviewer init");
+the key must be in the trusted reviewers file, and --by (default: the key's reviewer id) must
+name it. Every command takes --lock-wait D (default 5s). A status reads approved or rejected
+only where a trusted reviewer's signed receipt says so; a decision the log alone claims reads
+unverified, and a pending review past reviewTtlMinutes reads expired.
+
+exit codes: 0 done, 1 error, 2 usage (or --dir is not a Trace root), 3 unknown review id,
+4 already decided, 5 review log lock not obtained, 6 reviewer key not trusted, 7 review expired
 `
 
 // runReview is the human's side of the guard: list the reviews the guard
@@ -54,8 +63,10 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	asJSON := fs.Bool("json", false, "print JSON")
 	lockWait := fs.Duration("lock-wait", 5*time.Second, "how long to wait for the review log's lock")
 	var all *bool
-	var note, by *string
-	var signing signingFlags
+	var note, by, reviewerKey *string
+	reviewers := fs.String("reviewers", "", "the trusted reviewers file (default: reviewers.json in the user configuration directory)")
+	guardConfig := fs.String("guard-config", "", "the guard policy, for reviewTtlMinutes (default: built-in defaults)")
+	tenant := fs.String("tenant", "haia-trace-mcp", "scope.tenant written into the decision receipt")
 	switch verb {
 	case "watch":
 		return runReviewWatch(ctx, rest, stdout, stderr)
@@ -64,8 +75,8 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	case "show":
 	case "approve", "reject":
 		note = fs.String("note", "", "why (kept in the log)")
-		by = fs.String("by", "", "who decides (default: the OS user name)")
-		signing.register(fs)
+		by = fs.String("by", "", "who decides (default, and it must be: the reviewer id of --reviewer-key)")
+		reviewerKey = fs.String("reviewer-key", "", "the reviewer's signing key (default: reviewer-key.pem in the user configuration directory)")
 	default:
 		fmt.Fprintf(stderr, "haia-trace-mcp review: unknown subcommand %q\n\n%s", verb, reviewUsage)
 		return exitUsage
@@ -84,13 +95,23 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return exitUsage
 	}
 
-	root, err := confined.OpenRoot(*dir)
-	if err != nil {
-		fmt.Fprintf(stderr, "haia-trace-mcp review: the Trace root: %v\n", err)
-		return exitFail
+	root, code := openCLIRoot("review "+verb, *dir, stderr)
+	if root == nil {
+		return code
 	}
 	defer root.Close()
-	log := reviewlog.Open(root, reviewlog.Options{LockWait: *lockWait})
+	reviewersPath, err := reviewersFile(*reviewers)
+	if err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp review %s: %v\n", verb, err)
+		return exitFail
+	}
+	pol, err := guard.LoadConfig(*guardConfig)
+	if err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp review %s: --guard-config: %v\n", verb, err)
+		return exitUsage
+	}
+	log := reviewlog.Open(root, reviewlog.Options{LockWait: *lockWait, ReviewTTL: pol.ReviewTTL,
+		Reviewers: func() (reviewlog.Reviewers, error) { return reviewlog.LoadReviewers(reviewersPath) }})
 
 	switch verb {
 	case "list":
@@ -102,6 +123,7 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return reviewWriteJSON(stdout, stderr, map[string]any{"reviews": reviews})
 		}
 		reviewPrintList(stdout, reviews, *all)
+		reviewPrintCaps(stdout, reviews, pol.MaxPendingReviews)
 		return exitOK
 	case "show":
 		r, err := log.Get(ctx, pos[0])
@@ -111,30 +133,47 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		if *asJSON {
 			return reviewWriteJSON(stdout, stderr, r)
 		}
-		reviewPrintOne(stdout, r)
+		reviewPrintOne(stdout, r, func(ref guard.Ref) string { return explainRef(root, r.Template, ref) })
 		return exitOK
 	}
 
-	who := *by
-	if who == "" {
-		if who = reviewUserName(); who == "" {
-			fmt.Fprintf(stderr, "haia-trace-mcp review %s: cannot tell who you are from the OS; pass --by\n", verb)
-			return exitUsage
+	// The reviewer's own key signs the decision; it must be trusted, and
+	// that is checked before anything is written.
+	keyPath := *reviewerKey
+	if keyPath == "" {
+		if keyPath, err = defaultKeyPath("reviewer-key.pem"); err != nil {
+			fmt.Fprintf(stderr, "haia-trace-mcp review %s: %v; pass --reviewer-key\n", verb, err)
+			return exitFail
 		}
+	}
+	key, err := noa.LoadKeyFile(keyPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp review %s: --reviewer-key: %v (create one with: haia-trace-mcp reviewer init --id YOUR-ID)\n", verb, err)
+		return exitFail
+	}
+	trusted, err := reviewlog.LoadReviewers(reviewersPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp review %s: %v (haia-trace-mcp reviewer init adds a reviewer to it)\n", verb, err)
+		return reviewExitUntrusted
+	}
+	signer := noa.NewKeySigner(key)
+	id, ok := trusted.IDOf(signer.PublicKey())
+	if !ok {
+		fmt.Fprintf(stderr, "haia-trace-mcp review %s: the key %s (kid %s) is not in the trusted reviewers file %s; nothing was written\n", verb, keyPath, signer.KeyID(), reviewersPath)
+		return reviewExitUntrusted
+	}
+	if *by != "" && *by != id {
+		fmt.Fprintf(stderr, "haia-trace-mcp review %s: --by %s, but the key %s belongs to reviewer %s; nothing was written\n", verb, termsafe.String(*by), keyPath, termsafe.String(id))
+		return reviewExitUntrusted
 	}
 	status := reviewlog.Approved
 	if verb == "reject" {
 		status = reviewlog.Rejected
 	}
-	// The decision is signed into the decision chain inside the log's lock;
-	// if it cannot be signed, it is not recorded at all (fail closed).
-	signer, paramsKey, err := signing.open(slog.New(slog.NewTextHandler(stderr, nil)))
-	if err != nil {
-		fmt.Fprintf(stderr, "haia-trace-mcp review %s: %v\n", verb, err)
-		return exitFail
-	}
-	chains := &reviewlog.Chains{Signer: signer, Tenant: signing.tenant}
-	r, err := engine.Decider{Log: log, Chains: chains, ParamsKey: paramsKey}.Decide(ctx, pos[0], status, *note, who)
+	// The decision is signed into the reviewer's chain inside the log's
+	// lock; if it cannot be signed, it is not recorded at all (fail closed).
+	chains := &reviewlog.Chains{Signer: signer, Tenant: *tenant}
+	r, err := engine.Decider{Log: log, Chains: chains}.Decide(ctx, pos[0], status, *note, id)
 	if err != nil {
 		return reviewFailed(stderr, verb, err)
 	}
@@ -175,6 +214,10 @@ func reviewFailed(stderr io.Writer, verb string, err error) int {
 		return reviewExitDecided
 	case errors.Is(err, reviewlog.ErrLockTimeout):
 		return reviewExitLock
+	case errors.Is(err, reviewlog.ErrExpired):
+		return reviewExitExpired
+	case errors.Is(err, reviewlog.ErrUntrusted):
+		return reviewExitUntrusted
 	case errors.Is(err, reviewlog.ErrBadID), errors.Is(err, reviewlog.ErrBadInput):
 		return exitUsage
 	}
@@ -216,23 +259,35 @@ func reviewPrintList(w io.Writer, reviews []reviewlog.Review, all bool) {
 	tw.Flush()
 }
 
-func reviewPrintOne(w io.Writer, r reviewlog.Review) {
-	fmt.Fprintf(w, "review       %s\nstatus       %s\ncreated      %s\ncounterparty %s\namount       %s\nasset        %s\n",
-		r.ID, r.Status, r.CreatedAt, reviewOneLine(r.Counterparty), reviewOneLine(r.Amount), reviewOneLine(r.Asset))
+func reviewPrintOne(w io.Writer, r reviewlog.Review, explain func(guard.Ref) string) {
+	fmt.Fprintf(w, "review       %s\nstatus       %s\ncreated      %s\n", r.ID, r.Status, r.CreatedAt)
+	if r.Caller != "" {
+		fmt.Fprintf(w, "asked by     %s\n", reviewOneLine(r.Caller))
+	}
+	fmt.Fprintf(w, "question     pay %s %s to %s\n", reviewOneLine(r.Amount), reviewOneLine(r.Asset), reviewOneLine(r.Counterparty))
 	if r.Template != "" {
 		fmt.Fprintf(w, "template     %s\n", reviewOneLine(r.Template))
 	}
-	if r.Status != reviewlog.Pending {
+	if r.DecidedAt != "" {
 		fmt.Fprintf(w, "decided      %s by %s\n", r.DecidedAt, reviewOneLine(r.DecidedBy))
 		if r.Note != "" {
 			fmt.Fprintf(w, "note         %s\n", reviewOneLine(r.Note))
 		}
 	}
+	if r.UsedAt != "" {
+		fmt.Fprintf(w, "used         %s (the approval was honoured once)\n", r.UsedAt)
+	}
+	for _, f := range r.Integrity {
+		fmt.Fprintf(w, "INTEGRITY    %s\n", reviewOneLine(f))
+	}
 	fmt.Fprintln(w, "reasons")
 	for _, reason := range r.Reasons {
-		fmt.Fprintf(w, "  %s: %s\n", reason.Rule, reviewOneLine(reason.Detail))
+		fmt.Fprintf(w, "  %s: %s\n", reviewOneLine(reason.Rule), reviewOneLine(reason.Detail))
 		for _, e := range reason.Evidence {
 			fmt.Fprintf(w, "    run %s, operation %s\n", reviewOneLine(e.RunID), reviewOneLine(e.OperationID))
+			if explain != nil {
+				fmt.Fprintf(w, "      %s\n", reviewOneLine(explain(e)))
+			}
 		}
 	}
 }
@@ -247,13 +302,21 @@ func reviewRules(r reviewlog.Review) []string {
 	return out
 }
 
-// reviewOneLine keeps text that came from an agent from breaking (or forging)
-// lines of the terminal output.
-func reviewOneLine(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == '\u2028' || r == '\u2029' {
-			return '�'
-		}
-		return r
-	}, s)
+// reviewOneLine keeps text that came from an agent, an event or a file from
+// breaking, forging or hiding in lines of the terminal output: control,
+// bidi and zero-width characters are escaped visibly.
+func reviewOneLine(s string) string { return termsafe.String(s) }
+
+// reviewersFile is --reviewers, or reviewers.json in the user configuration
+// directory: outside the Trace root, so a volume writer cannot add a
+// reviewer.
+func reviewersFile(flagValue string) (string, error) {
+	if flagValue != "" {
+		return flagValue, nil
+	}
+	p, err := defaultKeyPath("reviewers.json")
+	if err != nil {
+		return "", fmt.Errorf("%w; pass --reviewers", err)
+	}
+	return p, nil
 }

@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
@@ -79,37 +78,9 @@ func runReviewWatch(ctx context.Context, args []string, stdout, stderr io.Writer
 	return w.run(ctx, *interval)
 }
 
-// watchOpenRoot opens dir and checks that it is a Trace root: it holds
-// events/ or guard/ (or both). On failure it returns nil and the exit code.
+// watchOpenRoot opens dir and checks that it is a Trace root.
 func watchOpenRoot(dir string, stderr io.Writer) (*confined.Dir, int) {
-	shown := termsafe.String(dir)
-	root, err := confined.OpenRoot(dir)
-	if err != nil {
-		fmt.Fprintf(stderr, "haia-trace-mcp review watch: --dir %s cannot be opened: %s\n", shown, termsafe.String(err.Error()))
-		return nil, exitUsage
-	}
-	found := false
-	for _, name := range []string{"events", reviewlog.DirName} {
-		d, err := root.OpenDir(name)
-		if err == nil {
-			d.Close()
-			found = true
-			continue
-		}
-		if !errors.Is(err, fs.ErrNotExist) {
-			root.Close()
-			fmt.Fprintf(stderr, "haia-trace-mcp review watch: %s/%s: %s\n", termsafe.String(root.Path()), name, termsafe.String(err.Error()))
-			return nil, exitFail
-		}
-	}
-	if !found {
-		fmt.Fprintf(stderr, "haia-trace-mcp review watch: %s is not a Trace root: it holds neither events/ nor guard/ "+
-			"(a Trace root holds events/<run_id>.ndjson from the recorders and guard/ with the review log); pass --dir with the Trace root\n",
-			termsafe.String(root.Path()))
-		root.Close()
-		return nil, exitUsage
-	}
-	return root, exitOK
+	return openCLIRoot("review watch", dir, stderr)
 }
 
 type reviewWatcher struct {

@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/policy"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/notify"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
@@ -38,6 +40,8 @@ type serveFlags struct {
 	guardConfig  string
 	agentID      string
 	signing      signingFlags
+	reviewers    string
+	notify       notify.Config
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
@@ -48,6 +52,10 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.guardConfig, "guard-config", "", "the guard policy (haia-guard.config.json); default: built-in defaults")
 	fs.StringVar(&f.agentID, "agent-id", "local-agent", "who the caller is over stdio, for decision receipts (over HTTP the token's subject is used)")
 	f.signing.register(fs)
+	fs.StringVar(&f.reviewers, "reviewers", "", "the trusted reviewers file; the server only reads it (default: reviewers.json in the user configuration directory)")
+	fs.StringVar(&f.notify.Command, "notify-command", "", "run this program (no shell) for each opened review, the review as JSON on stdin; 10 s timeout")
+	fs.StringVar(&f.notify.URL, "notify-url", "", "POST each opened review to this http(s) URL (opt-in outbound network), signed with --notify-secret-file")
+	fs.StringVar(&f.notify.SecretFile, "notify-secret-file", "", "the HMAC-SHA256 key of --notify-url (X-Haia-Signature)")
 }
 
 // guardSetup is what the guard is built from, loaded once at start.
@@ -57,6 +65,9 @@ type guardSetup struct {
 	log       *reviewlog.Log
 	chains    *reviewlog.Chains
 	paramsKey []byte
+	// reviewersPath is the trusted reviewers file (read, never written).
+	reviewersPath string
+	notifier      *notify.Group
 }
 
 // openGuard loads the policy, its custom rules and the signing setup once.
@@ -82,13 +93,38 @@ func openGuard(root *confined.Dir, f *serveFlags, logger *slog.Logger) (*guardSe
 	}
 	chains := &reviewlog.Chains{Signer: signer, Tenant: f.signing.tenant}
 	noteRotation(root, chains, logger)
-	return &guardSetup{policy: cfg, rules: rules, log: reviewlog.Open(root, reviewlog.Options{}), chains: chains, paramsKey: paramsKey}, nil
+	reviewersPath, err := reviewersFile(f.reviewers)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := reviewlog.LoadReviewers(reviewersPath); err != nil {
+		// Not fatal: a root from nothing has no reviewer yet. Every human
+		// decision reads unverified until one is trusted.
+		logger.Warn("no trusted reviewers: human decisions will read unverified until one is added (haia-trace-mcp reviewer init)", "reviewers", reviewersPath, "err", err)
+	} else {
+		logger.Info("trusted reviewers file", "reviewers", reviewersPath)
+	}
+	log := reviewlog.Open(root, reviewlog.Options{ReviewTTL: cfg.ReviewTTL,
+		Reviewers: func() (reviewlog.Reviewers, error) { return reviewlog.LoadReviewers(reviewersPath) }})
+	return &guardSetup{policy: cfg, rules: rules, log: log, chains: chains, paramsKey: paramsKey, reviewersPath: reviewersPath}, nil
 }
 
 // startGuard builds the decision engine over the server's run index and
 // registers the guard's tools.
 func startGuard(srv *server.Server, g *guardSetup, templates *receipt.TemplateSet, agentID string, logger *slog.Logger) error {
+	var onOpen func(reviewlog.Review)
+	if g.notifier != nil && g.notifier.Len() > 0 {
+		onOpen = func(r reviewlog.Review) {
+			m, err := notify.NewMessage(notify.EventOpened, r)
+			if err != nil {
+				logger.Error("notification not sent", "review_id", r.ID, "err", err)
+				return
+			}
+			g.notifier.Notify(m)
+		}
+	}
 	eng, err := engine.New(engine.Config{
+		Notify:    onOpen,
 		Policy:    g.policy,
 		Rules:     g.rules,
 		Templates: templates,
@@ -253,6 +289,15 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
 		return exitFail
 	}
+	if g.notifier, err = notify.New(f.notify, notify.Options{Logger: logger}); err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
+		return exitUsage
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = g.notifier.Close(ctx)
+	}()
 	srv, err := server.New(server.Config{
 		Root:          root,
 		Events:        events,

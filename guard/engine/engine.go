@@ -57,6 +57,9 @@ type Config struct {
 	ParamsKey []byte
 	Now       func() time.Time
 	Logger    *slog.Logger
+	// Notify, when set, is told of each review this engine opens, after it
+	// is recorded. It must not block (reviewlog/notify queues).
+	Notify func(reviewlog.Review)
 }
 
 // Engine answers check_before_pay questions.
@@ -178,39 +181,79 @@ func (e *Engine) Check(ctx context.Context, caller string, q Question) (Answer, 
 		Governance: noa.Governance{Mode: governanceMode, Verdict: verdictOf(dec.Decision), RuleID: firstRule(dec), Compliance: compliance},
 	}
 	ans := Answer{Decision: dec.Decision, Reasons: dec.Reasons}
-	record := func(actionID string) reviewlog.Hook {
-		return func(tx reviewlog.Tx) error {
-			d := draft
-			d.Action.ID = actionID
-			if actionID == "" {
-				d.Action.ID = "review:" + tx.Review.ID
-			}
-			r, err := e.cfg.Chains.Append(ctx, tx.Guard, d)
-			if err != nil {
-				return err
-			}
-			ans.ReceiptID = r.ID
-			return nil
-		}
+	plainID, err := randomID("check")
+	if err != nil {
+		return Answer{}, err
 	}
-	if dec.Decision == guard.Review {
-		rv, _, err := e.cfg.Log.OpenReview(ctx, req.Question(), dec.Reasons, record(""))
+	out, err := e.cfg.Log.Ask(ctx, reviewlog.AskRequest{
+		Caller: caller, Question: req.Question(), ParamsHash: paramsHash, Decision: dec.Decision, Reasons: dec.Reasons,
+		ApprovalTTL: pol.ApprovalTTL, RejectionHold: pol.RejectionHold, MaxPending: pol.MaxPendingReviews,
+	}, func(tx reviewlog.Tx, out reviewlog.AskOutcome) error {
+		d := draft
+		a := e.shape(dec, out)
+		d.Governance.Verdict, d.Governance.RuleID = verdictOf(a.Decision), firstRule(guard.Decision{Decision: a.Decision, Reasons: a.Reasons})
+		if out.Kind == reviewlog.AskApproved {
+			rule := reviewlog.RuleHumanApproved
+			d.Governance.RuleID = &rule
+		}
+		d.Action.ID = plainID
+		if a.ReviewID != "" {
+			d.Action.ID = reviewlog.ActionID(a.ReviewID)
+		}
+		r, err := e.cfg.Chains.Append(ctx, tx.Guard, d)
 		if err != nil {
-			return Answer{}, e.notRecorded("open the review", err)
+			return err
 		}
-		ans.ReviewID = rv.ID
-	} else {
-		id, err := randomID("check")
-		if err != nil {
-			return Answer{}, err
-		}
-		if err := e.cfg.Log.WithLock(ctx, record(id)); err != nil {
-			return Answer{}, e.notRecorded("record the "+dec.Decision+" decision", err)
-		}
+		ans = a
+		ans.ReceiptID = r.ID
+		return nil
+	})
+	if err != nil {
+		return Answer{}, e.notRecorded("record the "+dec.Decision+" decision", err)
 	}
-	e.cfg.Logger.Info("check_before_pay", "decision", ans.Decision, "review_id", ans.ReviewID, "receipt_id", ans.ReceiptID, "caller", caller)
+	for _, w := range out.Review.Integrity {
+		e.cfg.Logger.Warn("review integrity", "review_id", out.Review.ID, "finding", w)
+	}
+	if out.Kind == reviewlog.AskOpened && e.cfg.Notify != nil {
+		e.cfg.Notify(out.Review)
+	}
+	e.cfg.Logger.Info("check_before_pay", "decision", ans.Decision, "outcome", out.Kind, "review_id", ans.ReviewID, "receipt_id", ans.ReceiptID, "caller", caller)
 	return ans, nil
 }
+
+// shape is the answer an Ask outcome gives. The history line stays last.
+func (e *Engine) shape(dec guard.Decision, out reviewlog.AskOutcome) Answer {
+	hist := dec.Reasons[len(dec.Reasons)-1]
+	rv := out.Review
+	switch out.Kind {
+	case reviewlog.AskOpened, reviewlog.AskReused:
+		return Answer{Decision: guard.Review, Reasons: dec.Reasons, ReviewID: rv.ID}
+	case reviewlog.AskApproved:
+		detail := fmt.Sprintf("review %s was approved by %s at %s", rv.ID, rv.DecidedBy, rv.DecidedAt)
+		if rv.Note != "" {
+			detail += fmt.Sprintf(" (note: %s)", rv.Note)
+		}
+		detail += "; the approval is used by this answer and only once: the next identical question follows the rules again"
+		return Answer{Decision: guard.Allow, Reasons: []guard.Reason{{Rule: reviewlog.RuleHumanApproved, Detail: detail}, hist}, ReviewID: rv.ID}
+	case reviewlog.AskRejected:
+		detail := fmt.Sprintf("review %s of this same question was rejected by %s at %s", rv.ID, rv.DecidedBy, rv.DecidedAt)
+		if rv.Note != "" {
+			detail += fmt.Sprintf(" (note: %s)", rv.Note)
+		}
+		detail += fmt.Sprintf("; the rejection holds for %s after the decision", e.cfg.Policy.RejectionHold)
+		return Answer{Decision: guard.Block, Reasons: []guard.Reason{{Rule: reviewlog.RuleHumanRejected, Detail: detail}, hist}, ReviewID: rv.ID}
+	case reviewlog.AskQueueFull:
+		reason := guard.Reason{Rule: RuleQueueFull, Detail: fmt.Sprintf("this caller already has %d pending reviews, the most the policy allows (maxPendingReviewsPerCaller %d); no review is opened until a reviewer decides some or they expire",
+			out.Pending, e.cfg.Policy.MaxPendingReviews)}
+		n := len(dec.Reasons)
+		return Answer{Decision: guard.Block, Reasons: append(append([]guard.Reason{reason}, dec.Reasons[:n-1]...), hist)}
+	}
+	return Answer{Decision: dec.Decision, Reasons: dec.Reasons}
+}
+
+// RuleQueueFull names the block given when a caller holds too many pending
+// reviews to open another.
+const RuleQueueFull = "review_queue_full"
 
 func defaultTemplate(pol *guard.Config) string {
 	if slices.Contains(pol.HistoryTemplates, guard.DefaultTemplate) {

@@ -36,11 +36,12 @@ func ParamsKeyFrom(secret []byte) []byte {
 
 // HumanDecisionDraft maps a reviewer's decision to a receipt: approval →
 // ALLOWED, rejection → BLOCKED, with approval {by, at}; the reviewer is the
-// agent, with principal HUMAN.
-func HumanDecisionDraft(rv reviewlog.Review, paramsKey []byte) (noa.Draft, error) {
-	ph, err := ParamsHash(paramsKey, guard.Question{Counterparty: rv.Counterparty, Amount: rv.Amount, Asset: rv.Asset, Template: rv.Template})
-	if err != nil {
-		return noa.Draft{}, err
+// agent, with principal HUMAN. The paramsHash is the one the guard recorded
+// when it opened the review, so the reviewer needs no server key.
+func HumanDecisionDraft(rv reviewlog.Review) (noa.Draft, error) {
+	ph := rv.ParamsHash
+	if ph == "" {
+		return noa.Draft{}, fmt.Errorf("review %s was opened without a paramsHash (by a version before reviewer keys); it cannot be signed by a reviewer", rv.ID)
 	}
 	at, err := time.Parse(time.RFC3339Nano, rv.DecidedAt)
 	if err != nil {
@@ -50,7 +51,7 @@ func HumanDecisionDraft(rv reviewlog.Review, paramsKey []byte) (noa.Draft, error
 	if rv.Status == reviewlog.Approved {
 		verdict = noa.VerdictAllowed
 	}
-	rule := "human_review"
+	rule := reviewlog.RuleHumanReview
 	return noa.Draft{
 		TS:    at,
 		Agent: noa.Agent{ID: rv.DecidedBy, Principal: noa.PrincipalHuman},

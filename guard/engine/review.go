@@ -20,36 +20,32 @@ var ErrUnknownReview = errors.New("no such review")
 
 // ReviewStatus reads one review's state and its receipts.
 func (e *Engine) ReviewStatus(ctx context.Context, id string) (ReviewStatus, error) {
-	rv, err := e.cfg.Log.Get(ctx, id)
+	rv, ids, err := e.cfg.Log.Verified(ctx, id)
 	switch {
 	case errors.Is(err, reviewlog.ErrUnknownReview), errors.Is(err, reviewlog.ErrBadID):
 		return ReviewStatus{}, fmt.Errorf("%w: %q", ErrUnknownReview, id)
 	case err != nil:
 		return ReviewStatus{}, fmt.Errorf("read review %s: %w", id, err)
 	}
-	out := ReviewStatus{Review: rv, Receipts: []string{}}
-	ids, err := e.cfg.Log.ReceiptsFor("review:" + rv.ID)
-	if err != nil {
-		return ReviewStatus{}, fmt.Errorf("read decision receipts: %w", err)
+	for _, w := range rv.Integrity {
+		e.cfg.Logger.Warn("review integrity", "review_id", rv.ID, "finding", w)
 	}
-	if ids != nil {
-		out.Receipts = ids
-	}
-	return out, nil
+	return ReviewStatus{Review: rv, Receipts: ids}, nil
 }
 
 // Decider records a human's decision on a review: the log line and the
-// signed receipt are written together under the log's lock, or neither is.
+// receipt, signed with the reviewer's own key into the reviewer's chain, are
+// written together under the log's lock, or neither is.
 type Decider struct {
-	Log       *reviewlog.Log
-	Chains    *reviewlog.Chains
-	ParamsKey []byte
+	Log *reviewlog.Log
+	// Chains signs with the reviewer's key.
+	Chains *reviewlog.Chains
 }
 
 // Decide approves (status reviewlog.Approved) or rejects a review.
 func (d Decider) Decide(ctx context.Context, id, status, note, by string) (reviewlog.Review, error) {
 	return d.Log.DecideReview(ctx, id, status, note, by, func(tx reviewlog.Tx) error {
-		draft, err := HumanDecisionDraft(tx.Review, d.ParamsKey)
+		draft, err := HumanDecisionDraft(tx.Review)
 		if err != nil {
 			return err
 		}

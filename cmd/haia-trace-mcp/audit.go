@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
+)
+
+const auditUsage = `usage:
+  haia-trace-mcp audit [--dir .trace] [--reviewers F] [--keyring K] [--guard-config C]
+
+Verifies every decision chain under the Trace root and cross-checks the review
+log against the signatures: every opened review has its DEFERRED receipt, every
+decision a receipt signed by a trusted reviewer (--reviewers, default
+reviewers.json in the user configuration directory), every honoured approval
+its use receipt. Prints one line per finding.
+
+  --keyring K   keys that verify the chains (default: the Trace root's guard/keyring.json)
+
+exit codes: 0 consistent, 2 a finding (tampered or inconsistent; also usage), 3 a chain is malformed,
+1 error
+`
+
+func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("audit", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	dir := fs.String("dir", ".trace", "the Trace root")
+	reviewers := fs.String("reviewers", "", "the trusted reviewers file")
+	keyringPath := fs.String("keyring", "", "the keyring")
+	guardConfig := fs.String("guard-config", "", "the guard policy, for reviewTtlMinutes")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, auditUsage)
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "haia-trace-mcp audit: %v (see haia-trace-mcp audit --help)\n", err)
+		return exitUsage
+	}
+	if fs.NArg() != 0 {
+		fmt.Fprintf(stderr, "haia-trace-mcp audit: unexpected argument %q (see haia-trace-mcp audit --help)\n", termsafe.String(fs.Arg(0)))
+		return exitUsage
+	}
+	root, code := openCLIRoot("audit", *dir, stderr)
+	if root == nil {
+		return code
+	}
+	defer root.Close()
+	reviewersPath, err := reviewersFile(*reviewers)
+	if err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp audit: %v\n", err)
+		return exitFail
+	}
+	pol, err := guard.LoadConfig(*guardConfig)
+	if err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp audit: --guard-config: %v\n", err)
+		return exitUsage
+	}
+	trusted, err := reviewlog.LoadReviewers(reviewersPath)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		fmt.Fprintf(stderr, "haia-trace-mcp audit: %v\n", err)
+		return exitFail
+	}
+	var kr noa.Keyring
+	if *keyringPath != "" {
+		data, err := os.ReadFile(*keyringPath)
+		if err == nil {
+			kr, err = noa.ParseKeyring(data)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "haia-trace-mcp audit: --keyring: %v\n", err)
+			return exitFail
+		}
+	} else if g, err := root.OpenDir(reviewlog.DirName); err == nil {
+		kr, err = reviewlog.ReadKeyring(g)
+		g.Close()
+		if err != nil {
+			fmt.Fprintf(stderr, "haia-trace-mcp audit: %v\n", err)
+			return exitFail
+		}
+	}
+	if kr == nil {
+		kr = noa.Keyring{}
+	}
+	// Reviewer keys come from the trusted file, whatever the volume's
+	// keyring copy says.
+	for _, pub := range trusted {
+		kr.Add(noa.KeyID(pub), pub)
+	}
+	log := reviewlog.Open(root, reviewlog.Options{ReviewTTL: pol.ReviewTTL,
+		Reviewers: func() (reviewlog.Reviewers, error) { return trusted, nil }})
+	rep, err := log.Audit(ctx, kr)
+	if err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp audit: %s\n", termsafe.String(err.Error()))
+		if errors.Is(err, reviewlog.ErrCorrupt) {
+			return exitUsage
+		}
+		return exitFail
+	}
+	for _, f := range rep.Findings {
+		fmt.Fprintln(stdout, termsafe.String(f))
+	}
+	switch {
+	case rep.Malformed:
+		fmt.Fprintf(stdout, "MALFORMED: %d chains, %d receipts, %d reviews; %d findings\n", rep.Chains, rep.Receipts, rep.Reviews, len(rep.Findings))
+		return 3
+	case len(rep.Findings) > 0:
+		fmt.Fprintf(stdout, "INCONSISTENT: %d chains, %d receipts, %d reviews; %d findings\n", rep.Chains, rep.Receipts, rep.Reviews, len(rep.Findings))
+		return 2
+	}
+	fmt.Fprintf(stdout, "CONSISTENT: %d chains, %d receipts, %d reviews; every review matches its signed receipts\n", rep.Chains, rep.Receipts, rep.Reviews)
+	return exitOK
+}

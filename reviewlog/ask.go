@@ -1,0 +1,161 @@
+package reviewlog
+
+import (
+	"context"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
+)
+
+// What Ask did.
+const (
+	// AskPlain: nothing about a review; the guard's own answer stands.
+	AskPlain = "plain"
+	// AskOpened / AskReused: a review answers the question (new, or the
+	// caller's pending one for the same question).
+	AskOpened = "opened"
+	AskReused = "reused"
+	// AskApproved: a trusted reviewer approved this caller's identical
+	// question; the approval is used now, once.
+	AskApproved = "approved"
+	// AskRejected: a trusted reviewer rejected it, and the hold holds.
+	AskRejected = "rejected"
+	// AskQueueFull: the caller holds too many pending reviews to open one.
+	AskQueueFull = "queue_full"
+)
+
+// AskRequest is one answered question, for the locked part of answering.
+type AskRequest struct {
+	Caller     string
+	Question   guard.Question
+	ParamsHash string
+	// Decision is the guard's own answer (after custom rules).
+	Decision string
+	// Reasons go into a review that is opened.
+	Reasons                    []guard.Reason
+	ApprovalTTL, RejectionHold time.Duration
+	// MaxPending caps the caller's pending reviews (no cap when 0).
+	MaxPending int
+}
+
+// AskOutcome says what answered the question.
+type AskOutcome struct {
+	Kind string
+	// Review is the review concerned (opened, reused, approved, rejected).
+	Review Review
+	// Pending is how many pending reviews the caller holds.
+	Pending int
+}
+
+// Ask is the locked part of answering a question: it honours a trusted
+// approval of this caller's identical question (once), holds a trusted
+// rejection, reuses the caller's pending review, opens a new one, or
+// records the guard's own answer. hook runs before anything is appended and
+// writes the answer's receipt; when it fails, nothing is written.
+//
+// A block is never turned into anything else; an approval only turns a
+// review into an allow.
+func (l *Log) Ask(ctx context.Context, req AskRequest, hook func(tx Tx, out AskOutcome) error) (AskOutcome, error) {
+	q := req.Question
+	if q.Counterparty == "" || req.Caller == "" {
+		return AskOutcome{}, fmt.Errorf("%w: the counterparty and the caller must be named", ErrBadInput)
+	}
+	for name, v := range map[string]string{"counterparty": q.Counterparty, "amount": q.Amount, "asset": q.Asset, "template": q.Template, "caller": req.Caller} {
+		if len(v) > maxFieldBytes || !utf8.ValidString(v) {
+			return AskOutcome{}, fmt.Errorf("%w: %s is longer than %d bytes or not UTF-8", ErrBadInput, name, maxFieldBytes)
+		}
+	}
+	var out AskOutcome
+	err := l.transact(ctx, func(g *confined.Dir, st *state, at time.Time) (*record, error) {
+		run := func(kind string, r Review, rec *record) (*record, error) {
+			out = AskOutcome{Kind: kind, Review: r, Pending: out.Pending}
+			txKind := kind
+			if kind == AskApproved {
+				txKind = "used"
+			}
+			if err := hook(Tx{Guard: g, At: at, Kind: txKind, Review: r}, out); err != nil {
+				return nil, err
+			}
+			return rec, nil
+		}
+		var cands []*Review
+		for i := len(st.reviews) - 1; i >= 0; i-- {
+			if r := st.reviews[i]; r.asks(req.Caller, q) {
+				cands = append(cands, r)
+			}
+		}
+		var v *verifier
+		if len(cands) > 0 {
+			var err error
+			if v, err = l.newVerifier(g); err != nil {
+				return nil, err
+			}
+		}
+		resolved := make([]Review, len(cands))
+		for i, c := range cands {
+			resolved[i], _ = v.resolve(c)
+		}
+		// The newest decision a trusted reviewer signed speaks first.
+		if req.Decision != guard.Block {
+			for _, r := range resolved {
+				if r.Status != Approved && r.Status != Rejected {
+					continue
+				}
+				decided, err := time.Parse(time.RFC3339Nano, r.DecidedAt)
+				if err != nil {
+					break
+				}
+				if r.Status == Rejected && at.Before(decided.Add(req.RejectionHold)) {
+					return run(AskRejected, r, nil)
+				}
+				if r.Status == Approved && r.UsedAt == "" && req.Decision == guard.Review && at.Before(decided.Add(req.ApprovalTTL)) {
+					r.UsedAt = formatTime(at)
+					return run(AskApproved, r, &record{Type: typeUsed, ReviewID: r.ID, At: formatTime(at), By: req.Caller})
+				}
+				break
+			}
+		}
+		if req.Decision != guard.Review {
+			return run(AskPlain, Review{}, nil)
+		}
+		since := at.Add(-IdempotencyWindow)
+		for _, r := range resolved {
+			if t, err := parseTime(r.CreatedAt); r.Status == Pending && err == nil && !t.Before(since) {
+				return run(AskReused, r, nil)
+			}
+		}
+		for _, r := range st.reviews {
+			if r.Caller != req.Caller || r.Status != Pending {
+				continue
+			}
+			if t, err := parseTime(r.CreatedAt); err == nil && (l.reviewTTL <= 0 || at.Before(t.Add(l.reviewTTL))) {
+				out.Pending++
+			}
+		}
+		if req.MaxPending > 0 && out.Pending >= req.MaxPending {
+			return run(AskQueueFull, Review{}, nil)
+		}
+		id, err := newID()
+		if err != nil {
+			return nil, err
+		}
+		reasons := req.Reasons
+		if reasons == nil {
+			reasons = []guard.Reason{}
+		}
+		amount := q.Amount
+		rec := &record{Type: typeOpened, ReviewID: id, At: formatTime(at), Counterparty: q.Counterparty, Amount: &amount,
+			Asset: q.Asset, Template: q.Template, Reasons: reasons, Caller: req.Caller, ParamsHash: req.ParamsHash}
+		r := Review{ID: id, Status: Pending, CreatedAt: rec.At, Counterparty: q.Counterparty, Amount: q.Amount,
+			Asset: q.Asset, Template: q.Template, Reasons: reasons, Caller: req.Caller, ParamsHash: req.ParamsHash}
+		out.Pending++
+		return run(AskOpened, r, rec)
+	})
+	if err != nil {
+		return AskOutcome{}, err
+	}
+	return out, nil
+}

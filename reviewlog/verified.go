@@ -1,0 +1,227 @@
+package reviewlog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"time"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
+)
+
+// Rule ids the guard's receipts carry for honoured human decisions.
+const (
+	RuleHumanApproved = "human_approved"
+	RuleHumanRejected = "human_rejected"
+	RuleHumanReview   = "human_review"
+)
+
+// ActionID is the action id every receipt about a review carries.
+func ActionID(reviewID string) string { return "review:" + reviewID }
+
+// receiptIndex maps action ids to the receipts that carry them, across every
+// chain under guard/receipts/, in chain order.
+type receiptIndex map[string][]noa.Receipt
+
+func readReceiptIndex(g *confined.Dir) (receiptIndex, error) {
+	ix := receiptIndex{}
+	if g == nil {
+		return ix, nil
+	}
+	chains, err := ListChains(g)
+	if err != nil {
+		return nil, fmt.Errorf("read decision chains: %w", err)
+	}
+	for _, c := range chains {
+		rs, err := ReadChainFile(g, c.ID)
+		if err != nil {
+			return nil, fmt.Errorf("read decision chains: %w", err)
+		}
+		for _, r := range rs {
+			if r.Action.ID != "" {
+				ix[r.Action.ID] = append(ix[r.Action.ID], r)
+			}
+		}
+	}
+	return ix, nil
+}
+
+// signed is what the chains prove about one review.
+type signed struct {
+	ids      []string
+	human    *noa.Receipt // the first receipt of a trusted reviewer's decision
+	uses     []noa.Receipt
+	problems []string
+}
+
+// signedFor reads the receipts of review r: its trusted human decision, the
+// honoured uses of an approval, and every human receipt that does not hold.
+func (ix receiptIndex) signedFor(r *Review, trusted Reviewers) signed {
+	var s signed
+	for i, rc := range ix[ActionID(r.ID)] {
+		s.ids = append(s.ids, rc.ID)
+		g := rc.Governance
+		switch {
+		case rc.Agent.Principal == noa.PrincipalHuman:
+			if why := humanProblem(rc, r, trusted); why != "" {
+				s.problems = append(s.problems, fmt.Sprintf("human receipt %s does not count: %s", rc.ID, why))
+				continue
+			}
+			if s.human == nil {
+				s.human = &ix[ActionID(r.ID)][i]
+			} else if s.human.Governance.Verdict != g.Verdict {
+				s.problems = append(s.problems, fmt.Sprintf("human receipt %s contradicts the earlier decision %s; the earlier one stands", rc.ID, s.human.ID))
+			}
+		case g.Verdict == noa.VerdictAllowed && g.RuleID != nil && *g.RuleID == RuleHumanApproved:
+			s.uses = append(s.uses, rc)
+		}
+	}
+	return s
+}
+
+// humanProblem says why a HUMAN receipt is no trusted decision on r ("" when
+// it is one).
+func humanProblem(rc noa.Receipt, r *Review, trusted Reviewers) string {
+	g := rc.Governance
+	if g.Verdict != noa.VerdictAllowed && g.Verdict != noa.VerdictBlocked {
+		return "its verdict " + g.Verdict + " is no decision"
+	}
+	if g.Approval == nil || g.Approval.By != rc.Agent.ID {
+		return "its approval does not name the reviewer that signed it"
+	}
+	key, ok := trusted[rc.Agent.ID]
+	if !ok {
+		return fmt.Sprintf("reviewer %q is not in the trusted reviewers file", clip(rc.Agent.ID))
+	}
+	if err := noa.VerifySignature(rc, key); err != nil {
+		return fmt.Sprintf("not signed by reviewer %q's trusted key (%v)", clip(rc.Agent.ID), err)
+	}
+	if r.ParamsHash != "" && rc.Action.ParamsHash != r.ParamsHash {
+		return "its paramsHash is not the question's"
+	}
+	return ""
+}
+
+// resolve is a review as the signatures prove it: approved or rejected only
+// with a trusted reviewer's receipt, unverified where the log alone says
+// so, expired when pending past ttl.
+func resolve(r Review, s signed, now time.Time, ttl time.Duration) Review {
+	out := r
+	out.Integrity = nil
+	if s.human != nil {
+		status := Rejected
+		if s.human.Governance.Verdict == noa.VerdictAllowed {
+			status = Approved
+		}
+		if r.Status != status {
+			if r.Status == Pending {
+				out.Integrity = append(out.Integrity, fmt.Sprintf("the log does not record the %s decision that receipt %s signs", status, s.human.ID))
+			} else {
+				out.Integrity = append(out.Integrity, fmt.Sprintf("the log says %s, but the signed decision (receipt %s) is %s", r.Status, s.human.ID, status))
+			}
+			out.Note = ""
+		}
+		out.Status, out.DecidedBy, out.DecidedAt = status, s.human.Agent.ID, s.human.Governance.Approval.At
+	} else if r.Status == Approved || r.Status == Rejected {
+		out.Integrity = append(out.Integrity, fmt.Sprintf("the log says %s by %s, but no receipt signed by a trusted reviewer records it", r.Status, clip(r.DecidedBy)))
+		out.Status = Unverified
+	} else if ttl > 0 {
+		if t, err := parseTime(r.CreatedAt); err == nil && !now.Before(t.Add(ttl)) {
+			out.Status = Expired
+		}
+	}
+	if len(s.uses) > 0 && out.UsedAt == "" {
+		out.UsedAt = s.uses[0].TS
+		out.Integrity = append(out.Integrity, fmt.Sprintf("the log does not record the use that receipt %s signs", s.uses[0].ID))
+	}
+	if out.UsedAt != "" && out.Status != Approved {
+		out.Integrity = append(out.Integrity, "an approval was used that no trusted reviewer signed")
+	}
+	out.Integrity = append(out.Integrity, s.problems...)
+	return out
+}
+
+// verifier resolves reviews against the chains of one guard/ directory.
+type verifier struct {
+	ix      receiptIndex
+	trusted Reviewers
+	now     time.Time
+	ttl     time.Duration
+}
+
+func (l *Log) newVerifier(g *confined.Dir) (*verifier, error) {
+	ix, err := readReceiptIndex(g)
+	if err != nil {
+		return nil, err
+	}
+	trusted := Reviewers{}
+	if l.reviewers != nil {
+		rs, err := l.reviewers()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrUntrusted, err)
+		}
+		trusted = rs
+	}
+	return &verifier{ix: ix, trusted: trusted, now: l.now(), ttl: l.reviewTTL}, nil
+}
+
+func (v *verifier) resolve(r *Review) (Review, []string) {
+	s := v.ix.signedFor(r, v.trusted)
+	ids := s.ids
+	if ids == nil {
+		ids = []string{}
+	}
+	return resolve(*r, s, v.now, v.ttl), ids
+}
+
+// openGuardDir opens guard/ for reading; nil when it does not exist yet.
+func (l *Log) openGuardDir() (*confined.Dir, error) {
+	g, err := l.root.OpenDir(DirName)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open the review log directory: %w", err)
+	}
+	return g, nil
+}
+
+// Verified is one review as the signatures prove it, with the ids of the
+// receipts that record it.
+func (l *Log) Verified(ctx context.Context, id string) (Review, []string, error) {
+	if err := checkID(id); err != nil {
+		return Review{}, nil, err
+	}
+	st, err := l.read(ctx)
+	if err != nil {
+		return Review{}, nil, err
+	}
+	r := st.byID[id]
+	if r == nil {
+		return Review{}, nil, fmt.Errorf("%w: %s", ErrUnknownReview, id)
+	}
+	g, err := l.openGuardDir()
+	if err != nil {
+		return Review{}, nil, err
+	}
+	if g != nil {
+		defer g.Close()
+	}
+	v, err := l.newVerifier(g)
+	if err != nil {
+		return Review{}, nil, err
+	}
+	out, ids := v.resolve(r)
+	return out, ids, nil
+}
+
+// Findings are the log's contradicting lines, for the audit.
+func (l *Log) Findings(ctx context.Context) ([]Finding, error) {
+	st, err := l.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return append([]Finding(nil), st.findings...), nil
+}
