@@ -542,23 +542,24 @@ func containerTopology(t *testing.T, p *podman) {
 	p.run(append(append(append([]string{"run", "-d"}, composeRun(t, p, signerName, signer, secrets, port)...), imageName), signer.Command...)...)
 	t.Cleanup(func() { p.with(t).try("rm", "-f", "-t", "2", signerName) })
 	// The server needs the socket at start (it dials the signer).
-	waitFor(t, "the signer's socket", func() bool {
-		_, err := os.Stat(filepath.Join(volumePath(t, p, "signer-socket"), "signer.sock"))
+	sockDir := volumePath(t, p, "signer-socket")
+	waitFor(t, p, signerName, "the signer's socket", func() bool {
+		_, err := os.Stat(filepath.Join(sockDir, "signer.sock"))
 		return err == nil
-	}, func() string { out, errOut, _ := p.try("logs", signerName); return out + errOut })
+	})
 
 	cmd := serverCommand(t, srv.Command, "/run/secrets/hmac-secret", publicURL)
 	p.run(append(append(append([]string{"run", "-d"}, composeRun(t, p, srvName, srv, secrets, port)...), imageName), cmd...)...)
 	t.Cleanup(func() { p.with(t).try("rm", "-f", "-t", "2", srvName) })
 	logs := func() string { out, errOut, _ := p.try("logs", srvName); return out + errOut }
-	waitFor(t, "the server's /healthz", func() bool {
+	waitFor(t, p, srvName, "the server's /healthz", func() bool {
 		resp, err := http.Get(publicURL + "/healthz")
 		if err != nil {
 			return false
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
-	}, logs)
+	})
 	t.Logf("trace-init, signer and server up in %v", time.Since(start).Round(time.Millisecond))
 
 	// The image's own HEALTHCHECK, run by podman inside the container.
@@ -764,14 +765,16 @@ func checkDiff(t *testing.T, p *podman, ctr string) {
 	}
 }
 
-// waitFor polls cond until it holds, for at most a minute (start-up, not a
-// timed assertion), failing with what more() says.
-func waitFor(t *testing.T, what string, cond func() bool, more func() string) {
+// waitFor polls cond until it holds, while ctr runs, for at most a minute
+// (start-up, not a timed assertion), failing with the container's logs.
+func waitFor(t *testing.T, p *podman, ctr, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not ready within a minute:\n%s", what, more())
+		state := strings.TrimSpace(p.run("inspect", "--format", "{{.State.Status}}", ctr))
+		if state != "running" || time.Now().After(deadline) {
+			out, errOut, _ := p.try("logs", ctr)
+			t.Fatalf("%s not ready (container %s is %s):\n%s%s", what, ctr, state, out, errOut)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
