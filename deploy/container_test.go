@@ -472,6 +472,47 @@ func TestContainer(t *testing.T) {
 	t.Run("image matches the Dockerfile", func(t *testing.T) { checkImageConfig(t, p.with(t), cfg) })
 	t.Run("compose topology", func(t *testing.T) { containerTopology(t, p.with(t)) })
 	t.Run("defaults without HOME", func(t *testing.T) { containerDefaultsWithoutHome(t, p.with(t), cfg) })
+	t.Run("server.json package over stdio", func(t *testing.T) { containerManifestStdio(t, p.with(t)) })
+}
+
+// containerManifestStdio runs the image the way server.json tells an MCP
+// host to (its runtime and package arguments, podman standing in for
+// docker), and speaks MCP over stdio with the official Go SDK.
+func containerManifestStdio(t *testing.T, p *podman) {
+	m := loadManifest(t)
+	pkg := m.Packages[0]
+	trace, cfgDir := t.TempDir(), t.TempDir()
+	for _, d := range []string{trace, filepath.Join(trace, "events"), filepath.Join(trace, "guard"), cfgDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		p.chown(d, p.uid)
+	}
+	values := map[string]string{"trace_root": trace, "config_dir": cfgDir, "agent_id": "registry-host"}
+	args := slices.Concat(p.global, []string{"run", "--ulimit", "nofile=20000:20000", "--ulimit", "nproc=4096:4096"},
+		argv(t, pkg.RuntimeArguments, values), []string{imageName}, argv(t, pkg.PackageArguments, values))
+	client := mcp.NewClient(&mcp.Implementation{Name: "registry-host", Version: "1"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var stderr bytes.Buffer
+	cmd := exec.Command("podman", args...)
+	cmd.Stderr = &stderr
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("connect over stdio to the manifest's command line: %v\n%s", err, stderr.String())
+	}
+	defer cs.Close()
+	var check struct {
+		Decision string `json:"decision"`
+	}
+	callJSON(t, cs, "check_before_pay", map[string]any{"counterparty": sellerSilent, "amount": "0.10"}, &check)
+	if check.Decision == "" {
+		t.Errorf("check_before_pay over stdio gave no decision")
+	}
+	cs.Close()
+	if _, err := os.Stat(filepath.Join(cfgDir, "signing-key.pem")); err != nil {
+		t.Errorf("the signing key was not created in the config_dir mount: %v\n%s", err, stderr.String())
+	}
 }
 
 // with returns p reporting to t (a subtest).
