@@ -23,13 +23,20 @@ RUN CGO_ENABLED=0 go build -trimpath -buildvcs=auto -ldflags "-s -w" \
 # The mount points, owned by the image's non-root user, so that a fresh named
 # volume mounted on them starts with the right owner (the image has no shell
 # to create them later). events/ is written by recorders, never by the server.
-RUN mkdir -p /out/trace/events /out/trace/guard /out/run/haia-signer /out/etc/haia-trace-mcp
+# /etc/haia-trace-mcp is HAIA_CONFIG_DIR (default keys, reviewer files): private.
+RUN mkdir -p /out/trace/events /out/trace/guard /out/run/haia-signer /out/etc/haia-trace-mcp && chmod 0700 /out/etc/haia-trace-mcp
 
 FROM gcr.io/distroless/static-debian12:nonroot@sha256:afa5c872c891853ca7fcf1f12c3edb23f7eeef36189728842dd51042ff57f7ab
 COPY --from=build /out/haia-trace-mcp /haia-trace-mcp
 COPY --from=build --chown=65532:65532 /out/trace /trace
 COPY --from=build --chown=65532:65532 /out/run/haia-signer /run/haia-signer
-COPY --from=build /out/etc/haia-trace-mcp /etc/haia-trace-mcp
+COPY --from=build --chown=65532:65532 /out/etc/haia-trace-mcp /etc/haia-trace-mcp
+# The container has no HOME (the runtime sets HOME=/), so the default key
+# paths (--key-file, --params-key-file) and reviewer files live here: mount a
+# secret or a volume on /etc/haia-trace-mcp, or pass every path by flag. On a
+# read-only root with nothing mounted, a default key cannot be created and
+# the server says which flag to pass.
+ENV HAIA_CONFIG_DIR=/etc/haia-trace-mcp
 # uid/gid 65532 is distroless's "nonroot"; numeric so that runAsNonRoot can
 # check it without reading /etc/passwd.
 USER 65532:65532

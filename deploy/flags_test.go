@@ -25,7 +25,8 @@ const binaryName = "/haia-trace-mcp"
 
 // collectInvocations gathers every command line that runs haia-trace-mcp:
 // the image's ENTRYPOINT+CMD and HEALTHCHECK, each compose service and
-// healthcheck, each Kubernetes container using the project's image.
+// healthcheck, each Kubernetes container using the project's image, and the
+// package of the MCP registry manifest (server.json).
 func collectInvocations(t *testing.T) []invocation {
 	t.Helper()
 	var out []invocation
@@ -62,6 +63,14 @@ func collectInvocations(t *testing.T) []invocation {
 			c = command
 		}
 		return append(append([]string{}, e...), c...)
+	}
+	// The MCP registry manifest runs the binary with its package arguments.
+	m := loadManifest(t)
+	for _, pkg := range m.Packages {
+		rt := argv(t, pkg.RuntimeArguments, nil)
+		if ep := flagValue(rt, "--entrypoint"); ep != "" {
+			add("server.json package "+pkg.Identifier, append([]string{ep}, argv(t, pkg.PackageArguments, nil)...))
+		}
 	}
 	compose := loadCompose(t)
 	for name, s := range compose.Services {

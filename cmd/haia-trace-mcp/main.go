@@ -29,6 +29,9 @@ const (
 // run dispatches to a subcommand. With no subcommand (or only flags) it
 // serves MCP, which is what an agent host launches.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
+		return runVersion(args[1:], stdout, stderr)
+	}
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		rest := args[1:]
 		switch args[0] {
@@ -77,5 +80,5 @@ const usage = `usage:
   haia-trace-mcp chain list|export ID|checkpoint ID [--dir .trace]
   haia-trace-mcp healthcheck [--url http://127.0.0.1:3000/healthz] [--timeout 3s]
   haia-trace-mcp demo [--keep DIR]                 the whole story on a simulated Trace root
-  haia-trace-mcp version
+  haia-trace-mcp version | --version
 `

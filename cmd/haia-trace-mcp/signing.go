@@ -6,8 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -31,24 +29,10 @@ type signingFlags struct {
 }
 
 func (s *signingFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&s.keyFile, "key-file", "", "Ed25519 signing key for decision receipts (PKCS#8 PEM, mode 0600; created when absent)\n(default: $XDG_CONFIG_HOME/haia-trace-mcp/signing-key.pem, outside the Trace root)")
+	fs.StringVar(&s.keyFile, "key-file", "", "Ed25519 signing key for decision receipts (PKCS#8 PEM, mode 0600; created when absent)\n(default: $HAIA_CONFIG_DIR/signing-key.pem, else $XDG_CONFIG_HOME/haia-trace-mcp/signing-key.pem; never the Trace root)")
 	fs.StringVar(&s.signer, "signer", "", "sign through a signer process at unix:PATH instead of holding the key (see the signer command)")
-	fs.StringVar(&s.paramsKeyFile, "params-key-file", "", "secret for the keyed paramsHash of receipts (PEM key file, 0600; created when absent)\n(default: derived from --key-file; required with --signer)")
+	fs.StringVar(&s.paramsKeyFile, "params-key-file", "", "secret for the keyed paramsHash of receipts (PEM key file, 0600; created when absent)\n(default: derived from --key-file; with --signer: $HAIA_CONFIG_DIR/params-key.pem, else $XDG_CONFIG_HOME/haia-trace-mcp/params-key.pem)")
 	fs.StringVar(&s.tenant, "tenant", "haia-trace-mcp", "scope.tenant written into decision receipts")
-}
-
-// defaultKeyPath is where the signing key lives when no --key-file is
-// given: the user's configuration directory, never the Trace root.
-func defaultKeyPath(name string) (string, error) {
-	dir, err := os.UserConfigDir()
-	if err != nil {
-		return "", fmt.Errorf("no --key-file given and no configuration directory to keep a key in: %w", err)
-	}
-	dir = filepath.Join(dir, "haia-trace-mcp")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", fmt.Errorf("create %s: %w", dir, err)
-	}
-	return filepath.Join(dir, name), nil
 }
 
 // open returns the signer and the paramsHash key.
@@ -69,7 +53,7 @@ func (s *signingFlags) open(logger *slog.Logger) (noa.Signer, []byte, error) {
 		}
 		signer = rs
 		if s.paramsKeyFile == "" {
-			p, err := defaultKeyPath("params-key.pem")
+			p, err := defaultKeyPath("--params-key-file", "params-key.pem")
 			if err != nil {
 				return nil, nil, err
 			}
@@ -78,7 +62,7 @@ func (s *signingFlags) open(logger *slog.Logger) (noa.Signer, []byte, error) {
 	} else {
 		path := s.keyFile
 		if path == "" {
-			p, err := defaultKeyPath("signing-key.pem")
+			p, err := defaultKeyPath("--key-file", "signing-key.pem")
 			if err != nil {
 				return nil, nil, err
 			}
