@@ -141,7 +141,7 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	// that is checked before anything is written.
 	keyPath := *reviewerKey
 	if keyPath == "" {
-		if keyPath, err = defaultKeyPath("reviewer-key.pem"); err != nil {
+		if keyPath, err = defaultKeyPath("--reviewer-key", "reviewer-key.pem"); err != nil {
 			fmt.Fprintf(stderr, "haia-trace-mcp review %s: %v; pass --reviewer-key\n", verb, err)
 			return exitFail
 		}
@@ -314,7 +314,7 @@ func reviewersFile(flagValue string) (string, error) {
 	if flagValue != "" {
 		return flagValue, nil
 	}
-	p, err := defaultKeyPath("reviewers.json")
+	p, err := defaultKeyPath("--reviewers", "reviewers.json")
 	if err != nil {
 		return "", fmt.Errorf("%w; pass --reviewers", err)
 	}

@@ -65,7 +65,7 @@ func runReviewer(_ context.Context, args []string, stdout, stderr io.Writer) int
 	keyPath := *keyFile
 	var err error
 	if keyPath == "" {
-		if keyPath, err = defaultKeyPath("reviewer-key.pem"); err != nil {
+		if keyPath, err = defaultKeyPath("--key-file", "reviewer-key.pem"); err != nil {
 			fmt.Fprintf(stderr, "haia-trace-mcp reviewer init: %v; pass --key-file\n", err)
 			return exitFail
 		}
