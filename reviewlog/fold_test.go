@@ -27,6 +27,8 @@ func TestFold(t *testing.T) {
 		reviews int
 		tail    []int
 		errHas  string
+		// finding: a contradicting line is reported and not applied.
+		finding string
 	}{
 		{name: "empty", log: ""},
 		{name: "one of each", log: openedA + "\n" + decideA + "\n", reviews: 1},
@@ -37,11 +39,12 @@ func TestFold(t *testing.T) {
 		{name: "complete bad lines at the end are the tail", log: openedA + "\n{\"ty\n{\"type\":\"rep", reviews: 1, tail: []int{2, 3}},
 		{name: "repair record closes the tail", log: openedA + "\n{\"ty\n" + `{"type":"repair","at":"2026-07-25T12:06:00.000Z","lines":[2]}` + "\n" + openedB + "\n", reviews: 2},
 		{name: "bad middle line", log: openedA + "\nnot json\n" + openedB + "\n", errHas: "line 2: not a review log record"},
-		{name: "repair naming other lines", log: openedA + "\n{\"ty\n" + `{"type":"repair","at":"2026-07-25T12:06:00.000Z","lines":[1]}` + "\n" + openedB + "\n", errHas: "line 1: the remains of an incomplete write"},
-		{name: "repair with nothing to repair", log: `{"type":"repair","at":"2026-07-25T12:06:00.000Z","lines":[1]}` + "\n" + openedA + "\n", errHas: "line 1: repair record names lines [1]"},
-		{name: "decided before opened", log: decideA + "\n" + openedA + "\n", errHas: "line 1: review " + idA + " is decided but was never opened"},
-		{name: "decided twice", log: openedA + "\n" + decideA + "\n" + decideA + "\n" + openedB + "\n", errHas: "line 3: review " + idA + " is decided a second time"},
-		{name: "opened twice", log: openedA + "\n" + openedA + "\n" + openedB + "\n", errHas: "line 2: review " + idA + " is opened a second time"},
+		{name: "repair naming other lines", log: openedA + "\n{\"ty\n" + `{"type":"repair","at":"2026-07-25T12:06:00.000Z","lines":[1]}` + "\n" + openedB + "\n", errHas: "line 2: not a review log record"},
+		{name: "repair with nothing to repair", log: `{"type":"repair","at":"2026-07-25T12:06:00.000Z","lines":[1]}` + "\n" + openedA + "\n", reviews: 1, finding: "repair record names lines [1]"},
+		{name: "repair naming a decided line cannot reopen it", log: openedA + "\n" + decideA + "\n" + `{"type":"repair","at":"2026-07-25T12:06:00.000Z","lines":[2]}` + "\n", reviews: 1, finding: "repair record names lines [2]"},
+		{name: "decided before opened", log: decideA + "\n" + openedA + "\n", reviews: 1, finding: "review " + idA + " is decided but was never opened"},
+		{name: "decided twice", log: openedA + "\n" + decideA + "\n" + decideA + "\n" + openedB + "\n", reviews: 2, finding: "review " + idA + " is decided a second time"},
+		{name: "opened twice", log: openedA + "\n" + openedA + "\n" + openedB + "\n", reviews: 2, finding: "review " + idA + " is opened a second time"},
 		{name: "unknown field", log: `{"type":"opened","review_id":"` + idA + `","at":"2026-07-25T12:00:00.000Z","counterparty":"c","amount":"1","asset":"a","extra":1}` + "\n" + openedB + "\n", errHas: `unknown field "extra"`},
 		{name: "bad time", log: strings.Replace(openedA, "12:00:00.000Z", "noon", 1) + "\n" + openedB + "\n", errHas: "at: time"},
 		{name: "bad status", log: openedA + "\n" + strings.Replace(decideA, "approved", "maybe", 1) + "\n" + openedB + "\n", errHas: `status "maybe"`},
@@ -68,6 +71,16 @@ func TestFold(t *testing.T) {
 			}
 			if got := lineNumbers(st.tail); len(got) != len(tc.tail) || (len(got) > 0 && !equalInts(got, tc.tail)) {
 				t.Errorf("tail %v, want %v", got, tc.tail)
+			}
+			found := false
+			for _, f := range st.findings {
+				found = found || (tc.finding != "" && strings.Contains(f.What, tc.finding))
+			}
+			if (tc.finding != "") != found || (tc.finding == "" && len(st.findings) > 0) {
+				t.Errorf("findings %+v, want one mentioning %q", st.findings, tc.finding)
+			}
+			if tc.name == "repair naming a decided line cannot reopen it" && st.byID[idA].Status != Approved {
+				t.Errorf("the repair reopened the review: %+v", st.byID[idA])
 			}
 		})
 	}
@@ -96,12 +109,12 @@ func TestWriterRepairsTornTail(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, DirName, FileName), []byte(torn), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	l := newLog(t, dir, nil)
+	l, alice := newSignedLog(t, dir, nil)
 	ctx := context.Background()
 	if r, err := l.Get(ctx, idA); err != nil || r.Status != Pending {
 		t.Fatalf("reader over a torn tail: %+v %v", r, err)
 	}
-	if _, err := l.DecideReview(ctx, idA, Approved, "ok", "alice", nil); err != nil {
+	if _, err := l.DecideReview(ctx, idA, Approved, "ok", "alice", alice.sign(t)); err != nil {
 		t.Fatal(err)
 	}
 	text := readFile(t, dir)

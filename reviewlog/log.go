@@ -217,6 +217,12 @@ func (l *Log) DecideReview(ctx context.Context, id, status, note, by string, hoo
 		case Expired:
 			return nil, fmt.Errorf("%w: %s was opened at %s and expired after %s without a decision; the agent must ask again", ErrExpired, id, r.CreatedAt, l.reviewTTL)
 		}
+		if r.Status != Pending {
+			// Decided once, even where no trusted signature backs the line:
+			// the review reads unverified and the agent's next question
+			// opens a new one for a reviewer to sign.
+			return nil, fmt.Errorf("%w: the log says %s was %s by %s at %s, but no trusted reviewer signed it (it reads unverified)", ErrAlreadyDecided, id, r.Status, r.DecidedBy, r.DecidedAt)
+		}
 		out = *r
 		out.Status, out.DecidedAt, out.DecidedBy, out.Note = status, formatTime(at), by, note
 		if err := runHook(hook, Tx{Guard: g, At: at, Kind: "decided", Review: out}); err != nil {

@@ -43,6 +43,23 @@ func newLog(t *testing.T, dir string, c *clock) *Log {
 	return Open(root, opts)
 }
 
+// newSignedLog is newLog with a trusted reviewer "alice" whose sign hook
+// makes her decisions read as decided.
+func newSignedLog(t *testing.T, dir string, c *clock) (*Log, *reviewer) {
+	t.Helper()
+	root, err := confined.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	alice := newReviewer(t, "alice")
+	opts := Options{LockWait: 2 * time.Second, Reviewers: trust(alice)}
+	if c != nil {
+		opts.Now = c.now
+	}
+	return Open(root, opts), alice
+}
+
 var (
 	q1      = guard.Question{Counterparty: "0xb0b0000000000000000000000000000000000002", Amount: "0.05", Asset: guard.USDCBase, Template: "x402-buyer"}
 	reasons = []guard.Reason{{Rule: "open_partial", Detail: "1 partial", Evidence: []guard.Ref{{RunID: "r1", OperationID: "op-2"}}}, {Rule: "history", Detail: "read 3"}}
@@ -60,11 +77,17 @@ func readFile(t *testing.T, dir string) string {
 func TestOpenDecideGetList(t *testing.T) {
 	dir := t.TempDir()
 	c := &clock{t: time.Date(2026, 7, 25, 12, 0, 0, 0, time.UTC)}
-	l := newLog(t, dir, c)
+	l, alice := newSignedLog(t, dir, c)
 	ctx := context.Background()
 
 	var seen []Tx
-	hook := func(tx Tx) error { seen = append(seen, tx); return nil }
+	hook := func(tx Tx) error {
+		seen = append(seen, tx)
+		if tx.Kind == "decided" {
+			return alice.sign(t)(tx)
+		}
+		return nil
+	}
 	r1, created, err := l.OpenReview(ctx, q1, reasons, hook)
 	if err != nil || !created || r1.Status != Pending || r1.CreatedAt != "2026-07-25T12:00:00.000Z" || checkID(r1.ID) != nil {
 		t.Fatalf("open: %+v %v %v", r1, created, err)

@@ -222,7 +222,7 @@ func TestProcessesDecideOnce(t *testing.T) {
 // a new line.
 func TestKilledWriter(t *testing.T) {
 	dir := t.TempDir()
-	l := newLog(t, dir, nil)
+	l, alice := newSignedLog(t, dir, nil)
 	r, _, err := l.OpenReview(context.Background(), q1, reasons, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -251,7 +251,7 @@ func TestKilledWriter(t *testing.T) {
 	if got, err := l.Get(context.Background(), r.ID); err != nil || got.Status != Pending {
 		t.Fatalf("read after the kill: %+v %v", got, err)
 	}
-	if _, err := l.DecideReview(context.Background(), r.ID, Rejected, "after a crash", "alice", nil); err != nil {
+	if _, err := l.DecideReview(context.Background(), r.ID, Rejected, "after a crash", "alice", alice.sign(t)); err != nil {
 		t.Fatalf("append after the kill: %v", err)
 	}
 	lines := strings.Split(strings.TrimSuffix(readFile(t, dir), "\n"), "\n")
