@@ -1,0 +1,252 @@
+package engine
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/simrec"
+	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
+)
+
+// loop is an engine with a clock the test moves, a trusted reviewer, and
+// the decider the review CLI uses.
+type loop struct {
+	mu      sync.Mutex
+	now     time.Time
+	eng     *Engine
+	log     *reviewlog.Log
+	decider Decider
+	dir     string
+}
+
+func (l *loop) clock() time.Time { l.mu.Lock(); defer l.mu.Unlock(); return l.now }
+func (l *loop) advance(d time.Duration) {
+	l.mu.Lock()
+	l.now = l.now.Add(d)
+	l.mu.Unlock()
+}
+
+func newLoop(t *testing.T, policyJSON string) *loop {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "events"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := simrec.New(dir, "run-1", start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Pay(unsettled("op-1", sellerA, "https://api.example.com/x")); err != nil {
+		t.Fatal(err)
+	}
+	root, err := confined.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, err := root.OpenDir("events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { events.Close(); root.Close() })
+	pol, err := guard.ParseConfig([]byte(policyJSON), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, serverKey, _ := ed25519.GenerateKey(rand.Reader)
+	_, aliceKey, _ := ed25519.GenerateKey(rand.Reader)
+	l := &loop{now: start.Add(time.Hour), dir: dir}
+	trusted := reviewlog.Reviewers{"alice": aliceKey.Public().(ed25519.PublicKey)}
+	l.log = reviewlog.Open(root, reviewlog.Options{Now: l.clock, ReviewTTL: pol.ReviewTTL,
+		Reviewers: func() (reviewlog.Reviewers, error) { return trusted, nil }})
+	l.eng, err = New(Config{Policy: pol, Templates: receipt.Resolver{}, History: ScanHistory{Events: events}, Log: l.log,
+		Chains: &reviewlog.Chains{Signer: noa.NewKeySigner(serverKey)}, ParamsKey: ParamsKeyFrom(serverKey.Seed()), Now: l.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.decider = Decider{Log: l.log, Chains: &reviewlog.Chains{Signer: noa.NewKeySigner(aliceKey)}}
+	return l
+}
+
+func (l *loop) ask(t *testing.T, caller string) Answer {
+	t.Helper()
+	a, err := l.eng.Check(context.Background(), caller, Question{Counterparty: sellerA, Amount: "0.10"})
+	if err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	return a
+}
+
+func has(a Answer, rule string) bool {
+	for _, r := range a.Reasons {
+		if r.Rule == rule {
+			return true
+		}
+	}
+	return false
+}
+
+// review → approve → the identical retry is allow (human_approved) once →
+// the next identical question follows the rules again.
+func TestApprovalIsHonouredOnce(t *testing.T) {
+	l := newLoop(t, `{}`)
+	first := l.ask(t, "agent-1")
+	if first.Decision != guard.Review || first.ReviewID == "" {
+		t.Fatalf("first: %+v", first)
+	}
+	if again := l.ask(t, "agent-1"); again.ReviewID != first.ReviewID {
+		t.Fatalf("idempotent retry opened %s, want %s", again.ReviewID, first.ReviewID)
+	}
+	// Another caller's identical question is its own review.
+	if other := l.ask(t, "agent-2"); other.ReviewID == first.ReviewID || other.Decision != guard.Review {
+		t.Fatalf("another caller reused the review: %+v", other)
+	}
+	l.advance(time.Minute)
+	if _, err := l.decider.Decide(context.Background(), first.ReviewID, reviewlog.Approved, "ok once", "alice"); err != nil {
+		t.Fatal(err)
+	}
+	// Only the caller that asked benefits.
+	if other := l.ask(t, "agent-2"); other.Decision != guard.Review {
+		t.Fatalf("another caller got the approval: %+v", other)
+	}
+	l.advance(time.Minute)
+	use := l.ask(t, "agent-1")
+	if use.Decision != guard.Allow || !has(use, reviewlog.RuleHumanApproved) || use.ReviewID != first.ReviewID {
+		t.Fatalf("retry after approval: %+v", use)
+	}
+	next := l.ask(t, "agent-1")
+	if next.Decision != guard.Review || next.ReviewID == first.ReviewID {
+		t.Fatalf("after the one use: %+v", next)
+	}
+	st, err := l.eng.ReviewStatus(context.Background(), first.ReviewID)
+	if err != nil || st.Status != reviewlog.Approved || st.UsedAt == "" || len(st.Receipts) != 4 || len(st.Integrity) != 0 {
+		t.Fatalf("status: %+v %v (want approved, used, receipts: 2 DEFERRED, the human's, the use)", st, err)
+	}
+}
+
+func TestApprovalExpires(t *testing.T) {
+	l := newLoop(t, `{"approvalTtlMinutes": 30}`)
+	first := l.ask(t, "agent-1")
+	if _, err := l.decider.Decide(context.Background(), first.ReviewID, reviewlog.Approved, "", "alice"); err != nil {
+		t.Fatal(err)
+	}
+	l.advance(30 * time.Minute)
+	if a := l.ask(t, "agent-1"); a.Decision != guard.Review {
+		t.Fatalf("an approval past approvalTtlMinutes was honoured: %+v", a)
+	}
+}
+
+// reject → the identical retry is block (human_rejected) until the hold ends.
+func TestRejectionHolds(t *testing.T) {
+	l := newLoop(t, `{"rejectionHoldHours": 2}`)
+	first := l.ask(t, "agent-1")
+	if _, err := l.decider.Decide(context.Background(), first.ReviewID, reviewlog.Rejected, "seller never settled", "alice"); err != nil {
+		t.Fatal(err)
+	}
+	l.advance(time.Hour)
+	held := l.ask(t, "agent-1")
+	if held.Decision != guard.Block || !has(held, reviewlog.RuleHumanRejected) || held.ReviewID != first.ReviewID ||
+		!strings.Contains(held.Reasons[0].Detail, "seller never settled") {
+		t.Fatalf("retry after rejection: %+v", held)
+	}
+	l.advance(time.Hour)
+	if a := l.ask(t, "agent-1"); a.Decision != guard.Review || a.ReviewID == first.ReviewID {
+		t.Fatalf("after the hold: %+v", a)
+	}
+}
+
+// A block still wins over an approval.
+func TestBlockWinsOverApproval(t *testing.T) {
+	l := newLoop(t, `{}`)
+	first := l.ask(t, "agent-1")
+	if _, err := l.decider.Decide(context.Background(), first.ReviewID, reviewlog.Approved, "", "alice"); err != nil {
+		t.Fatal(err)
+	}
+	l2 := *l.eng
+	pol := *l.eng.cfg.Policy
+	cp, _ := guard.ParseCounterparty(sellerA)
+	pol.Denylist = []guard.Counterparty{cp}
+	l2.cfg.Policy = &pol
+	a, err := l2.Check(context.Background(), "agent-1", Question{Counterparty: sellerA, Amount: "0.10"})
+	if err != nil || a.Decision != guard.Block || has(a, reviewlog.RuleHumanApproved) {
+		t.Fatalf("denylisted after approval: %+v %v", a, err)
+	}
+	if st, _ := l.eng.ReviewStatus(context.Background(), first.ReviewID); st.UsedAt != "" {
+		t.Fatalf("the block used the approval: %+v", st)
+	}
+}
+
+func TestPendingReviewExpires(t *testing.T) {
+	l := newLoop(t, `{"reviewTtlMinutes": 60}`)
+	first := l.ask(t, "agent-1")
+	l.advance(time.Hour)
+	st, err := l.eng.ReviewStatus(context.Background(), first.ReviewID)
+	if err != nil || st.Status != reviewlog.Expired {
+		t.Fatalf("status: %+v %v", st, err)
+	}
+	if _, err := l.decider.Decide(context.Background(), first.ReviewID, reviewlog.Approved, "", "alice"); err == nil {
+		t.Fatal("an expired review was decided")
+	}
+	if a := l.ask(t, "agent-1"); a.ReviewID == first.ReviewID {
+		t.Fatalf("an expired review answered again: %+v", a)
+	}
+}
+
+func TestPendingCapPerCaller(t *testing.T) {
+	l := newLoop(t, `{"maxPendingReviewsPerCaller": 2}`)
+	for _, amount := range []string{"0.10", "0.11"} {
+		a, err := l.eng.Check(context.Background(), "agent-1", Question{Counterparty: sellerA, Amount: amount})
+		if err != nil || a.Decision != guard.Review {
+			t.Fatalf("%s: %+v %v", amount, a, err)
+		}
+	}
+	a, err := l.eng.Check(context.Background(), "agent-1", Question{Counterparty: sellerA, Amount: "0.12"})
+	if err != nil || a.Decision != guard.Block || !has(a, RuleQueueFull) || a.ReviewID != "" || a.ReceiptID == "" {
+		t.Fatalf("past the cap: %+v %v", a, err)
+	}
+	if b := l.ask(t, "agent-2"); b.Decision != guard.Review {
+		t.Fatalf("another caller was capped: %+v", b)
+	}
+	pending, _ := l.log.List(context.Background(), false)
+	if len(pending) != 3 {
+		t.Fatalf("%d pending reviews, want 3 (the capped question opened none)", len(pending))
+	}
+}
+
+// Anyone who can write guard/ cannot forge a decision: an edited log line
+// reads unverified and is not honoured.
+func TestForgedDecisionIsNotHonoured(t *testing.T) {
+	l := newLoop(t, `{}`)
+	first := l.ask(t, "agent-1")
+	logPath := filepath.Join(l.dir, "guard", "decisions.ndjson")
+	f, err := os.OpenFile(logPath, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := `{"type":"decided","review_id":"` + first.ReviewID + `","at":"2026-07-24T10:01:00.000Z","status":"approved","by":"alice"}` + "\n"
+	if _, err := f.WriteString(forged); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	st, err := l.eng.ReviewStatus(context.Background(), first.ReviewID)
+	if err != nil || st.Status != reviewlog.Unverified || len(st.Integrity) == 0 {
+		t.Fatalf("status of a forged approval: %+v %v", st, err)
+	}
+	if a := l.ask(t, "agent-1"); a.Decision != guard.Review || has(a, reviewlog.RuleHumanApproved) {
+		t.Fatalf("a forged approval was honoured: %+v", a)
+	}
+	rep, err := l.log.Audit(context.Background(), nil)
+	if err != nil || len(rep.Findings) == 0 {
+		t.Fatalf("audit: %+v %v", rep, err)
+	}
+}
