@@ -149,6 +149,8 @@ type verifier struct {
 	trusted Reviewers
 	now     time.Time
 	ttl     time.Duration
+	// problem is set when the trusted reviewers could not be read.
+	problem string
 }
 
 func (l *Log) newVerifier(g *confined.Dir) (*verifier, error) {
@@ -156,19 +158,25 @@ func (l *Log) newVerifier(g *confined.Dir) (*verifier, error) {
 	if err != nil {
 		return nil, err
 	}
-	trusted := Reviewers{}
+	v := &verifier{ix: ix, trusted: Reviewers{}, now: l.now(), ttl: l.reviewTTL}
 	if l.reviewers != nil {
+		// A trusted reviewers file that cannot be read trusts no one: every
+		// decision then reads unverified (fail closed), and says why.
 		rs, err := l.reviewers()
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrUntrusted, err)
+			v.problem = fmt.Sprintf("the trusted reviewers file cannot be read, so no decision can be verified: %v", err)
+		} else {
+			v.trusted = rs
 		}
-		trusted = rs
 	}
-	return &verifier{ix: ix, trusted: trusted, now: l.now(), ttl: l.reviewTTL}, nil
+	return v, nil
 }
 
 func (v *verifier) resolve(r *Review) (Review, []string) {
 	s := v.ix.signedFor(r, v.trusted)
+	if v.problem != "" && (r.Status != Pending || len(s.problems) > 0) {
+		s.problems = append(s.problems, v.problem)
+	}
 	ids := s.ids
 	if ids == nil {
 		ids = []string{}

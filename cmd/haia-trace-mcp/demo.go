@@ -60,8 +60,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	d := &demo{
 		self: self, out: stdout,
-		root: filepath.Join(base, ".trace"),
-		key:  filepath.Join(base, "keys", "signing-key.pem"),
+		root:        filepath.Join(base, ".trace"),
+		key:         filepath.Join(base, "keys", "signing-key.pem"),
+		reviewerKey: filepath.Join(base, "keys", "reviewer-key.pem"),
+		reviewers:   filepath.Join(base, "keys", "reviewers.json"),
 	}
 	if err := d.run(ctx); err != nil {
 		fmt.Fprintf(stdout, "\nDEMO FAILED: %v\n", err)
@@ -74,8 +76,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 type demo struct {
-	self, root, key string
-	out             io.Writer
+	self, root, key        string
+	reviewerKey, reviewers string
+	out                    io.Writer
 	client          *mcpclient.Client
 	step            int
 }
@@ -113,8 +116,15 @@ func (d *demo) run(ctx context.Context) error {
 			"settled": "the settlement response came back", "unsettled": "no settlement response ever arrived"}[p.Outcome])
 	}
 
+	d.heading("The operator makes a reviewer key and trusts it (once)")
+	if _, err := d.cli(ctx, "reviewer", "init", "--id", "operator", "--key-file", d.reviewerKey, "--reviewers", d.reviewers); err != nil {
+		return err
+	}
+
 	d.heading("The agent host starts the MCP server over stdio")
-	client, err := mcpclient.NewStdioMCPClient(d.self, os.Environ(), "--dir", d.root, "--key-file", d.key, "--agent-id", "demo-agent", "--log-level", "warn")
+	serverArgs := []string{"--dir", d.root, "--key-file", d.key, "--reviewers", d.reviewers, "--agent-id", "demo-agent", "--log-level", "warn"}
+	d.say("  $ haia-trace-mcp %s", shellJoin(serverArgs))
+	client, err := mcpclient.NewStdioMCPClient(d.self, os.Environ(), serverArgs...)
 	if err != nil {
 		return fmt.Errorf("start the server: %w", err)
 	}
@@ -183,18 +193,16 @@ func (d *demo) run(ctx context.Context) error {
 	}
 
 	d.heading("A human reviews it from the command line and rejects it")
-	d.say("  $ haia-trace-mcp review list --dir %s", d.root)
-	if out, err := d.cli(ctx, "review", "list", "--dir", d.root); err != nil {
-		return err
-	} else {
-		d.say("%s", indent(out))
-	}
-	d.say("  $ haia-trace-mcp review reject %s --note \"op-2 never settled; ask the seller first\" --by operator", check.ReviewID)
-	out, err := d.cli(ctx, "review", "reject", check.ReviewID, "--note", "op-2 never settled; ask the seller first", "--by", "operator", "--dir", d.root, "--key-file", d.key)
-	if err != nil {
+	if _, err := d.cli(ctx, "review", "list", "--dir", d.root, "--reviewers", d.reviewers); err != nil {
 		return err
 	}
-	d.say("%s", indent(out))
+	if _, err := d.cli(ctx, "review", "show", check.ReviewID, "--dir", d.root, "--reviewers", d.reviewers); err != nil {
+		return err
+	}
+	if _, err := d.cli(ctx, "review", "reject", check.ReviewID, "--note", "op-2 never settled; ask the seller first",
+		"--dir", d.root, "--reviewer-key", d.reviewerKey, "--reviewers", d.reviewers); err != nil {
+		return err
+	}
 
 	d.heading("The agent reads the decision and the explanation")
 	var status struct {
@@ -216,6 +224,19 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 	d.say("  explain run-demo/op-2: %s", ex.Explanation)
+	var again struct {
+		Decision string `json:"decision"`
+		Reasons  []struct {
+			Rule string `json:"rule"`
+		} `json:"reasons"`
+	}
+	if err := d.call(ctx, "check_before_pay", map[string]any{"counterparty": demoSellerSilent, "amount": "0.40", "asset": "USDC"}, &again); err != nil {
+		return err
+	}
+	d.say("  asking the very same question again: %s (%s) — the rejection holds", strings.ToUpper(again.Decision), again.Reasons[0].Rule)
+	if again.Decision != "block" || again.Reasons[0].Rule != "human_rejected" {
+		return fmt.Errorf("expected the rejection to hold, got %q", again.Decision)
+	}
 
 	d.heading("Paying the seller that settles is fine")
 	if err := d.call(ctx, "check_before_pay", map[string]any{"counterparty": demoSellerSettles, "amount": "0.25"}, &check); err != nil {
@@ -226,27 +247,33 @@ func (d *demo) run(ctx context.Context) error {
 		return fmt.Errorf("expected allow for the settled seller, got %q", check.Decision)
 	}
 
-	d.heading("Anyone can verify the signed decision chain offline")
+	d.heading("Anyone can check the log against the signatures, and verify each chain offline")
+	out, err := d.cli(ctx, "audit", "--dir", d.root, "--reviewers", d.reviewers)
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(out, "CONSISTENT") {
+		return errors.New("the audit found the log and the chains disagree")
+	}
 	lines, err := d.cli(ctx, "chain", "list", "--dir", d.root)
 	if err != nil {
 		return err
 	}
-	fields := strings.Split(strings.TrimSpace(lines), "\t")
-	if len(fields) != 4 {
-		return fmt.Errorf("chain list printed %q", lines)
-	}
-	d.say("  chain %s: %s receipts, head %s", fields[0], fields[2], fields[3])
 	keyring := filepath.Join(d.root, "guard", "keyring.json")
-	d.say("  $ haia-trace-mcp verify %s --keyring %s", fields[1], keyring)
-	out, err = d.cli(ctx, "verify", fields[1], "--keyring", keyring)
-	if err != nil {
-		return err
+	for _, line := range strings.Split(strings.TrimSpace(lines), "\n") {
+		fields := strings.Split(line, "\t")
+		if len(fields) != 4 {
+			return fmt.Errorf("chain list printed %q", lines)
+		}
+		out, err := d.cli(ctx, "verify", fields[1], "--keyring", keyring)
+		if err != nil {
+			return err
+		}
+		if !strings.HasPrefix(out, "VALID") {
+			return errors.New("a decision chain did not verify")
+		}
 	}
-	d.say("%s", indent(out))
-	if !strings.HasPrefix(out, "VALID") {
-		return errors.New("the decision chain did not verify")
-	}
-	d.say("\nDemo complete: review → rejected by a human → agent informed → chain VALID.")
+	d.say("\nDemo complete: review → rejected by a human with a key of their own → the rejection holds → audit CONSISTENT → chains VALID.")
 	return nil
 }
 
@@ -275,15 +302,34 @@ func (d *demo) call(ctx context.Context, tool string, args map[string]any, v any
 	return json.Unmarshal(data, v)
 }
 
-// cli runs this program's own command line, as an operator would.
+// cli runs this program's own command line, as an operator would, and
+// prints the exact command (every flag) and its output, so a reader can
+// repeat it.
 func (d *demo) cli(ctx context.Context, args ...string) (string, error) {
+	d.say("  $ haia-trace-mcp %s", shellJoin(args))
 	cmd := exec.CommandContext(ctx, d.self, args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("haia-trace-mcp %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
+		return "", fmt.Errorf("haia-trace-mcp %s: %v: %s", shellJoin(args), err, strings.TrimSpace(errb.String()))
+	}
+	if s := strings.TrimSpace(out.String()); s != "" {
+		d.say("%s", indent(s))
 	}
 	return out.String(), nil
+}
+
+// shellJoin writes arguments the way a POSIX shell would read them back.
+func shellJoin(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if a != "" && !strings.ContainsAny(a, " \t\n'\"\\$`;&|<>()*?[]#~!{}") {
+			out[i] = a
+			continue
+		}
+		out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return strings.Join(out, " ")
 }
 
 func indent(s string) string {

@@ -16,16 +16,25 @@ func TestDemo(t *testing.T) {
 	}
 	milestones := []string{
 		"op-2: paid 400000 atomic USDC",
+		"$ haia-trace-mcp reviewer init --id operator --key-file",
 		"no tool that approves or rejects",
 		"run-demo / op-2: partial (missing: settlement)",
 		"run-demo / op-1: full",
 		"decision: REVIEW",
 		"- open_partial:",
+		"$ haia-trace-mcp review reject",
+		"--reviewer-key",
 		"rejected by operator",
 		": rejected — \"op-2 never settled; ask the seller first\"",
 		"look the same",
+		"BLOCK (human_rejected)",
 		"decision: ALLOW",
-		"VALID: 3 receipts",
+		"$ haia-trace-mcp audit",
+		"CONSISTENT",
+		"$ haia-trace-mcp verify",
+		"VALID: ",
+		"$ haia-trace-mcp verify",
+		"VALID: ",
 		"Demo complete",
 	}
 	rest := out

@@ -60,7 +60,9 @@ func TestCrashSafety(t *testing.T) {
 						return
 					}
 					mu.Lock()
-					answeredReviews[ans.ReviewID] = true
+					if ans.ReviewID != "" { // past the pending cap a question is blocked and opens none
+						answeredReviews[ans.ReviewID] = true
+					}
 					answeredReceipts[ans.ReceiptID] = true
 					mu.Unlock()
 				}
@@ -84,7 +86,7 @@ func TestCrashSafety(t *testing.T) {
 			if i%2 == 1 {
 				verb = "reject"
 			}
-			c := exec.Command(binPath, "review", verb, id, "--dir", root, "--key-file", key, "--by", "crash-test")
+			c := exec.Command(binPath, "review", verb, id, "--dir", root)
 			if err := c.Start(); err != nil {
 				t.Fatal(err)
 			}

@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
 
 // binPath is the real binary the end-to-end tests start; TestMain builds it.
@@ -41,6 +44,15 @@ func TestMain(m *testing.M) {
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building the binary for end-to-end tests:", err)
+		os.Exit(1)
+	}
+	// One trusted reviewer, "alice", with her key and the trusted reviewers
+	// file in that configuration directory: the review commands sign with
+	// it by default, and servers started by the tests trust it.
+	initReviewer := exec.Command(binPath, "reviewer", "init", "--id", "alice")
+	initReviewer.Stdout, initReviewer.Stderr = io.Discard, os.Stderr
+	if err := initReviewer.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "creating the test reviewer:", err)
 		os.Exit(1)
 	}
 	code := m.Run()
@@ -104,4 +116,19 @@ func TestVersionCommand(t *testing.T) {
 	if code != exitUsage || !bytes.Contains([]byte(errOut), []byte(`unknown command "no-such-command"`)) {
 		t.Fatalf("unknown command: code %d, stderr %q", code, errOut)
 	}
+}
+
+// aliceChains signs as the tests' trusted reviewer, whose key TestMain made
+// in the default place.
+func aliceChains(t *testing.T) *reviewlog.Chains {
+	t.Helper()
+	path, err := defaultConfigPath("reviewer-key.pem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := noa.LoadKeyFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &reviewlog.Chains{Signer: noa.NewKeySigner(key), Tenant: "test"}
 }

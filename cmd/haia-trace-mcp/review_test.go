@@ -30,14 +30,15 @@ func reviewRoot(t *testing.T, n int) (string, []string) {
 	var ids []string
 	for i := range n {
 		q := guard.Question{Counterparty: "0xb0b0000000000000000000000000000000000002", Amount: strings.Repeat("1", i+1), Asset: guard.USDCBase, Template: "x402-buyer"}
-		r, _, err := l.OpenReview(context.Background(), q, []guard.Reason{
-			{Rule: "open_partial", Detail: "1 partial operation\nwith a line break", Evidence: []guard.Ref{{RunID: "run-1", OperationID: "op-2"}}},
-			{Rule: "history", Detail: "read 3 operations"},
-		}, nil)
+		out, err := l.Ask(context.Background(), reviewlog.AskRequest{Caller: "agent-1", Question: q, Decision: guard.Review,
+			ParamsHash: "hmac-sha256:" + strings.Repeat("ab", 32), Reasons: []guard.Reason{
+				{Rule: "open_partial", Detail: "1 partial operation\nwith a line break", Evidence: []guard.Ref{{RunID: "run-1", OperationID: "op-2"}}},
+				{Rule: "history", Detail: "read 3 operations"},
+			}}, func(reviewlog.Tx, reviewlog.AskOutcome) error { return nil })
 		if err != nil {
 			t.Fatal(err)
 		}
-		ids = append(ids, r.ID)
+		ids = append(ids, out.Review.ID)
 	}
 	return dir, ids
 }
@@ -57,7 +58,7 @@ func TestReviewCLI(t *testing.T) {
 	}
 
 	out, _, code = reviewCmd("show", ids[0], "--dir", dir)
-	if code != 0 || !strings.Contains(out, "run run-1, operation op-2") || !strings.Contains(out, "1 partial operation�with a line break") {
+	if code != 0 || !strings.Contains(out, "run run-1, operation op-2") || !strings.Contains(out, `1 partial operation\nwith a line break`) {
 		t.Errorf("show: %d %q", code, out)
 	}
 
@@ -104,8 +105,9 @@ func TestReviewCLIExitCodes(t *testing.T) {
 		{"bad id", []string{"approve", "not-an-id", "--dir", dir}, exitUsage, "not a review id"},
 		{"unknown id", []string{"approve", "1b4e28ba-2fa1-4d2c-883f-0016d3cca427", "--dir", dir}, reviewExitUnknown, "unknown review"},
 		{"unknown id (show)", []string{"show", "1b4e28ba-2fa1-4d2c-883f-0016d3cca427", "--dir", dir}, reviewExitUnknown, "unknown review"},
-		{"control character in --by", []string{"approve", ids[0], "--by", "a\x1bb", "--dir", dir}, exitUsage, "control character"},
-		{"missing root", []string{"list", "--dir", filepath.Join(dir, "absent")}, exitFail, "Trace root"},
+		{"--by another reviewer than the key's", []string{"approve", ids[0], "--by", "a\x1bb", "--dir", dir}, reviewExitUntrusted, `belongs to reviewer alice`},
+		{"missing root", []string{"list", "--dir", filepath.Join(dir, "absent")}, exitUsage, "cannot be opened"},
+		{"not a Trace root", []string{"list", "--dir", t.TempDir()}, exitUsage, "is not a Trace root"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -147,7 +149,7 @@ func TestReviewCLIProcessesDecideOnce(t *testing.T) {
 			if i%2 == 1 {
 				verb = "reject"
 			}
-			_, _, codes[i] = runCLI(t, "review", verb, ids[0], "--by", "reviewer", "--dir", dir)
+			_, _, codes[i] = runCLI(t, "review", verb, ids[0], "--dir", dir)
 		}()
 	}
 	wg.Wait()

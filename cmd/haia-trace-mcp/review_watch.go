@@ -9,6 +9,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
@@ -45,6 +46,8 @@ func runReviewWatch(ctx context.Context, args []string, stdout, stderr io.Writer
 	dir := fs.String("dir", ".trace", "the Trace root")
 	asJSON := fs.Bool("json", false, "print one JSON object per line")
 	interval := fs.Duration("interval", time.Second, "how often to read the review log")
+	reviewers := fs.String("reviewers", "", "the trusted reviewers file (default: reviewers.json in the user configuration directory)")
+	guardConfig := fs.String("guard-config", "", "the guard policy, for reviewTtlMinutes")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stderr, reviewWatchUsage)
@@ -66,8 +69,19 @@ func runReviewWatch(ctx context.Context, args []string, stdout, stderr io.Writer
 		return code
 	}
 	defer root.Close()
+	reviewersPath, err := reviewersFile(*reviewers)
+	if err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp review watch: %v\n", err)
+		return exitFail
+	}
+	pol, err := guard.LoadConfig(*guardConfig)
+	if err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp review watch: --guard-config: %v\n", err)
+		return exitUsage
+	}
 	w := &reviewWatcher{
-		log:    reviewlog.Open(root, reviewlog.Options{}),
+		log: reviewlog.Open(root, reviewlog.Options{ReviewTTL: pol.ReviewTTL,
+			Reviewers: func() (reviewlog.Reviewers, error) { return reviewlog.LoadReviewers(reviewersPath) }}),
 		path:   root.Path(),
 		json:   *asJSON,
 		stdout: stdout,

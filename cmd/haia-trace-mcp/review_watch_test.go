@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 )
@@ -102,16 +103,17 @@ func TestReviewWatch(t *testing.T) {
 			ctx := context.Background()
 			open := func(counterparty, amount string) reviewlog.Review {
 				t.Helper()
-				r, _, err := l.OpenReview(ctx, guard.Question{Counterparty: counterparty, Amount: amount, Asset: guard.USDCBase},
-					[]guard.Reason{{Rule: "open_partial", Detail: "x"}}, nil)
+				out, err := l.Ask(ctx, reviewlog.AskRequest{Caller: "agent-1", Decision: guard.Review, ParamsHash: "hmac-sha256:" + strings.Repeat("cd", 32),
+					Question: guard.Question{Counterparty: counterparty, Amount: amount, Asset: guard.USDCBase},
+					Reasons:  []guard.Reason{{Rule: "open_partial", Detail: "x"}}}, func(reviewlog.Tx, reviewlog.AskOutcome) error { return nil })
 				if err != nil {
 					t.Fatal(err)
 				}
-				return r
+				return out.Review
 			}
 			decide := func(id, status string) {
 				t.Helper()
-				if _, err := l.DecideReview(ctx, id, status, "checked", "alice", nil); err != nil {
+				if _, err := (engine.Decider{Log: l, Chains: aliceChains(t)}).Decide(ctx, id, status, "checked", "alice"); err != nil {
 					t.Fatal(err)
 				}
 			}
