@@ -79,8 +79,8 @@ type demo struct {
 	self, root, key        string
 	reviewerKey, reviewers string
 	out                    io.Writer
-	client          *mcpclient.Client
-	step            int
+	client                 *mcpclient.Client
+	step                   int
 }
 
 func (d *demo) say(format string, a ...any) { fmt.Fprintf(d.out, format+"\n", a...) }
