@@ -486,3 +486,27 @@ func checkText(name, s string, max int, multiline bool) error {
 	}
 	return nil
 }
+
+// Appendable checks, without writing, that the review log can be appended
+// to: guard/ exists or can be made, and the log opens for appending.
+func (l *Log) Appendable() error {
+	g, err := l.root.MkdirAll(DirName, 0o700)
+	if err != nil {
+		return fmt.Errorf("the review log directory: %w", err)
+	}
+	defer g.Close()
+	f, err := g.OpenFile(FileName, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("the review log: %w", err)
+	}
+	return f.Close()
+}
+
+// ReviewersReadable checks that the trusted reviewers can be read.
+func (l *Log) ReviewersReadable() error {
+	if l.reviewers == nil {
+		return nil
+	}
+	_, err := l.reviewers()
+	return err
+}

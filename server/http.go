@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/auth"
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 )
 
@@ -211,7 +212,12 @@ func (s *Server) NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 		if err := cfg.Ready(r.Context()); err != nil {
 			cfg.Logger.WarnContext(r.Context(), "not ready", "err", err)
 			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = io.WriteString(w, "not ready\n")
+			reason := "not ready"
+			var nr *engine.NotReadyError
+			if errors.As(err, &nr) {
+				reason += ": " + nr.Reason
+			}
+			_, _ = io.WriteString(w, reason+"\n")
 			return
 		}
 		_, _ = io.WriteString(w, "ready\n")
@@ -370,19 +376,22 @@ func carryIdentity(ctx context.Context, r *http.Request) context.Context {
 // probeReady lists events/ (a root that cannot be read serves nothing) and,
 // with the guard on, checks that guard/ can be written (a decision that
 // cannot be recorded is not given).
-func (s *Server) probeReady(context.Context) error {
+func (s *Server) probeReady(ctx context.Context) error {
 	if _, err := s.cfg.Events.ReadDir(); err != nil {
-		return fmt.Errorf("events directory not listable: %w", err)
+		return &engine.NotReadyError{Reason: "the events directory cannot be listed", Err: err}
 	}
 	if s.guard == nil {
 		return nil
 	}
 	g, err := s.cfg.Root.MkdirAll(reviewlog.DirName, 0o700)
 	if err != nil {
-		return fmt.Errorf("guard directory: %w", err)
+		return &engine.NotReadyError{Reason: "the guard directory cannot be written", Err: err}
 	}
 	defer g.Close()
-	return g.Writable()
+	if err := g.Writable(); err != nil {
+		return &engine.NotReadyError{Reason: "the guard directory cannot be written", Err: err}
+	}
+	return s.guard.Engine.Ready(ctx)
 }
 
 // limitBody answers 413 to a body over max, before authentication reads

@@ -108,6 +108,13 @@ func runChain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "haia-trace-mcp chain checkpoint: %v\n", err)
 		return exitFail
 	}
+	// A checkpoint signed by another key than the chain's would make a
+	// clean chain verify TAMPERED: refuse it before signing anything.
+	if head := rs[len(rs)-1]; head.Sig.KID != signer.KeyID() {
+		fmt.Fprintf(stderr, "haia-trace-mcp chain checkpoint: chain %q is signed by key %s, not by this key (%s); pass the chain's own --key-file or --signer\n",
+			pos[0], head.Sig.KID, signer.KeyID())
+		return exitUsage
+	}
 	_, data, err := noa.NewCheckpoint(ctx, rs[len(rs)-1], time.Now(), signer)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp chain checkpoint: %v\n", err)

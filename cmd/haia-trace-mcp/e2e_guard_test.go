@@ -182,6 +182,11 @@ func TestStdioGuardStory(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("checkpoint: %s", errOut)
 	}
+	// A key that does not sign the chain cannot checkpoint it.
+	other := filepath.Join(t.TempDir(), "other.pem")
+	if _, errOut, code := runCLI(t, "chain", "checkpoint", filepath.Base(strings.TrimSuffix(chain, ".ndjson")), "--dir", root, "--key-file", other); code != 2 || !strings.Contains(errOut, "not by this key") {
+		t.Fatalf("checkpoint with another key: %d %s", code, errOut)
+	}
 	cpPath := filepath.Join(t.TempDir(), "checkpoint.json")
 	os.WriteFile(cpPath, []byte(cp), 0o644)
 	if got, code := verifyChain(t, root, chain, "--checkpoint", cpPath); code != 0 {

@@ -53,3 +53,37 @@ func (d Decider) Decide(ctx context.Context, id, status, note, by string) (revie
 		return err
 	})
 }
+
+// NotReadyError says why the engine cannot answer now; Reason is safe to
+// show to an unauthenticated probe (no paths), Err is for the log.
+type NotReadyError struct {
+	Reason string
+	Err    error
+}
+
+func (e *NotReadyError) Error() string { return e.Reason + ": " + e.Err.Error() }
+func (e *NotReadyError) Unwrap() error { return e.Err }
+
+// pinger is a signer that can be asked whether it answers (a signer
+// process); a key held in memory always does.
+type pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// Ready reports whether a decision could be recorded now: the signer
+// answers, the review log can be appended to, and the trusted reviewers can
+// be read.
+func (e *Engine) Ready(ctx context.Context) error {
+	if p, ok := e.cfg.Chains.Signer.(pinger); ok {
+		if err := p.Ping(ctx); err != nil {
+			return &NotReadyError{Reason: "the signer does not answer", Err: err}
+		}
+	}
+	if err := e.cfg.Log.Appendable(); err != nil {
+		return &NotReadyError{Reason: "the review log cannot be appended to", Err: err}
+	}
+	if err := e.cfg.Log.ReviewersReadable(); err != nil {
+		return &NotReadyError{Reason: "the trusted reviewers file cannot be read", Err: err}
+	}
+	return nil
+}

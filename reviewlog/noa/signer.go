@@ -246,3 +246,18 @@ func (s *RemoteSigner) call(ctx context.Context, req signerRequest) (signerRespo
 	}
 	return resp, nil
 }
+
+// Ping asks the signer process for its key and checks it is still the key
+// this client signs with: a readiness probe that signs nothing.
+func (s *RemoteSigner) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	resp, err := s.call(ctx, signerRequest{Op: "key"})
+	if err != nil {
+		return err
+	}
+	if resp.KID != s.kid {
+		return fmt.Errorf("signer %s now answers with key %q, not %q", s.path, resp.KID, s.kid)
+	}
+	return nil
+}
