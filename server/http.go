@@ -145,6 +145,11 @@ func (s *Server) NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 		cfg.Ready = s.probeReady
 	}
 	h := &HTTP{logger: cfg.Logger, metrics: newHTTPMetrics(), streamIdle: cfg.StreamIdle, streamPing: cfg.StreamPing}
+	for _, c := range s.collectors {
+		if err := h.metrics.registry.Register(c); err != nil {
+			return nil, fmt.Errorf("http: metrics: %w", err)
+		}
+	}
 	if cfg.Auth != nil {
 		if err := s.CheckToolScopes(cfg.Auth.ToolScopes); err != nil {
 			return nil, fmt.Errorf("http: %w", err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
@@ -55,7 +56,13 @@ type Server struct {
 	// guard is set by EnableGuard, which adds check_before_pay and
 	// get_review_status; without it only the read tools are served.
 	guard *Guard
+	// collectors are served on /metrics beside the HTTP transport's own.
+	collectors []prometheus.Collector
 }
+
+// AddMetrics has /metrics serve these collectors too (the guard's and the
+// notifier's); call it before NewHTTP.
+func (s *Server) AddMetrics(cs ...prometheus.Collector) { s.collectors = append(s.collectors, cs...) }
 
 // opSummary is what the index keeps per assembled receipt.
 type opSummary struct {

@@ -261,6 +261,17 @@ func TestHumanLoopHTTP(t *testing.T) {
 	if code, body := ready(); code != http.StatusOK {
 		t.Fatalf("readyz: %d %s", code, body)
 	}
+	resp, err := http.Get(p.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, name := range []string{"haia_review_integrity_warnings_total", "haia_notify_sent_total"} {
+		if !strings.Contains(string(metrics), name) {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
 	if err := os.Remove(copyOf); err != nil {
 		t.Fatal(err)
 	}

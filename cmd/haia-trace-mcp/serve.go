@@ -16,6 +16,7 @@ import (
 	"time"
 
 	mcpserver "github.com/mark3labs/mcp-go/server"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
@@ -68,6 +69,7 @@ type guardSetup struct {
 	// reviewersPath is the trusted reviewers file (read, never written).
 	reviewersPath string
 	notifier      *notify.Group
+	notifyMetrics *notify.Metrics
 }
 
 // openGuard loads the policy, its custom rules and the signing setup once.
@@ -123,16 +125,23 @@ func startGuard(srv *server.Server, g *guardSetup, templates *receipt.TemplateSe
 			g.notifier.Notify(m)
 		}
 	}
+	integrity := prometheus.NewCounter(prometheus.CounterOpts{Name: "haia_review_integrity_warnings_total",
+		Help: "Times a review's log lines and its signed receipts disagreed (an unverified decision, a contradicting line)."})
+	srv.AddMetrics(integrity)
+	if g.notifier != nil {
+		srv.AddMetrics(g.notifyMetrics)
+	}
 	eng, err := engine.New(engine.Config{
-		Notify:    onOpen,
-		Policy:    g.policy,
-		Rules:     g.rules,
-		Templates: templates,
-		History:   srv.History(),
-		Log:       g.log,
-		Chains:    g.chains,
-		ParamsKey: g.paramsKey,
-		Logger:    logger,
+		Notify:      onOpen,
+		OnIntegrity: integrity.Inc,
+		Policy:      g.policy,
+		Rules:       g.rules,
+		Templates:   templates,
+		History:     srv.History(),
+		Log:         g.log,
+		Chains:      g.chains,
+		ParamsKey:   g.paramsKey,
+		Logger:      logger,
 	})
 	if err != nil {
 		return err
@@ -289,7 +298,8 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
 		return exitFail
 	}
-	if g.notifier, err = notify.New(f.notify, notify.Options{Logger: logger}); err != nil {
+	g.notifyMetrics = notify.NewMetrics()
+	if g.notifier, err = notify.New(f.notify, notify.Options{Logger: logger, Metrics: g.notifyMetrics}); err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
 		return exitUsage
 	}

@@ -60,6 +60,9 @@ type Config struct {
 	// Notify, when set, is told of each review this engine opens, after it
 	// is recorded. It must not block (reviewlog/notify queues).
 	Notify func(reviewlog.Review)
+	// OnIntegrity, when set, is called once per integrity warning (the log
+	// and the signatures disagree about a review), for a metric.
+	OnIntegrity func()
 }
 
 // Engine answers check_before_pay questions.
@@ -211,14 +214,22 @@ func (e *Engine) Check(ctx context.Context, caller string, q Question) (Answer, 
 	if err != nil {
 		return Answer{}, e.notRecorded("record the "+dec.Decision+" decision", err)
 	}
-	for _, w := range out.Review.Integrity {
-		e.cfg.Logger.Warn("review integrity", "review_id", out.Review.ID, "finding", w)
-	}
+	e.integrity(out.Review)
 	if out.Kind == reviewlog.AskOpened && e.cfg.Notify != nil {
 		e.cfg.Notify(out.Review)
 	}
 	e.cfg.Logger.Info("check_before_pay", "decision", ans.Decision, "outcome", out.Kind, "review_id", ans.ReviewID, "receipt_id", ans.ReceiptID, "caller", caller)
 	return ans, nil
+}
+
+// integrity logs (and counts) what the log and the signatures disagree on.
+func (e *Engine) integrity(r reviewlog.Review) {
+	for _, w := range r.Integrity {
+		e.cfg.Logger.Warn("review integrity", "review_id", r.ID, "finding", w)
+		if e.cfg.OnIntegrity != nil {
+			e.cfg.OnIntegrity()
+		}
+	}
 }
 
 // shape is the answer an Ask outcome gives. The history line stays last.

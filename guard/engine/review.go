@@ -27,9 +27,7 @@ func (e *Engine) ReviewStatus(ctx context.Context, id string) (ReviewStatus, err
 	case err != nil:
 		return ReviewStatus{}, fmt.Errorf("read review %s: %w", id, err)
 	}
-	for _, w := range rv.Integrity {
-		e.cfg.Logger.Warn("review integrity", "review_id", rv.ID, "finding", w)
-	}
+	e.integrity(rv)
 	return ReviewStatus{Review: rv, Receipts: ids}, nil
 }
 
