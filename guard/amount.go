@@ -147,3 +147,10 @@ func FormatAmount(atomic *big.Int, decimals int) string {
 	}
 	return whole + "." + frac
 }
+
+// CheckAmountSyntax reports whether s is a plain decimal string (digits,
+// optionally a point and digits) — the form check_before_pay's schema
+// states. A malformed amount is refused before anything is recorded; an
+// amount in the right form that the asset cannot hold (too many decimals)
+// stays a question for a human.
+func CheckAmountSyntax(s string) error { return checkAmountSyntax(s) }

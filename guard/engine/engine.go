@@ -157,6 +157,10 @@ func (e *Engine) Check(ctx context.Context, caller string, q Question) (Answer, 
 		return Answer{}, refusedf("template %q cannot be used here: the guard reads history under the policy's history templates (%s), so template may only name one of them",
 			clipText(q.Template), strings.Join(pol.HistoryTemplates, ", "))
 	}
+	if err := guard.CheckAmountSyntax(q.Amount); err != nil {
+		return Answer{}, refusedf("%s; an amount is a plain decimal string in display units such as \"0.25\" (digits, optionally a point and digits; no sign, exponent or spaces); nothing was recorded",
+			strings.TrimPrefix(err.Error(), guard.ErrAmount.Error()+": "))
+	}
 	req, err := guard.ParseRequest(q, pol)
 	if err != nil {
 		return Answer{}, refusedf("%s", strings.TrimPrefix(err.Error(), guard.ErrRequest.Error()+": "))

@@ -335,3 +335,23 @@ func TestUnknownHistoryTemplateRefusedAtStart(t *testing.T) {
 		t.Fatalf("err %v, want one naming the template", err)
 	}
 }
+
+// An amount that is not a plain decimal string is refused and records
+// nothing; one in the right form that the asset cannot hold stays a review.
+func TestAmountMustBePlainDecimal(t *testing.T) {
+	f := newFixture(t, t.TempDir(), lenientPolicy)
+	for _, amount := range []string{"1e3", "-1", "+1", " 1", "1,5", "0x10", ".5", "1.", "１"} {
+		_, err := f.eng.Check(context.Background(), "agent-1", Question{Counterparty: sellerA, Amount: amount})
+		var refused *RefusedError
+		if !errors.As(err, &refused) || !strings.Contains(refused.Message, "plain decimal string") {
+			t.Errorf("amount %q: %v, want a refusal", amount, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(f.dir, "guard", "decisions.ndjson")); err == nil {
+		t.Error("a refused amount wrote to the review log")
+	}
+	ans, err := f.eng.Check(context.Background(), "agent-1", Question{Counterparty: sellerA, Amount: "0.0000001"})
+	if err != nil || ans.Decision != guard.Review || !strings.Contains(strings.Join(rules(ans), ","), guard.RuleUnparseableAmount) {
+		t.Fatalf("seven decimals of USDC: %+v %v", ans, err)
+	}
+}
