@@ -3,6 +3,10 @@ package reviewlog
 import (
 	"crypto/ed25519"
 	"crypto/rand"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,5 +64,39 @@ func (rv *reviewer) sign(t testing.TB) Hook {
 				Approval: &noa.Approval{By: rv.id, At: noa.FormatTS(at)}},
 		})
 		return err
+	}
+}
+
+// A repair record naming a decided line cannot reopen the review, and the
+// review cannot be decided a second time.
+func TestRepairCannotReopenADecision(t *testing.T) {
+	dir := t.TempDir()
+	l, alice := newSignedLog(t, dir, nil)
+	ctx := t.Context()
+	out, err := l.Ask(ctx, AskRequest{Caller: "agent", Question: q1, Decision: "review", ParamsHash: "hmac-sha256:" + strings.Repeat("0", 64), Reasons: reasons},
+		func(Tx, AskOutcome) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := out.Review.ID
+	if _, err := l.DecideReview(ctx, id, Approved, "", "alice", alice.sign(t)); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, DirName, FileName)
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString(`{"type":"repair","at":"2026-07-25T12:06:00.000Z","lines":[2]}` + "\n")
+	f.Close()
+	if r, err := l.Get(ctx, id); err != nil || r.Status != Approved {
+		t.Fatalf("after the forged repair: %+v %v", r, err)
+	}
+	if _, err := l.DecideReview(ctx, id, Rejected, "", "alice", alice.sign(t)); !errors.Is(err, ErrAlreadyDecided) {
+		t.Fatalf("second decision: %v, want ErrAlreadyDecided", err)
+	}
+	findings, _ := l.Findings(ctx)
+	if len(findings) != 1 || !strings.Contains(findings[0].What, "repair record names lines [2]") {
+		t.Fatalf("findings %+v", findings)
 	}
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -333,5 +335,36 @@ func TestSameQuestionAcrossServerProcesses(t *testing.T) {
 	out, _, code := runCLI(t, "review", "list", "--dir", root, "--json")
 	if code != 0 || strings.Count(out, `"review_id"`) != 1 {
 		t.Fatalf("review log: %s", out)
+	}
+}
+
+// /readyz says not ready, and why, while the signer process is down.
+func TestReadyzWhileTheSignerIsDown(t *testing.T) {
+	root := sampleRoot(t)
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "signer.sock")
+	signer := exec.Command(binPath, "signer", "--key-file", filepath.Join(dir, "key.pem"), "--listen", "unix:"+sock)
+	if err := signer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer signer.Process.Kill()
+	waitFor(t, "the signer socket", func() bool { _, err := os.Stat(sock); return err == nil })
+	p := startHTTPBinary(t, "--dir", root, "--signer", "unix:"+sock, "--params-key-file", filepath.Join(dir, "params.pem"), "--http-insecure-no-auth")
+	ready := func() (int, string) {
+		resp, err := http.Get(p.base + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := ready(); code != http.StatusOK {
+		t.Fatalf("readyz with the signer up: %d %q", code, body)
+	}
+	signer.Process.Signal(syscall.SIGKILL)
+	signer.Wait()
+	if code, body := ready(); code != http.StatusServiceUnavailable || !strings.Contains(body, "signer does not answer") {
+		t.Fatalf("readyz with the signer down: %d %q", code, body)
 	}
 }
