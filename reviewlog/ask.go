@@ -68,6 +68,10 @@ func (l *Log) Ask(ctx context.Context, req AskRequest, hook func(tx Tx, out AskO
 			return AskOutcome{}, fmt.Errorf("%w: %s is longer than %d bytes or not UTF-8", ErrBadInput, name, maxFieldBytes)
 		}
 	}
+	caller := req.Caller
+	if caller == noCaller {
+		caller = ""
+	}
 	var out AskOutcome
 	err := l.transact(ctx, func(g *confined.Dir, st *state, at time.Time) (*record, error) {
 		run := func(kind string, r Review, rec *record) (*record, error) {
@@ -81,22 +85,26 @@ func (l *Log) Ask(ctx context.Context, req AskRequest, hook func(tx Tx, out AskO
 			}
 			return rec, nil
 		}
-		var cands []*Review
-		for i := len(st.reviews) - 1; i >= 0; i-- {
-			if r := st.reviews[i]; r.asks(req.Caller, q) {
-				cands = append(cands, r)
-			}
-		}
-		var v *verifier
-		if len(cands) > 0 {
-			var err error
-			if v, err = l.newVerifier(g); err != nil {
+		// The caller's reviews of this very question, newest first; the
+		// index keeps them, so this costs the same at any size of log.
+		list := st.byKey[questionKey(caller, q)]
+		var resolved []Review
+		if len(list) > 0 {
+			v, err := l.newVerifier(g)
+			if err != nil {
 				return nil, err
 			}
-		}
-		resolved := make([]Review, len(cands))
-		for i, c := range cands {
-			resolved[i], _ = v.resolve(c)
+			for i := len(list) - 1; i >= 0; i-- {
+				r, err := st.review(list[i])
+				if err != nil {
+					return nil, err
+				}
+				vr, _, err := v.resolve(&r)
+				if err != nil {
+					return nil, err
+				}
+				resolved = append(resolved, vr)
+			}
 		}
 		// The newest decision a trusted reviewer signed speaks first.
 		if req.Decision != guard.Block {
@@ -113,7 +121,7 @@ func (l *Log) Ask(ctx context.Context, req AskRequest, hook func(tx Tx, out AskO
 				}
 				if r.Status == Approved && r.UsedAt == "" && req.Decision == guard.Review && at.Before(decided.Add(req.ApprovalTTL)) {
 					r.UsedAt = formatTime(at)
-					return run(AskApproved, r, &record{Type: typeUsed, ReviewID: r.ID, At: formatTime(at), By: req.Caller})
+					return run(AskApproved, r, &record{Type: typeUsed, ReviewID: r.ID, At: formatTime(at), By: caller})
 				}
 				break
 			}
@@ -127,11 +135,8 @@ func (l *Log) Ask(ctx context.Context, req AskRequest, hook func(tx Tx, out AskO
 				return run(AskReused, r, nil)
 			}
 		}
-		for _, r := range st.reviews {
-			if r.Caller != req.Caller || r.Status != Pending {
-				continue
-			}
-			if t, err := parseTime(r.CreatedAt); err == nil && (l.reviewTTL <= 0 || at.Before(t.Add(l.reviewTTL))) {
+		for _, e := range st.pendingOf(caller) {
+			if l.reviewTTL <= 0 || at.Before(e.created.Add(l.reviewTTL)) {
 				out.Pending++
 			}
 		}
@@ -148,9 +153,9 @@ func (l *Log) Ask(ctx context.Context, req AskRequest, hook func(tx Tx, out AskO
 		}
 		amount := q.Amount
 		rec := &record{Type: typeOpened, ReviewID: id, At: formatTime(at), Counterparty: q.Counterparty, Amount: &amount,
-			Asset: q.Asset, Template: q.Template, Reasons: reasons, Caller: req.Caller, ParamsHash: req.ParamsHash}
+			Asset: q.Asset, Template: q.Template, Reasons: reasons, Caller: caller, ParamsHash: req.ParamsHash}
 		r := Review{ID: id, Status: Pending, CreatedAt: rec.At, Counterparty: q.Counterparty, Amount: q.Amount,
-			Asset: q.Asset, Template: q.Template, Reasons: reasons, Caller: req.Caller, ParamsHash: req.ParamsHash}
+			Asset: q.Asset, Template: q.Template, Reasons: reasons, Caller: caller, ParamsHash: req.ParamsHash}
 		out.Pending++
 		return run(AskOpened, r, rec)
 	})

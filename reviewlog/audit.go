@@ -4,7 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strings"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
@@ -26,77 +27,100 @@ type AuditReport struct {
 // line of the log is reported.
 func (l *Log) Audit(ctx context.Context, keyring noa.Keyring) (AuditReport, error) {
 	var rep AuditReport
-	st, err := l.read(ctx)
-	if err != nil {
-		return rep, err
-	}
-	g, err := l.openGuardDir()
-	if err != nil {
-		return rep, err
-	}
-	if g != nil {
-		defer g.Close()
-		chains, err := ListChains(g)
-		if err != nil {
-			return rep, err
-		}
-		for _, c := range chains {
-			rep.Chains++
-			rs, err := ReadChainFile(g, c.ID)
+	err := l.view(ctx, func(g *confined.Dir, st *state) error {
+		if g != nil {
+			chains, err := ListChains(g)
 			if err != nil {
-				rep.Malformed = true
-				rep.Findings = append(rep.Findings, fmt.Sprintf("chain %s: MALFORMED: %v", c.ID, err))
-				continue
+				return err
 			}
-			rep.Receipts += len(rs)
-			if len(rs) == 0 {
-				continue
-			}
-			res := noa.VerifyChain(rs, noa.Options{Keyring: keyring, InFileOrder: true})
-			if res.Verdict != noa.Valid {
-				if res.Verdict == noa.Malformed {
+			for _, c := range chains {
+				rep.Chains++
+				res, n, err := verifyChainFile(g, c.ID, keyring)
+				if err != nil {
 					rep.Malformed = true
+					rep.Findings = append(rep.Findings, fmt.Sprintf("chain %s: MALFORMED: %v", c.ID, err))
+					continue
 				}
-				rep.Findings = append(rep.Findings, fmt.Sprintf("chain %s: %s", c.ID, res.Line()))
+				rep.Receipts += n
+				if n > 0 && res.Verdict != noa.Valid {
+					if res.Verdict == noa.Malformed {
+						rep.Malformed = true
+					}
+					rep.Findings = append(rep.Findings, fmt.Sprintf("chain %s: %s", c.ID, res.Line()))
+				}
 			}
 		}
-	}
-	for _, f := range st.findings {
-		rep.Findings = append(rep.Findings, fmt.Sprintf("%s line %d: %s", FileName, f.Line, f.What))
-	}
-	v, err := l.newVerifier(g)
+		for _, f := range st.findings {
+			where := fmt.Sprintf("%s line %d", FileName, f.Line)
+			if f.Line == 0 {
+				where = FileName
+			}
+			rep.Findings = append(rep.Findings, fmt.Sprintf("%s: %s", where, f.What))
+		}
+		if more := st.findingCount - len(st.findings); more > 0 {
+			rep.Findings = append(rep.Findings, fmt.Sprintf("%s: %d more contradicting lines not listed", FileName, more))
+		}
+		v, err := l.newVerifier(g)
+		if err != nil {
+			return err
+		}
+		known := map[string]bool{}
+		for _, e := range st.entries {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			rep.Reviews++
+			known[ActionID(e.id)] = true
+			r, err := st.review(e)
+			if err != nil {
+				return err
+			}
+			rcs, err := v.rx.receipts(g, ActionID(r.ID))
+			if err != nil {
+				return err
+			}
+			s := signedFor(rcs, &r, v.trusted)
+			if v.problem != "" && (r.Status != Pending || len(s.problems) > 0) {
+				s.problems = append(s.problems, v.problem)
+			}
+			vr := resolve(r, s, v.now, v.ttl)
+			deferred := false
+			for _, rc := range rcs {
+				if rc.Agent.Principal == noa.PrincipalService && rc.Governance.Verdict == noa.VerdictDeferred {
+					deferred = true
+				}
+			}
+			if !deferred {
+				rep.Findings = append(rep.Findings, fmt.Sprintf("review %s: opened in the log, but no chain holds its DEFERRED receipt", r.ID))
+			}
+			for _, w := range vr.Integrity {
+				rep.Findings = append(rep.Findings, fmt.Sprintf("review %s: %s", r.ID, w))
+			}
+			if r.UsedAt != "" && len(s.uses) == 0 {
+				rep.Findings = append(rep.Findings, fmt.Sprintf("review %s: the log says the approval was used at %s, but no chain holds the receipt of that use", r.ID, r.UsedAt))
+			}
+		}
+		var orphans []string
+		for _, action := range v.rx.actions() {
+			if !known[action] {
+				orphans = append(orphans, fmt.Sprintf("receipts record %s, which the review log never opened", action))
+			}
+		}
+		sort.Strings(orphans)
+		rep.Findings = append(rep.Findings, orphans...)
+		return nil
+	})
+	return rep, err
+}
+
+// verifyChainFile verifies one chain file with keyring.
+func verifyChainFile(g *confined.Dir, id string, keyring noa.Keyring) (noa.Result, int, error) {
+	rs, err := ReadChainFile(g, id)
 	if err != nil {
-		return rep, err
+		return noa.Result{}, 0, err
 	}
-	known := map[string]bool{}
-	for _, r := range st.reviews {
-		rep.Reviews++
-		known[ActionID(r.ID)] = true
-		s := v.ix.signedFor(r, v.trusted)
-		vr := resolve(*r, s, v.now, v.ttl)
-		deferred := false
-		for _, rc := range v.ix[ActionID(r.ID)] {
-			if rc.Agent.Principal == noa.PrincipalService && rc.Governance.Verdict == noa.VerdictDeferred {
-				deferred = true
-			}
-		}
-		if !deferred {
-			rep.Findings = append(rep.Findings, fmt.Sprintf("review %s: opened in the log, but no chain holds its DEFERRED receipt", r.ID))
-		}
-		for _, w := range vr.Integrity {
-			rep.Findings = append(rep.Findings, fmt.Sprintf("review %s: %s", r.ID, w))
-		}
-		if r.UsedAt != "" && len(s.uses) == 0 {
-			rep.Findings = append(rep.Findings, fmt.Sprintf("review %s: the log says the approval was used at %s, but no chain holds the receipt of that use", r.ID, r.UsedAt))
-		}
+	if len(rs) == 0 {
+		return noa.Result{}, 0, nil
 	}
-	var orphans []string
-	for action, rs := range v.ix {
-		if strings.HasPrefix(action, "review:") && !known[action] {
-			orphans = append(orphans, fmt.Sprintf("receipt %s records %s, which the review log never opened", rs[0].ID, action))
-		}
-	}
-	sort.Strings(orphans)
-	rep.Findings = append(rep.Findings, orphans...)
-	return rep, nil
+	return noa.VerifyChain(rs, noa.Options{Keyring: keyring, InFileOrder: true}), len(rs), nil
 }

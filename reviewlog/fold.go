@@ -1,8 +1,12 @@
 package reviewlog
 
 import (
+	"bufio"
 	"bytes"
+	"crypto/sha256"
+	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"time"
 
@@ -54,116 +58,175 @@ type Finding struct {
 	What     string `json:"what"`
 }
 
+// maxFindings bounds the findings kept in memory; the count goes on.
+const maxFindings = 1000
+
 // badLine is a line that is not a usable record.
 type badLine struct {
 	n   int
 	why string
 }
 
-// state is the fold of a whole log.
-type state struct {
-	reviews []*Review
-	byID    map[string]*Review
-	// tail is the run of unusable lines after the last record: the remains
-	// of writes that did not complete. Readers skip it; the next writer
-	// closes it with a repair record.
-	tail []badLine
-	// endsClean is false when the file's last byte is not a newline.
-	endsClean bool
-	// findings are contradicting lines, in file order.
-	findings []Finding
+// entry is what the fold keeps of one review: where its lines are and the
+// little needed to find it again. The review itself is read back from its
+// lines when asked for, so memory grows by tens of bytes per review, not by
+// the size of its reasons.
+type entry struct {
+	id      string
+	caller  string
+	key     [16]byte // of (caller, counterparty, amount, asset)
+	created time.Time
+	status  string // as the log says
+	// Offsets of the review's opened, decided and used lines; -1 for none.
+	opened, decided, used int64
 }
 
-// fold reads a whole log. A bad line followed by a record (other than a
-// repair record naming exactly the bad lines before it) is corruption and
-// is reported by its line number; bad lines at the end are the torn tail.
+// state is the fold of a log up to offset. It is fed incrementally: a log
+// only grows, so a reader folds just the bytes appended since.
+type state struct {
+	entries         []*entry
+	byID            map[string]*entry
+	byKey           map[[16]byte][]*entry
+	pendingByCaller map[string][]*entry
+	// tail is the run of complete but unusable lines after the last record:
+	// the remains of writes that did not complete. Readers skip it; the
+	// next writer closes it with a repair record.
+	tail []badLine
+	// partial is the line number of text after the last newline that is
+	// not blank (0 when none); endsClean is false when the file's last
+	// byte is not a newline.
+	partial   int
+	endsClean bool
+	// findings are contradicting lines, in file order (at most
+	// maxFindings; findingCount counts them all).
+	findings     []Finding
+	findingCount int
+	// offset is how many bytes are folded (through the last newline);
+	// line is the number of the next line.
+	offset int64
+	line   int
+	// src reads the review lines back; set by whoever refreshed the state.
+	src io.ReaderAt
+}
+
+func newState() *state {
+	return &state{byID: map[string]*entry{}, byKey: map[[16]byte][]*entry{}, pendingByCaller: map[string][]*entry{}, line: 1, endsClean: true}
+}
+
+// fold reads a whole log (tests and fuzzing use it; the Log folds
+// incrementally through feed).
 func fold(data []byte, name string) (*state, error) {
-	st := &state{byID: map[string]*Review{}, endsClean: len(data) == 0 || data[len(data)-1] == '\n'}
-	voided := voidedLines(data)
-	var pending []badLine
-	n := 0
-	for len(data) > 0 {
-		n++
-		i := bytes.IndexByte(data, '\n')
-		if i < 0 {
-			// The text after the last newline is never a complete record.
-			if !isBlank(data) {
-				pending = append(pending, badLine{n, "incomplete last line"})
-			}
-			break
-		}
-		line := bytes.TrimSuffix(data[:i], []byte{'\r'})
-		data = data[i+1:]
-		if isBlank(line) {
-			continue
-		}
-		if len(line) > maxLineBytes {
-			pending = append(pending, badLine{n, fmt.Sprintf("line longer than %d bytes", maxLineBytes)})
-			continue
-		}
-		rec, err := decodeRecord(line)
-		if err != nil {
-			if m, ok := voided[n]; ok {
-				// Text that was a torn tail when a writer found it stays void
-				// even though a newline now ends it.
-				pending = append(pending, badLine{n, fmt.Sprintf("the remains of an incomplete write (repair record on line %d)", m)})
-			} else {
-				pending = append(pending, badLine{n, err.Error()})
-			}
-			continue
-		}
-		if rec.Type == typeRepair {
-			// A repair may only void lines that are unusable. One that
-			// names a record is reported and ignored, so it can never
-			// reopen a decided review.
-			if extra := notIn(rec.Lines, lineNumbers(pending)); len(extra) > 0 || !covers(rec.Lines, lineNumbers(pending)) {
-				st.findings = append(st.findings, Finding{Line: n, What: fmt.Sprintf("repair record names lines %v, but the unusable lines before it are %v; it is ignored", rec.Lines, lineNumbers(pending))})
-				if !covers(rec.Lines, lineNumbers(pending)) {
-					continue
-				}
-			}
-			pending = nil
-			continue
-		}
-		if why := st.check(rec); why != "" {
-			st.findings = append(st.findings, Finding{Line: n, ReviewID: rec.ReviewID, What: why + "; the line is not applied"})
-			continue
-		}
-		if len(pending) > 0 {
-			return nil, fmt.Errorf("%w: %s line %d: %s (a record follows it on line %d, so it is no torn tail)", ErrCorrupt, name, pending[0].n, pending[0].why, n)
-		}
-		st.apply(rec)
+	st := newState()
+	st.src = bytes.NewReader(data)
+	if err := st.feed(bytes.NewReader(data), name); err != nil {
+		return nil, err
 	}
-	st.tail = pending
 	return st, nil
 }
 
-// voidedLines maps each line a repair record names to the repair's line.
-// Whether the repair is legitimate (it must name exactly the unusable lines
-// right before it) is checked by fold.
-func voidedLines(data []byte) map[int]int {
-	out := map[int]int{}
-	n := 0
-	for len(data) > 0 {
-		n++
-		i := bytes.IndexByte(data, '\n')
-		if i < 0 {
-			break
+// feed folds the bytes r holds, which continue the log at st.offset. A bad
+// line followed by a record (other than a repair record that covers the
+// bad lines before it) is corruption, reported by its line number; bad
+// lines at the end are the torn tail.
+func (st *state) feed(r io.Reader, name string) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	st.partial, st.endsClean = 0, true
+	off := st.offset
+	for {
+		raw, err := readLine(br)
+		if len(raw) == 0 && err == io.EOF {
+			return nil
 		}
-		line := bytes.TrimSuffix(data[:i], []byte{'\r'})
-		data = data[i+1:]
-		if !bytes.Contains(line, []byte(`"repair"`)) || len(line) > maxLineBytes {
+		if err != nil && err != io.EOF && !errors.Is(err, errLineTooLong) {
+			return fmt.Errorf("read %s: %w", name, err)
+		}
+		n := st.line
+		if err == io.EOF {
+			// The text after the last newline is never a complete record.
+			st.endsClean = false
+			if !isBlank(raw) {
+				st.partial = n
+			}
+			return nil
+		}
+		lineOff := off
+		off += int64(len(raw))
+		st.offset, st.line = off, n+1
+		if errors.Is(err, errLineTooLong) {
+			st.tail = append(st.tail, badLine{n, fmt.Sprintf("line longer than %d bytes", maxLineBytes)})
 			continue
 		}
-		if rec, err := decodeRecord(line); err == nil && rec.Type == typeRepair {
-			for _, v := range rec.Lines {
-				if v > 0 && v < n {
-					out[v] = n
+		line := bytes.TrimSuffix(bytes.TrimSuffix(raw, []byte{'\n'}), []byte{'\r'})
+		if isBlank(line) {
+			continue
+		}
+		rec, derr := decodeRecord(line)
+		if derr != nil {
+			st.tail = append(st.tail, badLine{n, derr.Error()})
+			continue
+		}
+		if rec.Type == typeRepair {
+			// A repair may only void lines that are unusable. One that names
+			// a record is reported and ignored, so it can never reopen a
+			// decided review.
+			bad := lineNumbers(st.tail)
+			if !covers(rec.Lines, bad) || len(notIn(rec.Lines, bad)) > 0 {
+				st.addFinding(Finding{Line: n, What: fmt.Sprintf("repair record names lines %v, but the unusable lines before it are %v; it is ignored", rec.Lines, bad)})
+				if !covers(rec.Lines, bad) {
+					continue
 				}
 			}
+			st.tail = nil
+			continue
 		}
+		if why := st.check(rec); why != "" {
+			st.addFinding(Finding{Line: n, ReviewID: rec.ReviewID, What: why + "; the line is not applied"})
+			continue
+		}
+		if len(st.tail) > 0 {
+			return fmt.Errorf("%w: %s line %d: %s (a record follows it on line %d, so it is no torn tail)", ErrCorrupt, name, st.tail[0].n, st.tail[0].why, n)
+		}
+		st.apply(rec, lineOff)
 	}
-	return out
+}
+
+var errLineTooLong = errors.New("line too long")
+
+// readLine returns the next line with its newline (or what is left at the
+// end), skipping past a line longer than maxLineBytes, which it reports with
+// errLineTooLong.
+func readLine(br *bufio.Reader) ([]byte, error) {
+	var long []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if err == bufio.ErrBufferFull {
+			if len(long)+len(chunk) > maxLineBytes {
+				// Keep only the length, then drop the rest of the line.
+				n := len(long) + len(chunk)
+				for err == bufio.ErrBufferFull {
+					chunk, err = br.ReadSlice('\n')
+					n += len(chunk)
+				}
+				if err == io.EOF {
+					return make([]byte, n), io.EOF
+				}
+				return make([]byte, n), errLineTooLong
+			}
+			long = append(long, chunk...)
+			continue
+		}
+		if long != nil {
+			return append(long, chunk...), err
+		}
+		return append([]byte(nil), chunk...), err
+	}
+}
+
+func (st *state) addFinding(f Finding) {
+	st.findingCount++
+	if len(st.findings) < maxFindings {
+		st.findings = append(st.findings, f)
+	}
 }
 
 // isBlank: only JSON white space (a line of other control bytes is no blank).
@@ -184,51 +247,130 @@ func lineNumbers(bad []badLine) []int {
 	return out
 }
 
+// tailLines are the lines a writer's repair record must name: the complete
+// unusable lines and the incomplete last one.
+func (st *state) tailLines() []int {
+	out := lineNumbers(st.tail)
+	if st.partial > 0 {
+		out = append(out, st.partial)
+	}
+	return out
+}
+
 // check enforces the fold's rules: ids are opened once, decided once and
 // only after they were opened, and used once and only after an approval. It
 // returns what is wrong with a contradicting record, or "".
 func (st *state) check(rec record) string {
-	r := st.byID[rec.ReviewID]
+	e := st.byID[rec.ReviewID]
 	switch rec.Type {
 	case typeOpened:
-		if r != nil {
+		if e != nil {
 			return fmt.Sprintf("review %s is opened a second time", rec.ReviewID)
 		}
 	case typeDecided:
-		if r == nil {
+		if e == nil {
 			return fmt.Sprintf("review %s is decided but was never opened", rec.ReviewID)
 		}
-		if r.Status != Pending {
-			return fmt.Sprintf("review %s is decided a second time (%s by %s, after %s by %s)", rec.ReviewID, rec.Status, clip(rec.By), r.Status, clip(r.DecidedBy))
+		if e.status != Pending {
+			return fmt.Sprintf("review %s is decided a second time (%s by %s, after it was %s)", rec.ReviewID, rec.Status, clip(rec.By), e.status)
 		}
 	case typeUsed:
-		if r == nil || r.Status != Approved {
+		if e == nil || e.status != Approved {
 			return fmt.Sprintf("review %s is marked used but was never approved", rec.ReviewID)
 		}
-		if r.UsedAt != "" {
+		if e.used >= 0 {
 			return fmt.Sprintf("review %s is marked used a second time", rec.ReviewID)
 		}
 	}
 	return ""
 }
 
-func (st *state) apply(rec record) {
+func (st *state) apply(rec record, off int64) {
 	switch rec.Type {
 	case typeOpened:
-		reasons := rec.Reasons
-		if reasons == nil {
-			reasons = []guard.Reason{}
-		}
-		r := &Review{ID: rec.ReviewID, Status: Pending, CreatedAt: rec.At, Counterparty: rec.Counterparty,
-			Amount: *rec.Amount, Asset: rec.Asset, Template: rec.Template, Reasons: reasons, Caller: rec.Caller, ParamsHash: rec.ParamsHash}
-		st.reviews = append(st.reviews, r)
-		st.byID[r.ID] = r
+		created, _ := parseTime(rec.At)
+		e := &entry{id: rec.ReviewID, caller: rec.Caller, created: created, status: Pending, opened: off, decided: -1, used: -1,
+			key: questionKey(rec.Caller, guard.Question{Counterparty: rec.Counterparty, Amount: *rec.Amount, Asset: rec.Asset})}
+		st.entries = append(st.entries, e)
+		st.byID[e.id] = e
+		st.byKey[e.key] = append(st.byKey[e.key], e)
+		st.pendingByCaller[e.caller] = append(st.pendingByCaller[e.caller], e)
 	case typeDecided:
-		r := st.byID[rec.ReviewID]
-		r.Status, r.DecidedAt, r.DecidedBy, r.Note = rec.Status, rec.At, rec.By, rec.Note
+		e := st.byID[rec.ReviewID]
+		e.status, e.decided = rec.Status, off
 	case typeUsed:
-		st.byID[rec.ReviewID].UsedAt = rec.At
+		st.byID[rec.ReviewID].used = off
 	}
+}
+
+// questionKey identifies a caller's question.
+func questionKey(caller string, q guard.Question) [16]byte {
+	h := sha256.New()
+	for _, s := range []string{caller, q.Counterparty, q.Amount, q.Asset} {
+		fmt.Fprintf(h, "%d:%s;", len(s), s)
+	}
+	var k [16]byte
+	copy(k[:], h.Sum(nil))
+	return k
+}
+
+// pendingOf returns the caller's reviews the log still calls pending,
+// dropping the decided ones from the per-caller list as it goes.
+func (st *state) pendingOf(caller string) []*entry {
+	list := st.pendingByCaller[caller]
+	kept := list[:0]
+	for _, e := range list {
+		if e.status == Pending {
+			kept = append(kept, e)
+		}
+	}
+	st.pendingByCaller[caller] = kept
+	return kept
+}
+
+// review reads one review back from its lines.
+func (st *state) review(e *entry) (Review, error) {
+	rec, err := st.recordAt(e.opened)
+	if err != nil {
+		return Review{}, err
+	}
+	reasons := rec.Reasons
+	if reasons == nil {
+		reasons = []guard.Reason{}
+	}
+	r := Review{ID: rec.ReviewID, Status: Pending, CreatedAt: rec.At, Counterparty: rec.Counterparty, Amount: *rec.Amount,
+		Asset: rec.Asset, Template: rec.Template, Reasons: reasons, Caller: rec.Caller, ParamsHash: rec.ParamsHash}
+	if e.decided >= 0 {
+		d, err := st.recordAt(e.decided)
+		if err != nil {
+			return Review{}, err
+		}
+		r.Status, r.DecidedAt, r.DecidedBy, r.Note = d.Status, d.At, d.By, d.Note
+	}
+	if e.used >= 0 {
+		u, err := st.recordAt(e.used)
+		if err != nil {
+			return Review{}, err
+		}
+		r.UsedAt = u.At
+	}
+	return r, nil
+}
+
+// recordAt decodes the line at off.
+func (st *state) recordAt(off int64) (record, error) {
+	if st.src == nil {
+		return record{}, errors.New("review log: no source to read a review from")
+	}
+	line, err := lineAt(st.src, off)
+	if err != nil {
+		return record{}, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	rec, err := decodeRecord(line)
+	if err != nil {
+		return record{}, fmt.Errorf("%w: the line at byte %d: %w", ErrCorrupt, off, err)
+	}
+	return rec, nil
 }
 
 func covers(list, want []int) bool {
@@ -252,21 +394,12 @@ func notIn(list, set []int) []int {
 
 // findPending returns the caller's pending review for the same question
 // opened at or after since, if any (the newest one).
-func (st *state) findPending(caller string, q guard.Question, since time.Time) *Review {
-	for i := len(st.reviews) - 1; i >= 0; i-- {
-		r := st.reviews[i]
-		if r.Status != Pending || !r.asks(caller, q) {
-			continue
-		}
-		t, err := parseTime(r.CreatedAt)
-		if err == nil && !t.Before(since) {
-			return r
+func (st *state) findPending(caller string, q guard.Question, since time.Time) *entry {
+	list := st.byKey[questionKey(caller, q)]
+	for i := len(list) - 1; i >= 0; i-- {
+		if e := list[i]; e.status == Pending && !e.created.Before(since) {
+			return e
 		}
 	}
 	return nil
-}
-
-// asks: the review is this caller's, about this question.
-func (r *Review) asks(caller string, q guard.Question) bool {
-	return r.Caller == caller && r.Counterparty == q.Counterparty && r.Amount == q.Amount && r.Asset == q.Asset
 }

@@ -66,10 +66,10 @@ func TestFold(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(st.reviews) != tc.reviews {
-				t.Errorf("%d reviews, want %d", len(st.reviews), tc.reviews)
+			if len(st.entries) != tc.reviews {
+				t.Errorf("%d reviews, want %d", len(st.entries), tc.reviews)
 			}
-			if got := lineNumbers(st.tail); len(got) != len(tc.tail) || (len(got) > 0 && !equalInts(got, tc.tail)) {
+			if got := st.tailLines(); len(got) != len(tc.tail) || (len(got) > 0 && !equalInts(got, tc.tail)) {
 				t.Errorf("tail %v, want %v", got, tc.tail)
 			}
 			found := false
@@ -79,7 +79,7 @@ func TestFold(t *testing.T) {
 			if (tc.finding != "") != found || (tc.finding == "" && len(st.findings) > 0) {
 				t.Errorf("findings %+v, want one mentioning %q", st.findings, tc.finding)
 			}
-			if tc.name == "repair naming a decided line cannot reopen it" && st.byID[idA].Status != Approved {
+			if tc.name == "repair naming a decided line cannot reopen it" && st.byID[idA].status != Approved {
 				t.Errorf("the repair reopened the review: %+v", st.byID[idA])
 			}
 		})
@@ -142,9 +142,12 @@ func FuzzFold(f *testing.F) {
 			}
 			return
 		}
-		for _, r := range st.reviews {
-			if st.byID[r.ID] != r || (r.Status != Pending && r.Status != Approved && r.Status != Rejected) {
-				t.Fatalf("inconsistent review %+v", r)
+		for _, e := range st.entries {
+			if st.byID[e.id] != e || (e.status != Pending && e.status != Approved && e.status != Rejected) {
+				t.Fatalf("inconsistent review %+v", e)
+			}
+			if _, err := st.review(e); err != nil {
+				t.Fatalf("review %s does not read back: %v", e.id, err)
 			}
 		}
 		id, _ := newID()
@@ -158,8 +161,8 @@ func FuzzFold(f *testing.F) {
 		if err != nil {
 			t.Fatalf("the log does not read after an append: %v\n%q", err, append(data, more...))
 		}
-		if after.byID[id] == nil || len(after.reviews) != len(st.reviews)+1 || len(after.tail) != 0 {
-			t.Fatalf("append lost: %d → %d reviews, tail %v", len(st.reviews), len(after.reviews), after.tail)
+		if after.byID[id] == nil || len(after.entries) != len(st.entries)+1 || len(after.tailLines()) != 0 {
+			t.Fatalf("append lost: %d → %d reviews, tail %v", len(st.entries), len(after.entries), after.tailLines())
 		}
 	})
 }

@@ -9,6 +9,7 @@
 package reviewlog
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	"io/fs"
 	"os"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -40,7 +42,6 @@ const IdempotencyWindow = 10 * time.Minute
 // Bounds.
 const (
 	maxLineBytes    = 1 << 20
-	maxLogBytes     = 256 << 20
 	maxByBytes      = 256
 	maxNoteBytes    = 4096
 	maxFieldBytes   = 2048
@@ -74,6 +75,13 @@ type Options struct {
 }
 
 // Log is the review log under one Trace root. It is safe for concurrent use.
+//
+// The fold of the log is kept in memory and brought up to date by reading
+// only the bytes appended since the last read, keyed by the file's identity
+// (device, inode) and the bytes just before the last offset; a log that was
+// replaced or rewritten is read again from the start, and that is reported
+// as a finding. The receipts of the decision chains are indexed the same way
+// (review id → chain file and offset), so no call reads a whole chain.
 type Log struct {
 	root      *confined.Dir
 	now       func() time.Time
@@ -83,7 +91,21 @@ type Log struct {
 	// sem serialises this process's callers so they queue on a channel
 	// instead of all polling flock.
 	sem chan struct{}
+
+	mu    sync.Mutex // guards cache while it is refreshed and used
+	cache *cachedState
+	rx    receiptIndex
 }
+
+// cachedState is the fold of the log file with the identity it was read
+// from.
+type cachedState struct {
+	st       *state
+	dev, ino uint64
+	anchor   []byte // the bytes just before st.offset
+}
+
+const anchorBytes = 64
 
 // Open returns the review log of a Trace root opened with confined.OpenRoot.
 // Nothing is created until the first append.
@@ -98,20 +120,6 @@ func Open(root *confined.Dir, opts Options) *Log {
 	return l
 }
 
-// ReceiptsFor lists the ids of the receipts, in every chain under this
-// root's guard/, whose action id is actionID (none when guard/ is absent).
-func (l *Log) ReceiptsFor(actionID string) ([]string, error) {
-	g, err := l.root.OpenDir(DirName)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer g.Close()
-	return ReceiptsForAction(g, actionID)
-}
-
 // Path is the log file's path, for messages.
 func (l *Log) Path() string { return l.root.Path() + "/" + DirName + "/" + FileName }
 
@@ -123,7 +131,7 @@ type Tx struct {
 	At time.Time
 	// Kind is "opened" (a new review), "reused" (an existing pending review
 	// answers the question again; nothing is appended to this log),
-	// "decided", or "" for WithLock.
+	// "decided", "used", or "" for WithLock.
 	Kind string
 	// Review is the review's state once this transaction commits.
 	Review Review
@@ -133,50 +141,22 @@ type Tx struct {
 // append and is returned to the caller.
 type Hook func(tx Tx) error
 
-// OpenReview opens a review for a question the guard answered with
-// "review", or returns the pending review for the same (counterparty,
-// amount, asset) opened within IdempotencyWindow. created says which. The
-// check and the append happen under one lock, so the answer holds across
-// goroutines and processes.
+// OpenReview opens a review, with no caller, for a question the guard
+// answered with "review", or returns the pending one for the same
+// (counterparty, amount, asset) opened within IdempotencyWindow. created
+// says which. The engine uses Ask, which knows the caller; this remains for
+// tools and tests that open reviews directly.
 func (l *Log) OpenReview(ctx context.Context, q guard.Question, reasons []guard.Reason, hook Hook) (Review, bool, error) {
-	if q.Counterparty == "" {
-		return Review{}, false, fmt.Errorf("%w: the counterparty is empty", ErrBadInput)
-	}
-	for name, v := range map[string]string{"counterparty": q.Counterparty, "amount": q.Amount, "asset": q.Asset, "template": q.Template} {
-		if len(v) > maxFieldBytes || !utf8.ValidString(v) {
-			return Review{}, false, fmt.Errorf("%w: %s is longer than %d bytes or not UTF-8", ErrBadInput, name, maxFieldBytes)
-		}
-	}
-	var out Review
-	created := false
-	err := l.transact(ctx, func(g *confined.Dir, st *state, at time.Time) (*record, error) {
-		if r := st.findPending("", q, at.Add(-IdempotencyWindow)); r != nil {
-			out = *r
-			return nil, runHook(hook, Tx{Guard: g, At: at, Kind: "reused", Review: out})
-		}
-		id, err := newID()
-		if err != nil {
-			return nil, err
-		}
-		if reasons == nil {
-			reasons = []guard.Reason{}
-		}
-		amount := q.Amount
-		rec := &record{Type: typeOpened, ReviewID: id, At: formatTime(at), Counterparty: q.Counterparty, Amount: &amount,
-			Asset: q.Asset, Template: q.Template, Reasons: reasons}
-		out = Review{ID: id, Status: Pending, CreatedAt: rec.At, Counterparty: q.Counterparty, Amount: q.Amount,
-			Asset: q.Asset, Template: q.Template, Reasons: reasons}
-		if err := runHook(hook, Tx{Guard: g, At: at, Kind: "opened", Review: out}); err != nil {
-			return nil, err
-		}
-		created = true
-		return rec, nil
-	})
+	out, err := l.Ask(ctx, AskRequest{Caller: noCaller, Question: q, Decision: guard.Review, Reasons: reasons},
+		func(tx Tx, _ AskOutcome) error { return runHook(hook, tx) })
 	if err != nil {
 		return Review{}, false, err
 	}
-	return out, created, nil
+	return out.Review, out.Kind == AskOpened, nil
 }
+
+// noCaller stands for "no caller" in Ask; it is never written.
+const noCaller = "\x00"
 
 // DecideReview records a human decision (status Approved or Rejected) on a
 // pending review. A review is decided once: a second decision fails with
@@ -199,18 +179,24 @@ func (l *Log) DecideReview(ctx context.Context, id, status, note, by string, hoo
 	}
 	var out Review
 	err := l.transact(ctx, func(g *confined.Dir, st *state, at time.Time) (*record, error) {
-		r := st.byID[id]
-		if r == nil {
+		e := st.byID[id]
+		if e == nil {
 			return nil, fmt.Errorf("%w: %s is not in %s", ErrUnknownReview, id, l.Path())
 		}
+		r, err := st.review(e)
+		if err != nil {
+			return nil, err
+		}
 		// What the signatures say decides: a review a trusted reviewer
-		// signed stays decided whatever the log says, and a decided line
-		// no one signed does not stop the human.
+		// signed stays decided whatever the log says.
 		v, err := l.newVerifier(g)
 		if err != nil {
 			return nil, err
 		}
-		vr, _ := v.resolve(r)
+		vr, _, err := v.resolve(&r)
+		if err != nil {
+			return nil, err
+		}
 		switch vr.Status {
 		case Approved, Rejected:
 			return nil, fmt.Errorf("%w: %s was %s by %s at %s", ErrAlreadyDecided, id, vr.Status, vr.DecidedBy, vr.DecidedAt)
@@ -223,7 +209,7 @@ func (l *Log) DecideReview(ctx context.Context, id, status, note, by string, hoo
 			// opens a new one for a reviewer to sign.
 			return nil, fmt.Errorf("%w: the log says %s was %s by %s at %s, but no trusted reviewer signed it (it reads unverified)", ErrAlreadyDecided, id, r.Status, r.DecidedBy, r.DecidedAt)
 		}
-		out = *r
+		out = r
 		out.Status, out.DecidedAt, out.DecidedBy, out.Note = status, formatTime(at), by, note
 		if err := runHook(hook, Tx{Guard: g, At: at, Kind: "decided", Review: out}); err != nil {
 			return nil, err
@@ -254,64 +240,108 @@ func (l *Log) Get(ctx context.Context, id string) (Review, error) {
 // List returns the pending reviews, or every review when all is set, in
 // the order they were opened, each as the signatures prove it.
 func (l *Log) List(ctx context.Context, all bool) ([]Review, error) {
-	st, err := l.read(ctx)
-	if err != nil {
-		return nil, err
-	}
-	g, err := l.openGuardDir()
-	if err != nil {
-		return nil, err
-	}
-	if g != nil {
-		defer g.Close()
-	}
-	v, err := l.newVerifier(g)
-	if err != nil {
-		return nil, err
-	}
 	out := []Review{}
-	for _, r := range st.reviews {
-		vr, _ := v.resolve(r)
-		if all || vr.Status == Pending {
-			out = append(out, vr)
+	err := l.view(ctx, func(g *confined.Dir, st *state) error {
+		v, err := l.newVerifier(g)
+		if err != nil {
+			return err
 		}
-	}
-	return out, nil
+		for _, e := range st.entries {
+			if !all && e.status != Pending {
+				continue
+			}
+			r, err := st.review(e)
+			if err != nil {
+				return err
+			}
+			vr, _, err := v.resolve(&r)
+			if err != nil {
+				return err
+			}
+			if all || vr.Status == Pending {
+				out = append(out, vr)
+			}
+		}
+		return nil
+	})
+	return out, err
 }
 
-// read folds the log without the lock: every append is a single write of
-// whole lines, and a write caught half-way is a tail that fold skips.
-func (l *Log) read(ctx context.Context) (*state, error) {
+// view runs fn over the log's fold brought up to date, without the lock:
+// every append is a single write of whole lines, and a write caught
+// half-way is a tail the fold skips. g is guard/ (nil when absent).
+func (l *Log) view(ctx context.Context, fn func(g *confined.Dir, st *state) error) error {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return err
 	}
 	g, err := l.root.OpenDir(DirName)
 	if errors.Is(err, fs.ErrNotExist) {
-		return fold(nil, l.Path())
+		return fn(nil, newState())
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open the review log directory: %w", err)
+		return fmt.Errorf("open the review log directory: %w", err)
 	}
 	defer g.Close()
 	f, err := g.Open(FileName)
 	if errors.Is(err, fs.ErrNotExist) {
-		return fold(nil, l.Path())
+		return fn(g, newState())
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open the review log: %w", err)
+		return fmt.Errorf("open the review log: %w", err)
 	}
 	defer f.Close()
-	data, err := readAll(f, l.Path())
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st, err := l.refresh(f)
 	if err != nil {
+		return err
+	}
+	return fn(g, st)
+}
+
+// refresh brings the cached fold up to date with f (l.mu held): it reads
+// only what was appended since, or the whole file when it is another file
+// or was rewritten.
+func (l *Log) refresh(f *os.File) (*state, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return nil, fmt.Errorf("stat %s: %w", l.Path(), err)
+	}
+	c := l.cache
+	if c != nil && (c.dev != uint64(st.Dev) || c.ino != st.Ino || st.Size < c.st.offset || !anchorHolds(f, c)) {
+		fresh := newState()
+		fresh.addFinding(Finding{What: "the review log was replaced or rewritten since it was last read (its identity or its earlier bytes changed); it was read again from the start"})
+		c = &cachedState{st: fresh}
+	}
+	if c == nil {
+		c = &cachedState{st: newState()}
+	}
+	c.dev, c.ino = uint64(st.Dev), st.Ino
+	c.st.src = f
+	if err := c.st.feed(io.NewSectionReader(f, c.st.offset, st.Size-c.st.offset), l.Path()); err != nil {
+		l.cache = nil
 		return nil, err
 	}
-	return fold(data, l.Path())
+	c.anchor = readAnchor(f, c.st.offset)
+	l.cache = c
+	return c.st, nil
+}
+
+func readAnchor(f *os.File, off int64) []byte {
+	start := max(off-anchorBytes, 0)
+	buf := make([]byte, off-start)
+	n, _ := f.ReadAt(buf, start)
+	return buf[:n]
+}
+
+func anchorHolds(f *os.File, c *cachedState) bool {
+	return bytes.Equal(readAnchor(f, c.st.offset), c.anchor)
 }
 
 // step decides, inside the lock, what to append: nil for nothing.
 type step func(g *confined.Dir, st *state, at time.Time) (*record, error)
 
-// transact is the locked section: lock, read and fold the log, let fn
+// transact is the locked section: lock, bring the fold up to date, let fn
 // decide (and run its hook), then append fn's record — preceded, when the
 // log ends in a torn tail, by a newline and a repair record.
 func (l *Log) transact(ctx context.Context, fn step) error {
@@ -341,11 +371,9 @@ func (l *Log) transact(ctx context.Context, fn step) error {
 		return fmt.Errorf("open the review log: %w", err)
 	}
 	defer f.Close()
-	data, err := readAll(f, l.Path())
-	if err != nil {
-		return err
-	}
-	st, err := fold(data, l.Path())
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st, err := l.refresh(f)
 	if err != nil {
 		return err
 	}
@@ -359,7 +387,7 @@ func (l *Log) transact(ctx context.Context, fn step) error {
 		return err
 	}
 	// One write of whole lines: a reader never sees half of it except as a
-	// torn tail, which fold skips.
+	// torn tail, which the fold skips.
 	if _, err := f.Write(buf); err != nil {
 		return fmt.Errorf("append to %s: %w", l.Path(), err)
 	}
@@ -384,8 +412,8 @@ func (st *state) appendix(rec record, at time.Time) ([]byte, error) {
 	if !st.endsClean {
 		buf = append(buf, '\n') // never glue onto whatever the last line holds
 	}
-	if len(st.tail) > 0 {
-		repair, err := encodeRecord(record{Type: typeRepair, At: formatTime(at), Lines: lineNumbers(st.tail)})
+	if tail := st.tailLines(); len(tail) > 0 {
+		repair, err := encodeRecord(record{Type: typeRepair, At: formatTime(at), Lines: tail})
 		if err != nil {
 			return nil, err
 		}
@@ -430,17 +458,6 @@ func flockWait(ctx context.Context, fd int, deadline time.Time, wait time.Durati
 		}
 		pause = min(pause*2, 50*time.Millisecond)
 	}
-}
-
-func readAll(f *os.File, name string) ([]byte, error) {
-	data, err := io.ReadAll(io.LimitReader(f, maxLogBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", name, err)
-	}
-	if len(data) > maxLogBytes {
-		return nil, fmt.Errorf("%s is larger than %d MiB; archive it before appending more", name, maxLogBytes>>20)
-	}
-	return data, nil
 }
 
 func runHook(h Hook, tx Tx) error {

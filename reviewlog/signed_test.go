@@ -100,3 +100,47 @@ func TestRepairCannotReopenADecision(t *testing.T) {
 		t.Fatalf("findings %+v", findings)
 	}
 }
+
+// The fold is kept and brought up to date from the bytes appended since;
+// a log replaced under the reader is read again and reported.
+func TestIncrementalFoldFollowsAppendsAndRewrites(t *testing.T) {
+	dir := t.TempDir()
+	l, _ := newSignedLog(t, dir, nil)
+	other, _ := newSignedLog(t, dir, nil) // another process appending
+	ctx := t.Context()
+	first, _, err := l.OpenReview(ctx, q1, reasons, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q2 := q1
+	q2.Amount = "0.07"
+	second, _, err := other.OpenReview(ctx, q2, reasons, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := l.List(ctx, true)
+	if err != nil || len(list) != 2 || list[0].ID != first.ID || list[1].ID != second.ID {
+		t.Fatalf("after another writer appended: %+v %v", list, err)
+	}
+	if got, err := l.Get(ctx, second.ID); err != nil || len(got.Reasons) != len(reasons) {
+		t.Fatalf("read back from its line: %+v %v", got, err)
+	}
+	// Replace the log with one that holds only the second review.
+	path := filepath.Join(dir, DirName, FileName)
+	data, _ := os.ReadFile(path)
+	lines := strings.SplitAfter(string(data), "\n")
+	if err := os.WriteFile(path+".new", []byte(lines[1]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".new", path); err != nil {
+		t.Fatal(err)
+	}
+	list, err = l.List(ctx, true)
+	if err != nil || len(list) != 1 || list[0].ID != second.ID {
+		t.Fatalf("after the rewrite: %+v %v", list, err)
+	}
+	findings, _ := l.Findings(ctx)
+	if len(findings) != 1 || !strings.Contains(findings[0].What, "replaced or rewritten") {
+		t.Fatalf("findings %+v", findings)
+	}
+}

@@ -21,33 +21,6 @@ const (
 // ActionID is the action id every receipt about a review carries.
 func ActionID(reviewID string) string { return "review:" + reviewID }
 
-// receiptIndex maps action ids to the receipts that carry them, across every
-// chain under guard/receipts/, in chain order.
-type receiptIndex map[string][]noa.Receipt
-
-func readReceiptIndex(g *confined.Dir) (receiptIndex, error) {
-	ix := receiptIndex{}
-	if g == nil {
-		return ix, nil
-	}
-	chains, err := ListChains(g)
-	if err != nil {
-		return nil, fmt.Errorf("read decision chains: %w", err)
-	}
-	for _, c := range chains {
-		rs, err := ReadChainFile(g, c.ID)
-		if err != nil {
-			return nil, fmt.Errorf("read decision chains: %w", err)
-		}
-		for _, r := range rs {
-			if r.Action.ID != "" {
-				ix[r.Action.ID] = append(ix[r.Action.ID], r)
-			}
-		}
-	}
-	return ix, nil
-}
-
 // signed is what the chains prove about one review.
 type signed struct {
 	ids      []string
@@ -58,9 +31,9 @@ type signed struct {
 
 // signedFor reads the receipts of review r: its trusted human decision, the
 // honoured uses of an approval, and every human receipt that does not hold.
-func (ix receiptIndex) signedFor(r *Review, trusted Reviewers) signed {
+func signedFor(rcs []noa.Receipt, r *Review, trusted Reviewers) signed {
 	var s signed
-	for i, rc := range ix[ActionID(r.ID)] {
+	for i, rc := range rcs {
 		s.ids = append(s.ids, rc.ID)
 		g := rc.Governance
 		switch {
@@ -70,7 +43,7 @@ func (ix receiptIndex) signedFor(r *Review, trusted Reviewers) signed {
 				continue
 			}
 			if s.human == nil {
-				s.human = &ix[ActionID(r.ID)][i]
+				s.human = &rcs[i]
 			} else if s.human.Governance.Verdict != g.Verdict {
 				s.problems = append(s.problems, fmt.Sprintf("human receipt %s contradicts the earlier decision %s; the earlier one stands", rc.ID, s.human.ID))
 			}
@@ -145,7 +118,8 @@ func resolve(r Review, s signed, now time.Time, ttl time.Duration) Review {
 
 // verifier resolves reviews against the chains of one guard/ directory.
 type verifier struct {
-	ix      receiptIndex
+	g       *confined.Dir
+	rx      *receiptIndex
 	trusted Reviewers
 	now     time.Time
 	ttl     time.Duration
@@ -153,12 +127,13 @@ type verifier struct {
 	problem string
 }
 
+// newVerifier brings the receipt index up to date and reads the trusted
+// reviewers. g may be nil (no guard/ yet).
 func (l *Log) newVerifier(g *confined.Dir) (*verifier, error) {
-	ix, err := readReceiptIndex(g)
-	if err != nil {
-		return nil, err
+	if err := l.rx.refresh(g); err != nil {
+		return nil, fmt.Errorf("read decision chains: %w", err)
 	}
-	v := &verifier{ix: ix, trusted: Reviewers{}, now: l.now(), ttl: l.reviewTTL}
+	v := &verifier{g: g, rx: &l.rx, trusted: Reviewers{}, now: l.now(), ttl: l.reviewTTL}
 	if l.reviewers != nil {
 		// A trusted reviewers file that cannot be read trusts no one: every
 		// decision then reads unverified (fail closed), and says why.
@@ -172,16 +147,30 @@ func (l *Log) newVerifier(g *confined.Dir) (*verifier, error) {
 	return v, nil
 }
 
-func (v *verifier) resolve(r *Review) (Review, []string) {
-	s := v.ix.signedFor(r, v.trusted)
+// signed reads what the chains prove about r.
+func (v *verifier) signed(r *Review) (signed, error) {
+	rcs, err := v.rx.receipts(v.g, ActionID(r.ID))
+	if err != nil {
+		return signed{}, err
+	}
+	s := signedFor(rcs, r, v.trusted)
 	if v.problem != "" && (r.Status != Pending || len(s.problems) > 0) {
 		s.problems = append(s.problems, v.problem)
+	}
+	return s, nil
+}
+
+// resolve is r as the signatures prove it, with its receipt ids.
+func (v *verifier) resolve(r *Review) (Review, []string, error) {
+	s, err := v.signed(r)
+	if err != nil {
+		return Review{}, nil, err
 	}
 	ids := s.ids
 	if ids == nil {
 		ids = []string{}
 	}
-	return resolve(*r, s, v.now, v.ttl), ids
+	return resolve(*r, s, v.now, v.ttl), ids, nil
 }
 
 // openGuardDir opens guard/ for reading; nil when it does not exist yet.
@@ -202,34 +191,33 @@ func (l *Log) Verified(ctx context.Context, id string) (Review, []string, error)
 	if err := checkID(id); err != nil {
 		return Review{}, nil, err
 	}
-	st, err := l.read(ctx)
-	if err != nil {
-		return Review{}, nil, err
-	}
-	r := st.byID[id]
-	if r == nil {
-		return Review{}, nil, fmt.Errorf("%w: %s", ErrUnknownReview, id)
-	}
-	g, err := l.openGuardDir()
-	if err != nil {
-		return Review{}, nil, err
-	}
-	if g != nil {
-		defer g.Close()
-	}
-	v, err := l.newVerifier(g)
-	if err != nil {
-		return Review{}, nil, err
-	}
-	out, ids := v.resolve(r)
-	return out, ids, nil
+	var out Review
+	var ids []string
+	err := l.view(ctx, func(g *confined.Dir, st *state) error {
+		e := st.byID[id]
+		if e == nil {
+			return fmt.Errorf("%w: %s", ErrUnknownReview, id)
+		}
+		r, err := st.review(e)
+		if err != nil {
+			return err
+		}
+		v, err := l.newVerifier(g)
+		if err != nil {
+			return err
+		}
+		out, ids, err = v.resolve(&r)
+		return err
+	})
+	return out, ids, err
 }
 
-// Findings are the log's contradicting lines, for the audit.
-func (l *Log) Findings(ctx context.Context) ([]Finding, error) {
-	st, err := l.read(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return append([]Finding(nil), st.findings...), nil
+// Findings are the log's contradicting lines, for the audit (at most
+// maxFindings of them; total counts them all).
+func (l *Log) Findings(ctx context.Context) (findings []Finding, err error) {
+	err = l.view(ctx, func(_ *confined.Dir, st *state) error {
+		findings = append([]Finding(nil), st.findings...)
+		return nil
+	})
+	return findings, err
 }
