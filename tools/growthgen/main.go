@@ -102,8 +102,8 @@ func build(dir string, nReviews, nReceipts, nChains int) error {
 	lw := bufio.NewWriterSize(logf, 1<<20)
 	type review struct {
 		id, at, decidedAt string
-		paramsHash         string
-		approved, decided  bool
+		paramsHash        string
+		approved, decided bool
 	}
 	revs := make([]review, nReviews)
 	base := time.Now().Add(-365 * 24 * time.Hour)
@@ -166,7 +166,7 @@ func build(dir string, nReviews, nReceipts, nChains int) error {
 			at, _ := time.Parse(time.RFC3339Nano, r.decidedAt)
 			rule := reviewlog.RuleHumanReview
 			return noa.Draft{TS: at, Agent: noa.Agent{ID: "alice", Principal: noa.PrincipalHuman},
-				Action: noa.Action{ID: reviewlog.ActionID(r.id), Canonical: "x402.payment", RiskClass: "IRREVERSIBLE", ParamsHash: r.paramsHash},
+				Action:     noa.Action{ID: reviewlog.ActionID(r.id), Canonical: "x402.payment", RiskClass: "IRREVERSIBLE", ParamsHash: r.paramsHash},
 				Governance: noa.Governance{Mode: "approvals_on", Verdict: verdict, RuleID: &rule, Approval: &noa.Approval{By: "alice", At: noa.FormatTS(at)}}}
 		})
 	})
