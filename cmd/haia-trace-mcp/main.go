@@ -45,6 +45,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return runSigner(ctx, rest, stdout, stderr)
 		case "review":
 			return runReview(ctx, rest, stdout, stderr)
+		case "init":
+			return runInit(ctx, rest, stdout, stderr)
 		case "reviewer":
 			return runReviewer(ctx, rest, stdout, stderr)
 		case "audit":
@@ -75,6 +77,7 @@ const usage = `usage:
   haia-trace-mcp verify CHAIN [--keyring K] [--checkpoint C] [--identity M]
   haia-trace-mcp signer --key-file K --listen unix:PATH
   haia-trace-mcp review list|show|approve|reject|watch [<review_id>] [--dir .trace] [--all] [--note "…"] [--reviewer-key K] [--json]
+  haia-trace-mcp init [DIR]                       a Trace root from nothing: layout, keys, a reviewer, an example policy
   haia-trace-mcp reviewer init --id ID [--key-file K] [--reviewers F]
   haia-trace-mcp audit [--dir .trace] [--reviewers F] [--keyring K]
   haia-trace-mcp chain list|export ID|checkpoint ID [--dir .trace]

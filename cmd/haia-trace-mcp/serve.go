@@ -167,10 +167,15 @@ func openTrace(dir, templatesDir string, logger *slog.Logger) (root, events *con
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("trace root: %w", err)
 	}
-	events, err = root.OpenDir("events")
+	// A root from nothing has no events/ until a recorder first writes:
+	// the server lists nothing until then and picks the runs up after.
+	events, err = root.OpenDirLazy("events")
 	if err != nil {
 		root.Close()
 		return nil, nil, nil, fmt.Errorf("trace root %s: events directory: %w", root.Path(), err)
+	}
+	if !events.Exists() {
+		logger.Info("events/ does not exist yet: nothing to list until a recorder creates it", "root", root.Path())
 	}
 	set, err = openTemplates(root, templatesDir, logger)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -33,6 +34,54 @@ var ErrBadName = errors.New("name must be a single path element")
 type Dir struct {
 	fd   int
 	path string
+	// lazy is set for a child directory opened with OpenDirLazy: it is
+	// opened on first use once it exists.
+	lazy *lazyChild
+}
+
+type lazyChild struct {
+	mu     sync.Mutex
+	parent *Dir
+	name   string
+	open   bool
+}
+
+// OpenDirLazy is OpenDir for a child directory that may not exist yet (a
+// recorder creates events/ when it first writes): until it exists, ReadDir
+// lists nothing and Open finds nothing; once it does, it is opened (with the
+// same refusals as OpenDir) and used from then on. The parent must stay
+// open.
+func (d *Dir) OpenDirLazy(name string) (*Dir, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	c := &Dir{fd: -1, path: filepath.Join(d.path, name), lazy: &lazyChild{parent: d, name: name}}
+	if err := c.ensure(); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Exists says whether a lazy directory exists (always true for others).
+func (d *Dir) Exists() bool { return d.ensure() == nil }
+
+// ensure opens a lazy directory that has come to exist; fs.ErrNotExist
+// while it does not.
+func (d *Dir) ensure() error {
+	if d.lazy == nil {
+		return nil
+	}
+	d.lazy.mu.Lock()
+	defer d.lazy.mu.Unlock()
+	if d.lazy.open {
+		return nil
+	}
+	c, err := d.lazy.parent.OpenDir(d.lazy.name)
+	if err != nil {
+		return err
+	}
+	d.fd, d.lazy.open = c.fd, true
+	return nil
 }
 
 // OpenRoot resolves path to its real path once and opens it. The real path
@@ -57,7 +106,16 @@ func OpenRoot(path string) (*Dir, error) {
 func (d *Dir) Path() string { return d.path }
 
 // Close releases the directory descriptor.
-func (d *Dir) Close() error { return unix.Close(d.fd) }
+func (d *Dir) Close() error {
+	if d.lazy != nil {
+		d.lazy.mu.Lock()
+		defer d.lazy.mu.Unlock()
+		if !d.lazy.open {
+			return nil
+		}
+	}
+	return unix.Close(d.fd)
+}
 
 func checkName(name string) error {
 	if name == "" || name == "." || name == ".." || strings.ContainsRune(name, '/') || strings.ContainsRune(name, 0) {
@@ -69,6 +127,9 @@ func checkName(name string) error {
 // OpenDir opens the child directory name, refusing a symbolic link.
 func (d *Dir) OpenDir(name string) (*Dir, error) {
 	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	if err := d.ensure(); err != nil {
 		return nil, err
 	}
 	fd, err := unix.Openat(d.fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -100,6 +161,9 @@ func (d *Dir) Open(name string) (*os.File, error) {
 func (d *Dir) OpenFile(name string, flag int, perm os.FileMode) (*os.File, error) {
 	if err := checkName(name); err != nil {
 		return nil, err
+	}
+	if err := d.ensure(); err != nil {
+		return nil, fmt.Errorf("open %s: %w", filepath.Join(d.path, name), err)
 	}
 	fd, err := unix.Openat(d.fd, name, flag|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, uint32(perm.Perm()))
 	if err != nil {
@@ -182,6 +246,11 @@ func (e Entry) Kind() string {
 // ReadDir lists the directory, lstat-ing each entry without following links.
 // Entries that vanish between listing and stat are left out.
 func (d *Dir) ReadDir() ([]Entry, error) {
+	if err := d.ensure(); errors.Is(err, fs.ErrNotExist) {
+		return nil, nil // a lazy directory that does not exist yet holds nothing
+	} else if err != nil {
+		return nil, err
+	}
 	fd, err := unix.Openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", d.path, err)

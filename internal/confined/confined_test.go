@@ -168,3 +168,44 @@ func TestWriteFileAtomic(t *testing.T) {
 		t.Fatal("wrote through a symlinked directory")
 	}
 }
+
+func TestOpenDirLazy(t *testing.T) {
+	dir := t.TempDir()
+	root, err := OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	events, err := root.OpenDirLazy("events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer events.Close()
+	if events.Exists() {
+		t.Fatal("events exists before it was made")
+	}
+	if list, err := events.ReadDir(); err != nil || len(list) != 0 {
+		t.Fatalf("ReadDir before it exists: %v %v", list, err)
+	}
+	if _, err := events.Open("run.ndjson"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Open before it exists: %v", err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "events"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "events", "run.ndjson"), []byte("{}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if list, err := events.ReadDir(); err != nil || len(list) != 1 {
+		t.Fatalf("ReadDir once it exists: %v %v", list, err)
+	}
+	// A symbolic link in its place is refused, as by OpenDir.
+	other := filepath.Join(t.TempDir(), "x")
+	os.Mkdir(other, 0o755)
+	os.Symlink(other, filepath.Join(dir, "linked"))
+	lazy, err := root.OpenDirLazy("linked")
+	if err == nil {
+		lazy.Close()
+		t.Fatal("a symbolic link was accepted")
+	}
+}
