@@ -57,8 +57,14 @@ func (a *args) str(key string, required bool, def string, maxLen int) string {
 		a.errs = append(a.errs, fmt.Sprintf("%s must be a string", key))
 		return def
 	}
-	if s == "" && required {
-		a.errs = append(a.errs, fmt.Sprintf("%s must not be empty", key))
+	if s == "" {
+		// The schemas say so: an empty string is no value (leave an
+		// optional argument out to get its default).
+		if required {
+			a.errs = append(a.errs, fmt.Sprintf("%s must not be empty", key))
+		} else {
+			a.errs = append(a.errs, fmt.Sprintf("%s must not be empty (leave it out for the default)", key))
+		}
 		return def
 	}
 	if !utf8.ValidString(s) {
