@@ -290,7 +290,7 @@ func (v *StreamVerifier) Result() Result {
 	haveKeyring := opt.Keyring != nil
 	warnings := append([]string(nil), v.warnings...)
 	if extra := v.tsWarnings - maxTSWarnings; extra > 0 {
-		warnings = append(warnings, fmt.Sprintf("%d more non-monotonic timestamps not listed", extra))
+		warnings = append(warnings, strconv.Itoa(extra)+warnMoreTS)
 	}
 	tailChecked := false
 	if cp := opt.Checkpoint; cp != nil {
@@ -330,6 +330,7 @@ func (v *StreamVerifier) Result() Result {
 }
 
 const (
+	warnMoreTS       = " more non-monotonic timestamps not listed"
 	warnNoCheckpoint = "no checkpoint: deleting the most recent receipts cannot be detected offline"
 	warnFork         = "fork/equivocation is not detectable offline: this verifies the branch given"
 	warnNoKeyring    = "no keyring: signatures were not authenticated"
