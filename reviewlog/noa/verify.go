@@ -205,6 +205,11 @@ func VerifyDocuments(d Documents) Result {
 	return *bad
 }
 
+// Options decodes the trust inputs of d (its Chain is not read). On a
+// failure, the Result is the verdict a verification of a non-empty chain
+// with these inputs gives.
+func (d Documents) Options() (Options, *Result) { return d.trust(true) }
+
 // trust decodes the keyring, checkpoint and identity manifest. A failure
 // is MALFORMED, except a checkpoint that is JSON but not a valid statement:
 // TAMPERED when the chain has receipts (nonEmpty), else MALFORMED.
