@@ -3,10 +3,12 @@ package noa
 import (
 	"bufio"
 	"bytes"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
+	"runtime"
 	"strconv"
 	"strings"
 )
@@ -105,6 +107,8 @@ type StreamVerifier struct {
 	tenant    *string
 	tenantSeq int64
 	pinned    map[string]string
+	// keys caches decoded keyring entries by kid (bounded by the keyring).
+	keys map[string]ed25519.PublicKey
 
 	decodeErr *Result
 	global    *Result
@@ -115,6 +119,42 @@ type StreamVerifier struct {
 
 	// carried is true when state came from an earlier segment (carry).
 	carried bool
+
+	// Signatures are checked by other goroutines, a batch at a time,
+	// while reading goes on; failures are taken in file order.
+	cur      []sigJob
+	inflight []*sigBatch
+	// stopped: a receipt-level failure is queued, later receipts are
+	// only checked structurally.
+	stopped bool
+}
+
+// sigJob is one receipt's signature to check, or a receipt-level failure
+// found without it: before the signature check (pre, nothing to check) or
+// after it (taken only when the signature holds).
+type sigJob struct {
+	seq  int64
+	kid  string
+	pub  ed25519.PublicKey
+	msg  [len(receiptDomain) + sha256.Size]byte
+	sig  string
+	fail *Result
+}
+
+type sigBatch struct {
+	jobs []sigJob
+	bad  []bool
+	done chan struct{}
+}
+
+const sigBatchSize = 128
+
+func (b *sigBatch) run() {
+	defer close(b.done)
+	for i := range b.jobs {
+		j := &b.jobs[i]
+		b.bad[i] = j.pub != nil && !verifySig(j.pub, j.msg[:], j.sig)
+	}
 }
 
 // NewStreamVerifier starts a verification with opt; opt.InFileOrder is
@@ -126,11 +166,6 @@ func NewStreamVerifier(opt Options) *StreamVerifier {
 
 // Count is the number of receipts fed so far.
 func (v *StreamVerifier) Count() int { return v.n }
-
-// Failed reports whether a failure has been recorded.
-func (v *StreamVerifier) Failed() bool {
-	return v.decodeErr != nil || v.global != nil || v.first != nil
-}
 
 // Fail records that the input could not be decoded (MALFORMED, whatever
 // else was found); receipts fed after it are ignored.
@@ -145,13 +180,6 @@ func (v *StreamVerifier) setGlobal(format string, args ...any) {
 	if v.global == nil {
 		r := fail(Tampered, v.chain, v.n, format, args...)
 		v.global = &r
-	}
-}
-
-func (v *StreamVerifier) setFirst(verdict Verdict, format string, args ...any) {
-	if v.first == nil {
-		r := fail(verdict, v.chain, v.n, format, args...)
-		v.first = &r
 	}
 }
 
@@ -197,56 +225,23 @@ func (v *StreamVerifier) Add(r *Receipt) {
 	prevHash := v.headHash
 	prevTS := v.prevTS
 	v.headSeq, v.headHash, v.prevTS = seq, r.Chain.Hash, r.TS
-	if v.first != nil {
+	if v.stopped {
 		return
 	}
 	v.checkReceipt(r, seq, pos, prevHash, prevTS)
 }
 
-// checkReceipt runs the receipt-level checks in VerifyChain's order.
+// checkReceipt runs the receipt-level checks in VerifyChain's order; the
+// signature check itself is queued (settle takes the results in order).
 func (v *StreamVerifier) checkReceipt(r *Receipt, seq int64, pos int, prevHash, prevTS string) {
-	input, err := r.HashInput()
-	if err != nil {
-		v.setFirst(Malformed, "seq %d: %v", seq, err)
-		return
+	job := sigJob{seq: seq, kid: r.Sig.KID}
+	failf := func(verdict Verdict, format string, args ...any) {
+		res := fail(verdict, v.chain, 0, format, args...)
+		job.fail = &res
 	}
-	sum := sha256.Sum256(input)
-	if "sha256:"+hex.EncodeToString(sum[:]) != r.Chain.Hash {
-		v.setFirst(Tampered, "seq %d: hash mismatch (content altered)", seq)
-		return
-	}
-	if kid, ok := v.pinned[r.Agent.ID]; !ok {
-		v.pinned[r.Agent.ID] = r.Sig.KID
-	} else if kid != r.Sig.KID {
-		v.setFirst(Tampered, "seq %d: key swap for agent %q (kid %q -> %q)", seq, r.Agent.ID, kid, r.Sig.KID)
-		return
-	}
-	if v.opt.Keyring != nil {
-		b64, ok := v.opt.Keyring[r.Sig.KID]
-		if !ok {
-			v.setFirst(Tampered, "seq %d: signing key %q is not in the keyring", seq, r.Sig.KID)
-			return
-		}
-		pub, err := DecodeSPKI(b64)
-		if err != nil || !verifySig(pub, append([]byte(receiptDomain), sum[:]...), r.Sig.Value) {
-			v.setFirst(Tampered, "seq %d: invalid signature (kid %q)", seq, r.Sig.KID)
-			return
-		}
-		if v.opt.Identity != nil && !v.opt.Identity.allows(r.Agent.ID, r.Sig.KID) {
-			v.setFirst(Untrusted, "seq %d: agent %q is not authorized for signing key %q by the identity manifest", seq, r.Agent.ID, r.Sig.KID)
-			return
-		}
-	}
-	if seq == 0 {
-		if r.Chain.PrevHash != nil {
-			v.setFirst(Tampered, "genesis (seq 0) prevHash must be null")
-			return
-		}
-	} else if r.Chain.PrevHash == nil || *r.Chain.PrevHash != prevHash {
-		v.setFirst(Tampered, "seq %d: broken link (prevHash is not the hash of seq %d)", seq, seq-1)
-		return
-	}
-	if pos > 0 || v.carried {
+	v.check(r, &job, failf, seq, prevHash)
+	v.queue(job)
+	if job.fail == nil && (pos > 0 || v.carried) {
 		a, errA := parseInstant(prevTS)
 		b, errB := parseInstant(r.TS)
 		if errA == nil && errB == nil && b.Before(a) {
@@ -256,6 +251,133 @@ func (v *StreamVerifier) checkReceipt(r *Receipt, seq int64, pos int, prevHash, 
 			}
 		}
 	}
+}
+
+func (v *StreamVerifier) check(r *Receipt, job *sigJob, failf func(Verdict, string, ...any), seq int64, prevHash string) {
+	input, err := r.HashInput()
+	if err != nil {
+		failf(Malformed, "seq %d: %v", seq, err)
+		return
+	}
+	sum := sha256.Sum256(input)
+	if "sha256:"+hex.EncodeToString(sum[:]) != r.Chain.Hash {
+		failf(Tampered, "seq %d: hash mismatch (content altered)", seq)
+		return
+	}
+	if kid, ok := v.pinned[r.Agent.ID]; !ok {
+		v.pinned[r.Agent.ID] = r.Sig.KID
+	} else if kid != r.Sig.KID {
+		failf(Tampered, "seq %d: key swap for agent %q (kid %q -> %q)", seq, r.Agent.ID, kid, r.Sig.KID)
+		return
+	}
+	if v.opt.Keyring != nil {
+		pub, known, ok := v.key(r.Sig.KID)
+		if !known {
+			failf(Tampered, "seq %d: signing key %q is not in the keyring", seq, r.Sig.KID)
+			return
+		}
+		if !ok {
+			failf(Tampered, "seq %d: invalid signature (kid %q)", seq, r.Sig.KID)
+			return
+		}
+		// From here on a failure counts only if the signature holds.
+		job.pub, job.sig = pub, r.Sig.Value
+		copy(job.msg[:], receiptDomain)
+		copy(job.msg[len(receiptDomain):], sum[:])
+		if v.opt.Identity != nil && !v.opt.Identity.allows(r.Agent.ID, r.Sig.KID) {
+			failf(Untrusted, "seq %d: agent %q is not authorized for signing key %q by the identity manifest", seq, r.Agent.ID, r.Sig.KID)
+			return
+		}
+	}
+	if seq == 0 {
+		if r.Chain.PrevHash != nil {
+			failf(Tampered, "genesis (seq 0) prevHash must be null")
+		}
+	} else if r.Chain.PrevHash == nil || *r.Chain.PrevHash != prevHash {
+		failf(Tampered, "seq %d: broken link (prevHash is not the hash of seq %d)", seq, seq-1)
+	}
+}
+
+// queue adds a job; a full batch (or one ending in a failure) goes to a
+// goroutine, and the oldest batch is settled when too many are out.
+func (v *StreamVerifier) queue(job sigJob) {
+	if job.pub == nil && job.fail == nil && len(v.cur) == 0 && len(v.inflight) == 0 {
+		return // nothing to check, nothing before it to wait for
+	}
+	v.cur = append(v.cur, job)
+	if job.fail != nil {
+		v.stopped = true
+	}
+	if job.fail != nil || len(v.cur) >= sigBatchSize {
+		v.dispatch()
+	}
+	if len(v.inflight) > runtime.GOMAXPROCS(0) {
+		v.settleOldest()
+	}
+}
+
+func (v *StreamVerifier) dispatch() {
+	if len(v.cur) == 0 {
+		return
+	}
+	b := &sigBatch{jobs: v.cur, bad: make([]bool, len(v.cur)), done: make(chan struct{})}
+	go b.run()
+	v.inflight = append(v.inflight, b)
+	v.cur = make([]sigJob, 0, sigBatchSize)
+}
+
+// settleOldest waits for the oldest batch and takes its first failure.
+func (v *StreamVerifier) settleOldest() {
+	b := v.inflight[0]
+	v.inflight = v.inflight[1:]
+	<-b.done
+	if v.first != nil {
+		return
+	}
+	for i, j := range b.jobs {
+		var res *Result
+		switch {
+		case b.bad[i]:
+			r := fail(Tampered, v.chain, 0, "seq %d: invalid signature (kid %q)", j.seq, j.kid)
+			res = &r
+		case j.fail != nil:
+			res = j.fail
+		}
+		if res != nil {
+			v.first, v.stopped = res, true
+			v.inflight = nil // later receipts: their outcome no longer counts
+			return
+		}
+	}
+}
+
+// settle waits for every signature check queued.
+func (v *StreamVerifier) settle() {
+	v.dispatch()
+	for len(v.inflight) > 0 {
+		v.settleOldest()
+	}
+}
+
+// key returns kid's public key from the keyring: known is false when the
+// keyring has no such kid, ok false when its entry does not decode.
+func (v *StreamVerifier) key(kid string) (pub ed25519.PublicKey, known, ok bool) {
+	if pub, ok := v.keys[kid]; ok {
+		return pub, true, pub != nil
+	}
+	b64, known := v.opt.Keyring[kid]
+	if !known {
+		return nil, false, false
+	}
+	pub, err := DecodeSPKI(b64)
+	if err != nil {
+		pub = nil
+	}
+	if v.keys == nil {
+		v.keys = map[string]ed25519.PublicKey{}
+	}
+	v.keys[kid] = pub
+	return pub, true, pub != nil
 }
 
 // carry makes v continue the state of an earlier segment verified by
@@ -271,6 +393,9 @@ func (v *StreamVerifier) carry(prev *StreamVerifier) {
 // Result gives the verdict on what was fed, including the checkpoint in
 // the options.
 func (v *StreamVerifier) Result() Result {
+	if v.decodeErr == nil && v.global == nil {
+		v.settle()
+	}
 	n, chain := v.n, v.chain
 	switch {
 	case v.decodeErr != nil:

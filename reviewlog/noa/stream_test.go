@@ -265,3 +265,18 @@ func TestLineReaderAndExportStream(t *testing.T) {
 		t.Fatalf("a bad line: %v", err)
 	}
 }
+
+// BenchmarkVerifyStream is the cost of verifying one receipt of a chain
+// file as a stream.
+func BenchmarkVerifyStream(b *testing.B) {
+	s := NewKeySigner(newKey(b))
+	_, file := sealChain(b, s, 1000)
+	opt := Options{Keyring: keyringFor(s)}
+	b.SetBytes(int64(len(file)) / 1000)
+	b.ResetTimer()
+	for range b.N / 1000 {
+		if res := VerifyStream(bytes.NewReader(file), opt); res.Verdict != Valid {
+			b.Fatal(res.Line())
+		}
+	}
+}
