@@ -229,6 +229,8 @@ func segmentNumbers(dir *confined.Dir, chain string) ([]int, error) {
 	return ks, nil
 }
 
+var errEmptySegment = errors.New("the segment is empty, refusing to continue it")
+
 // segmentHead is the head of segment k of chain, which must have one.
 func segmentHead(dir *confined.Dir, chain string, k int) (*noa.Receipt, error) {
 	f, err := dir.Open(SegmentFile(chain, k))
@@ -241,7 +243,7 @@ func segmentHead(dir *confined.Dir, chain string, k int) (*noa.Receipt, error) {
 		return nil, fmt.Errorf("chain %s: %w", noa.SegmentChain(chain, k), err)
 	}
 	if head == nil {
-		return nil, fmt.Errorf("chain %s: segment %d is empty, refusing to continue it", chain, k)
+		return nil, fmt.Errorf("chain %s: segment %d: %w", chain, k, errEmptySegment)
 	}
 	return head, nil
 }
@@ -384,6 +386,10 @@ func ListChains(g *confined.Dir) ([]ChainInfo, error) {
 	return out, nil
 }
 
+// ErrSegmentMissing marks a chain with a segment missing between two
+// present ones (or before them): evidence removed, TAMPERED.
+var ErrSegmentMissing = errors.New("a chain segment is missing")
+
 // ChainSegments lists the segments of chain id in order; id may also name
 // one of its segments ("<chain>.<k>"). A missing segment between two
 // present ones is an error, since verification could not follow it.
@@ -407,7 +413,7 @@ func ChainSegments(g *confined.Dir, id string) ([]Segment, error) {
 	segs := make([]Segment, 0, len(ks))
 	for i, k := range ks {
 		if k != i {
-			return nil, fmt.Errorf("chain %s: segment %d (%s) is missing", base, i, SegmentFile(base, i))
+			return nil, fmt.Errorf("chain %s: %w: segment %d (%s), while segment %d is present", base, ErrSegmentMissing, i, SegmentFile(base, i), k)
 		}
 		segs = append(segs, Segment{Index: k, Chain: noa.SegmentChain(base, k), File: SegmentFile(base, k), Path: dir.Path() + "/" + SegmentFile(base, k)})
 	}
@@ -464,6 +470,9 @@ func eachInSegment(ctx context.Context, dir *confined.Dir, s Segment, fn func(s 
 // them, see noa.VerifySegments) in bounded memory.
 func VerifySegments(g *confined.Dir, id string, opt noa.Options) (noa.Result, error) {
 	segs, err := ChainSegments(g, id)
+	if errors.Is(err, ErrSegmentMissing) {
+		return noa.Result{Verdict: noa.Tampered, Chain: id, Reason: err.Error()}, nil
+	}
 	if err != nil {
 		return noa.Result{}, err
 	}
@@ -512,17 +521,22 @@ func ChainHead(g *confined.Dir, id string) (*noa.Receipt, error) {
 		return nil, err
 	}
 	defer dir.Close()
-	last := segs[len(segs)-1]
-	f, err := dir.Open(last.File)
-	if err != nil {
-		return nil, err
+	// The last segment may be empty when its first write did not finish.
+	base := ChainIDOf(segs[0].Chain)
+	for i := len(segs) - 1; i >= 0; i-- {
+		head, err := segmentHead(dir, base, segs[i].Index)
+		if errors.Is(err, errEmptySegment) {
+			continue
+		}
+		return head, err
 	}
-	defer f.Close()
-	head, _, err := readHead(f)
-	if err != nil {
-		return nil, fmt.Errorf("chain %s: %w", last.Chain, err)
-	}
-	return head, nil
+	return nil, nil
+}
+
+// ChainIDOf is the chain a scope.chain or file stem belongs to.
+func ChainIDOf(segment string) string {
+	id, _, _ := ParseSegmentFile(segment + chainSuffix)
+	return id
 }
 
 // ReceiptsForAction lists the ids of receipts, in every chain and segment,

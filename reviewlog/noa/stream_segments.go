@@ -66,11 +66,24 @@ func VerifySegments(segs []SegmentSource, opt Options) (Result, error) {
 	if len(segs) == 0 {
 		return fail(Malformed, "", 0, "no chain segments given"), nil
 	}
+	var warnings []string
+	if n := len(segs); n > 1 {
+		// A last segment with no complete line is one whose first write
+		// did not finish (the writer died); like a torn last line, it is
+		// not part of the chain yet.
+		empty, err := segmentEmpty(segs[n-1])
+		if err != nil {
+			return Result{}, fmt.Errorf("segment %d: %w", n-1, err)
+		}
+		if empty {
+			warnings = append(warnings, fmt.Sprintf("segment %d (%s) holds no complete receipt yet (its first write did not finish); verified up to segment %d", n-1, segs[n-1].Name, n-2))
+			segs = segs[:n-1]
+		}
+	}
 	var prev *StreamVerifier
 	total := 0
 	base := ""
 	var last Result
-	var warnings []string
 	for k, seg := range segs {
 		o := opt
 		if k < len(segs)-1 {
@@ -126,6 +139,7 @@ func VerifySegments(segs []SegmentSource, opt Options) (Result, error) {
 		prev = v
 	}
 	if len(segs) == 1 {
+		last.Warnings = append(warnings, last.Warnings...)
 		return last, nil
 	}
 	last.Chain = base
@@ -134,6 +148,17 @@ func VerifySegments(segs []SegmentSource, opt Options) (Result, error) {
 	last.Warnings = warnings
 	last.Reason = describeValid(total, len(segs), base, last.Head, last.TailChecked, opt.Keyring != nil)
 	return last, nil
+}
+
+// segmentEmpty reports whether a segment has no complete line.
+func segmentEmpty(seg SegmentSource) (bool, error) {
+	f, err := seg.Open()
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	_, err = NewLineReader(f).Next()
+	return err == io.EOF, nil
 }
 
 // checkContinuation says what is wrong with r as the first receipt of
