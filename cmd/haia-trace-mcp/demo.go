@@ -232,7 +232,7 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 	fields := strings.Split(strings.TrimSpace(lines), "\t")
-	if len(fields) != 4 {
+	if len(fields) != 5 {
 		return fmt.Errorf("chain list printed %q", lines)
 	}
 	d.say("  chain %s: %s receipts, head %s", fields[0], fields[2], fields[3])
