@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
@@ -26,10 +27,30 @@ const (
 	maxKeyring = 1 << 20
 )
 
-// Chains appends signed NOA receipts to one chain file per signing key:
+// Limits of one chain segment.
+const (
+	// DefaultSegmentReceipts is the default of Chains.SegmentReceipts.
+	DefaultSegmentReceipts = 500_000
+	// DefaultSegmentBytes is the default of Chains.SegmentBytes: well
+	// under the 64 MiB that NOA verifiers read in the array form.
+	DefaultSegmentBytes = 48 << 20
+	// MaxSegmentBytes bounds Chains.SegmentBytes, so that the array
+	// export of a full segment (one byte more a receipt) stays under
+	// noa.MaxArrayBytes.
+	MaxSegmentBytes = 60 << 20
+)
+
+// Chains appends signed NOA receipts to one chain per signing key:
 // guard/receipts/<chain>.ndjson. A rotated key starts a new chain, because
 // NOA pins one key per agent id within a chain; the old chain stays
 // verifiable with the keyring, which keeps every key ever used.
+//
+// A chain is split into segments before it reaches a verifier's limit:
+// segment 0 is <chain>.ndjson, segment k ≥ 1 is <chain>.<k>.ndjson with
+// scope.chain "<chain>.<k>", and opens with a signed continuation receipt
+// (noa.ContinueDraft) naming the previous segment and its head hash. Each
+// segment verifies on its own with any NOA verifier; VerifySegments (and
+// `verify --follow`) checks them end to end.
 //
 // Append must run inside the review log's lock (a Hook), which is what keeps
 // a chain linear when several processes append.
@@ -37,17 +58,66 @@ type Chains struct {
 	Signer noa.Signer
 	// Tenant is written as scope.tenant.
 	Tenant string
+	// SegmentReceipts is how many receipts one segment holds at most,
+	// the continuation included (0: DefaultSegmentReceipts; at least 2,
+	// at most noa.MaxReceipts).
+	SegmentReceipts int
+	// SegmentBytes is how large one segment file grows at most (0:
+	// DefaultSegmentBytes; at most MaxSegmentBytes). A segment always
+	// holds at least its continuation and one receipt.
+	SegmentBytes int64
 }
 
 // ChainID names the chain this signer appends to.
 func (c *Chains) ChainID() string { return "decisions-" + c.Signer.KeyID() }
 
-// Append seals d as the next receipt of the signer's chain and appends it.
-// d.Chain and d.Tenant are filled in. When the signer fails, nothing is
-// written and no sequence number is used.
+func (c *Chains) limits() (int64, int64, error) {
+	n, b := int64(c.SegmentReceipts), c.SegmentBytes
+	switch {
+	case n == 0:
+		n = DefaultSegmentReceipts
+	case n < 2 || n > noa.MaxReceipts:
+		return 0, 0, fmt.Errorf("segment size %d receipts: want 2 to %d", n, noa.MaxReceipts)
+	}
+	switch {
+	case b == 0:
+		b = DefaultSegmentBytes
+	case b < 0 || b > MaxSegmentBytes:
+		return 0, 0, fmt.Errorf("segment size %d bytes: want 1 to %d", b, MaxSegmentBytes)
+	}
+	return n, b, nil
+}
+
+// SegmentFile is the file name of segment k of chain under receipts/.
+func SegmentFile(chain string, k int) string { return noa.SegmentChain(chain, k) + chainSuffix }
+
+// ParseSegmentFile splits a chain file name into its chain id and segment
+// number: "c.ndjson" is segment 0 of c, "c.3.ndjson" segment 3.
+func ParseSegmentFile(name string) (chain string, k int, ok bool) {
+	stem, ok := strings.CutSuffix(name, chainSuffix)
+	if !ok || stem == "" {
+		return "", 0, false
+	}
+	if i := strings.LastIndexByte(stem, '.'); i > 0 {
+		digits := stem[i+1:]
+		if n, err := strconv.Atoi(digits); err == nil && n >= 1 && strconv.Itoa(n) == digits {
+			return stem[:i], n, true
+		}
+	}
+	return stem, 0, true
+}
+
+// Append seals d as the next receipt of the signer's chain and appends it
+// to the chain's last segment, or starts the next segment when the last
+// one is full. d.Chain and d.Tenant are filled in. When the signer fails,
+// nothing is written and no sequence number is used.
 func (c *Chains) Append(ctx context.Context, g *confined.Dir, d noa.Draft) (noa.Receipt, error) {
-	d.Chain = c.ChainID()
+	base := c.ChainID()
 	d.Tenant = c.Tenant
+	maxN, maxB, err := c.limits()
+	if err != nil {
+		return noa.Receipt{}, fmt.Errorf("chain %s: %w", base, err)
+	}
 	dir, err := g.MkdirAll(ReceiptsDir, 0o700)
 	if err != nil {
 		return noa.Receipt{}, fmt.Errorf("receipts directory: %w", err)
@@ -56,32 +126,126 @@ func (c *Chains) Append(ctx context.Context, g *confined.Dir, d noa.Draft) (noa.
 	if err := c.ensureKeyring(g); err != nil {
 		return noa.Receipt{}, err
 	}
-	f, err := dir.OpenFile(d.Chain+chainSuffix, os.O_RDWR|os.O_CREATE, 0o600)
+	segs, err := segmentNumbers(dir, base)
+	if err != nil {
+		return noa.Receipt{}, err
+	}
+	k := 0
+	if len(segs) > 0 {
+		k = segs[len(segs)-1]
+	}
+	f, err := dir.OpenFile(SegmentFile(base, k), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return noa.Receipt{}, fmt.Errorf("chain file: %w", err)
 	}
 	defer f.Close()
+	name := noa.SegmentChain(base, k)
 	head, end, err := readHead(f)
 	if err != nil {
-		return noa.Receipt{}, fmt.Errorf("chain %s: %w", d.Chain, err)
+		return noa.Receipt{}, fmt.Errorf("chain %s: %w", name, err)
 	}
+	if head == nil && k > 0 {
+		// A segment started by a writer that died before its
+		// continuation reached the disk: start it again.
+		prev, err := segmentHead(dir, base, k-1)
+		if err != nil {
+			return noa.Receipt{}, err
+		}
+		return c.startSegment(ctx, f, end, base, k, *prev, d)
+	}
+	d.Chain = name
 	r, line, err := noa.Seal(ctx, d, head, c.Signer)
 	if err != nil {
 		return noa.Receipt{}, fmt.Errorf("sign decision receipt: %w", err)
 	}
-	// A torn tail left by a writer that died is cut off first: it was never
-	// a receipt, and gluing onto it would make the next line unreadable.
-	if err := f.Truncate(end); err != nil {
-		return noa.Receipt{}, fmt.Errorf("chain %s: drop torn tail: %w", d.Chain, err)
+	if head != nil && (head.Chain.Seq+1 >= maxN || end+int64(len(line)) > maxB) {
+		next, err := dir.OpenFile(SegmentFile(base, k+1), os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return noa.Receipt{}, fmt.Errorf("chain file: %w", err)
+		}
+		defer next.Close()
+		_, nend, err := readHead(next)
+		if err != nil {
+			return noa.Receipt{}, fmt.Errorf("chain %s: %w", noa.SegmentChain(base, k+1), err)
+		}
+		return c.startSegment(ctx, next, nend, base, k+1, *head, d)
 	}
-	if _, err := f.WriteAt(line, end); err != nil {
-		_ = f.Truncate(end)
-		return noa.Receipt{}, fmt.Errorf("chain %s: append: %w", d.Chain, err)
-	}
-	if err := f.Sync(); err != nil {
-		return noa.Receipt{}, fmt.Errorf("chain %s: sync: %w", d.Chain, err)
+	if err := writeLines(f, end, line); err != nil {
+		return noa.Receipt{}, fmt.Errorf("chain %s: %w", name, err)
 	}
 	return r, nil
+}
+
+// startSegment writes the continuation of segment k after prev and d's
+// receipt after it, as the start of f (end is where its torn tail, if
+// any, begins).
+func (c *Chains) startSegment(ctx context.Context, f *os.File, end int64, base string, k int, prev noa.Receipt, d noa.Draft) (noa.Receipt, error) {
+	name := noa.SegmentChain(base, k)
+	cont, contLine, err := noa.Seal(ctx, noa.ContinueDraft(base, k, prev, d.TS, c.Tenant), nil, c.Signer)
+	if err != nil {
+		return noa.Receipt{}, fmt.Errorf("sign the continuation of chain %s: %w", name, err)
+	}
+	d.Chain = name
+	r, line, err := noa.Seal(ctx, d, &cont, c.Signer)
+	if err != nil {
+		return noa.Receipt{}, fmt.Errorf("sign decision receipt: %w", err)
+	}
+	if err := writeLines(f, end, append(contLine, line...)); err != nil {
+		return noa.Receipt{}, fmt.Errorf("chain %s: %w", name, err)
+	}
+	return r, nil
+}
+
+// writeLines appends data at end of f and syncs it. A torn tail left by a
+// writer that died is cut off first: it was never a receipt, and gluing
+// onto it would make the next line unreadable.
+func writeLines(f *os.File, end int64, data []byte) error {
+	if err := f.Truncate(end); err != nil {
+		return fmt.Errorf("drop torn tail: %w", err)
+	}
+	if _, err := f.WriteAt(data, end); err != nil {
+		_ = f.Truncate(end)
+		return fmt.Errorf("append: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync: %w", err)
+	}
+	return nil
+}
+
+// segmentNumbers lists the segments of chain present in dir, ascending.
+func segmentNumbers(dir *confined.Dir, chain string) ([]int, error) {
+	entries, err := dir.ReadDir()
+	if err != nil {
+		return nil, err
+	}
+	var ks []int
+	for _, e := range entries {
+		if c, k, ok := ParseSegmentFile(e.Name); ok && c == chain && e.Regular() {
+			ks = append(ks, k)
+		}
+	}
+	sort.Ints(ks)
+	return ks, nil
+}
+
+var errEmptySegment = errors.New("the segment is empty, refusing to continue it")
+
+// segmentHead is the head of segment k of chain, which must have one.
+func segmentHead(dir *confined.Dir, chain string, k int) (*noa.Receipt, error) {
+	f, err := dir.Open(SegmentFile(chain, k))
+	if err != nil {
+		return nil, fmt.Errorf("chain %s: %w", noa.SegmentChain(chain, k), err)
+	}
+	defer f.Close()
+	head, _, err := readHead(f)
+	if err != nil {
+		return nil, fmt.Errorf("chain %s: %w", noa.SegmentChain(chain, k), err)
+	}
+	if head == nil {
+		return nil, fmt.Errorf("chain %s: segment %d: %w", chain, k, errEmptySegment)
+	}
+	return head, nil
 }
 
 // readHead returns the chain's last receipt (nil for an empty chain) and
@@ -151,15 +315,33 @@ func ReadKeyring(g *confined.Dir) (noa.Keyring, error) {
 	return kr, nil
 }
 
-// ChainInfo describes one chain file.
+// ChainInfo describes one chain, all its segments together.
 type ChainInfo struct {
-	ID     string
-	Path   string
+	ID string
+	// Path is segment 0's file, the name `verify --follow` starts from.
+	Path string
+	// Length is the receipts of every segment, as each head's seq says
+	// (verification is what checks it).
 	Length int
-	Head   string // the head receipt's chain.hash, "" when empty
+	// Head is the last segment's head chain.hash, "" when empty.
+	Head string
+	// Segments is how many segment files the chain has.
+	Segments int
 }
 
-// ListChains describes every chain under guard/receipts/ (none when absent).
+// Segment is one file of a chain.
+type Segment struct {
+	// Index is the segment number: 0 for <chain>.ndjson.
+	Index int
+	// Chain is the segment's scope.chain (noa.SegmentChain).
+	Chain string
+	// File is the name under receipts/, Path the whole path.
+	File string
+	Path string
+}
+
+// ListChains describes every chain under guard/receipts/ (none when
+// absent). It reads only each segment's head.
 func ListChains(g *confined.Dir) ([]ChainInfo, error) {
 	dir, err := g.OpenDir(ReceiptsDir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -173,19 +355,30 @@ func ListChains(g *confined.Dir) ([]ChainInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []ChainInfo
+	byID := map[string][]int{}
 	for _, e := range entries {
-		id, ok := strings.CutSuffix(e.Name, chainSuffix)
-		if !ok || !e.Regular() {
-			continue
+		if id, k, ok := ParseSegmentFile(e.Name); ok && e.Regular() {
+			byID[id] = append(byID[id], k)
 		}
-		rs, err := ReadChainFile(g, id)
-		if err != nil {
-			return nil, err
-		}
-		ci := ChainInfo{ID: id, Path: dir.Path() + "/" + e.Name, Length: len(rs)}
-		if len(rs) > 0 {
-			ci.Head = rs[len(rs)-1].Chain.Hash
+	}
+	out := make([]ChainInfo, 0, len(byID))
+	for id, ks := range byID {
+		sort.Ints(ks)
+		ci := ChainInfo{ID: id, Path: dir.Path() + "/" + SegmentFile(id, ks[0]), Segments: len(ks)}
+		for _, k := range ks {
+			f, err := dir.Open(SegmentFile(id, k))
+			if err != nil {
+				return nil, err
+			}
+			head, _, err := readHead(f)
+			f.Close()
+			if err != nil {
+				return nil, fmt.Errorf("chain %s: %w", noa.SegmentChain(id, k), err)
+			}
+			if head != nil {
+				ci.Length += int(head.Chain.Seq) + 1
+				ci.Head = head.Chain.Hash
+			}
 		}
 		out = append(out, ci)
 	}
@@ -193,7 +386,111 @@ func ListChains(g *confined.Dir) ([]ChainInfo, error) {
 	return out, nil
 }
 
-// ReadChainFile reads chain id's receipts (a torn last line is dropped).
+// ErrSegmentMissing marks a chain with a segment missing between two
+// present ones (or before them): evidence removed, TAMPERED.
+var ErrSegmentMissing = errors.New("a chain segment is missing")
+
+// ChainSegments lists the segments of chain id in order; id may also name
+// one of its segments ("<chain>.<k>"). A missing segment between two
+// present ones is an error, since verification could not follow it.
+func ChainSegments(g *confined.Dir, id string) ([]Segment, error) {
+	base, _, ok := ParseSegmentFile(id + chainSuffix)
+	if !ok {
+		return nil, fmt.Errorf("chain %q: not a chain name", id)
+	}
+	dir, err := g.OpenDir(ReceiptsDir)
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
+	ks, err := segmentNumbers(dir, base)
+	if err != nil {
+		return nil, err
+	}
+	if len(ks) == 0 {
+		return nil, fmt.Errorf("chain %s: %w", base, fs.ErrNotExist)
+	}
+	segs := make([]Segment, 0, len(ks))
+	for i, k := range ks {
+		if k != i {
+			return nil, fmt.Errorf("chain %s: %w: segment %d (%s), while segment %d is present", base, ErrSegmentMissing, i, SegmentFile(base, i), k)
+		}
+		segs = append(segs, Segment{Index: k, Chain: noa.SegmentChain(base, k), File: SegmentFile(base, k), Path: dir.Path() + "/" + SegmentFile(base, k)})
+	}
+	return segs, nil
+}
+
+// EachReceipt calls fn with every receipt of chain id, segment by
+// segment, in file order, with the byte offset of its line in the
+// segment file; it holds one receipt in memory at a time. A non-nil error
+// from fn stops the walk and is returned.
+func EachReceipt(ctx context.Context, g *confined.Dir, id string, fn func(s Segment, off int64, r *noa.Receipt) error) error {
+	segs, err := ChainSegments(g, id)
+	if err != nil {
+		return err
+	}
+	dir, err := g.OpenDir(ReceiptsDir)
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	for _, s := range segs {
+		if err := eachInSegment(ctx, dir, s, fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func eachInSegment(ctx context.Context, dir *confined.Dir, s Segment, fn func(s Segment, off int64, r *noa.Receipt) error) error {
+	f, err := dir.Open(s.File)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	lr := noa.NewLineReader(f)
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		r, err := lr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("chain %s: %w", s.Chain, err)
+		}
+		if err := fn(s, lr.Offset(), &r); err != nil {
+			return err
+		}
+	}
+}
+
+// VerifySegments verifies chain id (every segment and the links between
+// them, see noa.VerifySegments) in bounded memory.
+func VerifySegments(g *confined.Dir, id string, opt noa.Options) (noa.Result, error) {
+	segs, err := ChainSegments(g, id)
+	if errors.Is(err, ErrSegmentMissing) {
+		return noa.Result{Verdict: noa.Tampered, Chain: id, Reason: err.Error()}, nil
+	}
+	if err != nil {
+		return noa.Result{}, err
+	}
+	dir, err := g.OpenDir(ReceiptsDir)
+	if err != nil {
+		return noa.Result{}, err
+	}
+	defer dir.Close()
+	srcs := make([]noa.SegmentSource, len(segs))
+	for i, s := range segs {
+		srcs[i] = noa.SegmentSource{Name: s.File, Open: func() (io.ReadCloser, error) { return dir.Open(s.File) }}
+	}
+	return noa.VerifySegments(srcs, opt)
+}
+
+// ReadChainFile reads the receipts of one chain file into memory: id is a
+// chain (its segment 0) or one segment "<chain>.<k>". A torn last line is
+// dropped. Use EachReceipt to walk a whole chain without holding it.
 func ReadChainFile(g *confined.Dir, id string) ([]noa.Receipt, error) {
 	dir, err := g.OpenDir(ReceiptsDir)
 	if err != nil {
@@ -212,8 +509,38 @@ func ReadChainFile(g *confined.Dir, id string) ([]noa.Receipt, error) {
 	return rs, nil
 }
 
-// ReceiptsForAction lists the ids of receipts, in every chain, whose
-// action.id is actionID (the receipts that record one review).
+// ChainHead returns the head receipt of chain id's last segment (nil when
+// empty), reading only the end of that file.
+func ChainHead(g *confined.Dir, id string) (*noa.Receipt, error) {
+	segs, err := ChainSegments(g, id)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := g.OpenDir(ReceiptsDir)
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
+	// The last segment may be empty when its first write did not finish.
+	base := ChainIDOf(segs[0].Chain)
+	for i := len(segs) - 1; i >= 0; i-- {
+		head, err := segmentHead(dir, base, segs[i].Index)
+		if errors.Is(err, errEmptySegment) {
+			continue
+		}
+		return head, err
+	}
+	return nil, nil
+}
+
+// ChainIDOf is the chain a scope.chain or file stem belongs to.
+func ChainIDOf(segment string) string {
+	id, _, _ := ParseSegmentFile(segment + chainSuffix)
+	return id
+}
+
+// ReceiptsForAction lists the ids of receipts, in every chain and segment,
+// whose action.id is actionID (the receipts that record one review).
 func ReceiptsForAction(g *confined.Dir, actionID string) ([]string, error) {
 	chains, err := ListChains(g)
 	if err != nil {
@@ -221,14 +548,14 @@ func ReceiptsForAction(g *confined.Dir, actionID string) ([]string, error) {
 	}
 	var ids []string
 	for _, c := range chains {
-		rs, err := ReadChainFile(g, c.ID)
-		if err != nil {
-			return nil, err
-		}
-		for _, r := range rs {
+		err := EachReceipt(context.Background(), g, c.ID, func(_ Segment, _ int64, r *noa.Receipt) error {
 			if r.Action.ID == actionID {
 				ids = append(ids, r.ID)
 			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
 		}
 	}
 	return ids, nil

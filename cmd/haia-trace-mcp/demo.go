@@ -262,7 +262,7 @@ func (d *demo) run(ctx context.Context) error {
 	keyring := filepath.Join(d.root, "guard", "keyring.json")
 	for _, line := range strings.Split(strings.TrimSpace(lines), "\n") {
 		fields := strings.Split(line, "\t")
-		if len(fields) != 4 {
+		if len(fields) != 5 {
 			return fmt.Errorf("chain list printed %q", lines)
 		}
 		out, err := d.cli(ctx, "verify", fields[1], "--keyring", keyring)

@@ -49,7 +49,7 @@ func chainFile(t *testing.T, root string) (string, int) {
 		t.Fatalf("want one server chain beside the reviewer's, got %q", out)
 	}
 	f := strings.Split(lines[0], "\t")
-	if len(f) != 4 {
+	if len(f) != 5 {
 		t.Fatalf("chain list line %q", lines[0])
 	}
 	var n int

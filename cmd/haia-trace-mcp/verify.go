@@ -6,15 +6,23 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"sort"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
 
 const verifyUsage = `usage:
-  haia-trace-mcp verify CHAIN [KEYRING] [--keyring K] [--checkpoint C] [--identity M]
+  haia-trace-mcp verify CHAIN [KEYRING] [--keyring K] [--checkpoint C] [--identity M] [--follow]
       verify a NOA receipt v0.1 chain offline: the NOA JSON-array form or
-      this product's chain file (one receipt per line). KEYRING may be given
-      as a second argument, as the NOA reference verifier accepts it.
+      this product's chain file (one receipt per line, verified as it is
+      read, in bounded memory). KEYRING may be given as a second argument,
+      as the NOA reference verifier accepts it.
+      --follow: CHAIN is one segment file of a segmented chain
+      (<chain>.ndjson, <chain>.<k>.ndjson); verify every segment from 0
+      and the signed link between each two, end to end; --checkpoint is
+      then held against the last segment.
       Prints one line (verdict: reason) on stdout, warnings on stderr.
       exit 0 VALID, 1 UNVERIFIED (no keyring), 2 TAMPERED, 3 MALFORMED,
       4 usage or unreadable file, 5 UNTRUSTED (identity manifest)
@@ -34,6 +42,7 @@ func runVerify(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	keyring := fs.String("keyring", "", "keyring file `K` ({kid: base64 SPKI})")
 	checkpoint := fs.String("checkpoint", "", "signed checkpoint file `C` (noa.checkpoint/0.1)")
 	identity := fs.String("identity", "", "identity manifest `M` ({agent.id: [kid]})")
+	follow := fs.Bool("follow", false, "verify every segment of CHAIN's chain and the links between them")
 	// Positionals may sit between flags: parse, take one, parse the rest.
 	var pos []string
 	for {
@@ -61,13 +70,7 @@ func runVerify(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		*keyring = pos[1]
 	}
 
-	f, err := os.Open(pos[0])
-	if err != nil {
-		fmt.Fprintf(stderr, "verify: %v\n", err)
-		return exitVerifyUsage
-	}
-	defer f.Close()
-	docs := noa.Documents{Chain: f}
+	var docs noa.Documents
 	for _, in := range []struct {
 		path string
 		dst  *[]byte
@@ -82,12 +85,95 @@ func runVerify(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		*in.dst = b
 	}
-	res := noa.VerifyDocuments(docs)
+	var res noa.Result
+	if *follow {
+		var code int
+		if res, code = verifyFollow(pos[0], docs, stderr); code >= 0 {
+			return code
+		}
+	} else {
+		f, err := os.Open(pos[0])
+		if err != nil {
+			fmt.Fprintf(stderr, "verify: %v\n", err)
+			return exitVerifyUsage
+		}
+		defer f.Close()
+		docs.Chain = f
+		res = noa.VerifyDocuments(docs)
+		if n := otherSegments(pos[0]); n > 0 {
+			fmt.Fprintf(stderr, "note: %s is one segment of a chain with %d more; --follow verifies them all end to end\n", filepath.Base(pos[0]), n)
+		}
+	}
 	for _, w := range res.Warnings {
 		fmt.Fprintf(stderr, "warning: %s\n", w)
 	}
 	fmt.Fprintln(stdout, res.Line())
 	return res.Verdict.ExitCode()
+}
+
+// chainSegmentsAt lists the segment numbers of the chain the file at path
+// belongs to, found beside it, ascending.
+func chainSegmentsAt(path string) (string, []int, error) {
+	base, _, ok := reviewlog.ParseSegmentFile(filepath.Base(path))
+	if !ok {
+		return "", nil, fmt.Errorf("%s: not a chain file name (<chain>.ndjson or <chain>.<k>.ndjson)", path)
+	}
+	entries, err := os.ReadDir(filepath.Dir(path))
+	if err != nil {
+		return "", nil, err
+	}
+	var ks []int
+	for _, e := range entries {
+		if c, k, ok := reviewlog.ParseSegmentFile(e.Name()); ok && c == base && e.Type().IsRegular() {
+			ks = append(ks, k)
+		}
+	}
+	sort.Ints(ks)
+	return base, ks, nil
+}
+
+// otherSegments is how many other segments sit beside the chain file at
+// path (0 when it is not a segmented chain's file).
+func otherSegments(path string) int {
+	_, ks, err := chainSegmentsAt(path)
+	if err != nil || len(ks) < 2 {
+		return 0
+	}
+	return len(ks) - 1
+}
+
+// verifyFollow verifies every segment of the chain the file at path
+// belongs to. A code ≥ 0 means stop with it (the reason is printed).
+func verifyFollow(path string, docs noa.Documents, stderr io.Writer) (noa.Result, int) {
+	if _, err := os.Stat(path); err != nil {
+		fmt.Fprintf(stderr, "verify: %v\n", err)
+		return noa.Result{}, exitVerifyUsage
+	}
+	base, ks, err := chainSegmentsAt(path)
+	if err != nil {
+		fmt.Fprintf(stderr, "verify --follow: %v\n", err)
+		return noa.Result{}, exitVerifyUsage
+	}
+	opt, bad := docs.Options()
+	if bad != nil {
+		return *bad, -1
+	}
+	dir := filepath.Dir(path)
+	srcs := make([]noa.SegmentSource, 0, len(ks))
+	for i, k := range ks {
+		if k != i {
+			// Evidence removed from the middle (or the start) of the chain.
+			return noa.Result{Verdict: noa.Tampered, Chain: base, Reason: fmt.Sprintf("segment %d of chain %q (%s) is missing, segment %d is present", i, base, reviewlog.SegmentFile(base, i), k)}, -1
+		}
+		p := filepath.Join(dir, reviewlog.SegmentFile(base, k))
+		srcs = append(srcs, noa.SegmentSource{Name: filepath.Base(p), Open: func() (io.ReadCloser, error) { return os.Open(p) }})
+	}
+	res, err := noa.VerifySegments(srcs, opt)
+	if err != nil {
+		fmt.Fprintf(stderr, "verify --follow: %v\n", err)
+		return noa.Result{}, exitVerifyUsage
+	}
+	return res, -1
 }
 
 // readBounded reads a whole file, refusing one larger than limit.

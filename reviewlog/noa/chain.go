@@ -2,7 +2,6 @@ package noa
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -16,7 +15,9 @@ const (
 	MaxArrayBytes = 64 << 20
 	// MaxLineBytes bounds one receipt line of a chain file.
 	MaxLineBytes = 1 << 20
-	// MaxReceipts bounds the receipts of one chain.
+	// MaxReceipts bounds the receipts of a chain decoded whole (the array
+	// form, ReadChain, VerifyChain); a chain file verified as a stream
+	// (VerifyStream, VerifySegments) has no such bound.
 	MaxReceipts = 1_000_000
 )
 
@@ -47,24 +48,36 @@ func ReadChain(r io.Reader) ([]Receipt, error) {
 // error (a chain not yet started).
 func DecodeChain(r io.Reader) ([]Receipt, Form, error) {
 	br := bufio.NewReaderSize(r, 64<<10)
+	form, err := sniffForm(br)
+	if err != nil {
+		return nil, form, err
+	}
+	if form == FormArray {
+		rs, err := decodeArray(br)
+		return rs, FormArray, err
+	}
+	rs, err := decodeLines(br)
+	return rs, FormLines, err
+}
+
+// sniffForm skips leading blanks and tells the form by the first other
+// byte: '[' is the array form, anything else (or nothing) the line form.
+func sniffForm(br *bufio.Reader) (Form, error) {
 	for {
 		b, err := br.Peek(1)
 		if err == io.EOF {
-			return nil, FormLines, nil
+			return FormLines, nil
 		}
 		if err != nil {
-			return nil, FormLines, fmt.Errorf("reading chain: %w", err)
+			return FormLines, fmt.Errorf("reading chain: %w", err)
 		}
 		switch b[0] {
 		case ' ', '\t', '\r', '\n':
 			br.ReadByte()
-			continue
 		case '[':
-			rs, err := decodeArray(br)
-			return rs, FormArray, err
+			return FormArray, nil
 		default:
-			rs, err := decodeLines(br)
-			return rs, FormLines, err
+			return FormLines, nil
 		}
 	}
 }
@@ -99,44 +112,21 @@ func decodeArray(r io.Reader) ([]Receipt, error) {
 	return rs, nil
 }
 
-func decodeLines(br *bufio.Reader) ([]Receipt, error) {
+// decodeLines reads a whole chain in the line form into memory; at most
+// MaxReceipts receipts (VerifyStream has no such limit).
+func decodeLines(r io.Reader) ([]Receipt, error) {
 	var rs []Receipt
-	var line []byte
-	for n := 1; ; n++ {
-		line = line[:0]
-		complete := false
-		for {
-			chunk, err := br.ReadSlice('\n')
-			if len(line)+len(chunk) > MaxLineBytes+2 {
-				return nil, fmt.Errorf("chain line %d: longer than %d bytes", n, MaxLineBytes)
-			}
-			line = append(line, chunk...)
-			if err == nil {
-				complete = true
-				break
-			}
-			if err == bufio.ErrBufferFull {
-				continue
-			}
-			if err == io.EOF {
-				break
-			}
-			return nil, fmt.Errorf("reading chain line %d: %w", n, err)
-		}
-		if !complete {
-			// The text after the last newline is never a whole record.
+	lr := NewLineReader(r)
+	for {
+		rc, err := lr.Next()
+		if err == io.EOF {
 			return rs, nil
 		}
-		text := bytes.Trim(line, " \t\r\n")
-		if len(text) == 0 {
-			continue
+		if err != nil {
+			return nil, err
 		}
 		if len(rs) >= MaxReceipts {
 			return nil, fmt.Errorf("chain: more than %d receipts", MaxReceipts)
-		}
-		rc, err := ParseReceipt(text)
-		if err != nil {
-			return nil, fmt.Errorf("chain line %d: %w", n, err)
 		}
 		rs = append(rs, rc)
 	}

@@ -1,13 +1,10 @@
 package noa
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
-	"strings"
 )
 
 // Verdict is the outcome of verifying a chain.
@@ -58,6 +55,9 @@ type Result struct {
 	// TailChecked is true only when an authenticated checkpoint matched.
 	TailChecked bool
 	Warnings    []string
+	// Segments is how many segment files were verified end to end
+	// (VerifySegments); 0 for one chain file.
+	Segments int
 }
 
 // Line renders the result as one line: "VALID: 4 receipts, chain …".
@@ -127,128 +127,13 @@ func VerifyChain(rs []Receipt, opt Options) Result {
 		ordered[s] = &rs[i]
 	}
 
-	var warnings []string
-	// A tenant may be left out of some receipts, but once stated it may
-	// not change: splicing another tenant's receipts in via an absent one
-	// is the attack this closes.
-	var tenant *string
-	var tenantSeq int64
+	// The structure is sound and in seq order: the rest is what a stream
+	// of the same receipts in file order gets.
+	v := NewStreamVerifier(opt)
 	for _, r := range ordered {
-		t := r.Scope.Tenant
-		if t == nil {
-			continue
-		}
-		if tenant != nil && *t != *tenant {
-			return fail(Tampered, chain, n, "tenant changes from %q (seq %d) to %q (seq %d) within one chain", *tenant, tenantSeq, *t, r.Chain.Seq)
-		}
-		tenant, tenantSeq = t, r.Chain.Seq
+		v.Add(r)
 	}
-
-	haveKeyring := opt.Keyring != nil
-	haveIdentity := opt.Identity != nil
-	pinned := map[string]string{}
-	var prev *Receipt
-	for _, r := range ordered {
-		seq := r.Chain.Seq
-		input, err := r.HashInput()
-		if err != nil {
-			return fail(Malformed, chain, n, "seq %d: %v", seq, err)
-		}
-		sum := sha256.Sum256(input)
-		if "sha256:"+hex.EncodeToString(sum[:]) != r.Chain.Hash {
-			return fail(Tampered, chain, n, "seq %d: hash mismatch (content altered)", seq)
-		}
-		if kid, ok := pinned[r.Agent.ID]; !ok {
-			pinned[r.Agent.ID] = r.Sig.KID
-		} else if kid != r.Sig.KID {
-			return fail(Tampered, chain, n, "seq %d: key swap for agent %q (kid %q -> %q)", seq, r.Agent.ID, kid, r.Sig.KID)
-		}
-		if haveKeyring {
-			b64, ok := opt.Keyring[r.Sig.KID]
-			if !ok {
-				return fail(Tampered, chain, n, "seq %d: signing key %q is not in the keyring", seq, r.Sig.KID)
-			}
-			pub, err := DecodeSPKI(b64)
-			if err != nil || !verifySig(pub, append([]byte(receiptDomain), sum[:]...), r.Sig.Value) {
-				return fail(Tampered, chain, n, "seq %d: invalid signature (kid %q)", seq, r.Sig.KID)
-			}
-			if haveIdentity && !opt.Identity.allows(r.Agent.ID, r.Sig.KID) {
-				return fail(Untrusted, chain, n, "seq %d: agent %q is not authorized for signing key %q by the identity manifest", seq, r.Agent.ID, r.Sig.KID)
-			}
-		}
-		if seq == 0 {
-			if r.Chain.PrevHash != nil {
-				return fail(Tampered, chain, n, "genesis (seq 0) prevHash must be null")
-			}
-		} else if r.Chain.PrevHash == nil || *r.Chain.PrevHash != prev.Chain.Hash {
-			return fail(Tampered, chain, n, "seq %d: broken link (prevHash is not the hash of seq %d)", seq, seq-1)
-		}
-		if prev != nil {
-			a, errA := parseInstant(prev.TS)
-			b, errB := parseInstant(r.TS)
-			if errA == nil && errB == nil && b.Before(a) {
-				warnings = append(warnings, fmt.Sprintf("non-monotonic timestamp at seq %d (ts went backwards)", seq))
-			}
-		}
-		prev = r
-	}
-
-	head := ordered[n-1]
-	tailChecked := false
-	if cp := opt.Checkpoint; cp != nil {
-		if cp.tree == nil {
-			return fail(Malformed, chain, n, "checkpoint is empty (not decoded)")
-		}
-		state := verifyCheckpointSig(*cp, opt.Keyring)
-		if haveKeyring && state != "ok" {
-			return fail(Tampered, chain, n, "checkpoint not authenticated against the keyring (%s, kid %q)", state, cp.Sig.KID)
-		}
-		if cp.Chain != chain {
-			return fail(Tampered, chain, n, "checkpoint is for chain %q, not %q", cp.Chain, chain)
-		}
-		if cp.HighestSeq != head.Chain.Seq || cp.HeadHash != head.Chain.Hash {
-			return fail(Tampered, chain, n, "chain head (seq %d) does not match the checkpoint (seq %d): tail truncated or extended", head.Chain.Seq, cp.HighestSeq)
-		}
-		if haveKeyring && haveIdentity {
-			opener := ordered[0].Agent.ID
-			if !opt.Identity.allows(opener, cp.Sig.KID) {
-				return fail(Untrusted, chain, n, "checkpoint key %q is not authorized for the chain opener %q by the identity manifest", cp.Sig.KID, opener)
-			}
-		}
-		tailChecked = state == "ok"
-		if !tailChecked {
-			warnings = append(warnings, "checkpoint present but not authenticated (no keyring): tail not verified")
-		}
-	} else {
-		warnings = append(warnings, "no checkpoint: deleting the most recent receipts cannot be detected offline")
-	}
-	warnings = append(warnings, "fork/equivocation is not detectable offline: this verifies the branch given")
-	if !haveKeyring {
-		warnings = append(warnings, "no keyring: signatures were not authenticated")
-	}
-
-	res := Result{Verdict: Unverified, Chain: chain, Count: n, Head: head.Chain.Hash, TailChecked: tailChecked, Warnings: warnings}
-	if haveKeyring {
-		res.Verdict = Valid
-	}
-	var b strings.Builder
-	b.WriteString(strconv.Itoa(n))
-	if n == 1 {
-		b.WriteString(" receipt")
-	} else {
-		b.WriteString(" receipts")
-	}
-	fmt.Fprintf(&b, ", chain %q, head %s", chain, head.Chain.Hash)
-	switch {
-	case tailChecked:
-		b.WriteString(", tail checked")
-	case !haveKeyring:
-		b.WriteString(", signatures not authenticated (no keyring)")
-	default:
-		b.WriteString(", tail not checked (no checkpoint)")
-	}
-	res.Reason = b.String()
-	return res
+	return v.Result()
 }
 
 // Documents are the inputs of a verification as files hold them. Chain
@@ -265,38 +150,98 @@ type Documents struct {
 // failures to the verdicts the reference verifier gives: unreadable chain,
 // keyring or manifest → MALFORMED; a checkpoint that is JSON but not a
 // valid statement → TAMPERED. A chain in this product's line form must
-// also be in seq order.
+// also be in seq order, and is verified as it is read (VerifyStream), in
+// memory that does not grow with its length; the NOA array form, which
+// may list receipts in any order, is decoded whole (at most MaxArrayBytes).
 func VerifyDocuments(d Documents) Result {
 	if d.Chain == nil {
 		return fail(Malformed, "", 0, "no chain given")
 	}
-	rs, form, err := DecodeChain(d.Chain)
+	br := bufio.NewReaderSize(d.Chain, 64<<10)
+	form, err := sniffForm(br)
 	if err != nil {
 		return fail(Malformed, "", 0, "%v", err)
 	}
-	opt := Options{InFileOrder: form == FormLines}
+	if form == FormArray {
+		rs, err := decodeArray(br)
+		if err != nil {
+			return fail(Malformed, "", 0, "%v", err)
+		}
+		opt, bad := d.trust(len(rs) > 0)
+		if bad != nil {
+			if len(rs) > 0 {
+				bad.Chain = rs[0].Scope.Chain
+			}
+			bad.Count = len(rs)
+			return *bad
+		}
+		return VerifyChain(rs, opt)
+	}
+	opt, bad := d.trust(true)
+	if bad == nil {
+		return VerifyStream(br, opt)
+	}
+	// A trust input is unusable; a chain that does not decode is still
+	// reported as such first, as when the whole chain is decoded first.
+	lr := NewLineReader(br)
+	n, chain := 0, ""
+	for {
+		r, err := lr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fail(Malformed, "", 0, "%v", err)
+		}
+		if n == 0 {
+			chain = r.Scope.Chain
+		}
+		n++
+	}
+	if bad.Verdict == Tampered && n == 0 {
+		return fail(Malformed, "", 0, "empty receipt chain")
+	}
+	bad.Chain, bad.Count = chain, n
+	return *bad
+}
+
+// Options decodes the trust inputs of d (its Chain is not read). On a
+// failure, the Result is the verdict a verification of a non-empty chain
+// with these inputs gives.
+func (d Documents) Options() (Options, *Result) { return d.trust(true) }
+
+// trust decodes the keyring, checkpoint and identity manifest. A failure
+// is MALFORMED, except a checkpoint that is JSON but not a valid statement:
+// TAMPERED when the chain has receipts (nonEmpty), else MALFORMED.
+func (d Documents) trust(nonEmpty bool) (Options, *Result) {
+	var opt Options
+	var err error
+	bad := func(v Verdict, err error) (Options, *Result) {
+		r := fail(v, "", 0, "%v", err)
+		return Options{}, &r
+	}
 	if d.Identity != nil {
 		if opt.Identity, err = ParseIdentity(d.Identity); err != nil {
-			return fail(Malformed, "", len(rs), "%v", err)
+			return bad(Malformed, err)
 		}
 	}
 	if d.Keyring != nil {
 		if opt.Keyring, err = ParseKeyring(d.Keyring); err != nil {
-			return fail(Malformed, "", len(rs), "%v", err)
+			return bad(Malformed, err)
 		}
 	}
 	if d.Checkpoint != nil {
 		cp, err := ParseCheckpoint(d.Checkpoint)
 		switch {
 		case errors.Is(err, ErrCheckpointInvalid):
-			if len(rs) == 0 {
-				return fail(Malformed, "", 0, "empty receipt chain")
+			if !nonEmpty {
+				return bad(Malformed, errors.New("empty receipt chain"))
 			}
-			return fail(Tampered, rs[0].Scope.Chain, len(rs), "%v", err)
+			return bad(Tampered, err)
 		case err != nil:
-			return fail(Malformed, "", len(rs), "%v", err)
+			return bad(Malformed, err)
 		}
 		opt.Checkpoint = &cp
 	}
-	return VerifyChain(rs, opt)
+	return opt, nil
 }
