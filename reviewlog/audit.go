@@ -113,14 +113,12 @@ func (l *Log) Audit(ctx context.Context, keyring noa.Keyring) (AuditReport, erro
 	return rep, err
 }
 
-// verifyChainFile verifies one chain file with keyring.
+// verifyChainFile verifies one chain, every segment and each link between
+// them, streaming: memory does not grow with the chain.
 func verifyChainFile(g *confined.Dir, id string, keyring noa.Keyring) (noa.Result, int, error) {
-	rs, err := ReadChainFile(g, id)
+	res, err := VerifySegments(g, id, noa.Options{Keyring: keyring, InFileOrder: true})
 	if err != nil {
 		return noa.Result{}, 0, err
 	}
-	if len(rs) == 0 {
-		return noa.Result{}, 0, nil
-	}
-	return noa.VerifyChain(rs, noa.Options{Keyring: keyring, InFileOrder: true}), len(rs), nil
+	return res, res.Count, nil
 }
