@@ -218,7 +218,9 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 		if long != nil {
 			return append(long, chunk...), err
 		}
-		return append([]byte(nil), chunk...), err
+		// The line is only valid until the next read: callers decode it
+		// at once, so no copy is made.
+		return chunk, err
 	}
 }
 
