@@ -93,8 +93,10 @@ type Figures struct {
 	UnreadableRuns     int  `json:"unreadable_runs"`
 	Coarse             bool `json:"coarse"`
 
-	// Policy names the policy that answered ("default" or "agent X").
+	// Policy names the policy that answered ("default" or "agent X");
+	// Agent is that caller id, "" for the default policy.
 	Policy string `json:"policy"`
+	Agent  string `json:"agent,omitempty"`
 	// The total limit, over every counterparty; set only when the policy
 	// has a totalLimit and the amount could be read.
 	Total *TotalFigures `json:"total,omitempty"`
@@ -416,7 +418,7 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 		add(Reason{Rule: RuleReviewAbove, Detail: fmt.Sprintf("%s is more than the %s a payment may be without review", cfg.FormatDefault(req.Atomic), cfg.FormatDefault(cfg.ReviewAbove))}, Review)
 	}
 
-	f.Policy = cfg.Name()
+	f.Policy, f.Agent = cfg.Name(), cfg.Agent
 	d.Reasons = append(d.Reasons, historyReason(h, f, cfg, cp, req))
 	switch {
 	case block:
