@@ -60,7 +60,7 @@ func TestLimitsEndToEnd(t *testing.T) {
 		evidence string // an operation the rule's evidence must name
 	}
 	small := []check{
-		{map[string]any{"counterparty": sellerC, "amount": "0.5"}, "allow", "", ""},                    // 3 + 0.5 is exactly 3.5
+		{map[string]any{"counterparty": sellerC, "amount": "0.5"}, "allow", "", ""},                      // 3 + 0.5 is exactly 3.5
 		{map[string]any{"counterparty": sellerC, "amount": "0.500001"}, "review", "total_limit", "op-3"}, // one atomic unit over
 		{map[string]any{"counterparty": sellerA, "amount": "0.01"}, "review", "velocity_limit", "op-2"},  // the third payment to sellerA
 	}
