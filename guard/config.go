@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/cockroachdb/apd/v3"
 )
@@ -58,6 +60,50 @@ type Config struct {
 	RejectionHold time.Duration
 	// MaxPendingReviews caps the pending reviews one caller may hold.
 	MaxPendingReviews int
+
+	// TotalLimit caps the spend to every counterparty together inside a
+	// sliding window; nil when the policy sets none.
+	TotalLimit *Limit
+	// Velocity caps how many payments fall inside a window.
+	Velocity Velocity
+	// DuplicateWindow: a payment for a resource already paid for inside it
+	// goes to review; 0 when the policy sets none.
+	DuplicateWindow time.Duration
+
+	// Agent is the caller id whose own policy this is ("" for the default
+	// policy); Agents are those policies, each complete, by caller id.
+	Agent  string
+	Agents map[string]*Config
+}
+
+// Velocity caps the number of payments in a window, to one counterparty and
+// to all of them; each is nil when the policy sets none.
+type Velocity struct {
+	PerCounterparty *CountLimit
+	Total           *CountLimit
+}
+
+// CountLimit allows at most Count payments, this one included, inside Window.
+type CountLimit struct {
+	Count  int
+	Window time.Duration
+}
+
+// For is the policy that answers caller: its own under agents, else the
+// default.
+func (c *Config) For(caller string) *Config {
+	if a, ok := c.Agents[caller]; ok {
+		return a
+	}
+	return c
+}
+
+// Name says which policy this is, for the history line.
+func (c *Config) Name() string {
+	if c.Agent == "" {
+		return "default"
+	}
+	return "agent " + c.Agent
 }
 
 // What an unreadable or unattributable history does.
@@ -89,6 +135,12 @@ const (
 	maxWindowHours     = 24 * 366 * 10
 	maxOpenPartialCap  = 1_000_000
 	maxListEntries     = 10_000
+
+	defaultVelocityMinutes  = 60
+	defaultDuplicateMinutes = 24 * 60
+	maxCount                = 1_000_000
+	maxAgents               = 10_000
+	maxAgentIDBytes         = 256
 )
 
 // ErrConfig marks every policy file problem.
@@ -146,61 +198,47 @@ func ParseConfig(data []byte, dir string) (*Config, error) {
 		HistoryTemplates: []string{DefaultTemplate}, UnreadableHistory: Review, UnattributableHistory: Review,
 		ReviewTTL: defaultReviewTTL, ApprovalTTL: defaultApprovalTTL, RejectionHold: defaultRejectionHold,
 		MaxPendingReviews: defaultMaxPendingReviews}
-	limitText, reviewText, defaultKey := defaultLimitAmount, defaultReviewAbove, USDCBase
-	limitKey, reviewKey := "perCounterpartyLimit.amount", "reviewAbove"
 
-	// Assets first: the default asset and every amount depend on them.
+	// Assets and the default asset first: every amount depends on them.
 	if raw, ok := top.get("assets"); ok {
 		if err := c.readAssets(raw); err != nil {
 			return nil, err
 		}
 	}
+	defaultKey := USDCBase
+	if raw, ok := top.get("defaultAsset"); ok {
+		if defaultKey, err = readString(raw, "defaultAsset"); err != nil {
+			return nil, err
+		}
+	}
+	_, _, key, err := parseAssetKey(defaultKey)
+	if err != nil {
+		return nil, fmt.Errorf("%w: defaultAsset: %w", ErrConfig, err)
+	}
+	def, ok := c.Assets.Lookup(key)
+	if !ok {
+		return nil, fmt.Errorf("%w: defaultAsset %q is neither a built-in asset nor listed under assets", ErrConfig, clip(defaultKey))
+	}
+	c.DefaultAsset = def
+	if c.Limit.Amount, err = ParseAmount(defaultLimitAmount, def.Decimals); err != nil {
+		return nil, fmt.Errorf("%w: perCounterpartyLimit.amount in %s: %w", ErrConfig, def.Symbol, err)
+	}
+	if c.ReviewAbove, err = ParseAmount(defaultReviewAbove, def.Decimals); err != nil {
+		return nil, fmt.Errorf("%w: reviewAbove in %s: %w", ErrConfig, def.Symbol, err)
+	}
+
+	var agents json.RawMessage
 	for _, m := range top {
+		if isLimitKey(m.key) {
+			if err := c.readLimitKey(m, ""); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		switch m.key {
-		case "assets":
-		case "allowlist", "denylist":
-			list, err := readCounterparties(m.value, m.key)
-			if err != nil {
-				return nil, err
-			}
-			if m.key == "allowlist" {
-				c.Allowlist = list
-			} else {
-				c.Denylist = list
-			}
-		case "perCounterpartyLimit":
-			inner, err := objectMembers(m.value, "perCounterpartyLimit")
-			if err != nil {
-				return nil, err
-			}
-			for _, im := range inner {
-				switch im.key {
-				case "amount":
-					if limitText, err = readString(im.value, limitKey); err != nil {
-						return nil, err
-					}
-				case "windowHours":
-					if c.Limit.Window, err = readWindow(im.value); err != nil {
-						return nil, err
-					}
-				default:
-					return nil, fmt.Errorf("%w: unknown key %q in perCounterpartyLimit (known: amount, windowHours)", ErrConfig, clip(im.key))
-				}
-			}
-		case "maxOpenPartialPerCounterparty":
-			n, err := readInt(m.value, m.key, 0, maxOpenPartialCap)
-			if err != nil {
-				return nil, err
-			}
-			c.MaxOpenPartial = n
-		case "reviewAbove":
-			if reviewText, err = readString(m.value, m.key); err != nil {
-				return nil, err
-			}
-		case "defaultAsset":
-			if defaultKey, err = readString(m.value, m.key); err != nil {
-				return nil, err
-			}
+		case "assets", "defaultAsset":
+		case "agents":
+			agents = m.value
 		case "policy":
 			p, err := readString(m.value, m.key)
 			if err != nil {
@@ -256,21 +294,11 @@ func ParseConfig(data []byte, dir string) (*Config, error) {
 			return nil, fmt.Errorf("%w: unknown key %q (known: %s)", ErrConfig, clip(m.key), strings.Join(ConfigKeys(), ", "))
 		}
 	}
-
-	_, _, key, err := parseAssetKey(defaultKey)
-	if err != nil {
-		return nil, fmt.Errorf("%w: defaultAsset: %w", ErrConfig, err)
-	}
-	def, ok := c.Assets.Lookup(key)
-	if !ok {
-		return nil, fmt.Errorf("%w: defaultAsset %q is neither a built-in asset nor listed under assets", ErrConfig, clip(defaultKey))
-	}
-	c.DefaultAsset = def
-	if c.Limit.Amount, err = ParseAmount(limitText, def.Decimals); err != nil {
-		return nil, fmt.Errorf("%w: %s in %s: %w", ErrConfig, limitKey, def.Symbol, err)
-	}
-	if c.ReviewAbove, err = ParseAmount(reviewText, def.Decimals); err != nil {
-		return nil, fmt.Errorf("%w: %s in %s: %w", ErrConfig, reviewKey, def.Symbol, err)
+	// Agents last: each starts from the complete default policy.
+	if agents != nil {
+		if err := c.readAgents(agents); err != nil {
+			return nil, err
+		}
 	}
 	return c, nil
 }
@@ -325,9 +353,9 @@ func (c *Config) readAssets(raw json.RawMessage) error {
 // ConfigKeys lists the top-level keys of the policy file, in the order the
 // README documents them.
 func ConfigKeys() []string {
-	return []string{"allowlist", "denylist", "perCounterpartyLimit", "maxOpenPartialPerCounterparty", "reviewAbove",
-		"defaultAsset", "assets", "policy", "historyTemplates", "unreadableHistory", "unattributableHistory",
-		"reviewTtlMinutes", "approvalTtlMinutes", "rejectionHoldHours", "maxPendingReviewsPerCaller"}
+	return []string{"allowlist", "denylist", "perCounterpartyLimit", "maxOpenPartialPerCounterparty", "totalLimit", "velocity",
+		"duplicatePayment", "reviewAbove", "agents", "defaultAsset", "assets", "policy", "historyTemplates", "unreadableHistory",
+		"unattributableHistory", "reviewTtlMinutes", "approvalTtlMinutes", "rejectionHoldHours", "maxPendingReviewsPerCaller"}
 }
 
 // readTemplateNames reads historyTemplates: a non-empty list of distinct
@@ -422,8 +450,7 @@ func readInt(raw json.RawMessage, where string, lo, hi int64) (int, error) {
 
 // readWindow reads windowHours: a positive number of hours, whole seconds,
 // at most ten years.
-func readWindow(raw json.RawMessage) (time.Duration, error) {
-	const where = "perCounterpartyLimit.windowHours"
+func readWindow(raw json.RawMessage, where string) (time.Duration, error) {
 	d, err := readNumber(raw, where)
 	if err != nil {
 		return 0, err
@@ -499,4 +526,223 @@ func objectMembers(data []byte, where string) (members, error) {
 // FormatDefault writes atomic units of the policy's default asset for people.
 func (c *Config) FormatDefault(atomic *big.Int) string {
 	return FormatAmount(atomic, c.DefaultAsset.Decimals) + " " + c.DefaultAsset.Symbol
+}
+
+// limitKeys are the keys an agent's own policy may set; every other key
+// applies to every caller.
+var limitKeys = []string{"allowlist", "denylist", "perCounterpartyLimit", "maxOpenPartialPerCounterparty",
+	"totalLimit", "velocity", "duplicatePayment", "reviewAbove"}
+
+func isLimitKey(k string) bool { return slices.Contains(limitKeys, k) }
+
+// isNull: the JSON value null, which turns an optional rule off.
+func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
+
+// readLimitKey applies one limit key to c. A nested key not given keeps what
+// c already has, so an agent's "perCounterpartyLimit": {"amount": "1"} keeps
+// the default window. prefix names where the key is, for messages.
+func (c *Config) readLimitKey(m member, prefix string) error {
+	where := prefix + m.key
+	dec := c.DefaultAsset.Decimals
+	amount := func(raw json.RawMessage, key string) (*big.Int, error) {
+		text, err := readString(raw, key)
+		if err != nil {
+			return nil, err
+		}
+		a, err := ParseAmount(text, dec)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s in %s: %w", ErrConfig, key, c.DefaultAsset.Symbol, err)
+		}
+		return a, nil
+	}
+	var err error
+	switch m.key {
+	case "allowlist", "denylist":
+		list, err := readCounterparties(m.value, where)
+		if err != nil {
+			return err
+		}
+		if m.key == "allowlist" {
+			c.Allowlist = list
+		} else {
+			c.Denylist = list
+		}
+	case "perCounterpartyLimit":
+		l, err := c.readLimit(m.value, where, &c.Limit, amount)
+		if err != nil {
+			return err
+		}
+		c.Limit = *l
+	case "totalLimit":
+		if isNull(m.value) {
+			c.TotalLimit = nil
+			return nil
+		}
+		if c.TotalLimit, err = c.readLimit(m.value, where, c.TotalLimit, amount); err != nil {
+			return err
+		}
+	case "maxOpenPartialPerCounterparty":
+		if c.MaxOpenPartial, err = readInt(m.value, where, 0, maxOpenPartialCap); err != nil {
+			return err
+		}
+	case "reviewAbove":
+		if c.ReviewAbove, err = amount(m.value, where); err != nil {
+			return err
+		}
+	case "velocity":
+		if isNull(m.value) {
+			c.Velocity = Velocity{}
+			return nil
+		}
+		inner, err := objectMembers(m.value, where)
+		if err != nil {
+			return err
+		}
+		for _, im := range inner {
+			var slot **CountLimit
+			switch im.key {
+			case "perCounterparty":
+				slot = &c.Velocity.PerCounterparty
+			case "total":
+				slot = &c.Velocity.Total
+			default:
+				return fmt.Errorf("%w: unknown key %q in %s (known: perCounterparty, total)", ErrConfig, clip(im.key), where)
+			}
+			if isNull(im.value) {
+				*slot = nil
+				continue
+			}
+			if *slot, err = readCountLimit(im.value, where+"."+im.key, *slot); err != nil {
+				return err
+			}
+		}
+	case "duplicatePayment":
+		if isNull(m.value) {
+			c.DuplicateWindow = 0
+			return nil
+		}
+		inner, err := objectMembers(m.value, where)
+		if err != nil {
+			return err
+		}
+		window := c.DuplicateWindow
+		if window == 0 {
+			window = defaultDuplicateMinutes * time.Minute
+		}
+		for _, im := range inner {
+			if im.key != "windowMinutes" {
+				return fmt.Errorf("%w: unknown key %q in %s (known: windowMinutes)", ErrConfig, clip(im.key), where)
+			}
+			n, err := readInt(im.value, where+".windowMinutes", 1, maxWindowHours*60)
+			if err != nil {
+				return err
+			}
+			window = time.Duration(n) * time.Minute
+		}
+		c.DuplicateWindow = window
+	}
+	return nil
+}
+
+// readLimit reads {amount, windowHours} over base (nil: nothing yet, so the
+// amount is required and the window defaults to 24 hours). It never changes
+// *base, which the default policy may share with an agent's.
+func (c *Config) readLimit(raw json.RawMessage, where string, base *Limit, amount func(json.RawMessage, string) (*big.Int, error)) (*Limit, error) {
+	inner, err := objectMembers(raw, where)
+	if err != nil {
+		return nil, err
+	}
+	l := Limit{Window: defaultWindowHours * time.Hour}
+	if base != nil {
+		l = *base
+	}
+	for _, im := range inner {
+		switch im.key {
+		case "amount":
+			if l.Amount, err = amount(im.value, where+".amount"); err != nil {
+				return nil, err
+			}
+		case "windowHours":
+			if l.Window, err = readWindow(im.value, where+".windowHours"); err != nil {
+				return nil, err
+			}
+		default:
+			return nil, fmt.Errorf("%w: unknown key %q in %s (known: amount, windowHours)", ErrConfig, clip(im.key), where)
+		}
+	}
+	if l.Amount == nil {
+		return nil, fmt.Errorf("%w: %s.amount is required", ErrConfig, where)
+	}
+	return &l, nil
+}
+
+// readCountLimit reads {count, windowMinutes} over base (nil: the count is
+// required and the window defaults to 60 minutes).
+func readCountLimit(raw json.RawMessage, where string, base *CountLimit) (*CountLimit, error) {
+	inner, err := objectMembers(raw, where)
+	if err != nil {
+		return nil, err
+	}
+	l := CountLimit{Count: -1, Window: defaultVelocityMinutes * time.Minute}
+	if base != nil {
+		l = *base
+	}
+	for _, im := range inner {
+		switch im.key {
+		case "count":
+			if l.Count, err = readInt(im.value, where+".count", 1, maxCount); err != nil {
+				return nil, err
+			}
+		case "windowMinutes":
+			n, err := readInt(im.value, where+".windowMinutes", 1, maxWindowHours*60)
+			if err != nil {
+				return nil, err
+			}
+			l.Window = time.Duration(n) * time.Minute
+		default:
+			return nil, fmt.Errorf("%w: unknown key %q in %s (known: count, windowMinutes)", ErrConfig, clip(im.key), where)
+		}
+	}
+	if l.Count < 0 {
+		return nil, fmt.Errorf("%w: %s.count is required", ErrConfig, where)
+	}
+	return &l, nil
+}
+
+// readAgents reads agents: {"<caller id>": {limit keys}}. Each agent's
+// policy is the default policy with the keys it names replaced.
+func (c *Config) readAgents(raw json.RawMessage) error {
+	entries, err := objectMembers(raw, "agents")
+	if err != nil {
+		return err
+	}
+	if len(entries) > maxAgents {
+		return fmt.Errorf("%w: agents has %d entries; at most %d are accepted", ErrConfig, len(entries), maxAgents)
+	}
+	c.Agents = make(map[string]*Config, len(entries))
+	for _, e := range entries {
+		if e.key == "" || len(e.key) > maxAgentIDBytes || !utf8.ValidString(e.key) || strings.ContainsFunc(e.key, unicode.IsControl) {
+			return fmt.Errorf("%w: agents: %q is not a caller id (1 to %d bytes of UTF-8 without control characters)", ErrConfig, clip(e.key), maxAgentIDBytes)
+		}
+		prefix := fmt.Sprintf("agents[%q].", clip(e.key))
+		keys, err := objectMembers(e.value, strings.TrimSuffix(prefix, "."))
+		if err != nil {
+			return err
+		}
+		a := *c
+		a.Agents, a.Agent = nil, e.key
+		for _, m := range keys {
+			if !isLimitKey(m.key) {
+				if slices.Contains(ConfigKeys(), m.key) {
+					return fmt.Errorf("%w: %s%s applies to every caller and cannot be set per agent (an agent may set: %s)", ErrConfig, prefix, m.key, strings.Join(limitKeys, ", "))
+				}
+				return fmt.Errorf("%w: unknown key %q in %s (known: %s)", ErrConfig, clip(m.key), strings.TrimSuffix(prefix, "."), strings.Join(limitKeys, ", "))
+			}
+			if err := a.readLimitKey(m, prefix); err != nil {
+				return err
+			}
+		}
+		c.Agents[e.key] = &a
+	}
+	return nil
 }

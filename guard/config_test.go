@@ -151,6 +151,8 @@ func FuzzParseConfig(f *testing.F) {
 		`{"perCounterpartyLimit":{"amount":"5.00","windowHours":24},"maxOpenPartialPerCounterparty":0,"reviewAbove":"1.00"}`,
 		`{"defaultAsset":"eip155:1/0x6B175474E89094C44Da98b954EedeAC495271d0F","assets":{"eip155:1/0x6B175474E89094C44Da98b954EedeAC495271d0F":{"symbol":"DAI","decimals":18}}}`,
 		`{"policy":"p.json"}`, `{"a":1}`, `{"reviewAbove":"1","reviewAbove":"2"}`, `[`,
+		`{"totalLimit":{"amount":"50","windowHours":24},"velocity":{"perCounterparty":{"count":3,"windowMinutes":60},"total":{"count":10}},"duplicatePayment":{"windowMinutes":30}}`,
+		`{"agents":{"bot":{"totalLimit":{"amount":"1"},"velocity":null,"reviewAbove":"0.5"}}}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -167,6 +169,12 @@ func FuzzParseConfig(f *testing.F) {
 		}
 		if _, ok := c.Assets.Lookup(c.DefaultAsset.Key); !ok {
 			t.Fatalf("default asset %q not in registry", c.DefaultAsset.Key)
+		}
+		for id, a := range c.Agents {
+			if a.Agent != id || a.Agents != nil || a.Limit.Amount == nil || a.ReviewAbove == nil || a.DefaultAsset != c.DefaultAsset ||
+				(a.TotalLimit != nil && (a.TotalLimit.Amount == nil || a.TotalLimit.Window <= 0)) {
+				t.Fatalf("inconsistent agent policy %q: %+v", id, a)
+			}
 		}
 	})
 }

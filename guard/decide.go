@@ -29,6 +29,9 @@ const (
 	RuleUnparseableHistory = "unparseable_history"
 	RuleUnattributable     = "unattributable_history"
 	RuleUnreadable         = "unreadable_history"
+	RuleTotalLimit         = "total_limit"
+	RuleVelocity           = "velocity_limit"
+	RuleDuplicatePayment   = "duplicate_payment"
 	RuleReviewAbove        = "review_above"
 	RuleHistory            = "history"
 )
@@ -89,6 +92,35 @@ type Figures struct {
 	PaidWithoutHost    int  `json:"paid_without_host"`
 	UnreadableRuns     int  `json:"unreadable_runs"`
 	Coarse             bool `json:"coarse"`
+
+	// Policy names the policy that answered ("default" or "agent X");
+	// Agent is that caller id, "" for the default policy.
+	Policy string `json:"policy"`
+	Agent  string `json:"agent,omitempty"`
+	// The total limit, over every counterparty; set only when the policy
+	// has a totalLimit and the amount could be read.
+	Total *TotalFigures `json:"total,omitempty"`
+	// PaymentsInWindow / PaymentsTotalInWindow: payments (operations whose
+	// paid stage closed) inside the velocity windows, to this counterparty
+	// and to all; nil when the policy sets no such velocity limit.
+	PaymentsInWindow      *int `json:"payments_in_window,omitempty"`
+	PaymentsTotalInWindow *int `json:"payments_total_in_window,omitempty"`
+	// DuplicatePayments are the payments for the question's resource inside
+	// the duplicate window, PaidWithoutResource those in it with no usable
+	// resource URL to compare; nil when the policy sets no duplicatePayment
+	// rule or the question names no resource.
+	DuplicatePayments   *int `json:"duplicate_payments,omitempty"`
+	PaidWithoutResource *int `json:"paid_without_resource,omitempty"`
+}
+
+// TotalFigures are the total limit's figures, like the per-counterparty
+// ones but over every counterparty.
+type TotalFigures struct {
+	WindowOperations   int      `json:"window_operations"`
+	Spend              *big.Int `json:"spend_in_window_atomic"`
+	SpendWithAmount    *big.Int `json:"spend_with_amount_atomic"`
+	MixedAssets        int      `json:"mixed_assets"`
+	UnparseableHistory int      `json:"unparseable_history"`
 }
 
 // Money is what one past operation says about who was paid, how much, in
@@ -98,11 +130,13 @@ type Money struct {
 	// PayTos are the canonical 0x addresses its requirements name (several
 	// when its events disagree: it then counts against each of them).
 	PayTos []string
-	// Hosts are the canonical hosts of its resource URLs.
-	Hosts   []string
-	Atomic  *big.Int // amount in atomic units of Asset, or nil
-	Asset   string   // registry-style key "caip2/address", or ""
-	Problem string   // why Atomic/Asset cannot be used, or ""
+	// Hosts are the canonical hosts of its resource URLs; Resources the
+	// URLs themselves in canonical form (CanonicalResource).
+	Hosts     []string
+	Resources []string
+	Atomic    *big.Int // amount in atomic units of Asset, or nil
+	Asset     string   // registry-style key "caip2/address", or ""
+	Problem   string   // why Atomic/Asset cannot be used, or ""
 }
 
 // Op is one past operation as the guard sees it.
@@ -365,13 +399,27 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 			add(Reason{Rule: RuleUnparseableHistory, Detail: fmt.Sprintf("%s with %s have an amount, asset or time that cannot be read (%s), so the spend in the window is unknown", count(len(unparseable), "paid operation", "paid operations"), cp.Value, firstProblem(unparseable)) + moreNote(len(unparseable)),
 				Evidence: refs(unparseable)}, Review)
 		}
-		// 6. review_above
-		if req.Atomic.Cmp(cfg.ReviewAbove) > 0 {
-			add(Reason{Rule: RuleReviewAbove, Detail: fmt.Sprintf("%s is more than the %s a payment may be without review", cfg.FormatDefault(req.Atomic), cfg.FormatDefault(cfg.ReviewAbove))}, Review)
+		// 5a. total_limit
+		if cfg.TotalLimit != nil {
+			for _, r := range totalLimit(req, h, cfg, now, f) {
+				add(r, Review)
+			}
 		}
 	}
+	// 5b. velocity_limit and 5c. duplicate_payment need no amount.
+	for _, r := range velocity(h, matched, cfg, now, f, cp) {
+		add(r, Review)
+	}
+	if r, ok := duplicate(req, h, cfg, now, f); ok {
+		add(r, Review)
+	}
+	// 6. review_above
+	if moneyOK && req.Atomic.Cmp(cfg.ReviewAbove) > 0 {
+		add(Reason{Rule: RuleReviewAbove, Detail: fmt.Sprintf("%s is more than the %s a payment may be without review", cfg.FormatDefault(req.Atomic), cfg.FormatDefault(cfg.ReviewAbove))}, Review)
+	}
 
-	d.Reasons = append(d.Reasons, historyReason(h, f, cfg, cp))
+	f.Policy, f.Agent = cfg.Name(), cfg.Agent
+	d.Reasons = append(d.Reasons, historyReason(h, f, cfg, cp, req))
 	switch {
 	case block:
 		d.Decision = Block
@@ -381,6 +429,128 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 		d.Decision = Allow
 	}
 	return d
+}
+
+// inWindow says whether the operation's last event falls at or after from.
+// ok is false when its time cannot be read.
+func inWindow(o Op, from time.Time) (in, ok bool) {
+	t, err := time.Parse(time.RFC3339Nano, o.LastEventAt)
+	if err != nil {
+		return false, false
+	}
+	return !t.Before(from), true
+}
+
+// totalLimit is rule 5a: the spend to every counterparty inside the window
+// plus this amount against the total limit, with what cannot be summed.
+// An operation counts once however many counterparties it names.
+func totalLimit(req Request, h History, cfg *Config, now time.Time, f *Figures) []Reason {
+	lim := cfg.TotalLimit
+	from := now.Add(-lim.Window)
+	spend := new(big.Int)
+	var in, mixed, unparseable []Op
+	for _, o := range h.Ops {
+		if !o.Spent {
+			continue
+		}
+		inside, ok := inWindow(o, from)
+		if !ok {
+			unparseable = append(unparseable, o)
+			continue
+		}
+		if !inside {
+			continue
+		}
+		in = append(in, o)
+		switch {
+		case o.Money == nil || o.Money.Problem != "" || o.Money.Atomic == nil || o.Money.Asset == "":
+			unparseable = append(unparseable, o)
+		case o.Money.Asset != cfg.DefaultAsset.Key:
+			mixed = append(mixed, o)
+		default:
+			spend.Add(spend, o.Money.Atomic)
+		}
+	}
+	t := &TotalFigures{WindowOperations: len(in), Spend: spend, SpendWithAmount: new(big.Int).Add(spend, req.Atomic),
+		MixedAssets: len(mixed), UnparseableHistory: len(unparseable)}
+	f.Total = t
+	var out []Reason
+	if t.SpendWithAmount.Cmp(lim.Amount) > 0 {
+		out = append(out, Reason{Rule: RuleTotalLimit, Detail: fmt.Sprintf("%s already paid to all counterparties in the last %s plus %s makes %s, over the total limit of %s",
+			cfg.FormatDefault(spend), hours(lim.Window), cfg.FormatDefault(req.Atomic), cfg.FormatDefault(t.SpendWithAmount), cfg.FormatDefault(lim.Amount)) + moreNote(len(in)),
+			Evidence: refs(in)})
+	}
+	if len(mixed) > 0 {
+		out = append(out, Reason{Rule: RuleMixedAssets, Detail: fmt.Sprintf("%s in the total limit's window are in another asset than %s and cannot be added to the total limit", count(len(mixed), "paid operation", "paid operations"), cfg.DefaultAsset.Symbol) + moreNote(len(mixed)),
+			Evidence: refs(mixed)})
+	}
+	if len(unparseable) > 0 {
+		out = append(out, Reason{Rule: RuleUnparseableHistory, Detail: fmt.Sprintf("%s have an amount, asset or time that cannot be read (%s), so the total spend in the window is unknown", count(len(unparseable), "paid operation", "paid operations"), firstProblemOrNone(unparseable)) + moreNote(len(unparseable)),
+			Evidence: refs(unparseable)})
+	}
+	return out
+}
+
+// velocity is rule 5b: this payment would be one more inside each
+// velocity window. An operation whose time cannot be read counts as inside.
+func velocity(h History, matched []Op, cfg *Config, now time.Time, f *Figures, cp Counterparty) []Reason {
+	var out []Reason
+	check := func(lim *CountLimit, ops []Op, slot **int, whom string) {
+		if lim == nil {
+			return
+		}
+		from := now.Add(-lim.Window)
+		var in []Op
+		for _, o := range ops {
+			if !o.Spent {
+				continue
+			}
+			if inside, ok := inWindow(o, from); inside || !ok {
+				in = append(in, o)
+			}
+		}
+		n := len(in)
+		*slot = &n
+		if n+1 > lim.Count {
+			out = append(out, Reason{Rule: RuleVelocity, Detail: fmt.Sprintf("%s to %s in the last %s; this one would make %d, more than the %d the policy allows",
+				count(n, "payment", "payments"), whom, minutes(lim.Window), n+1, lim.Count) + moreNote(n), Evidence: refs(in)})
+		}
+	}
+	check(cfg.Velocity.PerCounterparty, matched, &f.PaymentsInWindow, cp.Value)
+	check(cfg.Velocity.Total, h.Ops, &f.PaymentsTotalInWindow, "all counterparties")
+	return out
+}
+
+// duplicate is rule 5c: a payment for the same resource inside the window.
+// An operation whose time cannot be read counts as inside.
+func duplicate(req Request, h History, cfg *Config, now time.Time, f *Figures) (Reason, bool) {
+	if cfg.DuplicateWindow <= 0 || req.Resource == "" {
+		return Reason{}, false
+	}
+	from := now.Add(-cfg.DuplicateWindow)
+	var same []Op
+	without := 0
+	for _, o := range h.Ops {
+		if !o.Spent {
+			continue
+		}
+		if inside, ok := inWindow(o, from); !inside && ok {
+			continue
+		}
+		switch {
+		case o.Money == nil || len(o.Money.Resources) == 0:
+			without++
+		case slices.Contains(o.Money.Resources, req.Resource):
+			same = append(same, o)
+		}
+	}
+	n := len(same)
+	f.DuplicatePayments, f.PaidWithoutResource = &n, &without
+	if n == 0 {
+		return Reason{}, false
+	}
+	return Reason{Rule: RuleDuplicatePayment, Detail: fmt.Sprintf("%s was already paid for in the last %s (%s); paying again may pay twice for the same thing",
+		req.Resource, minutes(cfg.DuplicateWindow), count(n, "payment", "payments")) + moreNote(n), Evidence: refs(same)}, true
 }
 
 // count writes "1 run" / "3 runs": n, then the singular or the plural
@@ -428,7 +598,7 @@ func unreadableNames(us []UnreadableRun) string {
 	return strings.Join(names, ", ")
 }
 
-func historyReason(h History, f *Figures, cfg *Config, cp Counterparty) Reason {
+func historyReason(h History, f *Figures, cfg *Config, cp Counterparty, req Request) Reason {
 	f.Operations, f.Runs, f.UnreadableRuns = len(h.Ops), h.Runs, len(h.Unreadable)
 	templates := h.Templates
 	if len(templates) == 0 {
@@ -473,6 +643,15 @@ func historyReason(h History, f *Figures, cfg *Config, cp Counterparty) Reason {
 	if f.Coarse {
 		b.WriteString("; some operations with this counterparty use a template without stage roles, so they are judged coarsely: every partial counts as open and every attributable operation as spend")
 	}
+	if cfg.DuplicateWindow > 0 {
+		switch {
+		case req.Resource == "":
+			b.WriteString("; the question names no resource, so duplicate_payment could not apply")
+		case *f.PaidWithoutResource > 0:
+			fmt.Fprintf(&b, "; %s in the duplicate window had no usable resource URL to compare with %s", count(*f.PaidWithoutResource, "payment", "payments"), req.Resource)
+		}
+	}
+	fmt.Fprintf(&b, "; policy: %s", f.Policy)
 	return Reason{Rule: RuleHistory, Detail: b.String()}
 }
 
@@ -502,6 +681,33 @@ func firstProblem(ops []Op) string {
 		}
 	}
 	return "first: no amount or asset"
+}
+
+// firstProblemOrNone is firstProblem for operations that may have no money
+// fields at all.
+func firstProblemOrNone(ops []Op) string {
+	for _, o := range ops {
+		switch {
+		case o.Money == nil:
+			return "first: " + o.Unattributable
+		case o.Money.Problem != "":
+			return "first: " + o.Money.Problem
+		}
+		if _, err := time.Parse(time.RFC3339Nano, o.LastEventAt); err != nil {
+			return fmt.Sprintf("first: last event time %q", clip(o.LastEventAt))
+		}
+	}
+	return "first: no amount or asset"
+}
+
+func minutes(d time.Duration) string {
+	switch {
+	case d%time.Hour == 0 && d > time.Hour:
+		return hours(d)
+	case d%time.Minute == 0:
+		return count(int(d/time.Minute), "minute", "minutes")
+	}
+	return d.String()
 }
 
 func hours(d time.Duration) string {

@@ -120,6 +120,9 @@ type EventFacts struct {
 	EventID string
 	// Host is the resource URL's normalised host ("" when none).
 	Host string
+	// Resource is the resource URL in canonical form (CanonicalResource),
+	// "" when there is none or it cannot be read.
+	Resource string
 	// HasRequirements says the payload carries x402 requirements; PayTo,
 	// Atomic (decimal digits) and Asset are then read from them, or
 	// Problem says why the amount cannot be used.
@@ -140,8 +143,13 @@ func FactsOf(e receipt.Event) EventFacts {
 	if p.Kind() != jsjson.Object {
 		return f
 	}
-	if host, ok := resourceHost(p); ok {
-		f.Host = host
+	if u, ok := resourceURL(p); ok {
+		if h, err := HostOfURL(u); err == nil {
+			f.Host = h
+		}
+		if r, err := CanonicalResource(u, true); err == nil {
+			f.Resource = r
+		}
 	}
 	if st, ok := p.Get("settle"); ok && st.Kind() == jsjson.Object {
 		if v, ok := st.Get("success"); ok {
@@ -180,6 +188,9 @@ func moneyOf(facts []EventFacts) (*Money, string) {
 	for _, f := range facts {
 		if f.Host != "" {
 			m.Hosts = addUnique(m.Hosts, f.Host)
+		}
+		if f.Resource != "" {
+			m.Resources = addUnique(m.Resources, f.Resource)
 		}
 		if !f.HasRequirements {
 			continue
@@ -294,9 +305,9 @@ func stringField(obj jsjson.Value, key string) (string, string) {
 	return s, ""
 }
 
-// resourceHost reads payload.resource.url (x402 v2) or payload.resource as
-// a URL string (v1) and returns its normalised host.
-func resourceHost(p jsjson.Value) (string, bool) {
+// resourceURL reads payload.resource.url (x402 v2) or payload.resource as
+// a URL string (v1).
+func resourceURL(p jsjson.Value) (string, bool) {
 	res, ok := p.Get("resource")
 	if !ok {
 		return "", false
@@ -307,14 +318,7 @@ func resourceHost(p jsjson.Value) (string, bool) {
 		}
 	}
 	s, isStr := res.Str()
-	if !isStr {
-		return "", false
-	}
-	h, err := HostOfURL(s)
-	if err != nil {
-		return "", false
-	}
-	return h, true
+	return s, isStr
 }
 
 // OpsFromResult reads every receipt of one assembled run.

@@ -45,15 +45,15 @@ func TestOpFromReceiptBuyer(t *testing.T) {
 		why                  string
 	}
 	wants := map[string]want{
-		"op-1": {"full", true, true, false, &Money{PayTos: []string{a}, Hosts: []string{"api.example.com"}, Atomic: big.NewInt(250000), Asset: USDCBase}, ""},
-		"op-2": {"partial", true, false, false, &Money{PayTos: []string{b}, Hosts: []string{"data.example.net"}, Atomic: big.NewInt(1000000), Asset: USDCBase}, ""},
+		"op-1": {"full", true, true, false, &Money{PayTos: []string{a}, Hosts: []string{"api.example.com"}, Resources: []string{"https://api.example.com/reports/weekly"}, Atomic: big.NewInt(250000), Asset: USDCBase}, ""},
+		"op-2": {"partial", true, false, false, &Money{PayTos: []string{b}, Hosts: []string{"data.example.net"}, Resources: []string{"https://data.example.net/r/1"}, Atomic: big.NewInt(1000000), Asset: USDCBase}, ""},
 		"op-3": {"partial", false, false, false, nil, whyNoReqs},
-		"op-4": {"full", true, true, false, &Money{PayTos: []string{b}, Hosts: []string{"data.example.net"}, Atomic: big.NewInt(50000), Asset: USDCBaseSepolia}, ""},
-		"op-5": {"full", true, true, false, &Money{PayTos: []string{a}, Hosts: []string{"api.example.com"}, Problem: "event op-5-13: requirements.amount is a number, not a string of atomic units"}, ""},
-		"op-6": {"partial", true, false, true, &Money{PayTos: []string{a}, Hosts: []string{"api.example.com"}, Atomic: big.NewInt(100000), Asset: USDCBase}, ""},
-		"op-7": {"partial", true, false, false, &Money{PayTos: []string{a, b}, Hosts: []string{"api.example.com"}, Atomic: big.NewInt(1), Asset: USDCBase}, ""},
-		"op-8": {"partial", true, false, false, &Money{Hosts: []string{"api.example.com"}, Atomic: big.NewInt(7), Asset: USDCBase}, ""},
-		"op-9": {"partial", true, false, false, &Money{PayTos: []string{a}, Hosts: []string{"api.example.com"}, Problem: `event op-9-23: requirements.network: network "solana-devnet" is neither a known x402 name (base, base-sepolia) nor a CAIP-2 id such as eip155:8453`}, ""},
+		"op-4": {"full", true, true, false, &Money{PayTos: []string{b}, Hosts: []string{"data.example.net"}, Resources: []string{"https://data.example.net/r/3"}, Atomic: big.NewInt(50000), Asset: USDCBaseSepolia}, ""},
+		"op-5": {"full", true, true, false, &Money{PayTos: []string{a}, Hosts: []string{"api.example.com"}, Resources: []string{"https://api.example.com/r/5"}, Problem: "event op-5-13: requirements.amount is a number, not a string of atomic units"}, ""},
+		"op-6": {"partial", true, false, true, &Money{PayTos: []string{a}, Hosts: []string{"api.example.com"}, Resources: []string{"https://api.example.com/r/6"}, Atomic: big.NewInt(100000), Asset: USDCBase}, ""},
+		"op-7": {"partial", true, false, false, &Money{PayTos: []string{a, b}, Hosts: []string{"api.example.com"}, Resources: []string{"https://api.example.com/r/7"}, Atomic: big.NewInt(1), Asset: USDCBase}, ""},
+		"op-8": {"partial", true, false, false, &Money{Hosts: []string{"api.example.com"}, Resources: []string{"https://api.example.com/r/8"}, Atomic: big.NewInt(7), Asset: USDCBase}, ""},
+		"op-9": {"partial", true, false, false, &Money{PayTos: []string{a}, Hosts: []string{"api.example.com"}, Resources: []string{"https://api.example.com/r/9"}, Problem: `event op-9-23: requirements.network: network "solana-devnet" is neither a known x402 name (base, base-sepolia) nor a CAIP-2 id such as eip155:8453`}, ""},
 	}
 	if len(ops) != len(wants) {
 		t.Fatalf("%d operations, want %d", len(ops), len(wants))

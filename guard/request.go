@@ -17,6 +17,9 @@ type RawRequest struct {
 	Amount       string `json:"amount"`
 	Asset        string `json:"asset,omitempty"`
 	Template     string `json:"template,omitempty"`
+	// Resource is the URL about to be paid for (optional); the
+	// duplicate_payment rule compares it with the history's.
+	Resource string `json:"resource,omitempty"`
 }
 
 // Request is a parsed question. A counterparty that cannot be read is an
@@ -35,6 +38,9 @@ type Request struct {
 	// could not be read.
 	Atomic    *big.Int
 	AmountErr error
+	// Resource is the canonical URL of the resource (CanonicalResource), or
+	// "" when the caller named none.
+	Resource string
 }
 
 const maxFieldText = 2048
@@ -48,7 +54,7 @@ func ParseRequest(raw RawRequest, cfg *Config) (Request, error) {
 	if err != nil {
 		return Request{}, fmt.Errorf("%w: counterparty: %w", ErrRequest, err)
 	}
-	for name, v := range map[string]string{"amount": raw.Amount, "asset": raw.Asset, "template": raw.Template} {
+	for name, v := range map[string]string{"amount": raw.Amount, "asset": raw.Asset, "template": raw.Template, "resource": raw.Resource} {
 		if len(v) > maxFieldText {
 			return Request{}, fmt.Errorf("%w: %s is %d bytes long; at most %d are accepted", ErrRequest, name, len(v), maxFieldText)
 		}
@@ -61,6 +67,11 @@ func ParseRequest(raw RawRequest, cfg *Config) (Request, error) {
 		tmpl = DefaultTemplate
 	}
 	req := Request{Counterparty: cp, AmountText: raw.Amount, AssetText: raw.Asset, Template: tmpl}
+	if raw.Resource != "" {
+		if req.Resource, err = CanonicalResource(raw.Resource, false); err != nil {
+			return Request{}, fmt.Errorf("%w: resource: %w", ErrRequest, err)
+		}
+	}
 	req.Asset, req.AssetErr = cfg.Assets.Resolve(raw.Asset, cfg.DefaultAsset)
 	decimals := maxDecimals
 	if req.AssetErr == nil {

@@ -86,12 +86,13 @@ func (s *Server) callerID(ctx context.Context) string {
 }
 
 func (s *Server) checkBeforePay(ctx context.Context, raw any) (*mcp.CallToolResult, error) {
-	a := newArgs(raw, "counterparty", "amount", "asset", "template")
+	a := newArgs(raw, "counterparty", "amount", "asset", "template", "resource")
 	q := engine.Question{
 		Counterparty: a.str("counterparty", true, "", 2048),
 		Amount:       a.str("amount", true, "", 64),
 		Asset:        a.str("asset", false, "", 200),
 		Template:     a.str("template", false, "", 64),
+		Resource:     a.str("resource", false, "", 2048),
 	}
 	if msg := a.err(); msg != "" {
 		return nil, userErrorf("%s", msg)

@@ -150,7 +150,9 @@ func (e *Engine) Check(ctx context.Context, caller string, q Question) (Answer, 
 	if caller == "" {
 		return Answer{}, errors.New("engine: no caller identity")
 	}
-	pol := e.cfg.Policy
+	// The caller's own policy under agents, else the default one. Both
+	// read history under the same templates: agents set limits only.
+	pol := e.cfg.Policy.For(caller)
 	if q.Template == "" {
 		q.Template = defaultTemplate(pol)
 	} else if !slices.Contains(pol.HistoryTemplates, q.Template) {

@@ -17,30 +17,42 @@ import (
 var fuzzPayTos = []struct {
 	payTo, submitted string
 	couldBe          bool // could this operation be sellerA's?
+	is               bool // is it, for certain, sellerA's?
 }{
-	{sellerA, "", true},
-	{strings.ToLower(sellerA), "", true},
-	{"0X" + strings.ToUpper(sellerA[2:]), "", true},
-	{" " + sellerA + " ", "", true},
-	{sellerB, "", false},
-	{"seller-a", "", true}, // no usable address: it may be anyone's
-	{sellerB, sellerA, true},
-	{sellerA, "0x12", true},
+	{sellerA, "", true, true},
+	{strings.ToLower(sellerA), "", true, true},
+	{"0X" + strings.ToUpper(sellerA[2:]), "", true, true},
+	{" " + sellerA + " ", "", true, true},
+	{sellerB, "", false, false},
+	{"seller-a", "", true, false}, // no usable address: it may be anyone's
+	{sellerB, sellerA, true, true},
+	{sellerA, "0x12", true, true},
 }
 
 var fuzzURLs = []struct {
 	url     string
 	couldBe bool // could this operation be api.example.com's?
+	is      bool // is it, for certain, api.example.com's, and the resource https://api.example.com/x?
 }{
-	{"https://api.example.com/x", true},
-	{"https://API.Example.COM./x", true},
-	{"https://u:p@api.example.com:8443/x", true},
-	{"https://%61pi.example.com/x", true},
-	{"https://other.example/x", false},
-	{"not a url", true},
-	{"ftp://api.example.com/x", true},
-	{"https://xn--bcher-kva.example/x", false},
+	{"https://api.example.com/x", true, true},
+	{"https://API.Example.COM./x", true, true},
+	{"https://u:p@api.example.com:8443/x", true, true},
+	{"https://%61pi.example.com/x", true, true},
+	{"https://other.example/x", false, false},
+	{"not a url", true, false},
+	{"ftp://api.example.com/x", true, false},
+	{"https://xn--bcher-kva.example/x", false, false},
 }
+
+// limitsPolicy adds the limits of issue 17 to lenientPolicy, set so that a
+// few generated payments of 1000 atomic units reach them: the total
+// (0.0035 USDC) with the third payment, the velocity per counterparty with
+// the second to the counterparty, the total velocity with the fourth, and a
+// duplicate with the first payment for https://api.example.com/x.
+const limitsPolicy = `{"reviewAbove": "1000", "perCounterpartyLimit": {"amount": "10000", "windowHours": 48},
+  "totalLimit": {"amount": "0.0035", "windowHours": 48},
+  "velocity": {"perCounterparty": {"count": 2, "windowMinutes": 120}, "total": {"count": 4, "windowMinutes": 120}},
+  "duplicatePayment": {"windowMinutes": 120}}`
 
 // How the operation ended: settledOK is whether the seller's answer really
 // says the payment settled.
@@ -64,20 +76,32 @@ var fuzzOutcomes = []struct {
 // generated histories — spellings of the seller, settlement claims, hostile
 // lines — and holds the safety property: a history that holds a paid, not
 // settled operation that could be the counterparty's, or a run that cannot
-// be read, is never answered allow.
+// be read, is never answered allow. Under limitsPolicy (limits odd) it also
+// holds that a payment over the total limit, the velocity limits or for a
+// resource already paid for is never answered allow.
 func FuzzCheckNeverAllowsOpen(f *testing.F) {
-	f.Add([]byte{0, 0, 5}, false, byte(0))
-	f.Add([]byte{2, 1, 1}, false, byte(0))
-	f.Add([]byte{4, 4, 0, 0, 0, 0}, true, byte(0))
-	f.Add([]byte{6, 0, 5, 1, 2, 3}, true, byte(1))
-	f.Add([]byte{5, 5, 6}, false, byte(2))
-	f.Fuzz(func(t *testing.T, data []byte, byHost bool, hostile byte) {
+	f.Add([]byte{0, 0, 5}, false, byte(0), byte(0))
+	f.Add([]byte{2, 1, 1}, false, byte(0), byte(0))
+	f.Add([]byte{4, 4, 0, 0, 0, 0}, true, byte(0), byte(0))
+	f.Add([]byte{6, 0, 5, 1, 2, 3}, true, byte(1), byte(0))
+	f.Add([]byte{5, 5, 6}, false, byte(2), byte(0))
+	f.Add([]byte{4, 4, 0, 4, 7, 0, 4, 4, 0}, false, byte(0), byte(1))
+	f.Add([]byte{0, 4, 0, 1, 7, 0}, false, byte(0), byte(1))
+	f.Add([]byte{4, 0, 0}, true, byte(0), byte(1))
+	f.Add([]byte{4, 4, 0, 4, 4, 0, 4, 4, 0, 4, 4, 0}, false, byte(3), byte(1))
+	f.Fuzz(func(t *testing.T, data []byte, byHost bool, hostile, limits byte) {
 		if len(data) > 3*6 {
 			data = data[:3*6]
 		}
-		f := newFixture(t, t.TempDir(), lenientPolicy)
+		withLimits := limits%2 == 1
+		pol := lenientPolicy
+		if withLimits {
+			pol = limitsPolicy
+		}
+		f := newFixture(t, t.TempDir(), pol)
 		var ps []simrec.Payment
 		mustNotAllow := false
+		paid, paidToIt, paidForIt := 0, 0, 0
 		for i := 0; i+2 < len(data); i += 3 {
 			pt := fuzzPayTos[int(data[i])%len(fuzzPayTos)]
 			u := fuzzURLs[int(data[i+1])%len(fuzzURLs)]
@@ -91,6 +115,22 @@ func FuzzCheckNeverAllowsOpen(f *testing.F) {
 			if oc.paid && !oc.settledOK && couldBe {
 				mustNotAllow = true
 			}
+			is := pt.is
+			if byHost {
+				is = u.is
+			}
+			if oc.paid {
+				paid++
+				if is {
+					paidToIt++
+				}
+				if u.is {
+					paidForIt++
+				}
+			}
+		}
+		if withLimits && (paid >= 3 || paidToIt >= 2 || paidForIt >= 1) {
+			mustNotAllow = true
 		}
 		if len(ps) > 0 {
 			f.pay(t, "run-1", ps...)
@@ -114,6 +154,9 @@ func FuzzCheckNeverAllowsOpen(f *testing.F) {
 		q := Question{Counterparty: sellerA, Amount: "0.001"}
 		if byHost {
 			q.Counterparty = "api.example.com"
+		}
+		if withLimits {
+			q.Resource = "https://api.example.com/x"
 		}
 		ans, err := f.eng.Check(context.Background(), "fuzz-agent", q)
 		if err != nil {

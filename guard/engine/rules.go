@@ -71,12 +71,34 @@ func ruleSnapshot(req guard.Request, dec *guard.Decision) (policy.Snapshot, erro
 		"history.denylisted":         policy.Bool(f.Denylisted),
 		"history.allowlisted":        policy.Bool(f.Allowlisted),
 		"history.settledOperations":  policy.Int(int64(f.Matched - f.OpenPartial)),
+		"policy.agent":               policy.String(f.Agent),
 	}
-	for key, v := range map[string]*big.Int{
+	if req.Resource != "" {
+		snap["args.resource"] = policy.String(req.Resource)
+	}
+	for key, v := range map[string]*int{
+		"history.paymentsInWindow":      f.PaymentsInWindow,
+		"history.paymentsTotalInWindow": f.PaymentsTotalInWindow,
+		"history.duplicatePayments":     f.DuplicatePayments,
+		"history.paidWithoutResource":   f.PaidWithoutResource,
+	} {
+		if v != nil {
+			snap[key] = policy.Int(int64(*v))
+		}
+	}
+	amounts := map[string]*big.Int{
 		"amountAtomic":                  f.Amount,
 		"history.spendInWindowAtomic":   f.Spend,
 		"history.spendWithAmountAtomic": f.SpendWithAmount,
-	} {
+	}
+	if t := f.Total; t != nil {
+		amounts["history.spendTotalInWindowAtomic"] = t.Spend
+		amounts["history.spendTotalWithAmountAtomic"] = t.SpendWithAmount
+		snap["history.totalWindowOperations"] = policy.Int(int64(t.WindowOperations))
+		snap["history.totalMixedAssets"] = policy.Int(int64(t.MixedAssets))
+		snap["history.totalUnparseableHistory"] = policy.Int(int64(t.UnparseableHistory))
+	}
+	for key, v := range amounts {
 		if v == nil {
 			continue // absent: the amount could not be read in the policy's asset
 		}
