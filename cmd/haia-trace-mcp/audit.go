@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -30,23 +29,17 @@ exit codes: 0 consistent, 2 a finding (tampered or inconsistent; also usage), 3 
 `
 
 func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("audit", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	dir := fs.String("dir", ".trace", "the Trace root")
-	reviewers := fs.String("reviewers", "", "the trusted reviewers file")
-	keyringPath := fs.String("keyring", "", "the keyring")
-	guardConfig := fs.String("guard-config", "", "the guard policy, for reviewTtlMinutes")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, auditUsage)
-			return exitOK
-		}
-		fmt.Fprintf(stderr, "haia-trace-mcp audit: %v (see haia-trace-mcp audit --help)\n", err)
-		return exitUsage
+	c := newCommand("audit", auditUsage, stdout, stderr)
+	dir := c.fs.String("dir", ".trace", "the Trace root")
+	reviewers := c.fs.String("reviewers", "", "the trusted reviewers file (default: reviewers.json in the user configuration directory)")
+	keyringPath := c.fs.String("keyring", "", "keys that verify the chains (default: the Trace root's guard/keyring.json)")
+	guardConfig := c.fs.String("guard-config", "", "the guard policy, for reviewTtlMinutes (default: built-in defaults)")
+	pos, code, ok := c.parse(args)
+	if !ok {
+		return code
 	}
-	if fs.NArg() != 0 {
-		fmt.Fprintf(stderr, "haia-trace-mcp audit: unexpected argument %q (see haia-trace-mcp audit --help)\n", termsafe.String(fs.Arg(0)))
-		return exitUsage
+	if code, ok := c.wantArgs(pos, 0, 0, "no arguments"); !ok {
+		return code
 	}
 	root, code := openCLIRoot("audit", *dir, stderr)
 	if root == nil {

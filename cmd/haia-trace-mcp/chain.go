@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	iofs "io/fs"
@@ -30,13 +29,16 @@ const chainUsage = `usage:
 `
 
 func runChain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if isHelp(args) {
+		fmt.Fprint(stdout, chainUsage)
+		return exitOK
+	}
 	if len(args) == 0 {
-		fmt.Fprint(stderr, chainUsage)
-		return exitUsage
+		return newCommand("chain", chainUsage, stdout, stderr).failf("name a subcommand: list, export or checkpoint")
 	}
 	verb := args[0]
-	fs := flag.NewFlagSet("chain "+verb, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	c := newCommand("chain "+verb, chainUsage, stdout, stderr)
+	fs := c.fs
 	dir := fs.String("dir", ".trace", "the Trace root")
 	var signing signingFlags
 	var all *bool
@@ -50,21 +52,19 @@ func runChain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		out = fs.String("out", "", "directory `DIR` that --all writes one <segment>.json a segment into")
 	case "checkpoint":
 		signing.register(fs)
-	case "-h", "--help", "help":
-		fmt.Fprint(stdout, chainUsage)
-		return exitOK
 	default:
-		fmt.Fprintf(stderr, "haia-trace-mcp chain: unknown subcommand %q\n\n%s", verb, chainUsage)
-		return exitUsage
+		return newCommand("chain", chainUsage, stdout, stderr).failf("unknown subcommand %q", verb)
 	}
-	pos, err := chainParseArgs(fs, args[1:])
-	if err != nil {
-		fmt.Fprintf(stderr, "haia-trace-mcp chain %s: %v\n", verb, err)
-		return exitUsage
+	pos, code, ok := c.parse(args[1:])
+	if !ok {
+		return code
 	}
-	if len(pos) != wantArgs {
-		fmt.Fprintf(stderr, "haia-trace-mcp chain %s: expected %d argument(s), got %d\n\n%s", verb, wantArgs, len(pos), chainUsage)
-		return exitUsage
+	what := "one chain ID"
+	if wantArgs == 0 {
+		what = "no arguments"
+	}
+	if code, ok := c.wantArgs(pos, wantArgs, wantArgs, what); !ok {
+		return code
 	}
 	root, err := confined.OpenRoot(*dir)
 	if err != nil {
@@ -151,25 +151,6 @@ func runChain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stdout)
 	}
 	return exitOK
-}
-
-// chainParseArgs parses flags wherever they sit among the positionals.
-func chainParseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		if args[0] == "--" {
-			return append(pos, args[1:]...), nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
-	}
 }
 
 // chainArg turns what the user gave (an id, a segment id, a file name or

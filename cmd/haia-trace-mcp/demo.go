@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -26,19 +25,28 @@ const (
 	demoSellerSilent  = "0x5e11e4000000000000000000000000000000b002"
 )
 
+const demoUsage = `usage:
+  haia-trace-mcp demo [--keep DIR]
+
+Plays the whole story on a simulated Trace root and prints a transcript: an
+agent pays two sellers, one never settles; check_before_pay says review; a
+human rejects it with a key of their own; the rejection holds; audit and
+verify are clean. Only the money is simulated.
+exit codes: 0 the story held, 1 it did not, 2 usage
+`
+
 // runDemo plays the product's story on a fresh, simulated Trace root: only
 // the money is simulated; the recorder lines, the server, the MCP client,
 // the review CLI and the verifier are the real ones.
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	keep := fs.String("keep", "", "build the demo in DIR (must not exist) and keep it afterwards")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	c := newCommand("demo", demoUsage, stdout, stderr)
+	keep := c.fs.String("keep", "", "build the demo in `DIR` (must not exist) and keep it afterwards")
+	pos, code, ok := c.parse(args)
+	if !ok {
+		return code
 	}
-	if fs.NArg() != 0 {
-		fmt.Fprintf(stderr, "demo: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
+	if code, ok := c.wantArgs(pos, 0, 0, "no arguments"); !ok {
+		return code
 	}
 	base := *keep
 	if base == "" {

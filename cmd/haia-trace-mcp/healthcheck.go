@@ -2,26 +2,31 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"time"
 )
 
+const healthcheckUsage = `usage:
+  haia-trace-mcp healthcheck [--url http://127.0.0.1:3000/healthz] [--timeout 3s]
+
+Probes a running server's /healthz, for a container HEALTHCHECK.
+exit codes: 0 healthy, 1 not, 2 usage
+`
+
 // runHealthcheck probes a running server's /healthz, for a container
 // HEALTHCHECK: exit 0 when it answers 200 within the timeout, 1 otherwise.
 func runHealthcheck(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	target := fs.String("url", "http://127.0.0.1:3000/healthz", "the URL to probe")
-	timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for the answer")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	c := newCommand("healthcheck", healthcheckUsage, stdout, stderr)
+	target := c.fs.String("url", "http://127.0.0.1:3000/healthz", "the URL to probe")
+	timeout := c.fs.Duration("timeout", 3*time.Second, "how long to wait for the answer")
+	pos, code, ok := c.parse(args)
+	if !ok {
+		return code
 	}
-	if fs.NArg() != 0 {
-		fmt.Fprintf(stderr, "healthcheck: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
+	if code, ok := c.wantArgs(pos, 0, 0, "no arguments"); !ok {
+		return code
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -55,32 +54,18 @@ const exampleConfig = `{
 `
 
 func runInit(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("init", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	config := fs.String("config", "", "the example policy file")
-	keyFile := fs.String("key-file", "", "the server's signing key")
-	reviewerID := fs.String("reviewer-id", "", "the first reviewer's id")
-	reviewerKey := fs.String("reviewer-key", "", "the reviewer's key")
-	reviewers := fs.String("reviewers", "", "the trusted reviewers file")
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				fmt.Fprint(stdout, initUsage)
-				return exitOK
-			}
-			fmt.Fprintf(stderr, "haia-trace-mcp init: %v (see haia-trace-mcp init --help)\n", err)
-			return exitUsage
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
+	c := newCommand("init", initUsage, stdout, stderr)
+	config := c.fs.String("config", "", "the example policy file (default: haia-guard.config.json beside DIR)")
+	keyFile := c.fs.String("key-file", "", "the server's signing key (default: signing-key.pem in the configuration directory)")
+	reviewerID := c.fs.String("reviewer-id", "", "the first reviewer's id (default: the OS user name)")
+	reviewerKey := c.fs.String("reviewer-key", "", "that reviewer's key (default: reviewer-key.pem in the configuration directory)")
+	reviewers := c.fs.String("reviewers", "", "the trusted reviewers file (default: reviewers.json in the configuration directory)")
+	pos, code, ok := c.parse(args)
+	if !ok {
+		return code
 	}
-	if len(pos) > 1 {
-		fmt.Fprintf(stderr, "haia-trace-mcp init: one DIR at most, got %d (see haia-trace-mcp init --help)\n", len(pos))
-		return exitUsage
+	if code, ok := c.wantArgs(pos, 0, 1, "at most one DIR"); !ok {
+		return code
 	}
 	dir := ".trace"
 	if len(pos) == 1 {
@@ -152,8 +137,7 @@ func runInit(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if err := reviewlog.CheckReviewerID(id); err != nil {
-		fmt.Fprintf(stderr, "haia-trace-mcp init: --reviewer-id: %v\n", err)
-		return exitUsage
+		return c.failf("--reviewer-id: %v", err)
 	}
 	if created {
 		made = append(made, "reviewer key "+rkey+" (0600) for "+id)

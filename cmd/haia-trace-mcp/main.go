@@ -5,7 +5,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"os"
 	"os/signal"
@@ -60,11 +59,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		case "version":
 			return runVersion(rest, stdout, stderr)
 		case "help":
-			fmt.Fprint(stdout, usage)
-			return exitOK
+			return runServe(ctx, []string{"--help"}, stdin, stdout, stderr)
+		case "completion":
+			return runCompletion(rest, stdout, stderr)
 		default:
-			fmt.Fprintf(stderr, "haia-trace-mcp: unknown command %q\n\n%s", args[0], usage)
-			return exitUsage
+			return serveCommand(stdout, stderr).failf("unknown command %q", args[0])
 		}
 	}
 	return runServe(ctx, args, stdin, stdout, stderr)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -26,8 +25,7 @@ const policyUsage = `usage:
 // runPolicy is `haia-trace-mcp policy check|eval`.
 func runPolicy(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, policyUsage)
-		return exitUsage
+		return newCommand("policy", policyUsage, stdout, stderr).failf("name a subcommand: check or eval")
 	}
 	switch args[0] {
 	case "check":
@@ -38,22 +36,18 @@ func runPolicy(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, policyUsage)
 		return exitOK
 	default:
-		fmt.Fprintf(stderr, "policy: unknown subcommand %q\n\n%s", args[0], policyUsage)
-		return exitUsage
+		return newCommand("policy", policyUsage, stdout, stderr).failf("unknown subcommand %q", args[0])
 	}
 }
 
 func runPolicyCheck(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("policy check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, policyUsage) }
-	pos, err := policyParseArgs(fs, args)
-	if err != nil {
-		return exitUsage
+	c := newCommand("policy check", policyUsage, stdout, stderr)
+	pos, code, ok := c.parse(args)
+	if !ok {
+		return code
 	}
-	if len(pos) != 1 {
-		fmt.Fprintf(stderr, "policy check: want exactly one FILE, got %d arguments\n", len(pos))
-		return exitUsage
+	if code, ok := c.wantArgs(pos, 1, 1, "exactly one FILE"); !ok {
+		return code
 	}
 	data, err := policyReadFile(pos[0])
 	if err != nil {
@@ -73,21 +67,17 @@ func runPolicyCheck(args []string, stdout, stderr io.Writer) int {
 }
 
 func runPolicyEval(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("policy eval", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, policyUsage) }
-	input := fs.String("input", "", "the input snapshot, a JSON object of scalars")
-	pos, err := policyParseArgs(fs, args)
-	if err != nil {
-		return exitUsage
+	c := newCommand("policy eval", policyUsage, stdout, stderr)
+	input := c.fs.String("input", "", "the input snapshot, a JSON object of scalars (required)")
+	pos, code, ok := c.parse(args)
+	if !ok {
+		return code
 	}
-	if len(pos) != 1 {
-		fmt.Fprintf(stderr, "policy eval: want exactly one FILE, got %d arguments\n", len(pos))
-		return exitUsage
+	if code, ok := c.wantArgs(pos, 1, 1, "exactly one FILE"); !ok {
+		return code
 	}
 	if *input == "" {
-		fmt.Fprintln(stderr, "policy eval: --input INPUT.json is required")
-		return exitUsage
+		return c.failf("--input INPUT.json is required")
 	}
 	policyDoc, err := policyReadFile(pos[0])
 	if err != nil {
@@ -111,23 +101,6 @@ func runPolicyEval(args []string, stdout, stderr io.Writer) int {
 		out.RuleFired = &r.RuleFired
 	}
 	return policyPrint(stdout, stderr, out)
-}
-
-// policyParseArgs parses flags placed before or after the positional
-// arguments (the flag package alone stops at the first positional one).
-func policyParseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
-	}
 }
 
 // policyReadFile reads a document, refusing one larger than the evaluator

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -49,16 +48,20 @@ exit codes: 0 done, 1 error, 2 usage (or --dir is not a Trace root), 3 unknown r
 // runReview is the human's side of the guard: list the reviews the guard
 // opened and approve or reject them. No MCP tool can do this.
 func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(stderr, reviewUsage)
-		if len(args) == 0 {
-			return exitUsage
-		}
+	if isHelp(args) {
+		fmt.Fprint(stdout, reviewUsage)
 		return exitOK
 	}
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "haia-trace-mcp review: name a subcommand: list, show, approve, reject or watch (see haia-trace-mcp review --help)")
+		return exitUsage
+	}
 	verb, rest := args[0], args[1:]
-	fs := flag.NewFlagSet("review "+verb, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	if verb == "watch" {
+		return runReviewWatch(ctx, rest, stdout, stderr)
+	}
+	c := newCommand("review "+verb, reviewUsage, stdout, stderr)
+	fs := c.fs
 	dir := fs.String("dir", ".trace", "the Trace root")
 	asJSON := fs.Bool("json", false, "print JSON")
 	lockWait := fs.Duration("lock-wait", 5*time.Second, "how long to wait for the review log's lock")
@@ -66,10 +69,8 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var note, by, reviewerKey *string
 	reviewers := fs.String("reviewers", "", "the trusted reviewers file (default: reviewers.json in the user configuration directory)")
 	guardConfig := fs.String("guard-config", "", "the guard policy, for reviewTtlMinutes (default: built-in defaults)")
-	tenant := fs.String("tenant", "haia-trace-mcp", "scope.tenant written into the decision receipt")
+	var tenant *string
 	switch verb {
-	case "watch":
-		return runReviewWatch(ctx, rest, stdout, stderr)
 	case "list":
 		all = fs.Bool("all", false, "include decided reviews")
 	case "show":
@@ -77,22 +78,21 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		note = fs.String("note", "", "why (kept in the log)")
 		by = fs.String("by", "", "who decides (default, and it must be: the reviewer id of --reviewer-key)")
 		reviewerKey = fs.String("reviewer-key", "", "the reviewer's signing key (default: reviewer-key.pem in the user configuration directory)")
+		tenant = fs.String("tenant", "haia-trace-mcp", "scope.tenant written into the decision receipt")
 	default:
-		fmt.Fprintf(stderr, "haia-trace-mcp review: unknown subcommand %q\n\n%s", verb, reviewUsage)
-		return exitUsage
+		return newCommand("review", reviewUsage, stdout, stderr).failf("unknown subcommand %q", verb)
 	}
-	pos, err := reviewParseArgs(fs, rest)
-	if err != nil {
-		fmt.Fprintf(stderr, "haia-trace-mcp review %s: %v\n\n%s", verb, err, reviewUsage)
-		return exitUsage
+	pos, code, ok := c.parse(rest)
+	if !ok {
+		return code
 	}
 	wantArgs := 1
+	what := "one review id"
 	if verb == "list" {
-		wantArgs = 0
+		wantArgs, what = 0, "no arguments"
 	}
-	if len(pos) != wantArgs {
-		fmt.Fprintf(stderr, "haia-trace-mcp review %s: expected %d argument(s), got %d\n\n%s", verb, wantArgs, len(pos), reviewUsage)
-		return exitUsage
+	if code, ok := c.wantArgs(pos, wantArgs, wantArgs, what); !ok {
+		return code
 	}
 
 	root, code := openCLIRoot("review "+verb, *dir, stderr)
@@ -182,26 +182,6 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	fmt.Fprintf(stdout, "review %s %s by %s at %s\n", r.ID, r.Status, r.DecidedBy, r.DecidedAt)
 	return exitOK
-}
-
-// reviewParseArgs lets flags come after the positional arguments
-// ("approve ID --note x"), which the flag package alone stops at.
-func reviewParseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		if args[0] == "--" {
-			return append(pos, args[1:]...), nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
-	}
 }
 
 // reviewFailed prints err and maps it to the documented exit code.

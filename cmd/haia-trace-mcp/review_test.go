@@ -97,10 +97,10 @@ func TestReviewCLIExitCodes(t *testing.T) {
 		code   int
 		errHas string
 	}{
-		{"no subcommand", nil, exitUsage, "usage"},
+		{"no subcommand", nil, exitUsage, "name a subcommand"},
 		{"unknown subcommand", []string{"delete"}, exitUsage, `unknown subcommand "delete"`},
-		{"missing id", []string{"approve", "--dir", dir}, exitUsage, "expected 1 argument"},
-		{"extra argument", []string{"list", "x", "--dir", dir}, exitUsage, "expected 0 argument"},
+		{"missing id", []string{"approve", "--dir", dir}, exitUsage, "want one review id"},
+		{"extra argument", []string{"list", "x", "--dir", dir}, exitUsage, `unexpected argument "x"`},
 		{"unknown flag", []string{"list", "--color", "--dir", dir}, exitUsage, "flag provided but not defined"},
 		{"bad id", []string{"approve", "not-an-id", "--dir", dir}, exitUsage, "not a review id"},
 		{"unknown id", []string{"approve", "1b4e28ba-2fa1-4d2c-883f-0016d3cca427", "--dir", dir}, reviewExitUnknown, "unknown review"},

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -41,28 +39,22 @@ const (
 
 // runReviewWatch polls the review log and prints what changed.
 func runReviewWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("review watch", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	c := newCommand("review watch", reviewWatchUsage, stdout, stderr)
+	fs := c.fs
 	dir := fs.String("dir", ".trace", "the Trace root")
 	asJSON := fs.Bool("json", false, "print one JSON object per line")
 	interval := fs.Duration("interval", time.Second, "how often to read the review log")
 	reviewers := fs.String("reviewers", "", "the trusted reviewers file (default: reviewers.json in the user configuration directory)")
 	guardConfig := fs.String("guard-config", "", "the guard policy, for reviewTtlMinutes")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stderr, reviewWatchUsage)
-			return exitOK
-		}
-		fmt.Fprintf(stderr, "haia-trace-mcp review watch: %v\n\n%s", err, reviewWatchUsage)
-		return exitUsage
+	pos, code, ok := c.parse(args)
+	if !ok {
+		return code
 	}
-	if fs.NArg() != 0 {
-		fmt.Fprintf(stderr, "haia-trace-mcp review watch: unexpected argument %q\n\n%s", termsafe.String(fs.Arg(0)), reviewWatchUsage)
-		return exitUsage
+	if code, ok := c.wantArgs(pos, 0, 0, "no arguments"); !ok {
+		return code
 	}
 	if *interval < watchMinInterval || *interval > watchMaxInterval {
-		fmt.Fprintf(stderr, "haia-trace-mcp review watch: --interval %s is outside %s to %s\n", *interval, watchMinInterval, watchMaxInterval)
-		return exitUsage
+		return c.failf("--interval %s is outside %s to %s", *interval, watchMinInterval, watchMaxInterval)
 	}
 	root, code := watchOpenRoot(*dir, stderr)
 	if root == nil {

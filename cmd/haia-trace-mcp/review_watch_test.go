@@ -220,7 +220,9 @@ func TestReviewWatchRefuses(t *testing.T) {
 		{"huge interval", []string{"--dir", root, "--interval", "48h"}, exitUsage, []string{"outside 10ms to 1h0m0s"}},
 		{"positional argument", []string{"--dir", root, "extra"}, exitUsage, []string{`unexpected argument "extra"`}},
 		{"unknown flag", []string{"--all", "--dir", root}, exitUsage, []string{"flag provided but not defined"}},
-		{"help", []string{"--help"}, exitOK, []string{"review watch [--dir .trace]"}},
+	}
+	if out, errOut, code := reviewCmd("watch", "--help"); code != exitOK || errOut != "" || !strings.Contains(out, "review watch [--dir .trace]") || !strings.Contains(out, "(default 1s)") {
+		t.Errorf("watch --help: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

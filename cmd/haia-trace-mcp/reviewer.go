@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -29,38 +28,30 @@ exit codes: 0 done, 1 error, 2 usage
 `
 
 func runReviewer(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		if len(args) == 0 {
-			fmt.Fprint(stderr, reviewerUsage)
-			return exitUsage
-		}
+	if isHelp(args) {
 		fmt.Fprint(stdout, reviewerUsage)
 		return exitOK
 	}
-	if args[0] != "init" {
-		fmt.Fprintf(stderr, "haia-trace-mcp reviewer: unknown subcommand %q (see haia-trace-mcp reviewer --help)\n", termsafe.String(args[0]))
-		return exitUsage
-	}
-	fs := flag.NewFlagSet("reviewer init", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	id := fs.String("id", "", "the reviewer's id")
-	keyFile := fs.String("key-file", "", "the reviewer's key")
-	reviewers := fs.String("reviewers", "", "the trusted reviewers file")
-	if err := fs.Parse(args[1:]); err != nil {
-		if err == flag.ErrHelp {
-			fmt.Fprint(stdout, reviewerUsage)
-			return exitOK
+	if len(args) == 0 || args[0] != "init" {
+		name := ""
+		if len(args) > 0 {
+			name = args[0]
 		}
-		fmt.Fprintf(stderr, "haia-trace-mcp reviewer init: %v (see haia-trace-mcp reviewer --help)\n", err)
-		return exitUsage
+		return newCommand("reviewer", reviewerUsage, stdout, stderr).failf("unknown subcommand %q; the one subcommand is init", name)
 	}
-	if fs.NArg() != 0 {
-		fmt.Fprintf(stderr, "haia-trace-mcp reviewer init: unexpected argument %q (see haia-trace-mcp reviewer --help)\n", termsafe.String(fs.Arg(0)))
-		return exitUsage
+	c := newCommand("reviewer init", reviewerUsage, stdout, stderr)
+	id := c.fs.String("id", "", "the reviewer's id, written into every decision receipt (required)")
+	keyFile := c.fs.String("key-file", "", "the reviewer's key (default: reviewer-key.pem in the user configuration directory)")
+	reviewers := c.fs.String("reviewers", "", "the trusted reviewers file (default: reviewers.json in the user configuration directory)")
+	pos, code, ok := c.parse(args[1:])
+	if !ok {
+		return code
+	}
+	if code, ok := c.wantArgs(pos, 0, 0, "no arguments"); !ok {
+		return code
 	}
 	if err := reviewlog.CheckReviewerID(*id); err != nil {
-		fmt.Fprintf(stderr, "haia-trace-mcp reviewer init: --id: %v\n", err)
-		return exitUsage
+		return c.failf("--id: %v", err)
 	}
 	keyPath := *keyFile
 	var err error

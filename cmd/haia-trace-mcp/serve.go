@@ -272,19 +272,24 @@ func reloadTemplatesOnHUP(ctx context.Context, set *receipt.TemplateSet, history
 	return func() { signal.Stop(hup) }
 }
 
+// serveCommand is the grammar of serving: the top-level usage (every
+// command) and the server's own flags.
+func serveCommand(stdout, stderr io.Writer) *command {
+	return newCommand("", usage, stdout, stderr)
+}
+
 func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("haia-trace-mcp", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	c := serveCommand(stdout, stderr)
 	var f serveFlags
-	f.register(fs)
+	f.register(c.fs)
 	var h httpFlags
-	h.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	h.register(c.fs)
+	pos, code, ok := c.parse(args)
+	if !ok {
+		return code
 	}
-	if fs.NArg() != 0 {
-		fmt.Fprintf(stderr, "haia-trace-mcp: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
+	if len(pos) != 0 {
+		return c.failf("unknown command %q", pos[0])
 	}
 	logger, err := newLogger(stderr, f.logLevel)
 	if err != nil {

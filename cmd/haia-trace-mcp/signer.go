@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,25 +21,19 @@ const signerUsage = `usage:
 
 // runSigner is `haia-trace-mcp signer`.
 func runSigner(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("signer", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, signerUsage) }
-	keyFile := fs.String("key-file", "", "Ed25519 signing key `file` (PKCS#8 PEM, mode 0600)")
-	listen := fs.String("listen", "", "socket to listen on, `unix:PATH`")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return exitOK
-		}
-		return exitUsage
+	c := newCommand("signer", signerUsage, stdout, stderr)
+	keyFile := c.fs.String("key-file", "", "Ed25519 signing key `file` (PKCS#8 PEM, mode 0600)")
+	listen := c.fs.String("listen", "", "socket to listen on, `unix:PATH`")
+	pos, code, ok := c.parse(args)
+	if !ok {
+		return code
 	}
-	if fs.NArg() != 0 {
-		fmt.Fprintf(stderr, "signer: unexpected argument %q\n\n%s", fs.Arg(0), signerUsage)
-		return exitUsage
+	if code, ok := c.wantArgs(pos, 0, 0, "no arguments"); !ok {
+		return code
 	}
 	path, ok := strings.CutPrefix(*listen, "unix:")
 	if *keyFile == "" || !ok || path == "" {
-		fmt.Fprintf(stderr, "signer: --key-file and --listen unix:PATH are required\n\n%s", signerUsage)
-		return exitUsage
+		return c.failf("--key-file and --listen unix:PATH are required")
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	key, created, err := noa.LoadOrCreateKeyFile(*keyFile)

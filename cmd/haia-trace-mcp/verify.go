@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -36,36 +35,23 @@ const maxTrustFileBytes = 4 << 20
 
 // runVerify is `haia-trace-mcp verify`.
 func runVerify(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, verifyUsage) }
+	c := newCommand("verify", verifyUsage, stdout, stderr)
+	c.usageCode = exitVerifyUsage // 2 is TAMPERED, as in the NOA verifier
+	fs := c.fs
 	keyring := fs.String("keyring", "", "keyring file `K` ({kid: base64 SPKI})")
 	checkpoint := fs.String("checkpoint", "", "signed checkpoint file `C` (noa.checkpoint/0.1)")
 	identity := fs.String("identity", "", "identity manifest `M` ({agent.id: [kid]})")
 	follow := fs.Bool("follow", false, "verify every segment of CHAIN's chain and the links between them")
-	// Positionals may sit between flags: parse, take one, parse the rest.
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if err == flag.ErrHelp {
-				return exitOK
-			}
-			return exitVerifyUsage
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
+	pos, code, ok := c.parse(args)
+	if !ok {
+		return code
 	}
-	if len(pos) < 1 || len(pos) > 2 {
-		fmt.Fprintf(stderr, "verify: want CHAIN and at most one KEYRING, got %d arguments\n\n%s", len(pos), verifyUsage)
-		return exitVerifyUsage
+	if code, ok := c.wantArgs(pos, 1, 2, "CHAIN and at most one KEYRING"); !ok {
+		return code
 	}
 	if len(pos) == 2 {
 		if *keyring != "" {
-			fmt.Fprintln(stderr, "verify: keyring given twice (argument and --keyring)")
-			return exitVerifyUsage
+			return c.failf("the keyring is given twice (argument and --keyring)")
 		}
 		*keyring = pos[1]
 	}

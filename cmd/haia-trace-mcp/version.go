@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"runtime/debug"
@@ -11,17 +10,13 @@ import (
 // runVersion prints one line naming the version, the VCS revision and the
 // Go toolchain, so an operator can tell exactly which build is running.
 func runVersion(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("version", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return exitOK
-		}
-		return exitUsage
+	c := newCommand("version", "usage:\n  haia-trace-mcp version     (or haia-trace-mcp --version)\n\nPrints the version, the VCS revision and the Go toolchain.\n", stdout, stderr)
+	pos, code, ok := c.parse(args)
+	if !ok {
+		return code
 	}
-	if fs.NArg() != 0 {
-		fmt.Fprintf(stderr, "version: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
+	if code, ok := c.wantArgs(pos, 0, 0, "no arguments"); !ok {
+		return code
 	}
 	fmt.Fprintln(stdout, versionSentence(readBuild()))
 	return exitOK
