@@ -1,0 +1,62 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
+)
+
+// The README's host set-ups, first-hour commands, example event line and
+// example template stay true to the binary.
+func TestREADMEExamplesHold(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(data)
+	known := map[string]bool{}
+	out, _, _ := runIn("--help")
+	for _, m := range regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`).FindAllStringSubmatch(out, -1) {
+		known["--"+m[1]] = true
+	}
+	// Every flag the Claude Desktop block and the server lines pass exists.
+	blocks := regexp.MustCompile("(?s)```(json|sh)\n(.*?)```").FindAllStringSubmatch(readme, -1)
+	checked := 0
+	for _, b := range blocks {
+		for _, line := range strings.Split(b[2], "\n") {
+			if !strings.Contains(line, "haia-trace-mcp --dir") && !strings.Contains(line, `"args"`) && !strings.Contains(line, `"--guard-config"`) {
+				continue
+			}
+			for _, f := range regexp.MustCompile(`(--[a-z0-9-]+)`).FindAllString(line, -1) {
+				checked++
+				if !known[f] {
+					t.Errorf("README passes %s to the server, which has no such flag: %s", f, strings.TrimSpace(line))
+				}
+			}
+		}
+	}
+	if checked < 5 {
+		t.Fatalf("only %d server flags found in the README's set-ups; the test lost its footing", checked)
+	}
+	// The example event line is a valid Event Contract line.
+	line := regexp.MustCompile(`(?m)^\{"event_id":"op-1-2".*\}$`).FindString(readme)
+	if line == "" {
+		t.Fatal("the README's example event line is gone")
+	}
+	if _, err := receipt.DecodeLine([]byte(line)); err != nil || !json.Valid([]byte(line)) {
+		t.Errorf("the README's example event line does not decode: %v", err)
+	}
+	// The example template parses.
+	tmpl := regexp.MustCompile("(?s)```yaml\n(template: my-flow.*?)```").FindStringSubmatch(readme)
+	if tmpl == nil {
+		t.Fatal("the README's example template is gone")
+	}
+	if _, err := receipt.ParseTemplate("README", []byte(tmpl[1])); err != nil {
+		t.Errorf("the README's example template does not parse: %v", err)
+	}
+}
