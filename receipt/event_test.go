@@ -2,11 +2,13 @@ package receipt
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
 )
 
 const goodLine = `{"event_id":"e1","event_type":"x402.payment.required","occurred_at":"2026-07-24T09:00:00.120Z","seq":3,"adapter":"trace-x402","role":"client","context_id":"op-1","payload":{"a":1},"extra":[1]}`
@@ -304,4 +306,25 @@ func FuzzDecodeLine(f *testing.F) {
 			t.Fatalf("accepted a broken envelope: %+v", ev)
 		}
 	})
+}
+
+// realInstant must accept exactly what time.Parse accepts for the layout.
+func TestRealInstantAgreesWithTimeParse(t *testing.T) {
+	const layout = "2006-01-02T15:04:05.000Z"
+	check := func(s string) {
+		_, err := time.Parse(layout, s)
+		if got, want := realInstant(s), err == nil; got != want {
+			t.Errorf("realInstant(%q) = %v, time.Parse accepts it: %v", s, got, want)
+		}
+	}
+	for _, year := range []int{0, 1, 4, 100, 400, 1900, 2000, 2023, 2024, 2100, 9999} {
+		for month := 0; month <= 13; month++ {
+			for day := 0; day <= 32; day++ {
+				check(fmt.Sprintf("%04d-%02d-%02dT12:00:00.000Z", year, month, day))
+			}
+		}
+	}
+	for _, hms := range []string{"00:00:00", "23:59:59", "24:00:00", "23:60:00", "23:59:60", "99:99:99", "09:05:07"} {
+		check("2026-07-24T" + hms + ".999Z")
+	}
 }

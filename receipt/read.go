@@ -7,7 +7,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/jsjson"
@@ -116,15 +118,20 @@ func ReadEvents(r io.Reader, firstLine int, lim Limits, fn func(Event) error) (c
 func decodeAt(dec *jsjson.Decoder, text string, line int, fn func(Event) error) error {
 	ev, err := decodeLine(dec, text)
 	if err != nil {
-		var le *LineError
-		if errors.As(err, &le) {
-			le.Line = line
-			return le
-		}
-		return fmt.Errorf("line %d: %w", line, err)
+		return atLine(err, line)
 	}
 	ev.Line = line
 	return fn(ev)
+}
+
+// atLine puts a line number on a decoding error.
+func atLine(err error, line int) error {
+	var le *LineError
+	if errors.As(err, &le) {
+		le.Line = line
+		return le
+	}
+	return fmt.Errorf("line %d: %w", line, err)
 }
 
 // isBlank reports whether a line is empty after JavaScript's String#trim,
@@ -153,37 +160,101 @@ func isBlank[T string | []byte](b T) bool {
 }
 
 // decodeText decodes the complete lines of a whole run file's text, with the
-// same rules as ReadEvents.
+// same rules as ReadEvents. Lines are decoded in parallel, one part of the
+// text per processor, into one slice of events; a plain event keeps only its
+// line's text (see jsjson.Decoder.Text), which the writer prints from.
 func decodeText(text string, lim Limits) ([]Event, error) {
 	if int64(len(text)) > lim.MaxRunBytes {
 		return nil, &LineError{Rule: RuleRunSize, Err: fmt.Errorf("file is larger than the %s limit", size(lim.MaxRunBytes))}
 	}
-	// A recorder line is a few hundred bytes; guessing the count avoids
-	// regrowing a large slice many times.
-	events := make([]Event, 0, len(text)/512+1)
-	var dec jsjson.Decoder
-	line := 1
-	for {
-		nl := strings.IndexByte(text, '\n')
-		if nl < 0 {
-			return events, nil // a torn tail or nothing
+	body := text[:strings.LastIndexByte(text, '\n')+1] // a torn tail is not read
+	parts := splitLines(body, runtime.GOMAXPROCS(0))
+	// Count each part's lines first, so every part knows its first line
+	// number and where its events go in the one shared slice.
+	lines := make([]int, len(parts))
+	parallel(len(parts), func(k int) { lines[k] = strings.Count(parts[k], "\n") })
+	first := make([]int, len(parts)+1)
+	for k, n := range lines {
+		first[k+1] = first[k] + n
+	}
+	events := make([]Event, first[len(parts)])
+	got := make([]int, len(parts))
+	errs := make([]error, len(parts))
+	parallel(len(parts), func(k int) {
+		got[k], errs[k] = decodePart(parts[k], first[k]+1, lim, events[first[k]:first[k+1]])
+	})
+	for _, err := range errs {
+		if err != nil {
+			return nil, err // the first bad line in file order
 		}
-		l := text[:nl]
-		text = text[nl+1:]
+	}
+	// Blank lines left gaps at the end of each part's share.
+	n := got[0]
+	for k := 1; k < len(parts); k++ {
+		n += copy(events[n:], events[first[k]:first[k]+got[k]])
+	}
+	clear(events[n:])
+	return events[:n:n], nil
+}
+
+// decodePart decodes the lines of part, numbered from line, into out (one
+// slot per line) and returns how many events it decoded.
+func decodePart(part string, line int, lim Limits, out []Event) (int, error) {
+	var dec jsjson.Decoder
+	lines := jsjson.NewLines(part)
+	n := 0
+	for off := 0; off < len(part); {
+		nl := strings.IndexByte(part[off:], '\n')
+		l := part[off : off+nl]
+		at := off
+		off += nl + 1
 		if len(l) > lim.MaxLineBytes {
-			return nil, &LineError{Line: line, Rule: RuleLineSize,
+			return n, &LineError{Line: line, Rule: RuleLineSize,
 				Err: fmt.Errorf("line is %d bytes, over the %s line limit", len(l), size(int64(lim.MaxLineBytes)))}
 		}
 		if !isBlank(l) {
-			if err := decodeAt(&dec, l, line, func(e Event) error {
-				events = append(events, e)
-				return nil
-			}); err != nil {
-				return nil, err
+			ev, err := decodeLineText(&dec, lines, l, at)
+			if err != nil {
+				return n, atLine(err, line)
 			}
+			ev.Line = line
+			out[n] = ev
+			n++
 		}
 		line++
 	}
+	return n, nil
+}
+
+// splitLines cuts text (whole lines) into at most n parts of similar size,
+// each made of whole lines. Small texts stay in one part.
+func splitLines(text string, n int) []string {
+	const minPart = 1 << 20
+	n = max(1, min(n, len(text)/minPart))
+	parts := make([]string, 0, n)
+	for k := n; k > 1; k-- {
+		at := len(text) / k
+		nl := strings.IndexByte(text[at:], '\n')
+		if nl < 0 {
+			break
+		}
+		parts = append(parts, text[:at+nl+1])
+		text = text[at+nl+1:]
+	}
+	return append(parts, text)
+}
+
+// parallel calls fn(0..n-1), each on its own goroutine, and waits.
+func parallel(n int, fn func(k int)) {
+	if n == 1 {
+		fn(0)
+		return
+	}
+	var wg sync.WaitGroup
+	for k := range n {
+		wg.Go(func() { fn(k) })
+	}
+	wg.Wait()
 }
 
 // RunIDFromFileName returns the run id of a run file name ("<id>.ndjson").
