@@ -2,6 +2,7 @@ package receipt
 
 import (
 	"cmp"
+	"runtime"
 	"slices"
 	"strings"
 
@@ -124,7 +125,7 @@ func SortEvents(events []Event) {
 func sortedOrder(events []Event) []int32 {
 	if keys, ok := timeKeys(events); ok {
 		// Canonical timestamps order as the numbers their digits spell.
-		slices.SortFunc(keys, func(a, b sortKey) int {
+		byKey := func(a, b sortKey) int {
 			if a.at != b.at {
 				return cmp.Compare(a.at, b.at)
 			}
@@ -135,10 +136,31 @@ func sortedOrder(events []Event) []int32 {
 				return c
 			}
 			return cmp.Compare(a.i, b.i)
-		})
+		}
 		order := make([]int32, len(keys))
-		for k, key := range keys {
-			order[k] = key.i
+		if len(keys) < 1<<14 || runtime.GOMAXPROCS(0) == 1 {
+			slices.SortFunc(keys, byKey)
+			for k, key := range keys {
+				order[k] = key.i
+			}
+			return order
+		}
+		// A large run: sort the halves on two cores, then merge them.
+		half := len(keys) / 2
+		parallel(2, func(k int) {
+			if k == 0 {
+				slices.SortFunc(keys[:half], byKey)
+			} else {
+				slices.SortFunc(keys[half:], byKey)
+			}
+		})
+		a, b := keys[:half], keys[half:]
+		for k := range order {
+			if len(b) == 0 || (len(a) > 0 && byKey(a[0], b[0]) <= 0) {
+				order[k], a = a[0].i, a[1:]
+			} else {
+				order[k], b = b[0].i, b[1:]
+			}
 		}
 		return order
 	}

@@ -296,7 +296,7 @@ func ReadRunFile(path string, lim Limits) (runID string, events []Event, err err
 	// share the file's text instead of each holding a copy.
 	var sb strings.Builder
 	sb.Grow(int(st.Size()) + 1)
-	if _, err := io.Copy(&sb, io.LimitReader(f, lim.MaxRunBytes+1)); err != nil {
+	if _, err := io.CopyBuffer(&sb, io.LimitReader(f, lim.MaxRunBytes+1), make([]byte, 1<<20)); err != nil {
 		return runID, nil, fmt.Errorf("reading run file: %w", err)
 	}
 	events, err = decodeText(sb.String(), lim)

@@ -533,6 +533,9 @@ func (p *parser) str() (span, bool, error) {
 	start := p.pos
 	s := p.src
 	i := p.pos
+	for i+8 <= len(s) && plain8(s, i) {
+		i += 8
+	}
 	for i < len(s) {
 		c := s[i]
 		if plainByte(c) {
@@ -634,6 +637,21 @@ func (p *parser) strSlow(start int) (span, bool, error) {
 	}
 	p.pos = i
 	return span{}, false, p.errf("unterminated string")
+}
+
+// plain8 reports whether the eight bytes of s at i are all plainByte, with
+// word arithmetic: a byte below 0x20 borrows into its high bit when 0x20 is
+// taken from it, '"' and '\\' become zero (and then borrow) when xored with
+// themselves, and non-ASCII bytes have the high bit already. A borrow can
+// only mark bytes above a byte that was marked itself, so the answer is exact.
+func plain8(s string, i int) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	_ = s[i+7]
+	x := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+		uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+	q := x ^ (ones * '"')
+	b := x ^ (ones * '\\')
+	return (x|(x-ones*0x20)|(q-ones)|(b-ones))&highs == 0
 }
 
 // plainByte reports whether a string literal may hold c as it is:
