@@ -110,6 +110,19 @@ func decodeLineText(dec *jsjson.Decoder, lines jsjson.Lines, line string, off in
 	return ev, err
 }
 
+// decodeLineScratch decodes one line into dec's reused scratch storage: the
+// event's Raw is valid only until dec is used again.
+func decodeLineScratch(dec *jsjson.Decoder, line string) (Event, error) {
+	if err := checkLineBytes(line); err != nil {
+		return Event{}, err
+	}
+	v, err := dec.Scratch(line)
+	if err != nil {
+		return Event{}, &LineError{Rule: RuleJSON, Err: err}
+	}
+	return decodeValue(v)
+}
+
 // checkLineBytes applies the byte-level rules to a line.
 func checkLineBytes(line string) error {
 	if strings.HasPrefix(line, "\ufeff") {

@@ -62,6 +62,19 @@ func size(n int64) string {
 // A line that breaks the envelope rules stops the read with a *LineError
 // naming the line and the rule; so does an error returned by fn.
 func ReadEvents(r io.Reader, firstLine int, lim Limits, fn func(Event) error) (consumed int64, nextLine int, err error) {
+	return readEvents(r, firstLine, lim, false, fn)
+}
+
+// ScanEvents is ReadEvents for a caller that keeps no event's Raw value
+// past fn (an index that extracts what it needs and drops the payload): an
+// event's Raw, and every value reached from it, is valid only during fn,
+// which lets the reader reuse one parse buffer for every line. The event's
+// strings stay valid.
+func ScanEvents(r io.Reader, firstLine int, lim Limits, fn func(Event) error) (consumed int64, nextLine int, err error) {
+	return readEvents(r, firstLine, lim, true, fn)
+}
+
+func readEvents(r io.Reader, firstLine int, lim Limits, transient bool, fn func(Event) error) (consumed int64, nextLine int, err error) {
 	lim = lim.orDefault()
 	if firstLine < 1 {
 		firstLine = 1
@@ -101,7 +114,7 @@ func ReadEvents(r io.Reader, firstLine int, lim Limits, fn func(Event) error) (c
 				Err: fmt.Errorf("run file is larger than the %s limit", size(lim.MaxRunBytes))}
 		}
 		if !isBlank(text) {
-			if err := decodeAt(&dec, string(text), line, fn); err != nil {
+			if err := decodeAt(&dec, string(text), line, transient, fn); err != nil {
 				return consumed, line, err
 			}
 		}
@@ -115,8 +128,16 @@ func ReadEvents(r io.Reader, firstLine int, lim Limits, fn func(Event) error) (c
 }
 
 // decodeAt decodes the text of line number line and hands the event to fn.
-func decodeAt(dec *jsjson.Decoder, text string, line int, fn func(Event) error) error {
-	ev, err := decodeLine(dec, text)
+func decodeAt(dec *jsjson.Decoder, text string, line int, transient bool, fn func(Event) error) error {
+	var (
+		ev  Event
+		err error
+	)
+	if transient {
+		ev, err = decodeLineScratch(dec, text)
+	} else {
+		ev, err = decodeLine(dec, text)
+	}
 	if err != nil {
 		return atLine(err, line)
 	}

@@ -90,7 +90,12 @@ func New(cfg Config) (*Server, error) {
 		Compact:   compactEvent,
 		Summarize: summarize,
 		ItemCost:  summaryCost,
-		Logger:    cfg.Logger,
+		// Each run's summaries are kept in listing order, with positions
+		// by completeness, so a listing merges runs instead of sorting all.
+		Compare:     compareSummaries,
+		Facet:       func(s opSummary) string { return s.Completeness },
+		OperationID: func(s opSummary) string { return s.OperationID },
+		Logger:      cfg.Logger,
 	})
 	s.mcp = mcpserver.NewMCPServer("haia-trace-mcp", cfg.Version,
 		mcpserver.WithToolCapabilities(false),
