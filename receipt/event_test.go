@@ -3,8 +3,10 @@ package receipt
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -136,6 +138,25 @@ func collect(t *testing.T, text string, lim Limits) ([]Event, int64, int, error)
 		evs = append(evs, e)
 		return nil
 	})
+	// ScanEvents must agree, reading byte by byte or all at once.
+	for _, r := range []io.Reader{strings.NewReader(text), iotest.OneByteReader(strings.NewReader(text))} {
+		var ids []string
+		sn, snext, serr := ScanEvents(r, 1, lim, func(e Event) error {
+			ids = append(ids, e.ID+"@"+strconv.Itoa(e.Line))
+			return nil
+		})
+		var want []string
+		for _, e := range evs {
+			want = append(want, e.ID+"@"+strconv.Itoa(e.Line))
+		}
+		var le, sle *LineError
+		errors.As(err, &le)
+		errors.As(serr, &sle)
+		sameErr := (err == nil) == (serr == nil) && (le == nil) == (sle == nil) && (le == nil || (le.Rule == sle.Rule && le.Line == sle.Line))
+		if sn != n || snext != next || !sameErr || (err == nil && strings.Join(ids, ",") != strings.Join(want, ",")) {
+			t.Errorf("ScanEvents: %v consumed %d next %d err %v; ReadEvents: %v %d %d %v", ids, sn, snext, serr, want, n, next, err)
+		}
+	}
 	return evs, n, next, err
 }
 

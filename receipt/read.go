@@ -2,12 +2,14 @@ package receipt
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -62,7 +64,7 @@ func size(n int64) string {
 // A line that breaks the envelope rules stops the read with a *LineError
 // naming the line and the rule; so does an error returned by fn.
 func ReadEvents(r io.Reader, firstLine int, lim Limits, fn func(Event) error) (consumed int64, nextLine int, err error) {
-	return readEvents(r, firstLine, lim, false, fn)
+	return readEvents(r, firstLine, lim, fn)
 }
 
 // ScanEvents is ReadEvents for a caller that keeps no event's Raw value
@@ -70,11 +72,68 @@ func ReadEvents(r io.Reader, firstLine int, lim Limits, fn func(Event) error) (c
 // event's Raw, and every value reached from it, is valid only during fn,
 // which lets the reader reuse one parse buffer for every line. The event's
 // strings stay valid.
+//
+// It reads a MiB at a time and decodes the complete lines in it from one
+// string, instead of copying each line out on its own.
 func ScanEvents(r io.Reader, firstLine int, lim Limits, fn func(Event) error) (consumed int64, nextLine int, err error) {
-	return readEvents(r, firstLine, lim, true, fn)
+	lim = lim.orDefault()
+	if firstLine < 1 {
+		firstLine = 1
+	}
+	var dec jsjson.Decoder
+	line := firstLine
+	buf := make([]byte, 0, min(1<<20, lim.MaxLineBytes+2))
+	fresh := 0 // where the bytes not yet searched for a line end start
+	for eof := false; ; {
+		if last := bytes.LastIndexByte(buf[fresh:], '\n'); last >= 0 {
+			last += fresh
+			chunk := string(buf[:last+1])
+			for len(chunk) > 0 {
+				nl := strings.IndexByte(chunk, '\n')
+				text := chunk[:nl]
+				chunk = chunk[nl+1:]
+				if len(text) > lim.MaxLineBytes {
+					return consumed, line, &LineError{Line: line, Rule: RuleLineSize,
+						Err: fmt.Errorf("line is %d bytes, over the %s line limit", len(text), size(int64(lim.MaxLineBytes)))}
+				}
+				if consumed+int64(len(text))+1 > lim.MaxRunBytes {
+					return consumed, line, &LineError{Line: line, Rule: RuleRunSize,
+						Err: fmt.Errorf("run file is larger than the %s limit", size(lim.MaxRunBytes))}
+				}
+				if !isBlank(text) {
+					if err := decodeAt(&dec, text, line, true, fn); err != nil {
+						return consumed, line, err
+					}
+				}
+				consumed += int64(len(text)) + 1
+				line++
+			}
+			buf = buf[:copy(buf, buf[last+1:])]
+		}
+		fresh = len(buf)
+		if eof {
+			return consumed, line, nil // whatever is left is a torn tail
+		}
+		if len(buf) == cap(buf) {
+			// No line end in a full buffer: one long line.
+			if len(buf) > lim.MaxLineBytes {
+				return consumed, line, &LineError{Line: line, Rule: RuleLineSize,
+					Err: fmt.Errorf("line is longer than the %s line limit", size(int64(lim.MaxLineBytes)))}
+			}
+			buf = slices.Grow(buf, min(cap(buf), lim.MaxLineBytes+2-len(buf)))
+		}
+		n, rerr := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		switch {
+		case rerr == io.EOF:
+			eof = true
+		case rerr != nil:
+			return consumed, line, fmt.Errorf("reading line %d: %w", line, rerr)
+		}
+	}
 }
 
-func readEvents(r io.Reader, firstLine int, lim Limits, transient bool, fn func(Event) error) (consumed int64, nextLine int, err error) {
+func readEvents(r io.Reader, firstLine int, lim Limits, fn func(Event) error) (consumed int64, nextLine int, err error) {
 	lim = lim.orDefault()
 	if firstLine < 1 {
 		firstLine = 1
@@ -114,7 +173,7 @@ func readEvents(r io.Reader, firstLine int, lim Limits, transient bool, fn func(
 				Err: fmt.Errorf("run file is larger than the %s limit", size(lim.MaxRunBytes))}
 		}
 		if !isBlank(text) {
-			if err := decodeAt(&dec, string(text), line, transient, fn); err != nil {
+			if err := decodeAt(&dec, string(text), line, false, fn); err != nil {
 				return consumed, line, err
 			}
 		}

@@ -30,7 +30,13 @@ const (
 	benchAppendLines = 1000
 )
 
+// get returns $HAIA_BENCH_ROOT when it is set (a Trace root, such as the
+// large root made by tools/bench.sh from ../shared/bench), or a root
+// generated with simrec.
 func (br *benchRoot) get(b *testing.B) string {
+	if dir := os.Getenv("HAIA_BENCH_ROOT"); dir != "" {
+		return dir
+	}
 	br.once.Do(func() {
 		br.dir, br.err = os.MkdirTemp("", "haia-bench-root-")
 		if br.err != nil {
@@ -71,9 +77,42 @@ func reportPercentiles(b *testing.B, ds []time.Duration) {
 }
 
 func listOnce(b *testing.B, s *Server) {
-	res, err := s.listOperations(context.Background(), map[string]any{"limit": 50})
+	listWith(b, s, map[string]any{"limit": 50})
+}
+
+func listWith(b *testing.B, s *Server, args map[string]any) *listResult {
+	res, err := s.listOperations(context.Background(), args)
 	if err != nil || res.IsError {
 		b.Fatalf("list: %v %v", err, res)
+	}
+	lr, _ := res.StructuredContent.(listResult)
+	return &lr
+}
+
+// BenchmarkListWarmFiltered measures warm listings narrowed by completeness,
+// by run, and a later page (with a cursor).
+func BenchmarkListWarmFiltered(b *testing.B) {
+	dir := sharedBenchRoot.get(b)
+	s := newTestServer(b, dir)
+	first := listWith(b, s, map[string]any{"limit": 50})
+	for _, c := range []struct {
+		name string
+		args map[string]any
+	}{
+		{"partial", map[string]any{"limit": 50, "completeness": "partial"}},
+		{"latest-run", map[string]any{"limit": 50, "run": "latest"}},
+		{"page-2", map[string]any{"limit": 50, "cursor": first.NextCursor}},
+		{"limit-1", map[string]any{"limit": 1}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var ds []time.Duration
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				listWith(b, s, c.args)
+				ds = append(ds, time.Since(t0))
+			}
+			reportPercentiles(b, ds)
+		})
 	}
 }
 

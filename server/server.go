@@ -93,8 +93,8 @@ func New(cfg Config) (*Server, error) {
 		// Each run's summaries are kept in listing order, with positions
 		// by completeness, so a listing merges runs instead of sorting all.
 		Compare:     compareSummaries,
-		Facet:       func(s opSummary) string { return s.Completeness },
-		OperationID: func(s opSummary) string { return s.OperationID },
+		Facet:       func(s *opSummary) string { return s.Completeness },
+		OperationID: func(s *opSummary) string { return s.OperationID },
 		Logger:      cfg.Logger,
 	})
 	s.mcp = mcpserver.NewMCPServer("haia-trace-mcp", cfg.Version,

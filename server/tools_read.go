@@ -132,7 +132,7 @@ type listResult struct {
 
 // compareSummaries is the order of one run's operations in a listing:
 // newest last event first, then operation id.
-func compareSummaries(a, b opSummary) int {
+func compareSummaries(a, b *opSummary) int {
 	if c := jsjson.CompareUTF16(a.LastEventAt, b.LastEventAt); c != 0 {
 		return -c
 	}

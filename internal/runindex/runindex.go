@@ -10,6 +10,7 @@
 package runindex
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -58,14 +59,14 @@ type Options[T, F any] struct {
 	Summarize func(runID string, r *receipt.Receipt, facts func(e *receipt.Event) F) T
 	// Compare orders a run's summaries as callers list them (see
 	// RunView.Items); nil keeps the order of first appearance.
-	Compare func(a, b T) int
+	Compare func(a, b *T) int
 	// Facet names a summary's group for filtered listings (see
 	// RunView.ByFacet); nil groups nothing.
-	Facet func(T) string
+	Facet func(*T) string
 	// OperationID returns the operation a summary is about. With it, an
 	// append re-assembles only the operations it touched; without it, the
 	// whole run is assembled again.
-	OperationID func(T) string
+	OperationID func(*T) string
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
 }
@@ -464,10 +465,30 @@ func (ix *Index[T, F]) build(r *run[T, F], fp string, t *receipt.Template, event
 	for i := range res.Receipts {
 		items = append(items, ix.opt.Summarize(r.id, &res.Receipts[i], r.factsOf))
 	}
-	if ix.opt.Compare != nil {
-		slices.SortStableFunc(items, ix.opt.Compare)
+	return ix.finish(ix.sorted(items))
+}
+
+// sorted returns items in Options.Compare order, stably. Summaries can be
+// large structs, so positions are sorted and each item is moved once.
+func (ix *Index[T, F]) sorted(items []T) []T {
+	if ix.opt.Compare == nil || len(items) < 2 {
+		return items
 	}
-	return ix.finish(items)
+	order := make([]int32, len(items))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(a, b int32) int {
+		if c := ix.opt.Compare(&items[a], &items[b]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	out := make([]T, len(items))
+	for k, i := range order {
+		out[k] = items[i]
+	}
+	return out
 }
 
 // updated brings a view up to date with the events appended since it was
@@ -494,18 +515,19 @@ func (ix *Index[T, F]) updated(r *run[T, F], old *view[T], t *receipt.Template) 
 	for i := range res.Receipts {
 		fresh = append(fresh, ix.opt.Summarize(r.id, &res.Receipts[i], r.factsOf))
 	}
-	slices.SortStableFunc(fresh, ix.opt.Compare)
+	fresh = ix.sorted(fresh)
 	items := make([]T, 0, len(old.items)+len(fresh))
 	k := 0
-	for _, it := range old.items {
+	for i := range old.items {
+		it := &old.items[i]
 		if touched[ix.opt.OperationID(it)] {
 			continue
 		}
-		for k < len(fresh) && ix.opt.Compare(fresh[k], it) < 0 {
+		for k < len(fresh) && ix.opt.Compare(&fresh[k], it) < 0 {
 			items = append(items, fresh[k])
 			k++
 		}
-		items = append(items, it)
+		items = append(items, *it)
 	}
 	items = append(items, fresh[k:]...)
 	return ix.finish(items)
@@ -516,8 +538,8 @@ func (ix *Index[T, F]) finish(items []T) *view[T] {
 	v := &view[T]{items: items}
 	if ix.opt.Facet != nil {
 		v.byFacet = map[string][]int32{}
-		for i, it := range items {
-			f := ix.opt.Facet(it)
+		for i := range items {
+			f := ix.opt.Facet(&items[i])
 			v.byFacet[f] = append(v.byFacet[f], int32(i))
 		}
 		v.cost += int64(len(items)) * 4
@@ -595,6 +617,12 @@ func (ix *Index[T, F]) read(r *run[T, F], cur identity, incremental bool) {
 			r.err = fmt.Errorf("run %s: seek to %d: %w", r.id, r.offset, err)
 			return
 		}
+	}
+	// Room for the new events, guessed low from the new bytes (a recorder
+	// line is over half a KiB), so that the slices regrow less often.
+	if guess := int(min(cur.size-r.offset, ix.opt.Limits.MaxRunBytes) / 1024); guess > cap(r.events)-len(r.events) {
+		r.events = slices.Grow(r.events, guess)
+		r.facts = slices.Grow(r.facts, guess)
 	}
 	remaining := ix.opt.Limits.MaxRunBytes - r.offset
 	var added int64

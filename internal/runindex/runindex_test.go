@@ -237,14 +237,14 @@ func sortedIndex(t *testing.T, dir string) (*Index[sumItem, string], *receipt.Te
 		Summarize: func(_ string, r *receipt.Receipt, _ func(*receipt.Event) string) sumItem {
 			return sumItem{op: r.Operation.OperationID, last: r.LastEventAt(), events: len(r.Events)}
 		},
-		Compare: func(a, b sumItem) int {
+		Compare: func(a, b *sumItem) int {
 			if c := strings.Compare(b.last, a.last); c != 0 {
 				return c
 			}
 			return strings.Compare(a.op, b.op)
 		},
-		Facet:       func(s sumItem) string { return fmt.Sprint(s.events % 2) },
-		OperationID: func(s sumItem) string { return s.op },
+		Facet:       func(s *sumItem) string { return fmt.Sprint(s.events % 2) },
+		OperationID: func(s *sumItem) string { return s.op },
 	}), tmpl
 }
 
