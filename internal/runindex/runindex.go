@@ -678,8 +678,14 @@ func (ix *Index[T, F]) read(r *run[T, F], cur identity, incremental bool) {
 // a few bytes would keep its line's payload alive, and the index would hold
 // far more memory than its budget counts.
 func (r *run[T, F]) detach(e receipt.Event) receipt.Event {
-	e.ID = strings.Clone(e.ID)
-	e.OccurredAt = strings.Clone(e.OccurredAt)
+	// One copy for the two: a Builder always copies (a concatenation with
+	// an empty string would not).
+	var b strings.Builder
+	b.Grow(len(e.ID) + len(e.OccurredAt))
+	b.WriteString(e.ID)
+	b.WriteString(e.OccurredAt)
+	both := b.String()
+	e.ID, e.OccurredAt = both[:len(e.ID)], both[len(e.ID):]
 	// Types, adapters, roles and operation ids repeat: keep one copy each.
 	e.Type = r.share(e.Type)
 	e.Adapter = r.share(e.Adapter)
