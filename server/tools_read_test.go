@@ -4,6 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -222,4 +226,50 @@ func TestListCursorRefusals(t *testing.T) {
 	if len(all) != 60 {
 		t.Errorf("%d rows, want 60", len(all))
 	}
+}
+
+// The same walk over the large root of ../shared/bench (60 runs of
+// gen_run.py, ~84k operations, ~300k events), generated when HAIA_SHARED is
+// set and python3 is there, while the newest run grows between pages.
+func TestListPagesLargeRoot(t *testing.T) {
+	shared := os.Getenv("HAIA_SHARED")
+	if shared == "" || testing.Short() {
+		t.Skip("HAIA_SHARED not set (or -short): skipping the walk over the generated large root")
+	}
+	dir := t.TempDir()
+	for n := range 60 {
+		out := filepath.Join(dir, "events", fmt.Sprintf("17940000%05d.ndjson", n))
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("python3", filepath.Join(shared, "bench", "gen_run.py"), out, "1400", strconv.Itoa(n))
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			t.Skipf("cannot generate the large root with python3: %v: %s", err, msg)
+		}
+	}
+	s := newTestServer(t, dir)
+	// Every operation of the first listing: the keys the walk must see.
+	keys := map[string]bool{}
+	for _, k := range walk(t, s, map[string]any{"limit": 100}, nil) {
+		keys[k] = true
+	}
+	if len(keys) != 60*1400 {
+		t.Fatalf("%d operations listed, want %d", len(keys), 60*1400)
+	}
+	grow, err := simrec.New(dir, "1794000000059", time.Date(2026, 8, 1, 0, 0, 0, 0, time.UTC))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := walk(t, s, map[string]any{"limit": 100}, func(page int) {
+		ps := []simrec.Payment{
+			{OperationID: fmt.Sprintf("op-%07d", 30*page), URL: "https://api.example.com/r", PayTo: "0x00000000000000000000000000000000000000aa", Amount: "1", Outcome: "settled"},
+			{OperationID: fmt.Sprintf("late-%d", page), URL: "https://api.example.com/r", PayTo: "0x00000000000000000000000000000000000000aa", Amount: "1", Outcome: "unsettled"},
+		}
+		if err := grow.PayAll(ps); err != nil {
+			t.Fatal(err)
+		}
+	})
+	exactlyOnce(t, seen, keys)
+	p, _ := callList(t, s, map[string]any{"limit": 1})
+	t.Logf("%d pages; a cursor over 60 runs is %d bytes", len(seen)/100, len(p.NextCursor))
 }

@@ -294,3 +294,47 @@ func TestAppendUpdatesSortedView(t *testing.T) {
 		t.Errorf("a run missing from the snapshot was listed: %+v", l.Runs)
 	}
 }
+
+// Views handed out stay valid and unchanged while later listings update the
+// index (run with -race).
+func TestViewsStayValidWhileTheIndexUpdates(t *testing.T) {
+	dir := t.TempDir()
+	ix, tmpl := sortedIndex(t, dir)
+	for r := range 3 {
+		var b strings.Builder
+		for i := range 200 {
+			b.WriteString(line(fmt.Sprintf("op-%d", i%40), i+1))
+		}
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("r%d.ndjson", r)), []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, err := ix.List(context.Background(), tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := fmt.Sprint(first.Runs)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f, err := os.OpenFile(filepath.Join(dir, "r1.ndjson"), os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer f.Close()
+		for i := range 20 {
+			fmt.Fprint(f, line(fmt.Sprintf("op-%d", i), 1000+i))
+			if _, err := ix.List(context.Background(), tmpl); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	for range 50 {
+		if got := fmt.Sprint(first.Runs); got != before {
+			t.Fatal("a view handed out earlier changed")
+		}
+	}
+	<-done
+}
