@@ -95,50 +95,60 @@ func DecodeLine(line []byte) (Event, error) {
 // keeps only its line's text as its Raw value; others keep a copy of their
 // parsed document.
 func decodeLineText(dec *jsjson.Decoder, lines jsjson.Lines, line string, off int) (Event, error) {
-	if err := checkLineBytes(line); err != nil {
+	if err := checkBOM(line); err != nil {
 		return Event{}, err
 	}
 	v, err := dec.Scratch(line)
 	if err != nil {
-		return Event{}, &LineError{Rule: RuleJSON, Err: err}
+		return Event{}, parseError(line, err)
 	}
 	if !v.Plain() {
 		return decodeValue(dec.Keep(v))
 	}
 	ev, err := decodeValue(v) // a plain document's strings are all in line
-	ev.Raw = lines.Line(v, off)
+	if ev.Raw = lines.Line(v, off); ev.Raw == v {
+		ev.Raw = dec.Keep(v) // not a line of lines: keep the parse after all
+	}
 	return ev, err
 }
 
 // decodeLineScratch decodes one line into dec's reused scratch storage: the
 // event's Raw is valid only until dec is used again.
 func decodeLineScratch(dec *jsjson.Decoder, line string) (Event, error) {
-	if err := checkLineBytes(line); err != nil {
+	if err := checkBOM(line); err != nil {
 		return Event{}, err
 	}
 	v, err := dec.Scratch(line)
 	if err != nil {
-		return Event{}, &LineError{Rule: RuleJSON, Err: err}
+		return Event{}, parseError(line, err)
 	}
 	return decodeValue(v)
 }
 
-// checkLineBytes applies the byte-level rules to a line.
-func checkLineBytes(line string) error {
+// checkBOM refuses a line that starts with a byte order mark.
+func checkBOM(line string) error {
 	if strings.HasPrefix(line, "\ufeff") {
 		return ruleErr(RuleUTF8, "line starts with a UTF-8 byte order mark (U+FEFF); remove it")
 	}
+	return nil
+}
+
+// parseError is the error for a line the parser refused. The parser
+// refuses every invalid UTF-8 byte (in a string or out of one), so the
+// bytes are checked only then, and invalid UTF-8 is reported as such
+// wherever it is, as if it had been checked first.
+func parseError(line string, err error) error {
 	if !utf8.ValidString(line) {
 		off := firstInvalidUTF8(line)
 		return ruleErr(RuleUTF8, "invalid UTF-8 at byte %d (0x%02x); event lines must be UTF-8", off, line[off])
 	}
-	return nil
+	return &LineError{Rule: RuleJSON, Err: err}
 }
 
 // decodeLine decodes one line; with a non-nil dec the event's storage comes
 // from dec's shared blocks.
 func decodeLine(dec *jsjson.Decoder, line string) (Event, error) {
-	if err := checkLineBytes(line); err != nil {
+	if err := checkBOM(line); err != nil {
 		return Event{}, err
 	}
 	var (
@@ -151,7 +161,7 @@ func decodeLine(dec *jsjson.Decoder, line string) (Event, error) {
 		v, err = jsjson.ParseString(line)
 	}
 	if err != nil {
-		return Event{}, &LineError{Rule: RuleJSON, Err: err}
+		return Event{}, parseError(line, err)
 	}
 	return decodeValue(v)
 }

@@ -3,6 +3,7 @@ package receipt
 import (
 	"errors"
 	"fmt"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/jsjson"
 	"io"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"testing/iotest"
 	"time"
+	"unicode/utf8"
 )
 
 const goodLine = `{"event_id":"e1","event_type":"x402.payment.required","occurred_at":"2026-07-24T09:00:00.120Z","seq":3,"adapter":"trace-x402","role":"client","context_id":"op-1","payload":{"a":1},"extra":[1]}`
@@ -72,6 +74,9 @@ func TestDecodeLineRules(t *testing.T) {
 	}{
 		{"bom", "\xef\xbb\xbf" + goodLine, RuleUTF8, "byte order mark"},
 		{"invalid utf8", strings.Replace(goodLine, "e1", "e\xff", 1), RuleUTF8, "invalid UTF-8 at byte 14"},
+		{"invalid utf8 after an escape", strings.Replace(goodLine, "e1", "e\\n\xc3(", 1), RuleUTF8, "invalid UTF-8 at byte 16"},
+		{"invalid utf8 outside strings", strings.Replace(goodLine, "{", "{\xa0", 1), RuleUTF8, "invalid UTF-8 at byte 1"},
+		{"invalid utf8 in a line that is not json either", "{\"a\":\"\xe2\x82\",", RuleUTF8, "invalid UTF-8 at byte 6"},
 		{"not json", `{"event_id":`, RuleJSON, "invalid JSON at byte 12"},
 		{"not an object", `[1]`, RuleObject, "got array"},
 		{"event_id missing", withField("event_id", ""), RuleEventID, "missing"},
@@ -316,10 +321,34 @@ func FuzzDecodeLine(f *testing.F) {
 	f.Add([]byte(`{"event_id":"\ud800","event_type":"t","occurred_at":"2026-07-24T09:00:00.120Z","seq":1e2,"adapter":"a","payload":{"1":2,"0":1}}`))
 	f.Fuzz(func(t *testing.T, line []byte) {
 		ev, err := DecodeLine(line)
+		// The scratch and text-only decoders (index and build) agree with it.
+		var dec jsjson.Decoder
+		sev, serr := decodeLineScratch(&dec, string(line))
+		var scratchOut string
+		if serr == nil {
+			scratchOut = string(jsjson.AppendIndent(nil, sev.Raw, "", "  ")) // before dec is used again
+		}
+		text := string(line)
+		tev, terr := decodeLineText(&dec, jsjson.NewLines(text), text, 0)
+		if fmt.Sprint(err) != fmt.Sprint(serr) || fmt.Sprint(err) != fmt.Sprint(terr) {
+			t.Fatalf("decoders disagree: %v / %v / %v", err, serr, terr)
+		}
+		if err == nil {
+			want := string(jsjson.AppendIndent(nil, ev.Raw, "", "  "))
+			if scratchOut != want {
+				t.Fatalf("scratch event prints %q, want %q", scratchOut, want)
+			}
+			if got := string(jsjson.AppendIndent(nil, tev.Raw, "", "  ")); got != want {
+				t.Fatalf("text-only event prints %q, want %q", got, want)
+			}
+		}
 		if err != nil {
 			var le *LineError
 			if !errors.As(err, &le) || le.Rule == "" {
 				t.Fatalf("error without a rule: %v", err)
+			}
+			if !utf8.Valid(line) && le.Rule != RuleUTF8 {
+				t.Fatalf("invalid UTF-8 reported as rule %s: %v", le.Rule, err)
 			}
 			return
 		}

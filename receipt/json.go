@@ -47,11 +47,13 @@ func (o *out) item(n int) {
 	}
 }
 
-// key starts the n-th member of an object.
+// key starts the n-th member of an object. Keys are this package's own
+// member names, which need no escaping.
 func (o *out) key(n int, k string) {
 	o.item(n)
-	o.dst = jsjson.AppendString(o.dst, k)
-	o.dst = append(o.dst, ':')
+	o.dst = append(o.dst, '"')
+	o.dst = append(o.dst, k...)
+	o.dst = append(o.dst, '"', ':')
 	if o.indent != "" {
 		o.dst = append(o.dst, ' ')
 	}
