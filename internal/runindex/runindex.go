@@ -404,10 +404,7 @@ func (ix *Index[T, F]) account(fn func(bytes *int64, st *Stats)) {
 // to date with the events read since it was built.
 func (ix *Index[T, F]) currentView(r *run[T, F], fp string, t *receipt.Template) *view[T] {
 	old := r.views[fp]
-	if old != nil && old.events == len(r.events) && (old.lines == r.nextLine-1 || !r.resident) {
-		if old.lines != r.nextLine-1 && r.resident {
-			old.lines = r.nextLine - 1 // only blank lines were added
-		}
+	if old != nil && old.events == len(r.events) && old.lines == r.nextLine-1 {
 		return old
 	}
 	if old != nil && !r.resident {
