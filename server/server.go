@@ -54,6 +54,8 @@ type Server struct {
 	cfg   Config
 	index *runindex.Index[opSummary, guard.EventFacts]
 	mcp   *mcpserver.MCPServer
+	// cursors writes list_operations' next_cursor (see tools_read.go).
+	cursors cursorCodec
 }
 
 // opSummary is what the index keeps per assembled receipt.

@@ -12,6 +12,7 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
@@ -250,7 +251,7 @@ func (s *Server) listOperations(ctx context.Context, raw any) (*mcp.CallToolResu
 		}
 		last := rows[len(rows)-1]
 		next.At, next.Run, next.Op = last.LastEventAt, last.RunID, last.OperationID
-		res.NextCursor = next.encode()
+		res.NextCursor = s.cursors.encode(next)
 	}
 	return structured(res, renderList(res)), nil
 }
@@ -483,17 +484,27 @@ func (c *listCursor) snapshot() map[string]int {
 	return at
 }
 
+// cursorCodec keeps deflate writers for reuse: a new one costs about a MiB,
+// more than the rest of a listing.
+type cursorCodec struct{ writers sync.Pool }
+
 // encode deflates the cursor's JSON into unpadded base64url.
-func (c listCursor) encode() string {
+func (cc *cursorCodec) encode(c listCursor) string {
 	c.V = cursorVersion
 	js, err := json.Marshal(c)
 	if err != nil {
 		return "" // strings and ints always marshal
 	}
 	var b bytes.Buffer
-	zw, _ := flate.NewWriter(&b, flate.BestSpeed) // a valid level never fails
-	_, _ = zw.Write(js)                           // a bytes.Buffer never fails
+	zw, _ := cc.writers.Get().(*flate.Writer)
+	if zw == nil {
+		zw, _ = flate.NewWriter(&b, flate.BestSpeed) // a valid level never fails
+	} else {
+		zw.Reset(&b)
+	}
+	_, _ = zw.Write(js) // a bytes.Buffer never fails
 	_ = zw.Close()
+	cc.writers.Put(zw)
 	return base64.RawURLEncoding.EncodeToString(b.Bytes())
 }
 
