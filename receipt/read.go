@@ -248,7 +248,9 @@ func decodeText(text string, lim Limits) ([]Event, error) {
 		return nil, &LineError{Rule: RuleRunSize, Err: fmt.Errorf("file is larger than the %s limit", size(lim.MaxRunBytes))}
 	}
 	body := text[:strings.LastIndexByte(text, '\n')+1] // a torn tail is not read
-	parts := splitLines(body, runtime.GOMAXPROCS(0))
+	// A few parts per processor, so that a core slowed by other work does not
+	// hold the rest up.
+	parts := splitLines(body, 4*runtime.GOMAXPROCS(0))
 	// Count each part's lines first, so every part knows its first line
 	// number and where its events go in the one shared slice.
 	lines := make([]int, len(parts))
