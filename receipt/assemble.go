@@ -2,6 +2,7 @@ package receipt
 
 import (
 	"cmp"
+	"runtime"
 	"slices"
 	"strings"
 
@@ -122,6 +123,47 @@ func SortEvents(events []Event) {
 // indices avoids moving large structs, and the index as last key makes the
 // (faster) unstable sort give the stable sort's result.
 func sortedOrder(events []Event) []int32 {
+	if keys, ok := timeKeys(events); ok {
+		// Canonical timestamps order as the numbers their digits spell.
+		byKey := func(a, b sortKey) int {
+			if a.at != b.at {
+				return cmp.Compare(a.at, b.at)
+			}
+			if c := cmp.Compare(a.seq, b.seq); c != 0 {
+				return c
+			}
+			if c := compareJS(events[a.i].ID, events[b.i].ID); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.i, b.i)
+		}
+		order := make([]int32, len(keys))
+		if len(keys) < 1<<14 || runtime.GOMAXPROCS(0) == 1 {
+			slices.SortFunc(keys, byKey)
+			for k, key := range keys {
+				order[k] = key.i
+			}
+			return order
+		}
+		// A large run: sort the halves on two cores, then merge them.
+		half := len(keys) / 2
+		parallel(2, func(k int) {
+			if k == 0 {
+				slices.SortFunc(keys[:half], byKey)
+			} else {
+				slices.SortFunc(keys[half:], byKey)
+			}
+		})
+		a, b := keys[:half], keys[half:]
+		for k := range order {
+			if len(b) == 0 || (len(a) > 0 && byKey(a[0], b[0]) <= 0) {
+				order[k], a = a[0].i, a[1:]
+			} else {
+				order[k], b = b[0].i, b[1:]
+			}
+		}
+		return order
+	}
 	order := make([]int32, len(events))
 	for i := range order {
 		order[i] = int32(i)
@@ -135,21 +177,94 @@ func sortedOrder(events []Event) []int32 {
 	return order
 }
 
+type sortKey struct {
+	at  int64 // YYYYMMDDhhmmssmmm
+	seq float64
+	i   int32
+}
+
+// timeKeys returns the sort keys of events whose occurred_at are all in the
+// canonical form (as every decoded event's is); false if any is not.
+func timeKeys(events []Event) ([]sortKey, bool) {
+	keys := make([]sortKey, len(events))
+	for i := range events {
+		at, ok := timeKey(events[i].OccurredAt)
+		if !ok {
+			return nil, false
+		}
+		keys[i] = sortKey{at: at, seq: events[i].Seq, i: int32(i)}
+	}
+	return keys, true
+}
+
+// timeKey reads YYYY-MM-DDTHH:MM:SS.mmmZ as the number YYYYMMDDHHMMSSmmm.
+func timeKey(s string) (int64, bool) {
+	const layout = "0000-00-00T00:00:00.000Z"
+	if len(s) != len(layout) {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if layout[i] == '0' {
+			if c < '0' || c > '9' {
+				return 0, false
+			}
+			n = n*10 + int64(c-'0')
+		} else if c != layout[i] {
+			return 0, false
+		}
+	}
+	return n, true
+}
+
 // Assemble splits a run's events into one receipt per operation (grouped by
 // context_id, in order of first appearance) plus the events that belong to
 // no operation (SPEC §4). It does not modify events.
 func Assemble(events []Event, t *Template) Result {
 	order := sortedOrder(events)
-	// Group in two passes so all operations' events share one array.
-	var res Result
+	dest, counts, unassigned := placement(events, order)
+	all := make([]Event, len(events))
+	for j, d := range dest {
+		all[d] = events[j]
+	}
+	return result(all, counts, unassigned, t)
+}
+
+// AssembleInPlace is Assemble for a caller that gives up events: they are
+// put into receipt order where they are, and the receipts (and Unassigned)
+// share their array, so a large run is not copied.
+func AssembleInPlace(events []Event, t *Template) Result {
+	order := sortedOrder(events)
+	dest, counts, unassigned := placement(events, order)
+	permute(events, dest)
+	return result(events, counts, unassigned, t)
+}
+
+// permute moves each events[j] to events[dest[j]], following each cycle of
+// the permutation so that every event moves once; dest is used up.
+func permute(events []Event, dest []int32) {
+	for start := range dest {
+		for dest[start] != int32(start) {
+			d := dest[start]
+			events[start], events[d] = events[d], events[start]
+			dest[start], dest[d] = dest[d], d
+		}
+	}
+}
+
+// placement works out where each event goes: operations in order of first
+// appearance, each's events in order, then the unassigned events. It
+// returns each event's destination, the operations' event counts and the
+// number of unassigned events.
+func placement(events []Event, order []int32) (dest []int32, counts []int32, unassigned int) {
 	index := map[string]int32{}
-	var counts []int
-	groupOf := make([]int32, len(order))
-	for k, j := range order {
+	groupOf := make([]int32, len(events))
+	for _, j := range order {
 		e := &events[j]
 		if e.ContextID == "" {
-			res.Unassigned = append(res.Unassigned, *e)
-			groupOf[k] = -1
+			groupOf[j] = -1
+			unassigned++
 			continue
 		}
 		g, ok := index[e.ContextID]
@@ -159,23 +274,39 @@ func Assemble(events []Event, t *Template) Result {
 			counts = append(counts, 0)
 		}
 		counts[g]++
-		groupOf[k] = g
+		groupOf[j] = g
 	}
-	all := make([]Event, 0, len(events)-len(res.Unassigned))
-	groups := make([][]Event, len(counts))
+	next := make([]int32, len(counts)) // next free slot of each group
+	var at int32
 	for g, c := range counts {
-		groups[g] = all[len(all) : len(all) : len(all)+c]
-		all = all[:len(all)+c]
+		next[g] = at
+		at += c
 	}
-	for k, j := range order {
-		if g := groupOf[k]; g >= 0 {
-			groups[g] = append(groups[g], events[j])
+	dest = groupOf // reused: each entry is read before it is overwritten
+	for _, j := range order {
+		if g := groupOf[j]; g >= 0 {
+			dest[j] = next[g]
+			next[g]++
+		} else {
+			dest[j] = at
+			at++
 		}
 	}
+	return dest, counts, unassigned
+}
+
+// result folds the placed events into receipts.
+func result(all []Event, counts []int32, unassigned int, t *Template) Result {
+	var res Result
 	m := newMatcher(t)
-	res.Receipts = make([]Receipt, len(groups))
-	for i, g := range groups {
-		res.Receipts[i] = m.fold(g)
+	res.Receipts = make([]Receipt, len(counts))
+	var at int32
+	for g, c := range counts {
+		res.Receipts[g] = m.fold(all[at : at+c : at+c])
+		at += c
+	}
+	if unassigned > 0 {
+		res.Unassigned = all[at : int(at)+unassigned : int(at)+unassigned]
 	}
 	return res
 }
@@ -202,6 +333,7 @@ type matcher struct {
 	t          *Template
 	byType     map[string][]stageWitness
 	exceptions map[string]bool
+	expected   [][]string // each stage's witness event types, shared by its Missing entries
 }
 
 func newMatcher(t *Template) *matcher {
@@ -214,14 +346,45 @@ func newMatcher(t *Template) *matcher {
 	for _, x := range t.Exceptions {
 		m.exceptions[x] = true
 	}
+	m.expected = make([][]string, len(t.Stages))
+	for i, s := range t.Stages {
+		m.expected[i] = make([]string, len(s.Match))
+		for j, w := range s.Match {
+			m.expected[i][j] = w.Event
+		}
+	}
 	return m
 }
 
 // fold runs one operation's ordered events through the template.
-func (m *matcher) fold(events []Event) Receipt {
+func (m *matcher) fold(events []Event) Receipt { return m.foldInto(events, nil) }
+
+// foldBuf is storage a printer reuses for one receipt after another.
+type foldBuf struct {
+	closed  [][]string
+	stages  []StageResult
+	missing []Missing
+	faults  []Fault
+}
+
+// foldInto is fold with the receipt's slices taken from buf (when not nil):
+// the receipt is then valid only until buf is used again.
+func (m *matcher) foldInto(events []Event, buf *foldBuf) Receipt {
 	t := m.t
-	closed := make([][]string, len(t.Stages))
+	var closed [][]string
 	var faults []Fault
+	if buf != nil {
+		if len(buf.closed) != len(t.Stages) {
+			buf.closed = make([][]string, len(t.Stages))
+		}
+		closed = buf.closed
+		for i := range closed {
+			closed[i] = closed[i][:0]
+		}
+		faults = buf.faults[:0]
+	} else {
+		closed = make([][]string, len(t.Stages))
+	}
 	for _, e := range events {
 		last := -1 // a stage's witnesses are adjacent in byType, so this records an event once per stage
 		for _, w := range m.byType[e.Type] {
@@ -240,10 +403,19 @@ func (m *matcher) fold(events []Event) Receipt {
 	}
 	r := Receipt{
 		Operation:  Operation{Template: t.Name, Version: t.Version},
-		Stages:     make([]StageResult, len(t.Stages)),
 		Missing:    []Missing{},
 		Exceptions: faults,
 		Events:     events,
+	}
+	if buf != nil {
+		buf.faults = faults
+		if cap(buf.stages) < len(t.Stages) {
+			buf.stages = make([]StageResult, len(t.Stages))
+		}
+		r.Stages = buf.stages[:len(t.Stages)]
+		r.Missing = buf.missing[:0]
+	} else {
+		r.Stages = make([]StageResult, len(t.Stages))
 	}
 	if r.Exceptions == nil {
 		r.Exceptions = []Fault{}
@@ -262,13 +434,12 @@ func (m *matcher) fold(events []Event) Receipt {
 			anyConfirmed = true
 		} else if s.Required {
 			allRequired = false
-			exp := make([]string, len(s.Match))
-			for j, w := range s.Match {
-				exp[j] = w.Event
-			}
-			r.Missing = append(r.Missing, Missing{Stage: s.ID, ExpectedEvents: exp, Why: s.MissingExplanation})
+			r.Missing = append(r.Missing, Missing{Stage: s.ID, ExpectedEvents: m.expected[i], Why: s.MissingExplanation})
 		}
 		r.Stages[i] = sr
+	}
+	if buf != nil {
+		buf.missing = r.Missing
 	}
 	r.Completeness = Partial
 	if allRequired && anyConfirmed && len(faults) == 0 {

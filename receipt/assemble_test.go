@@ -2,6 +2,7 @@ package receipt
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math/rand"
 	"os"
@@ -291,5 +292,69 @@ func TestFixtureVerdicts(t *testing.T) {
 				t.Errorf("%s %s: missing differs", name, ra.Operation.OperationID)
 			}
 		}
+	}
+}
+
+// The build command's path (text-only events decoded in parallel, sorted in
+// halves, assembled in place and printed in parallel batches) gives exactly
+// the bytes of ReadEvents + Assemble + AppendJSON, on runs large enough to
+// take every parallel branch.
+func TestWriteBuildEqualsAssemble(t *testing.T) {
+	r := rand.New(rand.NewSource(16))
+	tm, err := Bundled("x402-buyer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for b.Len() < 3<<20 {
+		b.WriteString(generatedRun(r))
+		// Some lines that are not plain: escapes, repeated keys, index keys,
+		// numbers not in their shortest form, and blank lines.
+		b.WriteString(`{"event_id":"e\u0031","event_type":"x402.payment.required","occurred_at":"2026-07-24T09:00:01.000Z","seq":1.0,"adapter":"a","context_id":"op-1","payload":{"2":1,"a":1,"a":2}}` + "\n\n")
+	}
+	b.WriteString(`{"torn":`)
+	path := filepath.Join(t.TempDir(), "run.ndjson")
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want := buildText(t, b.String(), tm)
+	_, evs, err := ReadRunFile(path, DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got bytes.Buffer
+	if err := WriteBuild(&got, evs, tm); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Bytes(), want) {
+		i := diffAt(got.Bytes(), want)
+		t.Fatalf("WriteBuild differs at byte %d of %d:\n got: %s\nwant: %s", i, len(want), around(got.Bytes(), i), around(want, i))
+	}
+	_, evs, _ = ReadRunFile(path, DefaultLimits())
+	res := AssembleInPlace(evs, tm)
+	if !bytes.Equal(res.AppendJSON(nil), want) {
+		t.Fatal("AssembleInPlace differs from Assemble")
+	}
+}
+
+// A run whose lines break rules in several parallel parts reports the first
+// bad line of the file, with its line number.
+func TestParallelDecodeReportsFirstBadLine(t *testing.T) {
+	line := evLine("e", "x402.payment.required", "2026-07-24T09:00:00.000Z", 1, "client", "op") + "\n"
+	n := (3 << 20) / len(line)
+	lines := make([]string, n)
+	for i := range lines {
+		lines[i] = line
+	}
+	lines[n/2] = "{bad\n"
+	lines[n-10] = "also bad\n"
+	path := filepath.Join(t.TempDir(), "run.ndjson")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := ReadRunFile(path, DefaultLimits())
+	var le *LineError
+	if !errors.As(err, &le) || le.Line != n/2+1 || le.Rule != RuleJSON {
+		t.Fatalf("err = %v, want a json error on line %d", err, n/2+1)
 	}
 }

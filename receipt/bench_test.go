@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -81,8 +82,7 @@ func BenchmarkBuild100k(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		res := Assemble(evs, tm)
-		if err := res.WriteJSON(io.Discard); err != nil {
+		if err := WriteBuild(bufio.NewWriterSize(io.Discard, 1<<20), evs, tm); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -110,4 +110,50 @@ func TestWriteJSONEqualsAppendJSON(t *testing.T) {
 	if len(res.Receipts) != 100 || res.Receipts[0].Completeness != Partial || res.Receipts[1].Completeness != Full {
 		t.Errorf("%d receipts; first %s, second %s", len(res.Receipts), res.Receipts[0].Completeness, res.Receipts[1].Completeness)
 	}
+}
+
+// benchRun returns the build run of $HAIA_SHARED/bench (gen_run.py, 30,000
+// operations: 108k events, 64 MB), generated once into dir, or skips.
+func benchRun(b *testing.B, dir string) string {
+	b.Helper()
+	shared := os.Getenv("HAIA_SHARED")
+	if shared == "" {
+		b.Skip("HAIA_SHARED not set: skipping the shared bench run")
+	}
+	path := filepath.Join(dir, "big.ndjson")
+	cmd := exec.Command("python3", filepath.Join(shared, "bench", "gen_run.py"), path, "30000")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Skipf("cannot generate the bench run with python3: %v: %s", err, out)
+	}
+	return path
+}
+
+// BenchmarkBuildBenchRun is the build command's work on the shared 108k-event
+// bench run, written through the same buffered writer as the command.
+func BenchmarkBuildBenchRun(b *testing.B) {
+	path := benchRun(b, b.TempDir())
+	st, err := os.Stat(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tm, err := Bundled("x402-buyer")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(st.Size())
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		runtime.GC()
+		b.StartTimer()
+		_, evs, err := ReadRunFile(path, DefaultLimits())
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := WriteBuild(bufio.NewWriterSize(io.Discard, 1<<20), evs, tm); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(peakRSSMiB(), "peak-RSS-MiB")
 }

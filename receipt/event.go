@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/jsjson"
@@ -91,15 +90,66 @@ func DecodeLine(line []byte) (Event, error) {
 	return decodeLine(nil, string(line))
 }
 
+// decodeLineText decodes one line, found at off in the text lines holds,
+// with dec's reused scratch storage. A plain event (see jsjson.Value.Plain)
+// keeps only its line's text as its Raw value; others keep a copy of their
+// parsed document.
+func decodeLineText(dec *jsjson.Decoder, lines jsjson.Lines, line string, off int) (Event, error) {
+	if err := checkBOM(line); err != nil {
+		return Event{}, err
+	}
+	v, err := dec.Scratch(line)
+	if err != nil {
+		return Event{}, parseError(line, err)
+	}
+	if !v.Plain() {
+		return decodeValue(dec.Keep(v))
+	}
+	ev, err := decodeValue(v) // a plain document's strings are all in line
+	if ev.Raw = lines.Line(v, off); ev.Raw == v {
+		ev.Raw = dec.Keep(v) // not a line of lines: keep the parse after all
+	}
+	return ev, err
+}
+
+// decodeLineScratch decodes one line into dec's reused scratch storage: the
+// event's Raw is valid only until dec is used again.
+func decodeLineScratch(dec *jsjson.Decoder, line string) (Event, error) {
+	if err := checkBOM(line); err != nil {
+		return Event{}, err
+	}
+	v, err := dec.Scratch(line)
+	if err != nil {
+		return Event{}, parseError(line, err)
+	}
+	return decodeValue(v)
+}
+
+// checkBOM refuses a line that starts with a byte order mark.
+func checkBOM(line string) error {
+	if strings.HasPrefix(line, "\ufeff") {
+		return ruleErr(RuleUTF8, "line starts with a UTF-8 byte order mark (U+FEFF); remove it")
+	}
+	return nil
+}
+
+// parseError is the error for a line the parser refused. The parser
+// refuses every invalid UTF-8 byte (in a string or out of one), so the
+// bytes are checked only then, and invalid UTF-8 is reported as such
+// wherever it is, as if it had been checked first.
+func parseError(line string, err error) error {
+	if !utf8.ValidString(line) {
+		off := firstInvalidUTF8(line)
+		return ruleErr(RuleUTF8, "invalid UTF-8 at byte %d (0x%02x); event lines must be UTF-8", off, line[off])
+	}
+	return &LineError{Rule: RuleJSON, Err: err}
+}
+
 // decodeLine decodes one line; with a non-nil dec the event's storage comes
 // from dec's shared blocks.
 func decodeLine(dec *jsjson.Decoder, line string) (Event, error) {
-	if strings.HasPrefix(line, "\ufeff") {
-		return Event{}, ruleErr(RuleUTF8, "line starts with a UTF-8 byte order mark (U+FEFF); remove it")
-	}
-	if !utf8.ValidString(line) {
-		off := firstInvalidUTF8(line)
-		return Event{}, ruleErr(RuleUTF8, "invalid UTF-8 at byte %d (0x%02x); event lines must be UTF-8", off, line[off])
+	if err := checkBOM(line); err != nil {
+		return Event{}, err
 	}
 	var (
 		v   jsjson.Value
@@ -111,7 +161,7 @@ func decodeLine(dec *jsjson.Decoder, line string) (Event, error) {
 		v, err = jsjson.ParseString(line)
 	}
 	if err != nil {
-		return Event{}, &LineError{Rule: RuleJSON, Err: err}
+		return Event{}, parseError(line, err)
 	}
 	return decodeValue(v)
 }
@@ -131,29 +181,63 @@ func decodeValue(v jsjson.Value) (Event, error) {
 	if v.Kind() != jsjson.Object {
 		return Event{}, ruleErr(RuleObject, "an event must be a JSON object, got %s", v.Kind())
 	}
+	// One pass over the members; the rules are then checked in a fixed
+	// order, so a line breaking several names the same rule every time.
+	var id, typ, adapter, at, seq, role, ctx, payload jsjson.Value
+	var has uint8
+	const (
+		hasID = 1 << iota
+		hasType
+		hasAdapter
+		hasAt
+		hasSeq
+		hasRole
+		hasCtx
+		hasPayload
+	)
+	v.Range(func(k string, m jsjson.Value) bool {
+		switch k {
+		case "event_id":
+			id, has = m, has|hasID
+		case "event_type":
+			typ, has = m, has|hasType
+		case "adapter":
+			adapter, has = m, has|hasAdapter
+		case "occurred_at":
+			at, has = m, has|hasAt
+		case "seq":
+			seq, has = m, has|hasSeq
+		case "role":
+			role, has = m, has|hasRole
+		case "context_id":
+			ctx, has = m, has|hasCtx
+		case "payload":
+			payload, has = m, has|hasPayload
+		}
+		return true
+	})
 	ev := Event{Raw: v}
 	var err error
-	if ev.ID, err = requiredString(v, "event_id"); err != nil {
+	if ev.ID, err = requiredString(id, has&hasID != 0); err != nil {
 		return Event{}, &LineError{Rule: RuleEventID, Err: err}
 	}
-	if ev.Type, err = requiredString(v, "event_type"); err != nil {
+	if ev.Type, err = requiredString(typ, has&hasType != 0); err != nil {
 		return Event{}, &LineError{Rule: RuleEventType, Err: err}
 	}
-	if ev.Adapter, err = requiredString(v, "adapter"); err != nil {
+	if ev.Adapter, err = requiredString(adapter, has&hasAdapter != 0); err != nil {
 		return Event{}, &LineError{Rule: RuleAdapter, Err: err}
 	}
-	at, ok := v.Get("occurred_at")
-	if !ok {
+	if has&hasAt == 0 {
 		return Event{}, ruleErr(RuleOccurredAt, "missing; expected an ISO-8601 UTC time like 2026-07-24T09:00:00.120Z")
 	}
+	var ok bool
 	if ev.OccurredAt, ok = at.Str(); !ok {
 		return Event{}, ruleErr(RuleOccurredAt, "must be a string, got %s", at.Kind())
 	}
 	if err := checkTimestamp(ev.OccurredAt); err != nil {
 		return Event{}, &LineError{Rule: RuleOccurredAt, Err: err}
 	}
-	seq, ok := v.Get("seq")
-	if !ok {
+	if has&hasSeq == 0 {
 		return Event{}, ruleErr(RuleSeq, "missing; expected a non-negative integer")
 	}
 	if ev.Seq, ok = seq.Num(); !ok {
@@ -165,30 +249,28 @@ func decodeValue(v jsjson.Value) (Event, error) {
 	if ev.Seq == 0 {
 		ev.Seq = 0 // -0 sorts and prints as 0
 	}
-	if r, ok := v.Get("role"); ok {
-		if ev.Role, ok = r.Str(); !ok {
-			return Event{}, ruleErr(RuleRole, "must be a string when present, got %s", r.Kind())
+	if has&hasRole != 0 {
+		if ev.Role, ok = role.Str(); !ok {
+			return Event{}, ruleErr(RuleRole, "must be a string when present, got %s", role.Kind())
 		}
 		ev.HasRole = true
 	}
-	if c, ok := v.Get("context_id"); ok {
-		if ev.ContextID, ok = c.Str(); !ok {
-			return Event{}, ruleErr(RuleContextID, "must be a string when present, got %s", c.Kind())
+	if has&hasCtx != 0 {
+		if ev.ContextID, ok = ctx.Str(); !ok {
+			return Event{}, ruleErr(RuleContextID, "must be a string when present, got %s", ctx.Kind())
 		}
 	}
-	p, ok := v.Get("payload")
-	if !ok {
+	if has&hasPayload == 0 {
 		return Event{}, ruleErr(RulePayload, "missing; expected an object")
 	}
-	if p.Kind() != jsjson.Object {
-		return Event{}, ruleErr(RulePayload, "must be an object, got %s", p.Kind())
+	if payload.Kind() != jsjson.Object {
+		return Event{}, ruleErr(RulePayload, "must be an object, got %s", payload.Kind())
 	}
 	return ev, nil
 }
 
-func requiredString(v jsjson.Value, key string) (string, error) {
-	m, ok := v.Get(key)
-	if !ok {
+func requiredString(m jsjson.Value, present bool) (string, error) {
+	if !present {
 		return "", errors.New("missing; expected a non-empty string")
 	}
 	s, ok := m.Str()
@@ -222,8 +304,31 @@ func checkTimestamp(s string) error {
 			return bad()
 		}
 	}
-	if _, err := time.Parse(layout, s); err != nil {
+	if !realInstant(s) {
 		return fmt.Errorf("%q is not a real instant (no such date or time of day)", s)
 	}
 	return nil
+}
+
+// realInstant checks the fields of a timestamp whose digits are in place,
+// accepting exactly what time.Parse accepts for the layout: months 01-12,
+// days that exist in the month (leap years included), hours 00-23, minutes
+// and seconds 00-59.
+func realInstant(s string) bool {
+	num := func(i, n int) int {
+		v := 0
+		for _, c := range []byte(s[i : i+n]) {
+			v = v*10 + int(c-'0')
+		}
+		return v
+	}
+	year, month, day := num(0, 4), num(5, 2), num(8, 2)
+	if month < 1 || month > 12 || day < 1 || num(11, 2) > 23 || num(14, 2) > 59 || num(17, 2) > 59 {
+		return false
+	}
+	days := [13]int{0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31}[month]
+	if month == 2 && year%4 == 0 && (year%100 != 0 || year%400 == 0) {
+		days = 29
+	}
+	return day <= days
 }

@@ -2,11 +2,17 @@ package receipt
 
 import (
 	"errors"
+	"fmt"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/jsjson"
+	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
+	"unicode/utf8"
 )
 
 const goodLine = `{"event_id":"e1","event_type":"x402.payment.required","occurred_at":"2026-07-24T09:00:00.120Z","seq":3,"adapter":"trace-x402","role":"client","context_id":"op-1","payload":{"a":1},"extra":[1]}`
@@ -68,6 +74,9 @@ func TestDecodeLineRules(t *testing.T) {
 	}{
 		{"bom", "\xef\xbb\xbf" + goodLine, RuleUTF8, "byte order mark"},
 		{"invalid utf8", strings.Replace(goodLine, "e1", "e\xff", 1), RuleUTF8, "invalid UTF-8 at byte 14"},
+		{"invalid utf8 after an escape", strings.Replace(goodLine, "e1", "e\\n\xc3(", 1), RuleUTF8, "invalid UTF-8 at byte 16"},
+		{"invalid utf8 outside strings", strings.Replace(goodLine, "{", "{\xa0", 1), RuleUTF8, "invalid UTF-8 at byte 1"},
+		{"invalid utf8 in a line that is not json either", "{\"a\":\"\xe2\x82\",", RuleUTF8, "invalid UTF-8 at byte 6"},
 		{"not json", `{"event_id":`, RuleJSON, "invalid JSON at byte 12"},
 		{"not an object", `[1]`, RuleObject, "got array"},
 		{"event_id missing", withField("event_id", ""), RuleEventID, "missing"},
@@ -134,6 +143,25 @@ func collect(t *testing.T, text string, lim Limits) ([]Event, int64, int, error)
 		evs = append(evs, e)
 		return nil
 	})
+	// ScanEvents must agree, reading byte by byte or all at once.
+	for _, r := range []io.Reader{strings.NewReader(text), iotest.OneByteReader(strings.NewReader(text))} {
+		var ids []string
+		sn, snext, serr := ScanEvents(r, 1, lim, func(e Event) error {
+			ids = append(ids, e.ID+"@"+strconv.Itoa(e.Line))
+			return nil
+		})
+		var want []string
+		for _, e := range evs {
+			want = append(want, e.ID+"@"+strconv.Itoa(e.Line))
+		}
+		var le, sle *LineError
+		errors.As(err, &le)
+		errors.As(serr, &sle)
+		sameErr := (err == nil) == (serr == nil) && (le == nil) == (sle == nil) && (le == nil || (le.Rule == sle.Rule && le.Line == sle.Line))
+		if sn != n || snext != next || !sameErr || (err == nil && strings.Join(ids, ",") != strings.Join(want, ",")) {
+			t.Errorf("ScanEvents: %v consumed %d next %d err %v; ReadEvents: %v %d %d %v", ids, sn, snext, serr, want, n, next, err)
+		}
+	}
 	return evs, n, next, err
 }
 
@@ -293,10 +321,34 @@ func FuzzDecodeLine(f *testing.F) {
 	f.Add([]byte(`{"event_id":"\ud800","event_type":"t","occurred_at":"2026-07-24T09:00:00.120Z","seq":1e2,"adapter":"a","payload":{"1":2,"0":1}}`))
 	f.Fuzz(func(t *testing.T, line []byte) {
 		ev, err := DecodeLine(line)
+		// The scratch and text-only decoders (index and build) agree with it.
+		var dec jsjson.Decoder
+		sev, serr := decodeLineScratch(&dec, string(line))
+		var scratchOut string
+		if serr == nil {
+			scratchOut = string(jsjson.AppendIndent(nil, sev.Raw, "", "  ")) // before dec is used again
+		}
+		text := string(line)
+		tev, terr := decodeLineText(&dec, jsjson.NewLines(text), text, 0)
+		if fmt.Sprint(err) != fmt.Sprint(serr) || fmt.Sprint(err) != fmt.Sprint(terr) {
+			t.Fatalf("decoders disagree: %v / %v / %v", err, serr, terr)
+		}
+		if err == nil {
+			want := string(jsjson.AppendIndent(nil, ev.Raw, "", "  "))
+			if scratchOut != want {
+				t.Fatalf("scratch event prints %q, want %q", scratchOut, want)
+			}
+			if got := string(jsjson.AppendIndent(nil, tev.Raw, "", "  ")); got != want {
+				t.Fatalf("text-only event prints %q, want %q", got, want)
+			}
+		}
 		if err != nil {
 			var le *LineError
 			if !errors.As(err, &le) || le.Rule == "" {
 				t.Fatalf("error without a rule: %v", err)
+			}
+			if !utf8.Valid(line) && le.Rule != RuleUTF8 {
+				t.Fatalf("invalid UTF-8 reported as rule %s: %v", le.Rule, err)
 			}
 			return
 		}
@@ -304,4 +356,25 @@ func FuzzDecodeLine(f *testing.F) {
 			t.Fatalf("accepted a broken envelope: %+v", ev)
 		}
 	})
+}
+
+// realInstant must accept exactly what time.Parse accepts for the layout.
+func TestRealInstantAgreesWithTimeParse(t *testing.T) {
+	const layout = "2006-01-02T15:04:05.000Z"
+	check := func(s string) {
+		_, err := time.Parse(layout, s)
+		if got, want := realInstant(s), err == nil; got != want {
+			t.Errorf("realInstant(%q) = %v, time.Parse accepts it: %v", s, got, want)
+		}
+	}
+	for _, year := range []int{0, 1, 4, 100, 400, 1900, 2000, 2023, 2024, 2100, 9999} {
+		for month := 0; month <= 13; month++ {
+			for day := 0; day <= 32; day++ {
+				check(fmt.Sprintf("%04d-%02d-%02dT12:00:00.000Z", year, month, day))
+			}
+		}
+	}
+	for _, hms := range []string{"00:00:00", "23:59:59", "24:00:00", "23:60:00", "23:59:60", "99:99:99", "09:05:07"} {
+		check("2026-07-24T" + hms + ".999Z")
+	}
 }

@@ -2,12 +2,16 @@ package receipt
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/jsjson"
@@ -60,6 +64,76 @@ func size(n int64) string {
 // A line that breaks the envelope rules stops the read with a *LineError
 // naming the line and the rule; so does an error returned by fn.
 func ReadEvents(r io.Reader, firstLine int, lim Limits, fn func(Event) error) (consumed int64, nextLine int, err error) {
+	return readEvents(r, firstLine, lim, fn)
+}
+
+// ScanEvents is ReadEvents for a caller that keeps no event's Raw value
+// past fn (an index that extracts what it needs and drops the payload): an
+// event's Raw, and every value reached from it, is valid only during fn,
+// which lets the reader reuse one parse buffer for every line. The event's
+// strings stay valid.
+//
+// It reads a MiB at a time and decodes the complete lines in it from one
+// string, instead of copying each line out on its own.
+func ScanEvents(r io.Reader, firstLine int, lim Limits, fn func(Event) error) (consumed int64, nextLine int, err error) {
+	lim = lim.orDefault()
+	if firstLine < 1 {
+		firstLine = 1
+	}
+	var dec jsjson.Decoder
+	line := firstLine
+	buf := make([]byte, 0, min(1<<20, lim.MaxLineBytes+2))
+	fresh := 0 // where the bytes not yet searched for a line end start
+	for eof := false; ; {
+		if last := bytes.LastIndexByte(buf[fresh:], '\n'); last >= 0 {
+			last += fresh
+			chunk := string(buf[:last+1])
+			for len(chunk) > 0 {
+				nl := strings.IndexByte(chunk, '\n')
+				text := chunk[:nl]
+				chunk = chunk[nl+1:]
+				if len(text) > lim.MaxLineBytes {
+					return consumed, line, &LineError{Line: line, Rule: RuleLineSize,
+						Err: fmt.Errorf("line is %d bytes, over the %s line limit", len(text), size(int64(lim.MaxLineBytes)))}
+				}
+				if consumed+int64(len(text))+1 > lim.MaxRunBytes {
+					return consumed, line, &LineError{Line: line, Rule: RuleRunSize,
+						Err: fmt.Errorf("run file is larger than the %s limit", size(lim.MaxRunBytes))}
+				}
+				if !isBlank(text) {
+					if err := decodeAt(&dec, text, line, true, fn); err != nil {
+						return consumed, line, err
+					}
+				}
+				consumed += int64(len(text)) + 1
+				line++
+			}
+			buf = buf[:copy(buf, buf[last+1:])]
+		}
+		fresh = len(buf)
+		if eof {
+			return consumed, line, nil // whatever is left is a torn tail
+		}
+		if len(buf) == cap(buf) {
+			// No line end in a full buffer: one long line.
+			if len(buf) > lim.MaxLineBytes {
+				return consumed, line, &LineError{Line: line, Rule: RuleLineSize,
+					Err: fmt.Errorf("line is longer than the %s line limit", size(int64(lim.MaxLineBytes)))}
+			}
+			buf = slices.Grow(buf, min(cap(buf), lim.MaxLineBytes+2-len(buf)))
+		}
+		n, rerr := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		switch {
+		case rerr == io.EOF:
+			eof = true
+		case rerr != nil:
+			return consumed, line, fmt.Errorf("reading line %d: %w", line, rerr)
+		}
+	}
+}
+
+func readEvents(r io.Reader, firstLine int, lim Limits, fn func(Event) error) (consumed int64, nextLine int, err error) {
 	lim = lim.orDefault()
 	if firstLine < 1 {
 		firstLine = 1
@@ -99,7 +173,7 @@ func ReadEvents(r io.Reader, firstLine int, lim Limits, fn func(Event) error) (c
 				Err: fmt.Errorf("run file is larger than the %s limit", size(lim.MaxRunBytes))}
 		}
 		if !isBlank(text) {
-			if err := decodeAt(&dec, string(text), line, fn); err != nil {
+			if err := decodeAt(&dec, string(text), line, false, fn); err != nil {
 				return consumed, line, err
 			}
 		}
@@ -113,18 +187,31 @@ func ReadEvents(r io.Reader, firstLine int, lim Limits, fn func(Event) error) (c
 }
 
 // decodeAt decodes the text of line number line and hands the event to fn.
-func decodeAt(dec *jsjson.Decoder, text string, line int, fn func(Event) error) error {
-	ev, err := decodeLine(dec, text)
+func decodeAt(dec *jsjson.Decoder, text string, line int, transient bool, fn func(Event) error) error {
+	var (
+		ev  Event
+		err error
+	)
+	if transient {
+		ev, err = decodeLineScratch(dec, text)
+	} else {
+		ev, err = decodeLine(dec, text)
+	}
 	if err != nil {
-		var le *LineError
-		if errors.As(err, &le) {
-			le.Line = line
-			return le
-		}
-		return fmt.Errorf("line %d: %w", line, err)
+		return atLine(err, line)
 	}
 	ev.Line = line
 	return fn(ev)
+}
+
+// atLine puts a line number on a decoding error.
+func atLine(err error, line int) error {
+	var le *LineError
+	if errors.As(err, &le) {
+		le.Line = line
+		return le
+	}
+	return fmt.Errorf("line %d: %w", line, err)
 }
 
 // isBlank reports whether a line is empty after JavaScript's String#trim,
@@ -153,37 +240,103 @@ func isBlank[T string | []byte](b T) bool {
 }
 
 // decodeText decodes the complete lines of a whole run file's text, with the
-// same rules as ReadEvents.
+// same rules as ReadEvents. Lines are decoded in parallel, one part of the
+// text per processor, into one slice of events; a plain event keeps only its
+// line's text (see jsjson.Decoder.Text), which the writer prints from.
 func decodeText(text string, lim Limits) ([]Event, error) {
 	if int64(len(text)) > lim.MaxRunBytes {
 		return nil, &LineError{Rule: RuleRunSize, Err: fmt.Errorf("file is larger than the %s limit", size(lim.MaxRunBytes))}
 	}
-	// A recorder line is a few hundred bytes; guessing the count avoids
-	// regrowing a large slice many times.
-	events := make([]Event, 0, len(text)/512+1)
-	var dec jsjson.Decoder
-	line := 1
-	for {
-		nl := strings.IndexByte(text, '\n')
-		if nl < 0 {
-			return events, nil // a torn tail or nothing
+	body := text[:strings.LastIndexByte(text, '\n')+1] // a torn tail is not read
+	// A few parts per processor, so that a core slowed by other work does not
+	// hold the rest up.
+	parts := splitLines(body, 4*runtime.GOMAXPROCS(0))
+	// Count each part's lines first, so every part knows its first line
+	// number and where its events go in the one shared slice.
+	lines := make([]int, len(parts))
+	parallel(len(parts), func(k int) { lines[k] = strings.Count(parts[k], "\n") })
+	first := make([]int, len(parts)+1)
+	for k, n := range lines {
+		first[k+1] = first[k] + n
+	}
+	events := make([]Event, first[len(parts)])
+	got := make([]int, len(parts))
+	errs := make([]error, len(parts))
+	parallel(len(parts), func(k int) {
+		got[k], errs[k] = decodePart(parts[k], first[k]+1, lim, events[first[k]:first[k+1]])
+	})
+	for _, err := range errs {
+		if err != nil {
+			return nil, err // the first bad line in file order
 		}
-		l := text[:nl]
-		text = text[nl+1:]
+	}
+	// Blank lines left gaps at the end of each part's share.
+	n := got[0]
+	for k := 1; k < len(parts); k++ {
+		n += copy(events[n:], events[first[k]:first[k]+got[k]])
+	}
+	clear(events[n:])
+	return events[:n:n], nil
+}
+
+// decodePart decodes the lines of part, numbered from line, into out (one
+// slot per line) and returns how many events it decoded.
+func decodePart(part string, line int, lim Limits, out []Event) (int, error) {
+	var dec jsjson.Decoder
+	lines := jsjson.NewLines(part)
+	n := 0
+	for off := 0; off < len(part); {
+		nl := strings.IndexByte(part[off:], '\n')
+		l := part[off : off+nl]
+		at := off
+		off += nl + 1
 		if len(l) > lim.MaxLineBytes {
-			return nil, &LineError{Line: line, Rule: RuleLineSize,
+			return n, &LineError{Line: line, Rule: RuleLineSize,
 				Err: fmt.Errorf("line is %d bytes, over the %s line limit", len(l), size(int64(lim.MaxLineBytes)))}
 		}
 		if !isBlank(l) {
-			if err := decodeAt(&dec, l, line, func(e Event) error {
-				events = append(events, e)
-				return nil
-			}); err != nil {
-				return nil, err
+			ev, err := decodeLineText(&dec, lines, l, at)
+			if err != nil {
+				return n, atLine(err, line)
 			}
+			ev.Line = line
+			out[n] = ev
+			n++
 		}
 		line++
 	}
+	return n, nil
+}
+
+// splitLines cuts text (whole lines) into at most n parts of similar size,
+// each made of whole lines. Small texts stay in one part.
+func splitLines(text string, n int) []string {
+	const minPart = 1 << 20
+	n = max(1, min(n, len(text)/minPart))
+	parts := make([]string, 0, n)
+	for k := n; k > 1; k-- {
+		at := len(text) / k
+		nl := strings.IndexByte(text[at:], '\n')
+		if nl < 0 {
+			break
+		}
+		parts = append(parts, text[:at+nl+1])
+		text = text[at+nl+1:]
+	}
+	return append(parts, text)
+}
+
+// parallel calls fn(0..n-1), each on its own goroutine, and waits.
+func parallel(n int, fn func(k int)) {
+	if n == 1 {
+		fn(0)
+		return
+	}
+	var wg sync.WaitGroup
+	for k := range n {
+		wg.Go(func() { fn(k) })
+	}
+	wg.Wait()
 }
 
 // RunIDFromFileName returns the run id of a run file name ("<id>.ndjson").
@@ -225,7 +378,7 @@ func ReadRunFile(path string, lim Limits) (runID string, events []Event, err err
 	// share the file's text instead of each holding a copy.
 	var sb strings.Builder
 	sb.Grow(int(st.Size()) + 1)
-	if _, err := io.Copy(&sb, io.LimitReader(f, lim.MaxRunBytes+1)); err != nil {
+	if _, err := io.CopyBuffer(&sb, io.LimitReader(f, lim.MaxRunBytes+1), make([]byte, 1<<20)); err != nil {
 		return runID, nil, fmt.Errorf("reading run file: %w", err)
 	}
 	events, err = decodeText(sb.String(), lim)

@@ -7,11 +7,14 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/simrec"
+	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 )
 
 // benchRoot is a generated Trace root of 60 runs and 300,000 events,
@@ -30,7 +33,13 @@ const (
 	benchAppendLines = 1000
 )
 
+// get returns $HAIA_BENCH_ROOT when it is set (a Trace root, such as the
+// large root made by tools/bench.sh from ../shared/bench), or a root
+// generated with simrec.
 func (br *benchRoot) get(b *testing.B) string {
+	if dir := os.Getenv("HAIA_BENCH_ROOT"); dir != "" {
+		return dir
+	}
 	br.once.Do(func() {
 		br.dir, br.err = os.MkdirTemp("", "haia-bench-root-")
 		if br.err != nil {
@@ -61,6 +70,31 @@ func (br *benchRoot) get(b *testing.B) string {
 	return br.dir
 }
 
+// newBenchServer is a read-only server over dir whose index budget is
+// $HAIA_BENCH_INDEX_MB MiB when set (a root ten times the large one needs
+// several GiB to stay resident), the default otherwise.
+func newBenchServer(b *testing.B, dir string) *Server {
+	b.Helper()
+	mb, _ := strconv.Atoi(os.Getenv("HAIA_BENCH_INDEX_MB"))
+	if mb <= 0 {
+		return newTestServer(b, dir)
+	}
+	root, err := confined.OpenRoot(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	events, err := root.OpenDir("events")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { events.Close(); root.Close() })
+	s, err := New(Config{Root: root, Events: events, Limits: receipt.DefaultLimits(), Version: "bench", IndexMaxBytes: int64(mb) << 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
 func reportPercentiles(b *testing.B, ds []time.Duration) {
 	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
 	if len(ds) == 0 {
@@ -71,9 +105,42 @@ func reportPercentiles(b *testing.B, ds []time.Duration) {
 }
 
 func listOnce(b *testing.B, s *Server) {
-	res, err := s.listOperations(context.Background(), map[string]any{"limit": 50})
+	listWith(b, s, map[string]any{"limit": 50})
+}
+
+func listWith(b *testing.B, s *Server, args map[string]any) *listResult {
+	res, err := s.listOperations(context.Background(), args)
 	if err != nil || res.IsError {
 		b.Fatalf("list: %v %v", err, res)
+	}
+	lr, _ := res.StructuredContent.(listResult)
+	return &lr
+}
+
+// BenchmarkListWarmFiltered measures warm listings narrowed by completeness,
+// by run, and a later page (with a cursor).
+func BenchmarkListWarmFiltered(b *testing.B) {
+	dir := sharedBenchRoot.get(b)
+	s := newBenchServer(b, dir)
+	first := listWith(b, s, map[string]any{"limit": 50})
+	for _, c := range []struct {
+		name string
+		args map[string]any
+	}{
+		{"partial", map[string]any{"limit": 50, "completeness": "partial"}},
+		{"latest-run", map[string]any{"limit": 50, "run": "latest"}},
+		{"page-2", map[string]any{"limit": 50, "cursor": first.NextCursor}},
+		{"limit-1", map[string]any{"limit": 1}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var ds []time.Duration
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				listWith(b, s, c.args)
+				ds = append(ds, time.Since(t0))
+			}
+			reportPercentiles(b, ds)
+		})
 	}
 }
 
@@ -83,7 +150,7 @@ func BenchmarkListCold(b *testing.B) {
 	var ds []time.Duration
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		s := newTestServer(b, dir)
+		s := newBenchServer(b, dir)
 		runtime.GC()
 		b.StartTimer()
 		t0 := time.Now()
@@ -97,7 +164,7 @@ func BenchmarkListCold(b *testing.B) {
 // reports the memory the index holds.
 func BenchmarkListWarm(b *testing.B) {
 	dir := sharedBenchRoot.get(b)
-	s := newTestServer(b, dir)
+	s := newBenchServer(b, dir)
 	listOnce(b, s)
 	var after runtime.MemStats
 	var ds []time.Duration
@@ -127,7 +194,7 @@ func BenchmarkListAfterAppend(b *testing.B) {
 	if err := os.CopyFS(dir, os.DirFS(src)); err != nil {
 		b.Fatal(err)
 	}
-	s := newTestServer(b, dir)
+	s := newBenchServer(b, dir)
 	listOnce(b, s)
 	rec, err := simrec.New(dir, "run-000", time.Date(2026, 8, 1, 0, 0, 0, 0, time.UTC))
 	if err != nil {

@@ -58,6 +58,8 @@ type Server struct {
 	guard *Guard
 	// collectors are served on /metrics beside the HTTP transport's own.
 	collectors []prometheus.Collector
+	// cursors writes list_operations' next_cursor (see tools_read.go).
+	cursors cursorCodec
 }
 
 // AddMetrics has /metrics serve these collectors too (the guard's and the
@@ -98,7 +100,12 @@ func New(cfg Config) (*Server, error) {
 		Compact:   compactEvent,
 		Summarize: summarize,
 		ItemCost:  summaryCost,
-		Logger:    cfg.Logger,
+		// Each run's summaries are kept in listing order, with positions
+		// by completeness, so a listing merges runs instead of sorting all.
+		Compare:     compareSummaries,
+		Facet:       func(s *opSummary) string { return s.Completeness },
+		OperationID: func(s *opSummary) string { return s.OperationID },
+		Logger:      cfg.Logger,
 	})
 	s.mcp = mcpserver.NewMCPServer("haia-trace-mcp", cfg.Version,
 		mcpserver.WithToolCapabilities(false),

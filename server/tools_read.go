@@ -1,11 +1,18 @@
 package server
 
 import (
+	"bytes"
+	"compress/flate"
+	"container/heap"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
@@ -21,7 +28,8 @@ func (s *Server) tools() []toolDef {
 			name:  "list_operations",
 			title: "List operation receipts",
 			description: "List this agent's paid operations with their receipt verdict (full or partial), newest first. " +
-				"An operation is identified by (run_id, operation_id). Unreadable runs are reported beside the good ones.",
+				"An operation is identified by (run_id, operation_id). Unreadable runs are reported beside the good ones. " +
+				"When more operations follow, next_cursor is returned: pass it as cursor to read the next page.",
 			readOnly: true, idempotent: true,
 			handler: s.listOperations,
 		},
@@ -55,12 +63,19 @@ func compactEvent(e receipt.Event) receipt.Event {
 // keep it alive.
 func extractFacts(e receipt.Event) guard.EventFacts {
 	f := guard.FactsOf(e)
-	f.EventID = strings.Clone(f.EventID)
-	f.Host = strings.Clone(f.Host)
-	f.PayTo = strings.Clone(f.PayTo)
-	f.Atomic = strings.Clone(f.Atomic)
-	f.Asset = strings.Clone(f.Asset)
-	f.Problem = strings.Clone(f.Problem)
+	// One copy holding all six strings: one allocation instead of six.
+	var b strings.Builder
+	b.Grow(len(f.EventID) + len(f.Host) + len(f.PayTo) + len(f.Atomic) + len(f.Asset) + len(f.Problem))
+	for _, s := range []string{f.EventID, f.Host, f.PayTo, f.Atomic, f.Asset, f.Problem} {
+		b.WriteString(s)
+	}
+	all := b.String()
+	cut := func(s string) string {
+		part := all[:len(s)]
+		all = all[len(s):]
+		return part
+	}
+	f.EventID, f.Host, f.PayTo, f.Atomic, f.Asset, f.Problem = cut(f.EventID), cut(f.Host), cut(f.PayTo), cut(f.Atomic), cut(f.Asset), cut(f.Problem)
 	return f
 }
 
@@ -126,15 +141,38 @@ type listResult struct {
 	Operations     []operationRow  `json:"operations"`
 	RunsScanned    int             `json:"runs_scanned"`
 	UnreadableRuns []unreadableRun `json:"unreadable_runs"`
+	NextCursor     string          `json:"next_cursor,omitempty"`
+}
+
+// compareSummaries is the order of one run's operations in a listing:
+// newest last event first, then operation id.
+func compareSummaries(a, b *opSummary) int {
+	if c := jsjson.CompareUTF16(a.LastEventAt, b.LastEventAt); c != 0 {
+		return -c
+	}
+	return strings.Compare(a.OperationID, b.OperationID)
+}
+
+// before reports whether a row comes before another in a listing: newest
+// last event first, then the greater run id, then the smaller operation id.
+func before(aAt, aRun, aOp, bAt, bRun, bOp string) bool {
+	if c := jsjson.CompareUTF16(aAt, bAt); c != 0 {
+		return c > 0
+	}
+	if aRun != bRun {
+		return aRun > bRun
+	}
+	return aOp < bOp
 }
 
 func (s *Server) listOperations(ctx context.Context, raw any) (*mcp.CallToolResult, error) {
-	a := newArgs(raw, "template", "run", "completeness", "limit")
+	a := newArgs(raw, "template", "run", "completeness", "limit", "cursor")
 	tname := a.str("template", false, DefaultTemplate, 64)
 	runSel := a.str("run", false, "", 200)
 	completeness := a.str("completeness", false, "", 16)
 	a.oneOf("completeness", completeness, "full", "partial")
 	limit := a.intIn("limit", 50, 1, 100)
+	cursorText := a.str("cursor", false, "", maxCursorBytes)
 	if msg := a.err(); msg != "" {
 		return nil, userErrorf("%s", msg)
 	}
@@ -142,24 +180,46 @@ func (s *Server) listOperations(ctx context.Context, raw any) (*mcp.CallToolResu
 	if err != nil {
 		return nil, err
 	}
-	listing, err := s.index.List(ctx, t)
+	var cur *listCursor
+	if cursorText != "" {
+		if cur, err = decodeCursor(cursorText); err != nil {
+			return nil, err
+		}
+		if cur.Template != tname || cur.Completeness != completeness || cur.RunSel != runSel {
+			return nil, userErrorf("cursor belongs to a listing with other arguments (template %q, run %q, completeness %q): repeat those with it, or start again without cursor",
+				cur.Template, cur.RunSel, cur.Completeness)
+		}
+	}
+	var at map[string]int
+	if cur != nil {
+		at = cur.snapshot()
+	}
+	listing, err := s.index.ListAt(ctx, t, at)
 	if err != nil {
 		return nil, fmt.Errorf("list runs: %w", err)
 	}
 	res := listResult{Operations: []operationRow{}, UnreadableRuns: []unreadableRun{}}
 	runs := listing.Runs
-	switch runSel {
-	case "":
-	case "latest":
+	switch {
+	case runSel == "":
+	case runSel == "latest" && cur == nil:
 		runs = latestRun(runs)
 	default:
+		// A later page of "latest" keeps the run the first page chose.
+		want := runSel
+		if cur != nil && runSel == "latest" {
+			want = ""
+			if len(cur.Runs) == 1 {
+				want = cur.Runs[0]
+			}
+		}
 		runs = nil
 		for _, rv := range listing.Runs {
-			if rv.RunID == runSel {
+			if rv.RunID == want {
 				runs = append(runs, rv)
 			}
 		}
-		if len(runs) == 0 {
+		if len(runs) == 0 && runSel != "latest" {
 			for _, u := range listing.Unreadable {
 				if u.RunID == runSel {
 					return nil, userErrorf("run %q cannot be read: %s", runSel, s.relative(u.Err.Error()))
@@ -174,36 +234,110 @@ func (s *Server) listOperations(ctx context.Context, raw any) (*mcp.CallToolResu
 		}
 	}
 	res.RunsScanned = len(runs)
-	// Sort pointers to the cached summaries and copy out only the rows
-	// returned: a large root has tens of thousands of operations.
-	var picked []*opSummary
-	for _, rv := range runs {
-		for i := range rv.Items {
-			if completeness == "" || rv.Items[i].Completeness == completeness {
-				picked = append(picked, &rv.Items[i])
-			}
-		}
+	rows := mergeNewest(runs, completeness, cur, limit+1)
+	more := len(rows) > limit
+	if more {
+		rows = rows[:limit]
 	}
-	sort.Slice(picked, func(i, j int) bool {
-		a, b := picked[i], picked[j]
-		if c := jsjson.CompareUTF16(a.LastEventAt, b.LastEventAt); c != 0 {
-			return c > 0
-		}
-		if a.RunID != b.RunID {
-			return a.RunID > b.RunID
-		}
-		return a.OperationID < b.OperationID
-	})
-	if len(picked) > limit {
-		picked = picked[:limit]
-	}
-	for _, it := range picked {
+	for _, it := range rows {
 		res.Operations = append(res.Operations, operationRow{
 			RunID: it.RunID, OperationID: it.OperationID, Template: it.Template, Completeness: it.Completeness,
 			MissingStages: it.MissingStages, ExceptionCount: it.ExceptionCount, LastEventAt: it.LastEventAt,
 		})
 	}
+	if more {
+		next := listCursor{Template: tname, RunSel: runSel, Completeness: completeness}
+		if cur != nil {
+			next.Runs, next.Lines = cur.Runs, cur.Lines
+		} else {
+			for _, rv := range runs {
+				next.Runs = append(next.Runs, rv.RunID)
+				next.Lines = append(next.Lines, rv.Lines)
+			}
+		}
+		last := rows[len(rows)-1]
+		next.At, next.Run, next.Op = last.LastEventAt, last.RunID, last.OperationID
+		res.NextCursor = s.cursors.encode(next)
+	}
 	return structured(res, renderList(res)), nil
+}
+
+// runHead is one run's position in a merge: the next of its rows to offer.
+type runHead struct {
+	items []opSummary
+	pos   []int32 // the facet's positions in items, or nil for all items
+	k     int     // index into pos (or items)
+}
+
+func (h *runHead) len() int {
+	if h.pos != nil {
+		return len(h.pos)
+	}
+	return len(h.items)
+}
+
+func (h *runHead) at(k int) *opSummary {
+	if h.pos != nil {
+		return &h.items[h.pos[k]]
+	}
+	return &h.items[k]
+}
+
+// headHeap orders runs by their next row, the listing's first on top.
+type headHeap []*runHead
+
+func (h headHeap) Len() int { return len(h) }
+func (h headHeap) Less(i, j int) bool {
+	a, b := h[i].at(h[i].k), h[j].at(h[j].k)
+	return before(a.LastEventAt, a.RunID, a.OperationID, b.LastEventAt, b.RunID, b.OperationID)
+}
+func (h headHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *headHeap) Push(x any)   { *h = append(*h, x.(*runHead)) }
+func (h *headHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// mergeNewest returns up to n rows of the runs in listing order, those with
+// the given completeness only (when not ""), after the cursor's position
+// (when not nil). Each run's rows are sorted already, so this reads about
+// n·log(runs) rows plus a binary search per run, never every row.
+func mergeNewest(runs []runindex.RunView[opSummary], completeness string, cur *listCursor, n int) []*opSummary {
+	h := make(headHeap, 0, len(runs))
+	for _, rv := range runs {
+		rh := &runHead{items: rv.Items}
+		if completeness != "" {
+			rh.pos = rv.ByFacet[completeness]
+			if rh.pos == nil {
+				continue
+			}
+		}
+		if cur != nil {
+			// The first row after the cursor's, by binary search.
+			rh.k = sort.Search(rh.len(), func(k int) bool {
+				it := rh.at(k)
+				return before(cur.At, cur.Run, cur.Op, it.LastEventAt, it.RunID, it.OperationID)
+			})
+		}
+		if rh.k < rh.len() {
+			h = append(h, rh)
+		}
+	}
+	heap.Init(&h)
+	var out []*opSummary
+	for len(out) < n && len(h) > 0 {
+		top := h[0]
+		out = append(out, top.at(top.k))
+		top.k++
+		if top.k < top.len() {
+			heap.Fix(&h, 0)
+		} else {
+			heap.Pop(&h)
+		}
+	}
+	return out
 }
 
 // latestRun picks the run whose newest event is the latest (ties: the
@@ -320,4 +454,94 @@ func (s *Server) explain(ctx context.Context, raw any) (*mcp.CallToolResult, err
 		Explanation:  receipt.Explain(runID, r),
 	}
 	return structured(res, res.Explanation), nil
+}
+
+// maxCursorBytes bounds the cursor argument; maxCursorJSON the JSON it
+// inflates to (a cursor names every run of the first page with its length).
+const (
+	maxCursorBytes = 256 << 10
+	maxCursorJSON  = 4 << 20
+)
+
+// listCursor is what next_cursor carries: the arguments of the listing, the
+// last row returned, and the snapshot the first page was read at (each run
+// with its line count then), so that later pages list every operation as it
+// was then: appends can neither move an unseen operation before the
+// position nor show one twice.
+type listCursor struct {
+	V            int      `json:"v"`
+	Template     string   `json:"t"`
+	RunSel       string   `json:"s,omitempty"`
+	Completeness string   `json:"c,omitempty"`
+	At           string   `json:"a"`
+	Run          string   `json:"r"`
+	Op           string   `json:"o"`
+	Runs         []string `json:"rs"`
+	Lines        []int    `json:"ls"`
+}
+
+const cursorVersion = 1
+
+func (c *listCursor) snapshot() map[string]int {
+	at := make(map[string]int, len(c.Runs))
+	for i, id := range c.Runs {
+		at[id] = c.Lines[i]
+	}
+	return at
+}
+
+// cursorCodec keeps deflate writers for reuse: a new one costs about a MiB,
+// more than the rest of a listing.
+type cursorCodec struct{ writers sync.Pool }
+
+// encode deflates the cursor's JSON into unpadded base64url.
+func (cc *cursorCodec) encode(c listCursor) string {
+	c.V = cursorVersion
+	js, err := json.Marshal(c)
+	if err != nil {
+		return "" // strings and ints always marshal
+	}
+	var b bytes.Buffer
+	zw, _ := cc.writers.Get().(*flate.Writer)
+	if zw == nil {
+		zw, _ = flate.NewWriter(&b, flate.BestSpeed) // a valid level never fails
+	} else {
+		zw.Reset(&b)
+	}
+	_, _ = zw.Write(js) // a bytes.Buffer never fails
+	_ = zw.Close()
+	cc.writers.Put(zw)
+	return base64.RawURLEncoding.EncodeToString(b.Bytes())
+}
+
+// decodeCursor reads a cursor back, refusing anything this server did not
+// write with a message that says what to do.
+func decodeCursor(s string) (*listCursor, error) {
+	bad := userErrorf("cursor is not one list_operations returned (or it was cut short): pass next_cursor exactly as returned, or start again without cursor")
+	raw, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return nil, bad
+	}
+	js, err := io.ReadAll(io.LimitReader(flate.NewReader(bytes.NewReader(raw)), maxCursorJSON+1))
+	if err != nil || len(js) > maxCursorJSON {
+		return nil, bad
+	}
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	var c listCursor
+	if err := dec.Decode(&c); err != nil || dec.More() {
+		return nil, bad
+	}
+	if c.V != cursorVersion {
+		return nil, userErrorf("cursor was written by another version of this server: start again without cursor")
+	}
+	if len(c.Runs) != len(c.Lines) || c.At == "" || c.Run == "" {
+		return nil, bad
+	}
+	for _, n := range c.Lines {
+		if n < 0 {
+			return nil, bad
+		}
+	}
+	return &c, nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -76,8 +77,14 @@ func runBuild(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "haia-trace-mcp build: %s: %v\n", file, err)
 		return exitFail
 	}
-	res := receipt.Assemble(events, t)
-	if err := res.WriteJSON(stdout); err != nil {
+	// The events are not needed apart from their receipts: assemble them in
+	// place, folding each operation as it is printed.
+	out := bufio.NewWriterSize(stdout, 1<<20)
+	err = receipt.WriteBuild(out, events, t)
+	if err == nil {
+		err = out.Flush()
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp build: writing output: %v\n", err)
 		return exitFail
 	}

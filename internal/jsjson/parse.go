@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -51,6 +52,9 @@ type Decoder struct {
 	docs      []doc   // free part of the current block of documents
 	tapeBlock int     // entries in the next block; 0 means start small
 	docBlock  int     // documents per block; 0 means defaultDocBlock
+
+	scratch    []entry // the tape Scratch reuses
+	scratchDoc doc
 }
 
 const (
@@ -60,35 +64,37 @@ const (
 
 // ParseString parses s like the package-level ParseString.
 func (dec *Decoder) ParseString(s string) (Value, error) {
-	if len(s) > maxDocBytes {
-		return Value{}, &SyntaxError{0, "document larger than 4 GiB"}
-	}
-	p := parser{src: s}
 	guess := len(s)/20 + 4
 	if cap(dec.tapes) < guess {
-		// Blocks start small and double, so a decoder used for a few lines
-		// stays cheap and one used for a whole run allocates rarely.
-		block := dec.tapeBlock
-		if block == 0 {
-			block = 256
-		}
-		dec.tapeBlock = min(2*block, defaultTapeBlock)
-		dec.tapes = make([]entry, 0, max(block, guess))
+		dec.newTapeBlock(guess)
 	}
-	p.tape = dec.tapes[:0]
-	p.skipWS()
-	if err := p.value(span{}, false, 0); err != nil {
+	p, err := parse(s, dec.tapes[:0])
+	if err != nil {
 		return Value{}, err
-	}
-	p.skipWS()
-	if p.pos < len(p.src) {
-		return Value{}, p.errf("unexpected %s after the JSON value", p.describe())
 	}
 	n := len(p.tape)
 	if !p.grown {
 		// Parsed in place: take the entries out of the block.
 		dec.tapes = dec.tapes[n:cap(dec.tapes)][:0]
 	} // else append outgrew the block and p.tape is an array of its own.
+	d := dec.newDoc()
+	*d = doc{src: s, side: string(p.side), tape: p.tape[:n:n], redirect: p.redirect, plain: !p.notPlain && len(p.side) == 0}
+	return Value{d: d, i: 0}, nil
+}
+
+// newTapeBlock starts a block of at least guess entries. Blocks start small
+// and double, so a decoder used for a few lines stays cheap and one used for
+// a whole run allocates rarely.
+func (dec *Decoder) newTapeBlock(guess int) {
+	block := dec.tapeBlock
+	if block == 0 {
+		block = 256
+	}
+	dec.tapeBlock = min(2*block, defaultTapeBlock)
+	dec.tapes = make([]entry, 0, max(block, guess))
+}
+
+func (dec *Decoder) newDoc() *doc {
 	if len(dec.docs) == 0 {
 		block := dec.docBlock
 		if block == 0 {
@@ -101,8 +107,99 @@ func (dec *Decoder) ParseString(s string) (Value, error) {
 	}
 	d := &dec.docs[0]
 	dec.docs = dec.docs[1:]
-	*d = doc{src: s, side: string(p.side), tape: p.tape[:n:n], redirect: p.redirect}
-	return Value{d: d, i: 0}, nil
+	return d
+}
+
+// parse parses one whole document of s onto tape.
+func parse(s string, tape []entry) (parser, error) {
+	if len(s) > maxDocBytes {
+		return parser{}, &SyntaxError{0, "document larger than 4 GiB"}
+	}
+	p := parser{src: s, tape: tape}
+	p.skipWS()
+	if err := p.value(span{}, false, 0); err != nil {
+		return parser{}, err
+	}
+	p.skipWS()
+	if p.pos < len(p.src) {
+		return parser{}, p.errf("unexpected %s after the JSON value", p.describe())
+	}
+	return p, nil
+}
+
+// Scratch parses s into storage the decoder reuses. The Value it returns,
+// and every Value reached from it, is valid only until the decoder's next
+// Scratch call; Keep makes a lasting copy. Strings read from it stay valid.
+// Reading a large file this way allocates almost nothing per line.
+func (dec *Decoder) Scratch(s string) (Value, error) {
+	p, err := parse(s, dec.scratch[:0])
+	if err != nil {
+		return Value{}, err
+	}
+	dec.scratch = p.tape[:0]
+	side := ""
+	if len(p.side) > 0 {
+		side = string(p.side)
+	}
+	dec.scratchDoc = doc{src: s, side: side, tape: p.tape, redirect: p.redirect, plain: !p.notPlain && len(p.side) == 0}
+	return Value{d: &dec.scratchDoc, i: 0}, nil
+}
+
+// Keep returns a lasting copy of a document returned by Scratch (or v itself
+// for any other value), its storage carved from the decoder's blocks.
+func (dec *Decoder) Keep(v Value) Value {
+	if v.d != &dec.scratchDoc {
+		return v
+	}
+	sd := &dec.scratchDoc
+	n := len(sd.tape)
+	if cap(dec.tapes) < n {
+		dec.newTapeBlock(n)
+	}
+	tape := append(dec.tapes[:0], sd.tape...)
+	dec.tapes = dec.tapes[n:cap(dec.tapes)][:0]
+	d := dec.newDoc()
+	*d = *sd
+	d.tape = tape[:n:n]
+	if sd.redirect != nil {
+		d.redirect = make(map[uint32]uint32, len(sd.redirect))
+		for k, x := range sd.redirect {
+			d.redirect[k] = x
+		}
+	}
+	return Value{d: d, i: v.i}
+}
+
+// Plain reports whether v is a whole document that JSON.stringify prints
+// token for token as it is written: no escapes in any string or key, no
+// repeated keys, no array-index keys, and every number in its shortest
+// JavaScript form. Only whitespace and indentation can then differ.
+func (v Value) Plain() bool {
+	return v.d != nil && (v.i == 0 || v.d.text) && v.d.plain
+}
+
+// Lines holds a text made of lines, for documents kept as text only (see
+// Line): they share the one text and cost no storage of their own.
+type Lines struct{ d *doc }
+
+// NewLines returns the text-only store over text (at most 4 GiB).
+func NewLines(text string) Lines { return Lines{d: &doc{src: text, plain: true, text: true}} }
+
+// Line returns a document that holds only its text: v must be a plain
+// document (see Plain) parsed from the line of the store's text starting at
+// off, ending at a '\n' or the end of the text. It prints straight from the
+// text and is parsed again whenever it is read otherwise. It returns v
+// unchanged when these do not hold.
+func (l Lines) Line(v Value, off int) Value {
+	if !v.Plain() || v.d.text || l.d == nil || off < 0 || off > maxDocBytes {
+		return v
+	}
+	src, n := l.d.src, len(v.d.src)
+	if off+n > len(src) || (off+n < len(src) && src[off+n] != '\n') || src[off:off+n] != v.d.src ||
+		strings.IndexByte(v.d.src, '\n') >= 0 {
+		return v
+	}
+	return Value{d: l.d, i: uint32(off)}
 }
 
 type parser struct {
@@ -112,6 +209,10 @@ type parser struct {
 	side     []byte
 	redirect map[uint32]uint32
 	grown    bool // the tape outgrew the block it started in
+	// notPlain is set by anything JSON.stringify would not print back as
+	// written: a duplicate key, an array-index key or a number whose
+	// literal is not its shortest JavaScript form (escapes show in side).
+	notPlain bool
 }
 
 func (p *parser) errf(format string, args ...any) error {
@@ -280,6 +381,7 @@ func (p *parser) object(key span, keySide bool, depth int) error {
 			k := p.keyBytes(ksp, kside)
 			if _, ok := arrayIndex(k); ok {
 				flags |= flagIndexKey
+				p.notPlain = true
 			}
 			first, dup := uint32(0), false
 			if index != nil {
@@ -293,6 +395,7 @@ func (p *parser) object(key span, keySide bool, depth int) error {
 				}
 			}
 			if dup {
+				p.notPlain = true
 				p.tape[at].kind |= flagSkip
 				p.tape[first].kind |= flagRedirect
 				if p.redirect == nil {
@@ -386,7 +489,8 @@ func (p *parser) number() (float64, error) {
 		}
 	}
 	p.pos = i
-	f, err := strconv.ParseFloat(s[start:i], 64)
+	lit := s[start:i]
+	f, err := strconv.ParseFloat(lit, 64)
 	if err != nil {
 		// The grammar was checked above, so only a range error is possible:
 		// ParseFloat then returns ±Inf or ±0, which is what JavaScript holds.
@@ -394,7 +498,32 @@ func (p *parser) number() (float64, error) {
 			return 0, &SyntaxError{start, "invalid number"}
 		}
 	}
+	if !p.notPlain && !shortestForm(lit, f) {
+		p.notPlain = true
+	}
 	return f, nil
+}
+
+// shortestForm reports whether lit is exactly how JavaScript prints f.
+func shortestForm(lit string, f float64) bool {
+	digits := lit
+	if len(digits) > 0 && digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if len(digits) > 0 && len(digits) <= 15 && digits[0] != '0' {
+		whole := true
+		for i := 0; i < len(digits); i++ {
+			if digits[i] < '0' || digits[i] > '9' {
+				whole = false
+				break
+			}
+		}
+		if whole {
+			return true // a small integer prints as written
+		}
+	}
+	var buf [32]byte
+	return string(AppendNumber(buf[:0], f)) == lit
 }
 
 // str parses a string literal at p.pos ('"'). Strings without escapes are
@@ -404,8 +533,15 @@ func (p *parser) str() (span, bool, error) {
 	start := p.pos
 	s := p.src
 	i := p.pos
+	for i+8 <= len(s) && plain8(s, i) {
+		i += 8
+	}
 	for i < len(s) {
 		c := s[i]
+		if plainByte(c) {
+			i++
+			continue
+		}
 		switch {
 		case c == '"':
 			p.pos = i + 1
@@ -502,6 +638,25 @@ func (p *parser) strSlow(start int) (span, bool, error) {
 	p.pos = i
 	return span{}, false, p.errf("unterminated string")
 }
+
+// plain8 reports whether the eight bytes of s at i are all plainByte, with
+// word arithmetic: a byte below 0x20 borrows into its high bit when 0x20 is
+// taken from it, '"' and '\\' become zero (and then borrow) when xored with
+// themselves, and non-ASCII bytes have the high bit already. A borrow can
+// only mark bytes above a byte that was marked itself, so the answer is exact.
+func plain8(s string, i int) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	_ = s[i+7]
+	x := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+		uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+	q := x ^ (ones * '"')
+	b := x ^ (ones * '\\')
+	return (x|(x-ones*0x20)|(q-ones)|(b-ones))&highs == 0
+}
+
+// plainByte reports whether a string literal may hold c as it is:
+// printable ASCII other than '"' and '\\'.
+func plainByte(c byte) bool { return c >= 0x20 && c < 0x80 && c != '"' && c != '\\' }
 
 func hex4(s string, i int) (uint16, bool) {
 	if i+4 > len(s) {

@@ -20,7 +20,11 @@ const hexDigits = "0123456789abcdef"
 func AppendString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	start := 0
-	for i := 0; i < len(s); {
+	i := 0
+	for i+8 <= len(s) && plain8(s, i) {
+		i += 8
+	}
+	for i < len(s) {
 		b := s[i]
 		if b < utf8.RuneSelf {
 			if b >= 0x20 && b != '"' && b != '\\' {

@@ -63,3 +63,34 @@ func TestCompareUTF16FastPathAgrees(t *testing.T) {
 		}
 	}
 }
+
+// plain8 agrees with plainByte on every byte at every position of a word.
+func TestPlain8(t *testing.T) {
+	base := []byte("abcdefgh")
+	for pos := 0; pos < 8; pos++ {
+		for c := 0; c < 256; c++ {
+			w := append([]byte(nil), base...)
+			w[pos] = byte(c)
+			want := true
+			for _, b := range w {
+				want = want && plainByte(b)
+			}
+			if got := plain8(string(w), 0); got != want {
+				t.Fatalf("plain8(%q) = %v, want %v", w, got, want)
+			}
+		}
+	}
+	// Pairs of special bytes, where borrows could interfere.
+	for _, a := range []byte{0, 0x1f, '"', '\\', 0x7f, 0x80, 0xff, ' '} {
+		for _, b := range []byte{0, 0x1f, '"', '\\', 0x7f, 0x80, 0xff, ' '} {
+			w := []byte{'x', a, b, 'y', 'z', a, 'q', b}
+			want := true
+			for _, c := range w {
+				want = want && plainByte(c)
+			}
+			if got := plain8(string(w), 0); got != want {
+				t.Fatalf("plain8(%q) = %v, want %v", w, got, want)
+			}
+		}
+	}
+}

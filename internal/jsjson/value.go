@@ -3,6 +3,7 @@ package jsjson
 import (
 	"math"
 	"strconv"
+	"strings"
 )
 
 // Kind is the type of a JSON value.
@@ -81,6 +82,30 @@ type doc struct {
 	side     string
 	tape     []entry
 	redirect map[uint32]uint32 // first duplicate key's index -> latest value's index
+	plain    bool              // see Value.Plain
+	text     bool              // a Lines store: tape is nil, Value.i is a line's offset in src
+}
+
+// textSrc returns a text-only document's text: its line.
+func (v Value) textSrc() string {
+	s := v.d.src[v.i:]
+	if nl := strings.IndexByte(s, '\n'); nl >= 0 {
+		s = s[:nl]
+	}
+	return s
+}
+
+// full returns v with a tape: a text-only document is parsed again (it was
+// valid when it was made, so this cannot fail).
+func (v Value) full() Value {
+	if v.d == nil || !v.d.text {
+		return v
+	}
+	w, err := ParseString(v.textSrc())
+	if err != nil {
+		return Value{}
+	}
+	return w
 }
 
 func (d *doc) str(sp span, side bool) string {
@@ -97,11 +122,37 @@ func (v Value) Kind() Kind {
 	if v.d == nil {
 		return Null
 	}
+	if v.d.text {
+		return textKind(v.textSrc())
+	}
 	return Kind(v.e().kind & kindMask)
+}
+
+// textKind reads a valid document's kind from its first byte.
+func textKind(s string) Kind {
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case ' ', '\t', '\n', '\r':
+			continue
+		case '{':
+			return Object
+		case '[':
+			return Array
+		case '"':
+			return String
+		case 't', 'f':
+			return Bool
+		case 'n':
+			return Null
+		}
+		return Number
+	}
+	return Null
 }
 
 // Bool returns the value of a boolean.
 func (v Value) Bool() (bool, bool) {
+	v = v.full()
 	if v.Kind() != Bool {
 		return false, false
 	}
@@ -111,6 +162,7 @@ func (v Value) Bool() (bool, bool) {
 // Num returns the value of a number (±Inf for a literal too large for a
 // double, as JavaScript holds it).
 func (v Value) Num() (float64, bool) {
+	v = v.full()
 	if v.Kind() != Number {
 		return 0, false
 	}
@@ -120,6 +172,7 @@ func (v Value) Num() (float64, bool) {
 
 // Str returns the value of a string. Lone surrogates are WTF-8 encoded.
 func (v Value) Str() (string, bool) {
+	v = v.full()
 	if v.Kind() != String {
 		return "", false
 	}
@@ -130,6 +183,7 @@ func (v Value) Str() (string, bool) {
 // Len returns the number of members of an object (after duplicate keys are
 // merged) or items of an array, and 0 for anything else.
 func (v Value) Len() int {
+	v = v.full()
 	switch v.Kind() {
 	case Array:
 		return int(v.e().b)
@@ -180,6 +234,7 @@ func (d *doc) valueAt(i uint32) Value {
 
 // Get returns the member of an object with the given key.
 func (v Value) Get(key string) (Value, bool) {
+	v = v.full()
 	if v.Kind() != Object {
 		return Value{}, false
 	}
@@ -196,11 +251,29 @@ func (v Value) Get(key string) (Value, bool) {
 	return out, found
 }
 
+// Range calls fn with each member of an object, a repeated key once with
+// its last value, in the order the keys first appear (not JavaScript's
+// enumeration order: use Members for that), until fn returns false. It is
+// the cheap way to read several members: one pass instead of a Get each.
+func (v Value) Range(fn func(key string, val Value) bool) {
+	v = v.full()
+	if v.Kind() != Object {
+		return
+	}
+	v.eachRaw(func(i uint32) bool {
+		if v.d.tape[i].kind&flagSkip != 0 {
+			return true
+		}
+		return fn(v.d.keyAt(i), v.d.valueAt(i))
+	})
+}
+
 // Members returns an object's members in the order JavaScript enumerates
 // them: array-index keys ("0", "17") first in ascending numeric order, then
 // the other keys in the order they first appeared. A repeated key keeps its
 // first position and its last value. It returns nil for a non-object.
 func (v Value) Members() []Member {
+	v = v.full()
 	if v.Kind() != Object {
 		return nil
 	}
@@ -255,6 +328,7 @@ func (v Value) eachMember(fn func(key string, val Value)) {
 
 // Items returns an array's items, or nil for a non-array.
 func (v Value) Items() []Value {
+	v = v.full()
 	if v.Kind() != Array {
 		return nil
 	}

@@ -197,6 +197,7 @@ func FuzzRoundTrip(f *testing.F) {
 		if err != nil {
 			return
 		}
+		checkText(t, string(data))
 		for _, indent := range []string{"", "  "} {
 			out := AppendIndent(nil, v, "", indent)
 			w, err := Parse(out)
@@ -253,4 +254,87 @@ func equalAsPrinted(a, b Value) bool {
 		return true
 	}
 	return Equal(a, b)
+}
+
+// checkText: a document kept as text only prints, reads and compares exactly
+// as the parsed document does, at any indentation and prefix.
+func checkText(t *testing.T, in string) {
+	t.Helper()
+	var dec Decoder
+	v, err := dec.Scratch(in)
+	if err != nil {
+		return
+	}
+	kept := dec.Keep(v)
+	full, _ := ParseString(in)
+	if kept.Plain() != full.Plain() {
+		t.Fatalf("%q: Keep changed Plain from %v to %v", in, full.Plain(), kept.Plain())
+	}
+	// As a text-only line among others.
+	block := "[0]\n" + in + "\n{}"
+	sv, err := dec.Scratch(block[4 : 4+len(in)])
+	if err != nil {
+		t.Fatal(err)
+	}
+	txt := NewLines(block).Line(sv, 4)
+	if oneLine := !strings.Contains(in, "\n"); txt.Plain() != full.Plain() || (full.Plain() && txt.d.text != oneLine) {
+		t.Fatalf("%q: Line kept plain %v as text %v", in, full.Plain(), txt.d.text)
+	}
+	for _, c := range []struct{ prefix, indent string }{{"", ""}, {"", "  "}, {"    ", "  "}, {"\t", "\t"}} {
+		want := string(AppendIndent(nil, full, c.prefix, c.indent))
+		if got := string(AppendIndent(nil, kept, c.prefix, c.indent)); got != want {
+			t.Fatalf("%q kept from scratch prints %q, want %q", in, got, want)
+		}
+		if got := string(AppendIndent(nil, txt, c.prefix, c.indent)); got != want {
+			t.Fatalf("%q as text (plain %v) prints %q, want %q", in, full.Plain(), got, want)
+		}
+	}
+	if txt.Kind() != full.Kind() || !equalAsPrinted(txt, full) {
+		t.Fatalf("%q as text reads differently from the parsed document", in)
+	}
+}
+
+func TestPlainAndText(t *testing.T) {
+	cases := []struct {
+		in    string
+		plain bool
+	}{
+		{`{"a":1,"b":[true,false,null],"c":{"d":"x y","e":[]},"f":{}}`, true},
+		{` { "a" : [ 1 , 2 ] , "b" : { } , "c" : [ ] } `, true},
+		{`{"event_id":"e1","seq":3,"payload":{"amount":"10000","note":"<&>  é 😀"}}`, true},
+		{`[-1,0,1.5,-0.25,123456789012345,1e+21,1e-7,0.000001]`, true},
+		{`[1e21]`, false},
+		{`"plain"`, true},
+		{`17`, true},
+		{`{"a":1,"a":2}`, false},  // repeated key
+		{`{"1":1,"b":2}`, false},  // array-index key
+		{`{"a":"\u0041"}`, false}, // escape
+		{`{"a\n":1}`, false},      // escaped key
+		{`[1.0]`, false},          // not the shortest form
+		{`[-0]`, false},
+		{`[1E3]`, false},
+		{`[1e400]`, false},
+		{`[1234567890123456789]`, false},
+		{`[100000000000000000000]`, true}, // 1e20 prints in full
+	}
+	for _, c := range cases {
+		v, err := ParseString(c.in)
+		if err != nil {
+			t.Fatalf("%s: %v", c.in, err)
+		}
+		if v.Plain() != c.plain {
+			t.Errorf("%s: Plain() = %v, want %v", c.in, v.Plain(), c.plain)
+		}
+		checkText(t, c.in)
+	}
+	// Scratch storage is reused: a second document does not disturb a kept first.
+	var dec Decoder
+	a, _ := dec.Scratch(`{"a":[1,2,3]}`)
+	a = dec.Keep(a)
+	if _, err := dec.Scratch(`{"zzz":{"y":[4,5,6,7,8]}}`); err != nil {
+		t.Fatal(err)
+	}
+	if got := string(AppendIndent(nil, a, "", "")); got != `{"a":[1,2,3]}` {
+		t.Errorf("kept value changed after the next Scratch: %s", got)
+	}
 }

@@ -3,6 +3,7 @@ package jsjson
 import (
 	"math"
 	"strconv"
+	"strings"
 )
 
 // FormatNumber prints f the way JavaScript's Number#toString does
@@ -77,10 +78,20 @@ func AppendNumber(dst []byte, f float64) []byte {
 // indentation, for values nested in hand-written output). An empty indent
 // gives the compact form.
 func AppendIndent(dst []byte, v Value, prefix, indent string) []byte {
-	w := writer{dst: dst, indent: indent}
-	w.line = append(w.line, '\n')
-	w.line = append(w.line, prefix...)
+	var p Printer
+	return p.AppendIndent(dst, v, prefix, indent)
+}
+
+// Printer is AppendIndent with its working memory kept between calls, for a
+// caller that prints many values. The zero Printer is ready; it is not safe
+// for concurrent use.
+type Printer struct{ line []byte }
+
+// AppendIndent is the package-level AppendIndent.
+func (p *Printer) AppendIndent(dst []byte, v Value, prefix, indent string) []byte {
+	w := writer{dst: dst, indent: indent, line: append(append(p.line[:0], '\n'), prefix...)}
 	w.value(v)
+	p.line = w.line
 	return w.dst
 }
 
@@ -91,6 +102,10 @@ type writer struct {
 }
 
 func (w *writer) value(v Value) {
+	if v.d != nil && v.d.text {
+		w.text(v.textSrc())
+		return
+	}
 	switch v.Kind() {
 	case Null:
 		w.dst = append(w.dst, "null"...)
@@ -159,4 +174,66 @@ func (w *writer) close(c byte) {
 		w.dst = append(w.dst, w.line...)
 	}
 	w.dst = append(w.dst, c)
+}
+
+// text writes a plain document (see Value.Plain) from its text: tokens are
+// copied and only whitespace is rewritten. Plain strings hold no escapes, so
+// each ends at the next '"'.
+func (w *writer) text(s string) {
+	for i := 0; i < len(s); {
+		switch c := s[i]; c {
+		case ' ', '\t', '\n', '\r':
+			i++
+		case '{', '[':
+			j := i + 1
+			for j < len(s) && (s[j] == ' ' || s[j] == '\t' || s[j] == '\n' || s[j] == '\r') {
+				j++
+			}
+			if j < len(s) && (s[j] == '}' || s[j] == ']') {
+				w.dst = append(w.dst, c, s[j])
+				i = j + 1
+				continue
+			}
+			w.dst = append(w.dst, c)
+			w.open()
+			if w.indent != "" {
+				w.dst = append(w.dst, w.line...)
+			}
+			i = j
+		case '}', ']':
+			w.close(c)
+			i++
+		case ',':
+			w.dst = append(w.dst, ',')
+			if w.indent != "" {
+				w.dst = append(w.dst, w.line...)
+			}
+			i++
+		case ':':
+			w.dst = append(w.dst, ':')
+			if w.indent != "" {
+				w.dst = append(w.dst, ' ')
+			}
+			i++
+		case '"':
+			end := i + 1 + strings.IndexByte(s[i+1:], '"')
+			w.dst = append(w.dst, s[i:end+1]...)
+			i = end + 1
+		default: // a number or a literal
+			j := i + 1
+			for j < len(s) && !delimiter(s[j]) {
+				j++
+			}
+			w.dst = append(w.dst, s[i:j]...)
+			i = j
+		}
+	}
+}
+
+func delimiter(c byte) bool {
+	switch c {
+	case ',', '}', ']', ' ', '\t', '\n', '\r':
+		return true
+	}
+	return false
 }

@@ -10,14 +10,18 @@
 package runindex
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
@@ -35,7 +39,9 @@ type Options[T, F any] struct {
 	// keeps in memory. Zero means DefaultMaxBytes.
 	MaxBytes int64
 	// Compact is applied to each event before it is kept; it should drop what
-	// Summarize does not need (payloads, mostly). Nil keeps events whole.
+	// Summarize does not need (payloads, mostly), and must drop the event's
+	// Raw value, which is valid only during the call (Extract has read what
+	// is needed from it by then). Nil keeps events whole.
 	Compact func(receipt.Event) receipt.Event
 	// Extract reads, from each event before it is compacted, the facts
 	// Summarize will need (what the payload says, mostly); they are kept
@@ -47,8 +53,20 @@ type Options[T, F any] struct {
 	// against MaxBytes like the events they came from. Nil counts nothing.
 	ItemCost func(T) int64
 	// Summarize turns one assembled receipt into what callers list. It is
-	// called once per (run version, template) and its results are cached.
+	// called once per operation and template, and again only for the
+	// operations an append touches; its results are cached. It may be called
+	// from several goroutines at once.
 	Summarize func(runID string, r *receipt.Receipt, facts func(e *receipt.Event) F) T
+	// Compare orders a run's summaries as callers list them (see
+	// RunView.Items); nil keeps the order of first appearance.
+	Compare func(a, b *T) int
+	// Facet names a summary's group for filtered listings (see
+	// RunView.ByFacet); nil groups nothing.
+	Facet func(*T) string
+	// OperationID returns the operation a summary is about. With it, an
+	// append re-assembles only the operations it touched; without it, the
+	// whole run is assembled again.
+	OperationID func(*T) string
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
 }
@@ -60,12 +78,15 @@ const DefaultMaxBytes = 256 << 20
 // its string headers) on top of its string bytes.
 const eventOverhead = 200
 
-// Index is safe for concurrent use; refreshes are serialized.
+// Index is safe for concurrent use; refreshes are serialized, and the runs a
+// refresh must read are read in parallel, at most GOMAXPROCS at once.
 type Index[T, F any] struct {
-	opt   Options[T, F]
-	mu    sync.Mutex
-	runs  map[string]*run[T, F]
-	tick  uint64
+	opt  Options[T, F]
+	mu   sync.Mutex
+	runs map[string]*run[T, F]
+	tick uint64
+	// acct guards bytes and stats, which parallel reads update.
+	acct  sync.Mutex
 	bytes int64
 	stats Stats
 	// fullReads is a semaphore bounding concurrent full-run reads.
@@ -94,7 +115,7 @@ type run[T, F any] struct {
 	id       string
 	name     string
 	ident    identity
-	resident bool
+	resident bool  // events are in memory (views may outlive them)
 	offset   int64 // bytes consumed so far (up to the last complete line)
 	nextLine int
 	events   []receipt.Event
@@ -103,10 +124,21 @@ type run[T, F any] struct {
 	cost     int64
 	err      error // why the run is unreadable, or nil
 	used     uint64
-	views    map[string][]T // per template fingerprint
-	viewCost int64          // the part of cost that views hold
-	lastAt   string         // latest occurred_at, for "latest run"
-	anchor   anchor         // bytes an in-place rewrite would change
+	views    map[string]*view[T] // per template fingerprint
+	viewCost int64               // the part of cost that views hold
+	lastAt   string              // latest occurred_at, for "latest run"
+	anchor   anchor              // bytes an in-place rewrite would change
+	asOf     *view[T]            // the last view taken at an earlier line (paging)
+}
+
+// view is a run's summaries for one template, sorted by Options.Compare.
+type view[T any] struct {
+	fp      string
+	items   []T
+	byFacet map[string][]int32
+	events  int // how many of the run's events it covers
+	lines   int // the run's complete lines it covers
+	cost    int64
 }
 
 // anchorBytes is how many bytes each part of an anchor samples.
@@ -205,12 +237,21 @@ type Unreadable struct {
 	Err   error
 }
 
-// RunView is one readable run's summaries for a template.
+// RunView is one readable run's summaries for a template. Its slices are
+// shared with the index and must not be modified; they stay valid (an
+// update replaces them, it never changes them).
 type RunView[T any] struct {
 	RunID string
 	// LastEventAt is the latest occurred_at of the run ("" for an empty run).
 	LastEventAt string
-	Items       []T
+	// Items are sorted by Options.Compare.
+	Items []T
+	// ByFacet holds, per Options.Facet value, the positions in Items of the
+	// items with that value, ascending.
+	ByFacet map[string][]int32
+	// Lines is how many complete lines of the run the view covers; ListAt
+	// can list the run as it was at that line.
+	Lines int
 }
 
 // Listing is the result of a refresh for one template.
@@ -222,6 +263,15 @@ type Listing[T any] struct {
 // List refreshes the index from the directory and returns the summaries of
 // every readable run for the template t, in run id order.
 func (ix *Index[T, F]) List(ctx context.Context, t *receipt.Template) (Listing[T], error) {
+	return ix.ListAt(ctx, t, nil)
+}
+
+// ListAt is List as of a snapshot: at maps run ids to line counts (a
+// RunView's Lines) taken by an earlier listing, and each run that has grown
+// since is summarised as it was at that line; runs not in at are left out.
+// A nil at is the present. Runs read from the start since (a rewrite, not an
+// append) are summarised as they are now, when fewer lines than at exist.
+func (ix *Index[T, F]) ListAt(ctx context.Context, t *receipt.Template, at map[string]int) (Listing[T], error) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	entries, err := ix.opt.Events.ReadDir()
@@ -229,13 +279,17 @@ func (ix *Index[T, F]) List(ctx context.Context, t *receipt.Template) (Listing[T
 		return Listing[T]{}, err
 	}
 	seen := make(map[string]bool, len(entries))
-	var out Listing[T]
 	fp := Fingerprint(t)
 	sort.Slice(entries, func(i, j int) bool { return entries[i].Name < entries[j].Name })
+	type slot struct {
+		id   string
+		r    *run[T, F]
+		bad  error
+		work func()
+		v    *view[T]
+	}
+	slots := make([]slot, 0, len(entries))
 	for _, e := range entries {
-		if err := ctx.Err(); err != nil {
-			return Listing[T]{}, err
-		}
 		id, ok := receipt.RunIDFromFileName(e.Name)
 		if !ok {
 			continue
@@ -243,88 +297,309 @@ func (ix *Index[T, F]) List(ctx context.Context, t *receipt.Template) (Listing[T
 		seen[id] = true
 		if !e.Regular() {
 			ix.forget(id)
-			out.Unreadable = append(out.Unreadable, Unreadable{RunID: id, Err: fmt.Errorf("skipped: %s is a %s, not a regular file", e.Name, e.Kind())})
+			slots = append(slots, slot{id: id, bad: fmt.Errorf("skipped: %s is a %s, not a regular file", e.Name, e.Kind())})
 			continue
 		}
-		r := ix.refresh(id, e)
-		if r.err != nil {
-			out.Unreadable = append(out.Unreadable, Unreadable{RunID: id, Err: r.err})
-			continue
-		}
-		ix.tick++
-		r.used = ix.tick
-		items, ok := r.views[fp]
-		if !ok {
-			res := receipt.Assemble(r.events, t)
-			items = make([]T, 0, len(res.Receipts))
-			for i := range res.Receipts {
-				items = append(items, ix.opt.Summarize(id, &res.Receipts[i], r.factsOf))
-			}
-			if r.views == nil {
-				r.views = map[string][]T{}
-			}
-			r.views[fp] = items
-			if ix.opt.ItemCost != nil {
-				var c int64
-				for _, it := range items {
-					c += ix.opt.ItemCost(it)
-				}
-				r.viewCost += c
-				r.cost += c
-				ix.bytes += c
-			}
-		}
-		out.Runs = append(out.Runs, RunView[T]{RunID: id, LastEventAt: r.lastAt, Items: items})
+		r, work := ix.plan(id, e, fp)
+		slots = append(slots, slot{id: id, r: r, work: work})
 	}
 	for id := range ix.runs {
 		if !seen[id] {
 			ix.forget(id)
 		}
 	}
+	// Read what changed, then bring each run's view up to date, in parallel.
+	ix.parallel(ctx, len(slots), func(k int) {
+		sl := &slots[k]
+		if sl.r == nil {
+			return
+		}
+		if sl.work != nil {
+			sl.work()
+		}
+		if sl.r.err != nil {
+			return
+		}
+		if at != nil {
+			lines, ok := at[sl.id]
+			if !ok {
+				return // the run did not exist at the snapshot
+			}
+			if lines < sl.r.nextLine-1 {
+				if !sl.r.resident {
+					ix.read(sl.r, sl.r.ident, false) // its events were dropped
+					if sl.r.err != nil {
+						return
+					}
+				}
+				if lines < sl.r.nextLine-1 {
+					sl.v = ix.viewAt(sl.r, fp, t, lines)
+					return
+				}
+			}
+		}
+		sl.v = ix.currentView(sl.r, fp, t)
+	})
+	if err := ctx.Err(); err != nil {
+		return Listing[T]{}, err
+	}
+	var out Listing[T]
+	for _, sl := range slots {
+		switch {
+		case sl.bad != nil:
+			out.Unreadable = append(out.Unreadable, Unreadable{RunID: sl.id, Err: sl.bad})
+		case sl.r.err != nil:
+			out.Unreadable = append(out.Unreadable, Unreadable{RunID: sl.id, Err: sl.r.err})
+		case sl.v != nil:
+			ix.tick++
+			sl.r.used = ix.tick
+			lastAt := sl.r.lastAt
+			if sl.v != sl.r.views[fp] {
+				lastAt = lastEventAt(sl.v, sl.r)
+			}
+			out.Runs = append(out.Runs, RunView[T]{RunID: sl.id, LastEventAt: lastAt, Items: sl.v.items, ByFacet: sl.v.byFacet, Lines: sl.v.lines})
+		}
+	}
 	ix.evict()
 	return out, nil
+}
+
+// parallel calls fn(0..n-1) on at most GOMAXPROCS goroutines and waits;
+// once ctx is done, the calls not yet started are skipped.
+func (ix *Index[T, F]) parallel(ctx context.Context, n int, fn func(k int)) {
+	workers := min(n, runtime.GOMAXPROCS(0))
+	if workers <= 1 {
+		for k := range n {
+			if ctx.Err() != nil {
+				return
+			}
+			fn(k)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				k := int(next.Add(1) - 1)
+				if k >= n || ctx.Err() != nil {
+					return
+				}
+				fn(k)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// account applies a change to the shared counters.
+func (ix *Index[T, F]) account(fn func(bytes *int64, st *Stats)) {
+	ix.acct.Lock()
+	fn(&ix.bytes, &ix.stats)
+	ix.acct.Unlock()
+}
+
+// currentView returns the run's view for the template, built or brought up
+// to date with the events read since it was built.
+func (ix *Index[T, F]) currentView(r *run[T, F], fp string, t *receipt.Template) *view[T] {
+	old := r.views[fp]
+	if old != nil && old.events == len(r.events) && old.lines == r.nextLine-1 {
+		return old
+	}
+	if old != nil && !r.resident {
+		return old // events dropped to honour the budget; the file is unchanged
+	}
+	var v *view[T]
+	if old != nil && ix.opt.OperationID != nil && ix.opt.Compare != nil {
+		v = ix.updated(r, old, t)
+	} else {
+		v = ix.build(r, fp, t, r.events)
+	}
+	v.fp, v.events, v.lines = fp, len(r.events), r.nextLine-1
+	if r.views == nil {
+		r.views = map[string]*view[T]{}
+	}
+	r.views[fp] = v
+	delta := v.cost
+	if old != nil {
+		delta -= old.cost
+	}
+	r.viewCost += delta
+	r.cost += delta
+	ix.account(func(b *int64, _ *Stats) { *b += delta })
+	return v
+}
+
+// viewAt returns the run's view as it was when it had lines complete lines
+// (not cached beyond the last one asked for, nor counted in the budget).
+func (ix *Index[T, F]) viewAt(r *run[T, F], fp string, t *receipt.Template, lines int) *view[T] {
+	if v := r.asOf; v != nil && v.fp == fp && v.lines == lines {
+		return v
+	}
+	n := sort.Search(len(r.events), func(i int) bool { return r.events[i].Line > lines })
+	v := ix.build(r, fp, t, r.events[:n])
+	v.fp, v.events, v.lines = fp, n, lines
+	r.asOf = v
+	return v
+}
+
+// lastEventAt is the latest occurred_at among the events a view covers.
+func lastEventAt[T, F any](v *view[T], r *run[T, F]) string {
+	last := ""
+	for i := range r.events[:v.events] {
+		if jsjson.CompareUTF16(r.events[i].OccurredAt, last) > 0 {
+			last = r.events[i].OccurredAt
+		}
+	}
+	return last
+}
+
+// build assembles events (a run's, or a prefix of them) into a sorted view.
+func (ix *Index[T, F]) build(r *run[T, F], fp string, t *receipt.Template, events []receipt.Event) *view[T] {
+	res := receipt.Assemble(events, t)
+	items := make([]T, 0, len(res.Receipts))
+	for i := range res.Receipts {
+		items = append(items, ix.opt.Summarize(r.id, &res.Receipts[i], r.factsOf))
+	}
+	return ix.finish(ix.sorted(items))
+}
+
+// sorted returns items in Options.Compare order, stably. Summaries can be
+// large structs, so positions are sorted and each item is moved once.
+func (ix *Index[T, F]) sorted(items []T) []T {
+	if ix.opt.Compare == nil || len(items) < 2 {
+		return items
+	}
+	order := make([]int32, len(items))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(a, b int32) int {
+		if c := ix.opt.Compare(&items[a], &items[b]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	out := make([]T, len(items))
+	for k, i := range order {
+		out[k] = items[i]
+	}
+	return out
+}
+
+// updated brings a view up to date with the events appended since it was
+// built: only the operations those events belong to are assembled again,
+// sorted, and merged into the rest, which keep their order.
+func (ix *Index[T, F]) updated(r *run[T, F], old *view[T], t *receipt.Template) *view[T] {
+	touched := map[string]bool{}
+	for i := old.events; i < len(r.events); i++ {
+		if id := r.events[i].ContextID; id != "" {
+			touched[id] = true
+		}
+	}
+	if len(touched) == 0 {
+		return ix.finish(old.items)
+	}
+	var sel []receipt.Event
+	for i := range r.events {
+		if touched[r.events[i].ContextID] {
+			sel = append(sel, r.events[i])
+		}
+	}
+	res := receipt.Assemble(sel, t)
+	fresh := make([]T, 0, len(res.Receipts))
+	for i := range res.Receipts {
+		fresh = append(fresh, ix.opt.Summarize(r.id, &res.Receipts[i], r.factsOf))
+	}
+	fresh = ix.sorted(fresh)
+	items := make([]T, 0, len(old.items)+len(fresh))
+	k := 0
+	for i := range old.items {
+		it := &old.items[i]
+		if touched[ix.opt.OperationID(it)] {
+			continue
+		}
+		for k < len(fresh) && ix.opt.Compare(&fresh[k], it) < 0 {
+			items = append(items, fresh[k])
+			k++
+		}
+		items = append(items, *it)
+	}
+	items = append(items, fresh[k:]...)
+	return ix.finish(items)
+}
+
+// finish indexes a view's sorted items by facet and counts its cost.
+func (ix *Index[T, F]) finish(items []T) *view[T] {
+	v := &view[T]{items: items}
+	if ix.opt.Facet != nil {
+		v.byFacet = map[string][]int32{}
+		for i := range items {
+			f := ix.opt.Facet(&items[i])
+			v.byFacet[f] = append(v.byFacet[f], int32(i))
+		}
+		v.cost += int64(len(items)) * 4
+	}
+	if ix.opt.ItemCost != nil {
+		for _, it := range items {
+			v.cost += ix.opt.ItemCost(it)
+		}
+	}
+	return v
 }
 
 // forget drops everything known about a run.
 func (ix *Index[T, F]) forget(id string) {
 	if r, ok := ix.runs[id]; ok {
-		ix.bytes -= r.cost
+		ix.account(func(b *int64, _ *Stats) { *b -= r.cost })
 		delete(ix.runs, id)
 	}
 }
 
-// refresh brings one run up to date with its file and returns it.
-func (ix *Index[T, F]) refresh(id string, e confined.Entry) *run[T, F] {
+// plan finds out, from the directory entry alone, what bringing a run up
+// to date takes: nothing, or work (reading the file) that touches only this
+// run and the shared counters, so that several runs' work can run at once.
+func (ix *Index[T, F]) plan(id string, e confined.Entry, fp string) (*run[T, F], func()) {
 	cur := identity{dev: e.Dev, ino: e.Ino, size: e.Size, mtime: e.ModTime}
 	r, ok := ix.runs[id]
+	sameFile := ok && r.ident.dev == cur.dev && r.ident.ino == cur.ino
 	switch {
-	case ok && r.ident == cur && (r.resident || r.err != nil):
-		return r // unchanged
-	case ok && r.resident && r.err == nil && r.ident.dev == cur.dev && r.ident.ino == cur.ino && cur.size > r.ident.size && ix.stillHolds(r):
-		ix.read(r, cur, true) // grew: read only the appended bytes
-		return r
-	case ok && r.err != nil && r.ident.dev == cur.dev && r.ident.ino == cur.ino && cur.size >= r.ident.size && ix.stillHolds(r):
-		// An append-only file with a bad line stays bad; remember the new size.
-		r.ident = cur
-		return r
+	case ok && r.ident == cur && (r.resident || r.err != nil || r.views[fp] != nil):
+		return r, nil // unchanged (its events may have been dropped, not its view)
+	case sameFile && r.resident && r.err == nil && cur.size > r.ident.size:
+		return r, func() {
+			if ix.stillHolds(r) {
+				ix.read(r, cur, true) // grew: read only the appended bytes
+			} else {
+				ix.read(r, cur, false)
+			}
+		}
+	case sameFile && r.err != nil && cur.size >= r.ident.size:
+		return r, func() {
+			if ix.stillHolds(r) {
+				r.ident = cur // an append-only file with a bad line stays bad
+			} else {
+				ix.read(r, cur, false)
+			}
+		}
 	}
 	if ok {
 		ix.forget(id)
 	}
 	r = &run[T, F]{id: id, name: e.Name}
 	ix.runs[id] = r
-	ix.read(r, cur, false)
-	return r
+	return r, func() { ix.read(r, cur, false) }
 }
 
 // read reads a run from its offset (incremental) or from the start.
 func (ix *Index[T, F]) read(r *run[T, F], cur identity, incremental bool) {
 	if !incremental {
-		ix.bytes -= r.cost
-		r.events, r.facts, r.intern, r.cost, r.offset, r.nextLine, r.err, r.views, r.viewCost, r.lastAt = nil, nil, nil, 0, 0, 1, nil, nil, 0, ""
-		ix.stats.FullReads++
+		old := r.cost
+		ix.account(func(b *int64, st *Stats) { *b -= old; st.FullReads++ })
+		r.events, r.facts, r.intern, r.cost, r.offset, r.nextLine, r.err, r.views, r.viewCost, r.lastAt, r.asOf = nil, nil, nil, 0, 0, 1, nil, nil, 0, "", nil
 	} else {
-		ix.stats.IncrementalRs++
+		ix.account(func(_ *int64, st *Stats) { st.IncrementalRs++ })
 	}
 	r.ident = cur
 	r.resident = true
@@ -340,9 +615,19 @@ func (ix *Index[T, F]) read(r *run[T, F], cur identity, incremental bool) {
 			return
 		}
 	}
+	// Room for the new events, guessed low from the new bytes (a recorder
+	// line is over half a KiB), so that the slices regrow less often.
+	if guess := int(min(cur.size-r.offset, ix.opt.Limits.MaxRunBytes) / 1024); guess > cap(r.events)-len(r.events) {
+		r.events = slices.Grow(r.events, guess)
+		r.facts = slices.Grow(r.facts, guess)
+	}
 	remaining := ix.opt.Limits.MaxRunBytes - r.offset
 	var added int64
-	consumed, next, err := receipt.ReadEvents(io.LimitReader(f, remaining+1), r.nextLine, ix.opt.Limits, func(ev receipt.Event) error {
+	scan := receipt.ReadEvents
+	if ix.opt.Compact != nil {
+		scan = receipt.ScanEvents // the payload is dropped right away
+	}
+	consumed, next, err := scan(io.LimitReader(f, remaining+1), r.nextLine, ix.opt.Limits, func(ev receipt.Event) error {
 		var facts F
 		if ix.opt.Extract != nil {
 			facts = ix.opt.Extract(ev)
@@ -365,16 +650,13 @@ func (ix *Index[T, F]) read(r *run[T, F], cur identity, incremental bool) {
 		}
 		return nil
 	})
-	ix.stats.BytesRead += consumed
 	r.anchor = takeAnchor(f, r.offset+consumed, err != nil)
 	r.cost += added
-	ix.bytes += added
+	ix.account(func(b *int64, st *Stats) { st.BytesRead += consumed; *b += added })
 	r.offset += consumed
 	r.nextLine = next
-	if len(r.views) > 0 && added > 0 {
-		r.cost -= r.viewCost
-		ix.bytes -= r.viewCost
-		r.views, r.viewCost = nil, 0
+	if err == nil && r.offset >= ix.opt.Limits.MaxRunBytes {
+		err = fmt.Errorf("run %s: file larger than the %d-byte limit for one run", r.id, ix.opt.Limits.MaxRunBytes)
 	}
 	if err != nil {
 		var le *receipt.LineError
@@ -382,14 +664,9 @@ func (ix *Index[T, F]) read(r *run[T, F], cur identity, incremental bool) {
 			le.Run = r.id
 		}
 		r.err = err
-		ix.bytes -= r.cost
-		r.events, r.facts, r.intern, r.cost, r.views, r.viewCost = nil, nil, nil, 0, nil, 0
-		return
-	}
-	if r.offset >= ix.opt.Limits.MaxRunBytes {
-		r.err = fmt.Errorf("run %s: file larger than the %d-byte limit for one run", r.id, ix.opt.Limits.MaxRunBytes)
-		ix.bytes -= r.cost
-		r.events, r.facts, r.intern, r.cost, r.views, r.viewCost = nil, nil, nil, 0, nil, 0
+		old := r.cost
+		ix.account(func(b *int64, _ *Stats) { *b -= old })
+		r.events, r.facts, r.intern, r.cost, r.views, r.viewCost, r.asOf = nil, nil, nil, 0, nil, 0, nil
 	}
 }
 
@@ -398,8 +675,14 @@ func (ix *Index[T, F]) read(r *run[T, F], cur identity, incremental bool) {
 // a few bytes would keep its line's payload alive, and the index would hold
 // far more memory than its budget counts.
 func (r *run[T, F]) detach(e receipt.Event) receipt.Event {
-	e.ID = strings.Clone(e.ID)
-	e.OccurredAt = strings.Clone(e.OccurredAt)
+	// One copy for the two: a Builder always copies (a concatenation with
+	// an empty string would not).
+	var b strings.Builder
+	b.Grow(len(e.ID) + len(e.OccurredAt))
+	b.WriteString(e.ID)
+	b.WriteString(e.OccurredAt)
+	both := b.String()
+	e.ID, e.OccurredAt = both[:len(e.ID)], both[len(e.ID):]
 	// Types, adapters, roles and operation ids repeat: keep one copy each.
 	e.Type = r.share(e.Type)
 	e.Adapter = r.share(e.Adapter)
@@ -456,26 +739,40 @@ func valueCost(v jsjson.Value) int64 {
 	}
 }
 
-// evict drops the least recently used runs' events until the budget holds.
+// evict honours the budget: it drops the least recently used runs' events
+// first, keeping their summaries (served as long as the file is unchanged;
+// a grown file is then read again from the start), and, if that is not
+// enough, their summaries too.
 func (ix *Index[T, F]) evict() {
 	if ix.bytes <= ix.opt.MaxBytes {
 		return
 	}
-	resident := make([]*run[T, F], 0, len(ix.runs))
+	kept := make([]*run[T, F], 0, len(ix.runs))
 	for _, r := range ix.runs {
-		if r.resident && r.err == nil {
-			resident = append(resident, r)
+		if r.err == nil && (r.resident || len(r.views) > 0) {
+			kept = append(kept, r)
 		}
 	}
-	sort.Slice(resident, func(i, j int) bool { return resident[i].used < resident[j].used })
-	for _, r := range resident {
+	sort.Slice(kept, func(i, j int) bool { return kept[i].used < kept[j].used })
+	for _, r := range kept {
 		if ix.bytes <= ix.opt.MaxBytes {
-			break
+			return
+		}
+		if r.resident {
+			freed := r.cost - r.viewCost
+			ix.bytes -= freed
+			r.cost = r.viewCost
+			r.events, r.facts, r.intern, r.resident, r.asOf = nil, nil, nil, false, nil
+			ix.stats.Evictions++
+		}
+	}
+	for _, r := range kept {
+		if ix.bytes <= ix.opt.MaxBytes {
+			return
 		}
 		ix.bytes -= r.cost
-		r.events, r.facts, r.intern, r.cost, r.views, r.viewCost, r.resident = nil, nil, nil, 0, nil, 0, false
+		r.cost, r.views, r.viewCost = 0, nil, 0
 		r.offset, r.nextLine = 0, 1
-		ix.stats.Evictions++
 	}
 }
 

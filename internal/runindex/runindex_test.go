@@ -212,3 +212,129 @@ func TestCompactedEventsDoNotPinLines(t *testing.T) {
 		t.Fatalf("the index keeps %d KiB alive, far over its %d KiB estimate: lines are pinned", grew>>10, est>>10)
 	}
 }
+
+type sumItem struct {
+	op, last string
+	events   int
+}
+
+func sortedIndex(t *testing.T, dir string) (*Index[sumItem, string], *receipt.Template) {
+	t.Helper()
+	d, err := confined.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	tmpl, err := receipt.Resolver{}.Resolve("x402-buyer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return New(Options[sumItem, string]{
+		Events:  d,
+		Limits:  receipt.DefaultLimits(),
+		Compact: func(e receipt.Event) receipt.Event { e.Raw = jsjson.Value{}; return e },
+		Extract: func(e receipt.Event) string { return e.ID },
+		Summarize: func(_ string, r *receipt.Receipt, _ func(*receipt.Event) string) sumItem {
+			return sumItem{op: r.Operation.OperationID, last: r.LastEventAt(), events: len(r.Events)}
+		},
+		Compare: func(a, b *sumItem) int {
+			if c := strings.Compare(b.last, a.last); c != 0 {
+				return c
+			}
+			return strings.Compare(a.op, b.op)
+		},
+		Facet:       func(s *sumItem) string { return fmt.Sprint(s.events % 2) },
+		OperationID: func(s *sumItem) string { return s.op },
+	}), tmpl
+}
+
+// Appends update a run's sorted view in place of a rebuild, and the result
+// is the view a fresh index builds; ListAt lists a run as it was at a line.
+func TestAppendUpdatesSortedView(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "r.ndjson")
+	ix, tmpl := sortedIndex(t, dir)
+	var text strings.Builder
+	seq := 0
+	add := func(n int) {
+		for range n {
+			seq++
+			text.WriteString(line(fmt.Sprintf("op-%d", (seq*7)%23), seq))
+		}
+		if err := os.WriteFile(path, []byte(text.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snapshot := func(ix *Index[sumItem, string], at map[string]int) RunView[sumItem] {
+		l, err := ix.ListAt(context.Background(), tmpl, at)
+		if err != nil || len(l.Runs) != 1 {
+			t.Fatalf("list: %v %+v", err, l)
+		}
+		return l.Runs[0]
+	}
+	add(10)
+	first := snapshot(ix, nil)
+	firstItems := fmt.Sprint(first.Items)
+	for round := 0; round < 6; round++ {
+		add(5 + round)
+		got := snapshot(ix, nil)
+		fresh, _ := sortedIndex(t, dir)
+		want := snapshot(fresh, nil)
+		if fmt.Sprint(got.Items) != fmt.Sprint(want.Items) || fmt.Sprint(got.ByFacet) != fmt.Sprint(want.ByFacet) || got.Lines != want.Lines {
+			t.Fatalf("round %d: updated view\n%v %v %d\nfresh view\n%v %v %d", round, got.Items, got.ByFacet, got.Lines, want.Items, want.ByFacet, want.Lines)
+		}
+		if then := snapshot(ix, map[string]int{"r": first.Lines}); fmt.Sprint(then.Items) != firstItems {
+			t.Fatalf("round %d: as of line %d: %v, want %v", round, first.Lines, then.Items, firstItems)
+		}
+	}
+	if s := ix.Stats(); s.FullReads != 1 {
+		t.Errorf("stats %+v, want the run read in full once", s)
+	}
+	if l, _ := ix.ListAt(context.Background(), tmpl, map[string]int{}); len(l.Runs) != 0 {
+		t.Errorf("a run missing from the snapshot was listed: %+v", l.Runs)
+	}
+}
+
+// Views handed out stay valid and unchanged while later listings update the
+// index (run with -race).
+func TestViewsStayValidWhileTheIndexUpdates(t *testing.T) {
+	dir := t.TempDir()
+	ix, tmpl := sortedIndex(t, dir)
+	for r := range 3 {
+		var b strings.Builder
+		for i := range 200 {
+			b.WriteString(line(fmt.Sprintf("op-%d", i%40), i+1))
+		}
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("r%d.ndjson", r)), []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, err := ix.List(context.Background(), tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := fmt.Sprint(first.Runs)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f, err := os.OpenFile(filepath.Join(dir, "r1.ndjson"), os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer f.Close()
+		for i := range 20 {
+			fmt.Fprint(f, line(fmt.Sprintf("op-%d", i), 1000+i))
+			if _, err := ix.List(context.Background(), tmpl); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	for range 50 {
+		if got := fmt.Sprint(first.Runs); got != before {
+			t.Fatal("a view handed out earlier changed")
+		}
+	}
+	<-done
+}

@@ -1,0 +1,222 @@
+// Command benchlist measures list_operations over stdio, as an agent host
+// sees it: it starts the real server on a Trace root, times the first (cold)
+// listing from the start of the process, then warm listings, then listings
+// each right after lines are appended to the newest run, and reports the
+// server's peak resident memory from /proc. It copies nothing: the appends
+// go to the root it is given, so hand it a scratch copy.
+//
+//	benchlist --bin ./haia-trace-mcp --dir ROOT [--calls 200] [--appends 20] [--lines 1000] [--limit 50] [--index-max-mb 256]
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/simrec"
+)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+type config struct {
+	bin, dir      string
+	calls         int
+	appends       int
+	lines         int
+	limit         int
+	indexMaxMB    int
+	jsonOut       bool
+	label         string
+	serverTimeout time.Duration
+}
+
+// report is one root's figures, in milliseconds and MiB.
+type report struct {
+	Label       string  `json:"label"`
+	Runs        int     `json:"runs"`
+	Operations  int     `json:"operations_listed_first_page"`
+	ColdMS      float64 `json:"cold_ms"`
+	ColdStartMS float64 `json:"cold_from_process_start_ms"`
+	WarmP50MS   float64 `json:"warm_p50_ms"`
+	WarmP99MS   float64 `json:"warm_p99_ms"`
+	AppendP50MS float64 `json:"after_append_p50_ms"`
+	AppendP99MS float64 `json:"after_append_p99_ms"`
+	PeakRSSMiB  float64 `json:"peak_rss_mib"`
+}
+
+func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("benchlist", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c config
+	fs.StringVar(&c.bin, "bin", "./haia-trace-mcp", "the server binary")
+	fs.StringVar(&c.dir, "dir", "", "the Trace root (appends go to its newest run file)")
+	fs.IntVar(&c.calls, "calls", 200, "warm listings to time")
+	fs.IntVar(&c.appends, "appends", 20, "listings to time right after an append")
+	fs.IntVar(&c.lines, "lines", 1000, "lines appended before each of those listings")
+	fs.IntVar(&c.limit, "limit", 50, "list_operations limit")
+	fs.IntVar(&c.indexMaxMB, "index-max-mb", 0, "passed to the server when not 0")
+	fs.BoolVar(&c.jsonOut, "json", false, "print the report as one JSON object")
+	fs.StringVar(&c.label, "label", "", "a name for the root in the report")
+	fs.DurationVar(&c.serverTimeout, "timeout", 10*time.Minute, "bound on the whole measurement")
+	if err := fs.Parse(argv); err != nil {
+		return 2
+	}
+	if c.dir == "" || c.calls < 1 || c.appends < 0 || c.lines < 4 || c.limit < 1 || c.limit > 100 {
+		fmt.Fprintln(stderr, "benchlist: --dir is required; --calls ≥ 1, --lines ≥ 4, --limit 1..100")
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.serverTimeout)
+	defer cancel()
+	rep, err := measure(ctx, c)
+	if err != nil {
+		fmt.Fprintf(stderr, "benchlist: %v\n", err)
+		return 1
+	}
+	if c.jsonOut {
+		b, _ := json.Marshal(rep)
+		fmt.Fprintln(stdout, string(b))
+		return 0
+	}
+	fmt.Fprintf(stdout, "%s: %d runs; cold %.0f ms (%.0f ms from process start); warm p50 %.2f ms p99 %.2f ms; after +%d lines p50 %.2f ms p99 %.2f ms; peak RSS %.0f MiB\n",
+		rep.Label, rep.Runs, rep.ColdMS, rep.ColdStartMS, rep.WarmP50MS, rep.WarmP99MS, c.lines, rep.AppendP50MS, rep.AppendP99MS, rep.PeakRSSMiB)
+	return 0
+}
+
+func measure(ctx context.Context, c config) (report, error) {
+	rep := report{Label: c.label}
+	if rep.Label == "" {
+		rep.Label = filepath.Base(c.dir)
+	}
+	newest, runs, err := newestRun(filepath.Join(c.dir, "events"))
+	if err != nil {
+		return rep, err
+	}
+	rep.Runs = runs
+	args := []string{"--dir", c.dir, "--log-level", "error"}
+	if c.indexMaxMB > 0 {
+		args = append(args, "--index-max-mb", strconv.Itoa(c.indexMaxMB))
+	}
+	cmd := exec.CommandContext(ctx, c.bin, args...)
+	cmd.Stderr = os.Stderr
+	start := time.Now()
+	client := mcp.NewClient(&mcp.Implementation{Name: "benchlist", Version: "1"}, nil)
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		return rep, fmt.Errorf("start %s: %w", c.bin, err)
+	}
+	defer cs.Close()
+	list := func() (time.Duration, int, error) {
+		t0 := time.Now()
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "list_operations", Arguments: map[string]any{"limit": c.limit}})
+		d := time.Since(t0)
+		if err != nil {
+			return d, 0, err
+		}
+		if res.IsError {
+			return d, 0, fmt.Errorf("list_operations: %v", res.Content)
+		}
+		var out struct {
+			Operations []json.RawMessage `json:"operations"`
+		}
+		raw, _ := json.Marshal(res.StructuredContent)
+		_ = json.Unmarshal(raw, &out)
+		return d, len(out.Operations), nil
+	}
+	d, n, err := list()
+	if err != nil {
+		return rep, err
+	}
+	rep.ColdMS, rep.ColdStartMS, rep.Operations = ms(d), ms(time.Since(start)), n
+	warm := make([]time.Duration, 0, c.calls)
+	for range c.calls {
+		d, _, err := list()
+		if err != nil {
+			return rep, err
+		}
+		warm = append(warm, d)
+	}
+	rep.WarmP50MS, rep.WarmP99MS = percentiles(warm)
+	if c.appends > 0 {
+		rec, err := simrec.New(c.dir, strings.TrimSuffix(newest, ".ndjson"), time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC))
+		if err != nil {
+			return rep, err
+		}
+		grown := make([]time.Duration, 0, c.appends)
+		for i := range c.appends {
+			ps := make([]simrec.Payment, c.lines/4)
+			for j := range ps {
+				ps[j] = simrec.Payment{OperationID: fmt.Sprintf("bench-%d-%d", i, j), URL: "https://api.example.com/r",
+					PayTo: "0x00000000000000000000000000000000000000aa", Amount: "10000", Outcome: "settled"}
+			}
+			if err := rec.PayAll(ps); err != nil {
+				return rep, err
+			}
+			d, _, err := list()
+			if err != nil {
+				return rep, err
+			}
+			grown = append(grown, d)
+		}
+		rep.AppendP50MS, rep.AppendP99MS = percentiles(grown)
+	}
+	if cmd.Process != nil {
+		rep.PeakRSSMiB = peakRSS(cmd.Process.Pid)
+	}
+	return rep, nil
+}
+
+// newestRun returns the run file that sorts last (recorders name runs by
+// their start time) and how many run files there are.
+func newestRun(events string) (string, int, error) {
+	ents, err := os.ReadDir(events)
+	if err != nil {
+		return "", 0, err
+	}
+	var names []string
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".ndjson") && e.Type().IsRegular() {
+			names = append(names, e.Name())
+		}
+	}
+	if len(names) == 0 {
+		return "", 0, errors.New("no run files under " + events)
+	}
+	slices.Sort(names)
+	return names[len(names)-1], len(names), nil
+}
+
+func percentiles(ds []time.Duration) (p50, p99 float64) {
+	slices.Sort(ds)
+	return ms(ds[len(ds)/2]), ms(ds[min(len(ds)-1, len(ds)*99/100)])
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// peakRSS reads a process's high-water resident set (VmHWM) from Linux.
+func peakRSS(pid int) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			return float64(kb) / 1024
+		}
+	}
+	return 0
+}
