@@ -3,8 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -12,40 +10,28 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 )
 
+const buildUsage = `usage:
+  haia-trace-mcp build RUN_FILE [--template NAME|PATH] [--templates-dir DIR]
+
+Assembles one run file against a template and prints {"receipts": [...],
+"unassigned": [...]} exactly as the reference assembler's build --json does.
+exit codes: 0 printed, 1 the run or template cannot be read, 2 usage
+`
+
 // runBuild assembles one run file against a template and prints the
 // reference's `build --json` output.
 func runBuild(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fl := flag.NewFlagSet("build", flag.ContinueOnError)
-	fl.SetOutput(stderr)
-	tmpl := fl.String("template", "x402-buyer", "template `NAME` (bundled or in --templates-dir) or PATH to a template file")
-	dir := fl.String("templates-dir", "", "operator's templates `DIR`, searched before the bundled templates")
-	fl.Usage = func() {
-		fmt.Fprintf(stderr, "usage: haia-trace-mcp build RUN_FILE [--template NAME|PATH] [--templates-dir DIR]\n")
-		fl.PrintDefaults()
+	c := newCommand("build", buildUsage, stdout, stderr)
+	tmpl := c.fs.String("template", "x402-buyer", "template `NAME` (bundled or in --templates-dir) or PATH to a template file")
+	dir := c.fs.String("templates-dir", "", "operator's templates `DIR`, searched before the bundled templates")
+	pos, code, ok := c.parse(args)
+	if !ok {
+		return code
 	}
-	// Accept the run file before or after the flags.
-	var file string
-	rest := args
-	for {
-		if err := fl.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return exitOK
-			}
-			return exitUsage
-		}
-		if fl.NArg() == 0 {
-			break
-		}
-		if file != "" {
-			fmt.Fprintf(stderr, "haia-trace-mcp build: one run file expected, got %q and %q\n", file, fl.Arg(0))
-			return exitUsage
-		}
-		file, rest = fl.Arg(0), fl.Args()[1:]
+	if code, ok := c.wantArgs(pos, 1, 1, "one RUN_FILE"); !ok {
+		return code
 	}
-	if file == "" {
-		fl.Usage()
-		return exitUsage
-	}
+	file := pos[0]
 	if err := ctx.Err(); err != nil {
 		return exitFail
 	}

@@ -29,7 +29,8 @@ func TestREADMEExamplesHold(t *testing.T) {
 	checked := 0
 	for _, b := range blocks {
 		for _, line := range strings.Split(b[2], "\n") {
-			if !strings.Contains(line, "haia-trace-mcp --dir") && !strings.Contains(line, `"args"`) && !strings.Contains(line, `"--guard-config"`) {
+			server := (strings.Contains(line, "haia-trace-mcp --dir") && !strings.Contains(line, "go run ./tools/")) || strings.Contains(line, `"args"`) || strings.Contains(line, `"--guard-config"`)
+			if !server {
 				continue
 			}
 			for _, f := range regexp.MustCompile(`(--[a-z0-9-]+)`).FindAllString(line, -1) {

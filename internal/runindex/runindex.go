@@ -71,6 +71,10 @@ type Options[T, F any] struct {
 	Logger *slog.Logger
 }
 
+// maxEventGuess caps the room reserved for a run's events before they are
+// read.
+const maxEventGuess = 4096
+
 // DefaultMaxBytes is the default memory budget for indexed events.
 const DefaultMaxBytes = 256 << 20
 
@@ -617,7 +621,10 @@ func (ix *Index[T, F]) read(r *run[T, F], cur identity, incremental bool) {
 	}
 	// Room for the new events, guessed low from the new bytes (a recorder
 	// line is over half a KiB), so that the slices regrow less often.
-	if guess := int(min(cur.size-r.offset, ix.opt.Limits.MaxRunBytes) / 1024); guess > cap(r.events)-len(r.events) {
+	// The guess is capped: a file's size is the writer's to choose (a
+	// sparse 1 GiB run would otherwise reserve room for 256k events before
+	// one line is read); appends grow the rest as they come.
+	if guess := min(int(min(cur.size-r.offset, ix.opt.Limits.MaxRunBytes)/1024), maxEventGuess); guess > cap(r.events)-len(r.events) {
 		r.events = slices.Grow(r.events, guess)
 		r.facts = slices.Grow(r.facts, guess)
 	}
