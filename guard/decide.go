@@ -176,6 +176,9 @@ type History struct {
 	// historyTemplates); Overridden are those an operator file replaces.
 	Templates  []string
 	Overridden []string
+	// Index, when set (BuildIndex), lets Decide skip the operations that
+	// cannot bear on the question.
+	Index *HistoryIndex
 }
 
 func (o Op) ref() Ref { return Ref{RunID: o.RunID, OperationID: o.OperationID} }
@@ -279,21 +282,34 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 	cp := req.Counterparty
 
 	var matched, unattributedOpen []Op
-	for _, o := range h.Ops {
-		if o.matches(cp) {
-			matched = append(matched, o)
-			if !o.RolesKnown {
-				f.Coarse = true
-			}
-			continue
+	sawMatch := func(o Op) {
+		matched = append(matched, o)
+		if !o.RolesKnown {
+			f.Coarse = true
 		}
-		if why := o.unattributableFor(cp.Kind); why != "" {
-			f.Unattributable++
-			if o.Open {
-				unattributedOpen = append(unattributedOpen, o)
-			}
-			if cp.Kind == KindHost && o.Spent && (o.Money == nil || len(o.Money.Hosts) == 0) {
-				f.PaidWithoutHost++
+	}
+	sawUnattributable := func(o Op) {
+		f.Unattributable++
+		if o.Open {
+			unattributedOpen = append(unattributedOpen, o)
+		}
+		if cp.Kind == KindHost && o.Spent && (o.Money == nil || len(o.Money.Hosts) == 0) {
+			f.PaidWithoutHost++
+		}
+	}
+	if ix := h.Index; ix != nil {
+		for _, i := range ix.with(cp) {
+			sawMatch(h.Ops[i])
+		}
+		for _, i := range ix.unattributable[cp.Kind] {
+			sawUnattributable(h.Ops[i])
+		}
+	} else {
+		for _, o := range h.Ops {
+			if o.matches(cp) {
+				sawMatch(o)
+			} else if o.unattributableFor(cp.Kind) != "" {
+				sawUnattributable(o)
 			}
 		}
 	}
@@ -612,9 +628,15 @@ func historyReason(h History, f *Figures, cfg *Config, cp Counterparty, req Requ
 	}
 	if f.Unattributable > 0 {
 		var un []Op
-		for _, o := range h.Ops {
-			if !o.matches(cp) && o.unattributableFor(cp.Kind) != "" {
-				un = append(un, o)
+		if h.Index != nil {
+			for _, i := range h.Index.unattributable[cp.Kind] {
+				un = append(un, h.Ops[i])
+			}
+		} else {
+			for _, o := range h.Ops {
+				if !o.matches(cp) && o.unattributableFor(cp.Kind) != "" {
+					un = append(un, o)
+				}
 			}
 		}
 		fmt.Fprintf(&b, "; %s could not be attributed to any %s (%s), %d of them paid and not settled", count(f.Unattributable, "operation", "operations"), kindWord(cp.Kind), firstWhy(un, cp.Kind), f.UnattributableOpen)
@@ -632,9 +654,13 @@ func historyReason(h History, f *Figures, cfg *Config, cp Counterparty, req Requ
 		}
 	}
 	settleUnconfirmed := 0
-	for _, o := range h.Ops {
-		if o.SettlementUnconfirmed {
-			settleUnconfirmed++
+	if h.Index != nil {
+		settleUnconfirmed = h.Index.settleUnconfirmed
+	} else {
+		for _, o := range h.Ops {
+			if o.SettlementUnconfirmed {
+				settleUnconfirmed++
+			}
 		}
 	}
 	if settleUnconfirmed > 0 {

@@ -182,6 +182,12 @@ func TestDecide(t *testing.T) {
 				t.Fatalf("ParseRequest: %v", err)
 			}
 			d := Decide(req, History{Ops: tc.ops, Runs: 2, Unreadable: tc.unreadable}, cfg, fixedNow)
+			// The index changes nothing but the work.
+			indexed := History{Ops: tc.ops, Runs: 2, Unreadable: tc.unreadable}
+			indexed.BuildIndex()
+			if di := Decide(req, indexed, cfg, fixedNow); !reflect.DeepEqual(di, d) {
+				t.Errorf("with the index: %+v\nwithout: %+v", di, d)
+			}
 			if d.Decision != tc.want {
 				t.Errorf("decision %s, want %s; reasons %+v", d.Decision, tc.want, d.Reasons)
 			}

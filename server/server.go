@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -58,6 +59,10 @@ type Server struct {
 	guard *Guard
 	// collectors are served on /metrics beside the HTTP transport's own.
 	collectors []prometheus.Collector
+	// histCache keeps the guard's history per template while no run
+	// changed (see indexHistory).
+	histMu    sync.Mutex
+	histCache map[string]*cachedHistory
 	// cursors writes list_operations' next_cursor (see tools_read.go).
 	cursors cursorCodec
 }

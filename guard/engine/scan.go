@@ -48,6 +48,7 @@ func (s ScanHistory) History(ctx context.Context, t *receipt.Template) (guard.Hi
 		h.Runs++
 		h.Ops = append(h.Ops, ops...)
 	}
+	h.BuildIndex()
 	return h, nil
 }
 
