@@ -393,15 +393,3 @@ func notIn(list, set []int) []int {
 	}
 	return out
 }
-
-// findPending returns the caller's pending review for the same question
-// opened at or after since, if any (the newest one).
-func (st *state) findPending(caller string, q guard.Question, since time.Time) *entry {
-	list := st.byKey[questionKey(caller, q)]
-	for i := len(list) - 1; i >= 0; i-- {
-		if e := list[i]; e.status == Pending && !e.created.Before(since) {
-			return e
-		}
-	}
-	return nil
-}

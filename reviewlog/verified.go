@@ -2,9 +2,7 @@ package reviewlog
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
@@ -173,17 +171,6 @@ func (v *verifier) resolve(r *Review) (Review, []string, error) {
 	return resolve(*r, s, v.now, v.ttl), ids, nil
 }
 
-// openGuardDir opens guard/ for reading; nil when it does not exist yet.
-func (l *Log) openGuardDir() (*confined.Dir, error) {
-	g, err := l.root.OpenDir(DirName)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("open the review log directory: %w", err)
-	}
-	return g, nil
-}
 
 // Verified is one review as the signatures prove it, with the ids of the
 // receipts that record it.
