@@ -171,7 +171,6 @@ func (v *verifier) resolve(r *Review) (Review, []string, error) {
 	return resolve(*r, s, v.now, v.ttl), ids, nil
 }
 
-
 // Verified is one review as the signatures prove it, with the ids of the
 // receipts that record it.
 func (l *Log) Verified(ctx context.Context, id string) (Review, []string, error) {
