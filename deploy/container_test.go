@@ -467,10 +467,10 @@ func TestContainer(t *testing.T) {
 	p := newPodman(t)
 	start := time.Now()
 	t.Logf("podman %s, rootless=%v", strings.TrimSpace(p.run("version", "--format", "{{.Client.Version}}")), p.rootless)
-	cfg, _ := buildImages(t, p)
+	cfg, bin := buildImages(t, p)
 	t.Logf("binaries and images built in %v", time.Since(start).Round(time.Millisecond))
 	t.Run("image matches the Dockerfile", func(t *testing.T) { checkImageConfig(t, p.with(t), cfg) })
-	t.Run("compose topology", func(t *testing.T) { containerTopology(t, p.with(t)) })
+	t.Run("compose topology", func(t *testing.T) { containerTopology(t, p.with(t), bin) })
 	t.Run("defaults without HOME", func(t *testing.T) { containerDefaultsWithoutHome(t, p.with(t), cfg) })
 	t.Run("server.json package over stdio", func(t *testing.T) { containerManifestStdio(t, p.with(t)) })
 }
@@ -522,7 +522,7 @@ func (p *podman) with(t *testing.T) *podman {
 	return &c
 }
 
-func containerTopology(t *testing.T, p *podman) {
+func containerTopology(t *testing.T, p *podman, bin string) {
 	start := time.Now()
 
 	compose := loadCompose(t)
@@ -545,7 +545,20 @@ func containerTopology(t *testing.T, p *podman) {
 	secrets := map[string]string{}
 	for _, sec := range slices.Concat(signer.Secrets, srv.Secrets) {
 		path := filepath.Join(secDir, sec)
-		if strings.HasSuffix(sec, ".json") { // the JWKS: replaced by the HMAC secret
+		switch sec {
+		case "jwks.json": // replaced by the HMAC secret
+			continue
+		case "reviewers.json":
+			// The human's own key, made on the host as a reviewer would;
+			// only the public half reaches the server.
+			rk := filepath.Join(secDir, "reviewer-key")
+			if out, err := exec.Command(bin, "reviewer", "init", "--id", "ops@example.com", "--key-file", rk, "--reviewers", path).CombinedOutput(); err != nil {
+				t.Fatalf("reviewer init: %v\n%s", err, out)
+			}
+			p.chown(rk, p.uid)
+			p.chown(path, p.uid)
+			secrets[sec] = path
+			secrets["reviewer-key"] = rk
 			continue
 		}
 		writeKey(t, p, path)
@@ -561,7 +574,7 @@ func containerTopology(t *testing.T, p *podman) {
 		t.Fatal(err)
 	}
 	p.chown(secrets["hmac-secret"], p.uid)
-	srv.Secrets = append(slices.DeleteFunc(slices.Clone(srv.Secrets), func(s string) bool { return strings.HasSuffix(s, ".json") }), "hmac-secret")
+	srv.Secrets = append(slices.DeleteFunc(slices.Clone(srv.Secrets), func(s string) bool { return s == "jwks.json" }), "hmac-secret")
 
 	for v := range compose.Volumes {
 		p.run("volume", "create", v)
@@ -671,12 +684,23 @@ func containerTopology(t *testing.T, p *podman) {
 		t.Fatalf("check_before_pay for the silent seller: %+v, want a review", check)
 	}
 
-	// The human rejects it from inside the server's container.
-	reject := []string{"exec", srvName, "/haia-trace-mcp", "review", "reject", check.ReviewID,
-		"--dir", flagValue(cmd, "--dir"), "--by", "ops@example.com", "--note", "seller never settled",
-		"--signer", flagValue(cmd, "--signer"), "--params-key-file", flagValue(cmd, "--params-key-file")}
+	// The human rejects it with a key of their own, which the server never
+	// holds: from a one-off container of the same image that sees the Trace
+	// root (guard/ writable) and the reviewer's key, and has no network.
+	traceHost := volumePath(t, p, "trace")
+	reject := []string{"run", "--rm", "--no-healthcheck", "--ulimit", "nofile=20000:20000", "--ulimit", "nproc=4096:4096", "--network", "none", "--user", srv.User, "--read-only",
+		"-v", "trace:/trace:ro", "-v", filepath.Join(traceHost, "guard") + ":/trace/guard",
+		"-v", secrets["reviewer-key"] + ":/run/secrets/reviewer-key:ro", "-v", secrets["reviewers.json"] + ":/run/secrets/reviewers.json:ro",
+		"--entrypoint", "/haia-trace-mcp", imageName,
+		"review", "reject", check.ReviewID, "--dir", "/trace", "--note", "seller never settled",
+		"--reviewer-key", "/run/secrets/reviewer-key", "--reviewers", "/run/secrets/reviewers.json"}
 	if out, errOut, code := p.try(reject...); code != 0 {
-		t.Fatalf("review reject through podman exec: exit %d\n%s%s", code, out, errOut)
+		t.Fatalf("review reject from the reviewer's container: exit %d\n%s%s", code, out, errOut)
+	}
+	// ...and the server's own container shows it, as podman exec reads it.
+	if out, errOut, code := p.try("exec", srvName, "/haia-trace-mcp", "review", "show", check.ReviewID, "--dir", "/trace",
+		"--reviewers", "/run/secrets/reviewers.json"); code != 0 || !strings.Contains(out, "rejected") || !strings.Contains(out, "ops@example.com") {
+		t.Fatalf("review show through podman exec: exit %d\n%s%s", code, out, errOut)
 	}
 	var status struct {
 		Status string `json:"status"`
