@@ -16,6 +16,7 @@ type AuditReport struct {
 	Chains    int
 	Receipts  int
 	Reviews   int
+	Archives  int
 	Findings  []string
 	Malformed bool
 }
@@ -65,9 +66,12 @@ func (l *Log) Audit(ctx context.Context, keyring noa.Keyring) (AuditReport, erro
 			return err
 		}
 		known := map[string]bool{}
-		for _, e := range st.entries {
+		check := func(st *state, e *entry) error {
 			if err := ctx.Err(); err != nil {
 				return err
+			}
+			if known[ActionID(e.id)] {
+				return nil // in the log and an archive: an archive cut short by a crash
 			}
 			rep.Reviews++
 			known[ActionID(e.id)] = true
@@ -98,6 +102,34 @@ func (l *Log) Audit(ctx context.Context, keyring noa.Keyring) (AuditReport, erro
 			}
 			if r.UsedAt != "" && len(s.uses) == 0 {
 				rep.Findings = append(rep.Findings, fmt.Sprintf("review %s: the log says the approval was used at %s, but no chain holds the receipt of that use", r.ID, r.UsedAt))
+			}
+			return nil
+		}
+		for _, e := range st.entries {
+			if err := check(st, e); err != nil {
+				return err
+			}
+		}
+		if g != nil {
+			names, err := archives(g)
+			if err != nil {
+				return err
+			}
+			for _, name := range names {
+				ast, err := foldArchive(g, name)
+				if err != nil {
+					rep.Findings = append(rep.Findings, fmt.Sprintf("archive %s: %v", name, err))
+					continue
+				}
+				rep.Archives++
+				for _, f := range ast.findings {
+					rep.Findings = append(rep.Findings, fmt.Sprintf("%s line %d: %s", name, f.Line, f.What))
+				}
+				for _, e := range ast.entries {
+					if err := check(ast, e); err != nil {
+						return err
+					}
+				}
 			}
 		}
 		var orphans []string

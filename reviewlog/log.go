@@ -341,10 +341,9 @@ func anchorHolds(f *os.File, c *cachedState) bool {
 // step decides, inside the lock, what to append: nil for nothing.
 type step func(g *confined.Dir, st *state, at time.Time) (*record, error)
 
-// transact is the locked section: lock, bring the fold up to date, let fn
-// decide (and run its hook), then append fn's record — preceded, when the
-// log ends in a torn tail, by a newline and a repair record.
-func (l *Log) transact(ctx context.Context, fn step) error {
+// locked runs fn with the log locked across processes and its fold up to
+// date: f is the log file, open for reading and appending.
+func (l *Log) locked(ctx context.Context, fn func(g *confined.Dir, f *os.File, st *state, at time.Time) error) error {
 	deadline := time.Now().Add(l.lockWait)
 	release, err := l.acquire(ctx, deadline)
 	if err != nil {
@@ -377,24 +376,32 @@ func (l *Log) transact(ctx context.Context, fn step) error {
 	if err != nil {
 		return err
 	}
-	at := l.now()
-	rec, err := fn(g, st, at)
-	if err != nil || rec == nil {
-		return err
-	}
-	buf, err := st.appendix(*rec, at)
-	if err != nil {
-		return err
-	}
-	// One write of whole lines: a reader never sees half of it except as a
-	// torn tail, which the fold skips.
-	if _, err := f.Write(buf); err != nil {
-		return fmt.Errorf("append to %s: %w", l.Path(), err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", l.Path(), err)
-	}
-	return nil
+	return fn(g, f, st, l.now())
+}
+
+// transact is the locked section: lock, bring the fold up to date, let fn
+// decide (and run its hook), then append fn's record — preceded, when the
+// log ends in a torn tail, by a newline and a repair record.
+func (l *Log) transact(ctx context.Context, fn step) error {
+	return l.locked(ctx, func(g *confined.Dir, f *os.File, st *state, at time.Time) error {
+		rec, err := fn(g, st, at)
+		if err != nil || rec == nil {
+			return err
+		}
+		buf, err := st.appendix(*rec, at)
+		if err != nil {
+			return err
+		}
+		// One write of whole lines: a reader never sees half of it except
+		// as a torn tail, which the fold skips.
+		if _, err := f.Write(buf); err != nil {
+			return fmt.Errorf("append to %s: %w", l.Path(), err)
+		}
+		if err := f.Sync(); err != nil {
+			return fmt.Errorf("sync %s: %w", l.Path(), err)
+		}
+		return nil
+	})
 }
 
 // appendix is what an append writes after the current log: the record,

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
 
@@ -144,3 +146,67 @@ func TestIncrementalFoldFollowsAppendsAndRewrites(t *testing.T) {
 		t.Fatalf("findings %+v", findings)
 	}
 }
+
+// Archive moves final reviews out of the log, byte for byte, and the audit
+// still checks them against their receipts.
+func TestArchiveKeepsEverythingVerifiable(t *testing.T) {
+	dir := t.TempDir()
+	c := &clock{t: time.Date(2026, 7, 25, 12, 0, 0, 0, time.UTC)}
+	root, err := confined.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	alice := newReviewer(t, "alice")
+	server := newReviewer(t, "server")
+	l := Open(root, Options{Now: c.now, Reviewers: trust(alice)})
+	ctx := t.Context()
+	deferHook := func(tx Tx, out AskOutcome) error {
+		_, err := server.chains.Append(ctx, tx.Guard, noa.Draft{TS: tx.At, Agent: noa.Agent{ID: "agent", Principal: noa.PrincipalService},
+			Action:     noa.Action{ID: ActionID(out.Review.ID), Canonical: "x402.payment", RiskClass: "IRREVERSIBLE", ParamsHash: "hmac-sha256:" + strings.Repeat("0", 64)},
+			Governance: noa.Governance{Mode: "approvals_on", Verdict: noa.VerdictDeferred}})
+		return err
+	}
+	var ids []string
+	for _, amount := range []string{"0.01", "0.02", "0.03"} {
+		q := q1
+		q.Amount = amount
+		out, err := l.Ask(ctx, AskRequest{Caller: "agent", Question: q, Decision: "review", ParamsHash: "hmac-sha256:" + strings.Repeat("0", 64), Reasons: reasons}, deferHook)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, out.Review.ID)
+	}
+	for _, id := range ids[:2] {
+		if _, err := l.DecideReview(ctx, id, Rejected, "old", "alice", alice.sign(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.t = c.t.Add(48 * time.Hour)
+	kr := noa.Keyring{}
+	kr.Add(noa.KeyID(alice.key.Public().(ed25519.PublicKey)), alice.key.Public().(ed25519.PublicKey))
+	kr.Add(noa.KeyID(server.key.Public().(ed25519.PublicKey)), server.key.Public().(ed25519.PublicKey))
+	res, err := l.Archive(ctx, c.t.Add(-24*time.Hour))
+	if err != nil || res.Reviews != 2 || res.Lines != 4 {
+		t.Fatalf("archive: %+v %v", res, err)
+	}
+	if _, err := l.Get(ctx, ids[0]); !errors.Is(err, ErrUnknownReview) {
+		t.Errorf("an archived review is still in the log: %v", err)
+	}
+	if r, err := l.Get(ctx, ids[2]); err != nil || r.Status != Pending {
+		t.Errorf("the pending review did not stay: %+v %v", r, err)
+	}
+	rep, err := l.Audit(ctx, kr)
+	if err != nil || len(rep.Findings) != 0 || rep.Reviews != 3 || rep.Archives != 1 {
+		t.Fatalf("audit after archiving: %+v %v", rep, err)
+	}
+	if again, err := l.Archive(ctx, c.t.Add(-24*time.Hour)); err != nil || again.Reviews != 0 {
+		t.Fatalf("second archive: %+v %v", again, err)
+	}
+	// The log still takes appends, and folds.
+	if _, _, err := l.OpenReview(ctx, q2Of(q1), reasons, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func q2Of(q guard.Question) guard.Question { q.Amount = "0.09"; return q }

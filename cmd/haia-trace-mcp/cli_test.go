@@ -21,7 +21,7 @@ func runIn(args ...string) (string, string, int) {
 func TestEveryCommandHasOneGrammar(t *testing.T) {
 	commands := [][]string{
 		{}, {"build"}, {"policy", "check"}, {"policy", "eval"}, {"verify"}, {"signer"}, {"review", "list"}, {"review", "show"},
-		{"review", "approve"}, {"review", "reject"}, {"review", "watch"}, {"reviewer", "init"}, {"audit"}, {"init"},
+		{"review", "approve"}, {"review", "reject"}, {"review", "watch"}, {"review", "archive"}, {"reviewer", "init"}, {"audit"}, {"init"},
 		{"chain", "list"}, {"chain", "export"}, {"chain", "checkpoint"}, {"healthcheck"}, {"demo"}, {"version"}, {"completion"},
 	}
 	oneLine := regexp.MustCompile(`^haia-trace-mcp[a-z ]*: .*\(see haia-trace-mcp[a-z ]* --help\)\n$`)

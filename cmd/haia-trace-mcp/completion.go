@@ -11,7 +11,7 @@ import (
 // completion scripts. TestCompletionKnowsEveryCommand keeps them true.
 var completionWords = map[string][]string{
 	"":            {"build", "policy", "verify", "signer", "review", "reviewer", "audit", "init", "chain", "healthcheck", "demo", "version", "completion", "help"},
-	"review":      {"list", "show", "approve", "reject", "watch", "--dir", "--json", "--all", "--note", "--by", "--reviewer-key", "--reviewers", "--guard-config", "--lock-wait", "--interval", "--tenant"},
+	"review":      {"list", "show", "approve", "reject", "watch", "archive", "--older-than", "--dir", "--json", "--all", "--note", "--by", "--reviewer-key", "--reviewers", "--guard-config", "--lock-wait", "--interval", "--tenant"},
 	"reviewer":    {"init", "--id", "--key-file", "--reviewers"},
 	"chain":       {"list", "export", "checkpoint", "--dir", "--all", "--out", "--key-file", "--signer"},
 	"policy":      {"check", "eval", "--input"},

@@ -34,6 +34,7 @@ const reviewUsage = `usage:
   haia-trace-mcp review approve <review_id> [--note "…"] [--reviewer-key K] [--by ID] [--reviewers F] [--dir .trace] [--json]
   haia-trace-mcp review reject  <review_id> [--note "…"] [--reviewer-key K] [--by ID] [--reviewers F] [--dir .trace] [--json]
   haia-trace-mcp review watch [--dir .trace] [--json] [--interval 1s]
+  haia-trace-mcp review archive [--older-than 2160h] [--dir .trace] [--guard-config C]
 
 A decision is signed with the reviewer's own key (made by "haia-trace-mcp reviewer init");
 the key must be in the trusted reviewers file, and --by (default: the key's reviewer id) must
@@ -70,7 +71,10 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	reviewers := fs.String("reviewers", "", "the trusted reviewers file (default: reviewers.json in the user configuration directory)")
 	guardConfig := fs.String("guard-config", "", "the guard policy, for reviewTtlMinutes (default: built-in defaults)")
 	var tenant *string
+	var olderThan *time.Duration
 	switch verb {
+	case "archive":
+		olderThan = fs.Duration("older-than", 90*24*time.Hour, "archive final reviews whose last line is older than this")
 	case "list":
 		all = fs.Bool("all", false, "include decided reviews")
 	case "show":
@@ -88,7 +92,7 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	wantArgs := 1
 	what := "one review id"
-	if verb == "list" {
+	if verb == "list" || verb == "archive" {
 		wantArgs, what = 0, "no arguments"
 	}
 	if code, ok := c.wantArgs(pos, wantArgs, wantArgs, what); !ok {
@@ -114,6 +118,23 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		Reviewers: func() (reviewlog.Reviewers, error) { return reviewlog.LoadReviewers(reviewersPath) }})
 
 	switch verb {
+	case "archive":
+		if *olderThan <= 0 {
+			return c.failf("--older-than must be positive")
+		}
+		res, err := log.Archive(ctx, time.Now().Add(-*olderThan))
+		if err != nil {
+			return reviewFailed(stderr, verb, err)
+		}
+		if *asJSON {
+			return reviewWriteJSON(stdout, stderr, res)
+		}
+		if res.Reviews == 0 {
+			fmt.Fprintf(stdout, "nothing to archive: no final review is older than %s\n", *olderThan)
+			return exitOK
+		}
+		fmt.Fprintf(stdout, "archived %d reviews (%d lines) to %s/%s/%s; audit still checks them\n", res.Reviews, res.Lines, root.Path(), reviewlog.DirName, res.File)
+		return exitOK
 	case "list":
 		reviews, err := log.List(ctx, *all)
 		if err != nil {

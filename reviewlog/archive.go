@@ -1,0 +1,147 @@
+package reviewlog
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
+)
+
+// Archive files sit beside the log: guard/decisions.archive-<stamp>.ndjson.
+const (
+	archivePrefix = "decisions.archive-"
+	archiveSuffix = ".ndjson"
+)
+
+// ArchiveResult says what Archive moved.
+type ArchiveResult struct {
+	// File is the archive's name under guard/ ("" when nothing moved).
+	File    string
+	Reviews int
+	Lines   int
+}
+
+// Archive moves the reviews that are final — decided, or pending and
+// expired — and whose last line is older than before, out of the log into
+// a new dated archive file beside it: the same lines, byte for byte, so that
+// audit still checks them against their receipts, which stay in the chains.
+// The log keeps every other line in order. It runs under the log's lock;
+// the archive is written and synced before the log is replaced, so a crash
+// leaves the reviews in both files (audit reads each once), never in none.
+func (l *Log) Archive(ctx context.Context, before time.Time) (ArchiveResult, error) {
+	var res ArchiveResult
+	err := l.locked(ctx, func(g *confined.Dir, f *os.File, st *state, at time.Time) error {
+		if len(st.tail) > 0 || st.partial > 0 || !st.endsClean {
+			return fmt.Errorf("%w: the log ends in an unfinished line; the next decision repairs it — archive after that", ErrBadInput)
+		}
+		move := map[int64]bool{}
+		for _, e := range st.entries {
+			last := e.created
+			final := e.status != Pending
+			for _, off := range []int64{e.decided, e.used} {
+				if off < 0 {
+					continue
+				}
+				rec, err := st.recordAt(off)
+				if err != nil {
+					return err
+				}
+				if t, err := parseTime(rec.At); err == nil && t.After(last) {
+					last = t
+				}
+			}
+			if !final && l.reviewTTL > 0 && !at.Before(e.created.Add(l.reviewTTL)) {
+				final = true
+			}
+			if !final || !last.Before(before) {
+				continue
+			}
+			res.Reviews++
+			for _, off := range []int64{e.opened, e.decided, e.used} {
+				if off >= 0 {
+					move[off] = true
+				}
+			}
+		}
+		if res.Reviews == 0 {
+			return nil
+		}
+		var keep, out bytes.Buffer
+		br := bufio.NewReaderSize(io.NewSectionReader(f, 0, st.offset), 64<<10)
+		var off int64
+		for {
+			line, err := br.ReadBytes('\n')
+			if len(line) > 0 {
+				if move[off] {
+					out.Write(line)
+					res.Lines++
+				} else {
+					keep.Write(line)
+				}
+				off += int64(len(line))
+			}
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("read %s: %w", l.Path(), err)
+			}
+		}
+		res.File = archivePrefix + at.UTC().Format("20060102T150405.000Z") + archiveSuffix
+		if err := g.WriteFileAtomic(res.File, out.Bytes(), 0o600); err != nil {
+			return fmt.Errorf("write the archive %s: %w", res.File, err)
+		}
+		if err := g.WriteFileAtomic(FileName, keep.Bytes(), 0o600); err != nil {
+			return fmt.Errorf("rewrite %s without the archived reviews: %w", l.Path(), err)
+		}
+		l.cache = nil // rewritten on purpose: the next reader folds it afresh
+		return nil
+	})
+	return res, err
+}
+
+// archives lists the archive files under g, oldest first.
+func archives(g *confined.Dir) ([]string, error) {
+	entries, err := g.ReadDir()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		if e.Regular() && strings.HasPrefix(e.Name, archivePrefix) && strings.HasSuffix(e.Name, archiveSuffix) {
+			out = append(out, e.Name)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// foldArchive folds one archive file (read whole: archives are the old,
+// finished part of the trail).
+func foldArchive(g *confined.Dir, name string) (*state, error) {
+	f, err := g.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return nil, err
+	}
+	st, err := fold(data, name)
+	if err != nil {
+		return nil, err
+	}
+	if st.partial > 0 || len(st.tail) > 0 {
+		return nil, errors.New("the archive ends in an unfinished line")
+	}
+	return st, nil
+}
