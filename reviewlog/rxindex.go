@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -29,6 +30,8 @@ type receiptIndex struct {
 type chainCursor struct {
 	dev, ino uint64
 	off      int64
+	size     int64     // the file's size when it was last read
+	mtime    time.Time // and its modification time
 	anchor   []byte
 }
 
@@ -57,14 +60,14 @@ func (ix *receiptIndex) refresh(g *confined.Dir) error {
 	if err != nil {
 		return err
 	}
-	present := map[string]bool{}
+	present := map[string]confined.Entry{}
 	for _, e := range entries {
 		if e.Regular() && strings.HasSuffix(e.Name, chainSuffix) {
-			present[e.Name] = true
+			present[e.Name] = e
 		}
 	}
 	for name := range ix.files {
-		if !present[name] {
+		if _, ok := present[name]; !ok {
 			ix.files = nil // a chain file went away: start over
 			break
 		}
@@ -74,7 +77,12 @@ func (ix *receiptIndex) refresh(g *confined.Dir) error {
 			ix.files, ix.byAction = map[string]*chainCursor{}, map[string][]receiptLoc{}
 		}
 		stale := false
-		for name := range present {
+		for name, e := range present {
+			// Unchanged since the last read (same inode and size, as the
+			// directory listing says): nothing to open.
+			if cur := ix.files[name]; cur != nil && cur.ino == e.Ino && cur.dev == e.Dev && cur.size == e.Size && cur.mtime.Equal(e.ModTime) {
+				continue
+			}
 			ok, err := ix.readFile(dir, name)
 			if err != nil {
 				return err
@@ -111,6 +119,7 @@ func (ix *receiptIndex) readFile(dir *confined.Dir, name string) (bool, error) {
 	} else if cur.dev != uint64(st.Dev) || cur.ino != st.Ino || st.Size < cur.off || !bytes.Equal(readAnchor(f, cur.off), cur.anchor) {
 		return false, nil
 	}
+	cur.size, cur.mtime = st.Size, time.Unix(st.Mtim.Sec, st.Mtim.Nsec)
 	if st.Size == cur.off {
 		return true, nil
 	}

@@ -100,8 +100,18 @@ func BenchmarkGrowth(b *testing.B) {
 					b.Fatal(err)
 				}
 				reviewID = a.ReviewID
+				// Decided, like the grown log's middle review, so both read a
+				// trusted reviewer's signature.
+				rk, err := noa.LoadKeyFile(filepath.Join(dir, "reviewer-key.pem"))
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := (Decider{Log: log, Chains: &reviewlog.Chains{Signer: noa.NewKeySigner(rk), Tenant: "haia-trace-mcp"}}).Decide(ctx, reviewID, reviewlog.Rejected, "", "alice"); err != nil {
+					b.Fatal(err)
+				}
 			} else {
-				// The middle review of the log, found without reading it all.
+				// The middle review of the log (decided: its index is even),
+				// found without reading it all.
 				data, err := os.ReadFile(filepath.Join(root, "guard", "decisions.ndjson"))
 				if err != nil {
 					b.Fatal(err)
