@@ -45,6 +45,9 @@ type Config struct {
 	// MaxTokenLifetime refuses a token whose exp − iat (exp − now without
 	// iat) is longer (--auth-max-token-lifetime); 0 means DefaultMaxTokenLifetime.
 	MaxTokenLifetime time.Duration
+	// TenantClaim names the claim that names the caller's tenant
+	// (--tenant-claim); its string value lands in Identity.Tenant.
+	TenantClaim string
 
 	Now    func() time.Time // clock; nil means time.Now
 	Logger *slog.Logger     // nil means discard

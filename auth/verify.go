@@ -26,6 +26,9 @@ type Identity struct {
 	ClientID  string    // `client_id` (RFC 9068) or `azp`, when present
 	Issuer    string    // `iss`
 	ExpiresAt time.Time // `exp`
+	// Tenant is the string value of the configured tenant claim ("" when
+	// none is configured, or the token does not carry it as a string).
+	Tenant string
 }
 
 // HasScope reports whether the token grants scope s.
@@ -285,6 +288,13 @@ func (v *Verifier) verifyToken(ks *keySet, token string, now time.Time) (Identit
 			if s, isString := raw.(string); isString && s != "" {
 				id.ClientID = s
 				break
+			}
+		}
+	}
+	if v.cfg.TenantClaim != "" {
+		if raw, ok := tok.Get(v.cfg.TenantClaim); ok {
+			if s, isString := raw.(string); isString {
+				id.Tenant = s
 			}
 		}
 	}

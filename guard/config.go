@@ -74,6 +74,9 @@ type Config struct {
 	// policy); Agents are those policies, each complete, by caller id.
 	Agent  string
 	Agents map[string]*Config
+	// Tenants are the policies of each tenant (--tenants-dir), each the
+	// default policy with the tenant's limit keys replaced.
+	Tenants map[string]*Config
 }
 
 // Velocity caps the number of payments in a window, to one counterparty and
@@ -87,6 +90,15 @@ type Velocity struct {
 type CountLimit struct {
 	Count  int
 	Window time.Duration
+}
+
+// ForTenant is the policy of one tenant: its own under tenants, else the
+// default.
+func (c *Config) ForTenant(name string) *Config {
+	if t, ok := c.Tenants[name]; ok {
+		return t
+	}
+	return c
 }
 
 // For is the policy that answers caller: its own under agents, else the
@@ -227,7 +239,7 @@ func ParseConfig(data []byte, dir string) (*Config, error) {
 		return nil, fmt.Errorf("%w: reviewAbove in %s: %w", ErrConfig, def.Symbol, err)
 	}
 
-	var agents json.RawMessage
+	var agents, tenants json.RawMessage
 	for _, m := range top {
 		if isLimitKey(m.key) {
 			if err := c.readLimitKey(m, ""); err != nil {
@@ -239,6 +251,8 @@ func ParseConfig(data []byte, dir string) (*Config, error) {
 		case "assets", "defaultAsset":
 		case "agents":
 			agents = m.value
+		case "tenants":
+			tenants = m.value
 		case "policy":
 			p, err := readString(m.value, m.key)
 			if err != nil {
@@ -294,11 +308,19 @@ func ParseConfig(data []byte, dir string) (*Config, error) {
 			return nil, fmt.Errorf("%w: unknown key %q (known: %s)", ErrConfig, clip(m.key), strings.Join(ConfigKeys(), ", "))
 		}
 	}
-	// Agents last: each starts from the complete default policy.
+	// Tenants and agents last: each starts from the complete default policy.
+	if tenants != nil {
+		if err := c.readTenants(tenants); err != nil {
+			return nil, err
+		}
+	}
 	if agents != nil {
 		if err := c.readAgents(agents); err != nil {
 			return nil, err
 		}
+	}
+	for _, t := range c.Tenants {
+		t.Agents = c.Agents
 	}
 	return c, nil
 }
@@ -354,7 +376,7 @@ func (c *Config) readAssets(raw json.RawMessage) error {
 // README documents them.
 func ConfigKeys() []string {
 	return []string{"allowlist", "denylist", "perCounterpartyLimit", "maxOpenPartialPerCounterparty", "totalLimit", "velocity",
-		"duplicatePayment", "reviewAbove", "agents", "defaultAsset", "assets", "policy", "historyTemplates", "unreadableHistory",
+		"duplicatePayment", "reviewAbove", "agents", "tenants", "defaultAsset", "assets", "policy", "historyTemplates", "unreadableHistory",
 		"unattributableHistory", "reviewTtlMinutes", "approvalTtlMinutes", "rejectionHoldHours", "maxPendingReviewsPerCaller"}
 }
 
@@ -707,6 +729,42 @@ func readCountLimit(raw json.RawMessage, where string, base *CountLimit) (*Count
 		return nil, fmt.Errorf("%w: %s.count is required", ErrConfig, where)
 	}
 	return &l, nil
+}
+
+// readTenants reads tenants: {"<tenant>": {limit keys}}. A tenant's policy
+// is the default policy with the keys it names replaced; per-agent policies
+// apply within every tenant as they do outside.
+func (c *Config) readTenants(raw json.RawMessage) error {
+	entries, err := objectMembers(raw, "tenants")
+	if err != nil {
+		return err
+	}
+	c.Tenants = make(map[string]*Config, len(entries))
+	for _, e := range entries {
+		if e.key == "" || len(e.key) > 64 || !allBytes(e.key, func(b byte) bool { return isAlpha(b) || isDigit(b) || b == '-' || b == '_' }) {
+			return fmt.Errorf("%w: tenants: %q is not a tenant name (a bare slug [A-Za-z0-9_-], at most 64 characters)", ErrConfig, clip(e.key))
+		}
+		prefix := fmt.Sprintf("tenants[%q].", e.key)
+		keys, err := objectMembers(e.value, strings.TrimSuffix(prefix, "."))
+		if err != nil {
+			return err
+		}
+		t := *c
+		t.Tenants = nil
+		for _, m := range keys {
+			if !isLimitKey(m.key) {
+				if slices.Contains(ConfigKeys(), m.key) {
+					return fmt.Errorf("%w: %s%s applies to every tenant and cannot be set per tenant (a tenant may set: %s)", ErrConfig, prefix, m.key, strings.Join(limitKeys, ", "))
+				}
+				return fmt.Errorf("%w: unknown key %q in %s (known: %s)", ErrConfig, clip(m.key), strings.TrimSuffix(prefix, "."), strings.Join(limitKeys, ", "))
+			}
+			if err := t.readLimitKey(m, prefix); err != nil {
+				return err
+			}
+		}
+		c.Tenants[e.key] = &t
+	}
+	return nil
 }
 
 // readAgents reads agents: {"<caller id>": {limit keys}}. Each agent's

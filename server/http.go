@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -78,6 +79,12 @@ type HTTPConfig struct {
 	// Ready reports whether the server can do its work; nil uses a probe
 	// that lists events/.
 	Ready func(context.Context) error
+	// Tenants, when set, serves one Server per tenant on /mcp: the tenant
+	// is the verified token's tenant claim (Auth.TenantClaim), and a token
+	// that names no tenant, or one not here, is refused with 403. Each
+	// tenant's Server has its own Trace root, index, review log and chain;
+	// nothing of one reaches another. Needs Auth.
+	Tenants map[string]*Server
 	// Logger receives one line per request.
 	Logger *slog.Logger
 }
@@ -86,7 +93,7 @@ type HTTPConfig struct {
 // protected-resource metadata, health, readiness and metrics.
 type HTTP struct {
 	handler    http.Handler
-	mcp        *mcpserver.StreamableHTTPServer
+	mcp        mcpEndpoint
 	verifier   *auth.Verifier
 	limiter    *auth.RateLimiter
 	sessions   *sessionTable
@@ -193,18 +200,43 @@ func (s *Server) NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 		metadata = v.MetadataHandler()
 	}
 
-	h.mcp = mcpserver.NewStreamableHTTPServer(s.mcp,
-		mcpserver.WithEndpointPath("/mcp"),
-		// Session ids are minted and checked by the front's table, which
-		// also bounds and expires their state; mcp-go's own idle sweeper
-		// (WithSessionIdleTTL) stays off, so it keeps no per-id clock.
-		mcpserver.WithSessionIdManagerResolver(sessionResolver{t: h.sessions}),
-		// Our own OriginGuard checks Host and Origin for every listener,
-		// not only loopback ones, so mcp-go's narrower check is off.
-		mcpserver.WithDisableLocalhostProtection(true),
-		mcpserver.WithStreamableHTTPLogger(cfg.Logger),
-		mcpserver.WithHTTPContextFunc(carryIdentity),
-	)
+	streamable := func(srv *Server) *mcpserver.StreamableHTTPServer {
+		return mcpserver.NewStreamableHTTPServer(srv.mcp,
+			mcpserver.WithEndpointPath("/mcp"),
+			// Session ids are minted and checked by the front's table, which
+			// also bounds and expires their state; mcp-go's own idle sweeper
+			// (WithSessionIdleTTL) stays off, so it keeps no per-id clock.
+			mcpserver.WithSessionIdManagerResolver(sessionResolver{t: h.sessions}),
+			// Our own OriginGuard checks Host and Origin for every listener,
+			// not only loopback ones, so mcp-go's narrower check is off.
+			mcpserver.WithDisableLocalhostProtection(true),
+			mcpserver.WithStreamableHTTPLogger(cfg.Logger),
+			mcpserver.WithHTTPContextFunc(carryIdentity),
+		)
+	}
+	if len(cfg.Tenants) > 0 {
+		if cfg.Auth == nil || cfg.Auth.TenantClaim == "" {
+			return nil, errors.New("http: tenants need authentication with a tenant claim")
+		}
+		mux := &tenantMux{byName: map[string]*mcpserver.StreamableHTTPServer{}, claim: cfg.Auth.TenantClaim}
+		for name, srv := range cfg.Tenants {
+			mux.byName[name] = streamable(srv)
+		}
+		h.mcp = mux
+		if cfg.Ready == nil {
+			tenants := cfg.Tenants
+			cfg.Ready = func(ctx context.Context) error {
+				for _, srv := range tenants {
+					if err := srv.probeReady(ctx); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+		}
+	} else {
+		h.mcp = streamable(s)
+	}
 
 	r := chi.NewRouter()
 	r.Use(h.observe)
@@ -265,6 +297,53 @@ func (h *HTTP) ReloadKeys() error {
 		return nil
 	}
 	return h.verifier.Reload()
+}
+
+// mcpEndpoint is what serves /mcp: one MCP server, or one per tenant.
+type mcpEndpoint interface {
+	http.Handler
+	Shutdown(ctx context.Context) error
+}
+
+// tenantMux sends each request to the MCP server of the verified token's
+// tenant. The tenant comes from the token alone, never from the request: a
+// session id or an argument cannot move a caller into another tenant.
+type tenantMux struct {
+	byName map[string]*mcpserver.StreamableHTTPServer
+	claim  string
+}
+
+func (m *tenantMux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Context().Value(internalKey{}) != nil {
+		// The front dropping a session's state: each server forgets it.
+		for _, srv := range m.byName {
+			srv.ServeHTTP(w, r)
+		}
+		return
+	}
+	id, _ := auth.IdentityFrom(r.Context())
+	srv, ok := m.byName[id.Tenant]
+	if !ok || id.Tenant == "" {
+		what := fmt.Sprintf("the token's %q claim names no tenant of this server", m.claim)
+		if id.Tenant == "" {
+			what = fmt.Sprintf("the token carries no %q claim naming its tenant", m.claim)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": nil,
+			"error": map[string]any{"code": -32003, "message": "forbidden: " + what}})
+		_, _ = w.Write(body)
+		return
+	}
+	srv.ServeHTTP(w, r)
+}
+
+func (m *tenantMux) Shutdown(ctx context.Context) error {
+	var errs []error
+	for _, srv := range m.byName {
+		errs = append(errs, srv.Shutdown(ctx))
+	}
+	return errors.Join(errs...)
 }
 
 // Registry is the Prometheus registry behind /metrics.

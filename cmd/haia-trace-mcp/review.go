@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/user"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
+	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
@@ -70,7 +72,8 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var note, by, reviewerKey *string
 	reviewers := fs.String("reviewers", "", "the trusted reviewers file (default: reviewers.json in the user configuration directory)")
 	guardConfig := fs.String("guard-config", "", "the guard policy, for reviewTtlMinutes (default: built-in defaults)")
-	var tenant *string
+	tenant := fs.String("tenant", "", "the tenant: with --tenants-dir its root is DIR/<tenant>; written as scope.tenant into decision receipts (default haia-trace-mcp)")
+	tenantsDir := fs.String("tenants-dir", "", "the directory of tenants' Trace roots (as the server's --tenants-dir); needs --tenant")
 	var olderThan *time.Duration
 	switch verb {
 	case "archive":
@@ -82,7 +85,6 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		note = fs.String("note", "", "why (kept in the log)")
 		by = fs.String("by", "", "who decides (default, and it must be: the reviewer id of --reviewer-key)")
 		reviewerKey = fs.String("reviewer-key", "", "the reviewer's signing key (default: reviewer-key.pem in the user configuration directory)")
-		tenant = fs.String("tenant", "haia-trace-mcp", "scope.tenant written into the decision receipt")
 	default:
 		return newCommand("review", reviewUsage, stdout, stderr).failf("unknown subcommand %q", verb)
 	}
@@ -99,6 +101,15 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return code
 	}
 
+	if *tenantsDir != "" {
+		if !receipt.IsSlug(*tenant) {
+			return c.failf("--tenants-dir needs --tenant naming one tenant (a bare slug), got %q", *tenant)
+		}
+		*dir = filepath.Join(*tenantsDir, *tenant)
+	}
+	if *tenant == "" {
+		*tenant = "haia-trace-mcp"
+	}
 	root, code := openCLIRoot("review "+verb, *dir, stderr)
 	if root == nil {
 		return code

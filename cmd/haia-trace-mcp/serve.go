@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -43,6 +44,7 @@ type serveFlags struct {
 	signing      signingFlags
 	reviewers    string
 	notify       notify.Config
+	tenantsDir   string
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
@@ -57,6 +59,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.notify.Command, "notify-command", "", "run this program (no shell) for each opened review, the review as JSON on stdin; 10 s timeout")
 	fs.StringVar(&f.notify.URL, "notify-url", "", "POST each opened review to this http(s) URL (opt-in outbound network), signed with --notify-secret-file")
 	fs.StringVar(&f.notify.SecretFile, "notify-secret-file", "", "the HMAC-SHA256 key of --notify-url (X-Haia-Signature)")
+	fs.StringVar(&f.tenantsDir, "tenants-dir", "", "serve one Trace root per tenant, DIR/<tenant>/, over --http; the token's --tenant-claim names the tenant")
 }
 
 // guardSetup is what the guard is built from, loaded once at start.
@@ -272,6 +275,98 @@ func reloadTemplatesOnHUP(ctx context.Context, set *receipt.TemplateSet, history
 	return func() { signal.Stop(hup) }
 }
 
+// stack is one Trace root served: its directories, templates, guard and
+// server.
+type stack struct {
+	root, events *confined.Dir
+	srv          *server.Server
+	close        func()
+}
+
+// openStack opens dir as a Trace root and builds its server and guard;
+// tenant, when set, names the tenant (its policy overrides, scope.tenant).
+func openStack(ctx context.Context, dir, tenant string, f *serveFlags, notifier *notify.Group, nm *notify.Metrics, logger *slog.Logger) (*stack, error) {
+	if tenant != "" {
+		logger = logger.With("tenant", tenant)
+	}
+	root, events, templates, err := openTrace(dir, f.templatesDir, logger)
+	if err != nil {
+		return nil, err
+	}
+	closeDirs := func() { events.Close(); root.Close() }
+	g, err := openGuard(root, f, logger)
+	if err != nil {
+		closeDirs()
+		return nil, err
+	}
+	if tenant != "" {
+		g.policy = g.policy.ForTenant(tenant)
+		g.chains.Tenant = tenant
+	}
+	g.notifier, g.notifyMetrics = notifier, nm
+	srv, err := server.New(server.Config{
+		Root:          root,
+		Events:        events,
+		Templates:     templates,
+		Limits:        receipt.DefaultLimits(),
+		IndexMaxBytes: f.indexMaxMB << 20,
+		Version:       versionString(),
+		Logger:        logger,
+	})
+	if err != nil {
+		closeDirs()
+		return nil, err
+	}
+	if err := startGuard(srv, g, templates, f.agentID, logger); err != nil {
+		closeDirs()
+		return nil, err
+	}
+	stopHUP := reloadTemplatesOnHUP(ctx, templates, g.policy.HistoryTemplates, logger)
+	return &stack{root: root, events: events, srv: srv, close: func() { stopHUP(); closeDirs() }}, nil
+}
+
+// openTenants serves every tenant under --tenants-dir: each subdirectory
+// named by a bare slug is a tenant's Trace root, with its own index, review
+// log and decision chain. The set is read at start.
+func openTenants(ctx context.Context, f *serveFlags, notifier *notify.Group, nm *notify.Metrics, logger *slog.Logger) (map[string]*server.Server, func(), error) {
+	dir, err := confined.OpenRoot(f.tenantsDir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--tenants-dir: %w", err)
+	}
+	entries, err := dir.ReadDir()
+	dir.Close()
+	if err != nil {
+		return nil, nil, fmt.Errorf("--tenants-dir: %w", err)
+	}
+	out := map[string]*server.Server{}
+	var stacks []*stack
+	closeAll := func() {
+		for _, s := range stacks {
+			s.close()
+		}
+	}
+	for _, e := range entries {
+		if e.Type&fs.ModeDir == 0 || !receipt.IsSlug(e.Name) {
+			if e.Type&fs.ModeSymlink != 0 {
+				logger.Warn("--tenants-dir: a symbolic link is no tenant root; skipped", "name", e.Name)
+			}
+			continue
+		}
+		st, err := openStack(ctx, filepath.Join(dir.Path(), e.Name), e.Name, f, notifier, nm, logger)
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("tenant %s: %w", e.Name, err)
+		}
+		stacks = append(stacks, st)
+		out[e.Name] = st.srv
+		logger.Info("tenant served", "tenant", e.Name, "root", st.root.Path())
+	}
+	if len(out) == 0 {
+		return nil, nil, fmt.Errorf("--tenants-dir %s holds no tenant (a subdirectory named by [A-Za-z0-9_-] per tenant)", f.tenantsDir)
+	}
+	return out, closeAll, nil
+}
+
 // serveCommand is the grammar of serving: the top-level usage (every
 // command) and the server's own flags.
 func serveCommand(stdout, stderr io.Writer) *command {
@@ -296,50 +391,40 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
 		return exitUsage
 	}
-	root, events, templates, err := openTrace(f.dir, f.templatesDir, logger)
+	notifyMetrics := notify.NewMetrics()
+	notifier, err := notify.New(f.notify, notify.Options{Logger: logger, Metrics: notifyMetrics})
 	if err != nil {
-		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
-		return exitFail
-	}
-	defer root.Close()
-	defer events.Close()
-	g, err := openGuard(root, &f, logger)
-	if err != nil {
-		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
-		return exitFail
-	}
-	g.notifyMetrics = notify.NewMetrics()
-	if g.notifier, err = notify.New(f.notify, notify.Options{Logger: logger, Metrics: g.notifyMetrics}); err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
 		return exitUsage
 	}
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = g.notifier.Close(ctx)
+		_ = notifier.Close(ctx)
 	}()
-	srv, err := server.New(server.Config{
-		Root:          root,
-		Events:        events,
-		Templates:     templates,
-		Limits:        receipt.DefaultLimits(),
-		IndexMaxBytes: f.indexMaxMB << 20,
-		Version:       versionString(),
-		Logger:        logger,
-	})
+	if f.tenantsDir != "" {
+		if h.addr == "" || h.insecure || h.tenantClaim == "" {
+			return c.failf("--tenants-dir serves tenants over --http with authentication, the tenant named by --tenant-claim")
+		}
+		tenants, closeAll, err := openTenants(ctx, &f, notifier, notifyMetrics, logger)
+		if err != nil {
+			fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
+			return exitFail
+		}
+		defer closeAll()
+		return runHTTP(ctx, tenants, &h, logger, stderr)
+	}
+	st, err := openStack(ctx, f.dir, "", &f, notifier, notifyMetrics, logger)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
 		return exitFail
 	}
-	if err := startGuard(srv, g, templates, f.agentID, logger); err != nil {
-		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
-		return exitFail
-	}
-	defer reloadTemplatesOnHUP(ctx, templates, g.policy.HistoryTemplates, logger)()
+	defer st.close()
+	srv := st.srv
 	if h.addr != "" {
-		return runHTTP(ctx, srv, &h, logger, stderr)
+		return runHTTP(ctx, map[string]*server.Server{"": srv}, &h, logger, stderr)
 	}
-	logger.Info("serving MCP over stdio", "root", root.Path())
+	logger.Info("serving MCP over stdio", "root", st.root.Path())
 	stdio := mcpserver.NewStdioServer(srv.MCP())
 	stdio.SetErrorLogger(log.New(stderr, "mcp: ", log.LstdFlags))
 	if err := stdio.Listen(ctx, stdin, stdout); err != nil && !errors.Is(err, context.Canceled) && !isEOF(err) {

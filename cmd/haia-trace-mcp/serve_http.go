@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -45,6 +46,7 @@ type httpFlags struct {
 	writeTimeout time.Duration
 	idleTimeout  time.Duration
 	shutdown     time.Duration
+	tenantClaim  string
 }
 
 // listFlag collects a repeatable string flag.
@@ -61,6 +63,7 @@ func (h *httpFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&h.hmacSecret, "auth-hmac-secret", "", "HS256 secret file, for a local authorization server only")
 	fs.Var(&h.scopes, "auth-scope", "a scope every request needs (repeatable)")
 	fs.Var(&h.toolScopes, "auth-tool-scope", "TOOL=SCOPE: an extra scope a call of TOOL needs (repeatable)")
+	fs.StringVar(&h.tenantClaim, "tenant-claim", "", "with --tenants-dir: the token claim whose string value names the caller's tenant")
 	fs.BoolVar(&h.allowRemote, "http-allow-remote", false, "allow listening on a non-loopback address")
 	fs.BoolVar(&h.insecure, "http-insecure-no-auth", false, "serve without authentication (loopback only, e.g. for the MCP Inspector)")
 	fs.Int64Var(&h.maxBody, "http-max-body", server.DefaultHTTPMaxBody, "largest request body in bytes")
@@ -138,6 +141,7 @@ func (h *httpFlags) plan() (httpPlan, error) {
 		JWKSFile:         h.jwks,
 		HMACSecretFile:   h.hmacSecret,
 		MaxTokenLifetime: h.maxLifetime,
+		TenantClaim:      h.tenantClaim,
 	}
 	return p, nil
 }
@@ -195,7 +199,20 @@ func (h *httpFlags) resourceAndHosts(p httpPlan, port string) (string, []string,
 	return resource, hosts, nil
 }
 
-func runHTTP(ctx context.Context, srv *server.Server, h *httpFlags, logger *slog.Logger, stderr io.Writer) int {
+// runHTTP serves servers over Streamable HTTP: one server under the key
+// "", or one per tenant.
+func runHTTP(ctx context.Context, servers map[string]*server.Server, h *httpFlags, logger *slog.Logger, stderr io.Writer) int {
+	srv := servers[""]
+	var tenants map[string]*server.Server
+	if srv == nil {
+		tenants = servers
+		names := make([]string, 0, len(servers))
+		for name := range servers {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		srv = servers[names[0]]
+	}
 	p, err := h.plan()
 	if err == nil && p.auth != nil {
 		err = srv.CheckToolScopes(p.auth.ToolScopes)
@@ -230,6 +247,7 @@ func runHTTP(ctx context.Context, srv *server.Server, h *httpFlags, logger *slog
 		StreamPing:     h.streamPing,
 		RateLimit:      h.rateLimit,
 		RateBurst:      h.rateBurst,
+		Tenants:        tenants,
 		Logger:         logger,
 	})
 	if err != nil {
