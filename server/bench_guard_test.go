@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -20,7 +21,8 @@ func BenchmarkCheckBeforePayWarm(b *testing.B) {
 	if root == "" {
 		b.Skip("HAIA_BENCH_ROOT not set (tools/bench.sh builds the large root)")
 	}
-	s := newTestServer(b, root)
+	mb, _ := strconv.Atoi(os.Getenv("HAIA_BENCH_INDEX_MB"))
+	s := newGuardedServer(b, root, int64(mb)<<20)
 	ctx := context.Background()
 	ask := func(i int) {
 		if _, err := s.guard.Engine.Check(ctx, "bench", engine.Question{Counterparty: fmt.Sprintf("0x%040x", i%5000+1), Amount: "0.01"}); err != nil {

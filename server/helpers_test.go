@@ -19,6 +19,12 @@ import (
 // server with every tool, signing with a fresh key.
 func newTestServer(t testing.TB, dir string) *Server {
 	t.Helper()
+	return newGuardedServer(t, dir, 0)
+}
+
+// newGuardedServer is newTestServer with an index budget (0: the default).
+func newGuardedServer(t testing.TB, dir string, indexBytes int64) *Server {
+	t.Helper()
 	if err := os.MkdirAll(filepath.Join(dir, "events"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +41,7 @@ func newTestServer(t testing.TB, dir string) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Config{Root: root, Events: events, Limits: receipt.DefaultLimits(), Version: "test"})
+	s, err := New(Config{Root: root, Events: events, Limits: receipt.DefaultLimits(), Version: "test", IndexMaxBytes: indexBytes})
 	if err != nil {
 		t.Fatal(err)
 	}
