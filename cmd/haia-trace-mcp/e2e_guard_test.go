@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -350,15 +349,7 @@ func TestReadyzWhileTheSignerIsDown(t *testing.T) {
 	defer signer.Process.Kill()
 	waitFor(t, "the signer socket", func() bool { _, err := os.Stat(sock); return err == nil })
 	p := startHTTPBinary(t, "--dir", root, "--signer", "unix:"+sock, "--params-key-file", filepath.Join(dir, "params.pem"), "--http-insecure-no-auth")
-	ready := func() (int, string) {
-		resp, err := http.Get(p.base + "/readyz")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	ready := func() (int, string) { return getText(t, p.base+"/readyz") }
 	if code, body := ready(); code != http.StatusOK {
 		t.Fatalf("readyz with the signer up: %d %q", code, body)
 	}

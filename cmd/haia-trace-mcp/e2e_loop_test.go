@@ -249,24 +249,11 @@ func TestHumanLoopHTTP(t *testing.T) {
 	ids := humanLoop(t, cs, root)
 	waitFor(t, "the failing receiver to be tried", func() bool { return failing.count(ids[0]) >= 1 })
 
-	ready := func() (int, string) {
-		resp, err := http.Get(p.base + "/readyz")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	ready := func() (int, string) { return getText(t, p.base+"/readyz") }
 	if code, body := ready(); code != http.StatusOK {
 		t.Fatalf("readyz: %d %s", code, body)
 	}
-	resp, err := http.Get(p.base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	metrics, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_, metrics := getText(t, p.base+"/metrics")
 	for _, name := range []string{"haia_review_integrity_warnings_total", "haia_notify_sent_total"} {
 		if !strings.Contains(string(metrics), name) {
 			t.Errorf("/metrics lacks %s", name)
@@ -278,4 +265,16 @@ func TestHumanLoopHTTP(t *testing.T) {
 	if code, body := ready(); code != http.StatusServiceUnavailable || !strings.Contains(body, "trusted reviewers file cannot be read") {
 		t.Fatalf("readyz without the reviewers file: %d %q", code, body)
 	}
+}
+
+// getText GETs url and returns the status and body.
+func getText(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }

@@ -48,15 +48,7 @@ func newFixture(t testing.TB, dir, policyJSON string) *fixture {
 			t.Fatal(err)
 		}
 	}
-	root, err := confined.OpenRoot(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	events, err := root.OpenDir("events")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { events.Close(); root.Close() })
+	root, events := openTestRoot(t, dir)
 	pol, err := guard.ParseConfig([]byte(policyJSON), "")
 	if err != nil {
 		t.Fatal(err)
@@ -94,6 +86,23 @@ func newFixture(t testing.TB, dir, policyJSON string) *fixture {
 		t.Fatal(err)
 	}
 	return &fixture{dir: dir, root: root, eng: eng, log: log}
+}
+
+// openTestRoot opens dir as a Trace root with its events/ directory, both
+// closed when the test ends.
+func openTestRoot(tb testing.TB, dir string) (root, events *confined.Dir) {
+	tb.Helper()
+	root, err := confined.OpenRoot(dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	events, err = root.OpenDir("events")
+	if err != nil {
+		root.Close()
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { events.Close(); root.Close() })
+	return root, events
 }
 
 func (f *fixture) pay(t testing.TB, run string, ps ...simrec.Payment) {

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
-	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/simrec"
 	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
@@ -39,15 +38,7 @@ func growthEngine(b *testing.B, dir string, empty bool) (*Engine, *reviewlog.Log
 			b.Fatal(err)
 		}
 	}
-	cr, err := confined.OpenRoot(root)
-	if err != nil {
-		b.Fatal(err)
-	}
-	events, err := cr.OpenDir("events")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { events.Close(); cr.Close() })
+	cr, events := openTestRoot(b, root)
 	key, err := noa.LoadKeyFile(filepath.Join(dir, "server-key.pem"))
 	if err != nil {
 		b.Fatal(err)

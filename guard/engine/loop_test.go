@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
-	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/simrec"
 	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
@@ -50,15 +49,7 @@ func newLoop(t *testing.T, policyJSON string) *loop {
 	if err := rec.Pay(unsettled("op-1", sellerA, "https://api.example.com/x")); err != nil {
 		t.Fatal(err)
 	}
-	root, err := confined.OpenRoot(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	events, err := root.OpenDir("events")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { events.Close(); root.Close() })
+	root, events := openTestRoot(t, dir)
 	pol, err := guard.ParseConfig([]byte(policyJSON), "")
 	if err != nil {
 		t.Fatal(err)
