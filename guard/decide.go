@@ -301,8 +301,13 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 		for _, i := range ix.with(cp) {
 			sawMatch(h.Ops[i])
 		}
-		for _, i := range ix.unattributable[cp.Kind] {
-			sawUnattributable(h.Ops[i])
+		u := ix.unattributable[cp.Kind]
+		f.Unattributable, f.PaidWithoutHost = u.n, 0
+		if cp.Kind == KindHost {
+			f.PaidWithoutHost = u.paidWithoutHost
+		}
+		for _, i := range u.open {
+			unattributedOpen = append(unattributedOpen, h.Ops[i])
 		}
 	} else {
 		for _, o := range h.Ops {
@@ -590,6 +595,11 @@ func firstWhy(ops []Op, kind CounterpartyKind) string {
 	for _, o := range ops {
 		why[o.unattributableFor(kind)]++
 	}
+	return whyText(why)
+}
+
+// whyText writes reason counts in a stable order.
+func whyText(why map[string]int) string {
 	keys := make([]string, 0, len(why))
 	for k := range why {
 		keys = append(keys, k)
@@ -627,19 +637,19 @@ func historyReason(h History, f *Figures, cfg *Config, cp Counterparty, req Requ
 		fmt.Fprintf(&b, "; the operator's templates directory replaces the bundled %s", strings.Join(h.Overridden, ", "))
 	}
 	if f.Unattributable > 0 {
-		var un []Op
+		var why string
 		if h.Index != nil {
-			for _, i := range h.Index.unattributable[cp.Kind] {
-				un = append(un, h.Ops[i])
-			}
+			why = whyText(h.Index.unattributable[cp.Kind].why)
 		} else {
+			var un []Op
 			for _, o := range h.Ops {
 				if !o.matches(cp) && o.unattributableFor(cp.Kind) != "" {
 					un = append(un, o)
 				}
 			}
+			why = firstWhy(un, cp.Kind)
 		}
-		fmt.Fprintf(&b, "; %s could not be attributed to any %s (%s), %d of them paid and not settled", count(f.Unattributable, "operation", "operations"), kindWord(cp.Kind), firstWhy(un, cp.Kind), f.UnattributableOpen)
+		fmt.Fprintf(&b, "; %s could not be attributed to any %s (%s), %d of them paid and not settled", count(f.Unattributable, "operation", "operations"), kindWord(cp.Kind), why, f.UnattributableOpen)
 		if cfg.UnattributableHistory == Ignore && f.UnattributableOpen > 0 {
 			b.WriteString(", which the policy says to ignore")
 		}

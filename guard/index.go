@@ -9,15 +9,26 @@ package guard
 type HistoryIndex struct {
 	byPayTo map[string][]int32
 	byHost  map[string][]int32
-	// unattributable are, per question kind, the operations that cannot be
-	// told to be or not to be with a counterparty of that kind.
-	unattributable    map[CounterpartyKind][]int32
+	// unattributable sums up, per question kind, the operations that cannot
+	// be told to be or not to be with a counterparty of that kind: only the
+	// open ones are kept, the rest are counted.
+	unattributable    map[CounterpartyKind]*unattributed
 	settleUnconfirmed int
+}
+
+type unattributed struct {
+	n               int
+	open            []int32
+	paidWithoutHost int
+	why             map[string]int
 }
 
 // BuildIndex indexes h.Ops; h must not change afterwards.
 func (h *History) BuildIndex() {
-	ix := &HistoryIndex{byPayTo: map[string][]int32{}, byHost: map[string][]int32{}, unattributable: map[CounterpartyKind][]int32{}}
+	ix := &HistoryIndex{byPayTo: map[string][]int32{}, byHost: map[string][]int32{}, unattributable: map[CounterpartyKind]*unattributed{}}
+	for _, k := range []CounterpartyKind{KindAddress, KindHost} {
+		ix.unattributable[k] = &unattributed{why: map[string]int{}}
+	}
 	for i, o := range h.Ops {
 		n := int32(i)
 		if o.Money != nil {
@@ -29,8 +40,18 @@ func (h *History) BuildIndex() {
 			}
 		}
 		for _, k := range []CounterpartyKind{KindAddress, KindHost} {
-			if o.unattributableFor(k) != "" {
-				ix.unattributable[k] = append(ix.unattributable[k], n)
+			why := o.unattributableFor(k)
+			if why == "" {
+				continue
+			}
+			u := ix.unattributable[k]
+			u.n++
+			u.why[why]++
+			if o.Open {
+				u.open = append(u.open, n)
+			}
+			if o.Spent && (o.Money == nil || len(o.Money.Hosts) == 0) {
+				u.paidWithoutHost++
 			}
 		}
 		if o.SettlementUnconfirmed {
