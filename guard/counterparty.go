@@ -225,11 +225,15 @@ func CanonicalHost(h string) (string, error) {
 		return "", fmt.Errorf("host %q is not a host name or an IP address", clip(h))
 	}
 	h = strings.TrimSuffix(h, ".")
-	ascii, err := idna.Lookup.ToASCII(h)
-	if err != nil {
-		return "", fmt.Errorf("host %q is not a valid host name (%s)", clip(h), strings.TrimPrefix(err.Error(), "idna: "))
+	if !plainLDH(h) {
+		// Only names that are not already plain lower-case letters, digits
+		// and inner hyphens need IDNA (which gives those back unchanged).
+		ascii, err := idna.Lookup.ToASCII(h)
+		if err != nil {
+			return "", fmt.Errorf("host %q is not a valid host name (%s)", clip(h), strings.TrimPrefix(err.Error(), "idna: "))
+		}
+		h = strings.ToLower(ascii)
 	}
-	h = strings.ToLower(ascii)
 	if len(h) > 253 {
 		return "", fmt.Errorf("host name is %d characters long; at most 253 are allowed", len(h))
 	}
@@ -256,4 +260,27 @@ func CanonicalHost(h string) (string, error) {
 		return a.String(), nil
 	}
 	return h, nil
+}
+
+// plainLDH: every label is lower-case letters and digits with inner hyphens
+// only, none with hyphens third and fourth (as IDNA's "xn--"), each 1 to 63
+// characters. Such a name is
+// its own IDNA lookup form.
+func plainLDH(h string) bool {
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for _, l := range strings.Split(h, ".") {
+		// "ab--…" (hyphens third and fourth) is reserved for IDNA prefixes.
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' || (len(l) >= 4 && l[2] == '-' && l[3] == '-') {
+			return false
+		}
+		for i := 0; i < len(l); i++ {
+			c := l[i]
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
 }

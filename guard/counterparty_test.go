@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"golang.org/x/net/idna"
 )
 
 func TestParseCounterparty(t *testing.T) {
@@ -114,5 +116,21 @@ func FuzzParseRequest(f *testing.F) {
 			t.Fatalf("no amount and no error for %q", amount)
 		}
 		_ = Decide(req, History{}, cfg, fixedNow)
+	})
+}
+
+// The plain fast path gives what IDNA gives, for names that take it.
+func FuzzPlainHostsMatchIDNA(f *testing.F) {
+	for _, s := range []string{"api.example.com", "a-b.c", "x", "1.2.3", "a--b.example", "-a.b", "xn--bcher-kva.example"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, h string) {
+		if !plainLDH(h) {
+			return
+		}
+		ascii, err := idna.Lookup.ToASCII(h)
+		if err != nil || strings.ToLower(ascii) != h {
+			t.Fatalf("plain %q: IDNA gives %q, %v", h, ascii, err)
+		}
 	})
 }

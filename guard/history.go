@@ -144,11 +144,12 @@ func FactsOf(e receipt.Event) EventFacts {
 		return f
 	}
 	if u, ok := resourceURL(p); ok {
-		if h, err := HostOfURL(u); err == nil {
+		// One reading of the URL serves both the host and the resource.
+		if h, _, err := hostOfURL(u); err == nil {
 			f.Host = h
-		}
-		if r, err := CanonicalResource(u, true); err == nil {
-			f.Resource = r
+			if r, err := resourceFrom(strings.TrimSpace(u), h); err == nil {
+				f.Resource = r
+			}
 		}
 	}
 	if st, ok := p.Get("settle"); ok && st.Kind() == jsjson.Object {

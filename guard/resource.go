@@ -24,6 +24,13 @@ func CanonicalResource(raw string, allowUser bool) (string, error) {
 	if hadUser && !allowUser {
 		return "", fmt.Errorf("URL %q carries user information, which disguises the host; give the URL without it", clip(raw))
 	}
+	return resourceFrom(raw, host)
+}
+
+// resourceFrom is CanonicalResource for a trimmed raw URL whose canonical
+// host is already known (hostOfURL read it).
+func resourceFrom(raw, host string) (string, error) {
+	var err error
 	i := strings.Index(raw, "://")
 	scheme := strings.ToLower(raw[:i])
 	rest := raw[i+3:]
