@@ -73,6 +73,10 @@ type guardSetup struct {
 	reviewersPath string
 	notifier      *notify.Group
 	notifyMetrics *notify.Metrics
+	// integrity counts integrity warnings, one counter for every tenant.
+	integrity prometheus.Counter
+	// tenant names the tenant this guard serves ("" without tenants).
+	tenant string
 }
 
 // openGuard loads the policy, its custom rules and the signing setup once.
@@ -114,13 +118,22 @@ func openGuard(root *confined.Dir, f *serveFlags, logger *slog.Logger) (*guardSe
 	return &guardSetup{policy: cfg, rules: rules, log: log, chains: chains, paramsKey: paramsKey, reviewersPath: reviewersPath}, nil
 }
 
+func newIntegrityCounter() prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: "haia_review_integrity_warnings_total",
+		Help: "Times a review's log lines and its signed receipts disagreed (an unverified decision, a contradicting line)."})
+}
+
 // startGuard builds the decision engine over the server's run index and
 // registers the guard's tools.
 func startGuard(srv *server.Server, g *guardSetup, templates *receipt.TemplateSet, agentID string, logger *slog.Logger) error {
 	var onOpen func(reviewlog.Review)
 	if g.notifier != nil && g.notifier.Len() > 0 {
 		onOpen = func(r reviewlog.Review) {
-			m, err := notify.NewMessage(notify.EventOpened, r)
+			// The reviewer must know which tenant's queue the review is in.
+			m, err := notify.NewMessage(notify.EventOpened, struct {
+				reviewlog.Review
+				Tenant string `json:"tenant,omitempty"`
+			}{r, g.tenant})
 			if err != nil {
 				logger.Error("notification not sent", "review_id", r.ID, "err", err)
 				return
@@ -128,10 +141,12 @@ func startGuard(srv *server.Server, g *guardSetup, templates *receipt.TemplateSe
 			g.notifier.Notify(m)
 		}
 	}
-	integrity := prometheus.NewCounter(prometheus.CounterOpts{Name: "haia_review_integrity_warnings_total",
-		Help: "Times a review's log lines and its signed receipts disagreed (an unverified decision, a contradicting line)."})
+	integrity := g.integrity
+	if integrity == nil {
+		integrity = newIntegrityCounter()
+	}
 	srv.AddMetrics(integrity)
-	if g.notifier != nil {
+	if g.notifyMetrics != nil {
 		srv.AddMetrics(g.notifyMetrics)
 	}
 	eng, err := engine.New(engine.Config{
@@ -285,7 +300,7 @@ type stack struct {
 
 // openStack opens dir as a Trace root and builds its server and guard;
 // tenant, when set, names the tenant (its policy overrides, scope.tenant).
-func openStack(ctx context.Context, dir, tenant string, f *serveFlags, notifier *notify.Group, nm *notify.Metrics, logger *slog.Logger) (*stack, error) {
+func openStack(ctx context.Context, dir, tenant string, f *serveFlags, notifier *notify.Group, nm *notify.Metrics, integrity prometheus.Counter, logger *slog.Logger) (*stack, error) {
 	if tenant != "" {
 		logger = logger.With("tenant", tenant)
 	}
@@ -303,7 +318,7 @@ func openStack(ctx context.Context, dir, tenant string, f *serveFlags, notifier 
 		g.policy = g.policy.ForTenant(tenant)
 		g.chains.Tenant = tenant
 	}
-	g.notifier, g.notifyMetrics = notifier, nm
+	g.notifier, g.notifyMetrics, g.integrity, g.tenant = notifier, nm, integrity, tenant
 	srv, err := server.New(server.Config{
 		Root:          root,
 		Events:        events,
@@ -329,6 +344,7 @@ func openStack(ctx context.Context, dir, tenant string, f *serveFlags, notifier 
 // named by a bare slug is a tenant's Trace root, with its own index, review
 // log and decision chain. The set is read at start.
 func openTenants(ctx context.Context, f *serveFlags, notifier *notify.Group, nm *notify.Metrics, logger *slog.Logger) (map[string]*server.Server, func(), error) {
+	integrity := newIntegrityCounter()
 	dir, err := confined.OpenRoot(f.tenantsDir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--tenants-dir: %w", err)
@@ -352,7 +368,7 @@ func openTenants(ctx context.Context, f *serveFlags, notifier *notify.Group, nm 
 			}
 			continue
 		}
-		st, err := openStack(ctx, filepath.Join(dir.Path(), e.Name), e.Name, f, notifier, nm, logger)
+		st, err := openStack(ctx, filepath.Join(dir.Path(), e.Name), e.Name, f, notifier, nm, integrity, logger)
 		if err != nil {
 			closeAll()
 			return nil, nil, fmt.Errorf("tenant %s: %w", e.Name, err)
@@ -414,7 +430,7 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		defer closeAll()
 		return runHTTP(ctx, tenants, &h, logger, stderr)
 	}
-	st, err := openStack(ctx, f.dir, "", &f, notifier, notifyMetrics, logger)
+	st, err := openStack(ctx, f.dir, "", &f, notifier, notifyMetrics, newIntegrityCounter(), logger)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
 		return exitFail
