@@ -59,9 +59,17 @@ type AskOutcome struct {
 // A block is never turned into anything else; an approval only turns a
 // review into an allow.
 func (l *Log) Ask(ctx context.Context, req AskRequest, hook func(tx Tx, out AskOutcome) error) (AskOutcome, error) {
+	if req.Caller == "" {
+		return AskOutcome{}, fmt.Errorf("%w: the caller must be named", ErrBadInput)
+	}
+	return l.ask(ctx, req, hook)
+}
+
+// ask is Ask for any caller, also none (OpenReview's reviews).
+func (l *Log) ask(ctx context.Context, req AskRequest, hook func(tx Tx, out AskOutcome) error) (AskOutcome, error) {
 	q := req.Question
-	if q.Counterparty == "" || req.Caller == "" {
-		return AskOutcome{}, fmt.Errorf("%w: the counterparty and the caller must be named", ErrBadInput)
+	if q.Counterparty == "" {
+		return AskOutcome{}, fmt.Errorf("%w: the counterparty is empty", ErrBadInput)
 	}
 	for name, v := range map[string]string{"counterparty": q.Counterparty, "amount": q.Amount, "asset": q.Asset, "template": q.Template, "caller": req.Caller} {
 		if len(v) > maxFieldBytes || !utf8.ValidString(v) {
@@ -69,9 +77,6 @@ func (l *Log) Ask(ctx context.Context, req AskRequest, hook func(tx Tx, out AskO
 		}
 	}
 	caller := req.Caller
-	if caller == noCaller {
-		caller = ""
-	}
 	var out AskOutcome
 	err := l.transact(ctx, func(g *confined.Dir, st *state, at time.Time) (*record, error) {
 		run := func(kind string, r Review, rec *record) (*record, error) {

@@ -79,17 +79,13 @@ func (l *Log) Audit(ctx context.Context, keyring noa.Keyring) (AuditReport, erro
 			if err != nil {
 				return err
 			}
-			rcs, err := v.rx.receipts(g, ActionID(r.ID))
+			s, err := v.signed(&r)
 			if err != nil {
 				return err
 			}
-			s := signedFor(rcs, &r, v.trusted)
-			if v.problem != "" && (r.Status != Pending || len(s.problems) > 0) {
-				s.problems = append(s.problems, v.problem)
-			}
 			vr := resolve(r, s, v.now, v.ttl)
 			deferred := false
-			for _, rc := range rcs {
+			for _, rc := range s.receipts {
 				if rc.Agent.Principal == noa.PrincipalService && rc.Governance.Verdict == noa.VerdictDeferred {
 					deferred = true
 				}

@@ -538,25 +538,3 @@ func ChainIDOf(segment string) string {
 	id, _, _ := ParseSegmentFile(segment + chainSuffix)
 	return id
 }
-
-// ReceiptsForAction lists the ids of receipts, in every chain and segment,
-// whose action.id is actionID (the receipts that record one review).
-func ReceiptsForAction(g *confined.Dir, actionID string) ([]string, error) {
-	chains, err := ListChains(g)
-	if err != nil {
-		return nil, err
-	}
-	var ids []string
-	for _, c := range chains {
-		err := EachReceipt(context.Background(), g, c.ID, func(_ Segment, _ int64, r *noa.Receipt) error {
-			if r.Action.ID == actionID {
-				ids = append(ids, r.ID)
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, err
-		}
-	}
-	return ids, nil
-}

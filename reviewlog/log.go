@@ -147,16 +147,13 @@ type Hook func(tx Tx) error
 // says which. The engine uses Ask, which knows the caller; this remains for
 // tools and tests that open reviews directly.
 func (l *Log) OpenReview(ctx context.Context, q guard.Question, reasons []guard.Reason, hook Hook) (Review, bool, error) {
-	out, err := l.Ask(ctx, AskRequest{Caller: noCaller, Question: q, Decision: guard.Review, Reasons: reasons},
+	out, err := l.ask(ctx, AskRequest{Question: q, Decision: guard.Review, Reasons: reasons},
 		func(tx Tx, _ AskOutcome) error { return runHook(hook, tx) })
 	if err != nil {
 		return Review{}, false, err
 	}
 	return out.Review, out.Kind == AskOpened, nil
 }
-
-// noCaller stands for "no caller" in Ask; it is never written.
-const noCaller = "\x00"
 
 // DecideReview records a human decision (status Approved or Rejected) on a
 // pending review. A review is decided once: a second decision fails with

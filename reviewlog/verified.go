@@ -21,6 +21,7 @@ func ActionID(reviewID string) string { return "review:" + reviewID }
 
 // signed is what the chains prove about one review.
 type signed struct {
+	receipts []noa.Receipt // every receipt of the review, in chain order
 	ids      []string
 	human    *noa.Receipt // the first receipt of a trusted reviewer's decision
 	uses     []noa.Receipt
@@ -30,7 +31,7 @@ type signed struct {
 // signedFor reads the receipts of review r: its trusted human decision, the
 // honoured uses of an approval, and every human receipt that does not hold.
 func signedFor(rcs []noa.Receipt, r *Review, trusted Reviewers) signed {
-	var s signed
+	s := signed{receipts: rcs}
 	for i, rc := range rcs {
 		s.ids = append(s.ids, rc.ID)
 		g := rc.Governance

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
-	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 )
@@ -56,7 +55,7 @@ func runReviewWatch(ctx context.Context, args []string, stdout, stderr io.Writer
 	if *interval < watchMinInterval || *interval > watchMaxInterval {
 		return c.failf("--interval %s is outside %s to %s", *interval, watchMinInterval, watchMaxInterval)
 	}
-	root, code := watchOpenRoot(*dir, stderr)
+	root, code := openCLIRoot("review watch", *dir, stderr)
 	if root == nil {
 		return code
 	}
@@ -82,11 +81,6 @@ func runReviewWatch(ctx context.Context, args []string, stdout, stderr io.Writer
 		now:    time.Now,
 	}
 	return w.run(ctx, *interval)
-}
-
-// watchOpenRoot opens dir and checks that it is a Trace root.
-func watchOpenRoot(dir string, stderr io.Writer) (*confined.Dir, int) {
-	return openCLIRoot("review watch", dir, stderr)
 }
 
 type reviewWatcher struct {
