@@ -3,6 +3,7 @@ package reviewlog
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -94,11 +95,14 @@ func (l *Log) ask(ctx context.Context, req AskRequest, hook func(tx Tx, out AskO
 		// index keeps them, so this costs the same at any size of log.
 		list := st.byKey[questionKey(caller, q)]
 		var resolved []Review
-		if len(list) > 0 {
-			v, err := l.newVerifier(g)
-			if err != nil {
+		var v *verifier
+		if len(list) > 0 || (req.ParamsHash != "" && req.Decision != guard.Block) {
+			var err error
+			if v, err = l.newVerifier(g); err != nil {
 				return nil, err
 			}
+		}
+		if len(list) > 0 {
 			for i := len(list) - 1; i >= 0; i-- {
 				r, err := st.review(list[i])
 				if err != nil {
@@ -129,6 +133,15 @@ func (l *Log) ask(ctx context.Context, req AskRequest, hook func(tx Tx, out AskO
 					return run(AskApproved, r, &record{Type: typeUsed, ReviewID: r.ID, At: formatTime(at), By: caller})
 				}
 				break
+			}
+			// A rejection the chains hold for this very question holds even
+			// where the log lost the review (a volume writer can edit the
+			// log, not forge a reviewer's signature). Approvals are honoured
+			// only through the log, where their one use is recorded.
+			if r, ok, err := l.heldByChain(v, st, caller, req, at); err != nil {
+				return nil, err
+			} else if ok {
+				return run(AskRejected, r, nil)
 			}
 		}
 		if req.Decision != guard.Review {
@@ -168,4 +181,35 @@ func (l *Log) ask(ctx context.Context, req AskRequest, hook func(tx Tx, out AskO
 		return AskOutcome{}, err
 	}
 	return out, nil
+}
+
+// heldByChain finds, among the reviews the chains say answered the caller's
+// question but the log does not hold, one a trusted reviewer rejected
+// within the hold.
+func (l *Log) heldByChain(v *verifier, st *state, caller string, req AskRequest, at time.Time) (Review, bool, error) {
+	if v == nil || req.ParamsHash == "" {
+		return Review{}, false, nil
+	}
+	actions := v.rx.reviewsOf(caller, req.ParamsHash)
+	for i := len(actions) - 1; i >= 0; i-- {
+		id := strings.TrimPrefix(actions[i], "review:")
+		if st.byID[id] != nil {
+			continue // the log holds it: judged above
+		}
+		r := Review{ID: id, Status: Pending, Caller: caller, ParamsHash: req.ParamsHash,
+			Counterparty: req.Question.Counterparty, Amount: req.Question.Amount, Asset: req.Question.Asset}
+		vr, _, err := v.resolve(&r)
+		if err != nil {
+			return Review{}, false, err
+		}
+		if vr.Status != Rejected {
+			continue
+		}
+		decided, err := time.Parse(time.RFC3339Nano, vr.DecidedAt)
+		if err == nil && at.Before(decided.Add(req.RejectionHold)) {
+			vr.Integrity = append(vr.Integrity, "the review log does not hold this review, but a trusted reviewer's signed rejection of it does, and holds")
+			return vr, true, nil
+		}
+	}
+	return Review{}, false, nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -25,7 +26,13 @@ type receiptIndex struct {
 	mu       sync.Mutex
 	files    map[string]*chainCursor
 	byAction map[string][]receiptLoc
+	// byQuestion maps a caller's question (the guard's DEFERRED receipts:
+	// agent.id and paramsHash) to the reviews that answered it, so a
+	// signed decision is found even where the log no longer holds it.
+	byQuestion map[string][]string
 }
+
+func questionOf(agent, paramsHash string) string { return agent + "\x00" + paramsHash }
 
 type chainCursor struct {
 	dev, ino uint64
@@ -49,7 +56,7 @@ func (ix *receiptIndex) refresh(g *confined.Dir) error {
 	}
 	dir, err := g.OpenDir(ReceiptsDir)
 	if errors.Is(err, fs.ErrNotExist) {
-		ix.files, ix.byAction = nil, nil
+		ix.files, ix.byAction, ix.byQuestion = nil, nil, nil
 		return nil
 	}
 	if err != nil {
@@ -74,7 +81,7 @@ func (ix *receiptIndex) refresh(g *confined.Dir) error {
 	}
 	for restart := 0; restart < 2; restart++ {
 		if ix.files == nil {
-			ix.files, ix.byAction = map[string]*chainCursor{}, map[string][]receiptLoc{}
+			ix.files, ix.byAction, ix.byQuestion = map[string]*chainCursor{}, map[string][]receiptLoc{}, map[string][]string{}
 		}
 		stale := false
 		for name, e := range present {
@@ -143,6 +150,12 @@ func (ix *receiptIndex) readFile(dir *confined.Dir, name string) (bool, error) {
 			continue // the chain's verifier reports what is malformed
 		}
 		ix.byAction[r.Action.ID] = append(ix.byAction[r.Action.ID], receiptLoc{file: name, off: at})
+		if r.Agent.Principal == noa.PrincipalService && r.Governance.Verdict == noa.VerdictDeferred {
+			k := questionOf(r.Agent.ID, r.Action.ParamsHash)
+			if !slices.Contains(ix.byQuestion[k], r.Action.ID) {
+				ix.byQuestion[k] = append(ix.byQuestion[k], r.Action.ID)
+			}
+		}
 	}
 	cur.off = off
 	cur.anchor = readAnchor(f, off)
@@ -181,6 +194,14 @@ func (ix *receiptIndex) receipts(g *confined.Dir, action string) ([]noa.Receipt,
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// reviewsOf lists the action ids of the reviews the chains say answered
+// caller's question (by its paramsHash), oldest first.
+func (ix *receiptIndex) reviewsOf(caller, paramsHash string) []string {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return append([]string(nil), ix.byQuestion[questionOf(caller, paramsHash)]...)
 }
 
 // actions lists the indexed action ids.

@@ -241,3 +241,29 @@ func TestForgedDecisionIsNotHonoured(t *testing.T) {
 		t.Fatalf("audit: %+v %v", rep, err)
 	}
 }
+
+// Whoever can write guard/ cannot lift a rejection by editing the log: the
+// signed rejection in the chain still holds for the identical question.
+func TestRejectionHoldsWhenTheLogLosesIt(t *testing.T) {
+	l := newLoop(t, `{"rejectionHoldHours": 2}`)
+	first := l.ask(t, "agent-1")
+	if _, err := l.decider.Decide(context.Background(), first.ReviewID, reviewlog.Rejected, "never settled", "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(l.dir, "guard", "decisions.ndjson"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l.advance(time.Minute)
+	held := l.ask(t, "agent-1")
+	if held.Decision != guard.Block || !has(held, reviewlog.RuleHumanRejected) || held.ReviewID != first.ReviewID {
+		t.Fatalf("after the log was emptied: %+v", held)
+	}
+	// Another caller's question, and the same caller after the hold, are not held.
+	if a := l.ask(t, "agent-2"); a.Decision == guard.Block {
+		t.Fatalf("another caller was held: %+v", a)
+	}
+	l.advance(2 * time.Hour)
+	if a := l.ask(t, "agent-1"); a.Decision == guard.Block {
+		t.Fatalf("held past the hold: %+v", a)
+	}
+}
