@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"sort"
 	"strings"
 	"time"
@@ -38,7 +37,7 @@ type ArchiveResult struct {
 // leaves the reviews in both files (audit reads each once), never in none.
 func (l *Log) Archive(ctx context.Context, before time.Time) (ArchiveResult, error) {
 	var res ArchiveResult
-	err := l.locked(ctx, func(g *confined.Dir, f *os.File, st *state, at time.Time) error {
+	err := l.locked(ctx, func(g Writer, st *state, at time.Time) error {
 		if len(st.tail) > 0 || st.partial > 0 || !st.endsClean {
 			return fmt.Errorf("%w: the log ends in an unfinished line; the next decision repairs it — archive after that", ErrBadInput)
 		}
@@ -75,7 +74,7 @@ func (l *Log) Archive(ctx context.Context, before time.Time) (ArchiveResult, err
 			return nil
 		}
 		var keep, out bytes.Buffer
-		br := bufio.NewReaderSize(io.NewSectionReader(f, 0, st.offset), 64<<10)
+		br := bufio.NewReaderSize(io.NewSectionReader(st.src, 0, st.offset), 64<<10)
 		var off int64
 		for {
 			line, err := br.ReadBytes('\n')
@@ -96,11 +95,8 @@ func (l *Log) Archive(ctx context.Context, before time.Time) (ArchiveResult, err
 			}
 		}
 		res.File = archivePrefix + at.UTC().Format("20060102T150405.000Z") + archiveSuffix
-		if err := g.WriteFileAtomic(res.File, out.Bytes(), 0o600); err != nil {
-			return fmt.Errorf("write the archive %s: %w", res.File, err)
-		}
-		if err := g.WriteFileAtomic(FileName, keep.Bytes(), 0o600); err != nil {
-			return fmt.Errorf("rewrite %s without the archived reviews: %w", l.Path(), err)
+		if err := g.ReplaceLog(ctx, res.File, out.Bytes(), keep.Bytes()); err != nil {
+			return err
 		}
 		l.cache = nil // rewritten on purpose: the next reader folds it afresh
 		return nil
@@ -124,15 +120,15 @@ func archives(g *confined.Dir) ([]string, error) {
 	return out, nil
 }
 
-// foldArchive folds one archive file (read whole: archives are the old,
+// foldArchive folds one archive (read whole: archives are the old,
 // finished part of the trail).
-func foldArchive(g *confined.Dir, name string) (*state, error) {
-	f, err := g.Open(name)
+func foldArchive(ctx context.Context, g Reader, name string) (*state, error) {
+	f, err := g.Archive(ctx, name)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	data, err := io.ReadAll(f)
+	data, err := io.ReadAll(io.NewSectionReader(f, 0, f.Size()))
 	if err != nil {
 		return nil, err
 	}

@@ -8,7 +8,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
-	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 )
 
 // What Ask did.
@@ -79,14 +78,14 @@ func (l *Log) ask(ctx context.Context, req AskRequest, hook func(tx Tx, out AskO
 	}
 	caller := req.Caller
 	var out AskOutcome
-	err := l.transact(ctx, func(g *confined.Dir, st *state, at time.Time) (*record, error) {
+	err := l.transact(ctx, func(g Writer, st *state, at time.Time) (*record, error) {
 		run := func(kind string, r Review, rec *record) (*record, error) {
 			out = AskOutcome{Kind: kind, Review: r, Pending: out.Pending}
 			txKind := kind
 			if kind == AskApproved {
 				txKind = "used"
 			}
-			if err := hook(Tx{Guard: g, At: at, Kind: txKind, Review: r}, out); err != nil {
+			if err := hook(Tx{Store: g, At: at, Kind: txKind, Review: r}, out); err != nil {
 				return nil, err
 			}
 			return rec, nil
@@ -98,7 +97,7 @@ func (l *Log) ask(ctx context.Context, req AskRequest, hook func(tx Tx, out AskO
 		var v *verifier
 		if len(list) > 0 || (req.ParamsHash != "" && req.Decision != guard.Block) {
 			var err error
-			if v, err = l.newVerifier(g); err != nil {
+			if v, err = l.newVerifier(ctx, g); err != nil {
 				return nil, err
 			}
 		}

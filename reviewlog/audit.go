@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
-
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
 
@@ -28,15 +26,15 @@ type AuditReport struct {
 // line of the log is reported.
 func (l *Log) Audit(ctx context.Context, keyring noa.Keyring) (AuditReport, error) {
 	var rep AuditReport
-	err := l.view(ctx, func(g *confined.Dir, st *state) error {
-		if g != nil {
-			chains, err := ListChains(g)
+	err := l.view(ctx, func(g Reader, st *state) error {
+		{
+			chains, err := ListChains(ctx, g)
 			if err != nil {
 				return err
 			}
 			for _, c := range chains {
 				rep.Chains++
-				res, n, err := verifyChainFile(g, c.ID, keyring)
+				res, n, err := verifyChainFile(ctx, g, c.ID, keyring)
 				if err != nil {
 					rep.Malformed = true
 					rep.Findings = append(rep.Findings, fmt.Sprintf("chain %s: MALFORMED: %v", c.ID, err))
@@ -61,7 +59,7 @@ func (l *Log) Audit(ctx context.Context, keyring noa.Keyring) (AuditReport, erro
 		if more := st.findingCount - len(st.findings); more > 0 {
 			rep.Findings = append(rep.Findings, fmt.Sprintf("%s: %d more contradicting lines not listed", FileName, more))
 		}
-		v, err := l.newVerifier(g)
+		v, err := l.newVerifier(ctx, g)
 		if err != nil {
 			return err
 		}
@@ -106,13 +104,13 @@ func (l *Log) Audit(ctx context.Context, keyring noa.Keyring) (AuditReport, erro
 				return err
 			}
 		}
-		if g != nil {
-			names, err := archives(g)
+		{
+			names, err := g.Archives(ctx)
 			if err != nil {
 				return err
 			}
 			for _, name := range names {
-				ast, err := foldArchive(g, name)
+				ast, err := foldArchive(ctx, g, name)
 				if err != nil {
 					rep.Findings = append(rep.Findings, fmt.Sprintf("archive %s: %v", name, err))
 					continue
@@ -143,8 +141,8 @@ func (l *Log) Audit(ctx context.Context, keyring noa.Keyring) (AuditReport, erro
 
 // verifyChainFile verifies one chain, every segment and each link between
 // them, streaming: memory does not grow with the chain.
-func verifyChainFile(g *confined.Dir, id string, keyring noa.Keyring) (noa.Result, int, error) {
-	res, err := VerifySegments(g, id, noa.Options{Keyring: keyring, InFileOrder: true})
+func verifyChainFile(ctx context.Context, g Reader, id string, keyring noa.Keyring) (noa.Result, int, error) {
+	res, err := VerifySegments(ctx, g, id, noa.Options{Keyring: keyring, InFileOrder: true})
 	if err != nil {
 		return noa.Result{}, 0, err
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -110,23 +109,20 @@ func ParseSegmentFile(name string) (chain string, k int, ok bool) {
 // Append seals d as the next receipt of the signer's chain and appends it
 // to the chain's last segment, or starts the next segment when the last
 // one is full. d.Chain and d.Tenant are filled in. When the signer fails,
-// nothing is written and no sequence number is used.
-func (c *Chains) Append(ctx context.Context, g *confined.Dir, d noa.Draft) (noa.Receipt, error) {
+// nothing is written and no sequence number is used. w must be the writer
+// of a locked section (a Hook's Tx.Store): the lock is what keeps a chain
+// linear when several processes append.
+func (c *Chains) Append(ctx context.Context, w Writer, d noa.Draft) (noa.Receipt, error) {
 	base := c.ChainID()
 	d.Tenant = c.Tenant
 	maxN, maxB, err := c.limits()
 	if err != nil {
 		return noa.Receipt{}, fmt.Errorf("chain %s: %w", base, err)
 	}
-	dir, err := g.MkdirAll(ReceiptsDir, 0o700)
-	if err != nil {
-		return noa.Receipt{}, fmt.Errorf("receipts directory: %w", err)
-	}
-	defer dir.Close()
-	if err := c.ensureKeyring(g); err != nil {
+	if err := c.ensureKeyring(ctx, w); err != nil {
 		return noa.Receipt{}, err
 	}
-	segs, err := segmentNumbers(dir, base)
+	segs, err := segmentNumbers(ctx, w, base)
 	if err != nil {
 		return noa.Receipt{}, err
 	}
@@ -134,24 +130,19 @@ func (c *Chains) Append(ctx context.Context, g *confined.Dir, d noa.Draft) (noa.
 	if len(segs) > 0 {
 		k = segs[len(segs)-1]
 	}
-	f, err := dir.OpenFile(SegmentFile(base, k), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return noa.Receipt{}, fmt.Errorf("chain file: %w", err)
-	}
-	defer f.Close()
 	name := noa.SegmentChain(base, k)
-	head, end, err := readHead(f)
+	head, end, err := openHead(ctx, w, SegmentFile(base, k))
 	if err != nil {
 		return noa.Receipt{}, fmt.Errorf("chain %s: %w", name, err)
 	}
 	if head == nil && k > 0 {
 		// A segment started by a writer that died before its
 		// continuation reached the disk: start it again.
-		prev, err := segmentHead(dir, base, k-1)
+		prev, err := segmentHead(ctx, w, base, k-1)
 		if err != nil {
 			return noa.Receipt{}, err
 		}
-		return c.startSegment(ctx, f, end, base, k, *prev, d)
+		return c.startSegment(ctx, w, end, base, k, *prev, d)
 	}
 	d.Chain = name
 	r, line, err := noa.Seal(ctx, d, head, c.Signer)
@@ -159,27 +150,36 @@ func (c *Chains) Append(ctx context.Context, g *confined.Dir, d noa.Draft) (noa.
 		return noa.Receipt{}, fmt.Errorf("sign decision receipt: %w", err)
 	}
 	if head != nil && (head.Chain.Seq+1 >= maxN || end+int64(len(line)) > maxB) {
-		next, err := dir.OpenFile(SegmentFile(base, k+1), os.O_RDWR|os.O_CREATE, 0o600)
-		if err != nil {
-			return noa.Receipt{}, fmt.Errorf("chain file: %w", err)
-		}
-		defer next.Close()
-		_, nend, err := readHead(next)
+		_, nend, err := openHead(ctx, w, SegmentFile(base, k+1))
 		if err != nil {
 			return noa.Receipt{}, fmt.Errorf("chain %s: %w", noa.SegmentChain(base, k+1), err)
 		}
-		return c.startSegment(ctx, next, nend, base, k+1, *head, d)
+		return c.startSegment(ctx, w, nend, base, k+1, *head, d)
 	}
-	if err := writeLines(f, end, line); err != nil {
+	if err := w.AppendSegment(ctx, SegmentFile(base, k), end, line); err != nil {
 		return noa.Receipt{}, fmt.Errorf("chain %s: %w", name, err)
 	}
 	return r, nil
 }
 
+// openHead reads the head of one segment file (nil, 0 when it does not
+// exist yet).
+func openHead(ctx context.Context, r Reader, file string) (*noa.Receipt, int64, error) {
+	s, err := r.Segment(ctx, file)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	defer s.Close()
+	return readHead(s)
+}
+
 // startSegment writes the continuation of segment k after prev and d's
-// receipt after it, as the start of f (end is where its torn tail, if
-// any, begins).
-func (c *Chains) startSegment(ctx context.Context, f *os.File, end int64, base string, k int, prev noa.Receipt, d noa.Draft) (noa.Receipt, error) {
+// receipt after it, as the start of the segment (end is where its torn
+// tail, if any, begins).
+func (c *Chains) startSegment(ctx context.Context, w Writer, end int64, base string, k int, prev noa.Receipt, d noa.Draft) (noa.Receipt, error) {
 	name := noa.SegmentChain(base, k)
 	cont, contLine, err := noa.Seal(ctx, noa.ContinueDraft(base, k, prev, d.TS, c.Tenant), nil, c.Signer)
 	if err != nil {
@@ -190,38 +190,21 @@ func (c *Chains) startSegment(ctx context.Context, f *os.File, end int64, base s
 	if err != nil {
 		return noa.Receipt{}, fmt.Errorf("sign decision receipt: %w", err)
 	}
-	if err := writeLines(f, end, append(contLine, line...)); err != nil {
+	if err := w.AppendSegment(ctx, SegmentFile(base, k), end, append(contLine, line...)); err != nil {
 		return noa.Receipt{}, fmt.Errorf("chain %s: %w", name, err)
 	}
 	return r, nil
 }
 
-// writeLines appends data at end of f and syncs it. A torn tail left by a
-// writer that died is cut off first: it was never a receipt, and gluing
-// onto it would make the next line unreadable.
-func writeLines(f *os.File, end int64, data []byte) error {
-	if err := f.Truncate(end); err != nil {
-		return fmt.Errorf("drop torn tail: %w", err)
-	}
-	if _, err := f.WriteAt(data, end); err != nil {
-		_ = f.Truncate(end)
-		return fmt.Errorf("append: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync: %w", err)
-	}
-	return nil
-}
-
-// segmentNumbers lists the segments of chain present in dir, ascending.
-func segmentNumbers(dir *confined.Dir, chain string) ([]int, error) {
-	entries, err := dir.ReadDir()
+// segmentNumbers lists the segments of chain present, ascending.
+func segmentNumbers(ctx context.Context, r Reader, chain string) ([]int, error) {
+	infos, err := r.Segments(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var ks []int
-	for _, e := range entries {
-		if c, k, ok := ParseSegmentFile(e.Name); ok && c == chain && e.Regular() {
+	for _, e := range infos {
+		if c, k, ok := ParseSegmentFile(e.Name); ok && c == chain {
 			ks = append(ks, k)
 		}
 	}
@@ -232,8 +215,8 @@ func segmentNumbers(dir *confined.Dir, chain string) ([]int, error) {
 var errEmptySegment = errors.New("the segment is empty, refusing to continue it")
 
 // segmentHead is the head of segment k of chain, which must have one.
-func segmentHead(dir *confined.Dir, chain string, k int) (*noa.Receipt, error) {
-	f, err := dir.Open(SegmentFile(chain, k))
+func segmentHead(ctx context.Context, r Reader, chain string, k int) (*noa.Receipt, error) {
+	f, err := r.Segment(ctx, SegmentFile(chain, k))
 	if err != nil {
 		return nil, fmt.Errorf("chain %s: %w", noa.SegmentChain(chain, k), err)
 	}
@@ -248,14 +231,10 @@ func segmentHead(dir *confined.Dir, chain string, k int) (*noa.Receipt, error) {
 	return head, nil
 }
 
-// readHead returns the chain's last receipt (nil for an empty chain) and
+// readHead returns the segment's last receipt (nil for an empty one) and
 // the offset just after its line.
-func readHead(f *os.File) (*noa.Receipt, int64, error) {
-	st, err := f.Stat()
-	if err != nil {
-		return nil, 0, err
-	}
-	size := st.Size()
+func readHead(f Stream) (*noa.Receipt, int64, error) {
+	size := f.Size()
 	start := max(size-headWindow, 0)
 	buf := make([]byte, size-start)
 	if _, err := f.ReadAt(buf, start); err != nil && !errors.Is(err, io.EOF) {
@@ -278,25 +257,21 @@ func readHead(f *os.File) (*noa.Receipt, int64, error) {
 	return &r, end, nil
 }
 
-// ensureKeyring records the signer's public key in guard/keyring.json.
-func (c *Chains) ensureKeyring(g *confined.Dir) error {
-	kr, err := ReadKeyring(g)
+// ensureKeyring records the signer's public key in the store's keyring.
+func (c *Chains) ensureKeyring(ctx context.Context, w Writer) error {
+	kr, err := w.Keyring(ctx)
 	if err != nil {
 		return err
 	}
 	kid := c.Signer.KeyID()
+	spki := noa.EncodeSPKI(c.Signer.PublicKey())
 	if cur, ok := kr[kid]; ok {
-		if cur != noa.EncodeSPKI(c.Signer.PublicKey()) {
+		if cur != spki {
 			return fmt.Errorf("%s: key id %s is recorded with another public key", KeyringFile, kid)
 		}
 		return nil
 	}
-	kr.Add(kid, c.Signer.PublicKey())
-	data, err := kr.JSON()
-	if err != nil {
-		return err
-	}
-	return g.WriteFileAtomic(KeyringFile, data, 0o644)
+	return w.AddKey(ctx, kid, spki)
 }
 
 // ReadKeyring reads guard/keyring.json (empty when absent).
@@ -340,38 +315,25 @@ type Segment struct {
 	Path string
 }
 
-// ListChains describes every chain under guard/receipts/ (none when
-// absent). It reads only each segment's head.
-func ListChains(g *confined.Dir) ([]ChainInfo, error) {
-	dir, err := g.OpenDir(ReceiptsDir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer dir.Close()
-	entries, err := dir.ReadDir()
+// ListChains describes every chain in the store. It reads only each
+// segment's head.
+func ListChains(ctx context.Context, r Reader) ([]ChainInfo, error) {
+	infos, err := r.Segments(ctx)
 	if err != nil {
 		return nil, err
 	}
 	byID := map[string][]int{}
-	for _, e := range entries {
-		if id, k, ok := ParseSegmentFile(e.Name); ok && e.Regular() {
+	for _, e := range infos {
+		if id, k, ok := ParseSegmentFile(e.Name); ok {
 			byID[id] = append(byID[id], k)
 		}
 	}
 	out := make([]ChainInfo, 0, len(byID))
 	for id, ks := range byID {
 		sort.Ints(ks)
-		ci := ChainInfo{ID: id, Path: dir.Path() + "/" + SegmentFile(id, ks[0]), Segments: len(ks)}
+		ci := ChainInfo{ID: id, Path: r.Locate(ReceiptsDir + "/" + SegmentFile(id, ks[0])), Segments: len(ks)}
 		for _, k := range ks {
-			f, err := dir.Open(SegmentFile(id, k))
-			if err != nil {
-				return nil, err
-			}
-			head, _, err := readHead(f)
-			f.Close()
+			head, _, err := openHead(ctx, r, SegmentFile(id, k))
 			if err != nil {
 				return nil, fmt.Errorf("chain %s: %w", noa.SegmentChain(id, k), err)
 			}
@@ -393,17 +355,12 @@ var ErrSegmentMissing = errors.New("a chain segment is missing")
 // ChainSegments lists the segments of chain id in order; id may also name
 // one of its segments ("<chain>.<k>"). A missing segment between two
 // present ones is an error, since verification could not follow it.
-func ChainSegments(g *confined.Dir, id string) ([]Segment, error) {
+func ChainSegments(ctx context.Context, r Reader, id string) ([]Segment, error) {
 	base, _, ok := ParseSegmentFile(id + chainSuffix)
 	if !ok {
 		return nil, fmt.Errorf("chain %q: not a chain name", id)
 	}
-	dir, err := g.OpenDir(ReceiptsDir)
-	if err != nil {
-		return nil, err
-	}
-	defer dir.Close()
-	ks, err := segmentNumbers(dir, base)
+	ks, err := segmentNumbers(ctx, r, base)
 	if err != nil {
 		return nil, err
 	}
@@ -415,40 +372,35 @@ func ChainSegments(g *confined.Dir, id string) ([]Segment, error) {
 		if k != i {
 			return nil, fmt.Errorf("chain %s: %w: segment %d (%s), while segment %d is present", base, ErrSegmentMissing, i, SegmentFile(base, i), k)
 		}
-		segs = append(segs, Segment{Index: k, Chain: noa.SegmentChain(base, k), File: SegmentFile(base, k), Path: dir.Path() + "/" + SegmentFile(base, k)})
+		segs = append(segs, Segment{Index: k, Chain: noa.SegmentChain(base, k), File: SegmentFile(base, k), Path: r.Locate(ReceiptsDir + "/" + SegmentFile(base, k))})
 	}
 	return segs, nil
 }
 
 // EachReceipt calls fn with every receipt of chain id, segment by
-// segment, in file order, with the byte offset of its line in the
-// segment file; it holds one receipt in memory at a time. A non-nil error
-// from fn stops the walk and is returned.
-func EachReceipt(ctx context.Context, g *confined.Dir, id string, fn func(s Segment, off int64, r *noa.Receipt) error) error {
-	segs, err := ChainSegments(g, id)
+// segment, in order, with the byte offset of its line in the segment; it
+// holds one receipt in memory at a time. A non-nil error from fn stops the
+// walk and is returned.
+func EachReceipt(ctx context.Context, r Reader, id string, fn func(s Segment, off int64, r *noa.Receipt) error) error {
+	segs, err := ChainSegments(ctx, r, id)
 	if err != nil {
 		return err
 	}
-	dir, err := g.OpenDir(ReceiptsDir)
-	if err != nil {
-		return err
-	}
-	defer dir.Close()
 	for _, s := range segs {
-		if err := eachInSegment(ctx, dir, s, fn); err != nil {
+		if err := eachInSegment(ctx, r, s, fn); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func eachInSegment(ctx context.Context, dir *confined.Dir, s Segment, fn func(s Segment, off int64, r *noa.Receipt) error) error {
-	f, err := dir.Open(s.File)
+func eachInSegment(ctx context.Context, rd Reader, s Segment, fn func(s Segment, off int64, r *noa.Receipt) error) error {
+	f, err := rd.Segment(ctx, s.File)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	lr := noa.NewLineReader(f)
+	lr := noa.NewLineReader(io.NewSectionReader(f, 0, f.Size()))
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -466,38 +418,40 @@ func eachInSegment(ctx context.Context, dir *confined.Dir, s Segment, fn func(s 
 	}
 }
 
+// OpenSegment opens one segment for reading from its start.
+func OpenSegment(ctx context.Context, r Reader, file string) (io.ReadCloser, error) {
+	f, err := r.Segment(ctx, file)
+	if err != nil {
+		return nil, err
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.NewSectionReader(f, 0, f.Size()), f}, nil
+}
+
 // VerifySegments verifies chain id (every segment and the links between
 // them, see noa.VerifySegments) in bounded memory.
-func VerifySegments(g *confined.Dir, id string, opt noa.Options) (noa.Result, error) {
-	segs, err := ChainSegments(g, id)
+func VerifySegments(ctx context.Context, r Reader, id string, opt noa.Options) (noa.Result, error) {
+	segs, err := ChainSegments(ctx, r, id)
 	if errors.Is(err, ErrSegmentMissing) {
 		return noa.Result{Verdict: noa.Tampered, Chain: id, Reason: err.Error()}, nil
 	}
 	if err != nil {
 		return noa.Result{}, err
 	}
-	dir, err := g.OpenDir(ReceiptsDir)
-	if err != nil {
-		return noa.Result{}, err
-	}
-	defer dir.Close()
 	srcs := make([]noa.SegmentSource, len(segs))
 	for i, s := range segs {
-		srcs[i] = noa.SegmentSource{Name: s.File, Open: func() (io.ReadCloser, error) { return dir.Open(s.File) }}
+		srcs[i] = noa.SegmentSource{Name: s.File, Open: func() (io.ReadCloser, error) { return OpenSegment(ctx, r, s.File) }}
 	}
 	return noa.VerifySegments(srcs, opt)
 }
 
-// ReadChainFile reads the receipts of one chain file into memory: id is a
+// ReadChainFile reads the receipts of one segment into memory: id is a
 // chain (its segment 0) or one segment "<chain>.<k>". A torn last line is
 // dropped. Use EachReceipt to walk a whole chain without holding it.
-func ReadChainFile(g *confined.Dir, id string) ([]noa.Receipt, error) {
-	dir, err := g.OpenDir(ReceiptsDir)
-	if err != nil {
-		return nil, err
-	}
-	defer dir.Close()
-	f, err := dir.Open(id + chainSuffix)
+func ReadChainFile(ctx context.Context, r Reader, id string) ([]noa.Receipt, error) {
+	f, err := OpenSegment(ctx, r, id+chainSuffix)
 	if err != nil {
 		return nil, err
 	}
@@ -510,21 +464,16 @@ func ReadChainFile(g *confined.Dir, id string) ([]noa.Receipt, error) {
 }
 
 // ChainHead returns the head receipt of chain id's last segment (nil when
-// empty), reading only the end of that file.
-func ChainHead(g *confined.Dir, id string) (*noa.Receipt, error) {
-	segs, err := ChainSegments(g, id)
+// empty), reading only its end.
+func ChainHead(ctx context.Context, r Reader, id string) (*noa.Receipt, error) {
+	segs, err := ChainSegments(ctx, r, id)
 	if err != nil {
 		return nil, err
 	}
-	dir, err := g.OpenDir(ReceiptsDir)
-	if err != nil {
-		return nil, err
-	}
-	defer dir.Close()
 	// The last segment may be empty when its first write did not finish.
 	base := ChainIDOf(segs[0].Chain)
 	for i := len(segs) - 1; i >= 0; i-- {
-		head, err := segmentHead(dir, base, segs[i].Index)
+		head, err := segmentHead(ctx, r, base, segs[i].Index)
 		if errors.Is(err, errEmptySegment) {
 			continue
 		}

@@ -56,10 +56,16 @@ func newSegGuard(t *testing.T) segGuard {
 	return segGuard{path: filepath.Join(dir, DirName), g: g, s: noa.NewKeySigner(key)}
 }
 
+func (sg segGuard) r() Reader {
+	return &fileReader{s: NewFileStore(nil), g: sg.g}
+}
+
+func (sg segGuard) w() Writer { return &fileWriter{fileReader{s: NewFileStore(nil), g: sg.g}} }
+
 func (sg segGuard) appendN(t *testing.T, c *Chains, from, n int) {
 	t.Helper()
 	for i := from; i < from+n; i++ {
-		if _, err := c.Append(context.Background(), sg.g, segDraft(i)); err != nil {
+		if _, err := c.Append(context.Background(), sg.w(), segDraft(i)); err != nil {
 			t.Fatalf("append %d: %v", i, err)
 		}
 	}
@@ -111,7 +117,7 @@ func TestAppendSplitsIntoSegments(t *testing.T) {
 		t.Fatalf("a fourth segment exists: %v", err)
 	}
 
-	list, err := ListChains(sg.g)
+	list, err := ListChains(context.Background(), sg.r())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +126,7 @@ func TestAppendSplitsIntoSegments(t *testing.T) {
 		t.Fatalf("ListChains: %+v", list)
 	}
 
-	res, err := VerifySegments(sg.g, c.ChainID(), noa.Options{Keyring: kr})
+	res, err := VerifySegments(context.Background(), sg.r(), c.ChainID(), noa.Options{Keyring: kr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +135,7 @@ func TestAppendSplitsIntoSegments(t *testing.T) {
 	}
 
 	var seen, decisions int
-	err = EachReceipt(context.Background(), sg.g, c.ChainID()+".2", func(s Segment, off int64, r *noa.Receipt) error {
+	err = EachReceipt(context.Background(), sg.r(), c.ChainID()+".2", func(s Segment, off int64, r *noa.Receipt) error {
 		data, err := os.ReadFile(s.Path)
 		if err != nil {
 			return err
@@ -146,7 +152,7 @@ func TestAppendSplitsIntoSegments(t *testing.T) {
 	if err != nil || seen != 12 || decisions != 10 {
 		t.Fatalf("EachReceipt: %d receipts, %d decisions, %v", seen, decisions, err)
 	}
-	head, err := ChainHead(sg.g, c.ChainID())
+	head, err := ChainHead(context.Background(), sg.r(), c.ChainID())
 	if err != nil || head == nil || head.Chain.Hash != list[0].Head || head.Scope.Chain != c.ChainID()+".2" {
 		t.Fatalf("ChainHead: %+v %v", head, err)
 	}
@@ -156,14 +162,14 @@ func TestChainHeadSkipsAnUnstartedSegment(t *testing.T) {
 	sg := newSegGuard(t)
 	c := &Chains{Signer: sg.s, SegmentReceipts: 3}
 	sg.appendN(t, c, 0, 5)
-	want, err := ChainHead(sg.g, c.ChainID())
+	want, err := ChainHead(context.Background(), sg.r(), c.ChainID())
 	if err != nil || want == nil {
 		t.Fatal(want, err)
 	}
 	if err := os.WriteFile(sg.file(c, 2), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	got, err := ChainHead(sg.g, c.ChainID())
+	got, err := ChainHead(context.Background(), sg.r(), c.ChainID())
 	if err != nil || got == nil || got.Chain.Hash != want.Chain.Hash {
 		t.Fatalf("ChainHead with an empty last segment: %+v %v", got, err)
 	}
@@ -173,7 +179,7 @@ func TestAppendSegmentByBytes(t *testing.T) {
 	sg := newSegGuard(t)
 	c := &Chains{Signer: sg.s, SegmentBytes: 3000}
 	sg.appendN(t, c, 0, 12)
-	list, err := ListChains(sg.g)
+	list, err := ListChains(context.Background(), sg.r())
 	if err != nil || len(list) != 1 {
 		t.Fatalf("%+v %v", list, err)
 	}
@@ -189,7 +195,7 @@ func TestAppendSegmentByBytes(t *testing.T) {
 			t.Errorf("segment %d is %d bytes, over the 3000-byte limit", k, st.Size())
 		}
 	}
-	res, err := VerifySegments(sg.g, c.ChainID(), noa.Options{Keyring: sg.keyring(t)})
+	res, err := VerifySegments(context.Background(), sg.r(), c.ChainID(), noa.Options{Keyring: sg.keyring(t)})
 	if err != nil || res.Verdict != noa.Valid || res.Count != list[0].Length {
 		t.Fatalf("%s %v", res.Line(), err)
 	}
@@ -208,7 +214,7 @@ func TestAppendRestartsATornSegment(t *testing.T) {
 				t.Fatal(err)
 			}
 			sg.appendN(t, c, 5, 2)
-			res, err := VerifySegments(sg.g, c.ChainID(), noa.Options{Keyring: sg.keyring(t)})
+			res, err := VerifySegments(context.Background(), sg.r(), c.ChainID(), noa.Options{Keyring: sg.keyring(t)})
 			if err != nil || res.Verdict != noa.Valid || res.Segments != 3 {
 				t.Fatalf("%s %v", res.Line(), err)
 			}
@@ -256,7 +262,7 @@ func TestVerifySegmentsCatchesBrokenLinks(t *testing.T) {
 			c := &Chains{Signer: sg.s, Tenant: "ops", SegmentReceipts: 4}
 			sg.appendN(t, c, 0, 10)
 			tc.mutate(t, sg, c)
-			res, err := VerifySegments(sg.g, c.ChainID(), noa.Options{Keyring: sg.keyring(t)})
+			res, err := VerifySegments(context.Background(), sg.r(), c.ChainID(), noa.Options{Keyring: sg.keyring(t)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -287,7 +293,7 @@ func TestSegmentLimitsAndNames(t *testing.T) {
 		{Signer: sg.s, SegmentBytes: MaxSegmentBytes + 1},
 		{Signer: sg.s, SegmentBytes: -1},
 	} {
-		if _, err := c.Append(context.Background(), sg.g, segDraft(0)); err == nil || !strings.Contains(err.Error(), "segment size") {
+		if _, err := c.Append(context.Background(), sg.w(), segDraft(0)); err == nil || !strings.Contains(err.Error(), "segment size") {
 			t.Errorf("%+v: %v", *c, err)
 		}
 	}

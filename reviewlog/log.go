@@ -15,8 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -83,7 +81,7 @@ type Options struct {
 // as a finding. The receipts of the decision chains are indexed the same way
 // (review id → chain file and offset), so no call reads a whole chain.
 type Log struct {
-	root      *confined.Dir
+	store     Store
 	now       func() time.Time
 	lockWait  time.Duration
 	reviewers func() (Reviewers, error)
@@ -97,20 +95,25 @@ type Log struct {
 	rx    receiptIndex
 }
 
-// cachedState is the fold of the log file with the identity it was read
-// from.
+// cachedState is the fold of the log with the identity it was read from.
 type cachedState struct {
 	st       *state
-	dev, ino uint64
+	identity string
 	anchor   []byte // the bytes just before st.offset
 }
 
 const anchorBytes = 64
 
-// Open returns the review log of a Trace root opened with confined.OpenRoot.
-// Nothing is created until the first append.
+// Open returns the review log of a Trace root opened with confined.OpenRoot,
+// kept in the file store under its guard/. Nothing is created until the
+// first append.
 func Open(root *confined.Dir, opts Options) *Log {
-	l := &Log{root: root, now: opts.Now, lockWait: opts.LockWait, sem: make(chan struct{}, 1), reviewers: opts.Reviewers, reviewTTL: opts.ReviewTTL}
+	return OpenStore(NewFileStore(root), opts)
+}
+
+// OpenStore returns the review log kept in s.
+func OpenStore(s Store, opts Options) *Log {
+	l := &Log{store: s, now: opts.Now, lockWait: opts.LockWait, sem: make(chan struct{}, 1), reviewers: opts.Reviewers, reviewTTL: opts.ReviewTTL}
 	if l.now == nil {
 		l.now = time.Now
 	}
@@ -120,13 +123,17 @@ func Open(root *confined.Dir, opts Options) *Log {
 	return l
 }
 
-// Path is the log file's path, for messages.
-func (l *Log) Path() string { return l.root.Path() + "/" + DirName + "/" + FileName }
+// Path is where the log lives, for messages.
+func (l *Log) Path() string { return l.store.Describe() + "/" + FileName }
+
+// Store is the store the log is kept in.
+func (l *Log) Store() Store { return l.store }
 
 // Tx is what a hook sees inside the locked section.
 type Tx struct {
-	// Guard is the guard/ directory, open; the lock is held until the hook returns.
-	Guard *confined.Dir
+	// Store writes to the guard's store; the lock is held until the hook
+	// returns, and what the hook writes commits with the log's line.
+	Store Writer
 	// At is the time stamp of this append.
 	At time.Time
 	// Kind is "opened" (a new review), "reused" (an existing pending review
@@ -175,7 +182,7 @@ func (l *Log) DecideReview(ctx context.Context, id, status, note, by string, hoo
 		return Review{}, err
 	}
 	var out Review
-	err := l.transact(ctx, func(g *confined.Dir, st *state, at time.Time) (*record, error) {
+	err := l.transact(ctx, func(g Writer, st *state, at time.Time) (*record, error) {
 		e := st.byID[id]
 		if e == nil {
 			return nil, fmt.Errorf("%w: %s is not in %s", ErrUnknownReview, id, l.Path())
@@ -186,7 +193,7 @@ func (l *Log) DecideReview(ctx context.Context, id, status, note, by string, hoo
 		}
 		// What the signatures say decides: a review a trusted reviewer
 		// signed stays decided whatever the log says.
-		v, err := l.newVerifier(g)
+		v, err := l.newVerifier(ctx, g)
 		if err != nil {
 			return nil, err
 		}
@@ -208,7 +215,7 @@ func (l *Log) DecideReview(ctx context.Context, id, status, note, by string, hoo
 		}
 		out = r
 		out.Status, out.DecidedAt, out.DecidedBy, out.Note = status, formatTime(at), by, note
-		if err := runHook(hook, Tx{Guard: g, At: at, Kind: "decided", Review: out}); err != nil {
+		if err := runHook(hook, Tx{Store: g, At: at, Kind: "decided", Review: out}); err != nil {
 			return nil, err
 		}
 		return &record{Type: typeDecided, ReviewID: id, At: out.DecidedAt, Status: status, By: by, Note: note}, nil
@@ -223,8 +230,8 @@ func (l *Log) DecideReview(ctx context.Context, id, status, note, by string, hoo
 // log, for other writers under guard/ that must be serialised with it (the
 // receipt of an allow or block answer).
 func (l *Log) WithLock(ctx context.Context, fn Hook) error {
-	return l.transact(ctx, func(g *confined.Dir, st *state, at time.Time) (*record, error) {
-		return nil, runHook(fn, Tx{Guard: g, At: at})
+	return l.transact(ctx, func(g Writer, st *state, at time.Time) (*record, error) {
+		return nil, runHook(fn, Tx{Store: g, At: at})
 	})
 }
 
@@ -238,8 +245,8 @@ func (l *Log) Get(ctx context.Context, id string) (Review, error) {
 // the order they were opened, each as the signatures prove it.
 func (l *Log) List(ctx context.Context, all bool) ([]Review, error) {
 	out := []Review{}
-	err := l.view(ctx, func(g *confined.Dir, st *state) error {
-		v, err := l.newVerifier(g)
+	err := l.view(ctx, func(g Reader, st *state) error {
+		v, err := l.newVerifier(ctx, g)
 		if err != nil {
 			return err
 		}
@@ -266,46 +273,31 @@ func (l *Log) List(ctx context.Context, all bool) ([]Review, error) {
 
 // view runs fn over the log's fold brought up to date, without the lock:
 // every append is a single write of whole lines, and a write caught
-// half-way is a tail the fold skips. g is guard/ (nil when absent).
-func (l *Log) view(ctx context.Context, fn func(g *confined.Dir, st *state) error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	g, err := l.root.OpenDir(DirName)
-	if errors.Is(err, fs.ErrNotExist) {
-		return fn(nil, newState())
-	}
-	if err != nil {
-		return fmt.Errorf("open the review log directory: %w", err)
-	}
-	defer g.Close()
-	f, err := g.Open(FileName)
-	if errors.Is(err, fs.ErrNotExist) {
-		return fn(g, newState())
-	}
-	if err != nil {
-		return fmt.Errorf("open the review log: %w", err)
-	}
-	defer f.Close()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	st, err := l.refresh(f)
-	if err != nil {
-		return err
-	}
-	return fn(g, st)
+// half-way is a tail the fold skips.
+func (l *Log) view(ctx context.Context, fn func(r Reader, st *state) error) error {
+	return l.store.View(ctx, func(r Reader) error {
+		s, err := r.Log(ctx)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		st, err := l.refresh(s)
+		if err != nil {
+			return err
+		}
+		return fn(r, st)
+	})
 }
 
-// refresh brings the cached fold up to date with f (l.mu held): it reads
-// only what was appended since, or the whole file when it is another file
-// or was rewritten.
-func (l *Log) refresh(f *os.File) (*state, error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return nil, fmt.Errorf("stat %s: %w", l.Path(), err)
-	}
+// refresh brings the cached fold up to date with s (l.mu held): it reads
+// only what was appended since, or the whole log when it is another one or
+// was rewritten.
+func (l *Log) refresh(s Stream) (*state, error) {
+	size := s.Size()
 	c := l.cache
-	if c != nil && (c.dev != uint64(st.Dev) || c.ino != st.Ino || st.Size < c.st.offset || !anchorHolds(f, c)) {
+	if c != nil && (c.identity != s.Identity() || size < c.st.offset || !anchorHolds(s, c)) {
 		fresh := newState()
 		fresh.addFinding(Finding{What: "the review log was replaced or rewritten since it was last read (its identity or its earlier bytes changed); it was read again from the start"})
 		c = &cachedState{st: fresh}
@@ -313,75 +305,62 @@ func (l *Log) refresh(f *os.File) (*state, error) {
 	if c == nil {
 		c = &cachedState{st: newState()}
 	}
-	c.dev, c.ino = uint64(st.Dev), st.Ino
-	c.st.src = f
-	if err := c.st.feed(io.NewSectionReader(f, c.st.offset, st.Size-c.st.offset), l.Path()); err != nil {
+	c.identity = s.Identity()
+	c.st.src = s
+	if err := c.st.feed(io.NewSectionReader(s, c.st.offset, size-c.st.offset), l.Path()); err != nil {
 		l.cache = nil
 		return nil, err
 	}
-	c.anchor = readAnchor(f, c.st.offset)
+	c.anchor = readAnchor(s, c.st.offset)
 	l.cache = c
 	return c.st, nil
 }
 
-func readAnchor(f *os.File, off int64) []byte {
+func readAnchor(s io.ReaderAt, off int64) []byte {
 	start := max(off-anchorBytes, 0)
 	buf := make([]byte, off-start)
-	n, _ := f.ReadAt(buf, start)
+	n, _ := s.ReadAt(buf, start)
 	return buf[:n]
 }
 
-func anchorHolds(f *os.File, c *cachedState) bool {
-	return bytes.Equal(readAnchor(f, c.st.offset), c.anchor)
+func anchorHolds(s io.ReaderAt, c *cachedState) bool {
+	return bytes.Equal(readAnchor(s, c.st.offset), c.anchor)
 }
 
 // step decides, inside the lock, what to append: nil for nothing.
-type step func(g *confined.Dir, st *state, at time.Time) (*record, error)
+type step func(w Writer, st *state, at time.Time) (*record, error)
 
-// locked runs fn with the log locked across processes and its fold up to
-// date: f is the log file, open for reading and appending.
-func (l *Log) locked(ctx context.Context, fn func(g *confined.Dir, f *os.File, st *state, at time.Time) error) error {
+// locked runs fn with the store's write lock held (across processes, and
+// for a database across hosts) and the log's fold up to date.
+func (l *Log) locked(ctx context.Context, fn func(w Writer, st *state, at time.Time) error) error {
 	deadline := time.Now().Add(l.lockWait)
 	release, err := l.acquire(ctx, deadline)
 	if err != nil {
 		return err
 	}
 	defer release()
-
-	g, err := l.root.MkdirAll(DirName, 0o700)
-	if err != nil {
-		return fmt.Errorf("open the review log directory %s/%s (it must be a real directory, not a symbolic link): %w", l.root.Path(), DirName, err)
-	}
-	defer g.Close()
-	lock, err := g.OpenFile(LockName, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return fmt.Errorf("open the review log lock: %w", err)
-	}
-	defer lock.Close() // closing the descriptor releases the flock
-	if err := flockWait(ctx, int(lock.Fd()), deadline, l.lockWait); err != nil {
-		return fmt.Errorf("%s: %w", l.Path(), err)
-	}
-
-	f, err := g.OpenFile(FileName, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		return fmt.Errorf("open the review log: %w", err)
-	}
-	defer f.Close()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	st, err := l.refresh(f)
-	if err != nil {
-		return err
-	}
-	return fn(g, f, st, l.now())
+	return l.store.Locked(ctx, max(time.Until(deadline), time.Millisecond), func(w Writer) error {
+		s, err := w.Log(ctx)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		st, err := l.refresh(s)
+		if err != nil {
+			return err
+		}
+		return fn(w, st, l.now())
+	})
 }
 
 // transact is the locked section: lock, bring the fold up to date, let fn
 // decide (and run its hook), then append fn's record — preceded, when the
 // log ends in a torn tail, by a newline and a repair record.
 func (l *Log) transact(ctx context.Context, fn step) error {
-	return l.locked(ctx, func(g *confined.Dir, f *os.File, st *state, at time.Time) error {
-		rec, err := fn(g, st, at)
+	return l.locked(ctx, func(w Writer, st *state, at time.Time) error {
+		rec, err := fn(w, st, at)
 		if err != nil || rec == nil {
 			return err
 		}
@@ -389,15 +368,7 @@ func (l *Log) transact(ctx context.Context, fn step) error {
 		if err != nil {
 			return err
 		}
-		// One write of whole lines: a reader never sees half of it except
-		// as a torn tail, which the fold skips.
-		if _, err := f.Write(buf); err != nil {
-			return fmt.Errorf("append to %s: %w", l.Path(), err)
-		}
-		if err := f.Sync(); err != nil {
-			return fmt.Errorf("sync %s: %w", l.Path(), err)
-		}
-		return nil
+		return w.AppendLog(ctx, buf)
 	})
 }
 
@@ -508,20 +479,9 @@ func checkText(name, s string, max int, multiline bool) error {
 	return nil
 }
 
-// Appendable checks, without writing, that the review log can be appended
-// to: guard/ exists or can be made, and the log opens for appending.
-func (l *Log) Appendable() error {
-	g, err := l.root.MkdirAll(DirName, 0o700)
-	if err != nil {
-		return fmt.Errorf("the review log directory: %w", err)
-	}
-	defer g.Close()
-	f, err := g.OpenFile(FileName, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		return fmt.Errorf("the review log: %w", err)
-	}
-	return f.Close()
-}
+// Appendable checks, without writing, that the store can take a
+// decision now.
+func (l *Log) Appendable(ctx context.Context) error { return l.store.Ready(ctx) }
 
 // ReviewersReadable checks that the trusted reviewers can be read.
 func (l *Log) ReviewersReadable() error {

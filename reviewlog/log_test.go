@@ -92,7 +92,7 @@ func TestOpenDecideGetList(t *testing.T) {
 	if err != nil || !created || r1.Status != Pending || r1.CreatedAt != "2026-07-25T12:00:00.000Z" || checkID(r1.ID) != nil {
 		t.Fatalf("open: %+v %v %v", r1, created, err)
 	}
-	if len(seen) != 1 || seen[0].Kind != "opened" || seen[0].Review.ID != r1.ID || seen[0].Guard == nil {
+	if len(seen) != 1 || seen[0].Kind != "opened" || seen[0].Review.ID != r1.ID || seen[0].Store == nil {
 		t.Errorf("hook saw %+v", seen)
 	}
 
@@ -204,7 +204,7 @@ func TestHookErrorAborts(t *testing.T) {
 		t.Errorf("decision written despite the hook error: %+v", got)
 	}
 	called := false
-	if err := l.WithLock(context.Background(), func(tx Tx) error { called = tx.Guard != nil; return nil }); err != nil || !called {
+	if err := l.WithLock(context.Background(), func(tx Tx) error { called = tx.Store != nil; return nil }); err != nil || !called {
 		t.Errorf("WithLock: %v %v", err, called)
 	}
 }

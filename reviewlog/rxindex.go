@@ -3,18 +3,14 @@ package reviewlog
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
 
@@ -35,10 +31,10 @@ type receiptIndex struct {
 func questionOf(agent, paramsHash string) string { return agent + "\x00" + paramsHash }
 
 type chainCursor struct {
-	dev, ino uint64
+	identity string
 	off      int64
-	size     int64     // the file's size when it was last read
-	mtime    time.Time // and its modification time
+	size     int64  // the stream's size when it was last read
+	version  string // and its version
 	anchor   []byte
 }
 
@@ -47,35 +43,21 @@ type receiptLoc struct {
 	off  int64
 }
 
-// refresh reads what the chain files under g gained since the last call.
-func (ix *receiptIndex) refresh(g *confined.Dir) error {
+// refresh reads what the chain segments gained since the last call.
+func (ix *receiptIndex) refresh(ctx context.Context, r Reader) error {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	if g == nil {
-		return nil
-	}
-	dir, err := g.OpenDir(ReceiptsDir)
-	if errors.Is(err, fs.ErrNotExist) {
-		ix.files, ix.byAction, ix.byQuestion = nil, nil, nil
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("receipts directory: %w", err)
-	}
-	defer dir.Close()
-	entries, err := dir.ReadDir()
+	infos, err := r.Segments(ctx)
 	if err != nil {
 		return err
 	}
-	present := map[string]confined.Entry{}
-	for _, e := range entries {
-		if e.Regular() && strings.HasSuffix(e.Name, chainSuffix) {
-			present[e.Name] = e
-		}
+	present := make(map[string]StreamInfo, len(infos))
+	for _, e := range infos {
+		present[e.Name] = e
 	}
 	for name := range ix.files {
 		if _, ok := present[name]; !ok {
-			ix.files = nil // a chain file went away: start over
+			ix.files = nil // a segment went away: start over
 			break
 		}
 	}
@@ -85,12 +67,12 @@ func (ix *receiptIndex) refresh(g *confined.Dir) error {
 		}
 		stale := false
 		for name, e := range present {
-			// Unchanged since the last read (same inode and size, as the
-			// directory listing says): nothing to open.
-			if cur := ix.files[name]; cur != nil && cur.ino == e.Ino && cur.dev == e.Dev && cur.size == e.Size && cur.mtime.Equal(e.ModTime) {
+			// Unchanged since the last read (same identity, size and
+			// version, as the listing says): nothing to open.
+			if cur := ix.files[name]; cur != nil && cur.identity == e.Identity && cur.size == e.Size && cur.version == e.Version {
 				continue
 			}
-			ok, err := ix.readFile(dir, name)
+			ok, err := ix.readFile(ctx, r, e)
 			if err != nil {
 				return err
 			}
@@ -107,30 +89,28 @@ func (ix *receiptIndex) refresh(g *confined.Dir) error {
 	return errors.New("the decision chains keep changing under the reader")
 }
 
-// readFile indexes what name gained; false when the file is not the one
+// readFile indexes what a segment gained; false when it is not the one
 // indexed before (the caller starts over).
-func (ix *receiptIndex) readFile(dir *confined.Dir, name string) (bool, error) {
-	f, err := dir.Open(name)
+func (ix *receiptIndex) readFile(ctx context.Context, r Reader, info StreamInfo) (bool, error) {
+	name := info.Name
+	f, err := r.Segment(ctx, name)
 	if err != nil {
 		return false, fmt.Errorf("chain %s: %w", name, err)
 	}
 	defer f.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return false, err
-	}
+	size := f.Size()
 	cur := ix.files[name]
 	if cur == nil {
-		cur = &chainCursor{dev: uint64(st.Dev), ino: st.Ino}
+		cur = &chainCursor{identity: f.Identity()}
 		ix.files[name] = cur
-	} else if cur.dev != uint64(st.Dev) || cur.ino != st.Ino || st.Size < cur.off || !bytes.Equal(readAnchor(f, cur.off), cur.anchor) {
+	} else if cur.identity != f.Identity() || size < cur.off || !bytes.Equal(readAnchor(f, cur.off), cur.anchor) {
 		return false, nil
 	}
-	cur.size, cur.mtime = st.Size, time.Unix(st.Mtim.Sec, st.Mtim.Nsec)
-	if st.Size == cur.off {
+	cur.size, cur.version = size, info.Version
+	if size == cur.off {
 		return true, nil
 	}
-	br := bufio.NewReaderSize(io.NewSectionReader(f, cur.off, st.Size-cur.off), 64<<10)
+	br := bufio.NewReaderSize(io.NewSectionReader(f, cur.off, size-cur.off), 64<<10)
 	off := cur.off
 	for {
 		line, err := readLine(br)
@@ -163,35 +143,29 @@ func (ix *receiptIndex) readFile(dir *confined.Dir, name string) (bool, error) {
 }
 
 // receipts reads back the receipts of one action, in chain order.
-func (ix *receiptIndex) receipts(g *confined.Dir, action string) ([]noa.Receipt, error) {
+func (ix *receiptIndex) receipts(ctx context.Context, r Reader, action string) ([]noa.Receipt, error) {
 	ix.mu.Lock()
 	locs := append([]receiptLoc(nil), ix.byAction[action]...)
 	ix.mu.Unlock()
-	if len(locs) == 0 || g == nil {
+	if len(locs) == 0 {
 		return nil, nil
 	}
-	dir, err := g.OpenDir(ReceiptsDir)
-	if err != nil {
-		return nil, err
-	}
-	defer dir.Close()
 	out := make([]noa.Receipt, 0, len(locs))
 	for _, loc := range locs {
-		f, err := dir.Open(loc.file)
+		f, err := r.Segment(ctx, loc.file)
 		if err != nil {
 			return nil, fmt.Errorf("chain %s: %w", loc.file, err)
 		}
-		st := &state{src: f}
-		line, err := lineAt(st.src, loc.off)
+		line, err := lineAt(f, loc.off)
 		f.Close()
 		if err != nil {
 			return nil, fmt.Errorf("chain %s: %w", loc.file, err)
 		}
-		r, err := noa.ParseReceipt(line)
+		rc, err := noa.ParseReceipt(line)
 		if err != nil {
 			return nil, fmt.Errorf("chain %s at byte %d: %w", loc.file, loc.off, err)
 		}
-		out = append(out, r)
+		out = append(out, rc)
 	}
 	return out, nil
 }

@@ -58,7 +58,7 @@ func (rv *reviewer) sign(t testing.TB) Hook {
 		if ph == "" {
 			ph = "hmac-sha256:" + "0000000000000000000000000000000000000000000000000000000000000000"
 		}
-		_, err = rv.chains.Append(t.Context(), tx.Guard, noa.Draft{
+		_, err = rv.chains.Append(t.Context(), tx.Store, noa.Draft{
 			TS:     at,
 			Agent:  noa.Agent{ID: rv.id, Principal: noa.PrincipalHuman},
 			Action: noa.Action{ID: ActionID(tx.Review.ID), Canonical: "x402.payment", RiskClass: "IRREVERSIBLE", ParamsHash: ph},
@@ -162,7 +162,7 @@ func TestArchiveKeepsEverythingVerifiable(t *testing.T) {
 	l := Open(root, Options{Now: c.now, Reviewers: trust(alice)})
 	ctx := t.Context()
 	deferHook := func(tx Tx, out AskOutcome) error {
-		_, err := server.chains.Append(ctx, tx.Guard, noa.Draft{TS: tx.At, Agent: noa.Agent{ID: "agent", Principal: noa.PrincipalService},
+		_, err := server.chains.Append(ctx, tx.Store, noa.Draft{TS: tx.At, Agent: noa.Agent{ID: "agent", Principal: noa.PrincipalService},
 			Action:     noa.Action{ID: ActionID(out.Review.ID), Canonical: "x402.payment", RiskClass: "IRREVERSIBLE", ParamsHash: "hmac-sha256:" + strings.Repeat("0", 64)},
 			Governance: noa.Governance{Mode: "approvals_on", Verdict: noa.VerdictDeferred}})
 		return err

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
 
@@ -117,7 +116,8 @@ func resolve(r Review, s signed, now time.Time, ttl time.Duration) Review {
 
 // verifier resolves reviews against the chains of one guard/ directory.
 type verifier struct {
-	g       *confined.Dir
+	ctx     context.Context
+	r       Reader
 	rx      *receiptIndex
 	trusted Reviewers
 	now     time.Time
@@ -127,12 +127,12 @@ type verifier struct {
 }
 
 // newVerifier brings the receipt index up to date and reads the trusted
-// reviewers. g may be nil (no guard/ yet).
-func (l *Log) newVerifier(g *confined.Dir) (*verifier, error) {
-	if err := l.rx.refresh(g); err != nil {
+// reviewers.
+func (l *Log) newVerifier(ctx context.Context, r Reader) (*verifier, error) {
+	if err := l.rx.refresh(ctx, r); err != nil {
 		return nil, fmt.Errorf("read decision chains: %w", err)
 	}
-	v := &verifier{g: g, rx: &l.rx, trusted: Reviewers{}, now: l.now(), ttl: l.reviewTTL}
+	v := &verifier{ctx: ctx, r: r, rx: &l.rx, trusted: Reviewers{}, now: l.now(), ttl: l.reviewTTL}
 	if l.reviewers != nil {
 		// A trusted reviewers file that cannot be read trusts no one: every
 		// decision then reads unverified (fail closed), and says why.
@@ -148,7 +148,7 @@ func (l *Log) newVerifier(g *confined.Dir) (*verifier, error) {
 
 // signed reads what the chains prove about r.
 func (v *verifier) signed(r *Review) (signed, error) {
-	rcs, err := v.rx.receipts(v.g, ActionID(r.ID))
+	rcs, err := v.rx.receipts(v.ctx, v.r, ActionID(r.ID))
 	if err != nil {
 		return signed{}, err
 	}
@@ -180,7 +180,7 @@ func (l *Log) Verified(ctx context.Context, id string) (Review, []string, error)
 	}
 	var out Review
 	var ids []string
-	err := l.view(ctx, func(g *confined.Dir, st *state) error {
+	err := l.view(ctx, func(g Reader, st *state) error {
 		e := st.byID[id]
 		if e == nil {
 			return fmt.Errorf("%w: %s", ErrUnknownReview, id)
@@ -189,7 +189,7 @@ func (l *Log) Verified(ctx context.Context, id string) (Review, []string, error)
 		if err != nil {
 			return err
 		}
-		v, err := l.newVerifier(g)
+		v, err := l.newVerifier(ctx, g)
 		if err != nil {
 			return err
 		}
@@ -202,7 +202,7 @@ func (l *Log) Verified(ctx context.Context, id string) (Review, []string, error)
 // Findings are the log's contradicting lines, for the audit (at most
 // maxFindings of them; total counts them all).
 func (l *Log) Findings(ctx context.Context) (findings []Finding, err error) {
-	err = l.view(ctx, func(_ *confined.Dir, st *state) error {
+	err = l.view(ctx, func(_ Reader, st *state) error {
 		findings = append([]Finding(nil), st.findings...)
 		return nil
 	})

@@ -22,7 +22,8 @@ decision a receipt signed by a trusted reviewer (--reviewers, default
 reviewers.json in the user configuration directory), every honoured approval
 its use receipt. Prints one line per finding.
 
-  --keyring K   keys that verify the chains (default: the Trace root's guard/keyring.json)
+  --keyring K   keys that verify the chains (default: the store's keyring, guard/keyring.json for files)
+  --store URL   the guard's store: file: (default) or postgres://… (default $HAIA_STORE)
 
 exit codes: 0 consistent, 2 a finding (tampered or inconsistent; also usage), 3 a chain is malformed,
 1 error
@@ -34,6 +35,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	reviewers := c.fs.String("reviewers", "", "the trusted reviewers file (default: reviewers.json in the user configuration directory)")
 	keyringPath := c.fs.String("keyring", "", "keys that verify the chains (default: the Trace root's guard/keyring.json)")
 	guardConfig := c.fs.String("guard-config", "", "the guard policy, for reviewTtlMinutes (default: built-in defaults)")
+	storeFlag := addStoreFlag(c.fs)
 	pos, code, ok := c.parse(args)
 	if !ok {
 		return code
@@ -41,11 +43,12 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if code, ok := c.wantArgs(pos, 0, 0, "no arguments"); !ok {
 		return code
 	}
-	root, code := openCLIRoot("audit", *dir, stderr)
+	root, st, code := openCLIStore(ctx, "audit", *dir, storeSpec(*storeFlag), stderr)
 	if root == nil {
 		return code
 	}
 	defer root.Close()
+	defer st.Close()
 	reviewersPath, err := reviewersFile(*reviewers)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp audit: %v\n", err)
@@ -71,9 +74,11 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			fmt.Fprintf(stderr, "haia-trace-mcp audit: --keyring: %v\n", err)
 			return exitFail
 		}
-	} else if g, err := root.OpenDir(reviewlog.DirName); err == nil {
-		kr, err = reviewlog.ReadKeyring(g)
-		g.Close()
+	} else {
+		err := st.View(ctx, func(r reviewlog.Reader) (err error) {
+			kr, err = r.Keyring(ctx)
+			return err
+		})
 		if err != nil {
 			fmt.Fprintf(stderr, "haia-trace-mcp audit: %v\n", err)
 			return exitFail
@@ -87,7 +92,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	for _, pub := range trusted {
 		kr.Add(noa.KeyID(pub), pub)
 	}
-	log := reviewlog.Open(root, reviewlog.Options{ReviewTTL: pol.ReviewTTL,
+	log := reviewlog.OpenStore(st, reviewlog.Options{ReviewTTL: pol.ReviewTTL,
 		Reviewers: func() (reviewlog.Reviewers, error) { return trusted, nil }})
 	rep, err := log.Audit(ctx, kr)
 	if err != nil {

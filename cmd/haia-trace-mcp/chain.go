@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
@@ -26,6 +27,7 @@ const chainUsage = `usage:
                                                            a signed noa.checkpoint/0.1 for the head of the chain's
                                                            last segment (its tail) on stdout
   ID is a chain id, a segment id (<chain>.<k>), or the path chain list prints.
+  --store URL (default $HAIA_STORE, else file:) reads the chains of a PostgreSQL store.
 `
 
 func runChain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -40,6 +42,7 @@ func runChain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	c := newCommand("chain "+verb, chainUsage, stdout, stderr)
 	fs := c.fs
 	dir := fs.String("dir", ".trace", "the Trace root")
+	storeFlag := addStoreFlag(fs)
 	var signing signingFlags
 	var all *bool
 	var out *string
@@ -66,20 +69,50 @@ func runChain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if code, ok := c.wantArgs(pos, wantArgs, wantArgs, what); !ok {
 		return code
 	}
-	root, err := confined.OpenRoot(*dir)
+	spec := storeSpec(*storeFlag)
+	if err := checkStoreSpec(spec); err != nil {
+		return c.failf("%v", err)
+	}
+	var st reviewlog.Store
+	if isFileStore(spec) {
+		root, err := confined.OpenRoot(*dir)
+		if err != nil {
+			fmt.Fprintf(stderr, "haia-trace-mcp chain: the Trace root: %v\n", err)
+			return exitFail
+		}
+		defer root.Close()
+		g, err := root.OpenDir(reviewlog.DirName)
+		if err != nil {
+			fmt.Fprintf(stderr, "haia-trace-mcp chain: %v\n", err)
+			return exitFail
+		}
+		g.Close()
+		st = reviewlog.NewFileStore(root)
+	} else {
+		pg, err := openStore(ctx, nil, spec)
+		if err != nil {
+			fmt.Fprintf(stderr, "haia-trace-mcp chain: %s\n", termsafe.String(err.Error()))
+			return exitFail
+		}
+		defer pg.Close()
+		st = pg
+	}
+	code = exitFail
+	err := st.View(ctx, func(g reviewlog.Reader) error {
+		code = chainIn(ctx, g, st, verb, pos, all, out, &signing, stdout, stderr)
+		return nil
+	})
 	if err != nil {
-		fmt.Fprintf(stderr, "haia-trace-mcp chain: the Trace root: %v\n", err)
+		fmt.Fprintf(stderr, "haia-trace-mcp chain %s: %s\n", verb, termsafe.String(err.Error()))
 		return exitFail
 	}
-	defer root.Close()
-	g, err := root.OpenDir(reviewlog.DirName)
-	if err != nil {
-		fmt.Fprintf(stderr, "haia-trace-mcp chain: %v\n", err)
-		return exitFail
-	}
-	defer g.Close()
+	return code
+}
+
+// chainIn runs one chain subcommand over a store's reader.
+func chainIn(ctx context.Context, g reviewlog.Reader, st reviewlog.Store, verb string, pos []string, all *bool, out *string, signing *signingFlags, stdout, stderr io.Writer) int {
 	if verb == "list" {
-		chains, err := reviewlog.ListChains(g)
+		chains, err := reviewlog.ListChains(ctx, g)
 		if err != nil {
 			fmt.Fprintf(stderr, "haia-trace-mcp chain list: %v\n", err)
 			return exitFail
@@ -89,7 +122,7 @@ func runChain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		return exitOK
 	}
-	id, err := chainArg(g, pos[0])
+	id, err := chainArg(g, st, pos[0])
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp chain %s: %v\n", verb, err)
 		return exitUsage
@@ -108,9 +141,9 @@ func runChain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			return exitUsage
 		}
 		if *all {
-			return exportAll(g, id, *out, stdout, stderr, notFound)
+			return exportAll(ctx, g, id, *out, stdout, stderr, notFound)
 		}
-		f, err := openChainFile(g, id)
+		f, err := reviewlog.OpenSegment(ctx, g, id+".ndjson")
 		if err != nil {
 			return notFound(err)
 		}
@@ -121,7 +154,7 @@ func runChain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		return exitOK
 	}
-	head, err := reviewlog.ChainHead(g, id)
+	head, err := reviewlog.ChainHead(ctx, g, id)
 	if err != nil {
 		return notFound(err)
 	}
@@ -156,13 +189,21 @@ func runChain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 // chainArg turns what the user gave (an id, a segment id, a file name or
 // the path chain list prints) into a chain file's stem under receipts/.
 // A path must be in this Trace root's receipts directory.
-func chainArg(g *confined.Dir, arg string) (string, error) {
+func chainArg(g reviewlog.Reader, st reviewlog.Store, arg string) (string, error) {
 	if arg == "" {
 		return "", errors.New("empty chain id")
 	}
 	name := arg
+	if i := strings.LastIndexByte(arg, '#'); i >= 0 && arg[:i]+"#" == g.Locate("") {
+		arg = arg[i+1:] // the name chain list prints for a database store
+		name = arg
+	}
 	if strings.ContainsRune(arg, '/') {
-		want, err1 := filepath.Abs(filepath.Join(g.Path(), reviewlog.ReceiptsDir))
+		fst, ok := st.(*reviewlog.FileStore)
+		if !ok {
+			return "", fmt.Errorf("%s is a path, and the store is %s: give the chain id", arg, st.Describe())
+		}
+		want, err1 := filepath.Abs(filepath.Join(fst.Describe(), reviewlog.ReceiptsDir))
 		got, err2 := filepath.Abs(filepath.Dir(arg))
 		if err1 != nil || err2 != nil || want != got {
 			return "", fmt.Errorf("%s is not a chain file of this Trace root (%s); give --dir the root it belongs to", arg, want)
@@ -178,25 +219,16 @@ func chainArg(g *confined.Dir, arg string) (string, error) {
 	return name, nil
 }
 
-func openChainFile(g *confined.Dir, id string) (*os.File, error) {
-	dir, err := g.OpenDir(reviewlog.ReceiptsDir)
-	if err != nil {
-		return nil, err
-	}
-	defer dir.Close()
-	return dir.Open(id + ".ndjson")
-}
-
 // exportAll writes every segment of id's chain to outDir/<segment>.json
 // (each replaced atomically) and prints each path.
-func exportAll(g *confined.Dir, id, outDir string, stdout, stderr io.Writer, notFound func(error) int) int {
-	segs, err := reviewlog.ChainSegments(g, id)
+func exportAll(ctx context.Context, g reviewlog.Reader, id, outDir string, stdout, stderr io.Writer, notFound func(error) int) int {
+	segs, err := reviewlog.ChainSegments(ctx, g, id)
 	if err != nil {
 		return notFound(err)
 	}
 	for _, s := range segs {
 		dst := filepath.Join(outDir, s.Chain+".json")
-		if err := exportSegment(g, s, dst); err != nil {
+		if err := exportSegment(ctx, g, s, dst); err != nil {
 			fmt.Fprintf(stderr, "haia-trace-mcp chain export: %v\n", err)
 			return exitFail
 		}
@@ -205,8 +237,8 @@ func exportAll(g *confined.Dir, id, outDir string, stdout, stderr io.Writer, not
 	return exitOK
 }
 
-func exportSegment(g *confined.Dir, s reviewlog.Segment, dst string) error {
-	src, err := openChainFile(g, s.Chain)
+func exportSegment(ctx context.Context, g reviewlog.Reader, s reviewlog.Segment, dst string) error {
+	src, err := reviewlog.OpenSegment(ctx, g, s.File)
 	if err != nil {
 		return fmt.Errorf("chain %s: %w", s.Chain, err)
 	}

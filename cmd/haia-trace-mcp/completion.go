@@ -10,10 +10,11 @@ import (
 // completionWords are the commands, their subcommands and flags, for the
 // completion scripts. TestCompletionKnowsEveryCommand keeps them true.
 var completionWords = map[string][]string{
-	"":            {"build", "policy", "verify", "signer", "review", "reviewer", "audit", "init", "chain", "healthcheck", "demo", "version", "completion", "help"},
+	"":            {"build", "policy", "verify", "signer", "review", "reviewer", "audit", "init", "chain", "store", "healthcheck", "demo", "version", "completion", "help"},
 	"review":      {"list", "show", "approve", "reject", "watch", "archive", "--older-than", "--dir", "--json", "--all", "--note", "--by", "--reviewer-key", "--reviewers", "--guard-config", "--lock-wait", "--interval", "--tenant"},
 	"reviewer":    {"init", "--id", "--key-file", "--reviewers"},
-	"chain":       {"list", "export", "checkpoint", "--dir", "--all", "--out", "--key-file", "--signer"},
+	"chain":       {"list", "export", "checkpoint", "--dir", "--all", "--out", "--key-file", "--signer", "--store"},
+	"store":       {"migrate", "import", "export", "--store", "--dir"},
 	"policy":      {"check", "eval", "--input"},
 	"verify":      {"--keyring", "--checkpoint", "--identity", "--follow"},
 	"audit":       {"--dir", "--reviewers", "--keyring", "--guard-config"},

@@ -52,6 +52,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return runAudit(ctx, rest, stdout, stderr)
 		case "chain":
 			return runChain(ctx, rest, stdout, stderr)
+		case "store":
+			return runStore(ctx, rest, stdout, stderr)
 		case "healthcheck":
 			return runHealthcheck(ctx, rest, stdout, stderr)
 		case "demo":
@@ -79,6 +81,7 @@ const usage = `usage:
   haia-trace-mcp init [DIR]                       a Trace root from nothing: layout, keys, a reviewer, an example policy
   haia-trace-mcp reviewer init --id ID [--key-file K] [--reviewers F]
   haia-trace-mcp audit [--dir .trace] [--reviewers F] [--keyring K]
+  haia-trace-mcp store migrate|import|export --store postgres://… [--dir .trace]
   haia-trace-mcp chain list|export ID|checkpoint ID [--dir .trace]
   haia-trace-mcp healthcheck [--url http://127.0.0.1:3000/healthz] [--timeout 3s]
   haia-trace-mcp demo [--keep DIR]                 the whole story on a simulated Trace root

@@ -74,6 +74,7 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	guardConfig := fs.String("guard-config", "", "the guard policy, for reviewTtlMinutes (default: built-in defaults)")
 	tenant := fs.String("tenant", "", "the tenant: with --tenants-dir its root is DIR/<tenant>; written as scope.tenant into decision receipts (default haia-trace-mcp)")
 	tenantsDir := fs.String("tenants-dir", "", "the directory of tenants' Trace roots (as the server's --tenants-dir); needs --tenant")
+	storeFlag := addStoreFlag(fs)
 	var olderThan *time.Duration
 	switch verb {
 	case "archive":
@@ -110,11 +111,12 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if *tenant == "" {
 		*tenant = "haia-trace-mcp"
 	}
-	root, code := openCLIRoot("review "+verb, *dir, stderr)
+	root, st, code := openCLIStore(ctx, "review "+verb, *dir, storeSpec(*storeFlag), stderr)
 	if root == nil {
 		return code
 	}
 	defer root.Close()
+	defer st.Close()
 	reviewersPath, err := reviewersFile(*reviewers)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp review %s: %v\n", verb, err)
@@ -125,7 +127,7 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "haia-trace-mcp review %s: --guard-config: %v\n", verb, err)
 		return exitUsage
 	}
-	log := reviewlog.Open(root, reviewlog.Options{LockWait: *lockWait, ReviewTTL: pol.ReviewTTL,
+	log := reviewlog.OpenStore(st, reviewlog.Options{LockWait: *lockWait, ReviewTTL: pol.ReviewTTL,
 		Reviewers: func() (reviewlog.Reviewers, error) { return reviewlog.LoadReviewers(reviewersPath) }})
 
 	switch verb {

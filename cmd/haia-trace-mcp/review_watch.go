@@ -10,6 +10,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/pgstore"
 )
 
 const reviewWatchUsage = `usage:
@@ -45,6 +46,7 @@ func runReviewWatch(ctx context.Context, args []string, stdout, stderr io.Writer
 	interval := fs.Duration("interval", time.Second, "how often to read the review log")
 	reviewers := fs.String("reviewers", "", "the trusted reviewers file (default: reviewers.json in the user configuration directory)")
 	guardConfig := fs.String("guard-config", "", "the guard policy, for reviewTtlMinutes")
+	storeFlag := addStoreFlag(fs)
 	pos, code, ok := c.parse(args)
 	if !ok {
 		return code
@@ -55,11 +57,12 @@ func runReviewWatch(ctx context.Context, args []string, stdout, stderr io.Writer
 	if *interval < watchMinInterval || *interval > watchMaxInterval {
 		return c.failf("--interval %s is outside %s to %s", *interval, watchMinInterval, watchMaxInterval)
 	}
-	root, code := openCLIRoot("review watch", *dir, stderr)
+	root, st, code := openCLIStore(ctx, "review watch", *dir, storeSpec(*storeFlag), stderr)
 	if root == nil {
 		return code
 	}
 	defer root.Close()
+	defer st.Close()
 	reviewersPath, err := reviewersFile(*reviewers)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp review watch: %v\n", err)
@@ -71,14 +74,24 @@ func runReviewWatch(ctx context.Context, args []string, stdout, stderr io.Writer
 		return exitUsage
 	}
 	w := &reviewWatcher{
-		log: reviewlog.Open(root, reviewlog.Options{ReviewTTL: pol.ReviewTTL,
+		log: reviewlog.OpenStore(st, reviewlog.Options{ReviewTTL: pol.ReviewTTL,
 			Reviewers: func() (reviewlog.Reviewers, error) { return reviewlog.LoadReviewers(reviewersPath) }}),
-		path:   root.Path(),
+		path:   st.Describe(),
 		json:   *asJSON,
 		stdout: stdout,
 		stderr: stderr,
 		known:  map[string]reviewlog.Review{},
 		now:    time.Now,
+	}
+	if pg, ok := st.(*pgstore.Store); ok {
+		// Every replica's append NOTIFYs: wake on it, not only on the tick.
+		w.wake = make(chan struct{}, 1)
+		go pg.Listen(ctx, pgstore.ChannelLog, *interval, func() {
+			select {
+			case w.wake <- struct{}{}:
+			default:
+			}
+		}, nil)
 	}
 	return w.run(ctx, *interval)
 }
@@ -94,6 +107,8 @@ type reviewWatcher struct {
 	started bool
 	lastErr string
 	now     func() time.Time
+	// wake, when set, is signalled when the store says it changed.
+	wake chan struct{}
 }
 
 // watchChange is one line of output.
@@ -123,6 +138,7 @@ func (w *reviewWatcher) run(ctx context.Context, interval time.Duration) int {
 		case <-ctx.Done():
 			return exitOK
 		case <-t.C:
+		case <-w.wake:
 		}
 	}
 }

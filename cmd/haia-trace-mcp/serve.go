@@ -24,6 +24,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/policy"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/notify"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/pgstore"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
@@ -45,6 +46,7 @@ type serveFlags struct {
 	reviewers    string
 	notify       notify.Config
 	tenantsDir   string
+	store        string
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
@@ -59,6 +61,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.notify.Command, "notify-command", "", "run this program (no shell) for each opened review, the review as JSON on stdin; 10 s timeout")
 	fs.StringVar(&f.notify.URL, "notify-url", "", "POST each opened review to this http(s) URL (opt-in outbound network), signed with --notify-secret-file")
 	fs.StringVar(&f.notify.SecretFile, "notify-secret-file", "", "the HMAC-SHA256 key of --notify-url (X-Haia-Signature)")
+	fs.StringVar(&f.store, "store", "", storeFlagHelp)
 	fs.StringVar(&f.tenantsDir, "tenants-dir", "", "serve one Trace root per tenant, DIR/<tenant>/, over --http; the token's --tenant-claim names the tenant")
 }
 
@@ -77,10 +80,12 @@ type guardSetup struct {
 	integrity prometheus.Counter
 	// tenant names the tenant this guard serves ("" without tenants).
 	tenant string
+	// store holds the review log and the chains; closed with the stack.
+	store reviewlog.Store
 }
 
 // openGuard loads the policy, its custom rules and the signing setup once.
-func openGuard(root *confined.Dir, f *serveFlags, logger *slog.Logger) (*guardSetup, error) {
+func openGuard(ctx context.Context, root *confined.Dir, f *serveFlags, logger *slog.Logger) (*guardSetup, error) {
 	cfg, err := guard.LoadConfig(f.guardConfig)
 	if err != nil {
 		return nil, fmt.Errorf("--guard-config: %w", err)
@@ -101,11 +106,16 @@ func openGuard(root *confined.Dir, f *serveFlags, logger *slog.Logger) (*guardSe
 		return nil, err
 	}
 	chains := &reviewlog.Chains{Signer: signer, Tenant: f.signing.tenant}
-	noteRotation(root, chains, logger)
 	reviewersPath, err := reviewersFile(f.reviewers)
 	if err != nil {
 		return nil, err
 	}
+	store, err := openStore(ctx, root, storeSpec(f.store))
+	if err != nil {
+		return nil, err
+	}
+	logger.Info("guard store", "store", store.Describe())
+	noteRotation(ctx, store, chains, logger)
 	if _, err := reviewlog.LoadReviewers(reviewersPath); err != nil {
 		// Not fatal: a root from nothing has no reviewer yet. Every human
 		// decision reads unverified until one is trusted.
@@ -113,9 +123,9 @@ func openGuard(root *confined.Dir, f *serveFlags, logger *slog.Logger) (*guardSe
 	} else {
 		logger.Info("trusted reviewers file", "reviewers", reviewersPath)
 	}
-	log := reviewlog.Open(root, reviewlog.Options{ReviewTTL: cfg.ReviewTTL,
+	log := reviewlog.OpenStore(store, reviewlog.Options{ReviewTTL: cfg.ReviewTTL,
 		Reviewers: func() (reviewlog.Reviewers, error) { return reviewlog.LoadReviewers(reviewersPath) }})
-	return &guardSetup{policy: cfg, rules: rules, log: log, chains: chains, paramsKey: paramsKey, reviewersPath: reviewersPath}, nil
+	return &guardSetup{policy: cfg, rules: rules, log: log, chains: chains, paramsKey: paramsKey, reviewersPath: reviewersPath, store: store}, nil
 }
 
 func newIntegrityCounter() prometheus.Counter {
@@ -125,7 +135,7 @@ func newIntegrityCounter() prometheus.Counter {
 
 // startGuard builds the decision engine over the server's run index and
 // registers the guard's tools.
-func startGuard(srv *server.Server, g *guardSetup, templates *receipt.TemplateSet, agentID string, logger *slog.Logger) error {
+func startGuard(ctx context.Context, srv *server.Server, g *guardSetup, templates *receipt.TemplateSet, agentID string, logger *slog.Logger) error {
 	var onOpen func(reviewlog.Review)
 	if g.notifier != nil && g.notifier.Len() > 0 {
 		onOpen = func(r reviewlog.Review) {
@@ -139,6 +149,20 @@ func startGuard(srv *server.Server, g *guardSetup, templates *receipt.TemplateSe
 				return
 			}
 			g.notifier.Notify(m)
+		}
+		if pg, ok := g.store.(*pgstore.Store); ok {
+			// Replicas share the store: the outbox, not the replica that
+			// opened a review, decides who notifies it (once across the
+			// fleet, and still after that replica died).
+			go pg.DispatchOpened(ctx, replicaName(), func(ctx context.Context, id string) error {
+				r, err := g.log.Get(ctx, id)
+				if err != nil {
+					return err
+				}
+				onOpen(r)
+				return nil
+			}, logger)
+			onOpen = nil
 		}
 	}
 	integrity := g.integrity
@@ -309,11 +333,12 @@ func openStack(ctx context.Context, dir, tenant string, f *serveFlags, notifier 
 		return nil, err
 	}
 	closeDirs := func() { events.Close(); root.Close() }
-	g, err := openGuard(root, f, logger)
+	g, err := openGuard(ctx, root, f, logger)
 	if err != nil {
 		closeDirs()
 		return nil, err
 	}
+	closeDirs = func() { g.store.Close(); events.Close(); root.Close() }
 	if tenant != "" {
 		g.policy = g.policy.ForTenant(tenant)
 		g.chains.Tenant = tenant
@@ -332,7 +357,7 @@ func openStack(ctx context.Context, dir, tenant string, f *serveFlags, notifier 
 		closeDirs()
 		return nil, err
 	}
-	if err := startGuard(srv, g, templates, f.agentID, logger); err != nil {
+	if err := startGuard(ctx, srv, g, templates, f.agentID, logger); err != nil {
 		closeDirs()
 		return nil, err
 	}
@@ -344,6 +369,10 @@ func openStack(ctx context.Context, dir, tenant string, f *serveFlags, notifier 
 // named by a bare slug is a tenant's Trace root, with its own index, review
 // log and decision chain. The set is read at start.
 func openTenants(ctx context.Context, f *serveFlags, notifier *notify.Group, nm *notify.Metrics, logger *slog.Logger) (map[string]*server.Server, func(), error) {
+	if !isFileStore(storeSpec(f.store)) {
+		// One database would mix the tenants' reviews and chains.
+		return nil, nil, errors.New("--tenants-dir keeps each tenant's guard state under its own root: it needs the file store (--store file:); a PostgreSQL store per tenant is not supported yet")
+	}
 	integrity := newIntegrityCounter()
 	dir, err := confined.OpenRoot(f.tenantsDir)
 	if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/ed25519"
 	"errors"
 	"flag"
@@ -10,7 +11,6 @@ import (
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
-	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
@@ -92,13 +92,12 @@ func (s *signingFlags) open(logger *slog.Logger) (noa.Signer, []byte, error) {
 }
 
 // noteRotation says so when this key starts a new chain beside others.
-func noteRotation(root *confined.Dir, chains *reviewlog.Chains, logger *slog.Logger) {
-	g, err := root.OpenDir(reviewlog.DirName)
-	if err != nil {
-		return
-	}
-	defer g.Close()
-	list, err := reviewlog.ListChains(g)
+func noteRotation(ctx context.Context, st reviewlog.Store, chains *reviewlog.Chains, logger *slog.Logger) {
+	var list []reviewlog.ChainInfo
+	err := st.View(ctx, func(r reviewlog.Reader) (err error) {
+		list, err = reviewlog.ListChains(ctx, r)
+		return err
+	})
 	if err != nil {
 		logger.Warn("cannot list decision chains", "err", err)
 		return

@@ -8,12 +8,14 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/pgstore"
 )
 
 const verifyUsage = `usage:
-  haia-trace-mcp verify CHAIN [KEYRING] [--keyring K] [--checkpoint C] [--identity M] [--follow]
+  haia-trace-mcp verify CHAIN [KEYRING] [--keyring K] [--checkpoint C] [--identity M] [--follow] [--store URL]
       verify a NOA receipt v0.1 chain offline: the NOA JSON-array form or
       this product's chain file (one receipt per line, verified as it is
       read, in bounded memory). KEYRING may be given as a second argument,
@@ -22,6 +24,8 @@ const verifyUsage = `usage:
       (<chain>.ndjson, <chain>.<k>.ndjson); verify every segment from 0
       and the signed link between each two, end to end; --checkpoint is
       then held against the last segment.
+      --store postgres://…: CHAIN is a chain id in that store; every
+      segment and link is verified as --follow does.
       Prints one line (verdict: reason) on stdout, warnings on stderr.
       exit 0 VALID, 1 UNVERIFIED (no keyring), 2 TAMPERED, 3 MALFORMED,
       4 usage or unreadable file, 5 UNTRUSTED (identity manifest)
@@ -34,7 +38,7 @@ const exitVerifyUsage = 4
 const maxTrustFileBytes = 4 << 20
 
 // runVerify is `haia-trace-mcp verify`.
-func runVerify(_ context.Context, args []string, stdout, stderr io.Writer) int {
+func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c := newCommand("verify", verifyUsage, stdout, stderr)
 	c.usageCode = exitVerifyUsage // 2 is TAMPERED, as in the NOA verifier
 	fs := c.fs
@@ -42,6 +46,7 @@ func runVerify(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	checkpoint := fs.String("checkpoint", "", "signed checkpoint file `C` (noa.checkpoint/0.1)")
 	identity := fs.String("identity", "", "identity manifest `M` ({agent.id: [kid]})")
 	follow := fs.Bool("follow", false, "verify every segment of CHAIN's chain and the links between them")
+	storeFlag := fs.String("store", "", "verify chain id CHAIN, every segment, in this PostgreSQL store (`URL`; default $"+storeEnv+" when it is a postgres:// URL)")
 	pos, code, ok := c.parse(args)
 	if !ok {
 		return code
@@ -72,7 +77,16 @@ func runVerify(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		*in.dst = b
 	}
 	var res noa.Result
-	if *follow {
+	spec := *storeFlag
+	if spec == "" && pgstore.IsURL(os.Getenv(storeEnv)) && !fileExists(pos[0]) {
+		spec = os.Getenv(storeEnv)
+	}
+	if spec != "" && !isFileStore(spec) {
+		var code int
+		if res, code = verifyInStore(ctx, spec, pos[0], docs, stderr); code >= 0 {
+			return code
+		}
+	} else if *follow {
 		var code int
 		if res, code = verifyFollow(pos[0], docs, stderr); code >= 0 {
 			return code
@@ -157,6 +171,40 @@ func verifyFollow(path string, docs noa.Documents, stderr io.Writer) (noa.Result
 	res, err := noa.VerifySegments(srcs, opt)
 	if err != nil {
 		fmt.Fprintf(stderr, "verify --follow: %v\n", err)
+		return noa.Result{}, exitVerifyUsage
+	}
+	return res, -1
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// verifyInStore verifies chain id (every segment and each link) as the
+// store holds it, with the keyring given (none: UNVERIFIED, as for a file).
+func verifyInStore(ctx context.Context, spec, id string, docs noa.Documents, stderr io.Writer) (noa.Result, int) {
+	if err := checkStoreSpec(spec); err != nil {
+		fmt.Fprintf(stderr, "verify: %v\n", err)
+		return noa.Result{}, exitVerifyUsage
+	}
+	opt, bad := docs.Options()
+	if bad != nil {
+		return *bad, -1
+	}
+	st, err := openStore(ctx, nil, spec)
+	if err != nil {
+		fmt.Fprintf(stderr, "verify: %s\n", termsafe.String(err.Error()))
+		return noa.Result{}, exitVerifyUsage
+	}
+	defer st.Close()
+	var res noa.Result
+	err = st.View(ctx, func(r reviewlog.Reader) (err error) {
+		res, err = reviewlog.VerifySegments(ctx, r, id, opt)
+		return err
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "verify: chain %s in %s: %s\n", termsafe.String(id), st.Describe(), termsafe.String(err.Error()))
 		return noa.Result{}, exitVerifyUsage
 	}
 	return res, -1

@@ -40,11 +40,7 @@ func newSegmentedRoot(t *testing.T, decisions, segment int) segmentedRoot {
 		t.Fatal(err)
 	}
 	defer root.Close()
-	g, err := root.MkdirAll(reviewlog.DirName, 0o700)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	store := reviewlog.NewFileStore(root)
 	c := &reviewlog.Chains{Signer: noa.NewKeySigner(key), Tenant: "ops", SegmentReceipts: segment}
 	t0 := time.Date(2026, 7, 24, 9, 0, 0, 0, time.UTC)
 	for i := range decisions {
@@ -57,7 +53,11 @@ func newSegmentedRoot(t *testing.T, decisions, segment int) segmentedRoot {
 			},
 			Governance: noa.Governance{Mode: "on", Verdict: noa.VerdictAllowed},
 		}
-		if _, err := c.Append(context.Background(), g, d); err != nil {
+		err := store.Locked(context.Background(), time.Second, func(w reviewlog.Writer) error {
+			_, err := c.Append(context.Background(), w, d)
+			return err
+		})
+		if err != nil {
 			t.Fatal(err)
 		}
 	}

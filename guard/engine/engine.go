@@ -209,7 +209,7 @@ func (e *Engine) Check(ctx context.Context, caller string, q Question) (Answer, 
 		if a.ReviewID != "" {
 			d.Action.ID = reviewlog.ActionID(a.ReviewID)
 		}
-		r, err := e.cfg.Chains.Append(ctx, tx.Guard, d)
+		r, err := e.cfg.Chains.Append(ctx, tx.Store, d)
 		if err != nil {
 			return err
 		}

@@ -47,7 +47,7 @@ func (d Decider) Decide(ctx context.Context, id, status, note, by string) (revie
 		if err != nil {
 			return err
 		}
-		_, err = d.Chains.Append(ctx, tx.Guard, draft)
+		_, err = d.Chains.Append(ctx, tx.Store, draft)
 		return err
 	})
 }
@@ -77,8 +77,8 @@ func (e *Engine) Ready(ctx context.Context) error {
 			return &NotReadyError{Reason: "the signer does not answer", Err: err}
 		}
 	}
-	if err := e.cfg.Log.Appendable(); err != nil {
-		return &NotReadyError{Reason: "the review log cannot be appended to", Err: err}
+	if err := e.cfg.Log.Appendable(ctx); err != nil {
+		return &NotReadyError{Reason: "the guard's store cannot take a decision (" + e.cfg.Log.Store().Describe() + ")", Err: err}
 	}
 	if err := e.cfg.Log.ReviewersReadable(); err != nil {
 		return &NotReadyError{Reason: "the trusted reviewers file cannot be read", Err: err}

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/pgstore"
+)
+
+// storeEnv names the store when --store is not given.
+const storeEnv = "HAIA_STORE"
+
+const storeFlagHelp = "where the guard's state lives: `URL` file: (the Trace root's guard/, the default) or postgres://user@host/db (default: $" + storeEnv + ")"
+
+func addStoreFlag(fs *flag.FlagSet) *string { return fs.String("store", "", storeFlagHelp) }
+
+// storeSpec is --store, else $HAIA_STORE, else file:.
+func storeSpec(flagValue string) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	if v := os.Getenv(storeEnv); v != "" {
+		return v
+	}
+	return "file:"
+}
+
+// isFileStore says whether spec names the file store.
+func isFileStore(spec string) bool { return spec == "file:" || spec == "file" }
+
+// checkStoreSpec refuses what is neither store, naming both.
+func checkStoreSpec(spec string) error {
+	if isFileStore(spec) || pgstore.IsURL(spec) {
+		return nil
+	}
+	shown := spec
+	if len(shown) > 16 {
+		shown = shown[:16] + "…"
+	}
+	return fmt.Errorf("--store %q: want file: (the Trace root's guard/) or a postgres:// URL", shown)
+}
+
+// openStore opens the guard's store: the file store under root, or the
+// PostgreSQL store at spec.
+func openStore(ctx context.Context, root *confined.Dir, spec string) (reviewlog.Store, error) {
+	if err := checkStoreSpec(spec); err != nil {
+		return nil, err
+	}
+	if isFileStore(spec) {
+		return reviewlog.NewFileStore(root), nil
+	}
+	return pgstore.Open(ctx, spec)
+}
+
+// openCLIStore opens --dir (a Trace root, see openCLIRoot) and the store
+// for a command-line tool. With the PostgreSQL store, guard/ need not exist
+// under the root.
+func openCLIStore(ctx context.Context, command, dir, spec string, stderr io.Writer) (*confined.Dir, reviewlog.Store, int) {
+	if err := checkStoreSpec(spec); err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp %s: %v\n", command, err)
+		return nil, nil, exitUsage
+	}
+	root, code := openCLIRoot(command, dir, stderr)
+	if root == nil {
+		return nil, nil, code
+	}
+	st, err := openStore(ctx, root, spec)
+	if err != nil {
+		root.Close()
+		fmt.Fprintf(stderr, "haia-trace-mcp %s: %s\n", command, termsafe.String(err.Error()))
+		return nil, nil, exitFail
+	}
+	return root, st, exitOK
+}
+
+const storeUsage = `usage:
+  haia-trace-mcp store migrate --store postgres://…
+      apply the schema migrations this binary carries (safe to run from
+      every replica at once: they take turns); refuses a schema ahead of
+      the binary
+  haia-trace-mcp store import --dir .trace --store postgres://…
+      copy the file store under the Trace root's guard/ into an empty
+      PostgreSQL store; every chain is verified before and after, and the
+      copy is byte for byte
+  haia-trace-mcp store export --store postgres://… --dir OUT
+      write the PostgreSQL store back out as the file layout under
+      OUT/guard/ (which must be empty or absent)
+  --store defaults to $HAIA_STORE. Exit codes: 0 done, 1 error, 2 usage,
+  3 a chain does not verify (nothing was copied)
+`
+
+func runStore(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if isHelp(args) {
+		fmt.Fprint(stdout, storeUsage)
+		return exitOK
+	}
+	if len(args) == 0 {
+		return newCommand("store", storeUsage, stdout, stderr).failf("name a subcommand: migrate, import or export")
+	}
+	verb := args[0]
+	c := newCommand("store "+verb, storeUsage, stdout, stderr)
+	storeFlag := addStoreFlag(c.fs)
+	var dir *string
+	switch verb {
+	case "migrate":
+	case "import", "export":
+		dir = c.fs.String("dir", "", "the Trace root `DIR` whose guard/ is copied from (import) or to (export)")
+	default:
+		return newCommand("store", storeUsage, stdout, stderr).failf("unknown subcommand %q", verb)
+	}
+	pos, code, ok := c.parse(args[1:])
+	if !ok {
+		return code
+	}
+	if code, ok := c.wantArgs(pos, 0, 0, "no arguments"); !ok {
+		return code
+	}
+	spec := storeSpec(*storeFlag)
+	if !pgstore.IsURL(spec) {
+		return c.failf("--store (or $%s) must be a postgres:// URL", storeEnv)
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	if verb == "migrate" {
+		before, after, err := pgstore.Migrate(ctx, spec, logger)
+		if err != nil {
+			fmt.Fprintf(stderr, "haia-trace-mcp store migrate: %s\n", termsafe.String(err.Error()))
+			return exitFail
+		}
+		if before.Database == after.Database {
+			fmt.Fprintf(stdout, "%s: schema version %d, already this binary's\n", pgstore.Redact(spec), after.Database)
+		} else {
+			fmt.Fprintf(stdout, "%s: schema version %d → %d\n", pgstore.Redact(spec), before.Database, after.Database)
+		}
+		return exitOK
+	}
+	if *dir == "" {
+		return c.failf("--dir names the Trace root to %s", map[string]string{"import": "import from", "export": "export to"}[verb])
+	}
+	pg, err := pgstore.Open(ctx, spec)
+	if err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp store %s: %s\n", verb, termsafe.String(err.Error()))
+		return exitFail
+	}
+	defer pg.Close()
+	var root *confined.Dir
+	if verb == "import" {
+		r, code := openCLIRoot("store import", *dir, stderr)
+		if r == nil {
+			return code
+		}
+		root = r
+	} else {
+		if err := os.MkdirAll(*dir, 0o755); err != nil {
+			fmt.Fprintf(stderr, "haia-trace-mcp store export: --dir: %v\n", err)
+			return exitFail
+		}
+		if root, err = confined.OpenRoot(*dir); err != nil {
+			fmt.Fprintf(stderr, "haia-trace-mcp store export: --dir: %v\n", err)
+			return exitFail
+		}
+	}
+	defer root.Close()
+	files := reviewlog.NewFileStore(root)
+	src, dst := reviewlog.Store(files), reviewlog.Store(pg)
+	if verb == "export" {
+		src, dst = pg, files
+	}
+	rep, err := reviewlog.CopyStore(ctx, src, dst)
+	if err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp store %s: %s\n", verb, termsafe.String(err.Error()))
+		if errors.Is(err, reviewlog.ErrChainInvalid) {
+			return 3
+		}
+		return exitFail
+	}
+	fmt.Fprintf(stdout, "%s %s → %s: %d review log lines, %d archives, %d chains (%d receipts, every one VALID before and after), %d keys\n",
+		verb, src.Describe(), dst.Describe(), rep.LogLines, rep.Archives, rep.Chains, rep.Receipts, rep.Keys)
+	return exitOK
+}
+
+// replicaName names this process in the notification outbox's claims.
+func replicaName() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown-host"
+	}
+	return fmt.Sprintf("%s/%d", host, os.Getpid())
+}

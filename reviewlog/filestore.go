@@ -1,0 +1,297 @@
+package reviewlog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
+)
+
+// FileStore keeps the guard's state under guard/ of a Trace root, the
+// layout every earlier version wrote: decisions.ndjson, receipts/*.ndjson,
+// keyring.json, decisions.archive-*.ndjson. Its write lock is an exclusive
+// flock(2) on guard/decisions.lock, which holds across the processes of one
+// host sharing the root (not across hosts: that is the PostgreSQL store's
+// job). A locked section's writes are not one transaction: the receipt is
+// synced before the log line, so a crash between the two leaves a receipt
+// of a review the log never opened (audit reports it), never the reverse.
+type FileStore struct {
+	root *confined.Dir
+}
+
+// NewFileStore is the store under root's guard/ (created on the first
+// write).
+func NewFileStore(root *confined.Dir) *FileStore { return &FileStore{root: root} }
+
+// Describe is the guard/ directory's path.
+func (s *FileStore) Describe() string { return s.root.Path() + "/" + DirName }
+
+// Close releases nothing: the root belongs to the caller.
+func (s *FileStore) Close() error { return nil }
+
+// View runs fn over guard/ as it is (an empty store when it is absent).
+func (s *FileStore) View(ctx context.Context, fn func(r Reader) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	g, err := s.root.OpenDir(DirName)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fn(&fileReader{s: s})
+	}
+	if err != nil {
+		return fmt.Errorf("open the guard directory %s: %w", s.Describe(), err)
+	}
+	defer g.Close()
+	return fn(&fileReader{s: s, g: g})
+}
+
+// Locked takes the flock on guard/decisions.lock and runs fn with the log
+// open for appending.
+func (s *FileStore) Locked(ctx context.Context, wait time.Duration, fn func(w Writer) error) error {
+	deadline := time.Now().Add(wait)
+	g, err := s.root.MkdirAll(DirName, 0o700)
+	if err != nil {
+		return fmt.Errorf("open the review log directory %s (it must be a real directory, not a symbolic link): %w", s.Describe(), err)
+	}
+	defer g.Close()
+	lock, err := g.OpenFile(LockName, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("open the review log lock: %w", err)
+	}
+	defer lock.Close() // closing the descriptor releases the flock
+	if err := flockWait(ctx, int(lock.Fd()), deadline, wait); err != nil {
+		return fmt.Errorf("%s/%s: %w", s.Describe(), FileName, err)
+	}
+	f, err := g.OpenFile(FileName, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("open the review log: %w", err)
+	}
+	defer f.Close()
+	return fn(&fileWriter{fileReader{s: s, g: g, log: f}})
+}
+
+// Ready checks, without writing, that the log can be appended to: guard/
+// exists or can be made, and the log opens for appending.
+func (s *FileStore) Ready(ctx context.Context) error {
+	g, err := s.root.MkdirAll(DirName, 0o700)
+	if err != nil {
+		return fmt.Errorf("the review log directory: %w", err)
+	}
+	defer g.Close()
+	f, err := g.OpenFile(FileName, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("the review log: %w", err)
+	}
+	return f.Close()
+}
+
+type fileReader struct {
+	s   *FileStore
+	g   *confined.Dir // nil: no guard/ yet
+	log *os.File      // the log opened by Locked, or nil
+}
+
+func (r *fileReader) Locate(name string) string {
+	if r.g != nil {
+		return r.g.Path() + "/" + name
+	}
+	return r.s.Describe() + "/" + name
+}
+
+func (r *fileReader) Log(ctx context.Context) (Stream, error) {
+	if r.log != nil {
+		return newFileStream(r.log, false)
+	}
+	if r.g == nil {
+		return emptyStream{}, nil
+	}
+	f, err := r.g.Open(FileName)
+	if errors.Is(err, fs.ErrNotExist) {
+		return emptyStream{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open the review log: %w", err)
+	}
+	return newFileStream(f, true)
+}
+
+func (r *fileReader) Segments(ctx context.Context) ([]StreamInfo, error) {
+	if r.g == nil {
+		return nil, nil
+	}
+	dir, err := r.g.OpenDir(ReceiptsDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("receipts directory: %w", err)
+	}
+	defer dir.Close()
+	entries, err := dir.ReadDir()
+	if err != nil {
+		return nil, err
+	}
+	var out []StreamInfo
+	for _, e := range entries {
+		if _, _, ok := ParseSegmentFile(e.Name); ok && e.Regular() {
+			out = append(out, StreamInfo{Name: e.Name, Identity: fileIdentity(e.Dev, e.Ino), Size: e.Size, Version: strconv.FormatInt(e.ModTime.UnixNano(), 10)})
+		}
+	}
+	return out, nil
+}
+
+func (r *fileReader) Segment(ctx context.Context, file string) (Stream, error) {
+	if r.g == nil {
+		return nil, fmt.Errorf("chain file %s: %w", file, fs.ErrNotExist)
+	}
+	dir, err := r.g.OpenDir(ReceiptsDir)
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
+	f, err := dir.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	return newFileStream(f, true)
+}
+
+func (r *fileReader) Keyring(ctx context.Context) (noa.Keyring, error) {
+	if r.g == nil {
+		return noa.Keyring{}, nil
+	}
+	return ReadKeyring(r.g)
+}
+
+func (r *fileReader) Archives(ctx context.Context) ([]string, error) {
+	if r.g == nil {
+		return nil, nil
+	}
+	return archives(r.g)
+}
+
+func (r *fileReader) Archive(ctx context.Context, name string) (Stream, error) {
+	if r.g == nil {
+		return nil, fmt.Errorf("archive %s: %w", name, fs.ErrNotExist)
+	}
+	f, err := r.g.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	return newFileStream(f, true)
+}
+
+type fileWriter struct{ fileReader }
+
+func (w *fileWriter) AppendLog(ctx context.Context, data []byte) error {
+	// One write of whole lines: a reader never sees half of it except as
+	// a torn tail, which the fold skips.
+	if _, err := w.log.Write(data); err != nil {
+		return fmt.Errorf("append to %s: %w", w.Locate(FileName), err)
+	}
+	if err := w.log.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", w.Locate(FileName), err)
+	}
+	return nil
+}
+
+func (w *fileWriter) AppendSegment(ctx context.Context, file string, end int64, data []byte) error {
+	dir, err := w.g.MkdirAll(ReceiptsDir, 0o700)
+	if err != nil {
+		return fmt.Errorf("receipts directory: %w", err)
+	}
+	defer dir.Close()
+	f, err := dir.OpenFile(file, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("chain file: %w", err)
+	}
+	defer f.Close()
+	if err := f.Truncate(end); err != nil {
+		return fmt.Errorf("drop torn tail: %w", err)
+	}
+	if _, err := f.WriteAt(data, end); err != nil {
+		_ = f.Truncate(end)
+		return fmt.Errorf("append: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync: %w", err)
+	}
+	return nil
+}
+
+func (w *fileWriter) AddKey(ctx context.Context, kid, spki string) error {
+	kr, err := ReadKeyring(w.g)
+	if err != nil {
+		return err
+	}
+	kr[kid] = spki
+	data, err := kr.JSON()
+	if err != nil {
+		return err
+	}
+	return w.g.WriteFileAtomic(KeyringFile, data, 0o644)
+}
+
+// ReplaceLog writes the archive, synced, before the log is replaced, so a
+// crash leaves the reviews in both files (audit reads each once), never in
+// none.
+func (w *fileWriter) ReplaceLog(ctx context.Context, name string, archived, kept []byte) error {
+	if err := w.g.WriteFileAtomic(name, archived, 0o600); err != nil {
+		return fmt.Errorf("write the archive %s: %w", name, err)
+	}
+	if err := w.g.WriteFileAtomic(FileName, kept, 0o600); err != nil {
+		return fmt.Errorf("rewrite %s without the archived reviews: %w", w.Locate(FileName), err)
+	}
+	return nil
+}
+
+// fileStream is an open file with the size and identity it had when
+// opened.
+type fileStream struct {
+	f        *os.File
+	size     int64
+	identity string
+	owned    bool
+}
+
+func newFileStream(f *os.File, owned bool) (*fileStream, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		if owned {
+			f.Close()
+		}
+		return nil, fmt.Errorf("stat %s: %w", f.Name(), err)
+	}
+	return &fileStream{f: f, size: st.Size, identity: fileIdentity(uint64(st.Dev), st.Ino), owned: owned}, nil
+}
+
+func (s *fileStream) ReadAt(p []byte, off int64) (int, error) { return s.f.ReadAt(p, off) }
+func (s *fileStream) Size() int64                             { return s.size }
+func (s *fileStream) Identity() string                        { return s.identity }
+func (s *fileStream) Close() error {
+	if s.owned {
+		return s.f.Close()
+	}
+	return nil
+}
+
+func fileIdentity(dev, ino uint64) string {
+	return strconv.FormatUint(dev, 10) + ":" + strconv.FormatUint(ino, 10)
+}
+
+// emptyStream is a log or segment that does not exist yet.
+type emptyStream struct{}
+
+func (emptyStream) ReadAt(p []byte, off int64) (int, error) { return 0, io.EOF }
+func (emptyStream) Size() int64                             { return 0 }
+func (emptyStream) Identity() string                        { return "" }
+func (emptyStream) Close() error                            { return nil }

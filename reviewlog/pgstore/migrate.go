@@ -1,0 +1,120 @@
+package pgstore
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// versionTable is goose's record of applied migrations.
+const versionTable = "haia_schema_version"
+
+// ErrSchema marks a database whose schema is not the one this binary
+// speaks: behind (run `store migrate`) or ahead (a newer binary migrated
+// it).
+var ErrSchema = errors.New("the database schema does not match this binary")
+
+// Versions are the schema version the database is at and the one this
+// binary carries.
+type Versions struct {
+	Database, Binary int64
+}
+
+func provider(pool *pgxpool.Pool, logger *slog.Logger) (*goose.Provider, func(), error) {
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		return nil, nil, err
+	}
+	// A session lock: replicas that all run `store migrate` at start take
+	// turns, and each finds the work done by the first.
+	locker, err := lock.NewPostgresSessionLocker()
+	if err != nil {
+		return nil, nil, err
+	}
+	db := stdlib.OpenDBFromPool(pool)
+	opts := []goose.ProviderOption{goose.WithTableName(versionTable), goose.WithSessionLocker(locker), goose.WithDisableGlobalRegistry(true)}
+	if logger != nil {
+		opts = append(opts, goose.WithSlog(logger))
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, sub, opts...)
+	if err != nil {
+		db.Close()
+		return nil, nil, fmt.Errorf("schema migrations: %w", err)
+	}
+	return p, func() { db.Close() }, nil
+}
+
+func binaryVersion(p *goose.Provider) int64 {
+	var v int64
+	for _, s := range p.ListSources() {
+		v = max(v, s.Version)
+	}
+	return v
+}
+
+// Migrate brings the schema to the version this binary carries and says
+// where it started and ended. It refuses a schema ahead of the binary.
+func Migrate(ctx context.Context, dsn string, logger *slog.Logger) (Versions, Versions, error) {
+	pool, err := connect(ctx, dsn)
+	if err != nil {
+		return Versions{}, Versions{}, err
+	}
+	defer pool.Close()
+	p, done, err := provider(pool, logger)
+	if err != nil {
+		return Versions{}, Versions{}, err
+	}
+	defer done()
+	before, err := versions(ctx, p)
+	if err != nil {
+		return Versions{}, Versions{}, err
+	}
+	if before.Database > before.Binary {
+		return before, before, fmt.Errorf("%w: the database is at schema version %d, ahead of this binary's %d; run a newer haia-trace-mcp", ErrSchema, before.Database, before.Binary)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		return before, before, fmt.Errorf("apply schema migrations: %w", err)
+	}
+	after, err := versions(ctx, p)
+	return before, after, err
+}
+
+func versions(ctx context.Context, p *goose.Provider) (Versions, error) {
+	v, err := p.GetDBVersion(ctx)
+	if err != nil {
+		return Versions{}, fmt.Errorf("read the schema version: %w", err)
+	}
+	return Versions{Database: v, Binary: binaryVersion(p)}, nil
+}
+
+// checkSchema refuses a schema behind or ahead of the binary, saying what
+// to run.
+func checkSchema(ctx context.Context, pool *pgxpool.Pool, where string) error {
+	p, done, err := provider(pool, nil)
+	if err != nil {
+		return err
+	}
+	defer done()
+	v, err := versions(ctx, p)
+	if err != nil {
+		return err
+	}
+	switch {
+	case v.Database < v.Binary:
+		return fmt.Errorf("%w: %s is at schema version %d, behind this binary's %d; run `haia-trace-mcp store migrate --store URL` first", ErrSchema, where, v.Database, v.Binary)
+	case v.Database > v.Binary:
+		return fmt.Errorf("%w: %s is at schema version %d, ahead of this binary's %d; run the newer haia-trace-mcp that migrated it", ErrSchema, where, v.Database, v.Binary)
+	}
+	return nil
+}

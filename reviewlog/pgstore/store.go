@@ -1,0 +1,550 @@
+// Package pgstore keeps the guard's state in PostgreSQL, for replicas on
+// separate hosts that share no filesystem. It implements reviewlog.Store:
+// every line of the review log and every signed receipt is a row holding
+// the exact bytes, at its byte offset in its stream, so the logic above it
+// (folding the log, verifying signatures, sealing the next receipt) is the
+// file store's, and `store export` writes back the same files.
+//
+// The write lock is a transaction-scoped advisory lock: one locked section
+// is one READ COMMITTED transaction that takes pg_advisory_xact_lock first,
+// so the review row and its receipt commit together or not at all, the
+// same question asked of three replicas at once opens one review, and a
+// chain's head cannot be sealed twice (the schema's UNIQUE (stream, seq)
+// would refuse it anyway).
+package pgstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
+)
+
+const (
+	logStream      = reviewlog.FileName
+	receiptsPrefix = reviewlog.ReceiptsDir + "/"
+	// lockKey is the advisory lock of the guard's state (any constant
+	// that no other application on the database uses).
+	lockKey = 0x4861696147756172 // "HaiaGuar"
+	// Channel is what every commit that opens a review NOTIFYs, with the
+	// review id as payload; ChannelLog is notified on every append.
+	Channel    = "haia_guard_opened"
+	ChannelLog = "haia_guard_log"
+	// statementTimeout bounds every statement, so a stuck database turns
+	// into an error (and the guard fails closed) instead of a hang.
+	statementTimeout = 10 * time.Second
+	connectTimeout   = 5 * time.Second
+)
+
+// Store is the PostgreSQL store. It is safe for concurrent use.
+type Store struct {
+	pool     *pgxpool.Pool
+	describe string
+}
+
+// IsURL says whether s names a PostgreSQL store.
+func IsURL(s string) bool {
+	return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://")
+}
+
+// Redact is dsn without its password, for messages.
+func Redact(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "postgres://(unparsable URL)"
+	}
+	if u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		}
+	}
+	u.RawQuery = ""
+	return u.String()
+}
+
+func connect(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		// pgx's message may quote the URL: never echo a password.
+		return nil, fmt.Errorf("the store URL %s cannot be parsed as a PostgreSQL connection string", Redact(dsn))
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 || cfg.ConnConfig.ConnectTimeout > connectTimeout {
+		cfg.ConnConfig.ConnectTimeout = connectTimeout
+	}
+	if cfg.ConnConfig.RuntimeParams == nil {
+		cfg.ConnConfig.RuntimeParams = map[string]string{}
+	}
+	if _, ok := cfg.ConnConfig.RuntimeParams["statement_timeout"]; !ok {
+		cfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.Itoa(int(statementTimeout / time.Millisecond))
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = "haia-trace-mcp"
+	cfg.HealthCheckPeriod = 5 * time.Second
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", Redact(dsn), err)
+	}
+	return pool, nil
+}
+
+// Open connects to the database at dsn and checks that its schema is the
+// one this binary carries (ErrSchema, saying what to run, otherwise).
+func Open(ctx context.Context, dsn string) (*Store, error) {
+	pool, err := connect(ctx, dsn)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{pool: pool, describe: Redact(dsn)}
+	cctx, cancel := context.WithTimeout(ctx, connectTimeout+statementTimeout)
+	defer cancel()
+	if err := pool.Ping(cctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("PostgreSQL at %s does not answer: %w", s.describe, err)
+	}
+	if err := checkSchema(cctx, pool, s.describe); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Describe is the database URL without its password.
+func (s *Store) Describe() string { return s.describe }
+
+// Close closes the connection pool.
+func (s *Store) Close() error { s.pool.Close(); return nil }
+
+// Pool is the connection pool, for LISTEN and the outbox.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Ready pings the database and checks the schema is still the binary's.
+func (s *Store) Ready(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	var n int
+	if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM guard_meta").Scan(&n); err != nil {
+		return fmt.Errorf("PostgreSQL at %s: %w", s.describe, scrub(err))
+	}
+	return nil
+}
+
+// View runs fn inside one read-only REPEATABLE READ transaction, so the
+// log and the chains it reads are one moment's.
+func (s *Store) View(ctx context.Context, fn func(r reviewlog.Reader) error) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*statementTimeout)
+	defer cancel()
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return fmt.Errorf("PostgreSQL at %s: begin: %w", s.describe, scrub(err))
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if err := fn(&reader{s: s, q: tx}); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// Locked runs fn in one transaction holding the guard's advisory lock.
+func (s *Store) Locked(ctx context.Context, wait time.Duration, fn func(w reviewlog.Writer) error) error {
+	ctx, cancel := context.WithTimeout(ctx, wait+3*statementTimeout)
+	defer cancel()
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return fmt.Errorf("PostgreSQL at %s: begin: %w", s.describe, scrub(err))
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	ms := strconv.FormatInt(max(wait.Milliseconds(), 1), 10)
+	if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", ms); err != nil {
+		return fmt.Errorf("PostgreSQL at %s: %w", s.describe, scrub(err))
+	}
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(lockKey)); err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "55P03" {
+			return fmt.Errorf("%s: %w within %s (another replica holds it)", s.describe, reviewlog.ErrLockTimeout, wait)
+		}
+		return fmt.Errorf("PostgreSQL at %s: take the guard lock: %w", s.describe, scrub(err))
+	}
+	// Statements after the lock are bounded by the ordinary timeout.
+	if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', '0', true)"); err != nil {
+		return fmt.Errorf("PostgreSQL at %s: %w", s.describe, scrub(err))
+	}
+	if err := fn(&writer{reader{s: s, q: tx}}); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("PostgreSQL at %s: commit: %w", s.describe, scrub(err))
+	}
+	return nil
+}
+
+// scrub keeps what a person can act on from a driver error.
+func scrub(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%s (SQLSTATE %s)", pe.Message, pe.Code)
+	}
+	return err
+}
+
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+type reader struct {
+	s *Store
+	q querier
+}
+
+func (r *reader) Locate(name string) string { return r.s.describe + "#" + name }
+
+func (r *reader) stream(ctx context.Context, name, table string, mustExist bool) (reviewlog.Stream, error) {
+	var size int64
+	var gen string
+	err := r.q.QueryRow(ctx, "SELECT size, generation FROM guard_streams WHERE name = $1", name).Scan(&size, &gen)
+	if errors.Is(err, pgx.ErrNoRows) {
+		if mustExist {
+			return nil, fmt.Errorf("%s: %w", name, fs.ErrNotExist)
+		}
+		return &stream{ctx: ctx, q: r.q, name: name, table: table}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("PostgreSQL at %s: stream %s: %w", r.s.describe, name, scrub(err))
+	}
+	return &stream{ctx: ctx, q: r.q, name: name, table: table, size: size, identity: gen}, nil
+}
+
+func (r *reader) Log(ctx context.Context) (reviewlog.Stream, error) {
+	return r.stream(ctx, logStream, "review_lines", false)
+}
+
+func (r *reader) Segment(ctx context.Context, file string) (reviewlog.Stream, error) {
+	return r.stream(ctx, receiptsPrefix+file, "receipts", true)
+}
+
+func (r *reader) Segments(ctx context.Context) ([]reviewlog.StreamInfo, error) {
+	rows, err := r.q.Query(ctx, "SELECT name, size, generation FROM guard_streams WHERE starts_with(name, $1)", receiptsPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("PostgreSQL at %s: list chain segments: %w", r.s.describe, scrub(err))
+	}
+	defer rows.Close()
+	var out []reviewlog.StreamInfo
+	for rows.Next() {
+		var name, gen string
+		var size int64
+		if err := rows.Scan(&name, &size, &gen); err != nil {
+			return nil, err
+		}
+		out = append(out, reviewlog.StreamInfo{Name: strings.TrimPrefix(name, receiptsPrefix), Identity: gen, Size: size, Version: strconv.FormatInt(size, 10)})
+	}
+	return out, rows.Err()
+}
+
+func (r *reader) Keyring(ctx context.Context) (noa.Keyring, error) {
+	rows, err := r.q.Query(ctx, "SELECT kid, spki FROM keyring")
+	if err != nil {
+		return nil, fmt.Errorf("PostgreSQL at %s: keyring: %w", r.s.describe, scrub(err))
+	}
+	defer rows.Close()
+	kr := noa.Keyring{}
+	for rows.Next() {
+		var kid, spki string
+		if err := rows.Scan(&kid, &spki); err != nil {
+			return nil, err
+		}
+		kr[kid] = spki
+	}
+	return kr, rows.Err()
+}
+
+func (r *reader) Archives(ctx context.Context) ([]string, error) {
+	rows, err := r.q.Query(ctx, "SELECT name FROM guard_streams WHERE starts_with(name, 'decisions.archive-') ORDER BY name")
+	if err != nil {
+		return nil, fmt.Errorf("PostgreSQL at %s: archives: %w", r.s.describe, scrub(err))
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+func (r *reader) Archive(ctx context.Context, name string) (reviewlog.Stream, error) {
+	return r.stream(ctx, name, "review_lines", true)
+}
+
+type writer struct{ reader }
+
+// lineInfo is what the schema indexes of a review log line.
+type lineInfo struct {
+	Type     string `json:"type"`
+	ReviewID string `json:"review_id"`
+}
+
+func splitLines(data []byte) ([][]byte, error) {
+	if len(data) == 0 || data[len(data)-1] != '\n' {
+		return nil, errors.New("an append must be whole lines")
+	}
+	var out [][]byte
+	for len(data) > 0 {
+		i := bytes.IndexByte(data, '\n')
+		out = append(out, data[:i+1])
+		data = data[i+1:]
+	}
+	return out, nil
+}
+
+// grow moves a stream's size from want to want+n, creating it; a size
+// other than want means the caller's view is not the stream's.
+func (w *writer) grow(ctx context.Context, name string, want, n int64) error {
+	tag, err := w.q.Exec(ctx, `INSERT INTO guard_streams (name, size, generation)
+		VALUES ($1, $3, (SELECT value FROM guard_meta WHERE key = 'generation'))
+		ON CONFLICT (name) DO UPDATE SET size = guard_streams.size + $4 WHERE guard_streams.size = $2`, name, want, want+n, n)
+	if err != nil {
+		return fmt.Errorf("PostgreSQL at %s: stream %s: %w", w.s.describe, name, scrub(err))
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("stream %s is not %d bytes long as its writer read it; refusing to append", name, want)
+	}
+	return nil
+}
+
+func (w *writer) size(ctx context.Context, name string) (int64, error) {
+	var size int64
+	err := w.q.QueryRow(ctx, "SELECT size FROM guard_streams WHERE name = $1", name).Scan(&size)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("PostgreSQL at %s: stream %s: %w", w.s.describe, name, scrub(err))
+	}
+	return size, nil
+}
+
+func (w *writer) insertLines(ctx context.Context, stream string, off int64, lines [][]byte) ([]string, error) {
+	var opened []string
+	for _, line := range lines {
+		var li lineInfo
+		_ = json.Unmarshal(line, &li) // what cannot be read is kept unindexed
+		var kind, id *string
+		if li.Type != "" {
+			kind = &li.Type
+		}
+		if li.ReviewID != "" {
+			id = &li.ReviewID
+		}
+		if _, err := w.q.Exec(ctx, "INSERT INTO review_lines (stream, off, line, kind, review_id) VALUES ($1, $2, $3, $4, $5)", stream, off, line, kind, id); err != nil {
+			return nil, fmt.Errorf("PostgreSQL at %s: append to %s: %w", w.s.describe, stream, scrub(err))
+		}
+		if li.Type == "opened" && li.ReviewID != "" {
+			opened = append(opened, li.ReviewID)
+		}
+		off += int64(len(line))
+	}
+	return opened, nil
+}
+
+func (w *writer) AppendLog(ctx context.Context, data []byte) error {
+	lines, err := splitLines(data)
+	if err != nil {
+		return fmt.Errorf("append to %s: %w", logStream, err)
+	}
+	off, err := w.size(ctx, logStream)
+	if err != nil {
+		return err
+	}
+	if err := w.grow(ctx, logStream, off, int64(len(data))); err != nil {
+		return err
+	}
+	opened, err := w.insertLines(ctx, logStream, off, lines)
+	if err != nil {
+		return err
+	}
+	for _, id := range opened {
+		// Delivered at commit, to every replica listening.
+		if _, err := w.q.Exec(ctx, "INSERT INTO notify_outbox (review_id) VALUES ($1) ON CONFLICT DO NOTHING", id); err != nil {
+			return fmt.Errorf("PostgreSQL at %s: notification outbox: %w", w.s.describe, scrub(err))
+		}
+		if _, err := w.q.Exec(ctx, "SELECT pg_notify($1, $2)", Channel, id); err != nil {
+			return fmt.Errorf("PostgreSQL at %s: notify: %w", w.s.describe, scrub(err))
+		}
+	}
+	if _, err := w.q.Exec(ctx, "SELECT pg_notify($1, '')", ChannelLog); err != nil {
+		return fmt.Errorf("PostgreSQL at %s: notify: %w", w.s.describe, scrub(err))
+	}
+	return nil
+}
+
+func (w *writer) AppendSegment(ctx context.Context, file string, end int64, data []byte) error {
+	name := receiptsPrefix + file
+	lines, err := splitLines(data)
+	if err != nil {
+		return fmt.Errorf("chain %s: %w", file, err)
+	}
+	// A row is a whole receipt or nothing: there is never a torn tail to
+	// cut, so end must be the stream's size (grow checks it).
+	if err := w.grow(ctx, name, end, int64(len(data))); err != nil {
+		return err
+	}
+	off := end
+	for _, line := range lines {
+		rc, err := noa.ParseReceipt(bytes.TrimRight(line, "\r\n"))
+		if err != nil {
+			return fmt.Errorf("chain %s: the receipt to append cannot be read: %w", file, err)
+		}
+		if _, err := w.q.Exec(ctx, "INSERT INTO receipts (stream, off, seq, action_id, verdict, line) VALUES ($1, $2, $3, $4, $5, $6)",
+			name, off, rc.Chain.Seq, rc.Action.ID, rc.Governance.Verdict, line); err != nil {
+			return fmt.Errorf("PostgreSQL at %s: append to chain %s: %w", w.s.describe, file, scrub(err))
+		}
+		off += int64(len(line))
+	}
+	return nil
+}
+
+func (w *writer) AddKey(ctx context.Context, kid, spki string) error {
+	tag, err := w.q.Exec(ctx, "INSERT INTO keyring (kid, spki) VALUES ($1, $2) ON CONFLICT (kid) DO NOTHING", kid, spki)
+	if err != nil {
+		return fmt.Errorf("PostgreSQL at %s: keyring: %w", w.s.describe, scrub(err))
+	}
+	if tag.RowsAffected() == 0 {
+		var cur string
+		if err := w.q.QueryRow(ctx, "SELECT spki FROM keyring WHERE kid = $1", kid).Scan(&cur); err != nil {
+			return fmt.Errorf("PostgreSQL at %s: keyring: %w", w.s.describe, scrub(err))
+		}
+		if cur != spki {
+			return fmt.Errorf("keyring: key id %s is recorded with another public key", kid)
+		}
+	}
+	return nil
+}
+
+// SettleNotifications marks every opened review as notified: a store
+// import brings reviews that were notified where they came from.
+func (w *writer) SettleNotifications(ctx context.Context) error {
+	if _, err := w.q.Exec(ctx, "UPDATE notify_outbox SET delivered_at = now(), claimed_by = 'import' WHERE delivered_at IS NULL"); err != nil {
+		return fmt.Errorf("PostgreSQL at %s: notification outbox: %w", w.s.describe, scrub(err))
+	}
+	return nil
+}
+
+// ReplaceLog moves archived lines into a new archive stream and rewrites
+// the log as kept, under a new generation, in the same transaction.
+func (w *writer) ReplaceLog(ctx context.Context, name string, archived, kept []byte) error {
+	if !strings.HasPrefix(name, "decisions.archive-") {
+		return fmt.Errorf("archive %q: not an archive name", name)
+	}
+	al, err := splitLines(archived)
+	if err != nil {
+		return fmt.Errorf("archive %s: %w", name, err)
+	}
+	if err := w.grow(ctx, name, 0, int64(len(archived))); err != nil {
+		return err
+	}
+	if _, err := w.insertLines(ctx, name, 0, al); err != nil {
+		return err
+	}
+	if _, err := w.q.Exec(ctx, "DELETE FROM review_lines WHERE stream = $1", logStream); err != nil {
+		return fmt.Errorf("PostgreSQL at %s: rewrite the review log: %w", w.s.describe, scrub(err))
+	}
+	if _, err := w.q.Exec(ctx, "UPDATE guard_streams SET size = $2, generation = gen_random_uuid()::text WHERE name = $1", logStream, len(kept)); err != nil {
+		return fmt.Errorf("PostgreSQL at %s: rewrite the review log: %w", w.s.describe, scrub(err))
+	}
+	if len(kept) == 0 {
+		return nil
+	}
+	kl, err := splitLines(kept)
+	if err != nil {
+		return fmt.Errorf("%s: %w", logStream, err)
+	}
+	_, err = w.insertLines(ctx, logStream, 0, kl)
+	return err
+}
+
+// stream reads one stream's rows at byte offsets. It keeps the rows it
+// fetched last, since readers often read forward in small steps.
+type stream struct {
+	ctx         context.Context
+	q           querier
+	name, table string
+	size        int64
+	identity    string
+	// cache holds the bytes [cacheOff, cacheOff+len(cache)).
+	cacheOff int64
+	cache    []byte
+}
+
+// fetchBytes is how much one query reads at least, so that a reader
+// going forward in small steps costs one query per this many bytes.
+const fetchBytes = 256 << 10
+
+func (s *stream) Size() int64      { return s.size }
+func (s *stream) Identity() string { return s.identity }
+func (s *stream) Close() error     { return nil }
+
+func (s *stream) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, errors.New("negative offset")
+	}
+	if off >= s.size {
+		return 0, io.EOF
+	}
+	want := min(int64(len(p)), s.size-off)
+	if off < s.cacheOff || off+want > s.cacheOff+int64(len(s.cache)) {
+		if err := s.fetch(off, off+max(want, fetchBytes)); err != nil {
+			return 0, err
+		}
+	}
+	n := copy(p[:want], s.cache[off-s.cacheOff:])
+	if int64(n) < want {
+		return n, fmt.Errorf("stream %s: %d bytes at offset %d are not in the database (%d read)", s.name, want, off, n)
+	}
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// fetch reads the rows covering [from, to) into the cache.
+func (s *stream) fetch(from, to int64) error {
+	q := `SELECT off, line FROM ` + s.table + ` WHERE stream = $1
+		AND off >= COALESCE((SELECT max(off) FROM ` + s.table + ` WHERE stream = $1 AND off <= $2), 0)
+		AND off < $3 ORDER BY off`
+	rows, err := s.q.Query(s.ctx, q, s.name, from, to)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", s.name, scrub(err))
+	}
+	defer rows.Close()
+	var buf []byte
+	start := int64(-1)
+	for rows.Next() {
+		var off int64
+		var line []byte
+		if err := rows.Scan(&off, &line); err != nil {
+			return fmt.Errorf("read %s: %w", s.name, err)
+		}
+		if start < 0 {
+			start = off
+		} else if off != start+int64(len(buf)) {
+			return fmt.Errorf("stream %s: the row at offset %d does not follow the one before (a gap or an overlap)", s.name, off)
+		}
+		buf = append(buf, line...)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read %s: %w", s.name, scrub(err))
+	}
+	if start < 0 || start > from {
+		return fmt.Errorf("stream %s: no row holds offset %d", s.name, from)
+	}
+	s.cacheOff, s.cache = start, buf
+	return nil
+}

@@ -1,0 +1,104 @@
+package reviewlog
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
+)
+
+// Store is where the guard keeps its state: the review log, the segments
+// of the decision chains and the keyring (the public keys that signed
+// them). The review log and each segment are append-only streams of whole
+// lines, kept byte for byte, so that a chain exported from any store is the
+// receipts exactly as they were signed.
+//
+// A Store gives the guard two things the logic above it relies on: a write
+// lock that holds across every process (and, for a database, every host)
+// sharing the store, and a commit of everything one locked section wrote —
+// together where the store can (PostgreSQL: one transaction), in order
+// where it cannot (files: the receipt is synced before the log line).
+//
+// Two implementations exist: FileStore (guard/ under a Trace root, the
+// default) and the PostgreSQL store in reviewlog/pgstore. The contract
+// tests in reviewlog/storetest run against both.
+type Store interface {
+	// Describe names the store in messages (never with a password).
+	Describe() string
+	// View runs fn over what the store holds now, without the lock.
+	View(ctx context.Context, fn func(r Reader) error) error
+	// Locked runs fn holding the store's write lock, waiting at most
+	// wait for it (ErrLockTimeout). When fn returns nil, what it wrote is
+	// committed; otherwise nothing it wrote is.
+	Locked(ctx context.Context, wait time.Duration, fn func(w Writer) error) error
+	// Ready says why the store cannot take a decision now (nil: it can).
+	Ready(ctx context.Context) error
+	// Close releases what the store holds (connections, descriptors).
+	Close() error
+}
+
+// Reader reads a store.
+type Reader interface {
+	// Log opens the review log; a store with no log yet gives an empty
+	// stream.
+	Log(ctx context.Context) (Stream, error)
+	// Segments lists the chain segment streams, by file name
+	// (SegmentFile), in no particular order.
+	Segments(ctx context.Context) ([]StreamInfo, error)
+	// Segment opens one segment by file name; fs.ErrNotExist when absent.
+	Segment(ctx context.Context, file string) (Stream, error)
+	// Keyring is every public key that signed a chain here.
+	Keyring(ctx context.Context) (noa.Keyring, error)
+	// Archives lists the review log's archives, oldest first, and
+	// Archive opens one (stores without archives list none).
+	Archives(ctx context.Context) ([]string, error)
+	Archive(ctx context.Context, name string) (Stream, error)
+	// Locate says where a stream lives, for messages and listings: a
+	// path under the Trace root, or the database's URL and the name.
+	Locate(name string) string
+}
+
+// Writer is a Reader inside the write lock, that can also append.
+type Writer interface {
+	Reader
+	// AppendLog appends whole lines to the review log.
+	AppendLog(ctx context.Context, data []byte) error
+	// AppendSegment writes data at byte end of a segment (creating it),
+	// cutting off whatever lies past end first: a torn tail left by a
+	// writer that died, never a receipt.
+	AppendSegment(ctx context.Context, file string, end int64, data []byte) error
+	// AddKey records a signing key's public key (SPKI, base64url).
+	AddKey(ctx context.Context, kid, spki string) error
+	// ReplaceLog moves archived lines into a new archive named name and
+	// leaves kept as the whole review log (ErrNoArchives where the store
+	// keeps no archives).
+	ReplaceLog(ctx context.Context, name string, archived, kept []byte) error
+}
+
+// Stream is one append-only stream of lines, read at byte offsets.
+type Stream interface {
+	io.ReaderAt
+	// Size is how many bytes it holds.
+	Size() int64
+	// Identity changes when the stream is replaced rather than appended
+	// to (a file's device and inode; a database's generation), so a
+	// reader that cached an earlier read starts over.
+	Identity() string
+	Close() error
+}
+
+// StreamInfo describes a stream without opening it: a reader that read a
+// stream up to Size before, with the same Identity and Version, has
+// nothing new to read.
+type StreamInfo struct {
+	Name     string
+	Identity string
+	Size     int64
+	Version  string
+}
+
+// ErrNoArchives: the store keeps its review log in one place and does not
+// archive it.
+var ErrNoArchives = errors.New("this store does not archive its review log")

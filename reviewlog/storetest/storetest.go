@@ -1,0 +1,431 @@
+// Package storetest is the contract every reviewlog.Store keeps, as one
+// test suite: the file store's tests and the PostgreSQL store's tests run
+// the same cases. It drives the review log the way the decision engine
+// does (Ask with a hook that seals the answer's receipt, DecideReview with
+// a reviewer's signature), through several handles on one store at once,
+// as replicas would.
+package storetest
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
+)
+
+// Factory makes a fresh, empty store for one test, and a way to open
+// another handle on that same store (another process or replica).
+type Factory func(t *testing.T) (reviewlog.Store, func() reviewlog.Store)
+
+// fixture is one store under test with its signers and clock.
+type fixture struct {
+	t        *testing.T
+	another  func() reviewlog.Store
+	service  *reviewlog.Chains
+	reviewer *reviewlog.Chains
+	trusted  reviewlog.Reviewers
+	mu       sync.Mutex
+	now      time.Time
+}
+
+const reviewerID = "alice"
+
+func newFixture(t *testing.T, f Factory) *fixture {
+	_, sk, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rk, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, another := f(t)
+	t.Cleanup(func() { st.Close() })
+	return &fixture{
+		t: t, another: another,
+		service:  &reviewlog.Chains{Signer: noa.NewKeySigner(sk), Tenant: "contract"},
+		reviewer: &reviewlog.Chains{Signer: noa.NewKeySigner(rk), Tenant: "contract"},
+		trusted:  reviewlog.Reviewers{reviewerID: rk.Public().(ed25519.PublicKey)},
+		now:      time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC),
+	}
+}
+
+func (f *fixture) clock() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.now
+}
+
+func (f *fixture) advance(d time.Duration) {
+	f.mu.Lock()
+	f.now = f.now.Add(d)
+	f.mu.Unlock()
+}
+
+// log opens a review log on a new handle of the store.
+func (f *fixture) log(ttl time.Duration) *reviewlog.Log {
+	st := f.another()
+	f.t.Cleanup(func() { st.Close() })
+	return reviewlog.OpenStore(st, reviewlog.Options{Now: f.clock, LockWait: 20 * time.Second, ReviewTTL: ttl,
+		Reviewers: func() (reviewlog.Reviewers, error) { return f.trusted, nil }})
+}
+
+func question(n int) guard.Question {
+	return guard.Question{Counterparty: "0xabc", Amount: fmt.Sprintf("0.%02d", n), Asset: "USDC", Template: "x402-buyer"}
+}
+
+func paramsHash(n int) string { return fmt.Sprintf("hmac-sha256:%064x", n) }
+
+var reasons = []guard.Reason{{Rule: "open_payments", Detail: "an open paid operation"}}
+
+// ask answers question n for caller as the engine does: the guard says
+// decision, and the hook seals the answer's receipt.
+func (f *fixture) ask(ctx context.Context, l *reviewlog.Log, caller string, n int, decision string) (reviewlog.AskOutcome, error) {
+	return l.Ask(ctx, reviewlog.AskRequest{Caller: caller, Question: question(n), ParamsHash: paramsHash(n), Decision: decision, Reasons: reasons,
+		ApprovalTTL: time.Hour, RejectionHold: time.Hour, MaxPending: 50},
+		func(tx reviewlog.Tx, out reviewlog.AskOutcome) error {
+			verdict, action := noa.VerdictAllowed, fmt.Sprintf("check:%s:%d", caller, n)
+			var rule *string
+			switch out.Kind {
+			case reviewlog.AskOpened, reviewlog.AskReused:
+				verdict, action = noa.VerdictDeferred, reviewlog.ActionID(out.Review.ID)
+			case reviewlog.AskApproved:
+				r := reviewlog.RuleHumanApproved
+				rule, action = &r, reviewlog.ActionID(out.Review.ID)
+			case reviewlog.AskRejected:
+				verdict, action = noa.VerdictBlocked, reviewlog.ActionID(out.Review.ID)
+			}
+			_, err := f.service.Append(ctx, tx.Store, noa.Draft{TS: tx.At,
+				Agent:      noa.Agent{ID: caller, Principal: noa.PrincipalService},
+				Action:     noa.Action{ID: action, Canonical: "payment.x402", RiskClass: "IRREVERSIBLE", ParamsHash: paramsHash(n)},
+				Governance: noa.Governance{Mode: "approvals_on", Verdict: verdict, RuleID: rule}})
+			return err
+		})
+}
+
+// decide has the trusted reviewer decide review id, signing it.
+func (f *fixture) decide(ctx context.Context, l *reviewlog.Log, id, status string) (reviewlog.Review, error) {
+	return l.DecideReview(ctx, id, status, "contract", reviewerID, func(tx reviewlog.Tx) error {
+		at, err := time.Parse(time.RFC3339Nano, tx.Review.DecidedAt)
+		if err != nil {
+			return err
+		}
+		verdict := noa.VerdictBlocked
+		if status == reviewlog.Approved {
+			verdict = noa.VerdictAllowed
+		}
+		rule := reviewlog.RuleHumanReview
+		_, err = f.reviewer.Append(ctx, tx.Store, noa.Draft{TS: at,
+			Agent:  noa.Agent{ID: reviewerID, Principal: noa.PrincipalHuman},
+			Action: noa.Action{ID: reviewlog.ActionID(tx.Review.ID), Canonical: "payment.x402", RiskClass: "IRREVERSIBLE", ParamsHash: tx.Review.ParamsHash},
+			Governance: noa.Governance{Mode: "approvals_on", Verdict: verdict, RuleID: &rule,
+				Approval: &noa.Approval{By: reviewerID, At: noa.FormatTS(at)}}})
+		return err
+	})
+}
+
+// verifyAll verifies every chain of the store and returns the receipts.
+func (f *fixture) verifyAll(ctx context.Context) int {
+	f.t.Helper()
+	st := f.another()
+	defer st.Close()
+	total := 0
+	err := st.View(ctx, func(r reviewlog.Reader) error {
+		kr, err := r.Keyring(ctx)
+		if err != nil {
+			return err
+		}
+		chains, err := reviewlog.ListChains(ctx, r)
+		if err != nil {
+			return err
+		}
+		for _, c := range chains {
+			res, err := reviewlog.VerifySegments(ctx, r, c.ID, noa.Options{Keyring: kr, InFileOrder: true})
+			if err != nil {
+				return err
+			}
+			if res.Verdict != noa.Valid {
+				return fmt.Errorf("chain %s: %s", c.ID, res.Line())
+			}
+			if res.Count != c.Length {
+				return fmt.Errorf("chain %s: %d receipts verified, the listing says %d", c.ID, res.Count, c.Length)
+			}
+			total += res.Count
+		}
+		return nil
+	})
+	if err != nil {
+		f.t.Fatalf("verify the chains: %v", err)
+	}
+	return total
+}
+
+// Run runs the contract against stores made by factory.
+func Run(t *testing.T, factory Factory) {
+	t.Run("Decisions", func(t *testing.T) { testDecisions(t, newFixture(t, factory)) })
+	t.Run("IdempotentAcrossHandles", func(t *testing.T) { testIdempotent(t, newFixture(t, factory)) })
+	t.Run("DecidedOnce", func(t *testing.T) { testDecidedOnce(t, newFixture(t, factory)) })
+	t.Run("ApprovalHonouredOnce", func(t *testing.T) { testApproval(t, newFixture(t, factory)) })
+	t.Run("RejectionHolds", func(t *testing.T) { testRejection(t, newFixture(t, factory)) })
+	t.Run("ChainStaysLinear", func(t *testing.T) { testLinear(t, newFixture(t, factory)) })
+	t.Run("Expiry", func(t *testing.T) { testExpiry(t, newFixture(t, factory)) })
+	t.Run("FailedHookWritesNothing", func(t *testing.T) { testFailedHook(t, newFixture(t, factory)) })
+}
+
+func testDecisions(t *testing.T, f *fixture) {
+	ctx := t.Context()
+	l := f.log(0)
+	plain, err := f.ask(ctx, l, "agent-1", 1, guard.Allow)
+	if err != nil || plain.Kind != reviewlog.AskPlain {
+		t.Fatalf("allow: %+v %v", plain, err)
+	}
+	out, err := f.ask(ctx, l, "agent-1", 2, guard.Review)
+	if err != nil || out.Kind != reviewlog.AskOpened || out.Review.Status != reviewlog.Pending {
+		t.Fatalf("review: %+v %v", out, err)
+	}
+	r, ids, err := f.log(0).Verified(ctx, out.Review.ID)
+	if err != nil || r.Status != reviewlog.Pending || len(ids) != 1 {
+		t.Fatalf("another handle reads the review: %+v %v %v", r, ids, err)
+	}
+	list, err := f.log(0).List(ctx, false)
+	if err != nil || len(list) != 1 || list[0].ID != out.Review.ID || list[0].Caller != "agent-1" || list[0].Amount != "0.02" {
+		t.Fatalf("pending list: %+v %v", list, err)
+	}
+	if n := f.verifyAll(ctx); n != 2 {
+		t.Fatalf("%d receipts, want 2 (the allow and the review)", n)
+	}
+}
+
+func testIdempotent(t *testing.T, f *fixture) {
+	ctx := t.Context()
+	const askers = 12
+	logs := make([]*reviewlog.Log, 3)
+	for i := range logs {
+		logs[i] = f.log(0)
+	}
+	var wg sync.WaitGroup
+	outs := make([]reviewlog.AskOutcome, askers)
+	errs := make([]error, askers)
+	for i := range askers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			outs[i], errs[i] = f.ask(ctx, logs[i%len(logs)], "agent-1", 7, guard.Review)
+		}()
+	}
+	wg.Wait()
+	opened := 0
+	for i, o := range outs {
+		if errs[i] != nil {
+			t.Fatalf("asker %d: %v", i, errs[i])
+		}
+		if o.Review.ID != outs[0].Review.ID {
+			t.Fatalf("asker %d got review %s, asker 0 %s: one question opened two reviews", i, o.Review.ID, outs[0].Review.ID)
+		}
+		if o.Kind == reviewlog.AskOpened {
+			opened++
+		} else if o.Kind != reviewlog.AskReused {
+			t.Fatalf("asker %d: %s", i, o.Kind)
+		}
+	}
+	if opened != 1 {
+		t.Fatalf("%d askers opened the review, want 1", opened)
+	}
+	// Another caller's identical question is another review.
+	other, err := f.ask(ctx, logs[0], "agent-2", 7, guard.Review)
+	if err != nil || other.Kind != reviewlog.AskOpened || other.Review.ID == outs[0].Review.ID {
+		t.Fatalf("another caller: %+v %v", other, err)
+	}
+	if n := f.verifyAll(ctx); n != askers+1 {
+		t.Fatalf("%d receipts, want %d", n, askers+1)
+	}
+}
+
+func testDecidedOnce(t *testing.T, f *fixture) {
+	ctx := t.Context()
+	out, err := f.ask(ctx, f.log(0), "agent-1", 3, guard.Review)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const deciders = 4
+	var wg sync.WaitGroup
+	errs := make([]error, deciders)
+	for i := range deciders {
+		l := f.log(0)
+		status := reviewlog.Approved
+		if i%2 == 1 {
+			status = reviewlog.Rejected
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = f.decide(ctx, l, out.Review.ID, status)
+		}()
+	}
+	wg.Wait()
+	won := 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			won++
+		case !errors.Is(err, reviewlog.ErrAlreadyDecided):
+			t.Fatalf("decider %d: %v, want success or ErrAlreadyDecided", i, err)
+		}
+	}
+	if won != 1 {
+		t.Fatalf("%d decisions won, want 1", won)
+	}
+	r, ids, err := f.log(0).Verified(ctx, out.Review.ID)
+	if err != nil || (r.Status != reviewlog.Approved && r.Status != reviewlog.Rejected) || len(ids) != 2 || len(r.Integrity) != 0 {
+		t.Fatalf("decided review: %+v receipts %v %v", r, ids, err)
+	}
+	if _, err := f.log(0).DecideReview(ctx, "00000000-0000-4000-8000-000000000000", reviewlog.Approved, "", reviewerID, nil); !errors.Is(err, reviewlog.ErrUnknownReview) {
+		t.Fatalf("unknown review: %v", err)
+	}
+	f.verifyAll(ctx)
+}
+
+func testApproval(t *testing.T, f *fixture) {
+	ctx := t.Context()
+	l := f.log(0)
+	out, err := f.ask(ctx, l, "agent-1", 4, guard.Review)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.decide(ctx, f.log(0), out.Review.ID, reviewlog.Approved); err != nil {
+		t.Fatal(err)
+	}
+	other, err := f.ask(ctx, f.log(0), "agent-2", 4, guard.Review)
+	if err != nil || other.Kind != reviewlog.AskOpened {
+		t.Fatalf("another caller is not covered by the approval: %+v %v", other, err)
+	}
+	first, err := f.ask(ctx, f.log(0), "agent-1", 4, guard.Review)
+	if err != nil || first.Kind != reviewlog.AskApproved || first.Review.ID != out.Review.ID {
+		t.Fatalf("retry after the approval: %+v %v", first, err)
+	}
+	second, err := f.ask(ctx, l, "agent-1", 4, guard.Review)
+	if err != nil || second.Kind != reviewlog.AskOpened {
+		t.Fatalf("the approval was honoured twice: %+v %v", second, err)
+	}
+	blocked, err := f.ask(ctx, l, "agent-1", 5, guard.Block)
+	if err != nil || blocked.Kind != reviewlog.AskPlain {
+		t.Fatalf("block: %+v %v", blocked, err)
+	}
+	r, ids, err := f.log(0).Verified(ctx, out.Review.ID)
+	if err != nil || r.Status != reviewlog.Approved || r.UsedAt == "" || len(ids) != 3 {
+		t.Fatalf("used approval: %+v %v %v (want DEFERRED, HUMAN and the use)", r, ids, err)
+	}
+	f.verifyAll(ctx)
+}
+
+func testRejection(t *testing.T, f *fixture) {
+	ctx := t.Context()
+	out, err := f.ask(ctx, f.log(0), "agent-1", 6, guard.Review)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.decide(ctx, f.log(0), out.Review.ID, reviewlog.Rejected); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		again, err := f.ask(ctx, f.log(0), "agent-1", 6, guard.Review)
+		if err != nil || again.Kind != reviewlog.AskRejected || again.Review.ID != out.Review.ID {
+			t.Fatalf("ask %d after the rejection: %+v %v", i, again, err)
+		}
+	}
+	allowed, err := f.ask(ctx, f.log(0), "agent-1", 6, guard.Allow)
+	if err != nil || allowed.Kind != reviewlog.AskRejected {
+		t.Fatalf("the guard now says allow, the hold still holds: %+v %v", allowed, err)
+	}
+	f.advance(2 * time.Hour)
+	after, err := f.ask(ctx, f.log(0), "agent-1", 6, guard.Review)
+	if err != nil || after.Kind != reviewlog.AskOpened {
+		t.Fatalf("after the hold: %+v %v", after, err)
+	}
+	f.verifyAll(ctx)
+}
+
+func testLinear(t *testing.T, f *fixture) {
+	ctx := t.Context()
+	const handles, each = 3, 8
+	var wg sync.WaitGroup
+	errs := make(chan error, handles*each)
+	for h := range handles {
+		l := f.log(0)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				decision := guard.Allow
+				if i%3 == 0 {
+					decision = guard.Review
+				}
+				if _, err := f.ask(ctx, l, fmt.Sprintf("agent-%d", h), 10+i, decision); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if n := f.verifyAll(ctx); n != handles*each {
+		t.Fatalf("%d receipts verified, want %d", n, handles*each)
+	}
+	list, err := f.log(0).List(ctx, true)
+	if err != nil || len(list) != handles*3 {
+		t.Fatalf("%d reviews, want %d: %v", len(list), handles*3, err)
+	}
+}
+
+func testExpiry(t *testing.T, f *fixture) {
+	ctx := t.Context()
+	l := f.log(time.Minute)
+	out, err := f.ask(ctx, l, "agent-1", 8, guard.Review)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.advance(2 * time.Minute)
+	if r, err := f.log(time.Minute).Get(ctx, out.Review.ID); err != nil || r.Status != reviewlog.Expired {
+		t.Fatalf("after the TTL: %+v %v", r, err)
+	}
+	if _, err := f.decide(ctx, f.log(time.Minute), out.Review.ID, reviewlog.Approved); !errors.Is(err, reviewlog.ErrExpired) {
+		t.Fatalf("deciding an expired review: %v, want ErrExpired", err)
+	}
+	again, err := f.ask(ctx, l, "agent-1", 8, guard.Review)
+	if err != nil || again.Kind != reviewlog.AskOpened || again.Review.ID == out.Review.ID {
+		t.Fatalf("the question after expiry opens a new review: %+v %v", again, err)
+	}
+}
+
+func testFailedHook(t *testing.T, f *fixture) {
+	ctx := t.Context()
+	l := f.log(0)
+	boom := errors.New("the signer is down")
+	_, err := l.Ask(ctx, reviewlog.AskRequest{Caller: "agent-1", Question: question(9), ParamsHash: paramsHash(9), Decision: guard.Review, Reasons: reasons},
+		func(reviewlog.Tx, reviewlog.AskOutcome) error { return boom })
+	if !errors.Is(err, boom) {
+		t.Fatalf("Ask with a failing hook: %v", err)
+	}
+	list, err := f.log(0).List(ctx, true)
+	if err != nil || len(list) != 0 {
+		t.Fatalf("a failed answer left a review: %+v %v", list, err)
+	}
+	if n := f.verifyAll(ctx); n != 0 {
+		t.Fatalf("a failed answer left %d receipts", n)
+	}
+	if out, err := f.ask(ctx, l, "agent-1", 9, guard.Review); err != nil || out.Kind != reviewlog.AskOpened || !strings.Contains(out.Review.ParamsHash, "hmac-sha256:") {
+		t.Fatalf("after the failure: %+v %v", out, err)
+	}
+}
