@@ -153,6 +153,15 @@ func eachCompose(t *testing.T, check func(t *testing.T, v composeVariant, c *com
 	}
 }
 
+// eachPostgresCompose runs check for every compose file of the PostgreSQL store.
+func eachPostgresCompose(t *testing.T, check func(t *testing.T, c *composeFile)) {
+	for _, v := range composeVariants() {
+		if v.postgres {
+			t.Run(v.file, func(t *testing.T) { check(t, loadComposeFile(t, v.file)) })
+		}
+	}
+}
+
 func TestComposeStrictDecoderRefuses(t *testing.T) {
 	cases := map[string]string{
 		"unknown service field": "services:\n  a:\n    readonly: true\n",
@@ -433,10 +442,7 @@ func TestComposePostgresStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eachCompose(t, func(t *testing.T, v composeVariant, c *composeFile) {
-		if !v.postgres {
-			t.Skip("the file store: no PostgreSQL")
-		}
+	eachPostgresCompose(t, func(t *testing.T, c *composeFile) {
 		var pgName, migrateName string
 		for n, s := range c.Services {
 			if strings.HasPrefix(s.Image, "docker.io/library/postgres:15") {
@@ -570,10 +576,7 @@ func TestComposePostgresMatchesFileStore(t *testing.T) {
 	hardening := func(s composeService) string {
 		return fmt.Sprint(s.Image, s.Build, s.User, s.ReadOnly, s.CapDrop, s.SecurityOpt)
 	}
-	eachCompose(t, func(t *testing.T, v composeVariant, c *composeFile) {
-		if !v.postgres {
-			t.Skip("compose.yaml is the reference")
-		}
+	eachPostgresCompose(t, func(t *testing.T, c *composeFile) {
 		for name, s := range c.Services {
 			if builtHere(s) && hardening(s) != hardening(baseSrv) {
 				t.Errorf("service %s: hardening %s differs from compose.yaml's %s", name, hardening(s), hardening(baseSrv))

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -837,4 +838,34 @@ func TestKubernetesPostgresStore(t *testing.T) {
 			t.Errorf("PodDisruptionBudget maxUnavailable %v; want a number from 1 to %d", mu, v.replicas-1)
 		}
 	})
+}
+
+// TestKubernetesPostgresMatchesFileStore: the PostgreSQL Deployment differs
+// from the file store's only where the store does: the server runs with the
+// same args, probes, limits and security; the signer and the key installs
+// are the same containers; the pod's security is the same.
+func TestKubernetesPostgresMatchesFileStore(t *testing.T) {
+	var pods []*corev1.PodSpec
+	for _, v := range k8sVariants(t) {
+		pods = append(pods, &find[*appsv1.Deployment](t, loadK8sFiles(t, v.files), "haia-trace-mcp").Spec.Template.Spec)
+	}
+	file, pg := pods[0], pods[1]
+	same := func(what string, a, b any) {
+		t.Helper()
+		if !reflect.DeepEqual(a, b) {
+			t.Errorf("%s differs between the file-store and PostgreSQL Deployments:\n%+v\n%+v", what, a, b)
+		}
+	}
+	same("pod securityContext", file.SecurityContext, pg.SecurityContext)
+	same("automountServiceAccountToken", file.AutomountServiceAccountToken, pg.AutomountServiceAccountToken)
+	for _, name := range []string{signerContainer, keyInstallInit, "params-key-install"} {
+		same("container "+name, container(t, file, name), container(t, pg, name))
+	}
+	a, b := container(t, file, serverContainer), container(t, pg, serverContainer)
+	same("server args", a.Args, b.Args)
+	same("server image", a.Image, b.Image)
+	same("server ports", a.Ports, b.Ports)
+	same("server probes", []*corev1.Probe{a.StartupProbe, a.LivenessProbe, a.ReadinessProbe}, []*corev1.Probe{b.StartupProbe, b.LivenessProbe, b.ReadinessProbe})
+	same("server securityContext", a.SecurityContext, b.SecurityContext)
+	same("server resources", a.Resources, b.Resources)
 }
