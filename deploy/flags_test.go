@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -72,14 +73,15 @@ func collectInvocations(t *testing.T) []invocation {
 			add("server.json package "+pkg.Identifier, append([]string{ep}, argv(t, pkg.PackageArguments, nil)...))
 		}
 	}
-	compose := loadCompose(t)
-	for name, s := range compose.Services {
-		add("compose service "+name, resolve(s.Entrypoint, s.Command, s.Entrypoint != nil, s.Command != nil))
-		if hc := s.Healthcheck; hc != nil && len(hc.Test) > 1 && hc.Test[0] == "CMD" {
-			add("compose healthcheck of "+name, hc.Test[1:])
+	for _, v := range composeVariants() {
+		for name, s := range loadComposeFile(t, v.file).Services {
+			add(v.file+" service "+name, resolve(s.Entrypoint, s.Command, s.Entrypoint != nil, s.Command != nil))
+			if hc := s.Healthcheck; hc != nil && len(hc.Test) > 1 && hc.Test[0] == "CMD" {
+				add(v.file+" healthcheck of "+name, hc.Test[1:])
+			}
 		}
 	}
-	for _, o := range loadK8s(t) {
+	for _, o := range loadAllK8s(t) {
 		dep, ok := o.obj.(*appsv1.Deployment)
 		if !ok {
 			continue
@@ -88,7 +90,7 @@ func collectInvocations(t *testing.T) []invocation {
 			if !strings.Contains(c.Image, "haia-trace-mcp") {
 				continue
 			}
-			add("kubernetes container "+c.Name, resolve(c.Command, c.Args, c.Command != nil, c.Args != nil))
+			add(o.where+" container "+c.Name, resolve(c.Command, c.Args, c.Command != nil, c.Args != nil))
 		}
 	}
 	return out
@@ -130,15 +132,26 @@ func TestFlagsExist(t *testing.T) {
 		t.Skipf("flag check skipped: cannot build ./cmd/haia-trace-mcp: %v", err)
 	}
 	for _, inv := range invs {
-		var sub []string
+		// The subcommand: the words before the first flag (`version`,
+		// `store migrate`).
 		args := inv.argv
-		if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-			sub, args = args[:1], args[1:]
+		n := slices.IndexFunc(args, func(a string) bool { return strings.HasPrefix(a, "-") })
+		if n < 0 {
+			n = len(args)
 		}
-		if len(args) == 0 {
-			// A subcommand without flags (trace-init's `version`): it must run.
+		sub, args := args[:n], args[n:]
+		if len(args) == 0 && len(sub) == 1 {
+			// A command without flags (trace-init's `version`): it must run.
 			if out, code := runBinary(t, bin, sub); code != 0 {
 				t.Errorf("%s: `%s` exits %d: %s", inv.where, strings.Join(sub, " "), code, out)
+			}
+			continue
+		}
+		if len(args) == 0 {
+			// A nested one (`store migrate`) would act on its store: ask for
+			// its help instead, which names an unknown (sub)command.
+			if out, _ := runBinary(t, bin, append(slices.Clone(sub), "-h")); strings.Contains(out, "unknown command") || strings.Contains(out, "unknown subcommand") {
+				t.Errorf("%s: the binary has no command `%s`: %s", inv.where, strings.Join(sub, " "), firstLine(out))
 			}
 			continue
 		}

@@ -5,14 +5,18 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"maps"
+	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
@@ -55,6 +59,8 @@ func newTyped(apiVersion, kind string) (runtime.Object, error) {
 		return &corev1.Service{}, nil
 	case "apps/v1/Deployment":
 		return &appsv1.Deployment{}, nil
+	case "policy/v1/PodDisruptionBudget":
+		return &policyv1.PodDisruptionBudget{}, nil
 	}
 	return nil, fmt.Errorf("apiVersion %q kind %q: not a type this test knows; add it to newTyped", apiVersion, kind)
 }
@@ -111,12 +117,64 @@ func decodeK8sDocument(doc []byte) (runtime.Object, error) {
 	return obj, nil
 }
 
+// k8sVariant is one topology: the manifests applied together.
+type k8sVariant struct {
+	name string
+	// postgres: the guard's state in PostgreSQL (k8sPostgresDir's files in
+	// place of the file store's Deployment); nothing writes the Trace root.
+	postgres bool
+	replicas int32
+	files    []string
+}
+
+// k8sPostgresDir holds the PostgreSQL variant: its Deployment replaces
+// deployment.yaml; the other manifests are shared.
+const k8sPostgresDir = k8sDir + "/postgres"
+
+func globManifests(t *testing.T, dir string) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests under %s (err %v)", dir, err)
+	}
+	return files
+}
+
+func k8sVariants(t *testing.T) []k8sVariant {
+	t.Helper()
+	shared := globManifests(t, k8sDir)
+	fileDeployment := filepath.Join(k8sDir, "deployment.yaml")
+	if !slices.Contains(shared, fileDeployment) {
+		t.Fatalf("no %s", fileDeployment)
+	}
+	pg := slices.DeleteFunc(slices.Clone(shared), func(f string) bool { return f == fileDeployment })
+	return []k8sVariant{
+		{name: "file store", replicas: 2, files: shared},
+		{name: "postgres store", postgres: true, replicas: 3, files: append(pg, globManifests(t, k8sPostgresDir)...)},
+	}
+}
+
+// eachK8s runs check as a subtest for every topology.
+func eachK8s(t *testing.T, check func(t *testing.T, v k8sVariant, objs []k8sObject)) {
+	for _, v := range k8sVariants(t) {
+		t.Run(v.name, func(t *testing.T) { check(t, v, loadK8sFiles(t, v.files)) })
+	}
+}
+
+// loadK8s is the file-store topology: every manifest of k8sDir.
 func loadK8s(t *testing.T) []k8sObject {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(k8sDir, "*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no manifests under %s (err %v)", k8sDir, err)
-	}
+	return loadK8sFiles(t, globManifests(t, k8sDir))
+}
+
+// loadAllK8s is every manifest of every topology, each once.
+func loadAllK8s(t *testing.T) []k8sObject {
+	t.Helper()
+	return loadK8sFiles(t, append(globManifests(t, k8sDir), globManifests(t, k8sPostgresDir)...))
+}
+
+func loadK8sFiles(t *testing.T, files []string) []k8sObject {
+	t.Helper()
 	var objs []k8sObject
 	for _, f := range files {
 		data, err := os.ReadFile(f)
@@ -137,16 +195,20 @@ func loadK8s(t *testing.T) []k8sObject {
 }
 
 func TestKubernetesStrictDecoding(t *testing.T) {
-	objs := loadK8s(t)
-	kinds := map[string]int{}
-	for _, o := range objs {
-		kinds[fmt.Sprintf("%T", o.obj)]++
-	}
-	for _, want := range []string{"*v1.Deployment", "*v1.Service", "*v1.Secret", "*v1.ConfigMap", "*v1.PersistentVolumeClaim", "*v1.Namespace"} {
-		if kinds[want] == 0 {
-			t.Errorf("no %s among the manifests (have %v)", want, kinds)
+	eachK8s(t, func(t *testing.T, _ k8sVariant, objs []k8sObject) {
+		kinds := map[string]int{}
+		for _, o := range objs {
+			kinds[fmt.Sprintf("%T", o.obj)]++
 		}
-	}
+		for _, want := range []string{"*v1.Deployment", "*v1.Service", "*v1.Secret", "*v1.ConfigMap", "*v1.PersistentVolumeClaim", "*v1.Namespace"} {
+			if kinds[want] == 0 {
+				t.Errorf("no %s among the manifests (have %v)", want, kinds)
+			}
+		}
+		if kinds["*v1.Deployment"] != 1 {
+			t.Errorf("%d Deployments; a topology has one", kinds["*v1.Deployment"])
+		}
+	})
 }
 
 // TestStrictDecoderRefuses keeps the strict decoding honest: the checks above
@@ -186,7 +248,7 @@ func find[T runtime.Object](t *testing.T, objs []k8sObject, name string) T {
 }
 
 func TestKubernetesNamespaces(t *testing.T) {
-	for _, o := range loadK8s(t) {
+	for _, o := range loadAllK8s(t) {
 		m, ok := o.obj.(interface{ GetNamespace() string })
 		if _, isNS := o.obj.(*corev1.Namespace); !ok || isNS {
 			continue
@@ -201,8 +263,9 @@ func allContainers(spec *corev1.PodSpec) []corev1.Container {
 	return append(slices.Clone(spec.InitContainers), spec.Containers...)
 }
 
-func TestKubernetesPodSecurity(t *testing.T) {
-	objs := loadK8s(t)
+func TestKubernetesPodSecurity(t *testing.T) { eachK8s(t, checkPodSecurity) }
+
+func checkPodSecurity(t *testing.T, _ k8sVariant, objs []k8sObject) {
 	dep := find[*appsv1.Deployment](t, objs, "haia-trace-mcp")
 	pod := &dep.Spec.Template.Spec
 	psc := pod.SecurityContext
@@ -306,8 +369,9 @@ func container(t *testing.T, pod *corev1.PodSpec, name string) corev1.Container 
 	return corev1.Container{}
 }
 
-func TestKubernetesProbes(t *testing.T) {
-	objs := loadK8s(t)
+func TestKubernetesProbes(t *testing.T) { eachK8s(t, checkProbes) }
+
+func checkProbes(t *testing.T, _ k8sVariant, objs []k8sObject) {
 	dep := find[*appsv1.Deployment](t, objs, "haia-trace-mcp")
 	srv := container(t, &dep.Spec.Template.Spec, serverContainer)
 	probes := []struct {
@@ -388,8 +452,9 @@ func checkRouteExists(t *testing.T, path string) {
 
 // TestKubernetesKeyIsolation: only the signer side of the pod mounts the
 // signing key, in any form; the network-facing container never does.
-func TestKubernetesKeyIsolation(t *testing.T) {
-	objs := loadK8s(t)
+func TestKubernetesKeyIsolation(t *testing.T) { eachK8s(t, checkKeyIsolation) }
+
+func checkKeyIsolation(t *testing.T, _ k8sVariant, objs []k8sObject) {
 	dep := find[*appsv1.Deployment](t, objs, "haia-trace-mcp")
 	pod := &dep.Spec.Template.Spec
 	// keyVolumes: the Secret's volume, and the emptyDir the install step
@@ -463,16 +528,22 @@ func flagValue(args []string, name string) string {
 	return ""
 }
 
-// TestKubernetesTraceMounts: events/ read-only and guard/ writable for the
-// server; the whole root is mounted only by the layout init container.
-func TestKubernetesTraceMounts(t *testing.T) {
-	objs := loadK8s(t)
+// TestKubernetesTraceMounts: events/ read-only for the server. With the file
+// store guard/ is writable and the whole root is mounted writable only by the
+// layout init container; with PostgreSQL no container writes the root and
+// nothing mounts guard/.
+func TestKubernetesTraceMounts(t *testing.T) { eachK8s(t, checkTraceMounts) }
+
+func checkTraceMounts(t *testing.T, variant k8sVariant, objs []k8sObject) {
 	dep := find[*appsv1.Deployment](t, objs, "haia-trace-mcp")
 	pod := &dep.Spec.Template.Spec
 	traceVolumes := map[string]bool{}
 	for _, v := range pod.Volumes {
 		if v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == traceClaimName {
 			traceVolumes[v.Name] = true
+			if variant.postgres && !v.PersistentVolumeClaim.ReadOnly {
+				t.Errorf("volume %s: the claim is not read-only; with the PostgreSQL store nothing writes the Trace root", v.Name)
+			}
 		}
 	}
 	if len(traceVolumes) == 0 {
@@ -492,6 +563,9 @@ func TestKubernetesTraceMounts(t *testing.T) {
 			if !traceVolumes[m.Name] {
 				continue
 			}
+			if variant.postgres && !m.ReadOnly {
+				t.Errorf("container %s mounts the Trace root (subPath %q) writable; with the PostgreSQL store nothing writes it", c.Name, m.SubPath)
+			}
 			switch {
 			case m.SubPath == "events" || m.SubPath == "events/":
 				if !m.ReadOnly {
@@ -500,6 +574,8 @@ func TestKubernetesTraceMounts(t *testing.T) {
 				if c.Name == serverContainer {
 					sawEvents = m.MountPath == dir+"/events"
 				}
+			case variant.postgres && strings.HasPrefix(m.SubPath, "guard"):
+				t.Errorf("container %s mounts guard/; with the PostgreSQL store nothing under guard/ is mounted", c.Name)
 			case m.SubPath == "guard" || m.SubPath == "guard/":
 				if c.Name == serverContainer {
 					sawGuard = m.MountPath == dir+"/guard" && !m.ReadOnly
@@ -507,6 +583,9 @@ func TestKubernetesTraceMounts(t *testing.T) {
 			case m.SubPath == "":
 				if c.Name != "trace-layout" && !m.ReadOnly {
 					t.Errorf("container %s mounts the whole Trace root writable (events/ included)", c.Name)
+				}
+				if variant.postgres && c.Name == serverContainer && m.MountPath == dir && m.ReadOnly {
+					sawEvents = true
 				}
 			default:
 				t.Errorf("container %s mounts unexpected subPath %q of the Trace root", c.Name, m.SubPath)
@@ -516,7 +595,7 @@ func TestKubernetesTraceMounts(t *testing.T) {
 	if !sawEvents {
 		t.Errorf("server does not mount events/ read-only at %s/events", dir)
 	}
-	if !sawGuard {
+	if !variant.postgres && !sawGuard {
 		t.Errorf("server does not mount guard/ writable at %s/guard", dir)
 	}
 }
@@ -524,8 +603,9 @@ func TestKubernetesTraceMounts(t *testing.T) {
 // TestKubernetesWiring: every Secret, ConfigMap and key a pod refers to
 // exists, the Service reaches the pod, and the file paths in the args lie
 // under a mount of the right volume.
-func TestKubernetesWiring(t *testing.T) {
-	objs := loadK8s(t)
+func TestKubernetesWiring(t *testing.T) { eachK8s(t, checkWiring) }
+
+func checkWiring(t *testing.T, _ k8sVariant, objs []k8sObject) {
 	dep := find[*appsv1.Deployment](t, objs, "haia-trace-mcp")
 	pod := &dep.Spec.Template.Spec
 	for _, v := range pod.Volumes {
@@ -539,6 +619,17 @@ func TestKubernetesWiring(t *testing.T) {
 			}
 		case v.ConfigMap != nil:
 			find[*corev1.ConfigMap](t, objs, v.ConfigMap.Name)
+		}
+	}
+	for _, c := range allContainers(pod) {
+		for _, e := range c.Env {
+			if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+				continue
+			}
+			ref := e.ValueFrom.SecretKeyRef
+			if s := find[*corev1.Secret](t, objs, ref.Name); !hasKey(s, ref.Key) {
+				t.Errorf("container %s: env %s: Secret %s has no key %s", c.Name, e.Name, ref.Name, ref.Key)
+			}
 		}
 	}
 	svc := find[*corev1.Service](t, objs, "haia-trace-mcp")
@@ -584,7 +675,7 @@ func TestKubernetesWiring(t *testing.T) {
 
 // TestKubernetesSecretsArePlaceholders: no real key is ever committed.
 func TestKubernetesSecretsArePlaceholders(t *testing.T) {
-	for _, o := range loadK8s(t) {
+	for _, o := range loadAllK8s(t) {
 		s, ok := o.obj.(*corev1.Secret)
 		if !ok {
 			continue
@@ -602,6 +693,11 @@ func TestKubernetesSecretsArePlaceholders(t *testing.T) {
 			}
 			var jwks struct {
 				Keys []map[string]any `json:"keys"`
+			}
+			if u, err := url.Parse(strings.TrimSpace(string(v))); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+				if pw, set := u.User.Password(); set && !strings.Contains(pw, "REPLACE-ME") {
+					t.Errorf("%s: Secret %s key %s holds a DSN with a real-looking password; commit REPLACE-ME placeholders only", o.where, s.Name, k)
+				}
 			}
 			if json.Unmarshal(v, &jwks) == nil {
 				for _, key := range jwks.Keys {
@@ -642,4 +738,134 @@ func TestGuardConfigExamples(t *testing.T) {
 	if a.String() != b.String() {
 		t.Errorf("the ConfigMap's policy differs from haia-guard.config.json:\n%s\n%s", b.String(), a.String())
 	}
+}
+
+func hasKey(s *corev1.Secret, key string) bool {
+	_, inString := s.StringData[key]
+	_, inData := s.Data[key]
+	return inString || inData
+}
+
+const (
+	storeSecretName = "haia-trace-mcp-store"
+	storeEnv        = "HAIA_STORE"
+	migrateInit     = "store-migrate"
+)
+
+// TestKubernetesPostgresStore: the PostgreSQL Deployment runs three replicas,
+// each migrating the schema before its server starts; the DSN reaches only
+// those two containers, as HAIA_STORE from the Secret, and appears in no
+// command line or ConfigMap. The file-store Deployment sets no store at all.
+func TestKubernetesPostgresStore(t *testing.T) {
+	eachK8s(t, func(t *testing.T, v k8sVariant, objs []k8sObject) {
+		dep := find[*appsv1.Deployment](t, objs, "haia-trace-mcp")
+		if dep.Spec.Replicas == nil {
+			t.Errorf("replicas unset (1), want %d", v.replicas)
+		} else if *dep.Spec.Replicas != v.replicas {
+			t.Errorf("replicas %d, want %d", *dep.Spec.Replicas, v.replicas)
+		}
+		pod := &dep.Spec.Template.Spec
+		for _, c := range allContainers(pod) {
+			for _, w := range slices.Concat(c.Command, c.Args) {
+				if strings.HasPrefix(w, "--store") || strings.Contains(w, "postgres://") || strings.Contains(w, "postgresql://") {
+					t.Errorf("container %s: %q puts the store on the command line", c.Name, w)
+				}
+			}
+			for _, e := range c.EnvFrom {
+				if e.SecretRef != nil && e.SecretRef.Name == storeSecretName {
+					t.Errorf("container %s takes all of Secret %s as environment; name HAIA_STORE alone", c.Name, storeSecretName)
+				}
+			}
+		}
+		for _, o := range objs {
+			cm, ok := o.obj.(*corev1.ConfigMap)
+			if !ok {
+				continue
+			}
+			for k, val := range cm.Data {
+				if strings.Contains(val, "postgres://") || strings.Contains(val, "postgresql://") || strings.Contains(val, storeEnv) {
+					t.Errorf("%s: ConfigMap %s key %s holds the store's DSN; it belongs in Secret %s", o.where, cm.Name, k, storeSecretName)
+				}
+			}
+		}
+		// takers: the containers given HAIA_STORE, each from the Secret.
+		takers := map[string]bool{}
+		for _, c := range allContainers(pod) {
+			for _, e := range c.Env {
+				if e.Name != storeEnv {
+					continue
+				}
+				takers[c.Name] = true
+				ref := e.ValueFrom
+				if e.Value != "" || ref == nil || ref.SecretKeyRef == nil || ref.SecretKeyRef.Name != storeSecretName {
+					t.Errorf("container %s: %s is not taken from Secret %s", c.Name, storeEnv, storeSecretName)
+				}
+			}
+		}
+		if !v.postgres {
+			if len(takers) != 0 {
+				t.Errorf("the file-store Deployment gives %s to %v", storeEnv, takers)
+			}
+			return
+		}
+		if want := map[string]bool{serverContainer: true, migrateInit: true}; !maps.Equal(takers, want) {
+			t.Errorf("%s goes to containers %v; want exactly %v", storeEnv, takers, want)
+		}
+		// An init container ends before any container starts.
+		var migrate *corev1.Container
+		for i := range pod.InitContainers {
+			if pod.InitContainers[i].Name == migrateInit {
+				migrate = &pod.InitContainers[i]
+			}
+		}
+		if migrate == nil {
+			t.Fatalf("no init container %s", migrateInit)
+		}
+		if got := slices.Concat(migrate.Command, migrate.Args); !slices.Equal(got, storeMigrateArgv()) {
+			t.Errorf("init container %s runs %v, want %v", migrateInit, got, storeMigrateArgv())
+		}
+		if migrate.Image != container(t, pod, serverContainer).Image {
+			t.Errorf("init container %s runs image %s, not the server's", migrateInit, migrate.Image)
+		}
+		if len(migrate.VolumeMounts) != 0 {
+			t.Errorf("init container %s mounts %v; it needs only the DSN", migrateInit, migrate.VolumeMounts)
+		}
+		pdb := find[*policyv1.PodDisruptionBudget](t, objs, "haia-trace-mcp")
+		if pdb.Spec.Selector == nil || !maps.Equal(pdb.Spec.Selector.MatchLabels, dep.Spec.Selector.MatchLabels) {
+			t.Errorf("PodDisruptionBudget selector %v does not select the Deployment's pods %v", pdb.Spec.Selector, dep.Spec.Selector.MatchLabels)
+		}
+		if mu := pdb.Spec.MaxUnavailable; mu == nil || mu.Type != intstr.Int || mu.IntVal < 1 || mu.IntVal >= v.replicas {
+			t.Errorf("PodDisruptionBudget maxUnavailable %v; want a number from 1 to %d", mu, v.replicas-1)
+		}
+	})
+}
+
+// TestKubernetesPostgresMatchesFileStore: the PostgreSQL Deployment differs
+// from the file store's only where the store does: the server runs with the
+// same args, probes, limits and security; the signer and the key installs
+// are the same containers; the pod's security is the same.
+func TestKubernetesPostgresMatchesFileStore(t *testing.T) {
+	var pods []*corev1.PodSpec
+	for _, v := range k8sVariants(t) {
+		pods = append(pods, &find[*appsv1.Deployment](t, loadK8sFiles(t, v.files), "haia-trace-mcp").Spec.Template.Spec)
+	}
+	file, pg := pods[0], pods[1]
+	same := func(what string, a, b any) {
+		t.Helper()
+		if !reflect.DeepEqual(a, b) {
+			t.Errorf("%s differs between the file-store and PostgreSQL Deployments:\n%+v\n%+v", what, a, b)
+		}
+	}
+	same("pod securityContext", file.SecurityContext, pg.SecurityContext)
+	same("automountServiceAccountToken", file.AutomountServiceAccountToken, pg.AutomountServiceAccountToken)
+	for _, name := range []string{signerContainer, keyInstallInit, "params-key-install"} {
+		same("container "+name, container(t, file, name), container(t, pg, name))
+	}
+	a, b := container(t, file, serverContainer), container(t, pg, serverContainer)
+	same("server args", a.Args, b.Args)
+	same("server image", a.Image, b.Image)
+	same("server ports", a.Ports, b.Ports)
+	same("server probes", []*corev1.Probe{a.StartupProbe, a.LivenessProbe, a.ReadinessProbe}, []*corev1.Probe{b.StartupProbe, b.LivenessProbe, b.ReadinessProbe})
+	same("server securityContext", a.SecurityContext, b.SecurityContext)
+	same("server resources", a.Resources, b.Resources)
 }
