@@ -154,12 +154,13 @@ func startGuard(ctx context.Context, srv *server.Server, g *guardSetup, template
 			// Replicas share the store: the outbox, not the replica that
 			// opened a review, decides who notifies it (once across the
 			// fleet, and still after that replica died).
+			deliver := onOpen
 			go pg.DispatchOpened(ctx, replicaName(), func(ctx context.Context, id string) error {
 				r, err := g.log.Get(ctx, id)
 				if err != nil {
 					return err
 				}
-				onOpen(r)
+				deliver(r)
 				return nil
 			}, logger)
 			onOpen = nil

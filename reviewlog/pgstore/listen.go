@@ -35,15 +35,17 @@ func (s *Store) listenOnce(ctx context.Context, channel string, interval time.Du
 	if err != nil {
 		return scrub(err)
 	}
-	// A connection that LISTENed must not go back to the pool.
-	defer conn.Hijack().Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+quoteIdent(channel)); err != nil {
+	// A connection that LISTENed must not go back to the pool: it is
+	// taken out of it, and closed when listening ends.
+	pc := conn.Hijack()
+	defer pc.Close(context.WithoutCancel(ctx))
+	if _, err := pc.Exec(ctx, "LISTEN "+quoteIdent(channel)); err != nil {
 		return scrub(err)
 	}
 	connected()
 	for {
 		wctx, cancel := context.WithTimeout(ctx, interval)
-		_, err := conn.Conn().WaitForNotification(wctx)
+		_, err := pc.WaitForNotification(wctx)
 		cancel()
 		if ctx.Err() != nil {
 			return ctx.Err()
