@@ -125,7 +125,7 @@ func TestSchemaVersionIsChecked(t *testing.T) {
 func TestRedact(t *testing.T) {
 	for in, want := range map[string]string{
 		"postgres://haia:s3cret@db:5432/guard?sslmode=verify-full": "postgres://haia:xxxxx@db:5432/guard",
-		"postgresql://db/guard":                                    "postgresql://db/guard",
+		"postgresql://db/guard": "postgresql://db/guard",
 	} {
 		if got := pgstore.Redact(in); got != want {
 			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
