@@ -112,6 +112,19 @@ func TestReplicasShareOnePostgresStore(t *testing.T) {
 	rs := startReplicas(t, e2eDatabase(t), 3, "--notify-url", hook.srv.URL, "--notify-secret-file", hookSecret)
 	ctx := t.Context()
 
+	// A reviewer's `review watch` with an hour between polls: only the
+	// store's NOTIFY can wake it in time.
+	watch := exec.Command(binPath, "review", "watch", "--dir", rs.root, "--store", rs.dsn, "--json", "--interval", "1h")
+	var watched, watchErr lockedBuffer
+	watch.Stdout, watch.Stderr = &watched, &watchErr
+	if err := watch.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { watch.Process.Kill(); watch.Wait() })
+	// Its first read is done (before the review exists): what it prints
+	// next it learnt from a wake.
+	waitFor(t, "review watch to start", func() bool { return strings.Contains(watchErr.String(), "watching postgres://") })
+
 	// 40 identical questions, spread over the replicas, at once.
 	const askers = 40
 	var wg sync.WaitGroup
@@ -150,6 +163,10 @@ func TestReplicasShareOnePostgresStore(t *testing.T) {
 		t.Fatalf("review list: %d %s %s", code, out, errOut)
 	}
 	waitFor(t, "the webhook to hear of the review", func() bool { return hook.count(id) >= 1 })
+	waitFor(t, "review watch to be woken by the store", func() bool {
+		out := watched.String()
+		return strings.Contains(out, `"event":"review.opened"`) && strings.Contains(out, id)
+	})
 	time.Sleep(300 * time.Millisecond) // any second delivery would arrive by now
 	if n := hook.count(id); n != 1 || hook.bad != 0 {
 		t.Fatalf("the review was notified %d times across 3 replicas (bad %d), want once", n, hook.bad)

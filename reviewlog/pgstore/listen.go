@@ -43,6 +43,7 @@ func (s *Store) listenOnce(ctx context.Context, channel string, interval time.Du
 		return scrub(err)
 	}
 	connected()
+	wake() // catch up on what came before the LISTEN
 	for {
 		wctx, cancel := context.WithTimeout(ctx, interval)
 		_, err := pc.WaitForNotification(wctx)
@@ -96,7 +97,8 @@ func (s *Store) MarkNotified(ctx context.Context, owner, id string) error {
 }
 
 // DispatchOpened delivers each opened review once across every replica
-// running it: woken by NOTIFY (and every few seconds), it claims what is
+// running it: woken by NOTIFY (and every 30 s, for what a lapsed claim
+// or a lost connection left), it claims what is
 // due, hands each to deliver and marks it. It returns when ctx ends.
 func (s *Store) DispatchOpened(ctx context.Context, owner string, deliver func(ctx context.Context, id string) error, logger *slog.Logger) {
 	wake := make(chan struct{}, 1)
@@ -106,7 +108,7 @@ func (s *Store) DispatchOpened(ctx context.Context, owner string, deliver func(c
 		default:
 		}
 	}
-	go s.Listen(ctx, Channel, 5*time.Second, poke, logger)
+	go s.Listen(ctx, Channel, 30*time.Second, poke, logger)
 	poke()
 	for {
 		select {
