@@ -231,9 +231,26 @@ func segmentHead(ctx context.Context, r Reader, chain string, k int) (*noa.Recei
 	return head, nil
 }
 
+// lastLiner is a stream that hands out its last line directly (a
+// database reads one row instead of the end of a file).
+type lastLiner interface {
+	LastLine() (off int64, line []byte, err error)
+}
+
 // readHead returns the segment's last receipt (nil for an empty one) and
 // the offset just after its line.
 func readHead(f Stream) (*noa.Receipt, int64, error) {
+	if ll, ok := f.(lastLiner); ok {
+		off, line, err := ll.LastLine()
+		if err != nil || line == nil {
+			return nil, 0, err
+		}
+		r, err := noa.ParseReceipt(bytes.TrimRight(line, "\r\n"))
+		if err != nil {
+			return nil, 0, fmt.Errorf("the head receipt cannot be read, refusing to extend the chain: %w", err)
+		}
+		return &r, off + int64(len(line)), nil
+	}
 	size := f.Size()
 	start := max(size-headWindow, 0)
 	buf := make([]byte, size-start)

@@ -514,6 +514,27 @@ func (s *stream) ReadAt(p []byte, off int64) (int, error) {
 	return n, nil
 }
 
+// LastLine is the stream's last row (nil when empty): the head of a chain
+// without reading the end of the segment.
+func (s *stream) LastLine() (int64, []byte, error) {
+	if s.size == 0 {
+		return 0, nil, nil
+	}
+	var off int64
+	var line []byte
+	err := s.q.QueryRow(s.ctx, `SELECT off, line FROM `+s.table+` WHERE stream = $1 ORDER BY off DESC LIMIT 1`, s.name).Scan(&off, &line)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil, fmt.Errorf("stream %s: %d bytes long, but no row holds them", s.name, s.size)
+	}
+	if err != nil {
+		return 0, nil, fmt.Errorf("read %s: %w", s.name, scrub(err))
+	}
+	if off+int64(len(line)) != s.size {
+		return 0, nil, fmt.Errorf("stream %s: its last row ends at byte %d, but the stream is %d bytes long", s.name, off+int64(len(line)), s.size)
+	}
+	return off, line, nil
+}
+
 // fetch reads the rows covering [from, to) into the cache.
 func (s *stream) fetch(from, to int64) error {
 	q := `SELECT off, line FROM ` + s.table + ` WHERE stream = $1
