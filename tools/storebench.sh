@@ -134,15 +134,16 @@ start_server() { # root store log; sets addr (not in a subshell: the server stay
 # verify_chains: every segment of every chain exported as a
 # NOA array and verified with the keyring; prints "N VALID" or the failures.
 verify_chains() { # keyring store
-	local keyring=$1 store=$2 out=$work/chains verdict bad=0 n=0 id f
+	local keyring=$1 store=$2 out=$work/chains verdict bad=0 n=0 receipts=0 id count f
 	rm -rf "$out"
 	mkdir -p "$out"
 	local sargs=()
 	[[ -n $store ]] && sargs=(--store "$store")
 	"$bin" chain list "${sargs[@]}" --dir "$root" >"$out/list" || { echo "chain list failed"; return 1; }
-	while IFS=$'\t' read -r id _; do
+	while IFS=$'\t' read -r id _ count _; do
 		[[ -n $id ]] || continue
 		n=$((n + 1))
+		receipts=$((receipts + count))
 		mkdir -p "$out/$id"
 		"$bin" chain export "$id" --all --out "$out/$id" "${sargs[@]}" --dir "$root" >/dev/null || { echo "chain export $id failed"; return 1; }
 		for f in "$out/$id"/*.json; do
@@ -158,10 +159,10 @@ verify_chains() { # keyring store
 		return 1
 	fi
 	if ((bad > 0)); then
-		echo "$bad/$n NOT VALID"
+		echo "$bad/$n NOT VALID ($receipts receipts)"
 		return 1
 	fi
-	echo "$n VALID"
+	echo "$n VALID ($receipts receipts)"
 }
 
 status=0
@@ -190,6 +191,16 @@ run_row() { # store-name replicas store-url
 		keyring=$work/export-$replicas/guard/keyring.json
 	fi
 	chains=$(verify_chains "$keyring" "$store") || status=1
+	# Idempotency: each caller's identical question opens one review, however
+	# often it is asked and of whichever replica.
+	local reviews want=$((clients * ${#open[@]}))
+	local sargs=()
+	[[ -n $store ]] && sargs=(--store "$store")
+	reviews=$("$bin" review list --all --json "${sargs[@]}" --dir "$root" | jq '.reviews | length')
+	if ((reviews != want)); then
+		echo "storebench: $name with $replicas replica(s) opened $reviews reviews, want $want ($clients callers x ${#open[@]} review questions)" >&2
+		status=1
+	fi
 	local rps p50 p99 errs answers
 	rps=$(jq -r '.rps | floor' <<<"$json")
 	p50=$(jq -r '.p50_ns / 1e6 | . * 100 | round / 100' <<<"$json")
@@ -197,11 +208,11 @@ run_row() { # store-name replicas store-url
 	errs=$(jq -r '.errors | to_entries | map("\(.key)=\(.value)") | join(",") | if . == "" then "0" else . end' <<<"$json")
 	answers=$(jq -r '.decisions | to_entries | map("\(.key)=\(.value)") | join(",")' <<<"$json")
 	[[ $errs == 0 ]] || status=1
-	printf '%-10s %8s %9s %8s %8s %-12s %-26s %s\n' "$name" "$replicas" "$rps" "$p50" "$p99" "$errs" "$answers" "$chains"
+	printf '%-10s %8s %9s %8s %8s %-12s %-26s %7s  %s\n' "$name" "$replicas" "$rps" "$p50" "$p99" "$errs" "$answers" "$reviews" "$chains"
 }
 
 echo "check_before_pay, $clients callers, $duration a row, $(nproc) cores; questions: ${#clean[@]} allow, ${#open[@]} review"
-printf '%-10s %8s %9s %8s %8s %-12s %-26s %s\n' store replicas 'req/s' 'p50 ms' 'p99 ms' errors answers chains
+printf '%-10s %8s %9s %8s %8s %-12s %-26s %7s  %s\n' store replicas 'req/s' 'p50 ms' 'p99 ms' errors answers reviews chains
 run_row file 1 ""
 if [[ -z $pg_admin ]]; then
 	echo "(PostgreSQL rows skipped: set HAIA_BENCH_POSTGRES to a postgres:// URL whose role may CREATE DATABASE)"
