@@ -4,6 +4,13 @@
 // itself and stops by itself.
 //
 //	loadtest --url http://127.0.0.1:3000/mcp [--token-file F] [--duration 30s] [--clients 32] [--tool list_operations]
+//	         [--args JSON | --args-file F]
+//
+// --url and --token-file take comma-separated lists: client i talks to the
+// i-th URL modulo their number (so the clients spread evenly over several
+// replicas) with the i-th token modulo theirs (so each client can be its own
+// caller). --args-file holds one JSON arguments object a line; each client
+// walks the lines from its own starting point, so the questions mix.
 package main
 
 import (
@@ -40,6 +47,7 @@ type config struct {
 	clients   int
 	tool      string
 	args      string
+	argsFile  string
 	jsonOut   bool
 	row       bool
 }
@@ -51,12 +59,13 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var c config
-	fs.StringVar(&c.url, "url", "http://127.0.0.1:3000/mcp", "the MCP endpoint")
-	fs.StringVar(&c.tokenFile, "token-file", "", "file holding a bearer token (none: no Authorization header)")
+	fs.StringVar(&c.url, "url", "http://127.0.0.1:3000/mcp", "the MCP endpoint; a comma-separated list spreads the clients round-robin over them")
+	fs.StringVar(&c.tokenFile, "token-file", "", "file holding a bearer token (none: no Authorization header); a comma-separated list gives client i the i-th modulo their number")
 	fs.DurationVar(&c.duration, "duration", 30*time.Second, "how long to run")
 	fs.IntVar(&c.clients, "clients", 32, "concurrent clients, each with its own MCP session")
 	fs.StringVar(&c.tool, "tool", "list_operations", "the tool to call")
 	fs.StringVar(&c.args, "args", "", "tool arguments as JSON (default: a fitting example for list_operations and check_before_pay)")
+	fs.StringVar(&c.argsFile, "args-file", "", "file of tool arguments, one JSON object a line, taken in turn (instead of --args)")
 	fs.BoolVar(&c.jsonOut, "json", false, "print the report as one JSON object")
 	fs.BoolVar(&c.row, "row", false, "print one table row: req/s p50 p99 errors")
 	if err := fs.Parse(argv); err != nil {
@@ -66,28 +75,30 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "loadtest: --clients must be 1..4096 and --duration 0..1h")
 		return 2
 	}
-	if c.args == "" {
-		switch c.tool {
-		case "check_before_pay":
-			c.args = `{"counterparty":"0xA11CE00000000000000000000000000000000001","amount":"0.01"}`
-		default:
-			c.args = `{}`
-		}
-	}
-	if !json.Valid([]byte(c.args)) {
-		fmt.Fprintf(stderr, "loadtest: --args %q is not JSON\n", c.args)
+	if c.args != "" && c.argsFile != "" {
+		fmt.Fprintln(stderr, "loadtest: give --args or --args-file, not both")
 		return 2
 	}
-	token := ""
-	if c.tokenFile != "" {
-		b, err := os.ReadFile(c.tokenFile)
+	argsList, err := argumentsOf(c)
+	if err != nil {
+		fmt.Fprintf(stderr, "loadtest: %v\n", err)
+		return 2
+	}
+	urls := splitList(c.url)
+	if len(urls) == 0 {
+		fmt.Fprintln(stderr, "loadtest: --url is empty")
+		return 2
+	}
+	var tokens []string
+	for _, f := range splitList(c.tokenFile) {
+		b, err := os.ReadFile(f)
 		if err != nil {
 			fmt.Fprintf(stderr, "loadtest: --token-file: %v\n", err)
 			return 2
 		}
-		token = strings.TrimSpace(string(b))
+		tokens = append(tokens, strings.TrimSpace(string(b)))
 	}
-	rep, err := load(ctx, c, token)
+	rep, err := load(ctx, c, plan{urls: urls, tokens: tokens, args: argsList})
 	if err != nil {
 		fmt.Fprintf(stderr, "loadtest: %v\n", err)
 		return 1
@@ -106,8 +117,8 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "%.0f %s %s %s\n", rep.RPS, rep.P50.Round(10*time.Microsecond), rep.P99.Round(10*time.Microsecond), strings.Join(errs, ","))
 	default:
-		fmt.Fprintf(stdout, "tool=%s clients=%d duration=%s requests=%d rps=%.0f p50=%s p99=%s errors=%v\n",
-			rep.Tool, rep.Clients, rep.Duration, rep.Requests, rep.RPS, rep.P50, rep.P99, rep.Errors)
+		fmt.Fprintf(stdout, "tool=%s clients=%d urls=%d duration=%s requests=%d rps=%.0f p50=%s p99=%s errors=%v decisions=%v\n",
+			rep.Tool, rep.Clients, rep.URLs, rep.Duration, rep.Requests, rep.RPS, rep.P50, rep.P99, rep.Errors, rep.Decisions)
 	}
 	if rep.Errors5xx > 0 {
 		return 1
@@ -119,6 +130,7 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 type report struct {
 	Tool      string         `json:"tool"`
 	Clients   int            `json:"clients"`
+	URLs      int            `json:"urls"`
 	Duration  string         `json:"duration"`
 	Requests  int            `json:"requests"`
 	RPS       float64        `json:"rps"`
@@ -126,6 +138,81 @@ type report struct {
 	P99       time.Duration  `json:"p99_ns"`
 	Errors    map[string]int `json:"errors"`
 	Errors5xx int            `json:"errors_5xx"`
+	// Decisions counts the successful answers by their structured
+	// "decision" (allow, review, block), when the tool gives one.
+	Decisions map[string]int `json:"decisions"`
+}
+
+// plan is who each client is: client i posts to urls[i%len(urls)] with
+// tokens[i%len(tokens)] (none when empty) and walks args from line i.
+type plan struct {
+	urls   []string
+	tokens []string
+	args   []string
+}
+
+// splitList is the non-empty, trimmed items of a comma-separated list.
+func splitList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
+// argumentsOf is the tool arguments the clients send: --args, the lines of
+// --args-file, or a fitting default for the tool.
+func argumentsOf(c config) ([]string, error) {
+	var list []string
+	switch {
+	case c.argsFile != "":
+		b, err := os.ReadFile(c.argsFile)
+		if err != nil {
+			return nil, fmt.Errorf("--args-file: %w", err)
+		}
+		for n, line := range strings.Split(string(b), "\n") {
+			line = strings.TrimSpace(line)
+			if line == "" {
+				continue
+			}
+			if !json.Valid([]byte(line)) || !strings.HasPrefix(line, "{") {
+				return nil, fmt.Errorf("--args-file %s line %d: not a JSON object: %q", c.argsFile, n+1, line)
+			}
+			list = append(list, line)
+		}
+		if len(list) == 0 {
+			return nil, fmt.Errorf("--args-file %s holds no arguments (one JSON object a line)", c.argsFile)
+		}
+	case c.args != "":
+		if !json.Valid([]byte(c.args)) {
+			return nil, fmt.Errorf("--args %q is not JSON", c.args)
+		}
+		list = []string{c.args}
+	case c.tool == "check_before_pay":
+		list = []string{`{"counterparty":"0xA11CE00000000000000000000000000000000001","amount":"0.01"}`}
+	default:
+		list = []string{`{}`}
+	}
+	return list, nil
+}
+
+// decisionMark precedes the decision in a check_before_pay answer.
+var decisionMark = []byte(`"structuredContent":{"decision":"`)
+
+// decisionOf is the structured decision of a tool answer, "" when none.
+func decisionOf(body []byte) string {
+	i := bytes.Index(body, decisionMark)
+	if i < 0 {
+		return ""
+	}
+	rest := body[i+len(decisionMark):]
+	j := bytes.IndexByte(rest, '"')
+	if j < 0 || j > 16 {
+		return ""
+	}
+	return string(rest[:j])
 }
 
 type client struct {
@@ -174,22 +261,26 @@ func (c *client) open(ctx context.Context) error {
 	return nil
 }
 
-func load(ctx context.Context, c config, token string) (report, error) {
+func load(ctx context.Context, c config, p plan) (report, error) {
 	tr := &http.Transport{MaxIdleConnsPerHost: c.clients, MaxConnsPerHost: c.clients, IdleConnTimeout: time.Minute}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
 	clients := make([]*client, c.clients)
 	for i := range clients {
-		clients[i] = &client{http: hc, url: c.url, token: token}
+		clients[i] = &client{http: hc, url: p.urls[i%len(p.urls)]}
+		if len(p.tokens) > 0 {
+			clients[i].token = p.tokens[i%len(p.tokens)]
+		}
 		if err := clients[i].open(ctx); err != nil {
-			return report{}, err
+			return report{}, fmt.Errorf("client %d at %s: %w", i, clients[i].url, err)
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.duration)
 	defer cancel()
 	type result struct {
-		lat    []time.Duration
-		errors map[string]int
+		lat       []time.Duration
+		errors    map[string]int
+		decisions map[string]int
 	}
 	results := make([]result, c.clients)
 	var wg sync.WaitGroup
@@ -198,9 +289,10 @@ func load(ctx context.Context, c config, token string) (report, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := result{errors: map[string]int{}}
+			r := result{errors: map[string]int{}, decisions: map[string]int{}}
 			for n := 1; ctx.Err() == nil; n++ {
-				body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":%q,"arguments":%s}}`, n, c.tool, c.args)
+				args := p.args[(i+n-1)%len(p.args)]
+				body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":%q,"arguments":%s}}`, n, c.tool, args)
 				t0 := time.Now()
 				st, b, err := cl.post(ctx, []byte(body))
 				switch {
@@ -214,6 +306,9 @@ func load(ctx context.Context, c config, token string) (report, error) {
 					r.errors["tool_error"]++
 				default:
 					r.lat = append(r.lat, time.Since(t0))
+					if d := decisionOf(b); d != "" {
+						r.decisions[d]++
+					}
 				}
 			}
 			results[i] = r
@@ -221,10 +316,14 @@ func load(ctx context.Context, c config, token string) (report, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	rep := report{Tool: c.tool, Clients: c.clients, Duration: elapsed.Round(time.Millisecond).String(), Errors: map[string]int{}}
+	rep := report{Tool: c.tool, Clients: c.clients, URLs: len(p.urls), Duration: elapsed.Round(time.Millisecond).String(),
+		Errors: map[string]int{}, Decisions: map[string]int{}}
 	var all []time.Duration
 	for _, r := range results {
 		all = append(all, r.lat...)
+		for k, v := range r.decisions {
+			rep.Decisions[k] += v
+		}
 		for k, v := range r.errors {
 			rep.Errors[k] += v
 			if strings.HasPrefix(k, "http_5") {

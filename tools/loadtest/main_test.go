@@ -1,0 +1,86 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestSplitList(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []string
+	}{
+		{"", nil},
+		{"http://a/mcp", []string{"http://a/mcp"}},
+		{"http://a/mcp, http://b/mcp,,", []string{"http://a/mcp", "http://b/mcp"}},
+	} {
+		if got := splitList(tc.in); !slices.Equal(got, tc.want) {
+			t.Errorf("splitList(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestArgumentsOf(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := write("good.ndjson", "{\"counterparty\":\"0x1\",\"amount\":\"1\"}\n\n{\"counterparty\":\"0x2\",\"amount\":\"2\"}\n")
+	notObject := write("array.ndjson", "[1]\n")
+	broken := write("broken.ndjson", "{\"a\":1}\n{\"a\":\n")
+	empty := write("empty.ndjson", "\n\n")
+	for _, tc := range []struct {
+		name    string
+		c       config
+		want    []string
+		wantErr string
+	}{
+		{"file", config{argsFile: good}, []string{`{"counterparty":"0x1","amount":"1"}`, `{"counterparty":"0x2","amount":"2"}`}, ""},
+		{"inline", config{args: `{"limit":1}`}, []string{`{"limit":1}`}, ""},
+		{"default check_before_pay", config{tool: "check_before_pay"}, []string{`{"counterparty":"0xA11CE00000000000000000000000000000000001","amount":"0.01"}`}, ""},
+		{"default other", config{tool: "list_operations"}, []string{`{}`}, ""},
+		{"inline not JSON", config{args: `{`}, nil, "is not JSON"},
+		{"file line not an object", config{argsFile: notObject}, nil, "line 1: not a JSON object"},
+		{"file line broken", config{argsFile: broken}, nil, "line 2: not a JSON object"},
+		{"file empty", config{argsFile: empty}, nil, "holds no arguments"},
+		{"file missing", config{argsFile: filepath.Join(dir, "absent")}, nil, "--args-file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := argumentsOf(tc.c)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestDecisionOf(t *testing.T) {
+	for _, tc := range []struct {
+		body, want string
+	}{
+		{`{"result":{"content":[],"structuredContent":{"decision":"allow","reasons":[]}}}`, "allow"},
+		{`{"result":{"structuredContent":{"decision":"review"}}}`, "review"},
+		{`{"result":{"structuredContent":{"operations":[]}}}`, ""},
+		{`{"result":{"structuredContent":{"decision":"unterminated`, ""},
+	} {
+		if got := decisionOf([]byte(tc.body)); got != tc.want {
+			t.Errorf("decisionOf(%s) = %q, want %q", tc.body, got, tc.want)
+		}
+	}
+}

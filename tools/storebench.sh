@@ -1,0 +1,232 @@
+#!/usr/bin/env bash
+# check_before_pay by store: 16 concurrent callers (each its own token
+# subject, so its own caller: its own reviews and idempotency keys) asking a mix of
+# questions that are allowed and questions that go to review, against
+#   1. the file store, one server;
+#   2. PostgreSQL with 1, 2 and 3 replicas (server processes on this machine
+#      sharing the Trace root, the signing key and the database; the callers
+#      spread evenly over them).
+# Each configuration starts from an empty store. After each run every
+# decision chain is exported and verified with the store's keyring (VALID
+# expected). Prints one table: store, replicas, req/s, p50, p99, errors.
+#
+#   HAIA_BENCH_POSTGRES=postgres://user:pw@127.0.0.1:5432/db tools/storebench.sh [DURATION=20s]
+#
+# HAIA_BENCH_POSTGRES is any database the role can connect to; the role must
+# be allowed to CREATE DATABASE: the benchmark drops and creates its own
+# database (HAIA_BENCH_DB, default haia_bench) for each PostgreSQL row.
+# Without HAIA_BENCH_POSTGRES only the file row runs. CLIENTS (default 16)
+# and REPLICAS (default "1 2 3") override the shape.
+set -euo pipefail
+
+duration=${1:-20s}
+clients=${CLIENTS:-16}
+replica_counts=${REPLICAS:-"1 2 3"}
+pg_admin=${HAIA_BENCH_POSTGRES:-}
+bench_db=${HAIA_BENCH_DB:-haia_bench}
+repo=$(cd "$(dirname "$0")/.." && pwd)
+work=$(mktemp -d)
+export HAIA_CONFIG_DIR="$work/config" # no reviewers file or keys of the user's are read
+export PGOPTIONS="-c client_min_messages=warning"
+mkdir -p "$HAIA_CONFIG_DIR"
+
+pids=()
+stop_servers() {
+	local pid
+	for pid in "${pids[@]}"; do
+		kill -TERM "$pid" 2>/dev/null || true
+	done
+	for pid in "${pids[@]}"; do
+		wait "$pid" 2>/dev/null || true
+	done
+	pids=()
+}
+trap 'stop_servers; rm -rf "$work"' EXIT
+
+if [[ ! $duration =~ ^[0-9]+(ms|s|m)$ ]]; then
+	echo "storebench: DURATION must look like 20s (got $duration)" >&2
+	exit 2
+fi
+if [[ -n $pg_admin && ! $pg_admin =~ ^postgres(ql)?:// ]]; then
+	echo "storebench: HAIA_BENCH_POSTGRES must be a postgres:// URL" >&2
+	exit 2
+fi
+if [[ ! $bench_db =~ ^[a-z_][a-z0-9_]*$ ]]; then
+	echo "storebench: HAIA_BENCH_DB must be a plain lower-case identifier (got $bench_db)" >&2
+	exit 2
+fi
+for tool in jq psql; do
+	if ! command -v "$tool" >/dev/null; then
+		[[ $tool == psql && -z $pg_admin ]] && continue
+		echo "storebench: $tool is needed" >&2
+		exit 2
+	fi
+done
+
+(cd "$repo" && go build -o "$work/haia-trace-mcp" ./cmd/haia-trace-mcp && go build -o "$work/loadtest" ./tools/loadtest)
+bin=$work/haia-trace-mcp
+
+# The Trace root: 50 runs, each with settled payments to the clean payees
+# and a payment to each open payee that was submitted and never answered
+# (an open partial operation: the guard sends such a counterparty to
+# review). The questions: each payee once, half allow, half review.
+clean=(0xC1EA000000000000000000000000000000000001 0xC1EA000000000000000000000000000000000002
+	0xC1EA000000000000000000000000000000000003 0xC1EA000000000000000000000000000000000004)
+open=(0x09E0000000000000000000000000000000000001 0x09E0000000000000000000000000000000000002
+	0x09E0000000000000000000000000000000000003 0x09E0000000000000000000000000000000000004)
+asset=0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913
+event() { # run op seq type payee [settle]
+	local where
+	if [[ $4 == x402.payment.required ]]; then
+		where="\"accepts\":[{\"scheme\":\"exact\",\"network\":\"base\",\"asset\":\"$asset\",\"amount\":\"10000\",\"pay_to\":\"$5\",\"max_timeout_seconds\":300}]"
+	else
+		where="\"requirements\":{\"scheme\":\"exact\",\"network\":\"base\",\"asset\":\"$asset\",\"amount\":\"10000\",\"pay_to\":\"$5\",\"max_timeout_seconds\":300}${6:-}"
+	fi
+	printf '{"event_id":"%s-%d","event_type":"%s","occurred_at":"2026-07-25T%02d:%02d:%02d.000Z","seq":%d,"adapter":"trace-x402","role":"client","context_id":"%s","payload":{"x402_version":2,"resource":{"url":"https://api.example.com/%s/%s","description":"d","mime_type":"application/json"},%s}}\n' \
+		"$2" "$3" "$4" $((8 + $1 % 12)) $(($3 / 60)) $(($3 % 60)) "$3" "$2" "$1" "$2" "$where"
+}
+settled=',"settle":{"success":true,"transaction":"0xabababababababababababababababababababababababababababababababab","network":"base","payer":"0x1199C34AF7B1d56A1348E1F0D8E86b6C425ac2c0"}'
+mkdir -p "$work/events"
+for r in $(seq 1 50); do
+	seq=0 op=0
+	{
+		for p in "${clean[@]}" "${open[@]}"; do
+			op=$((op + 1))
+			for t in required creating submitted; do
+				event "$r" "op-$op" "$seq" "x402.payment.$t" "$p"
+				seq=$((seq + 1))
+			done
+			if [[ $p == 0xC1EA* ]]; then
+				event "$r" "op-$op" "$seq" x402.payment.responded "$p" "$settled"
+				seq=$((seq + 1))
+			fi
+		done
+	} >"$work/events/run-$(printf %02d "$r").ndjson"
+done
+for p in "${clean[@]}" "${open[@]}"; do
+	printf '{"counterparty":"%s","amount":"0.01"}\n' "$p"
+done >"$work/questions.ndjson"
+
+# Authentication with HS256 tokens, one subject a client: the caller is the
+# token's subject, so the 16 callers are distinct (each its own reviews and
+# idempotency keys), as 16 agents would be.
+head -c 48 /dev/urandom | base64 | tr -d '\n' >"$work/secret"
+issuer=http://127.0.0.1/storebench-as
+
+addr=
+start_server() { # root store log; sets addr (not in a subshell: the server stays this shell's child)
+	local args=(--dir "$1" --key-file "$work/signing.pem" --http 127.0.0.1:0 --rate-limit 1000000 --rate-burst 1000000
+		--auth-issuer "$issuer" --auth-hmac-secret "$work/secret" --auth-scope trace:read --auth-tool-scope check_before_pay=trace:guard)
+	[[ -n $2 ]] && args+=(--store "$2")
+	"$bin" "${args[@]}" >/dev/null 2>"$3" &
+	pids+=($!)
+	addr=
+	for _ in $(seq 1 200); do
+		addr=$(sed -n 's/.*"msg":"serving MCP over Streamable HTTP".*"addr":"\([^"]*\)".*/\1/p' "$3" | head -1)
+		[[ -n $addr ]] && return 0
+		sleep 0.05
+	done
+	cat "$3" >&2
+	echo "storebench: the server did not start (log above)" >&2
+	return 1
+}
+
+# verify_chains: every segment of every chain exported as a
+# NOA array and verified with the keyring; prints "N VALID" or the failures.
+verify_chains() { # keyring store
+	local keyring=$1 store=$2 out=$work/chains verdict bad=0 n=0 receipts=0 id count f
+	rm -rf "$out"
+	mkdir -p "$out"
+	local sargs=()
+	[[ -n $store ]] && sargs=(--store "$store")
+	"$bin" chain list "${sargs[@]}" --dir "$root" >"$out/list" || { echo "chain list failed"; return 1; }
+	while IFS=$'\t' read -r id _ count _; do
+		[[ -n $id ]] || continue
+		n=$((n + 1))
+		receipts=$((receipts + count))
+		mkdir -p "$out/$id"
+		"$bin" chain export "$id" --all --out "$out/$id" "${sargs[@]}" --dir "$root" >/dev/null || { echo "chain export $id failed"; return 1; }
+		for f in "$out/$id"/*.json; do
+			verdict=$("$bin" verify "$f" "$keyring" 2>>"$work/verify.log") || true
+			if [[ $verdict != VALID* ]]; then
+				bad=$((bad + 1))
+				echo "storebench: chain $id segment $(basename "$f"): $verdict" >&2
+			fi
+		done
+	done <"$out/list"
+	if ((n == 0)); then
+		echo "no chains"
+		return 1
+	fi
+	if ((bad > 0)); then
+		echo "$bad/$n NOT VALID ($receipts receipts)"
+		return 1
+	fi
+	echo "$n VALID ($receipts receipts)"
+}
+
+status=0
+run_row() { # store-name replicas store-url
+	local name=$1 replicas=$2 store=$3 urls=() i
+	root=$work/root-$name-$replicas
+	mkdir -p "$root"
+	cp -r "$work/events" "$root/events"
+	for i in $(seq 1 "$replicas"); do
+		start_server "$root" "$store" "$work/server-$name-$replicas-$i.log" || exit 1
+		urls+=("http://$addr/mcp")
+	done
+	local tokens=()
+	for i in $(seq 0 $((clients - 1))); do
+		"$work/loadtest" mint-hs256 --secret-file "$work/secret" --issuer "$issuer" --audience "${urls[i % replicas]}" \
+			--scope "trace:read trace:guard" --sub "$(printf 'bench-agent-%02d' "$i")" >"$work/token-$i"
+		tokens+=("$work/token-$i")
+	done
+	local json
+	json=$("$work/loadtest" --url "$(IFS=,; echo "${urls[*]}")" --token-file "$(IFS=,; echo "${tokens[*]}")" \
+		--duration "$duration" --clients "$clients" --tool check_before_pay --args-file "$work/questions.ndjson" --json) || status=1
+	stop_servers
+	local keyring=$root/guard/keyring.json chains
+	if [[ -n $store ]]; then
+		"$bin" store export --store "$store" --dir "$work/export-$replicas" >/dev/null
+		keyring=$work/export-$replicas/guard/keyring.json
+	fi
+	chains=$(verify_chains "$keyring" "$store") || status=1
+	# Idempotency: each caller's identical question opens one review, however
+	# often it is asked and of whichever replica.
+	local reviews want=$((clients * ${#open[@]}))
+	local sargs=()
+	[[ -n $store ]] && sargs=(--store "$store")
+	reviews=$("$bin" review list --all --json "${sargs[@]}" --dir "$root" | jq '.reviews | length')
+	if ((reviews != want)); then
+		echo "storebench: $name with $replicas replica(s) opened $reviews reviews, want $want ($clients callers x ${#open[@]} review questions)" >&2
+		status=1
+	fi
+	local rps p50 p99 errs answers
+	rps=$(jq -r '.rps | floor' <<<"$json")
+	p50=$(jq -r '.p50_ns / 1e6 | . * 100 | round / 100' <<<"$json")
+	p99=$(jq -r '.p99_ns / 1e6 | . * 100 | round / 100' <<<"$json")
+	errs=$(jq -r '.errors | to_entries | map("\(.key)=\(.value)") | join(",") | if . == "" then "0" else . end' <<<"$json")
+	answers=$(jq -r '.decisions | to_entries | map("\(.key)=\(.value)") | join(",")' <<<"$json")
+	[[ $errs == 0 ]] || status=1
+	printf '%-10s %8s %9s %8s %8s %-12s %-26s %7s  %s\n' "$name" "$replicas" "$rps" "$p50" "$p99" "$errs" "$answers" "$reviews" "$chains"
+}
+
+echo "check_before_pay, $clients callers, $duration a row, $(nproc) cores; questions: ${#clean[@]} allow, ${#open[@]} review"
+printf '%-10s %8s %9s %8s %8s %-12s %-26s %7s  %s\n' store replicas 'req/s' 'p50 ms' 'p99 ms' errors answers reviews chains
+run_row file 1 ""
+if [[ -z $pg_admin ]]; then
+	echo "(PostgreSQL rows skipped: set HAIA_BENCH_POSTGRES to a postgres:// URL whose role may CREATE DATABASE)"
+else
+	# The benchmark's database: the admin URL with its database replaced.
+	base=${pg_admin%%\?*}
+	query=
+	[[ $pg_admin == *\?* ]] && query="?${pg_admin#*\?}"
+	bench_url="${base%/*}/$bench_db$query"
+	for n in $replica_counts; do
+		psql "$pg_admin" -qX -v ON_ERROR_STOP=1 -c "DROP DATABASE IF EXISTS $bench_db WITH (FORCE)" -c "CREATE DATABASE $bench_db" >/dev/null
+		"$bin" store migrate --store "$bench_url" >/dev/null 2>"$work/migrate.log" || { cat "$work/migrate.log" >&2; exit 1; }
+		run_row postgres "$n" "$bench_url"
+	done
+	psql "$pg_admin" -qX -c "DROP DATABASE IF EXISTS $bench_db WITH (FORCE)" >/dev/null || true
+fi
+exit $status
