@@ -26,6 +26,21 @@ type receiptIndex struct {
 	// agent.id and paramsHash) to the reviews that answered it, so a
 	// signed decision is found even where the log no longer holds it.
 	byQuestion map[string][]string
+	// served holds, per action, the kinds of service answer (verdict and
+	// rule) already indexed: a pending review or a hold given again and
+	// again is one more receipt in the chain each time, but only the first
+	// of each kind says anything about the review, so reading a review
+	// costs the same however often it was asked about.
+	served map[string]bool
+}
+
+// serviceKind is what a service receipt of an action is indexed by.
+func serviceKind(r *noa.Receipt) string {
+	rule := ""
+	if r.Governance.RuleID != nil {
+		rule = *r.Governance.RuleID
+	}
+	return r.Action.ID + "\x00" + r.Agent.ID + "\x00" + r.Governance.Verdict + "\x00" + rule
 }
 
 func questionOf(agent, paramsHash string) string { return agent + "\x00" + paramsHash }
@@ -63,7 +78,7 @@ func (ix *receiptIndex) refresh(ctx context.Context, r Reader) error {
 	}
 	for restart := 0; restart < 2; restart++ {
 		if ix.files == nil {
-			ix.files, ix.byAction, ix.byQuestion = map[string]*chainCursor{}, map[string][]receiptLoc{}, map[string][]string{}
+			ix.files, ix.byAction, ix.byQuestion, ix.served = map[string]*chainCursor{}, map[string][]receiptLoc{}, map[string][]string{}, map[string]bool{}
 		}
 		stale := false
 		for name, e := range present {
@@ -128,6 +143,13 @@ func (ix *receiptIndex) readFile(ctx context.Context, r Reader, info StreamInfo)
 		r, perr := noa.ParseReceipt(bytes.TrimRight(line, "\r\n"))
 		if perr != nil || !strings.HasPrefix(r.Action.ID, "review:") {
 			continue // the chain's verifier reports what is malformed
+		}
+		if r.Agent.Principal == noa.PrincipalService {
+			k := serviceKind(&r)
+			if ix.served[k] {
+				continue // the same answer again: the first one is indexed
+			}
+			ix.served[k] = true
 		}
 		ix.byAction[r.Action.ID] = append(ix.byAction[r.Action.ID], receiptLoc{file: name, off: at})
 		if r.Agent.Principal == noa.PrincipalService && r.Governance.Verdict == noa.VerdictDeferred {

@@ -9,7 +9,11 @@ import (
 )
 
 // ReviewStatus is a review as get_review_status reports it: its state and
-// the signed receipts that record it.
+// the signed receipts that record it — its opening, the human decision, the
+// use of an approval, and the first answer of every other kind; the same
+// answer given again (a pending review or a hold repeated) is in the chain
+// each time but listed once, so the status stays the same size however
+// often the agent asks.
 type ReviewStatus struct {
 	reviewlog.Review
 	Receipts []string `json:"receipts"`

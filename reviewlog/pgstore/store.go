@@ -177,10 +177,6 @@ func (s *Store) Locked(ctx context.Context, wait time.Duration, fn func(w review
 		}
 		return fmt.Errorf("PostgreSQL at %s: take the guard lock: %w", s.describe, scrub(err))
 	}
-	// Statements after the lock are bounded by the ordinary timeout.
-	if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', '0', true)"); err != nil {
-		return fmt.Errorf("PostgreSQL at %s: %w", s.describe, scrub(err))
-	}
 	if err := fn(&writer{reader{s: s, q: tx}}); err != nil {
 		return err
 	}
@@ -483,8 +479,8 @@ type stream struct {
 	cache    []byte
 }
 
-// fetchBytes is how much one query reads at least, so that a reader
-// going forward in small steps costs one query per this many bytes.
+// fetchBytes is how much one query reads ahead for a reader going forward,
+// so that small sequential steps cost one query per this many bytes.
 const fetchBytes = 256 << 10
 
 func (s *stream) Size() int64      { return s.size }
@@ -500,7 +496,14 @@ func (s *stream) ReadAt(p []byte, off int64) (int, error) {
 	}
 	want := min(int64(len(p)), s.size-off)
 	if off < s.cacheOff || off+want > s.cacheOff+int64(len(s.cache)) {
-		if err := s.fetch(off, off+max(want, fetchBytes)); err != nil {
+		// Reading on from where the cache ends is a fold or a scan: fetch
+		// ahead. A read elsewhere (one receipt, an anchor) fetches what it
+		// asked for.
+		ahead := want
+		if len(s.cache) > 0 && off >= s.cacheOff && off <= s.cacheOff+int64(len(s.cache)) {
+			ahead = max(want, fetchBytes)
+		}
+		if err := s.fetch(off, off+ahead); err != nil {
 			return 0, err
 		}
 	}

@@ -240,6 +240,12 @@ func testIdempotent(t *testing.T, f *fixture) {
 	if opened != 1 {
 		t.Fatalf("%d askers opened the review, want 1", opened)
 	}
+	// Twelve answers, twelve receipts in the chain; the review lists the
+	// one that opened it (the same answer again says nothing new), so
+	// reading it costs the same however often it was asked about.
+	if _, ids, err := f.log(0).Verified(ctx, outs[0].Review.ID); err != nil || len(ids) != 1 {
+		t.Fatalf("the review's receipts: %v %v, want the one DEFERRED", ids, err)
+	}
 	// Another caller's identical question is another review.
 	other, err := f.ask(ctx, logs[0], "agent-2", 7, guard.Review)
 	if err != nil || other.Kind != reviewlog.AskOpened || other.Review.ID == outs[0].Review.ID {
@@ -336,11 +342,14 @@ func testRejection(t *testing.T, f *fixture) {
 	if _, err := f.decide(ctx, f.log(0), out.Review.ID, reviewlog.Rejected); err != nil {
 		t.Fatal(err)
 	}
-	for i := range 2 {
+	for i := range 3 {
 		again, err := f.ask(ctx, f.log(0), "agent-1", 6, guard.Review)
 		if err != nil || again.Kind != reviewlog.AskRejected || again.Review.ID != out.Review.ID {
 			t.Fatalf("ask %d after the rejection: %+v %v", i, again, err)
 		}
+	}
+	if _, ids, err := f.log(0).Verified(ctx, out.Review.ID); err != nil || len(ids) != 3 {
+		t.Fatalf("the rejected review's receipts: %v %v, want DEFERRED, HUMAN and the first hold", ids, err)
 	}
 	allowed, err := f.ask(ctx, f.log(0), "agent-1", 6, guard.Allow)
 	if err != nil || allowed.Kind != reviewlog.AskRejected {
