@@ -369,3 +369,53 @@ func TestReplicasFailClosedWhilePostgresIsDown(t *testing.T) {
 		}
 	}
 }
+
+// A server refuses to start on a database whose schema is not migrated,
+// saying what to run, and on tenants with one database for all of them.
+func TestPostgresStoreStartRefusals(t *testing.T) {
+	dsn := os.Getenv("HAIA_TEST_POSTGRES")
+	if dsn == "" {
+		t.Skip("HAIA_TEST_POSTGRES is not set: no PostgreSQL server (.ci/run starts one)")
+	}
+	migrated := e2eDatabase(t)
+	u, err := url.Parse(migrated)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path += "_bare"
+	admin, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.Background())
+	bare := strings.TrimPrefix(u.Path, "/")
+	if _, err := admin.Exec(t.Context(), "CREATE DATABASE "+bare); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+bare+" WITH (FORCE)") })
+	root := loopRoot(t)
+	key := filepath.Join(t.TempDir(), "k.pem")
+	_, errOut, code := runCLI(t, "--dir", root, "--key-file", key, "--store", u.String())
+	if code == 0 || !strings.Contains(errOut, "behind this binary") || !strings.Contains(errOut, "store migrate") {
+		t.Fatalf("start on an unmigrated database: exit %d %s", code, errOut)
+	}
+	if strings.Contains(errOut, "haia_ci:haia_ci@") || strings.Contains(errOut, ":haia@") {
+		t.Fatalf("the password is in the message: %s", errOut)
+	}
+	tenants := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(tenants, "acme", "events"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	secretFile := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secretFile, []byte(strings.Repeat("s", 48)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code = runCLI(t, "--tenants-dir", tenants, "--tenant-claim", "org", "--store", migrated, "--key-file", key, "--http", "127.0.0.1:0",
+		"--auth-issuer", "http://127.0.0.1/local-as", "--auth-hmac-secret", secretFile)
+	if code == 0 || !strings.Contains(errOut, "--tenants-dir") || !strings.Contains(errOut, "file store") {
+		t.Fatalf("tenants on one database: exit %d %s", code, errOut)
+	}
+	if _, errOut, code := runCLI(t, "review", "list", "--dir", root, "--store", "mysql://x"); code != 2 || !strings.Contains(errOut, "want file:") {
+		t.Fatalf("an unknown store: exit %d %s", code, errOut)
+	}
+}
