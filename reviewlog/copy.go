@@ -43,7 +43,7 @@ func CopyStore(ctx context.Context, src, dst Store) (CopyReport, error) {
 	if err != nil {
 		return rep, fmt.Errorf("%s: %w", src.Describe(), err)
 	}
-	err = dst.Locked(ctx, defaultLockWait, func(w Writer) error {
+	err = dst.Locked(Bulk(ctx), defaultLockWait, func(w Writer) error {
 		if err := checkEmpty(ctx, w); err != nil {
 			return fmt.Errorf("%s: %w", dst.Describe(), err)
 		}

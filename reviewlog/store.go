@@ -99,6 +99,16 @@ type StreamInfo struct {
 	Version  string
 }
 
+type bulkKey struct{}
+
+// Bulk marks ctx for a bulk copy (store import and export): a store may let
+// one locked section run as long as the copy takes, where a decision's is
+// bounded as a whole. Each statement of a database stays bounded.
+func Bulk(ctx context.Context) context.Context { return context.WithValue(ctx, bulkKey{}, true) }
+
+// IsBulk says whether ctx was marked by Bulk.
+func IsBulk(ctx context.Context) bool { b, _ := ctx.Value(bulkKey{}).(bool); return b }
+
 // ErrNoArchives: the store keeps its review log in one place and does not
 // archive it.
 var ErrNoArchives = errors.New("this store does not archive its review log")

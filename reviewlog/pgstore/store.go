@@ -93,6 +93,11 @@ func connect(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = "haia-trace-mcp"
 	cfg.HealthCheckPeriod = 5 * time.Second
+	if !strings.Contains(dsn, "pool_max_conns") {
+		// Two connections LISTEN for good (the notifier, review watch);
+		// decisions and reads share the rest.
+		cfg.MaxConns = max(cfg.MaxConns, 8)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", Redact(dsn), err)
@@ -144,8 +149,8 @@ func (s *Store) Ready(ctx context.Context) error {
 // View runs fn inside one read-only REPEATABLE READ transaction, so the
 // log and the chains it reads are one moment's.
 func (s *Store) View(ctx context.Context, fn func(r reviewlog.Reader) error) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*statementTimeout)
-	defer cancel()
+	// No bound on the whole: an audit or an export reads for as long as
+	// the chains are long. Every statement is bounded by statement_timeout.
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return fmt.Errorf("PostgreSQL at %s: begin: %w", s.describe, scrub(err))
@@ -159,8 +164,13 @@ func (s *Store) View(ctx context.Context, fn func(r reviewlog.Reader) error) err
 
 // Locked runs fn in one transaction holding the guard's advisory lock.
 func (s *Store) Locked(ctx context.Context, wait time.Duration, fn func(w reviewlog.Writer) error) error {
-	ctx, cancel := context.WithTimeout(ctx, wait+3*statementTimeout)
-	defer cancel()
+	if !reviewlog.IsBulk(ctx) {
+		// A decision is bounded as a whole: a database that answers each
+		// statement slowly still fails closed in bounded time.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, wait+3*statementTimeout)
+		defer cancel()
+	}
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return fmt.Errorf("PostgreSQL at %s: begin: %w", s.describe, scrub(err))
@@ -329,6 +339,7 @@ func (w *writer) size(ctx context.Context, name string) (int64, error) {
 
 func (w *writer) insertLines(ctx context.Context, stream string, off int64, lines [][]byte) ([]string, error) {
 	var opened []string
+	b := &pgx.Batch{}
 	for _, line := range lines {
 		var li lineInfo
 		_ = json.Unmarshal(line, &li) // what cannot be read is kept unindexed
@@ -339,15 +350,31 @@ func (w *writer) insertLines(ctx context.Context, stream string, off int64, line
 		if li.ReviewID != "" {
 			id = &li.ReviewID
 		}
-		if _, err := w.q.Exec(ctx, "INSERT INTO review_lines (stream, off, line, kind, review_id) VALUES ($1, $2, $3, $4, $5)", stream, off, line, kind, id); err != nil {
-			return nil, fmt.Errorf("PostgreSQL at %s: append to %s: %w", w.s.describe, stream, scrub(err))
-		}
+		b.Queue("INSERT INTO review_lines (stream, off, line, kind, review_id) VALUES ($1, $2, $3, $4, $5)", stream, off, line, kind, id)
 		if li.Type == "opened" && li.ReviewID != "" {
 			opened = append(opened, li.ReviewID)
 		}
 		off += int64(len(line))
 	}
+	if err := w.send(ctx, b); err != nil {
+		return nil, fmt.Errorf("PostgreSQL at %s: append to %s: %w", w.s.describe, stream, err)
+	}
 	return opened, nil
+}
+
+// send runs a batch of statements in one round trip.
+func (w *writer) send(ctx context.Context, b *pgx.Batch) error {
+	tx, ok := w.q.(pgx.Tx)
+	if !ok {
+		return errors.New("a write outside a transaction")
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return scrub(err)
+	}
+	return nil
 }
 
 func (w *writer) AppendLog(ctx context.Context, data []byte) error {
@@ -393,16 +420,18 @@ func (w *writer) AppendSegment(ctx context.Context, file string, end int64, data
 		return err
 	}
 	off := end
+	b := &pgx.Batch{}
 	for _, line := range lines {
 		rc, err := noa.ParseReceipt(bytes.TrimRight(line, "\r\n"))
 		if err != nil {
 			return fmt.Errorf("chain %s: the receipt to append cannot be read: %w", file, err)
 		}
-		if _, err := w.q.Exec(ctx, "INSERT INTO receipts (stream, off, seq, action_id, verdict, line) VALUES ($1, $2, $3, $4, $5, $6)",
-			name, off, rc.Chain.Seq, rc.Action.ID, rc.Governance.Verdict, line); err != nil {
-			return fmt.Errorf("PostgreSQL at %s: append to chain %s: %w", w.s.describe, file, scrub(err))
-		}
+		b.Queue("INSERT INTO receipts (stream, off, seq, action_id, verdict, line) VALUES ($1, $2, $3, $4, $5, $6)",
+			name, off, rc.Chain.Seq, rc.Action.ID, rc.Governance.Verdict, line)
 		off += int64(len(line))
+	}
+	if err := w.send(ctx, b); err != nil {
+		return fmt.Errorf("PostgreSQL at %s: append to chain %s: %w", w.s.describe, file, err)
 	}
 	return nil
 }
