@@ -276,19 +276,25 @@ func (l *Log) List(ctx context.Context, all bool) ([]Review, error) {
 // half-way is a tail the fold skips.
 func (l *Log) view(ctx context.Context, fn func(r Reader, st *state) error) error {
 	return l.store.View(ctx, func(r Reader) error {
-		s, err := r.Log(ctx)
-		if err != nil {
-			return err
-		}
-		defer s.Close()
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		st, err := l.refresh(s)
-		if err != nil {
-			return err
-		}
-		return fn(r, st)
+		return l.withFold(ctx, r, func(st *state) error { return fn(r, st) })
 	})
+}
+
+// withFold brings the cached fold up to date with r's log and runs fn over
+// it, holding l.mu.
+func (l *Log) withFold(ctx context.Context, r Reader, fn func(st *state) error) error {
+	s, err := r.Log(ctx)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st, err := l.refresh(s)
+	if err != nil {
+		return err
+	}
+	return fn(st)
 }
 
 // refresh brings the cached fold up to date with s (l.mu held): it reads
@@ -340,18 +346,7 @@ func (l *Log) locked(ctx context.Context, fn func(w Writer, st *state, at time.T
 	}
 	defer release()
 	return l.store.Locked(ctx, max(time.Until(deadline), time.Millisecond), func(w Writer) error {
-		s, err := w.Log(ctx)
-		if err != nil {
-			return err
-		}
-		defer s.Close()
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		st, err := l.refresh(s)
-		if err != nil {
-			return err
-		}
-		return fn(w, st, l.now())
+		return l.withFold(ctx, w, func(st *state) error { return fn(w, st, l.now()) })
 	})
 }
 

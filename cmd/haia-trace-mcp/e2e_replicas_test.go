@@ -2,10 +2,7 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/pgtest"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 )
 
@@ -25,39 +22,12 @@ import (
 // DSN. Without the variable the test skips.
 func e2eDatabase(t *testing.T) string {
 	t.Helper()
-	dsn := os.Getenv("HAIA_TEST_POSTGRES")
-	if dsn == "" {
-		t.Skip("HAIA_TEST_POSTGRES is not set: no PostgreSQL server for the replica tests (.ci/run starts one)")
-	}
-	return e2eDatabaseOn(t, dsn)
+	return e2eDatabaseOn(t, pgtest.DSN(t))
 }
 
 func e2eDatabaseOn(t *testing.T, dsn string) string {
 	t.Helper()
-	var b [6]byte
-	rand.Read(b[:])
-	name := "e2e_" + hex.EncodeToString(b[:])
-	admin, err := pgx.Connect(t.Context(), dsn)
-	if err != nil {
-		t.Fatalf("connect to HAIA_TEST_POSTGRES: %v", err)
-	}
-	defer admin.Close(context.Background())
-	if _, err := admin.Exec(t.Context(), "CREATE DATABASE "+name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c, err := pgx.Connect(context.Background(), dsn)
-		if err == nil {
-			c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-			c.Close(context.Background())
-		}
-	})
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Path = "/" + name
-	out := u.String()
+	out := pgtest.Database(t, dsn)
 	if stdout, stderr, code := runCLI(t, "store", "migrate", "--store", out); code != 0 || !strings.Contains(stdout, "schema version 0 → 1") {
 		t.Fatalf("store migrate: %d %s %s", code, stdout, stderr)
 	}
@@ -373,29 +343,11 @@ func TestReplicasFailClosedWhilePostgresIsDown(t *testing.T) {
 // A server refuses to start on a database whose schema is not migrated,
 // saying what to run, and on tenants with one database for all of them.
 func TestPostgresStoreStartRefusals(t *testing.T) {
-	dsn := os.Getenv("HAIA_TEST_POSTGRES")
-	if dsn == "" {
-		t.Skip("HAIA_TEST_POSTGRES is not set: no PostgreSQL server (.ci/run starts one)")
-	}
 	migrated := e2eDatabase(t)
-	u, err := url.Parse(migrated)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Path += "_bare"
-	admin, err := pgx.Connect(t.Context(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(context.Background())
-	bare := strings.TrimPrefix(u.Path, "/")
-	if _, err := admin.Exec(t.Context(), "CREATE DATABASE "+bare); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+bare+" WITH (FORCE)") })
+	bare := pgtest.Database(t, pgtest.DSN(t))
 	root := loopRoot(t)
 	key := filepath.Join(t.TempDir(), "k.pem")
-	_, errOut, code := runCLI(t, "--dir", root, "--key-file", key, "--store", u.String())
+	_, errOut, code := runCLI(t, "--dir", root, "--key-file", key, "--store", bare)
 	if code == 0 || !strings.Contains(errOut, "behind this binary") || !strings.Contains(errOut, "store migrate") {
 		t.Fatalf("start on an unmigrated database: exit %d %s", code, errOut)
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/pgtest"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 )
 
@@ -31,9 +32,7 @@ func grownRoot(t *testing.T, reviews, receipts string) string {
 // segment and the keyring — and audits CONSISTENT in between; a store
 // whose chain does not verify is refused before anything is copied.
 func TestStoreImportExportRoundTrip(t *testing.T) {
-	if os.Getenv("HAIA_TEST_POSTGRES") == "" {
-		t.Skip("HAIA_TEST_POSTGRES is not set: no PostgreSQL server for the store round trip (.ci/run starts one)")
-	}
+	pgtest.DSN(t)
 	dir := grownRoot(t, "2000", "6000")
 	root := filepath.Join(dir, ".trace")
 	reviewers := filepath.Join(dir, "reviewers.json")

@@ -2,68 +2,28 @@ package pgstore_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"net/url"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/pgtest"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/pgstore"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/storetest"
 )
 
-// testDSN is the PostgreSQL server the tests talk to (.ci/run starts one
-// and sets HAIA_TEST_POSTGRES); without it they skip.
-func testDSN(t *testing.T) string {
+// freshStore makes an empty database for one test, migrated when asked.
+func freshStore(t *testing.T, migrate bool) string {
 	t.Helper()
-	dsn := os.Getenv("HAIA_TEST_POSTGRES")
-	if dsn == "" {
-		t.Skip("HAIA_TEST_POSTGRES is not set: no PostgreSQL server to test against (.ci/run starts one)")
-	}
-	return dsn
-}
-
-// freshSchema makes an empty schema for one test and returns a DSN whose
-// search_path is it; the schema is dropped at the end.
-func freshSchema(t *testing.T, migrate bool) string {
-	t.Helper()
-	dsn := testDSN(t)
-	var b [6]byte
-	rand.Read(b[:])
-	schema := "t_" + hex.EncodeToString(b[:])
-	conn, err := pgx.Connect(t.Context(), dsn)
-	if err != nil {
-		t.Fatalf("connect to HAIA_TEST_POSTGRES: %v", err)
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(t.Context(), "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c, err := pgx.Connect(context.Background(), dsn)
-		if err == nil {
-			c.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
-			c.Close(context.Background())
-		}
-	})
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
+	dsn := pgtest.Database(t, pgtest.DSN(t))
 	if migrate {
-		if _, _, err := pgstore.Migrate(t.Context(), u.String(), nil); err != nil {
+		if _, _, err := pgstore.Migrate(t.Context(), dsn, nil); err != nil {
 			t.Fatalf("migrate: %v", err)
 		}
 	}
-	return u.String()
+	return dsn
 }
 
 func open(t *testing.T, dsn string) *pgstore.Store {
@@ -79,7 +39,7 @@ func open(t *testing.T, dsn string) *pgstore.Store {
 // connection pool, as each replica has.
 func TestPostgresStoreContract(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) (reviewlog.Store, func() reviewlog.Store) {
-		dsn := freshSchema(t, true)
+		dsn := freshStore(t, true)
 		return open(t, dsn), func() reviewlog.Store { return open(t, dsn) }
 	})
 }
@@ -87,7 +47,7 @@ func TestPostgresStoreContract(t *testing.T) {
 // A schema behind the binary is refused with what to run; migrate brings
 // it up to date, and is idempotent.
 func TestSchemaVersionIsChecked(t *testing.T) {
-	dsn := freshSchema(t, false)
+	dsn := freshStore(t, false)
 	_, err := pgstore.Open(t.Context(), dsn)
 	if !errors.Is(err, pgstore.ErrSchema) {
 		t.Fatalf("open before migrate: %v, want ErrSchema", err)

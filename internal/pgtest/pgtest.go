@@ -1,0 +1,62 @@
+// Package pgtest gives tests an empty PostgreSQL database of their own on
+// the server named by HAIA_TEST_POSTGRES (.ci/run starts one), and skips
+// them, saying why, where there is none. It never mocks the database.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Env names the DSN of the test server; its role must be allowed to
+// create databases.
+const Env = "HAIA_TEST_POSTGRES"
+
+// DSN is the test server's DSN, or skips t.
+func DSN(t testing.TB) string {
+	t.Helper()
+	dsn := os.Getenv(Env)
+	if dsn == "" {
+		t.Skip(Env + " is not set: no PostgreSQL server to test against (.ci/run starts one)")
+	}
+	return dsn
+}
+
+// Database creates an empty database on the server at dsn, dropped when
+// the test ends, and returns its DSN.
+func Database(t testing.TB, dsn string) string {
+	t.Helper()
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	name := "t_" + hex.EncodeToString(b[:])
+	admin, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatalf("connect to the test PostgreSQL server: %v", err)
+	}
+	defer admin.Close(context.Background())
+	if _, err := admin.Exec(context.Background(), "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("create a test database: %v", err)
+	}
+	t.Cleanup(func() {
+		c, err := pgx.Connect(context.Background(), dsn)
+		if err != nil {
+			return
+		}
+		defer c.Close(context.Background())
+		c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+	})
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatalf("%s: %v", Env, err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}
