@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/pgtest"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/pgstore"
@@ -38,10 +39,37 @@ func open(t *testing.T, dsn string) *pgstore.Store {
 // The PostgreSQL store keeps the store contract; each handle is its own
 // connection pool, as each replica has.
 func TestPostgresStoreContract(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) (reviewlog.Store, func() reviewlog.Store) {
+	storetest.Run(t, func(t *testing.T) (reviewlog.Store, func() reviewlog.Store, storetest.Tamperer) {
 		dsn := freshStore(t, true)
-		return open(t, dsn), func() reviewlog.Store { return open(t, dsn) }
+		return open(t, dsn), func() reviewlog.Store { return open(t, dsn) }, databaseWriter(dsn)
 	})
+}
+
+// databaseWriter writes the guard's tables directly, as anyone holding the
+// DSN can.
+type databaseWriter string
+
+func (d databaseWriter) exec(t *testing.T, sql string, args ...any) {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), string(d))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(t.Context(), sql, args...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (d databaseWriter) AppendLogLine(t *testing.T, line []byte) {
+	line = append(line, '\n')
+	d.exec(t, `WITH s AS (UPDATE guard_streams SET size = size + length($1::bytea) WHERE name = 'decisions.ndjson' RETURNING size - length($1::bytea) AS off)
+		INSERT INTO review_lines (stream, off, line) SELECT 'decisions.ndjson', off, $1 FROM s`, line)
+}
+
+func (d databaseWriter) EmptyLog(t *testing.T) {
+	d.exec(t, `DELETE FROM review_lines WHERE stream = 'decisions.ndjson'`)
+	d.exec(t, `UPDATE guard_streams SET size = 0 WHERE name = 'decisions.ndjson'`)
 }
 
 // A schema behind the binary is refused with what to run; migrate brings
@@ -90,5 +118,31 @@ func TestRedact(t *testing.T) {
 		if got := pgstore.Redact(in); got != want {
 			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// A row removed from the middle of the review log (the stream's size left
+// as it was) is a gap the reader refuses: the log fails closed, it is
+// never read as if the review had not been there.
+func TestAGapInTheLogFailsClosed(t *testing.T) {
+	dsn := freshStore(t, true)
+	st := open(t, dsn)
+	defer st.Close()
+	l := reviewlog.OpenStore(st, reviewlog.Options{})
+	for _, amount := range []string{"0.01", "0.02", "0.03"} {
+		if _, _, err := l.OpenReview(t.Context(), guard.Question{Counterparty: "0xabc", Amount: amount, Asset: "USDC", Template: "x402-buyer"}, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	databaseWriter(dsn).exec(t, `DELETE FROM review_lines WHERE stream = 'decisions.ndjson' AND off = (SELECT off FROM review_lines WHERE stream = 'decisions.ndjson' ORDER BY off OFFSET 1 LIMIT 1)`)
+	fresh := open(t, dsn)
+	defer fresh.Close()
+	_, err := reviewlog.OpenStore(fresh, reviewlog.Options{}).List(t.Context(), true)
+	if err == nil || !strings.Contains(err.Error(), "does not follow the one before") {
+		t.Fatalf("listing a log with a gap: %v, want the gap named", err)
+	}
+	_, _, err = reviewlog.OpenStore(fresh, reviewlog.Options{}).OpenReview(t.Context(), guard.Question{Counterparty: "0xabc", Amount: "0.04", Asset: "USDC"}, nil, nil)
+	if err == nil {
+		t.Fatal("a review was opened over a log with a gap")
 	}
 }

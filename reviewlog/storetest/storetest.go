@@ -22,14 +22,26 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
 
-// Factory makes a fresh, empty store for one test, and a way to open
-// another handle on that same store (another process or replica).
-type Factory func(t *testing.T) (reviewlog.Store, func() reviewlog.Store)
+// Factory makes a fresh, empty store for one test: a handle on it, a way
+// to open another handle on that same store (another process or
+// replica), and the hands of whoever can write the store's medium
+// directly (the volume, the database) without the guard's keys.
+type Factory func(t *testing.T) (reviewlog.Store, func() reviewlog.Store, Tamperer)
+
+// Tamperer writes a store behind the guard's back, as a volume writer or
+// a database writer can.
+type Tamperer interface {
+	// AppendLogLine appends line (a newline is added) to the review log.
+	AppendLogLine(t *testing.T, line []byte)
+	// EmptyLog leaves the review log without a line.
+	EmptyLog(t *testing.T)
+}
 
 // fixture is one store under test with its signers and clock.
 type fixture struct {
 	t        *testing.T
 	another  func() reviewlog.Store
+	tamper   Tamperer
 	service  *reviewlog.Chains
 	reviewer *reviewlog.Chains
 	trusted  reviewlog.Reviewers
@@ -48,10 +60,10 @@ func newFixture(t *testing.T, f Factory) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, another := f(t)
+	st, another, tamper := f(t)
 	t.Cleanup(func() { st.Close() })
 	return &fixture{
-		t: t, another: another,
+		t: t, another: another, tamper: tamper,
 		service:  &reviewlog.Chains{Signer: noa.NewKeySigner(sk), Tenant: "contract"},
 		reviewer: &reviewlog.Chains{Signer: noa.NewKeySigner(rk), Tenant: "contract"},
 		trusted:  reviewlog.Reviewers{reviewerID: rk.Public().(ed25519.PublicKey)},
@@ -179,6 +191,52 @@ func Run(t *testing.T, factory Factory) {
 	t.Run("ChainStaysLinear", func(t *testing.T) { testLinear(t, newFixture(t, factory)) })
 	t.Run("Expiry", func(t *testing.T) { testExpiry(t, newFixture(t, factory)) })
 	t.Run("FailedHookWritesNothing", func(t *testing.T) { testFailedHook(t, newFixture(t, factory)) })
+	t.Run("ForgedDecisionReadsUnverified", func(t *testing.T) { testForgedDecision(t, newFixture(t, factory)) })
+	t.Run("RejectionSurvivesAnEmptiedLog", func(t *testing.T) { testRejectionSurvives(t, newFixture(t, factory)) })
+}
+
+// A decided line written behind the guard's back, with no reviewer's
+// signature, decides nothing: the review reads unverified and the caller's
+// retry is never the approval.
+func testForgedDecision(t *testing.T, f *fixture) {
+	ctx := t.Context()
+	out, err := f.ask(ctx, f.log(0), "agent-1", 11, guard.Review)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.tamper.AppendLogLine(t, []byte(fmt.Sprintf(`{"type":"decided","review_id":%q,"at":"2026-12-01T09:00:30.000Z","status":"approved","by":%q}`, out.Review.ID, reviewerID)))
+	r, err := f.log(0).Get(ctx, out.Review.ID)
+	if err != nil || r.Status != reviewlog.Unverified || len(r.Integrity) == 0 {
+		t.Fatalf("after a forged approval: %+v %v, want unverified with the reason", r, err)
+	}
+	retry, err := f.ask(ctx, f.log(0), "agent-1", 11, guard.Review)
+	if err != nil || retry.Kind == reviewlog.AskApproved {
+		t.Fatalf("the retry after a forged approval: %+v %v", retry, err)
+	}
+	if _, err := f.decide(ctx, f.log(0), out.Review.ID, reviewlog.Approved); !errors.Is(err, reviewlog.ErrAlreadyDecided) {
+		t.Fatalf("a real decision on the forged one: %v (the log says decided: the agent's next question opens one to sign)", err)
+	}
+}
+
+// A signed rejection holds even where the review log lost every line: the
+// chains' receipts name the caller's question.
+func testRejectionSurvives(t *testing.T, f *fixture) {
+	ctx := t.Context()
+	out, err := f.ask(ctx, f.log(0), "agent-1", 12, guard.Review)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.decide(ctx, f.log(0), out.Review.ID, reviewlog.Rejected); err != nil {
+		t.Fatal(err)
+	}
+	f.tamper.EmptyLog(t)
+	if list, err := f.log(0).List(ctx, true); err != nil || len(list) != 0 {
+		t.Fatalf("the emptied log still lists %d reviews (%v): the tamperer did not empty it", len(list), err)
+	}
+	again, err := f.ask(ctx, f.log(0), "agent-1", 12, guard.Allow)
+	if err != nil || again.Kind != reviewlog.AskRejected {
+		t.Fatalf("the question after the log was emptied: %+v %v, want the rejection to hold", again, err)
+	}
 }
 
 func testDecisions(t *testing.T, f *fixture) {
