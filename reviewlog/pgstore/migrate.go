@@ -71,6 +71,11 @@ func Migrate(ctx context.Context, dsn string, logger *slog.Logger) (Versions, Ve
 		return Versions{}, Versions{}, err
 	}
 	defer pool.Close()
+	pctx, cancel := context.WithTimeout(ctx, connectTimeout+statementTimeout)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		return Versions{}, Versions{}, fmt.Errorf("PostgreSQL at %s does not answer: %w", Redact(dsn), scrub(err))
+	}
 	p, done, err := provider(pool, logger)
 	if err != nil {
 		return Versions{}, Versions{}, err

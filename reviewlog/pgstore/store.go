@@ -117,7 +117,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	defer cancel()
 	if err := pool.Ping(cctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("PostgreSQL at %s does not answer: %w", s.describe, err)
+		return nil, fmt.Errorf("PostgreSQL at %s does not answer: %w", s.describe, scrub(err))
 	}
 	if err := checkSchema(cctx, pool, s.describe); err != nil {
 		pool.Close()
