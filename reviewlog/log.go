@@ -281,15 +281,18 @@ func (l *Log) view(ctx context.Context, fn func(r Reader, st *state) error) erro
 }
 
 // withFold brings the cached fold up to date with r's log and runs fn over
-// it, holding l.mu.
+// it, holding l.mu. The log is opened (its size read, a database's snapshot
+// taken) only once l.mu is held: opened before, a reader could see the log
+// shorter than a fold another caller brought further meanwhile, and take
+// it for a rewritten log.
 func (l *Log) withFold(ctx context.Context, r Reader, fn func(st *state) error) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	s, err := r.Log(ctx)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	st, err := l.refresh(s)
 	if err != nil {
 		return err
@@ -302,6 +305,13 @@ func (l *Log) withFold(ctx context.Context, r Reader, fn func(st *state) error) 
 // was rewritten.
 func (l *Log) refresh(s Stream) (*state, error) {
 	size := s.Size()
+	if size == 0 && s.Identity() == "" {
+		// No log yet (or no longer): nothing to fold, and nothing to
+		// remember — the log that appears later is no rewrite of this.
+		st := newState()
+		st.src = s
+		return st, nil
+	}
 	c := l.cache
 	if c != nil && (c.identity != s.Identity() || size < c.st.offset || !anchorHolds(s, c)) {
 		fresh := newState()

@@ -191,6 +191,7 @@ func Run(t *testing.T, factory Factory) {
 	t.Run("ChainStaysLinear", func(t *testing.T) { testLinear(t, newFixture(t, factory)) })
 	t.Run("Expiry", func(t *testing.T) { testExpiry(t, newFixture(t, factory)) })
 	t.Run("FailedHookWritesNothing", func(t *testing.T) { testFailedHook(t, newFixture(t, factory)) })
+	t.Run("ReadersBesideWritersSeeNoRewrite", func(t *testing.T) { testReadersBesideWriters(t, newFixture(t, factory)) })
 	t.Run("ForgedDecisionReadsUnverified", func(t *testing.T) { testForgedDecision(t, newFixture(t, factory)) })
 	t.Run("RejectionSurvivesAnEmptiedLog", func(t *testing.T) { testRejectionSurvives(t, newFixture(t, factory)) })
 }
@@ -494,5 +495,54 @@ func testFailedHook(t *testing.T, f *fixture) {
 	}
 	if out, err := f.ask(ctx, l, "agent-1", 9, guard.Review); err != nil || out.Kind != reviewlog.AskOpened || !strings.Contains(out.Review.ParamsHash, "hmac-sha256:") {
 		t.Fatalf("after the failure: %+v %v", out, err)
+	}
+}
+
+// Readers of one log handle running beside its writers never see the log
+// go backwards: a read that began before an append must not make the fold
+// think the log was rewritten (a false finding, and a full re-read).
+func testReadersBesideWriters(t *testing.T, f *fixture) {
+	ctx := t.Context()
+	l := f.log(0)
+	other := f.log(0)
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for w := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 10 {
+				writer := l
+				if i%2 == 1 {
+					writer = other
+				}
+				if _, err := f.ask(ctx, writer, fmt.Sprintf("agent-%d", w), 20+i, guard.Review); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 15 {
+				if _, err := l.List(ctx, true); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	findings, err := l.Findings(ctx)
+	if err != nil || len(findings) != 0 {
+		t.Fatalf("findings after concurrent reads and appends: %+v %v, want none", findings, err)
+	}
+	if list, err := l.List(ctx, true); err != nil || len(list) != 20 {
+		t.Fatalf("%d reviews, want 20: %v", len(list), err)
 	}
 }
