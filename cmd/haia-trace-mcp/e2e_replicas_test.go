@@ -243,6 +243,20 @@ func TestReplicasShareOnePostgresStore(t *testing.T) {
 		t.Fatalf("second export: %s", errOut)
 	}
 	sameTree(t, filepath.Join(exported, reviewlog.DirName), filepath.Join(again, reviewlog.DirName))
+
+	// The decided review moves to an archive inside the database, and the
+	// audit still checks it against its receipts.
+	before, _, _ := runCLI(t, "audit", "--dir", rs.root, "--store", rs.dsn)
+	time.Sleep(10 * time.Millisecond)
+	if out, errOut, code := runCLI(t, "review", "archive", "--dir", rs.root, "--store", rs.dsn, "--older-than", "5ms"); code != 0 || !strings.Contains(out, "archived 1 reviews") {
+		t.Fatalf("review archive on PostgreSQL: %d %s %s", code, out, errOut)
+	}
+	if out, errOut, code := runCLI(t, "audit", "--dir", rs.root, "--store", rs.dsn); code != 0 || !strings.HasPrefix(out, "CONSISTENT") || out != before {
+		t.Fatalf("audit after the archive: %d %s %s, want as before it: %s", code, out, errOut, before)
+	}
+	if out, _, _ := runCLI(t, "review", "list", "--dir", rs.root, "--store", rs.dsn, "--all", "--json"); strings.Contains(out, id) {
+		t.Fatalf("the archived review is still in the log: %s", out)
+	}
 }
 
 // sameTree fails unless every regular file under a is under b with the
