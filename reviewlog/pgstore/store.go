@@ -313,8 +313,11 @@ func splitLines(data []byte) ([][]byte, error) {
 // grow moves a stream's size from want to want+n, creating it; a size
 // other than want means the caller's view is not the stream's.
 func (w *writer) grow(ctx context.Context, name string, want, n int64) error {
+	// A new stream starts at 0; an existing one grows only from the size
+	// its writer read.
 	tag, err := w.q.Exec(ctx, `INSERT INTO guard_streams (name, size, generation)
-		VALUES ($1, $3, (SELECT value FROM guard_meta WHERE key = 'generation'))
+		SELECT $1, $3, value FROM guard_meta
+		WHERE key = 'generation' AND ($2 = 0 OR EXISTS (SELECT 1 FROM guard_streams WHERE name = $1))
 		ON CONFLICT (name) DO UPDATE SET size = guard_streams.size + $4 WHERE guard_streams.size = $2`, name, want, want+n, n)
 	if err != nil {
 		return fmt.Errorf("PostgreSQL at %s: stream %s: %w", w.s.describe, name, scrub(err))

@@ -2,15 +2,19 @@ package pgstore_test
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/pgtest"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/pgstore"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/storetest"
 )
@@ -144,5 +148,44 @@ func TestAGapInTheLogFailsClosed(t *testing.T) {
 	_, _, err = reviewlog.OpenStore(fresh, reviewlog.Options{}).OpenReview(t.Context(), guard.Question{Counterparty: "0xabc", Amount: "0.04", Asset: "USDC"}, nil, nil)
 	if err == nil {
 		t.Fatal("a review was opened over a log with a gap")
+	}
+}
+
+// A writer whose idea of a segment's length is not the database's is
+// refused: a row is never written over or past another.
+func TestAppendOnlyAtTheEnd(t *testing.T) {
+	st := open(t, freshStore(t, true))
+	defer st.Close()
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &reviewlog.Chains{Signer: noa.NewKeySigner(key)}
+	seal := func(w reviewlog.Writer) error {
+		_, err := c.Append(t.Context(), w, noa.Draft{TS: time.Now(), Agent: noa.Agent{ID: "a", Principal: noa.PrincipalService},
+			Action:     noa.Action{ID: "x", Canonical: "payment.x402", RiskClass: "IRREVERSIBLE", ParamsHash: "hmac-sha256:" + strings.Repeat("0", 64)},
+			Governance: noa.Governance{Mode: "on", Verdict: noa.VerdictAllowed}})
+		return err
+	}
+	if err := st.Locked(t.Context(), time.Second, seal); err != nil {
+		t.Fatal(err)
+	}
+	file := reviewlog.SegmentFile(c.ChainID(), 0)
+	for _, end := range []int64{0, 1, 1 << 20} {
+		err := st.Locked(t.Context(), time.Second, func(w reviewlog.Writer) error {
+			return w.AppendSegment(t.Context(), file, end, []byte("{}\n"))
+		})
+		if err == nil || !strings.Contains(err.Error(), "refusing to append") {
+			t.Errorf("append at byte %d of a segment that holds one receipt: %v, want refused", end, err)
+		}
+	}
+	err = st.Locked(t.Context(), time.Second, func(w reviewlog.Writer) error {
+		return w.AppendSegment(t.Context(), "other.ndjson", 5, []byte("{}\n"))
+	})
+	if err == nil || !strings.Contains(err.Error(), "refusing to append") {
+		t.Errorf("append at byte 5 of a segment that does not exist: %v", err)
+	}
+	if err := st.Locked(t.Context(), time.Second, seal); err != nil {
+		t.Fatalf("the next real receipt: %v", err)
 	}
 }
