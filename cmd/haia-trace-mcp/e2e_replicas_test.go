@@ -257,6 +257,11 @@ func TestReplicasShareOnePostgresStore(t *testing.T) {
 	if out, _, _ := runCLI(t, "review", "list", "--dir", rs.root, "--store", rs.dsn, "--all", "--json"); strings.Contains(out, id) {
 		t.Fatalf("the archived review is still in the log: %s", out)
 	}
+	// Three servers, every command above: nothing was written under the
+	// Trace root, which may as well have been mounted read-only.
+	if _, err := os.Stat(filepath.Join(rs.root, reviewlog.DirName)); !os.IsNotExist(err) {
+		t.Fatalf("guard/ exists under the Trace root with the PostgreSQL store (stat: %v)", err)
+	}
 }
 
 // sameTree fails unless every regular file under a is under b with the
