@@ -12,19 +12,22 @@ import (
 
 // The file store keeps the store contract: each handle is its own
 // FileStore on the same Trace root, as separate processes are.
-func TestFileStoreContract(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) (reviewlog.Store, func() reviewlog.Store, storetest.Tamperer) {
-		dir := t.TempDir()
-		open := func() reviewlog.Store {
-			root, err := confined.OpenRoot(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { root.Close() })
-			return reviewlog.NewFileStore(root)
+func TestFileStoreContract(t *testing.T) { storetest.Run(t, fileStores) }
+
+// BenchmarkFileStoreAsk: go test -bench FileStoreAsk ./reviewlog/
+func BenchmarkFileStoreAsk(b *testing.B) { storetest.Bench(b, fileStores, 1) }
+
+func fileStores(t testing.TB) (reviewlog.Store, func() reviewlog.Store, storetest.Tamperer) {
+	dir := t.TempDir()
+	open := func() reviewlog.Store {
+		root, err := confined.OpenRoot(dir)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return open(), open, volumeWriter(filepath.Join(dir, reviewlog.DirName, reviewlog.FileName))
-	})
+		t.Cleanup(func() { root.Close() })
+		return reviewlog.NewFileStore(root)
+	}
+	return open(), open, volumeWriter(filepath.Join(dir, reviewlog.DirName, reviewlog.FileName))
 }
 
 // volumeWriter writes the review log file directly.

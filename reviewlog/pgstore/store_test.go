@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +21,7 @@ import (
 )
 
 // freshStore makes an empty database for one test, migrated when asked.
-func freshStore(t *testing.T, migrate bool) string {
+func freshStore(t testing.TB, migrate bool) string {
 	t.Helper()
 	dsn := pgtest.Database(t, pgtest.DSN(t))
 	if migrate {
@@ -31,7 +32,7 @@ func freshStore(t *testing.T, migrate bool) string {
 	return dsn
 }
 
-func open(t *testing.T, dsn string) *pgstore.Store {
+func open(t testing.TB, dsn string) *pgstore.Store {
 	t.Helper()
 	s, err := pgstore.Open(t.Context(), dsn)
 	if err != nil {
@@ -43,10 +44,19 @@ func open(t *testing.T, dsn string) *pgstore.Store {
 // The PostgreSQL store keeps the store contract; each handle is its own
 // connection pool, as each replica has.
 func TestPostgresStoreContract(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) (reviewlog.Store, func() reviewlog.Store, storetest.Tamperer) {
-		dsn := freshStore(t, true)
-		return open(t, dsn), func() reviewlog.Store { return open(t, dsn) }, databaseWriter(dsn)
-	})
+	storetest.Run(t, pgStores)
+}
+
+func pgStores(t testing.TB) (reviewlog.Store, func() reviewlog.Store, storetest.Tamperer) {
+	dsn := freshStore(t, true)
+	return open(t, dsn), func() reviewlog.Store { return open(t, dsn) }, databaseWriter(dsn)
+}
+
+// BenchmarkPostgresStoreAsk: HAIA_TEST_POSTGRES=… go test -bench PostgresStoreAsk ./reviewlog/pgstore/
+func BenchmarkPostgresStoreAsk(b *testing.B) {
+	for _, handles := range []int{1, 2, 3} {
+		b.Run(fmt.Sprintf("replicas=%d", handles), func(b *testing.B) { storetest.Bench(b, pgStores, handles) })
+	}
 }
 
 // databaseWriter writes the guard's tables directly, as anyone holding the

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,7 +27,7 @@ import (
 // to open another handle on that same store (another process or
 // replica), and the hands of whoever can write the store's medium
 // directly (the volume, the database) without the guard's keys.
-type Factory func(t *testing.T) (reviewlog.Store, func() reviewlog.Store, Tamperer)
+type Factory func(t testing.TB) (reviewlog.Store, func() reviewlog.Store, Tamperer)
 
 // Tamperer writes a store behind the guard's back, as a volume writer or
 // a database writer can.
@@ -39,7 +40,7 @@ type Tamperer interface {
 
 // fixture is one store under test with its signers and clock.
 type fixture struct {
-	t        *testing.T
+	t        testing.TB
 	another  func() reviewlog.Store
 	tamper   Tamperer
 	service  *reviewlog.Chains
@@ -51,7 +52,7 @@ type fixture struct {
 
 const reviewerID = "alice"
 
-func newFixture(t *testing.T, f Factory) *fixture {
+func newFixture(t testing.TB, f Factory) *fixture {
 	_, sk, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -545,4 +546,37 @@ func testReadersBesideWriters(t *testing.T, f *fixture) {
 	if list, err := l.List(ctx, true); err != nil || len(list) != 20 {
 		t.Fatalf("%d reviews, want 20: %v", len(list), err)
 	}
+}
+
+// Bench measures answering check_before_pay through the store: 8
+// goroutines a CPU, each a caller of its own asking 8 questions in turn
+// (half allow, half review: a pending review reused after its first
+// answer), spread over handles handles on the store (replicas).
+func Bench(b *testing.B, factory Factory, handles int) {
+	f := newFixture(b, factory)
+	logs := make([]*reviewlog.Log, handles)
+	for i := range logs {
+		logs[i] = f.log(0)
+	}
+	ctx := context.Background()
+	var next atomic.Int64
+	b.SetParallelism(8)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(next.Add(1))
+		l, caller := logs[i%handles], fmt.Sprintf("bench-%d", i)
+		for k := 0; pb.Next(); k++ {
+			decision := guard.Allow
+			if k%2 == 1 {
+				decision = guard.Review
+			}
+			if _, err := f.ask(ctx, l, caller, k%8, decision); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	f.verifyAll(ctx)
 }
