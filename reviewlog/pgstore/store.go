@@ -176,11 +176,9 @@ func (s *Store) Locked(ctx context.Context, wait time.Duration, fn func(w review
 		return fmt.Errorf("PostgreSQL at %s: begin: %w", s.describe, scrub(err))
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	ms := strconv.FormatInt(max(wait.Milliseconds(), 1), 10)
-	if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", ms); err != nil {
-		return fmt.Errorf("PostgreSQL at %s: %w", s.describe, scrub(err))
-	}
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(lockKey)); err != nil {
+	// One round trip: both are integers formatted here, never input.
+	lockSQL := fmt.Sprintf("SET LOCAL lock_timeout = %d; SELECT pg_advisory_xact_lock(%d)", max(wait.Milliseconds(), 1), int64(lockKey))
+	if _, err := tx.Exec(ctx, lockSQL); err != nil {
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "55P03" {
 			return fmt.Errorf("%s: %w within %s (another replica holds it)", s.describe, reviewlog.ErrLockTimeout, wait)
