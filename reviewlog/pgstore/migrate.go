@@ -105,21 +105,21 @@ func versions(ctx context.Context, p *goose.Provider) (Versions, error) {
 
 // checkSchema refuses a schema behind or ahead of the binary, saying what
 // to run.
-func checkSchema(ctx context.Context, pool *pgxpool.Pool, where string) error {
+func checkSchema(ctx context.Context, pool *pgxpool.Pool, where string) (int64, error) {
 	p, done, err := provider(pool, nil)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer done()
 	v, err := versions(ctx, p)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	switch {
 	case v.Database < v.Binary:
-		return fmt.Errorf("%w: %s is at schema version %d, behind this binary's %d; run `haia-trace-mcp store migrate --store URL` first", ErrSchema, where, v.Database, v.Binary)
+		return 0, fmt.Errorf("%w: %s is at schema version %d, behind this binary's %d; run `haia-trace-mcp store migrate --store URL` first", ErrSchema, where, v.Database, v.Binary)
 	case v.Database > v.Binary:
-		return fmt.Errorf("%w: %s is at schema version %d, ahead of this binary's %d; run the newer haia-trace-mcp that migrated it", ErrSchema, where, v.Database, v.Binary)
+		return 0, fmt.Errorf("%w: %s is at schema version %d, ahead of this binary's %d; run the newer haia-trace-mcp that migrated it", ErrSchema, where, v.Database, v.Binary)
 	}
-	return nil
+	return v.Binary, nil
 }

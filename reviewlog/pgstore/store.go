@@ -54,6 +54,8 @@ const (
 type Store struct {
 	pool     *pgxpool.Pool
 	describe string
+	// schema is the schema version this binary carries.
+	schema int64
 }
 
 // IsURL says whether s names a PostgreSQL store.
@@ -119,10 +121,12 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("PostgreSQL at %s does not answer: %w", s.describe, scrub(err))
 	}
-	if err := checkSchema(cctx, pool, s.describe); err != nil {
+	v, err := checkSchema(cctx, pool, s.describe)
+	if err != nil {
 		pool.Close()
 		return nil, err
 	}
+	s.schema = v
 	return s, nil
 }
 
@@ -132,16 +136,19 @@ func (s *Store) Describe() string { return s.describe }
 // Close closes the connection pool.
 func (s *Store) Close() error { s.pool.Close(); return nil }
 
-// Pool is the connection pool, for LISTEN and the outbox.
-func (s *Store) Pool() *pgxpool.Pool { return s.pool }
-
-// Ready pings the database and checks the schema is still the binary's.
+// Ready asks the database and checks that its schema is still the
+// binary's: a newer binary that migrated it under this one takes this one
+// out of service rather than let it write a schema it does not know.
 func (s *Store) Ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
-	var n int
-	if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM guard_meta").Scan(&n); err != nil {
+	var v int64
+	err := s.pool.QueryRow(ctx, "SELECT COALESCE(max(version_id), 0) FROM "+versionTable+" WHERE is_applied").Scan(&v)
+	if err != nil {
 		return fmt.Errorf("PostgreSQL at %s: %w", s.describe, scrub(err))
+	}
+	if v != s.schema {
+		return fmt.Errorf("%w: %s is now at schema version %d, this binary speaks %d", ErrSchema, s.describe, v, s.schema)
 	}
 	return nil
 }

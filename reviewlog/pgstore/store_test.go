@@ -105,7 +105,11 @@ func TestSchemaVersionIsChecked(t *testing.T) {
 	if err != nil || again != after {
 		t.Fatalf("second migrate: %+v %v", again, err)
 	}
-	open(t, dsn).Close()
+	running := open(t, dsn)
+	defer running.Close()
+	if err := running.Ready(t.Context()); err != nil {
+		t.Fatalf("ready on its own schema: %v", err)
+	}
 	// A schema ahead of the binary (a newer binary migrated it).
 	conn, err := pgx.Connect(t.Context(), dsn)
 	if err != nil {
@@ -114,6 +118,9 @@ func TestSchemaVersionIsChecked(t *testing.T) {
 	defer conn.Close(context.Background())
 	if _, err := conn.Exec(t.Context(), "INSERT INTO haia_schema_version (version_id, is_applied) VALUES (99, true)"); err != nil {
 		t.Fatal(err)
+	}
+	if err := running.Ready(t.Context()); !errors.Is(err, pgstore.ErrSchema) {
+		t.Fatalf("a running store after a newer binary migrated: ready says %v, want ErrSchema", err)
 	}
 	if _, err := pgstore.Open(t.Context(), dsn); !errors.Is(err, pgstore.ErrSchema) || !strings.Contains(err.Error(), "ahead of this binary") {
 		t.Fatalf("open on a newer schema: %v", err)
