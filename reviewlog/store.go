@@ -63,7 +63,10 @@ type Reader interface {
 // Writer is a Reader inside the write lock, that can also append.
 type Writer interface {
 	Reader
-	// AppendLog appends whole lines to the review log.
+	// AppendLog appends whole lines to the review log. A store shared by
+	// replicas also queues, in the same commit, each review the lines open
+	// for notification (the PostgreSQL store's outbox), so that one
+	// replica notifies it.
 	AppendLog(ctx context.Context, data []byte) error
 	// AppendSegment writes data at byte end of a segment (creating it),
 	// cutting off whatever lies past end first: a torn tail left by a
