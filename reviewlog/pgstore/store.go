@@ -580,32 +580,54 @@ func (s *stream) fetch(from, to int64) error {
 	q := `SELECT off, line FROM ` + s.table + ` WHERE stream = $1
 		AND off >= COALESCE((SELECT max(off) FROM ` + s.table + ` WHERE stream = $1 AND off <= $2), 0)
 		AND off < $3 ORDER BY off`
-	rows, err := s.q.Query(s.ctx, q, s.name, from, to)
+	rs, err := s.q.Query(s.ctx, q, s.name, from, to)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", s.name, scrub(err))
 	}
-	defer rows.Close()
-	var buf []byte
-	start := int64(-1)
-	for rows.Next() {
-		var off int64
-		var line []byte
-		if err := rows.Scan(&off, &line); err != nil {
+	defer rs.Close()
+	var got []row
+	for rs.Next() {
+		var r row
+		if err := rs.Scan(&r.off, &r.line); err != nil {
 			return fmt.Errorf("read %s: %w", s.name, err)
 		}
-		if start < 0 {
-			start = off
-		} else if off != start+int64(len(buf)) {
-			return fmt.Errorf("stream %s: the row at offset %d does not follow the one before (a gap or an overlap)", s.name, off)
-		}
-		buf = append(buf, line...)
+		got = append(got, r)
 	}
-	if err := rows.Err(); err != nil {
+	if err := rs.Err(); err != nil {
 		return fmt.Errorf("read %s: %w", s.name, scrub(err))
 	}
-	if start < 0 || start > from {
-		return fmt.Errorf("stream %s: no row holds offset %d", s.name, from)
+	start, buf, err := contiguous(s.name, got, from)
+	if err != nil {
+		return err
 	}
 	s.cacheOff, s.cache = start, buf
 	return nil
+}
+
+// row is one stored line at its byte offset.
+type row struct {
+	off  int64
+	line []byte
+}
+
+// contiguous joins rows (in offset order) into the bytes they hold, which
+// must include offset from. Rows are whatever the database holds, and
+// whoever can write it can leave gaps, overlaps or holes: each is an
+// error, never a short or shifted read.
+func contiguous(name string, rows []row, from int64) (int64, []byte, error) {
+	if len(rows) == 0 || rows[0].off > from || rows[0].off < 0 {
+		return 0, nil, fmt.Errorf("stream %s: no row holds offset %d", name, from)
+	}
+	start := rows[0].off
+	var buf []byte
+	for _, r := range rows {
+		if r.off != start+int64(len(buf)) {
+			return 0, nil, fmt.Errorf("stream %s: the row at offset %d does not follow the one before (a gap or an overlap)", name, r.off)
+		}
+		buf = append(buf, r.line...)
+	}
+	if start+int64(len(buf)) <= from {
+		return 0, nil, fmt.Errorf("stream %s: no row holds offset %d (the rows end at %d)", name, from, start+int64(len(buf)))
+	}
+	return start, buf, nil
 }

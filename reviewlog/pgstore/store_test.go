@@ -166,6 +166,14 @@ func TestAGapInTheLogFailsClosed(t *testing.T) {
 	if err == nil {
 		t.Fatal("a review was opened over a log with a gap")
 	}
+	// A stream longer than its rows: the bytes past the last row are held
+	// by no row, which is an error, not a crash or a short read.
+	databaseWriter(dsn).exec(t, `DELETE FROM review_lines WHERE stream = 'decisions.ndjson' AND off > 0`)
+	databaseWriter(dsn).exec(t, `UPDATE guard_streams SET size = size + 500 WHERE name = 'decisions.ndjson'`)
+	_, err = reviewlog.OpenStore(fresh, reviewlog.Options{}).List(t.Context(), true)
+	if err == nil || !(strings.Contains(err.Error(), "no row holds offset") || strings.Contains(err.Error(), "are not in the database")) {
+		t.Fatalf("listing a log longer than its rows: %v, want the missing bytes named", err)
+	}
 }
 
 // A writer whose idea of a segment's length is not the database's is
@@ -204,5 +212,32 @@ func TestAppendOnlyAtTheEnd(t *testing.T) {
 	}
 	if err := st.Locked(t.Context(), time.Second, seal); err != nil {
 		t.Fatalf("the next real receipt: %v", err)
+	}
+}
+
+// The last row of a log a reader has folded is deleted behind its back
+// (the stream's size left as it was): the reader's next look at the bytes
+// before its offset finds no row holding them, which is a finding or an
+// error, never a crash.
+func TestADeletedTailIsNoCrash(t *testing.T) {
+	dsn := freshStore(t, true)
+	st := open(t, dsn)
+	defer st.Close()
+	l := reviewlog.OpenStore(st, reviewlog.Options{})
+	for _, amount := range []string{"0.01", "0.02"} {
+		if _, _, err := l.OpenReview(t.Context(), guard.Question{Counterparty: "0xabc", Amount: amount, Asset: "USDC", Template: "x402-buyer"}, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if list, err := l.List(t.Context(), true); err != nil || len(list) != 2 {
+		t.Fatalf("%d reviews, %v", len(list), err)
+	}
+	databaseWriter(dsn).exec(t, `DELETE FROM review_lines WHERE stream = 'decisions.ndjson' AND off = (SELECT max(off) FROM review_lines WHERE stream = 'decisions.ndjson')`)
+	list, err := l.List(t.Context(), true)
+	if err == nil {
+		findings, ferr := l.Findings(t.Context())
+		if ferr != nil || len(findings) == 0 {
+			t.Fatalf("after the tail was deleted: %d reviews, no error and no finding (%v)", len(list), ferr)
+		}
 	}
 }
