@@ -28,6 +28,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/pgtest"
 )
 
 // The container test builds the image and runs the compose topology with
@@ -473,6 +475,35 @@ func TestContainer(t *testing.T) {
 	t.Run("compose topology", func(t *testing.T) { containerTopology(t, p.with(t), bin) })
 	t.Run("defaults without HOME", func(t *testing.T) { containerDefaultsWithoutHome(t, p.with(t), cfg) })
 	t.Run("server.json package over stdio", func(t *testing.T) { containerManifestStdio(t, p.with(t)) })
+	t.Run("PostgreSQL store from the image", func(t *testing.T) { containerPostgresStore(t, p.with(t)) })
+}
+
+// containerPostgresStore runs the image's binary against a real PostgreSQL
+// (the test server, over the host's network) the way the PostgreSQL
+// manifests do: read-only root, the DSN only in HAIA_STORE, `store
+// migrate` first, then the CLI on the migrated store.
+func containerPostgresStore(t *testing.T, p *podman) {
+	dsn := pgtest.Database(t, pgtest.DSN(t))
+	base := []string{"run", "--rm", "--no-healthcheck", "--read-only", "--read-only-tmpfs=false", "--network", "host", "--cap-drop", "ALL",
+		"--ulimit", "nofile=20000:20000", "--ulimit", "nproc=4096:4096", "--env", "HAIA_STORE=" + dsn, "--entrypoint", "/haia-trace-mcp", imageName}
+	steps := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"store", "migrate"}, "schema version 0 → 1"},
+		{[]string{"store", "migrate"}, "already this binary's"},
+		{[]string{"review", "list", "--dir", "/trace"}, "no pending reviews"},
+		{[]string{"chain", "list"}, ""},
+	}
+	for _, st := range steps {
+		out, errOut, code := p.try(append(append([]string{}, base...), st.args...)...)
+		if code != 0 || !strings.Contains(out+errOut, st.want) {
+			t.Fatalf("%s in the image: exit %d, want %q\n%s%s", strings.Join(st.args, " "), code, st.want, out, errOut)
+		}
+		if strings.Contains(out+errOut, "haia_ci:haia_ci@") || strings.Contains(out+errOut, ":haia@") {
+			t.Fatalf("%s printed the DSN's password:\n%s%s", strings.Join(st.args, " "), out, errOut)
+		}
+	}
 }
 
 // containerManifestStdio runs the image the way server.json tells an MCP
