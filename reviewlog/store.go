@@ -2,7 +2,6 @@ package reviewlog
 
 import (
 	"context"
-	"errors"
 	"io"
 	"time"
 
@@ -75,8 +74,7 @@ type Writer interface {
 	// AddKey records a signing key's public key (SPKI, base64url).
 	AddKey(ctx context.Context, kid, spki string) error
 	// ReplaceLog moves archived lines into a new archive named name and
-	// leaves kept as the whole review log (ErrNoArchives where the store
-	// keeps no archives).
+	// leaves kept as the whole review log.
 	ReplaceLog(ctx context.Context, name string, archived, kept []byte) error
 }
 
@@ -111,7 +109,3 @@ func Bulk(ctx context.Context) context.Context { return context.WithValue(ctx, b
 
 // IsBulk says whether ctx was marked by Bulk.
 func IsBulk(ctx context.Context) bool { b, _ := ctx.Value(bulkKey{}).(bool); return b }
-
-// ErrNoArchives: the store keeps its review log in one place and does not
-// archive it.
-var ErrNoArchives = errors.New("this store does not archive its review log")

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 
-	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
@@ -43,23 +42,13 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if code, ok := c.wantArgs(pos, 0, 0, "no arguments"); !ok {
 		return code
 	}
-	root, st, code := openCLIStore(ctx, "audit", *dir, storeSpec(*storeFlag), stderr)
-	if root == nil {
+	g, code := openCLIGuard(ctx, "audit", *dir, *storeFlag, *reviewers, *guardConfig, stderr)
+	if g == nil {
 		return code
 	}
-	defer root.Close()
-	defer st.Close()
-	reviewersPath, err := reviewersFile(*reviewers)
-	if err != nil {
-		fmt.Fprintf(stderr, "haia-trace-mcp audit: %v\n", err)
-		return exitFail
-	}
-	pol, err := guard.LoadConfig(*guardConfig)
-	if err != nil {
-		fmt.Fprintf(stderr, "haia-trace-mcp audit: --guard-config: %v\n", err)
-		return exitUsage
-	}
-	trusted, err := reviewlog.LoadReviewers(reviewersPath)
+	defer g.Close()
+	st := g.store
+	trusted, err := g.loadReviewers()
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		fmt.Fprintf(stderr, "haia-trace-mcp audit: %v\n", err)
 		return exitFail
@@ -92,7 +81,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	for _, pub := range trusted {
 		kr.Add(noa.KeyID(pub), pub)
 	}
-	log := reviewlog.OpenStore(st, reviewlog.Options{ReviewTTL: pol.ReviewTTL,
+	log := reviewlog.OpenStore(st, reviewlog.Options{ReviewTTL: g.policy.ReviewTTL,
 		Reviewers: func() (reviewlog.Reviewers, error) { return trusted, nil }})
 	rep, err := log.Audit(ctx, kr)
 	if err != nil {

@@ -73,10 +73,12 @@ func runChain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err := checkStoreSpec(spec); err != nil {
 		return c.failf("%v", err)
 	}
-	var st reviewlog.Store
+	// The file store's chains are under --dir's guard/, which must exist;
+	// a database needs no Trace root.
+	var root *confined.Dir
 	if isFileStore(spec) {
-		root, err := confined.OpenRoot(*dir)
-		if err != nil {
+		var err error
+		if root, err = confined.OpenRoot(*dir); err != nil {
 			fmt.Fprintf(stderr, "haia-trace-mcp chain: the Trace root: %v\n", err)
 			return exitFail
 		}
@@ -87,18 +89,15 @@ func runChain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			return exitFail
 		}
 		g.Close()
-		st = reviewlog.NewFileStore(root)
-	} else {
-		pg, err := openStore(ctx, nil, spec)
-		if err != nil {
-			fmt.Fprintf(stderr, "haia-trace-mcp chain: %s\n", termsafe.String(err.Error()))
-			return exitFail
-		}
-		defer pg.Close()
-		st = pg
 	}
+	st, err := openStore(ctx, root, spec)
+	if err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp chain: %s\n", termsafe.String(err.Error()))
+		return exitFail
+	}
+	defer st.Close()
 	code = exitFail
-	err := st.View(ctx, func(g reviewlog.Reader) error {
+	err = st.View(ctx, func(g reviewlog.Reader) error {
 		code = chainIn(ctx, g, st, verb, pos, all, out, &signing, stdout, stderr)
 		return nil
 	})

@@ -111,24 +111,13 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if *tenant == "" {
 		*tenant = "haia-trace-mcp"
 	}
-	root, st, code := openCLIStore(ctx, "review "+verb, *dir, storeSpec(*storeFlag), stderr)
-	if root == nil {
+	g, code := openCLIGuard(ctx, "review "+verb, *dir, *storeFlag, *reviewers, *guardConfig, stderr)
+	if g == nil {
 		return code
 	}
-	defer root.Close()
-	defer st.Close()
-	reviewersPath, err := reviewersFile(*reviewers)
-	if err != nil {
-		fmt.Fprintf(stderr, "haia-trace-mcp review %s: %v\n", verb, err)
-		return exitFail
-	}
-	pol, err := guard.LoadConfig(*guardConfig)
-	if err != nil {
-		fmt.Fprintf(stderr, "haia-trace-mcp review %s: --guard-config: %v\n", verb, err)
-		return exitUsage
-	}
-	log := reviewlog.OpenStore(st, reviewlog.Options{LockWait: *lockWait, ReviewTTL: pol.ReviewTTL,
-		Reviewers: func() (reviewlog.Reviewers, error) { return reviewlog.LoadReviewers(reviewersPath) }})
+	defer g.Close()
+	root, pol := g.root, g.policy
+	log := reviewlog.OpenStore(g.store, reviewlog.Options{LockWait: *lockWait, ReviewTTL: pol.ReviewTTL, Reviewers: g.loadReviewers})
 
 	switch verb {
 	case "archive":
@@ -175,6 +164,7 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	// that is checked before anything is written.
 	keyPath := *reviewerKey
 	if keyPath == "" {
+		var err error
 		if keyPath, err = defaultKeyPath("--reviewer-key", "reviewer-key.pem"); err != nil {
 			fmt.Fprintf(stderr, "haia-trace-mcp review %s: %v; pass --reviewer-key\n", verb, err)
 			return exitFail
@@ -185,7 +175,7 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "haia-trace-mcp review %s: --reviewer-key: %v (create one with: haia-trace-mcp reviewer init --id YOUR-ID)\n", verb, err)
 		return exitFail
 	}
-	trusted, err := reviewlog.LoadReviewers(reviewersPath)
+	trusted, err := g.loadReviewers()
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp review %s: %v (haia-trace-mcp reviewer init adds a reviewer to it)\n", verb, err)
 		return reviewExitUntrusted
@@ -193,7 +183,7 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	signer := noa.NewKeySigner(key)
 	id, ok := trusted.IDOf(signer.PublicKey())
 	if !ok {
-		fmt.Fprintf(stderr, "haia-trace-mcp review %s: the key %s (kid %s) is not in the trusted reviewers file %s; nothing was written\n", verb, keyPath, signer.KeyID(), reviewersPath)
+		fmt.Fprintf(stderr, "haia-trace-mcp review %s: the key %s (kid %s) is not in the trusted reviewers file %s; nothing was written\n", verb, keyPath, signer.KeyID(), g.reviewersPath)
 		return reviewExitUntrusted
 	}
 	if *by != "" && *by != id {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/pgstore"
@@ -57,25 +56,14 @@ func runReviewWatch(ctx context.Context, args []string, stdout, stderr io.Writer
 	if *interval < watchMinInterval || *interval > watchMaxInterval {
 		return c.failf("--interval %s is outside %s to %s", *interval, watchMinInterval, watchMaxInterval)
 	}
-	root, st, code := openCLIStore(ctx, "review watch", *dir, storeSpec(*storeFlag), stderr)
-	if root == nil {
+	g, code := openCLIGuard(ctx, "review watch", *dir, *storeFlag, *reviewers, *guardConfig, stderr)
+	if g == nil {
 		return code
 	}
-	defer root.Close()
-	defer st.Close()
-	reviewersPath, err := reviewersFile(*reviewers)
-	if err != nil {
-		fmt.Fprintf(stderr, "haia-trace-mcp review watch: %v\n", err)
-		return exitFail
-	}
-	pol, err := guard.LoadConfig(*guardConfig)
-	if err != nil {
-		fmt.Fprintf(stderr, "haia-trace-mcp review watch: --guard-config: %v\n", err)
-		return exitUsage
-	}
+	defer g.Close()
+	st := g.store
 	w := &reviewWatcher{
-		log: reviewlog.OpenStore(st, reviewlog.Options{ReviewTTL: pol.ReviewTTL,
-			Reviewers: func() (reviewlog.Reviewers, error) { return reviewlog.LoadReviewers(reviewersPath) }}),
+		log:    reviewlog.OpenStore(st, reviewlog.Options{ReviewTTL: g.policy.ReviewTTL, Reviewers: g.loadReviewers}),
 		path:   st.Describe(),
 		json:   *asJSON,
 		stdout: stdout,

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
@@ -79,6 +80,45 @@ func openCLIStore(ctx context.Context, command, dir, spec string, stderr io.Writ
 		return nil, nil, exitFail
 	}
 	return root, st, exitOK
+}
+
+// cliGuard is what the review-log commands open first: the Trace root, the
+// guard's store, the trusted reviewers file and the policy.
+type cliGuard struct {
+	root          *confined.Dir
+	store         reviewlog.Store
+	reviewersPath string
+	policy        *guard.Config
+}
+
+func (g *cliGuard) Close() { g.store.Close(); g.root.Close() }
+
+// openCLIGuard opens them for command, printing what went wrong and
+// returning the exit code when something did.
+func openCLIGuard(ctx context.Context, command, dir, storeFlag, reviewers, guardConfig string, stderr io.Writer) (*cliGuard, int) {
+	root, st, code := openCLIStore(ctx, command, dir, storeSpec(storeFlag), stderr)
+	if root == nil {
+		return nil, code
+	}
+	g := &cliGuard{root: root, store: st}
+	var err error
+	if g.reviewersPath, err = reviewersFile(reviewers); err != nil {
+		g.Close()
+		fmt.Fprintf(stderr, "haia-trace-mcp %s: %v\n", command, err)
+		return nil, exitFail
+	}
+	if g.policy, err = guard.LoadConfig(guardConfig); err != nil {
+		g.Close()
+		fmt.Fprintf(stderr, "haia-trace-mcp %s: --guard-config: %v\n", command, err)
+		return nil, exitUsage
+	}
+	return g, exitOK
+}
+
+// loadReviewers reads the trusted reviewers each time a decision is
+// verified.
+func (g *cliGuard) loadReviewers() (reviewlog.Reviewers, error) {
+	return reviewlog.LoadReviewers(g.reviewersPath)
 }
 
 const storeUsage = `usage:
