@@ -38,7 +38,10 @@ func provider(pool *pgxpool.Pool, logger *slog.Logger) (*goose.Provider, func(),
 	}
 	// A session lock: replicas that all run `store migrate` at start take
 	// turns, and each finds the work done by the first.
-	locker, err := lock.NewPostgresSessionLocker()
+	// Retried every second for up to 5 minutes (the library's default
+	// retries every 5 s, which makes every replica but the first wait that
+	// long at start).
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockTimeout(1, 300))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -241,3 +241,28 @@ func TestADeletedTailIsNoCrash(t *testing.T) {
 		}
 	}
 }
+
+// Every replica may run `store migrate` at start, at the same moment:
+// they take turns on the migration lock, and each finds the schema done.
+func TestConcurrentMigrations(t *testing.T) {
+	dsn := freshStore(t, false)
+	const replicas = 3
+	errs := make(chan error, replicas)
+	afters := make(chan pgstore.Versions, replicas)
+	for range replicas {
+		go func() {
+			_, after, err := pgstore.Migrate(t.Context(), dsn, nil)
+			errs <- err
+			afters <- after
+		}()
+	}
+	for range replicas {
+		if err := <-errs; err != nil {
+			t.Fatalf("a concurrent migrate: %v", err)
+		}
+		if v := <-afters; v.Database != v.Binary {
+			t.Fatalf("after a concurrent migrate: %+v", v)
+		}
+	}
+	open(t, dsn).Close()
+}
