@@ -16,11 +16,25 @@ import (
 )
 
 // Defaults of the per-caller rate limit; they are stated in the README.
+// The bucket size defaults to the rate (see BurstFor).
 const (
 	DefaultRateLimit   = 50.0  // requests per second per caller (--rate-limit)
-	DefaultRateBurst   = 100   // bucket size per caller (--rate-burst)
 	DefaultRateCallers = 10000 // callers whose buckets are remembered
+	maxDefaultBurst    = 1 << 30
 )
+
+// BurstFor is the bucket size used when none is given: one second's worth
+// of the rate, rounded up (at least 1), so that a caller limited to five
+// requests a second can send at most five at once.
+func BurstFor(perSecond float64) int {
+	if !(perSecond > 1) {
+		return 1
+	}
+	if perSecond >= maxDefaultBurst {
+		return maxDefaultBurst
+	}
+	return int(math.Ceil(perSecond))
+}
 
 // RateConfig describes the per-caller token bucket.
 type RateConfig struct {
@@ -131,11 +145,15 @@ func (l *RateLimiter) Callers() int {
 	return len(l.byKey)
 }
 
-// CallerKey names the caller of a request: the verified token subject, or
-// with no identity (authentication off) the remote IP address.
+// CallerKey names the caller of a request: the verified token's issuer,
+// tenant and subject together, or with no identity (authentication off) the
+// remote IP address. A subject is only unique within its issuer and tenant:
+// "bot" of one tenant is not "bot" of another, so neither can empty the
+// other's bucket. Each part is quoted, so no subject can spell another
+// caller's key.
 func CallerKey(r *http.Request) string {
-	if sub, ok := SubjectFrom(r.Context()); ok {
-		return "sub:" + sub
+	if id, ok := IdentityFrom(r.Context()); ok && id.Subject != "" {
+		return "sub:" + strconv.Quote(id.Issuer) + " " + strconv.Quote(id.Tenant) + " " + strconv.Quote(id.Subject)
 	}
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {

@@ -145,3 +145,64 @@ func TestRateLimitMiddleware(t *testing.T) {
 		t.Fatalf("OnLimited called %d times, want 3", limited)
 	}
 }
+
+// A subject names a caller only within its issuer and tenant: the same
+// "sub" under another tenant (or another issuer) has its own bucket, so no
+// caller of one tenant can exhaust a caller of another.
+func TestRateLimitKeyedByIssuerTenantSubject(t *testing.T) {
+	clk := &fakeClock{t: time.Date(2026, 7, 24, 9, 0, 0, 0, time.UTC)}
+	l, err := NewRateLimiter(RateConfig{PerSecond: 0.25, Burst: 2, Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := l.Middleware(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("served")) }))
+	call := func(id Identity) int {
+		req := httptest.NewRequest(http.MethodPost, "/mcp", strings.NewReader(listBody))
+		req.RemoteAddr = "10.0.0.1:1000"
+		req = req.WithContext(WithIdentity(req.Context(), id))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	attacker := Identity{Issuer: "https://idp.example", Tenant: "evil", Subject: "bot"}
+	// The attacker empties its own bucket.
+	for i, want := range []int{200, 200, 429, 429} {
+		if got := call(attacker); got != want {
+			t.Fatalf("attacker call %d: %d, want %d", i, got, want)
+		}
+	}
+	others := []struct {
+		name string
+		id   Identity
+	}{
+		{"same subject, another tenant", Identity{Issuer: "https://idp.example", Tenant: "acme", Subject: "bot"}},
+		{"same subject, no tenant", Identity{Issuer: "https://idp.example", Subject: "bot"}},
+		{"same subject and tenant, another issuer", Identity{Issuer: "https://other-idp.example", Tenant: "evil", Subject: "bot"}},
+		{"a subject spelling another key's parts", Identity{Issuer: "https://idp.example", Tenant: "", Subject: `"evil" "bot"`}},
+	}
+	for _, o := range others {
+		for i := range 2 {
+			if got := call(o.id); got != 200 {
+				t.Fatalf("%s: call %d got %d, want 200 — the attacker's bucket is shared", o.name, i, got)
+			}
+		}
+	}
+	// And the attacker is still limited.
+	if got := call(attacker); got != 429 {
+		t.Fatalf("attacker after the others: %d, want 429", got)
+	}
+	if n := l.Callers(); n != 1+4 {
+		t.Fatalf("%d buckets, want 5 (one per issuer, tenant and subject)", n)
+	}
+}
+
+func TestBurstFor(t *testing.T) {
+	for _, c := range []struct {
+		rate float64
+		want int
+	}{{0.01, 1}, {0.5, 1}, {1, 1}, {1.2, 2}, {5, 5}, {50, 50}, {99.5, 100}, {1e12, 1 << 30}} {
+		if got := BurstFor(c.rate); got != c.want {
+			t.Errorf("BurstFor(%v) = %d, want %d", c.rate, got, c.want)
+		}
+	}
+}

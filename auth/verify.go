@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"github.com/lestrrat-go/jwx/v2/jws"
 	"github.com/lestrrat-go/jwx/v2/jwt"
@@ -79,6 +80,7 @@ const (
 	descAudience    = "token audience does not include this resource"
 	descClaims      = "token claims invalid"
 	descSubject     = "token has no subject"
+	descSubjectCtl  = "token subject holds control characters"
 	descNoExpiry    = "token has no expiry"
 	descScopeClaim  = "token scope claim is not a string"
 	descBound       = "sender-constrained tokens are not supported"
@@ -270,6 +272,12 @@ func (v *Verifier) verifyToken(ks *keySet, token string, now time.Time) (Identit
 	}
 	if tok.Subject() == "" {
 		return Identity{}, &TokenError{Description: descSubject}
+	}
+	if i := strings.IndexFunc(tok.Subject(), unicode.IsControl); i >= 0 {
+		// The subject becomes the caller in the review log and in signed
+		// receipts; a NUL, newline or other C0/C1/DEL character there could
+		// split or forge a line. Agent ids refuse them the same way.
+		return Identity{}, &TokenError{Description: descSubjectCtl, Err: fmt.Errorf("byte %d of sub is a control character", i)}
 	}
 	if _, bound := tok.Get("cnf"); bound {
 		// A DPoP- or mTLS-bound token must not be usable as a plain bearer token.

@@ -73,7 +73,7 @@ type HTTPConfig struct {
 	StreamIdle time.Duration
 	StreamPing time.Duration
 	// RateLimit and RateBurst are the per-caller token bucket; zero takes
-	// auth.DefaultRateLimit and auth.DefaultRateBurst.
+	// auth.DefaultRateLimit and auth.BurstFor(RateLimit).
 	RateLimit float64
 	RateBurst int
 	// Ready reports whether the server can do its work; nil uses a probe
@@ -143,7 +143,7 @@ func (s *Server) NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 		cfg.RateLimit = auth.DefaultRateLimit
 	}
 	if cfg.RateBurst == 0 {
-		cfg.RateBurst = auth.DefaultRateBurst
+		cfg.RateBurst = auth.BurstFor(cfg.RateLimit)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = s.cfg.Logger

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -40,6 +41,7 @@ type httpFlags struct {
 	streamPing   time.Duration
 	rateLimit    float64
 	rateBurst    int
+	burstSet     bool // --rate-burst was given; otherwise it follows --rate-limit
 	maxLifetime  time.Duration
 	readHeader   time.Duration
 	readTimeout  time.Duration
@@ -73,8 +75,15 @@ func (h *httpFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&h.maxStreams, "http-max-streams", server.DefaultHTTPMaxStreams, "most live server-to-client streams (GET /mcp, subscriptions/listen)")
 	fs.DurationVar(&h.streamIdle, "http-stream-idle", server.DefaultHTTPStreamIdle, "close a stream on which no message was sent for this long")
 	fs.DurationVar(&h.streamPing, "http-stream-ping", server.DefaultHTTPStreamPing, "period of keep-alive comments on a stream (at most half of --http-stream-idle)")
-	fs.Float64Var(&h.rateLimit, "rate-limit", auth.DefaultRateLimit, "requests per second per caller (token subject; remote address without auth)")
-	fs.IntVar(&h.rateBurst, "rate-burst", auth.DefaultRateBurst, "requests a caller may send at once before --rate-limit applies")
+	fs.Float64Var(&h.rateLimit, "rate-limit", auth.DefaultRateLimit, "requests per second per caller (token issuer, tenant and subject; remote address without auth)")
+	fs.Func("rate-burst", "requests a caller may send at once before --rate-limit applies (default: --rate-limit rounded up)", func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("want a whole number of requests, got %q", v)
+		}
+		h.rateBurst, h.burstSet = n, true
+		return nil
+	})
 	fs.DurationVar(&h.maxLifetime, "auth-max-token-lifetime", auth.DefaultMaxTokenLifetime, "refuse tokens whose exp - iat (exp - now without iat) is longer")
 	fs.DurationVar(&h.readHeader, "http-read-header-timeout", server.DefaultReadHeaderTimout, "time allowed to read request headers")
 	fs.DurationVar(&h.readTimeout, "http-read-timeout", server.DefaultReadTimeout, "time allowed to read a whole request")
@@ -160,7 +169,7 @@ func (h *httpFlags) checkBounds() error {
 		{"--http-stream-idle", h.streamIdle > 0},
 		{"--http-stream-ping", h.streamPing > 0},
 		{"--rate-limit", h.rateLimit > 0},
-		{"--rate-burst", h.rateBurst > 0},
+		{"--rate-burst", !h.burstSet || h.rateBurst > 0},
 		{"--auth-max-token-lifetime", h.maxLifetime > 0},
 	} {
 		if !c.ok {
@@ -168,6 +177,14 @@ func (h *httpFlags) checkBounds() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// burst is --rate-burst, or without it --rate-limit rounded up.
+func (h *httpFlags) burst() int {
+	if h.burstSet {
+		return h.rateBurst
+	}
+	return auth.BurstFor(h.rateLimit)
 }
 
 // resourceAndHosts derives the resource URL and the Host values /mcp
@@ -246,7 +263,7 @@ func runHTTP(ctx context.Context, servers map[string]*server.Server, h *httpFlag
 		StreamIdle:     h.streamIdle,
 		StreamPing:     h.streamPing,
 		RateLimit:      h.rateLimit,
-		RateBurst:      h.rateBurst,
+		RateBurst:      h.burst(),
 		Tenants:        tenants,
 		Logger:         logger,
 	})
