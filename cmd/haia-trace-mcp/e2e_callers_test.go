@@ -1,11 +1,16 @@
 package main
 
 import (
+	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/simrec"
 )
@@ -95,5 +100,59 @@ func TestRateBurstFollowsRate(t *testing.T) {
 	}
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("exit code after SIGTERM: %d\n%s", code, p.logs())
+	}
+}
+
+// TestNotifyHookEnvironmentEndToEnd: the real server, its store on
+// PostgreSQL through HAIA_STORE (the DSN with the database password), runs
+// --notify-command for an opened review; the hook's environment holds its
+// own variables, PATH and the one variable named with --notify-env — not
+// HAIA_STORE, not any other variable of the server.
+func TestNotifyHookEnvironmentEndToEnd(t *testing.T) {
+	dsn := e2eDatabase(t)
+	root := loopRoot(t)
+	dir := t.TempDir()
+	seen := filepath.Join(dir, "hook-env")
+	script := filepath.Join(dir, "notify.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\ncat /proc/$$/environ > "+seen+".tmp && mv "+seen+".tmp "+seen+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binPath, "--dir", root, "--key-file", filepath.Join(dir, "signing.pem"), "--agent-id", "hook-agent",
+		"--notify-command", script, "--notify-env", "PAGER_TOKEN")
+	cmd.Env = append(os.Environ(), "HAIA_STORE="+dsn, "CLOUD_SECRET=cloud-secret-value", "PAGER_TOKEN=pager-value")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	client := mcp.NewClient(&mcp.Implementation{Name: "e2e-hook", Version: "1"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v\n%s", err, stderr.String())
+	}
+	defer cs.Close()
+	var a checkAnswer
+	decodeStructured(t, callTool(t, cs, "check_before_pay", map[string]any{"counterparty": sellerB, "amount": "0.10"}), &a)
+	if a.Decision != "review" || a.ReviewID == "" {
+		t.Fatalf("the question opened no review: %+v", a)
+	}
+	var data []byte
+	waitFor(t, "the hook to run", func() bool {
+		data, err = os.ReadFile(seen)
+		return err == nil
+	})
+	env := strings.Split(strings.TrimSuffix(string(data), "\x00"), "\x00")
+	slices.Sort(env)
+	want := []string{"HAIA_NOTIFY_EVENT=review.opened", "HAIA_REVIEW_ID=" + a.ReviewID, "PAGER_TOKEN=pager-value", "PATH=" + os.Getenv("PATH")}
+	if !slices.Equal(env, want) {
+		t.Fatalf("the hook's environment\n got %q\nwant %q", env, want)
+	}
+	for _, secret := range []string{dsn, "cloud-secret-value", "HAIA_STORE"} {
+		if strings.Contains(string(data), secret) {
+			t.Fatalf("the hook saw %q", secret)
+		}
+	}
+	// The server did run on the database the hook never saw.
+	if out, errOut, code := runCLI(t, "review", "list", "--dir", root, "--store", dsn, "--json"); code != 0 || !strings.Contains(out, a.ReviewID) {
+		t.Fatalf("review list on the database: %d %s %s", code, out, errOut)
 	}
 }

@@ -59,6 +59,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	f.signing.register(fs)
 	fs.StringVar(&f.reviewers, "reviewers", "", "the trusted reviewers file; the server only reads it (default: reviewers.json in the user configuration directory)")
 	fs.StringVar(&f.notify.Command, "notify-command", "", "run this program (no shell) for each opened review, the review as JSON on stdin; 10 s timeout")
+	fs.Var((*listFlag)(&f.notify.Env), "notify-env", "NAME: pass this variable of the server's environment to --notify-command (repeatable); the hook otherwise gets only its own variables and PATH")
 	fs.StringVar(&f.notify.URL, "notify-url", "", "POST each opened review to this http(s) URL (opt-in outbound network), signed with --notify-secret-file")
 	fs.StringVar(&f.notify.SecretFile, "notify-secret-file", "", "the HMAC-SHA256 key of --notify-url (X-Haia-Signature)")
 	fs.StringVar(&f.store, "store", "", storeFlagHelp)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +30,7 @@ func TestCommandGetsEveryMessageOnce(t *testing.T) {
 { printf '%%s %%s\n' "$HAIA_NOTIFY_EVENT" "$HAIA_REVIEW_ID"; cat; } > "$f.tmp" && mv "$f.tmp" "$f"`, out))
 	logger, logs := testLogger()
 	m := NewMetrics()
-	c, err := NewCommand(script, Options{Logger: logger, Metrics: m, Workers: 3})
+	c, err := NewCommand(script, CommandEnv{}, Options{Logger: logger, Metrics: m, Workers: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +101,7 @@ func TestCommandFailures(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			logger, logs := testLogger()
 			m := NewMetrics()
-			c, err := NewCommand(writeScript(t, tt.script), Options{Logger: logger, Metrics: m, Timeout: 200 * time.Millisecond})
+			c, err := NewCommand(writeScript(t, tt.script), CommandEnv{}, Options{Logger: logger, Metrics: m, Timeout: 200 * time.Millisecond})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -121,7 +122,7 @@ func TestCommandFailures(t *testing.T) {
 func TestCommandCloseAbortsAtDeadline(t *testing.T) {
 	logger, logs := testLogger()
 	m := NewMetrics()
-	c, err := NewCommand(writeScript(t, "sleep 60"), Options{Logger: logger, Metrics: m, Workers: 1, QueueSize: 4})
+	c, err := NewCommand(writeScript(t, "sleep 60"), CommandEnv{}, Options{Logger: logger, Metrics: m, Workers: 1, QueueSize: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +154,7 @@ func TestNewCommandRefuses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := NewCommand(tt.path, Options{})
+			c, err := NewCommand(tt.path, CommandEnv{}, Options{})
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				if c != nil {
 					_ = c.Close(context.Background())
@@ -161,5 +162,96 @@ func TestNewCommandRefuses(t *testing.T) {
 				t.Fatalf("NewCommand(%q) = %v; want %q", tt.path, err, tt.want)
 			}
 		})
+	}
+}
+
+// TestCommandEnvironmentIsMinimal: the hook sees exactly its own two
+// variables, PATH and the variables the operator named — never the
+// server's other variables, such as HAIA_STORE with the database password.
+// The script reports /proc/self/environ of its shell as exec gave it.
+func TestCommandEnvironmentIsMinimal(t *testing.T) {
+	server := map[string]string{
+		"PATH":           "/opt/hooks/bin:/usr/bin:/bin",
+		"HAIA_STORE":     "postgres://guard:s3cret@db.internal/guard",
+		"AWS_SECRET_KEY": "AKIA-secret",
+		"HOME":           "/home/guard",
+		"PAGER_TOKEN":    "pager-token-value",
+		"EMPTY_BUT_SET":  "",
+	}
+	lookup := func(k string) (string, bool) { v, ok := server[k]; return v, ok }
+	tests := []struct {
+		name   string
+		pass   []string
+		lookup func(string) (string, bool)
+		want   []string
+	}{
+		{"nothing named", nil, lookup,
+			[]string{"HAIA_NOTIFY_EVENT=review.opened", "HAIA_REVIEW_ID=r-1", "PATH=/opt/hooks/bin:/usr/bin:/bin"}},
+		{"one variable named", []string{"PAGER_TOKEN"}, lookup,
+			[]string{"HAIA_NOTIFY_EVENT=review.opened", "HAIA_REVIEW_ID=r-1", "PAGER_TOKEN=pager-token-value", "PATH=/opt/hooks/bin:/usr/bin:/bin"}},
+		{"a named variable set empty, one unset, PATH named again", []string{"EMPTY_BUT_SET", "NOT_SET", "PATH"}, lookup,
+			[]string{"EMPTY_BUT_SET=", "HAIA_NOTIFY_EVENT=review.opened", "HAIA_REVIEW_ID=r-1", "PATH=/opt/hooks/bin:/usr/bin:/bin"}},
+		{"a server without PATH", nil, func(string) (string, bool) { return "", false },
+			[]string{"HAIA_NOTIFY_EVENT=review.opened", "HAIA_REVIEW_ID=r-1", "PATH=" + DefaultPath}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "env")
+			script := writeScript(t, fmt.Sprintf(`cat /proc/$$/environ > %q.tmp && mv %q.tmp %q`, out, out, out))
+			logger, logs := testLogger()
+			g, err := New(Config{Command: script, Env: tt.pass, Lookup: tt.lookup}, Options{Logger: logger})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := message(t, EventOpened, 1)
+			m.ReviewID = "r-1"
+			g.Notify(m)
+			if err := g.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			data, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatalf("the hook did not run: %v\n%s", err, logs.String())
+			}
+			got := strings.Split(strings.TrimSuffix(string(data), "\x00"), "\x00")
+			slices.Sort(got)
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("the hook's environment\n got %q\nwant %q", got, tt.want)
+			}
+			for _, secret := range []string{"s3cret", "AKIA-secret", "/home/guard"} {
+				if strings.Contains(string(data), secret) {
+					t.Fatalf("the hook saw %q", secret)
+				}
+			}
+			if slices.Contains(tt.pass, "NOT_SET") && !strings.Contains(logs.String(), "NOT_SET") {
+				t.Errorf("a named variable that is not set was not warned about: %s", logs.String())
+			}
+		})
+	}
+}
+
+func TestCommandEnvironmentRefusals(t *testing.T) {
+	script := writeScript(t, "exit 0")
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Command: script, Env: []string{"A=B"}}, `--notify-env "A=B" is not a variable name`},
+		{Config{Command: script, Env: []string{""}}, `--notify-env "" is not a variable name`},
+		{Config{Command: script, Env: []string{"9LIVES"}}, `is not a variable name`},
+		{Config{Command: script, Env: []string{"X\nY"}}, `is not a variable name`},
+		{Config{Command: script, Env: []string{"HAIA_REVIEW_ID"}}, "the hook always gets its own"},
+		{Config{Command: script, Env: []string{"TOKEN", "TOKEN"}}, "--notify-env TOKEN is given twice"},
+		{Config{Env: []string{"TOKEN"}}, "--notify-env is set but --notify-command is not"},
+	} {
+		g, err := New(c.cfg, Options{})
+		if err == nil {
+			_ = g.Close(context.Background())
+			t.Errorf("%+v accepted", c.cfg)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v; want %q", c.cfg, err, c.want)
+		}
 	}
 }

@@ -17,6 +17,11 @@ const maxSecretBytes = 64 << 10
 type Config struct {
 	// Command is --notify-command: a program run for each message.
 	Command string
+	// Env is --notify-env (repeatable): the server's variables the command
+	// gets besides its own and PATH.
+	Env []string
+	// Lookup reads the server's environment; os.LookupEnv when nil.
+	Lookup func(string) (string, bool)
 	// URL is --notify-url: the opt-in webhook.
 	URL string
 	// SecretFile is --notify-secret-file: the webhook's HMAC key.
@@ -28,6 +33,9 @@ type Config struct {
 func New(c Config, opts Options) (*Group, error) {
 	if c.URL == "" && c.SecretFile != "" {
 		return nil, errors.New("notify: --notify-secret-file is set but --notify-url is not")
+	}
+	if c.Command == "" && len(c.Env) > 0 {
+		return nil, errors.New("notify: --notify-env is set but --notify-command is not")
 	}
 	if c.URL != "" && c.SecretFile == "" {
 		return nil, errors.New("notify: --notify-url needs --notify-secret-file (the key that signs each body)")
@@ -42,7 +50,7 @@ func New(c Config, opts Options) (*Group, error) {
 	opts = opts.withDefaults() // one Metrics shared by both sinks
 	var members []Notifier
 	if c.Command != "" {
-		cmd, err := NewCommand(c.Command, opts)
+		cmd, err := NewCommand(c.Command, CommandEnv{Pass: c.Env, Lookup: c.Lookup}, opts)
 		if err != nil {
 			return nil, err
 		}

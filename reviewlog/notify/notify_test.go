@@ -139,7 +139,7 @@ func TestSeenSetForgetsTheOldest(t *testing.T) {
 func TestInvalidMessageCounted(t *testing.T) {
 	logger, logs := testLogger()
 	m := NewMetrics()
-	c, err := NewCommand(writeScript(t, "exit 0"), Options{Logger: logger, Metrics: m})
+	c, err := NewCommand(writeScript(t, "exit 0"), CommandEnv{}, Options{Logger: logger, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestInvalidMessageCounted(t *testing.T) {
 func TestNotifyAfterCloseIsDropped(t *testing.T) {
 	logger, _ := testLogger()
 	m := NewMetrics()
-	c, err := NewCommand(writeScript(t, "exit 0"), Options{Logger: logger, Metrics: m})
+	c, err := NewCommand(writeScript(t, "exit 0"), CommandEnv{}, Options{Logger: logger, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
