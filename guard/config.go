@@ -70,12 +70,22 @@ type Config struct {
 	// goes to review; 0 when the policy sets none.
 	DuplicateWindow time.Duration
 
-	// Agent is the caller id whose own policy this is ("" for the default
-	// policy); Agents are those policies, each complete, by caller id.
+	// Allowlisting is true when some layer named a non-empty allowlist: then
+	// every counterparty not on Allowlist goes to review, even when the
+	// layers' lists have nothing in common and Allowlist is empty.
+	Allowlisting bool
+
+	// Layers names every layer composed into this policy, widest first:
+	// "defaults", "file", "tenant T", "agent A", "tenant T agent A".
+	Layers []string
+	// Agent is the caller id whose own policy this is ("" when no agent
+	// layer applies); Agents are those policies, each complete, by caller
+	// id.
 	Agent  string
 	Agents map[string]*Config
 	// Tenants are the policies of each tenant (--tenants-dir), each the
-	// default policy with the tenant's limit keys replaced.
+	// file's policy with the tenant's layer composed over it; their Agents
+	// compose the agent layers over the tenant's.
 	Tenants map[string]*Config
 }
 
@@ -110,13 +120,20 @@ func (c *Config) For(caller string) *Config {
 	return c
 }
 
-// Name says which policy this is, for the history line.
+// Name says which layers make this policy, widest first, for the history
+// line: "defaults + file + tenant acme + agent bot".
 func (c *Config) Name() string {
-	if c.Agent == "" {
-		return "default"
+	if len(c.Layers) == 0 {
+		return LayerDefaults
 	}
-	return "agent " + c.Agent
+	return strings.Join(c.Layers, " + ")
 }
+
+// The names of the policy's layers, in the order they compose.
+const (
+	LayerDefaults = "defaults"
+	LayerFile     = "file"
+)
 
 // What an unreadable or unattributable history does.
 const (
@@ -165,6 +182,7 @@ func DefaultConfig() *Config {
 		panic("guard: the built-in defaults do not load: " + err.Error()) // a programming error, caught by tests
 	}
 	c.Source = "built-in defaults"
+	c.Layers = []string{LayerDefaults}
 	return c
 }
 
@@ -206,7 +224,7 @@ func ParseConfig(data []byte, dir string) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Config{Assets: newRegistry(), Limit: Limit{Window: defaultWindowHours * time.Hour},
+	c := &Config{Assets: newRegistry(), Limit: Limit{Window: defaultWindowHours * time.Hour}, Layers: []string{LayerDefaults, LayerFile},
 		HistoryTemplates: []string{DefaultTemplate}, UnreadableHistory: Review, UnattributableHistory: Review,
 		ReviewTTL: defaultReviewTTL, ApprovalTTL: defaultApprovalTTL, RejectionHold: defaultRejectionHold,
 		MaxPendingReviews: defaultMaxPendingReviews}
@@ -308,21 +326,57 @@ func ParseConfig(data []byte, dir string) (*Config, error) {
 			return nil, fmt.Errorf("%w: unknown key %q (known: %s)", ErrConfig, clip(m.key), strings.Join(ConfigKeys(), ", "))
 		}
 	}
-	// Tenants and agents last: each starts from the complete default policy.
-	if tenants != nil {
-		if err := c.readTenants(tenants); err != nil {
-			return nil, err
-		}
-	}
+	// Tenants and agents last: each layer composes over the complete
+	// policy of the layers before it (see compose).
+	var agentLayers []layer
 	if agents != nil {
-		if err := c.readAgents(agents); err != nil {
+		if agentLayers, err = readAgentLayers(agents, "agents", ""); err != nil {
 			return nil, err
 		}
+		c.Agents = make(map[string]*Config, len(agentLayers))
+		for _, a := range agentLayers {
+			ac, err := c.compose(a)
+			if err != nil {
+				return nil, err
+			}
+			c.Agents[a.agent] = ac
+		}
 	}
-	for _, t := range c.Tenants {
-		t.Agents = c.Agents
+	if tenants != nil {
+		if err := c.readTenants(tenants, agentLayers); err != nil {
+			return nil, err
+		}
 	}
 	return c, nil
+}
+
+// layer is one layer of the policy as written: its limit keys, in order.
+type layer struct {
+	name   string // for the history line: "tenant acme", "agent bot"
+	prefix string // where it is in the file, for messages: `agents["bot"].`
+	agent  string // the caller id of an agent layer
+	keys   members
+}
+
+// compose returns a copy of c with the layer l over it, key by key: a key l
+// does not name keeps c's value; inside an object a nested key not given
+// keeps c's; null turns an optional rule off; a denylist adds to c's; an
+// allowlist narrows c's (see readLimitKey). The copy shares no list with c.
+func (c *Config) compose(l layer) (*Config, error) {
+	out := *c
+	out.Agents, out.Tenants = nil, nil
+	out.Allowlist = slices.Clone(c.Allowlist)
+	out.Denylist = slices.Clone(c.Denylist)
+	out.Layers = append(slices.Clip(slices.Clone(c.Layers)), l.name)
+	if l.agent != "" {
+		out.Agent = l.agent
+	}
+	for _, m := range l.keys {
+		if err := out.readLimitKey(m, l.prefix); err != nil {
+			return nil, err
+		}
+	}
+	return &out, nil
 }
 
 func (c *Config) readAssets(raw json.RawMessage) error {
@@ -585,9 +639,9 @@ func (c *Config) readLimitKey(m member, prefix string) error {
 			return err
 		}
 		if m.key == "allowlist" {
-			c.Allowlist = list
+			c.narrowAllowlist(list)
 		} else {
-			c.Denylist = list
+			c.Denylist = unionCounterparties(c.Denylist, list)
 		}
 	case "perCounterpartyLimit":
 		l, err := c.readLimit(m.value, where, &c.Limit, amount)
@@ -666,6 +720,40 @@ func (c *Config) readLimitKey(m member, prefix string) error {
 	return nil
 }
 
+// unionCounterparties is a followed by every entry of b not already in a:
+// a narrower layer's denylist adds to the wider one's, never replaces it.
+func unionCounterparties(a, b []Counterparty) []Counterparty {
+	out := slices.Clone(a)
+	for _, e := range b {
+		if !slices.Contains(out, e) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// narrowAllowlist applies one layer's allowlist. An empty list adds no
+// restriction. The first non-empty list turns the allowlist on; every later
+// one keeps only the counterparties on both, so a narrower layer can narrow
+// the allowlist but never widen it. Two lists with nothing in common leave
+// the allowlist on and empty: every counterparty goes to review.
+func (c *Config) narrowAllowlist(list []Counterparty) {
+	if len(list) == 0 {
+		return
+	}
+	if !c.Allowlisting {
+		c.Allowlist, c.Allowlisting = unionCounterparties(nil, list), true
+		return
+	}
+	var kept []Counterparty
+	for _, e := range c.Allowlist {
+		if slices.Contains(list, e) {
+			kept = append(kept, e)
+		}
+	}
+	c.Allowlist = kept
+}
+
 // readLimit reads {amount, windowHours} over base (nil: nothing yet, so the
 // amount is required and the window defaults to 24 hours). It never changes
 // *base, which the default policy may share with an agent's.
@@ -731,10 +819,12 @@ func readCountLimit(raw json.RawMessage, where string, base *CountLimit) (*Count
 	return &l, nil
 }
 
-// readTenants reads tenants: {"<tenant>": {limit keys}}. A tenant's policy
-// is the default policy with the keys it names replaced; per-agent policies
-// apply within every tenant as they do outside.
-func (c *Config) readTenants(raw json.RawMessage) error {
+// readTenants reads tenants: {"<tenant>": {limit keys, "agents": {…}}}.
+// A tenant's policy is the file's with the tenant's layer composed over it.
+// Within a tenant, a caller with an entry under the top-level agents, under
+// the tenant's own agents, or both, gets the tenant's policy with the
+// top-level agent layer and then the tenant's agent layer composed over it.
+func (c *Config) readTenants(raw json.RawMessage, agentLayers []layer) error {
 	entries, err := objectMembers(raw, "tenants")
 	if err != nil {
 		return err
@@ -749,58 +839,103 @@ func (c *Config) readTenants(raw json.RawMessage) error {
 		if err != nil {
 			return err
 		}
-		t := *c
-		t.Tenants = nil
+		tl := layer{name: "tenant " + e.key, prefix: prefix}
+		var own []layer
 		for _, m := range keys {
+			if m.key == "agents" {
+				if own, err = readAgentLayers(m.value, prefix+"agents", "tenant "+e.key+" "); err != nil {
+					return err
+				}
+				continue
+			}
 			if !isLimitKey(m.key) {
 				if slices.Contains(ConfigKeys(), m.key) {
-					return fmt.Errorf("%w: %s%s applies to every tenant and cannot be set per tenant (a tenant may set: %s)", ErrConfig, prefix, m.key, strings.Join(limitKeys, ", "))
+					return fmt.Errorf("%w: %s%s applies to every tenant and cannot be set per tenant (a tenant may set: %s, agents)", ErrConfig, prefix, m.key, strings.Join(limitKeys, ", "))
 				}
-				return fmt.Errorf("%w: unknown key %q in %s (known: %s)", ErrConfig, clip(m.key), strings.TrimSuffix(prefix, "."), strings.Join(limitKeys, ", "))
+				return fmt.Errorf("%w: unknown key %q in %s (known: %s, agents)", ErrConfig, clip(m.key), strings.TrimSuffix(prefix, "."), strings.Join(limitKeys, ", "))
 			}
-			if err := t.readLimitKey(m, prefix); err != nil {
-				return err
-			}
+			tl.keys = append(tl.keys, m)
 		}
-		c.Tenants[e.key] = &t
+		t, err := c.compose(tl)
+		if err != nil {
+			return err
+		}
+		// Every caller with an agent layer at either level, in a stable order.
+		byAgent := map[string][2]*layer{}
+		var ids []string
+		for i := range agentLayers {
+			a := &agentLayers[i]
+			ids = append(ids, a.agent)
+			byAgent[a.agent] = [2]*layer{a, nil}
+		}
+		for i := range own {
+			a := &own[i]
+			pair, ok := byAgent[a.agent]
+			if !ok {
+				ids = append(ids, a.agent)
+			}
+			pair[1] = a
+			byAgent[a.agent] = pair
+		}
+		if len(ids) > maxAgents {
+			return fmt.Errorf("%w: %s has %d callers with their own policy; at most %d are accepted", ErrConfig, strings.TrimSuffix(prefix, "."), len(ids), maxAgents)
+		}
+		if len(ids) > 0 {
+			t.Agents = make(map[string]*Config, len(ids))
+		}
+		for _, id := range ids {
+			ac := t
+			for _, l := range byAgent[id] {
+				if l == nil {
+					continue
+				}
+				if ac, err = ac.compose(*l); err != nil {
+					return err
+				}
+			}
+			t.Agents[id] = ac
+		}
+		c.Tenants[e.key] = t
 	}
 	return nil
 }
 
-// readAgents reads agents: {"<caller id>": {limit keys}}. Each agent's
-// policy is the default policy with the keys it names replaced.
-func (c *Config) readAgents(raw json.RawMessage) error {
-	entries, err := objectMembers(raw, "agents")
+// readAgentLayers reads an agents object, {"<caller id>": {limit keys}},
+// at where ("agents" or `tenants["acme"].agents`); naming prefixes each
+// layer's name ("" or "tenant acme ").
+func readAgentLayers(raw json.RawMessage, where, naming string) ([]layer, error) {
+	entries, err := objectMembers(raw, where)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(entries) > maxAgents {
-		return fmt.Errorf("%w: agents has %d entries; at most %d are accepted", ErrConfig, len(entries), maxAgents)
+		return nil, fmt.Errorf("%w: %s has %d entries; at most %d are accepted", ErrConfig, where, len(entries), maxAgents)
 	}
-	c.Agents = make(map[string]*Config, len(entries))
+	out := make([]layer, 0, len(entries))
 	for _, e := range entries {
-		if e.key == "" || len(e.key) > maxAgentIDBytes || !utf8.ValidString(e.key) || strings.ContainsFunc(e.key, unicode.IsControl) {
-			return fmt.Errorf("%w: agents: %q is not a caller id (1 to %d bytes of UTF-8 without control characters)", ErrConfig, clip(e.key), maxAgentIDBytes)
+		if !ValidAgentID(e.key) {
+			return nil, fmt.Errorf("%w: %s: %q is not a caller id (1 to %d bytes of UTF-8 without control characters)", ErrConfig, where, clip(e.key), maxAgentIDBytes)
 		}
-		prefix := fmt.Sprintf("agents[%q].", clip(e.key))
+		prefix := fmt.Sprintf("%s[%q].", where, clip(e.key))
 		keys, err := objectMembers(e.value, strings.TrimSuffix(prefix, "."))
 		if err != nil {
-			return err
+			return nil, err
 		}
-		a := *c
-		a.Agents, a.Agent = nil, e.key
 		for _, m := range keys {
 			if !isLimitKey(m.key) {
 				if slices.Contains(ConfigKeys(), m.key) {
-					return fmt.Errorf("%w: %s%s applies to every caller and cannot be set per agent (an agent may set: %s)", ErrConfig, prefix, m.key, strings.Join(limitKeys, ", "))
+					return nil, fmt.Errorf("%w: %s%s applies to every caller and cannot be set per agent (an agent may set: %s)", ErrConfig, prefix, m.key, strings.Join(limitKeys, ", "))
 				}
-				return fmt.Errorf("%w: unknown key %q in %s (known: %s)", ErrConfig, clip(m.key), strings.TrimSuffix(prefix, "."), strings.Join(limitKeys, ", "))
-			}
-			if err := a.readLimitKey(m, prefix); err != nil {
-				return err
+				return nil, fmt.Errorf("%w: unknown key %q in %s (known: %s)", ErrConfig, clip(m.key), strings.TrimSuffix(prefix, "."), strings.Join(limitKeys, ", "))
 			}
 		}
-		c.Agents[e.key] = &a
+		out = append(out, layer{name: naming + "agent " + e.key, prefix: prefix, agent: e.key, keys: keys})
 	}
-	return nil
+	return out, nil
+}
+
+// ValidAgentID says whether s can be a caller id: 1 to 256 bytes of UTF-8
+// without control characters (C0, DEL, C1).
+func ValidAgentID(s string) bool {
+	return s != "" && len(s) <= maxAgentIDBytes && utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl)
 }

@@ -93,8 +93,9 @@ type Figures struct {
 	UnreadableRuns     int  `json:"unreadable_runs"`
 	Coarse             bool `json:"coarse"`
 
-	// Policy names the policy that answered ("default" or "agent X");
-	// Agent is that caller id, "" for the default policy.
+	// Policy names every layer of the policy that answered, widest first
+	// ("defaults + file + tenant acme + agent bot"); Agent is the caller id
+	// of its agent layer, "" when none applied.
 	Policy string `json:"policy"`
 	Agent  string `json:"agent,omitempty"`
 	// The total limit, over every counterparty; set only when the policy
@@ -328,8 +329,12 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 	}
 	// 2. allowlist
 	f.Allowlisted = listed(cfg.Allowlist, cp)
-	if len(cfg.Allowlist) > 0 && !f.Allowlisted {
-		add(Reason{Rule: RuleAllowlist, Detail: fmt.Sprintf("the allowlist has %d entries and the counterparty %s is not one of them", len(cfg.Allowlist), cp.Value)}, Review)
+	if (cfg.Allowlisting || len(cfg.Allowlist) > 0) && !f.Allowlisted {
+		detail := fmt.Sprintf("the allowlist has %d entries and the counterparty %s is not one of them", len(cfg.Allowlist), cp.Value)
+		if len(cfg.Allowlist) == 0 {
+			detail = fmt.Sprintf("the allowlists of the policy's layers (%s) have no counterparty in common, so %s is not on the allowlist", cfg.Name(), cp.Value)
+		}
+		add(Reason{Rule: RuleAllowlist, Detail: detail}, Review)
 	}
 	// 3. open_partial
 	var open []Op

@@ -236,7 +236,7 @@ func TestDecideFigures(t *testing.T) {
 	d := Decide(req, History{Ops: ops, Runs: 3}, cfg, fixedNow)
 	f := d.Figures
 	want := Figures{Amount: big.NewInt(500_000), Matched: 3, OpenPartial: 1, WindowOperations: 2, Spend: big.NewInt(1_250_000),
-		SpendWithAmount: big.NewInt(1_750_000), Operations: 4, Runs: 3, Unattributable: 1, Policy: "default"}
+		SpendWithAmount: big.NewInt(1_750_000), Operations: 4, Runs: 3, Unattributable: 1, Policy: "defaults + file"}
 	if !reflect.DeepEqual(f, want) {
 		t.Errorf("figures %+v\nwant    %+v", f, want)
 	}

@@ -135,7 +135,7 @@ func TestDecideNewLimits(t *testing.T) {
 					t.Errorf("no reason mentions %q: %+v", tc.detailHas, d.Reasons)
 				}
 			}
-			if last := d.Reasons[len(d.Reasons)-1]; last.Rule != RuleHistory || !strings.HasSuffix(last.Detail, "; policy: default") {
+			if last := d.Reasons[len(d.Reasons)-1]; last.Rule != RuleHistory || !strings.HasSuffix(last.Detail, "; policy: defaults + file") {
 				t.Errorf("the history line must come last and name the policy: %+v", last)
 			}
 		})
@@ -158,7 +158,7 @@ func TestDecideNewFigures(t *testing.T) {
 	f := d.Figures
 	one, two, three := 1, 2, 3
 	want := Figures{Total: &TotalFigures{WindowOperations: 3, Spend: big.NewInt(3_000_000), SpendWithAmount: big.NewInt(3_500_000), MixedAssets: 1},
-		PaymentsInWindow: &one, PaymentsTotalInWindow: &three, DuplicatePayments: &one, PaidWithoutResource: &two, Policy: "default"}
+		PaymentsInWindow: &one, PaymentsTotalInWindow: &three, DuplicatePayments: &one, PaidWithoutResource: &two, Policy: "defaults + file"}
 	got := Figures{Total: f.Total, PaymentsInWindow: f.PaymentsInWindow, PaymentsTotalInWindow: f.PaymentsTotalInWindow,
 		DuplicatePayments: f.DuplicatePayments, PaidWithoutResource: f.PaidWithoutResource, Policy: f.Policy}
 	if !reflect.DeepEqual(got, want) {
@@ -230,7 +230,7 @@ func TestParseConfigNewLimits(t *testing.T) {
 	if c.DuplicateWindow != 24*time.Hour {
 		t.Errorf("duplicate window %s", c.DuplicateWindow)
 	}
-	if d := DefaultConfig(); d.TotalLimit != nil || d.Velocity != (Velocity{}) || d.DuplicateWindow != 0 || d.Agents != nil || d.Name() != "default" {
+	if d := DefaultConfig(); d.TotalLimit != nil || d.Velocity != (Velocity{}) || d.DuplicateWindow != 0 || d.Agents != nil || d.Name() != "defaults" {
 		t.Errorf("the new rules must be off by default: %+v", d)
 	}
 	for _, tc := range []struct{ js, errHas string }{
@@ -267,11 +267,11 @@ func TestParseConfigAgents(t *testing.T) {
 	    "bot-free": {"totalLimit": null, "velocity": null, "duplicatePayment": null}
 	  }
 	}`)
-	if c.For("someone else") != c || c.Name() != "default" {
+	if c.For("someone else") != c || c.Name() != "defaults + file" {
 		t.Fatalf("an unknown caller gets the default policy")
 	}
 	s := c.For("bot-small")
-	if s.Name() != "agent bot-small" || s.Limit.Amount.String() != "1000000" || s.Limit.Window != 48*time.Hour {
+	if s.Name() != "defaults + file + agent bot-small" || s.Limit.Amount.String() != "1000000" || s.Limit.Window != 48*time.Hour {
 		t.Errorf("bot-small limit %s %s", s.Limit.Amount, s.Limit.Window)
 	}
 	if s.TotalLimit.Amount.String() != "2000000" || s.TotalLimit.Window != 12*time.Hour || s.ReviewAbove.String() != "250000" {
@@ -317,7 +317,7 @@ func TestDecideNamesTheAgentPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	for caller, want := range map[string]struct{ decision, policy string }{
-		"bot-1": {Review, "policy: agent bot-1"}, "bot-2": {Allow, "policy: default"},
+		"bot-1": {Review, "policy: defaults + file + agent bot-1"}, "bot-2": {Allow, "policy: defaults + file"},
 	} {
 		d := Decide(req, History{}, c.For(caller), fixedNow)
 		if last := d.Reasons[len(d.Reasons)-1].Detail; d.Decision != want.decision || !strings.HasSuffix(last, want.policy) {

@@ -156,3 +156,67 @@ func TestNotifyHookEnvironmentEndToEnd(t *testing.T) {
 		t.Fatalf("review list on the database: %d %s %s", code, out, errOut)
 	}
 }
+
+// TestPolicyLayersEndToEnd: the real server with tenants over HTTP, a caller
+// with an entry under agents (and another under its tenant's agents) keeps
+// its tenant's denylist and every key its own layers do not name; another
+// tenant's caller of the same name gets none of that tenant's layers; the
+// history line names every layer applied.
+func TestPolicyLayersEndToEnd(t *testing.T) {
+	tenants := tenantsRoot(t, "acme", "globex")
+	dir := t.TempDir()
+	secret := []byte(strings.Repeat("p", 48))
+	secretFile := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secretFile, secret, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	policy := filepath.Join(dir, "policy.json")
+	if err := os.WriteFile(policy, []byte(`{
+	  "denylist": ["evil.example"],
+	  "agents": {"agent-1": {"reviewAbove": "10.00", "perCounterpartyLimit": {"amount": "100"}}},
+	  "tenants": {"acme": {"denylist": ["`+sellerB+`"], "reviewAbove": "0.05", "totalLimit": {"amount": "0.15"},
+	                       "agents": {"agent-1": {"velocity": {"total": {"count": 50}}}}}}
+	}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const issuer = "http://127.0.0.1/local-as"
+	p := startHTTPBinary(t, "--tenants-dir", tenants, "--tenant-claim", "org", "--guard-config", policy,
+		"--key-file", filepath.Join(dir, "signing.pem"), "--auth-issuer", issuer, "--auth-hmac-secret", secretFile)
+	ask := func(sub, org, counterparty, amount string) checkAnswer {
+		t.Helper()
+		tok := signHS256(t, secret, map[string]any{"iss": issuer, "aud": p.resource, "sub": sub, "org": org,
+			"exp": time.Now().Add(time.Hour).Unix(), "iat": time.Now().Unix()})
+		cs, err := httpSession(t, p.resource, func() string { return tok })
+		if err != nil {
+			t.Fatalf("connect as %s in %s: %v\n%s", sub, org, err, p.logs())
+		}
+		defer cs.Close()
+		var a checkAnswer
+		decodeStructured(t, callTool(t, cs, "check_before_pay", map[string]any{"counterparty": counterparty, "amount": amount}), &a)
+		return a
+	}
+	const (
+		all      = "defaults + file + tenant acme + agent agent-1 + tenant acme agent agent-1"
+		tenant   = "defaults + file + tenant acme"
+		agentTop = "defaults + file + agent agent-1"
+	)
+	for _, c := range []struct {
+		name, sub, org, counterparty, amount string
+		decision, rule, layers               string
+	}{
+		{"the agent keeps its tenant's denylist", "agent-1", "acme", sellerB, "0.01", "block", "denylist", all},
+		{"and the file's", "agent-1", "acme", "https://evil.example/pay", "0.01", "block", "denylist", all},
+		{"and its tenant's totalLimit, which no layer of its own names", "agent-1", "acme", sellerA, "0.10", "review", "total_limit", all},
+		{"its own reviewAbove replaces its tenant's", "agent-1", "acme", sellerA, "0.04", "allow", "", all},
+		{"another caller of the tenant gets the tenant's layer alone", "agent-2", "acme", sellerA, "0.04", "allow", "", tenant},
+		{"and the tenant's reviewAbove", "agent-2", "acme", sellerA, "0.06", "review", "review_above", tenant},
+		{"agent-1 of another tenant: none of acme's layers", "agent-1", "globex", sellerB, "0.50", "allow", "", agentTop},
+		{"but the file's denylist", "agent-1", "globex", "evil.example", "0.01", "block", "denylist", agentTop},
+	} {
+		a := ask(c.sub, c.org, c.counterparty, c.amount)
+		hist := a.Reasons[len(a.Reasons)-1]
+		if a.Decision != c.decision || (c.rule != "" && !hasRule(a, c.rule)) || !strings.HasSuffix(hist.Detail, "; policy: "+c.layers) {
+			t.Errorf("%s: %s %+v; want %s by %q under %q", c.name, a.Decision, a.Reasons, c.decision, c.rule, c.layers)
+		}
+	}
+}

@@ -111,8 +111,8 @@ func TestLimitsEndToEnd(t *testing.T) {
 	key := filepath.Join(t.TempDir(), "signing.pem")
 
 	t.Run("stdio", func(t *testing.T) {
-		run(t, mcpSession(t, nil, "--dir", root, "--key-file", key, "--guard-config", cfg, "--agent-id", "agent-small"), small, "agent agent-small")
-		run(t, mcpSession(t, nil, "--dir", root, "--key-file", key, "--guard-config", cfg, "--agent-id", "agent-big"), big, "default")
+		run(t, mcpSession(t, nil, "--dir", root, "--key-file", key, "--guard-config", cfg, "--agent-id", "agent-small"), small, "defaults + file + agent agent-small")
+		run(t, mcpSession(t, nil, "--dir", root, "--key-file", key, "--guard-config", cfg, "--agent-id", "agent-big"), big, "defaults + file")
 	})
 
 	t.Run("http", func(t *testing.T) {
@@ -134,7 +134,7 @@ func TestLimitsEndToEnd(t *testing.T) {
 			t.Cleanup(func() { cs.Close() })
 			return cs
 		}
-		run(t, session("agent-small"), small, "agent agent-small")
-		run(t, session("agent-big"), big, "default")
+		run(t, session("agent-small"), small, "defaults + file + agent agent-small")
+		run(t, session("agent-big"), big, "defaults + file")
 	})
 }

@@ -93,16 +93,16 @@ func TestLimitsThroughTheEngine(t *testing.T) {
 
 		{name: "agents: the caller's own limit", policy: `{` + base + `, "agents": {"bot-small": {"totalLimit": {"amount": "1"}}}}`,
 			history: []payment{paid("r1", sellerA, url, "1000000")}, now: last.Add(time.Minute), caller: "bot-small",
-			question: Question{Counterparty: sellerB, Amount: "0.01"}, want: guard.Review, rule: guard.RuleTotalLimit, detail: "policy: agent bot-small"},
+			question: Question{Counterparty: sellerB, Amount: "0.01"}, want: guard.Review, rule: guard.RuleTotalLimit, detail: "policy: defaults + file + agent bot-small"},
 		{name: "agents: another caller gets the default", policy: `{` + base + `, "agents": {"bot-small": {"totalLimit": {"amount": "1"}}}}`,
 			history: []payment{paid("r1", sellerA, url, "1000000")}, now: last.Add(time.Minute), caller: "bot-big",
-			question: Question{Counterparty: sellerB, Amount: "0.01"}, want: guard.Allow, rule: guard.RuleTotalLimit, detail: "policy: default"},
+			question: Question{Counterparty: sellerB, Amount: "0.01"}, want: guard.Allow, rule: guard.RuleTotalLimit, detail: "policy: defaults + file"},
 		{name: "agents: an agent turns a default rule off", policy: `{` + base + `, "velocity": {"total": {"count": 1}}, "agents": {"batch": {"velocity": null}}}`,
 			history: []payment{paid("r1", sellerA, url, "1")}, now: last.Add(time.Minute), caller: "batch",
-			question: Question{Counterparty: sellerA, Amount: "0.01"}, want: guard.Allow, rule: guard.RuleVelocity, detail: "policy: agent batch"},
+			question: Question{Counterparty: sellerA, Amount: "0.01"}, want: guard.Allow, rule: guard.RuleVelocity, detail: "policy: defaults + file + agent batch"},
 		{name: "agents: and the default keeps it", policy: `{` + base + `, "velocity": {"total": {"count": 1}}, "agents": {"batch": {"velocity": null}}}`,
 			history: []payment{paid("r1", sellerA, url, "1")}, now: last.Add(time.Minute), caller: "interactive",
-			question: Question{Counterparty: sellerA, Amount: "0.01"}, want: guard.Review, rule: guard.RuleVelocity, detail: "policy: default"},
+			question: Question{Counterparty: sellerA, Amount: "0.01"}, want: guard.Review, rule: guard.RuleVelocity, detail: "policy: defaults + file"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
