@@ -1,9 +1,11 @@
 package server
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -78,6 +80,34 @@ func (a *args) str(key string, required bool, def string, maxLen int) string {
 	return s
 }
 
+// decimal returns the decimal argument key as text: a JSON string, or a
+// JSON number taken exactly as the client wrote it (0.30 stays "0.30"; an
+// exponent or a sign is left for the amount's own check to refuse, with its
+// message). A number that reached the server only as a float (an in-process
+// call) is refused, since its text is lost.
+func (a *args) decimal(key string, required bool, maxLen int) string {
+	if n, ok := a.m[key].(json.Number); ok {
+		s := n.String()
+		if maxLen > 0 && len(s) > maxLen {
+			a.errs = append(a.errs, fmt.Sprintf("%s is longer than %d characters", key, maxLen))
+			return ""
+		}
+		return s
+	}
+	if _, ok := a.m[key].(float64); ok {
+		a.errs = append(a.errs, fmt.Sprintf("%s must be a decimal string such as \"0.25\" (its exact text is not known)", key))
+		return ""
+	}
+	v, present := a.m[key]
+	if present && v != nil {
+		if _, isString := v.(string); !isString {
+			a.errs = append(a.errs, fmt.Sprintf("%s must be a decimal string such as \"0.25\" or a JSON number", key))
+			return ""
+		}
+	}
+	return a.str(key, required, "", maxLen)
+}
+
 // oneOf checks that a string argument, when present, is one of the choices.
 func (a *args) oneOf(key, val string, choices ...string) {
 	if val == "" {
@@ -100,6 +130,13 @@ func (a *args) intIn(key string, def, lo, hi int) int {
 	var f float64
 	ok = true
 	switch n := v.(type) {
+	case json.Number:
+		i, err := strconv.ParseInt(n.String(), 10, 64)
+		if err != nil || i < int64(lo) || i > int64(hi) {
+			a.errs = append(a.errs, fmt.Sprintf("%s must be an integer from %d to %d (got %s)", key, lo, hi, n))
+			return def
+		}
+		return int(i)
 	case float64:
 		f = n
 	case int:

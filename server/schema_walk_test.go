@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +15,7 @@ import (
 
 // propSchema is the part of a JSON schema property the walk reads.
 type propSchema struct {
-	Type      string   `json:"type"`
+	Type      schemaType `json:"type"`
 	Pattern   string   `json:"pattern"`
 	MinLength *int     `json:"minLength"`
 	MaxLength *int     `json:"maxLength"`
@@ -22,6 +23,25 @@ type propSchema struct {
 	Maximum   *float64 `json:"maximum"`
 	Enum      []any    `json:"enum"`
 }
+
+// schemaType is a property's "type": one name or a list of them.
+type schemaType []string
+
+func (st *schemaType) UnmarshalJSON(b []byte) error {
+	var one string
+	if err := json.Unmarshal(b, &one); err == nil {
+		*st = schemaType{one}
+		return nil
+	}
+	var many []string
+	if err := json.Unmarshal(b, &many); err != nil {
+		return err
+	}
+	*st = many
+	return nil
+}
+
+func (st schemaType) has(name string) bool { return slices.Contains(st, name) }
 
 // TestInputSchemasAgreeWithBehaviour walks every tool's input schema: for
 // each argument, every kind of value the schema refuses (wrong type, a
@@ -139,9 +159,16 @@ func TestInputSchemasAgreeWithBehaviour(t *testing.T) {
 		}
 		for name, p := range schema.Properties {
 			var bad []any
-			switch p.Type {
-			case "string":
-				bad = append(bad, 7, true, []any{"x"})
+			switch {
+			case p.Type.has("string") && p.Type.has("number"):
+				// A decimal as a string or a JSON number read from its text.
+				bad = append(bad, true, []any{"x"}, map[string]any{}, json.Number("-1"), json.Number("1e3"), json.Number("1E-2"), json.Number("-0"),
+					json.Number("1"+strings.Repeat("0", *p.MaxLength)))
+				fallthrough
+			case p.Type.has("string"):
+				if !p.Type.has("number") {
+					bad = append(bad, 7, true, []any{"x"})
+				}
 				if p.Pattern != "" {
 					re := regexp.MustCompile(p.Pattern)
 					for _, c := range []string{"1e3", "-1", "a b", "../x", "x\u200b", "", "%", "\u0661"} {
@@ -159,7 +186,7 @@ func TestInputSchemasAgreeWithBehaviour(t *testing.T) {
 				if len(p.Enum) > 0 {
 					bad = append(bad, "not-one-of-them")
 				}
-			case "integer":
+			case p.Type.has("integer"):
 				bad = append(bad, "10", 1.5, true)
 				if p.Minimum != nil {
 					bad = append(bad, *p.Minimum-1)

@@ -4,6 +4,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"embed"
 	"encoding/json"
@@ -193,7 +194,7 @@ func userErrorf(format string, a ...any) error { return &toolError{msg: fmt.Spri
 func (s *Server) wrap(name string, h func(ctx context.Context, raw any) (*mcp.CallToolResult, error)) mcpserver.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		start := s.cfg.Now()
-		res, err := h(ctx, req.Params.Arguments)
+		res, err := h(ctx, arguments(req))
 		if err != nil {
 			var te *toolError
 			if errors.As(err, &te) {
@@ -206,6 +207,24 @@ func (s *Server) wrap(name string, h func(ctx context.Context, raw any) (*mcp.Ca
 		s.cfg.Logger.Debug("tool call", "tool", name, "duration", time.Since(start))
 		return res, nil
 	}
+}
+
+// arguments are the call's arguments decoded from the bytes the client sent,
+// numbers kept as their JSON text (json.Number), so that an amount sent as
+// 0.30 is read exactly as written, never through a float. Without the wire
+// bytes (an in-process call) they are mcp-go's decoding.
+func arguments(req mcp.CallToolRequest) any {
+	raw := bytes.TrimSpace(req.Params.RawArguments)
+	if len(raw) == 0 {
+		return req.Params.Arguments
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil || dec.More() {
+		return req.Params.Arguments // mcp-go read them; keep its reading
+	}
+	return v
 }
 
 // structured answers with a JSON value and a text rendering of it.

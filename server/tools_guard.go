@@ -130,7 +130,7 @@ func (s *Server) checkBeforePay(ctx context.Context, raw any) (*mcp.CallToolResu
 	a := newArgs(raw, "counterparty", "amount", "asset", "template", "resource")
 	q := engine.Question{
 		Counterparty: a.str("counterparty", true, "", 2048),
-		Amount:       a.str("amount", true, "", 64),
+		Amount:       a.decimal("amount", true, 64),
 		Asset:        a.str("asset", false, "", 200),
 		Template:     a.str("template", false, "", 64),
 		Resource:     a.str("resource", false, "", 2048),

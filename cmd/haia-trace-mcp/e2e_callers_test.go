@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -217,6 +219,28 @@ func TestPolicyLayersEndToEnd(t *testing.T) {
 		hist := a.Reasons[len(a.Reasons)-1]
 		if a.Decision != c.decision || (c.rule != "" && !hasRule(a, c.rule)) || !strings.HasSuffix(hist.Detail, "; policy: "+c.layers) {
 			t.Errorf("%s: %s %+v; want %s by %q under %q", c.name, a.Decision, a.Reasons, c.decision, c.rule, c.layers)
+		}
+	}
+}
+
+// TestAmountAsJSONNumberEndToEnd: the official SDK client sends the amount
+// as a JSON number (as the MCP Inspector's CLI does); the real server reads
+// it exactly — 1.0000000000000001 is not 1.
+func TestAmountAsJSONNumberEndToEnd(t *testing.T) {
+	root := sampleRoot(t)
+	cs := mcpSession(t, nil, "--dir", root, "--key-file", filepath.Join(t.TempDir(), "signing.pem"))
+	for _, c := range []struct {
+		amount   json.Number
+		decision string
+		detail   string
+	}{
+		{"0.30", "allow", ""},
+		{"1.0000000000000001", "review", "16 decimal places"},
+	} {
+		var a checkAnswer
+		decodeStructured(t, callTool(t, cs, "check_before_pay", map[string]any{"counterparty": "api.numbers.example", "amount": c.amount}), &a)
+		if a.Decision != c.decision || (c.detail != "" && !strings.Contains(fmt.Sprint(a.Reasons), c.detail)) {
+			t.Errorf("amount %s: %s %+v; want %s mentioning %q", c.amount, a.Decision, a.Reasons, c.decision, c.detail)
 		}
 	}
 }
