@@ -16,12 +16,12 @@ import (
 // propSchema is the part of a JSON schema property the walk reads.
 type propSchema struct {
 	Type      schemaType `json:"type"`
-	Pattern   string   `json:"pattern"`
-	MinLength *int     `json:"minLength"`
-	MaxLength *int     `json:"maxLength"`
-	Minimum   *float64 `json:"minimum"`
-	Maximum   *float64 `json:"maximum"`
-	Enum      []any    `json:"enum"`
+	Pattern   string     `json:"pattern"`
+	MinLength *int       `json:"minLength"`
+	MaxLength *int       `json:"maxLength"`
+	Minimum   *float64   `json:"minimum"`
+	Maximum   *float64   `json:"maximum"`
+	Enum      []any      `json:"enum"`
 }
 
 // schemaType is a property's "type": one name or a list of them.
