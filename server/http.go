@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"slices"
@@ -160,6 +161,10 @@ func (s *Server) NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 	if cfg.Auth != nil {
 		if err := s.CheckToolScopes(cfg.Auth.ToolScopes); err != nil {
 			return nil, fmt.Errorf("http: %w", err)
+		}
+		s.SetToolScopes(cfg.Auth.ToolScopes)
+		for _, t := range cfg.Tenants {
+			t.SetToolScopes(cfg.Auth.ToolScopes)
 		}
 	}
 	limiter, err := auth.NewRateLimiter(auth.RateConfig{
@@ -353,6 +358,11 @@ func (h *HTTP) Registry() *prometheus.Registry { return h.metrics.registry }
 func (h *HTTP) Close(ctx context.Context) error {
 	h.streams.closeAll(errShuttingDown)
 	return h.mcp.Shutdown(ctx)
+}
+
+// ToolNames lists the tools this server serves, sorted.
+func (s *Server) ToolNames() []string {
+	return slices.Sorted(maps.Keys(s.mcp.ListTools()))
 }
 
 // CheckToolScopes refuses a per-tool scope for a tool the server does not

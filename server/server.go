@@ -11,14 +11,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/auth"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/runindex"
@@ -66,6 +69,37 @@ type Server struct {
 	histCache map[string]*cachedHistory
 	// cursors writes list_operations' next_cursor (see tools_read.go).
 	cursors cursorCodec
+	// toolScopes are the per-tool scopes of the HTTP front (tool → scope);
+	// tools/list shows a caller only the tools its token may call.
+	toolScopes atomic.Pointer[map[string]string]
+}
+
+// SetToolScopes tells the server which scope each tool needs beyond the
+// base ones, so that tools/list leaves out what a token may not call.
+// NewHTTP sets it for every server it fronts.
+func (s *Server) SetToolScopes(scopes map[string]string) {
+	m := maps.Clone(scopes)
+	s.toolScopes.Store(&m)
+}
+
+// visibleTools is the tools/list filter: with a verified identity (HTTP),
+// a tool whose per-tool scope the token lacks is not listed — a client
+// shown a tool it cannot call may end its session on the 403. Without an
+// identity (stdio, or HTTP without authentication) every tool is listed.
+func (s *Server) visibleTools(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
+	id, ok := auth.IdentityFrom(ctx)
+	scopes := s.toolScopes.Load()
+	if !ok || scopes == nil {
+		return tools
+	}
+	out := make([]mcp.Tool, 0, len(tools))
+	for _, t := range tools {
+		if need, ok := (*scopes)[t.Name]; ok && !id.HasScope(need) {
+			continue
+		}
+		out = append(out, t)
+	}
+	return out
 }
 
 // AddMetrics has /metrics serve these collectors too (the guard's and the
@@ -117,6 +151,7 @@ func New(cfg Config) (*Server, error) {
 		mcpserver.WithToolCapabilities(false),
 		mcpserver.WithLogging(),
 		mcpserver.WithRecovery(),
+		mcpserver.WithToolFilter(s.visibleTools),
 		mcpserver.WithInstructions("Read your own Haia Trace operation receipts and ask check_before_pay before paying a counterparty again. "+
 			"Reviews are decided by a human from the command line; no tool can approve or reject them."),
 	)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -241,6 +242,114 @@ func TestAmountAsJSONNumberEndToEnd(t *testing.T) {
 		decodeStructured(t, callTool(t, cs, "check_before_pay", map[string]any{"counterparty": "api.numbers.example", "amount": c.amount}), &a)
 		if a.Decision != c.decision || (c.detail != "" && !strings.Contains(fmt.Sprint(a.Reasons), c.detail)) {
 			t.Errorf("amount %s: %s %+v; want %s mentioning %q", c.amount, a.Decision, a.Reasons, c.decision, c.detail)
+		}
+	}
+}
+
+func listedTools(t *testing.T, cs *mcp.ClientSession) []string {
+	t.Helper()
+	res, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tool := range res.Tools {
+		names = append(names, tool.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// TestToolsListedByScopeEndToEnd: over HTTP a token sees in tools/list only
+// the tools its scopes let it call; the one it lacks a scope for is neither
+// listed nor callable.
+func TestToolsListedByScopeEndToEnd(t *testing.T) {
+	root := sampleRoot(t)
+	dir := t.TempDir()
+	secret := []byte(strings.Repeat("s", 48))
+	secretFile := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secretFile, secret, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const issuer = "http://127.0.0.1/local-as"
+	p := startHTTPBinary(t, "--dir", root, "--key-file", filepath.Join(dir, "signing.pem"),
+		"--auth-issuer", issuer, "--auth-hmac-secret", secretFile, "--auth-scope", "trace:read",
+		"--auth-tool-scope", "check_before_pay=trace:pay", "--auth-tool-scope", "get_review_status=trace:review")
+	session := func(scope string) *mcp.ClientSession {
+		tok := signHS256(t, secret, map[string]any{"iss": issuer, "aud": p.resource, "sub": "agent-s", "scope": scope,
+			"exp": time.Now().Add(time.Hour).Unix(), "iat": time.Now().Unix()})
+		cs, err := httpSession(t, p.resource, func() string { return tok })
+		if err != nil {
+			t.Fatalf("connect with %q: %v\n%s", scope, err, p.logs())
+		}
+		return cs
+	}
+	for _, c := range []struct {
+		scope string
+		want  []string
+	}{
+		{"trace:read", []string{"explain", "get_receipt", "list_operations"}},
+		{"trace:read trace:pay", []string{"check_before_pay", "explain", "get_receipt", "list_operations"}},
+		{"trace:read trace:review", []string{"explain", "get_receipt", "get_review_status", "list_operations"}},
+		{"trace:read trace:pay trace:review", []string{"check_before_pay", "explain", "get_receipt", "get_review_status", "list_operations"}},
+	} {
+		if got := listedTools(t, session(c.scope)); !slices.Equal(got, c.want) {
+			t.Errorf("scope %q lists %v, want %v", c.scope, got, c.want)
+		}
+	}
+	// The unlisted tool is still refused if called by name (403 insufficient_scope).
+	tok := signHS256(t, secret, map[string]any{"iss": issuer, "aud": p.resource, "sub": "agent-s", "scope": "trace:read",
+		"exp": time.Now().Add(time.Hour).Unix(), "iat": time.Now().Unix()})
+	req, _ := http.NewRequest(http.MethodPost, p.resource, strings.NewReader(`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"check_before_pay","arguments":{"counterparty":"a.example","amount":"0.01"}}}`))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("calling the unlisted tool: %d, want 403", resp.StatusCode)
+	}
+}
+
+// TestReadOnlyEndToEnd: --read-only serves the read tools alone, opens no
+// guard (no key is created, nothing is written under the root), and refuses
+// the guard's flags, which would do nothing.
+func TestReadOnlyEndToEnd(t *testing.T) {
+	root := sampleRoot(t)
+	cfg := t.TempDir()
+	var stderr strings.Builder
+	cmd := exec.Command(binPath, "--dir", root, "--read-only")
+	cmd.Env = append(os.Environ(), "HAIA_CONFIG_DIR="+cfg, "XDG_CONFIG_HOME="+cfg)
+	cmd.Stderr = &stderr
+	client := mcp.NewClient(&mcp.Implementation{Name: "e2e-ro", Version: "1"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v\n%s", err, stderr.String())
+	}
+	if got, want := listedTools(t, cs), []string{"explain", "get_receipt", "list_operations"}; !slices.Equal(got, want) {
+		t.Fatalf("--read-only lists %v, want %v", got, want)
+	}
+	callTool(t, cs, "list_operations", nil)
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "check_before_pay", Arguments: map[string]any{"counterparty": "a.example", "amount": "0.01"}})
+	if err == nil && !res.IsError {
+		t.Fatalf("check_before_pay answered under --read-only: %+v", res)
+	}
+	cs.Close()
+	if _, err := os.Stat(filepath.Join(root, "guard")); !os.IsNotExist(err) {
+		t.Errorf("--read-only wrote guard/ under the root: %v", err)
+	}
+	if entries, _ := os.ReadDir(cfg); len(entries) != 0 {
+		t.Errorf("--read-only created configuration files (a key?): %v", entries)
+	}
+	for _, extra := range [][]string{{"--guard-config", "x.json"}, {"--notify-command", "/bin/true"}, {"--key-file", "k.pem"}} {
+		_, errOut, code := runCLI(t, append([]string{"--dir", root, "--read-only"}, extra...)...)
+		if code != exitUsage || !strings.Contains(errOut, extra[0]) || !strings.Contains(errOut, "--read-only") {
+			t.Errorf("--read-only %v: exit %d, %q; want a usage error naming both", extra, code, errOut)
 		}
 	}
 }

@@ -47,6 +47,7 @@ type serveFlags struct {
 	notify       notify.Config
 	tenantsDir   string
 	store        string
+	readOnly     bool
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
@@ -63,6 +64,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.notify.URL, "notify-url", "", "POST each opened review to this http(s) URL (opt-in outbound network), signed with --notify-secret-file")
 	fs.StringVar(&f.notify.SecretFile, "notify-secret-file", "", "the HMAC-SHA256 key of --notify-url (X-Haia-Signature)")
 	fs.StringVar(&f.store, "store", "", storeFlagHelp)
+	fs.BoolVar(&f.readOnly, "read-only", false, "serve the tools that read the Trace alone (list_operations, get_receipt, explain): no guard, nothing signed or written")
 	fs.StringVar(&f.tenantsDir, "tenants-dir", "", "serve one Trace root per tenant, DIR/<tenant>/, over --http; the token's --tenant-claim names the tenant")
 }
 
@@ -335,17 +337,6 @@ func openStack(ctx context.Context, dir, tenant string, f *serveFlags, notifier 
 		return nil, err
 	}
 	closeDirs := func() { events.Close(); root.Close() }
-	g, err := openGuard(ctx, root, f, logger)
-	if err != nil {
-		closeDirs()
-		return nil, err
-	}
-	closeDirs = func() { g.store.Close(); events.Close(); root.Close() }
-	if tenant != "" {
-		g.policy = g.policy.ForTenant(tenant)
-		g.chains.Tenant = tenant
-	}
-	g.notifier, g.notifyMetrics, g.integrity, g.tenant = notifier, nm, integrity, tenant
 	srv, err := server.New(server.Config{
 		Root:          root,
 		Events:        events,
@@ -359,6 +350,24 @@ func openStack(ctx context.Context, dir, tenant string, f *serveFlags, notifier 
 		closeDirs()
 		return nil, err
 	}
+	if f.readOnly {
+		// No guard: no policy, key, store or reviewers are opened, and
+		// nothing is written; only the tools that read the Trace exist.
+		logger.Info("read-only: serving the Trace read tools alone; the guard is not started", "tools", strings.Join(srv.ToolNames(), ","))
+		stopHUP := reloadTemplatesOnHUP(ctx, templates, nil, logger)
+		return &stack{root: root, events: events, srv: srv, close: func() { stopHUP(); closeDirs() }}, nil
+	}
+	g, err := openGuard(ctx, root, f, logger)
+	if err != nil {
+		closeDirs()
+		return nil, err
+	}
+	closeDirs = func() { g.store.Close(); events.Close(); root.Close() }
+	if tenant != "" {
+		g.policy = g.policy.ForTenant(tenant)
+		g.chains.Tenant = tenant
+	}
+	g.notifier, g.notifyMetrics, g.integrity, g.tenant = notifier, nm, integrity, tenant
 	if err := startGuard(ctx, srv, g, templates, f.agentID, logger); err != nil {
 		closeDirs()
 		return nil, err
@@ -437,6 +446,18 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
 		return exitUsage
+	}
+	if f.readOnly {
+		var guardFlags []string
+		c.fs.Visit(func(fl *flag.Flag) {
+			switch fl.Name {
+			case "guard-config", "agent-id", "reviewers", "notify-command", "notify-env", "notify-url", "notify-secret-file", "store", "key-file", "signer", "params-key-file":
+				guardFlags = append(guardFlags, "--"+fl.Name)
+			}
+		})
+		if len(guardFlags) > 0 {
+			return c.failf("--read-only serves no guard, so %s would do nothing; drop them or --read-only", strings.Join(guardFlags, ", "))
+		}
 	}
 	notifyMetrics := notify.NewMetrics()
 	notifier, err := notify.New(f.notify, notify.Options{Logger: logger, Metrics: notifyMetrics})
