@@ -29,42 +29,55 @@ var ErrUnsafeKeyFile = errors.New("unsafe key file")
 // a symbolic link and then checked through the open descriptor, so no one
 // can swap the file between the check and the read.
 func LoadKeyFile(path string) (ed25519.PrivateKey, error) {
-	// O_NONBLOCK keeps a FIFO planted at path from blocking the open; the
-	// fstat below refuses it.
-	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC|syscall.O_NOCTTY|syscall.O_NONBLOCK, 0)
+	data, err := ReadSecretFile(path, "key file")
 	if err != nil {
-		if errors.Is(err, syscall.ELOOP) {
-			return nil, fmt.Errorf("key file %s: %w: it is a symbolic link", path, ErrUnsafeKeyFile)
-		}
-		return nil, fmt.Errorf("key file %s: %w", path, &os.PathError{Op: "open", Path: path, Err: err})
-	}
-	f := os.NewFile(uintptr(fd), path)
-	defer f.Close()
-	var st syscall.Stat_t
-	if err := syscall.Fstat(fd, &st); err != nil {
-		return nil, fmt.Errorf("key file %s: fstat: %w", path, err)
-	}
-	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
-		return nil, fmt.Errorf("key file %s: %w: not a regular file", path, ErrUnsafeKeyFile)
-	}
-	if perm := st.Mode & 0o777; perm&0o077 != 0 {
-		return nil, fmt.Errorf("key file %s: %w: mode %04o gives access to group or others; run chmod 600 %s", path, ErrUnsafeKeyFile, perm, path)
-	}
-	if err := checkKeyFileOwner(path, st.Uid, os.Geteuid()); err != nil {
 		return nil, err
-	}
-	data, err := io.ReadAll(io.LimitReader(f, maxKeyFileBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("key file %s: read: %w", path, err)
-	}
-	if len(data) > maxKeyFileBytes {
-		return nil, fmt.Errorf("key file %s: larger than %d bytes, not a key", path, maxKeyFileBytes)
 	}
 	key, err := decodeKeyPEM(data)
 	if err != nil {
 		return nil, fmt.Errorf("key file %s: %w", path, err)
 	}
 	return key, nil
+}
+
+// ReadSecretFile reads a file that holds a secret (a key, a password) with
+// the signing key's hardening: it is opened without following a symbolic
+// link, then checked through the open descriptor — a regular file, owned
+// by this user, readable by its owner only (mode 0600 or stricter), at most
+// 16 KiB. what names the file in errors ("key file", "payer key file").
+func ReadSecretFile(path, what string) ([]byte, error) {
+	// O_NONBLOCK keeps a FIFO planted at path from blocking the open; the
+	// fstat below refuses it.
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC|syscall.O_NOCTTY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		if errors.Is(err, syscall.ELOOP) {
+			return nil, fmt.Errorf("%s %s: %w: it is a symbolic link", what, path, ErrUnsafeKeyFile)
+		}
+		return nil, fmt.Errorf("%s %s: %w", what, path, &os.PathError{Op: "open", Path: path, Err: err})
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("%s %s: fstat: %w", what, path, err)
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return nil, fmt.Errorf("%s %s: %w: not a regular file", what, path, ErrUnsafeKeyFile)
+	}
+	if perm := st.Mode & 0o777; perm&0o077 != 0 {
+		return nil, fmt.Errorf("%s %s: %w: mode %04o gives access to group or others; run chmod 600 %s", what, path, ErrUnsafeKeyFile, perm, path)
+	}
+	if err := checkKeyFileOwner(path, st.Uid, os.Geteuid()); err != nil {
+		return nil, err
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxKeyFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: read: %w", what, path, err)
+	}
+	if len(data) > maxKeyFileBytes {
+		return nil, fmt.Errorf("%s %s: larger than %d bytes, not a key", what, path, maxKeyFileBytes)
+	}
+	return data, nil
 }
 
 // LoadOrCreateKeyFile loads the signing key, or creates a new one with
