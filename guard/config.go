@@ -60,6 +60,9 @@ type Config struct {
 	RejectionHold time.Duration
 	// MaxPendingReviews caps the pending reviews one caller may hold.
 	MaxPendingReviews int
+	// MaxAuthorizationSeconds caps how long an x402 authorization the
+	// guard signs stays valid (the seller's maxTimeoutSeconds, at most this).
+	MaxAuthorizationSeconds int
 
 	// TotalLimit caps the spend to every counterparty together inside a
 	// sliding window; nil when the policy sets none.
@@ -146,7 +149,10 @@ const (
 	defaultApprovalTTL       = time.Hour
 	defaultRejectionHold     = 24 * time.Hour
 	defaultMaxPendingReviews = 20
-	maxHistoryTemplates      = 16
+	// DefaultMaxAuthorizationSeconds is maxAuthorizationSeconds unset.
+	DefaultMaxAuthorizationSeconds = 300
+	maxAuthorizationSecondsCap     = 86400
+	maxHistoryTemplates            = 16
 )
 
 // Limit is the per-counterparty spending limit.
@@ -227,7 +233,7 @@ func ParseConfig(data []byte, dir string) (*Config, error) {
 	c := &Config{Assets: newRegistry(), Limit: Limit{Window: defaultWindowHours * time.Hour}, Layers: []string{LayerDefaults, LayerFile},
 		HistoryTemplates: []string{DefaultTemplate}, UnreadableHistory: Review, UnattributableHistory: Review,
 		ReviewTTL: defaultReviewTTL, ApprovalTTL: defaultApprovalTTL, RejectionHold: defaultRejectionHold,
-		MaxPendingReviews: defaultMaxPendingReviews}
+		MaxPendingReviews: defaultMaxPendingReviews, MaxAuthorizationSeconds: DefaultMaxAuthorizationSeconds}
 
 	// Assets and the default asset first: every amount depends on them.
 	if raw, ok := top.get("assets"); ok {
@@ -322,6 +328,12 @@ func ParseConfig(data []byte, dir string) (*Config, error) {
 				return nil, err
 			}
 			c.MaxPendingReviews = n
+		case "maxAuthorizationSeconds":
+			n, err := readInt(m.value, m.key, 1, maxAuthorizationSecondsCap)
+			if err != nil {
+				return nil, err
+			}
+			c.MaxAuthorizationSeconds = n
 		default:
 			return nil, fmt.Errorf("%w: unknown key %q (known: %s)", ErrConfig, clip(m.key), strings.Join(ConfigKeys(), ", "))
 		}
@@ -431,7 +443,7 @@ func (c *Config) readAssets(raw json.RawMessage) error {
 func ConfigKeys() []string {
 	return []string{"allowlist", "denylist", "perCounterpartyLimit", "maxOpenPartialPerCounterparty", "totalLimit", "velocity",
 		"duplicatePayment", "reviewAbove", "agents", "tenants", "defaultAsset", "assets", "policy", "historyTemplates", "unreadableHistory",
-		"unattributableHistory", "reviewTtlMinutes", "approvalTtlMinutes", "rejectionHoldHours", "maxPendingReviewsPerCaller"}
+		"unattributableHistory", "reviewTtlMinutes", "approvalTtlMinutes", "rejectionHoldHours", "maxPendingReviewsPerCaller", "maxAuthorizationSeconds"}
 }
 
 // readTemplateNames reads historyTemplates: a non-empty list of distinct

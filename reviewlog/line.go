@@ -53,10 +53,13 @@ type record struct {
 	Lines        []int          `json:"lines,omitempty"`
 	Caller       string         `json:"caller,omitempty"`
 	ParamsHash   string         `json:"params_hash,omitempty"`
+	// Authorization is what an authorized record records.
+	Authorization *Authorized `json:"authorization,omitempty"`
 }
 
 var knownFields = map[string]bool{"type": true, "review_id": true, "at": true, "counterparty": true, "amount": true, "asset": true,
-	"template": true, "reasons": true, "status": true, "by": true, "note": true, "lines": true, "caller": true, "params_hash": true}
+	"template": true, "reasons": true, "status": true, "by": true, "note": true, "lines": true, "caller": true, "params_hash": true,
+	"authorization": true}
 
 const timeLayout = "2006-01-02T15:04:05.000Z"
 
@@ -100,6 +103,9 @@ func decodeRecord(b []byte) (record, error) {
 	if _, err := parseTime(r.At); err != nil {
 		return r, fmt.Errorf("at: %w", err)
 	}
+	if r.Type != typeAuthorized && r.Authorization != nil {
+		return r, errors.New("only an authorized record carries an authorization")
+	}
 	switch r.Type {
 	case typeOpened:
 		if err := checkID(r.ReviewID); err != nil {
@@ -130,6 +136,13 @@ func decodeRecord(b []byte) (record, error) {
 		}
 		if r.By == "" || r.Status != "" || r.Note != "" || r.Counterparty != "" || r.Amount != nil || r.Reasons != nil || r.Lines != nil || r.ParamsHash != "" {
 			return r, errors.New("a used record carries only review_id, at and by")
+		}
+	case typeAuthorized:
+		if r.Caller == "" || r.ReviewID != "" || r.Counterparty != "" || r.Amount != nil || r.Status != "" || r.By != "" || r.Reasons != nil || r.Lines != nil || r.ParamsHash != "" {
+			return r, errors.New("an authorized record carries only at, caller and authorization")
+		}
+		if err := checkAuthorized(r.Authorization); err != nil {
+			return r, err
 		}
 	case typeRepair:
 		if len(r.Lines) == 0 || r.ReviewID != "" || r.Counterparty != "" || r.Amount != nil || r.Status != "" || r.By != "" || r.Caller != "" || r.ParamsHash != "" {

@@ -10,6 +10,8 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
+	"github.com/haia-trace-mcp/haia-trace-mcp/payment"
+	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
 	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
@@ -24,6 +26,12 @@ func newTestServer(t testing.TB, dir string) *Server {
 
 // newGuardedServer is newTestServer with an index budget (0: the default).
 func newGuardedServer(t testing.TB, dir string, indexBytes int64) *Server {
+	t.Helper()
+	return newPolicyServer(t, dir, indexBytes, guard.DefaultConfig())
+}
+
+// newPolicyServer is newGuardedServer under a policy of the test's own.
+func newPolicyServer(t testing.TB, dir string, indexBytes int64, pol *guard.Config) *Server {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Join(dir, "events"), 0o755); err != nil {
 		t.Fatal(err)
@@ -46,7 +54,7 @@ func newGuardedServer(t testing.TB, dir string, indexBytes int64) *Server {
 		t.Fatal(err)
 	}
 	eng, err := engine.New(engine.Config{
-		Policy:    guard.DefaultConfig(),
+		Policy:    pol,
 		Templates: receipt.Resolver{},
 		History:   s.History(),
 		Log:       reviewlog.Open(root, reviewlog.Options{}),
@@ -56,8 +64,29 @@ func newGuardedServer(t testing.TB, dir string, indexBytes int64) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.EnableGuard(&Guard{Engine: eng, AgentID: "test-agent"}); err != nil {
+	payerKey, err := x402.ParseKey([]byte(testPayerKey), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pay, err := payment.New(payment.Config{Engine: eng, Signer: x402.NewKeySigner(payerKey)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.EnableGuard(&Guard{Engine: eng, AgentID: "test-agent", Payments: pay}); err != nil {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// testPayerKey is the payer key of the test servers (a test key, nothing
+// holds funds with it).
+const testPayerKey = "0x4c0883a69102937d6231471b5dbb6204fe5129617082792ae468d01a3f362318"
+
+// paymentRequired is a seller's x402 v2 402 answer for amount atomic
+// units of USDC on Base to payTo.
+func paymentRequired(amount, payTo string) map[string]any {
+	return map[string]any{"x402Version": 2, "resource": map[string]any{"url": "https://api.seller.example/data"},
+		"accepts": []any{map[string]any{"scheme": "exact", "network": "eip155:8453", "amount": amount,
+			"asset": "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913", "payTo": payTo, "maxTimeoutSeconds": 120,
+			"extra": map[string]any{"name": "USD Coin", "version": "2"}}}}
 }

@@ -245,9 +245,13 @@ func (s *Server) NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 
 	r := chi.NewRouter()
 	r.Use(h.observe)
+	payerLine := ""
+	if payer := s.PayerAddress(); payer != "" {
+		payerLine = "payer " + payer + "\n"
+	}
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = io.WriteString(w, "ok\n")
+		_, _ = io.WriteString(w, "ok\n"+payerLine)
 	})
 	r.Get("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -262,7 +266,7 @@ func (s *Server) NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 			_, _ = io.WriteString(w, reason+"\n")
 			return
 		}
-		_, _ = io.WriteString(w, "ready\n")
+		_, _ = io.WriteString(w, "ready\n"+payerLine)
 	})
 	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(h.metrics.registry, promhttp.HandlerOpts{
 		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
@@ -485,7 +489,15 @@ func (s *Server) probeReady(ctx context.Context) error {
 	if err := g.Writable(); err != nil {
 		return &engine.NotReadyError{Reason: "the guard directory cannot be written", Err: err}
 	}
-	return s.guard.Engine.Ready(ctx)
+	if err := s.guard.Engine.Ready(ctx); err != nil {
+		return err
+	}
+	if s.guard.Payments != nil {
+		if err := s.guard.Payments.Ready(ctx); err != nil {
+			return &engine.NotReadyError{Reason: "the payer signer does not answer, so no payment can be authorized", Err: err}
+		}
+	}
+	return nil
 }
 
 // limitBody answers 413 to a body over max, before authentication reads

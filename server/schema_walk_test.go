@@ -92,6 +92,7 @@ func TestInputSchemasAgreeWithBehaviour(t *testing.T) {
 		"explain":           {"run_id": "run-1", "operation_id": "op-1", "template": "x402-buyer"},
 		"check_before_pay":  {"counterparty": "0x209693bc6afc0c5328ba36faf03c514ef312287c", "amount": "0.10", "asset": "USDC", "template": "x402-buyer"},
 		"get_review_status": {"review_id": ""}, // filled below with a real review
+		"authorize_payment": {"payment_required": paymentRequired("10000", "0x209693bc6afc0c5328ba36faf03c514ef312287c"), "resource": "https://api.seller.example/data"},
 	}
 	s.MCP().HandleMessage(ctx, json.RawMessage(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
 	var review struct {

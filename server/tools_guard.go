@@ -13,6 +13,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/runindex"
+	"github.com/haia-trace-mcp/haia-trace-mcp/payment"
 	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 )
 
@@ -22,10 +23,13 @@ type Guard struct {
 	Engine *engine.Engine
 	// AgentID names the caller over stdio; over HTTP the token's subject does.
 	AgentID string
+	// Payments, when set, signs x402 payments the engine allows
+	// (authorize_payment).
+	Payments *payment.Authorizer
 }
 
 func (s *Server) guardTools() []toolDef {
-	return []toolDef{
+	tools := []toolDef{
 		{
 			name:  "check_before_pay",
 			title: "Check before paying",
@@ -44,6 +48,10 @@ func (s *Server) guardTools() []toolDef {
 			handler: s.getReviewStatus,
 		},
 	}
+	if s.guard.Payments != nil {
+		tools = append(tools, s.paymentTool())
+	}
+	return tools
 }
 
 // EnableGuard registers the guard's tools. The engine reads history through

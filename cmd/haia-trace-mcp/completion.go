@@ -10,20 +10,22 @@ import (
 // completionWords are the commands, their subcommands and flags, for the
 // completion scripts. TestCompletionKnowsEveryCommand keeps them true.
 var completionWords = map[string][]string{
-	"":            {"build", "policy", "verify", "signer", "review", "reviewer", "audit", "init", "chain", "store", "healthcheck", "demo", "version", "completion", "help"},
-	"review":      {"list", "show", "approve", "reject", "watch", "archive", "--older-than", "--dir", "--json", "--all", "--note", "--by", "--reviewer-key", "--reviewers", "--guard-config", "--lock-wait", "--interval", "--tenant"},
-	"reviewer":    {"init", "--id", "--key-file", "--reviewers"},
-	"chain":       {"list", "export", "checkpoint", "--dir", "--all", "--out", "--key-file", "--signer", "--store"},
-	"store":       {"migrate", "import", "export", "--store", "--dir"},
-	"policy":      {"check", "eval", "--input"},
-	"verify":      {"--keyring", "--checkpoint", "--identity", "--follow"},
-	"audit":       {"--dir", "--reviewers", "--keyring", "--guard-config"},
-	"init":        {"--config", "--key-file", "--reviewer-id", "--reviewer-key", "--reviewers"},
-	"build":       {"--template", "--templates-dir"},
-	"signer":      {"--key-file", "--listen"},
-	"healthcheck": {"--url", "--timeout"},
-	"demo":        {"--keep"},
-	"completion":  {"bash", "zsh", "fish"},
+	"":              {"build", "policy", "verify", "signer", "review", "reviewer", "audit", "init", "chain", "store", "healthcheck", "demo", "version", "completion", "help", "payer", "authorization"},
+	"review":        {"list", "show", "approve", "reject", "watch", "archive", "--older-than", "--dir", "--json", "--all", "--note", "--by", "--reviewer-key", "--reviewers", "--guard-config", "--lock-wait", "--interval", "--tenant"},
+	"reviewer":      {"init", "--id", "--key-file", "--reviewers"},
+	"chain":         {"list", "export", "checkpoint", "--dir", "--all", "--out", "--key-file", "--signer", "--store"},
+	"store":         {"migrate", "import", "export", "--store", "--dir"},
+	"policy":        {"check", "eval", "--input"},
+	"verify":        {"--keyring", "--checkpoint", "--identity", "--follow"},
+	"audit":         {"--dir", "--reviewers", "--keyring", "--guard-config"},
+	"init":          {"--config", "--key-file", "--reviewer-id", "--reviewer-key", "--reviewers"},
+	"build":         {"--template", "--templates-dir"},
+	"signer":        {"--key-file", "--listen", "--payer-key", "--payer-key-password-file"},
+	"payer":         {"address", "--payer-key", "--payer-key-password-file", "--payer-signer"},
+	"authorization": {"show", "--dir", "--json", "--keyring", "--reviewers", "--store"},
+	"healthcheck":   {"--url", "--timeout"},
+	"demo":          {"--keep"},
+	"completion":    {"bash", "zsh", "fish"},
 }
 
 func runCompletion(args []string, stdout, stderr io.Writer) int {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -42,11 +43,27 @@ func runHealthcheck(ctx context.Context, args []string, stdout, stderr io.Writer
 		return exitFail
 	}
 	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	if resp.StatusCode != http.StatusOK {
 		fmt.Fprintf(stderr, "healthcheck: %s answered %s\n", *target, resp.Status)
 		return exitFail
 	}
 	fmt.Fprintln(stdout, "ok")
+	// A server that signs x402 payments names its payer address.
+	for _, line := range strings.Split(string(body), "\n") {
+		if addr, ok := strings.CutPrefix(line, "payer "); ok && len(addr) == 42 && strings.HasPrefix(addr, "0x") && isHexString(addr[2:]) {
+			fmt.Fprintln(stdout, "payer "+addr)
+		}
+	}
 	return exitOK
+}
+
+func isHexString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+			return false
+		}
+	}
+	return true
 }

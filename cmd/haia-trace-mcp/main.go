@@ -44,6 +44,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return runSigner(ctx, rest, stdout, stderr)
 		case "review":
 			return runReview(ctx, rest, stdout, stderr)
+		case "payer":
+			return runPayer(ctx, rest, stdout, stderr)
+		case "authorization":
+			return runAuthorization(ctx, rest, stdout, stderr)
 		case "init":
 			return runInit(ctx, rest, stdout, stderr)
 		case "reviewer":
@@ -76,7 +80,9 @@ const usage = `usage:
   haia-trace-mcp build RUN_FILE [--template NAME|PATH] [--templates-dir DIR]
   haia-trace-mcp policy check FILE | policy eval FILE --input INPUT.json
   haia-trace-mcp verify CHAIN [--keyring K] [--checkpoint C] [--identity M]
-  haia-trace-mcp signer --key-file K --listen unix:PATH
+  haia-trace-mcp signer --key-file K --listen unix:PATH | --payer-key K --listen unix:PATH
+  haia-trace-mcp payer address --payer-key K | --payer-signer unix:PATH
+  haia-trace-mcp authorization show NONCE|RECEIPT_ID [--dir .trace] [--json]
   haia-trace-mcp review list|show|approve|reject|watch [<review_id>] [--dir .trace] [--all] [--note "…"] [--reviewer-key K] [--json]
   haia-trace-mcp init [DIR]                       a Trace root from nothing: layout, keys, a reviewer, an example policy
   haia-trace-mcp reviewer init --id ID [--key-file K] [--reviewers F]

@@ -22,6 +22,8 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/policy"
+	"github.com/haia-trace-mcp/haia-trace-mcp/payment"
+	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/notify"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/pgstore"
@@ -48,6 +50,8 @@ type serveFlags struct {
 	tenantsDir   string
 	store        string
 	readOnly     bool
+	payer        payerFlags
+	tools        string
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
@@ -65,6 +69,8 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.notify.SecretFile, "notify-secret-file", "", "the HMAC-SHA256 key of --notify-url (X-Haia-Signature)")
 	fs.StringVar(&f.store, "store", "", storeFlagHelp)
 	fs.BoolVar(&f.readOnly, "read-only", false, "serve the tools that read the Trace alone (list_operations, get_receipt, explain): no guard, nothing signed or written")
+	f.payer.register(fs)
+	fs.StringVar(&f.tools, "tools", "", "serve only these tools, comma-separated (default: all); e.g. leave check_before_pay out so that an agent with authorize_payment has one way to pay")
 	fs.StringVar(&f.tenantsDir, "tenants-dir", "", "serve one Trace root per tenant, DIR/<tenant>/, over --http; the token's --tenant-claim names the tenant")
 }
 
@@ -85,6 +91,10 @@ type guardSetup struct {
 	tenant string
 	// store holds the review log and the chains; closed with the stack.
 	store reviewlog.Store
+	// payer signs the x402 payments the engine allows (nil: none).
+	payer x402.Signer
+	// tools are the tools to serve (nil: all).
+	tools []string
 }
 
 // openGuard loads the policy, its custom rules and the signing setup once.
@@ -126,9 +136,18 @@ func openGuard(ctx context.Context, root *confined.Dir, f *serveFlags, logger *s
 	} else {
 		logger.Info("trusted reviewers file", "reviewers", reviewersPath)
 	}
+	payer, err := f.payer.open(ctx)
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	if payer != nil {
+		logger.Info("x402 payments are signed here (authorize_payment)", "payer", payer.Address().Hex(), "max_authorization_seconds", cfg.MaxAuthorizationSeconds)
+	}
 	log := reviewlog.OpenStore(store, reviewlog.Options{ReviewTTL: cfg.ReviewTTL,
 		Reviewers: func() (reviewlog.Reviewers, error) { return reviewlog.LoadReviewers(reviewersPath) }})
-	return &guardSetup{policy: cfg, rules: rules, log: log, chains: chains, paramsKey: paramsKey, reviewersPath: reviewersPath, store: store}, nil
+	return &guardSetup{policy: cfg, rules: rules, log: log, chains: chains, paramsKey: paramsKey, reviewersPath: reviewersPath, store: store,
+		payer: payer, tools: parseTools(f.tools)}, nil
 }
 
 func newIntegrityCounter() prometheus.Counter {
@@ -194,7 +213,22 @@ func startGuard(ctx context.Context, srv *server.Server, g *guardSetup, template
 	}
 	logger.Info("guard policy loaded", "source", g.policy.Source, "history_templates", strings.Join(g.policy.HistoryTemplates, ","),
 		"unreadable_history", g.policy.UnreadableHistory, "unattributable_history", g.policy.UnattributableHistory)
-	return srv.EnableGuard(&server.Guard{Engine: eng, AgentID: agentID})
+	gd := &server.Guard{Engine: eng, AgentID: agentID}
+	if g.payer != nil {
+		if gd.Payments, err = payment.New(payment.Config{Engine: eng, Signer: g.payer}); err != nil {
+			return err
+		}
+	}
+	if err := srv.EnableGuard(gd); err != nil {
+		return err
+	}
+	if g.tools != nil {
+		if err := srv.KeepTools(g.tools); err != nil {
+			return err
+		}
+		logger.Info("serving only the tools --tools names", "tools", strings.Join(g.tools, ","))
+	}
+	return nil
 }
 
 func newLogger(stderr io.Writer, level string) (*slog.Logger, error) {
@@ -353,6 +387,12 @@ func openStack(ctx context.Context, dir, tenant string, f *serveFlags, notifier 
 	if f.readOnly {
 		// No guard: no policy, key, store or reviewers are opened, and
 		// nothing is written; only the tools that read the Trace exist.
+		if tools := parseTools(f.tools); tools != nil {
+			if err := srv.KeepTools(tools); err != nil {
+				closeDirs()
+				return nil, err
+			}
+		}
 		logger.Info("read-only: serving the Trace read tools alone; the guard is not started", "tools", strings.Join(srv.ToolNames(), ","))
 		stopHUP := reloadTemplatesOnHUP(ctx, templates, nil, logger)
 		return &stack{root: root, events: events, srv: srv, close: func() { stopHUP(); closeDirs() }}, nil
@@ -451,7 +491,8 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		var guardFlags []string
 		c.fs.Visit(func(fl *flag.Flag) {
 			switch fl.Name {
-			case "guard-config", "agent-id", "reviewers", "notify-command", "notify-env", "notify-url", "notify-secret-file", "store", "key-file", "signer", "params-key-file":
+			case "guard-config", "agent-id", "reviewers", "notify-command", "notify-env", "notify-url", "notify-secret-file", "store", "key-file", "signer", "params-key-file",
+				"payer-key", "payer-key-password-file", "payer-signer":
 				guardFlags = append(guardFlags, "--"+fl.Name)
 			}
 		})

@@ -1,0 +1,374 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
+	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
+)
+
+const authorizationUsage = `usage:
+  haia-trace-mcp authorization show NONCE|RECEIPT_ID [--dir .trace] [--store …] [--keyring K] [--reviewers F] [--json]
+      one x402 authorization the guard signed: the signed decision that
+      allowed it, the human approval it used (if any), the authorization
+      (payer, payee, value, validity, nonce, signature), the receipt that
+      records it, and the Trace operation that used it when the recorder
+      wrote it. Each part is checked against the signed receipts: the
+      review log's copy of the terms is unsigned, the receipts are not.
+      RECEIPT_ID is the decision's receipt or the authorization's own.
+exit codes: 0 shown and consistent, 1 failure, 2 usage, 3 no such
+authorization, 4 the terms and the signed receipts disagree (TAMPERED)
+`
+
+const (
+	authExitUnknown  = 3
+	authExitTampered = 4
+)
+
+// authorizationView is what authorization show prints.
+type authorizationView struct {
+	reviewlog.AuthorizedLine
+	DecisionVerdict string               `json:"decision_verdict,omitempty"`
+	Approval        *authorizationReview `json:"approval,omitempty"`
+	Trace           []traceUse           `json:"trace"`
+	Findings        []string             `json:"findings"`
+	Consistent      bool                 `json:"consistent"`
+	KeyringSource   string               `json:"keyring_source"`
+}
+
+type authorizationReview struct {
+	ReviewID  string `json:"review_id"`
+	Status    string `json:"status"`
+	DecidedBy string `json:"decided_by,omitempty"`
+	DecidedAt string `json:"decided_at,omitempty"`
+	Note      string `json:"note,omitempty"`
+}
+
+func runAuthorization(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if isHelp(args) {
+		fmt.Fprint(stdout, authorizationUsage)
+		return exitOK
+	}
+	if len(args) == 0 || args[0] != "show" {
+		return newCommand("authorization", authorizationUsage, stdout, stderr).failf("name a subcommand: show")
+	}
+	c := newCommand("authorization show", authorizationUsage, stdout, stderr)
+	dir := c.fs.String("dir", ".trace", "the Trace root")
+	asJSON := c.fs.Bool("json", false, "print JSON")
+	keyringFile := c.fs.String("keyring", "", "trust only the keys of this keyring file (default: the keyring the store holds)")
+	reviewers := c.fs.String("reviewers", "", "the trusted reviewers file (default: reviewers.json in the user configuration directory)")
+	storeFlag := addStoreFlag(c.fs)
+	pos, code, ok := c.parse(args[1:])
+	if !ok {
+		return code
+	}
+	if code, ok := c.wantArgs(pos, 1, 1, "one nonce (0x and 64 hex digits) or receipt id"); !ok {
+		return code
+	}
+	want := pos[0]
+	g, code := openCLIGuard(ctx, "authorization show", *dir, *storeFlag, *reviewers, "", stderr)
+	if g == nil {
+		return code
+	}
+	defer g.Close()
+	log := reviewlog.OpenStore(g.store, reviewlog.Options{Reviewers: g.loadReviewers})
+	all, err := log.Authorizations(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp authorization show: %s\n", termsafe.String(err.Error()))
+		return exitFail
+	}
+	var found *reviewlog.AuthorizedLine
+	for i := range all {
+		a := &all[i]
+		if strings.EqualFold(a.Nonce, want) || a.Receipt == want || a.DecisionReceipt == want {
+			found = a
+		}
+	}
+	if found == nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp authorization show: no authorization with nonce or receipt %q in %s\n", termsafe.String(want), termsafe.String(log.Path()))
+		return authExitUnknown
+	}
+	v := authorizationView{AuthorizedLine: *found, Trace: []traceUse{}, Findings: []string{}}
+	var keyring noa.Keyring
+	if *keyringFile != "" {
+		data, err := os.ReadFile(*keyringFile)
+		if err == nil {
+			keyring, err = noa.ParseKeyring(data)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "haia-trace-mcp authorization show: --keyring: %s\n", termsafe.String(err.Error()))
+			return exitUsage
+		}
+		v.KeyringSource = *keyringFile
+	} else {
+		err := g.store.View(ctx, func(r reviewlog.Reader) (err error) {
+			keyring, err = r.Keyring(ctx)
+			return err
+		})
+		if err != nil {
+			fmt.Fprintf(stderr, "haia-trace-mcp authorization show: keyring: %s\n", termsafe.String(err.Error()))
+			return exitFail
+		}
+		v.KeyringSource = "the store's keyring (pass --keyring to trust only your own copy)"
+	}
+	receipts, err := findReceipts(ctx, g.store, found.DecisionReceipt, found.Receipt)
+	if err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp authorization show: %s\n", termsafe.String(err.Error()))
+		return exitFail
+	}
+	v.Findings = checkAuthorization(found.Authorized, receipts, keyring, &v)
+	if found.ReviewID != "" {
+		rv, _, err := log.Verified(ctx, found.ReviewID)
+		if err != nil {
+			v.Findings = append(v.Findings, fmt.Sprintf("the review %s whose approval it used cannot be read: %v", found.ReviewID, err))
+		} else {
+			v.Approval = &authorizationReview{ReviewID: rv.ID, Status: rv.Status, DecidedBy: rv.DecidedBy, DecidedAt: rv.DecidedAt, Note: rv.Note}
+			if rv.Status != reviewlog.Approved {
+				v.Findings = append(v.Findings, fmt.Sprintf("the review %s it names is %s, not approved, as the signatures prove it", rv.ID, rv.Status))
+			}
+		}
+	}
+	if v.Trace, err = traceUses(g.root, found.Nonce); err != nil {
+		v.Findings = append(v.Findings, "the Trace could not be searched: "+err.Error())
+		v.Trace = []traceUse{}
+	}
+	v.Consistent = len(v.Findings) == 0
+	if *asJSON {
+		if code := reviewWriteJSON(stdout, stderr, v); code != exitOK {
+			return code
+		}
+	} else {
+		printAuthorization(stdout, v)
+	}
+	if !v.Consistent {
+		return authExitTampered
+	}
+	return exitOK
+}
+
+// findReceipts reads, from every decision chain, the receipts with these ids.
+func findReceipts(ctx context.Context, st reviewlog.Store, ids ...string) (map[string]noa.Receipt, error) {
+	out := map[string]noa.Receipt{}
+	err := st.View(ctx, func(r reviewlog.Reader) error {
+		chains, err := reviewlog.ListChains(ctx, r)
+		if err != nil {
+			return err
+		}
+		for _, c := range chains {
+			err := reviewlog.EachReceipt(ctx, r, c.ID, func(_ reviewlog.Segment, _ int64, rc *noa.Receipt) error {
+				for _, id := range ids {
+					if rc.ID == id {
+						out[id] = *rc
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return fmt.Errorf("chain %s: %w", c.ID, err)
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// checkAuthorization compares the log's (unsigned) copy of an
+// authorization with what is signed: the payer's signature over its terms,
+// and the two receipts (the decision, and the authorization's own).
+func checkAuthorization(a reviewlog.Authorized, receipts map[string]noa.Receipt, keyring noa.Keyring, v *authorizationView) []string {
+	findings := []string{}
+	bad := func(format string, args ...any) { findings = append(findings, fmt.Sprintf(format, args...)) }
+	digest, err := authorizationDigest(a)
+	if err != nil {
+		bad("TAMPERED: the recorded terms cannot be read: %v", err)
+		return findings
+	}
+	if "0x"+hex.EncodeToString(digest[:]) != a.Digest {
+		bad("TAMPERED: the recorded terms hash to %x, not the digest recorded with them (%s)", digest, a.Digest)
+	}
+	if n := x402.NonceFor(a.DecisionReceipt); "0x"+hex.EncodeToString(n[:]) != strings.ToLower(a.Nonce) {
+		bad("TAMPERED: the nonce is not the one derived from decision receipt %s", a.DecisionReceipt)
+	}
+	var sig [65]byte
+	if b, err := hex.DecodeString(strings.TrimPrefix(a.Signature, "0x")); err == nil && len(b) == 65 {
+		copy(sig[:], b)
+		if who, err := x402.Recover(digest, sig); err != nil || !strings.EqualFold(who.Hex(), a.From) {
+			bad("TAMPERED: the payer signature does not recover to the payer %s over these terms", a.From)
+		}
+	} else {
+		bad("TAMPERED: the signature is not 65 bytes of hex")
+	}
+	verified := func(id, what string) (noa.Receipt, bool) {
+		rc, ok := receipts[id]
+		if !ok {
+			bad("MISSING: the %s receipt %s is in no decision chain of this store", what, id)
+			return rc, false
+		}
+		spki, ok := keyring[rc.Sig.KID]
+		if !ok {
+			bad("UNVERIFIED: the %s receipt %s is signed with key %s, which the keyring does not hold", what, id, rc.Sig.KID)
+			return rc, false
+		}
+		pub, err := noa.DecodeSPKI(spki)
+		if err == nil {
+			err = noa.VerifySignature(rc, ed25519.PublicKey(pub))
+		}
+		if err != nil {
+			bad("TAMPERED: the %s receipt %s does not verify: %v", what, id, err)
+			return rc, false
+		}
+		return rc, true
+	}
+	if rc, ok := verified(a.DecisionReceipt, "decision"); ok {
+		v.DecisionVerdict = rc.Governance.Verdict
+		if rc.Governance.Verdict != noa.VerdictAllowed {
+			bad("TAMPERED: the decision receipt %s says %s, not ALLOWED", rc.ID, rc.Governance.Verdict)
+		}
+	}
+	if rc, ok := verified(a.Receipt, "authorization"); ok {
+		if rc.Action.ParamsHash != engine.AuthorizationParamsHash(digest) {
+			bad("TAMPERED: the authorization receipt %s signs other terms (its paramsHash is not the hash of these terms' EIP-712 digest)", rc.ID)
+		}
+		if rc.Action.ID != "x402-authorization:"+strings.ToLower(a.Nonce) || rc.Action.Canonical != reviewlog.CanonicalAuthorizationSigned {
+			bad("TAMPERED: the authorization receipt %s records another action (%s)", rc.ID, rc.Action.ID)
+		}
+	}
+	return findings
+}
+
+// authorizationDigest recomputes the EIP-712 digest of recorded terms.
+func authorizationDigest(a reviewlog.Authorized) ([32]byte, error) {
+	chain, err := x402.ChainID(a.Network)
+	if err != nil {
+		return [32]byte{}, err
+	}
+	token, err := x402.ParseAddress(a.Token)
+	if err != nil {
+		return [32]byte{}, err
+	}
+	au, err := x402.AuthorizationJSON{From: a.From, To: a.To, Value: a.Value, ValidAfter: a.ValidAfter, ValidBefore: a.ValidBefore, Nonce: strings.ToLower(a.Nonce)}.Read()
+	if err != nil {
+		return [32]byte{}, err
+	}
+	return x402.Digest(x402.Domain{Name: a.Name, Version: a.Version, ChainID: chain, VerifyingContract: token}, au)
+}
+
+func printAuthorization(w io.Writer, v authorizationView) {
+	s := termsafe.String
+	unix := func(n string) string {
+		i, ok := new(big.Int).SetString(n, 10)
+		if !ok || !i.IsInt64() {
+			return n
+		}
+		return n + " (" + time.Unix(i.Int64(), 0).UTC().Format(time.RFC3339) + ")"
+	}
+	fmt.Fprintf(w, "authorization %s\n", s(v.Nonce))
+	fmt.Fprintf(w, "  signed at      %s for caller %s (review log line %d)\n", s(v.At), s(v.Caller), v.Line)
+	fmt.Fprintf(w, "  decision       receipt %s", s(v.DecisionReceipt))
+	if v.DecisionVerdict != "" {
+		fmt.Fprintf(w, " (%s)", v.DecisionVerdict)
+	}
+	fmt.Fprintln(w)
+	if v.Approval != nil {
+		fmt.Fprintf(w, "  approval       review %s %s by %s at %s", s(v.Approval.ReviewID), v.Approval.Status, s(v.Approval.DecidedBy), s(v.Approval.DecidedAt))
+		if v.Approval.Note != "" {
+			fmt.Fprintf(w, " (note: %s)", s(v.Approval.Note))
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "  payer          %s\n  payee          %s\n  value          %s atomic units of %s on %s (%s %s)\n",
+		s(v.From), s(v.To), s(v.Value), s(v.Token), s(v.Network), s(v.Name), s(v.Version))
+	fmt.Fprintf(w, "  valid          after %s, before %s\n", unix(v.ValidAfter), unix(v.ValidBefore))
+	fmt.Fprintf(w, "  signature      %s\n  eip712 digest  %s\n  recorded as    receipt %s\n", s(v.Signature), s(v.Digest), s(v.Receipt))
+	if v.Resource != "" {
+		fmt.Fprintf(w, "  resource       %s\n", s(v.Resource))
+	}
+	if len(v.Trace) == 0 {
+		fmt.Fprintln(w, "  trace          no operation in the Trace carries this nonce yet (the recorder has not written its use)")
+	}
+	for _, u := range v.Trace {
+		fmt.Fprintf(w, "  trace          run %s, operation %s (event line %d)\n", s(u.RunID), s(u.OperationID), u.Line)
+	}
+	fmt.Fprintf(w, "  keys trusted   %s\n", v.KeyringSource)
+	if v.Consistent {
+		fmt.Fprintln(w, "  CONSISTENT: the terms, the payer's signature and the signed receipts agree")
+		return
+	}
+	for _, f := range v.Findings {
+		fmt.Fprintf(w, "  %s\n", s(f))
+	}
+}
+
+// traceUse is an event of the Trace that carries the authorization's nonce.
+type traceUse struct {
+	RunID       string `json:"run_id"`
+	OperationID string `json:"operation_id"`
+	Line        int    `json:"line"`
+}
+
+// maxTraceLine bounds one event line read while searching for a nonce.
+const maxTraceLine = 1 << 20
+
+// traceUses finds the events that carry nonce (the recorder writes the
+// payment it saw sent, the authorization's nonce in it): run, operation
+// (the event's context_id) and line.
+func traceUses(root *confined.Dir, nonce string) ([]traceUse, error) {
+	out := []traceUse{}
+	events, err := root.OpenDirLazy("events")
+	if err != nil {
+		return out, err
+	}
+	defer events.Close()
+	if !events.Exists() {
+		return out, nil
+	}
+	entries, err := events.ReadDir()
+	if err != nil {
+		return out, err
+	}
+	needle := []byte(strings.ToLower(strings.TrimPrefix(strings.ToLower(nonce), "0x")))
+	for _, e := range entries {
+		run, ok := strings.CutSuffix(e.Name, ".ndjson")
+		if !ok || !e.Regular() {
+			continue
+		}
+		f, err := events.Open(e.Name)
+		if err != nil {
+			return out, err
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 64<<10), maxTraceLine)
+		for n := 1; sc.Scan(); n++ {
+			if !bytes.Contains(bytes.ToLower(sc.Bytes()), needle) {
+				continue
+			}
+			var ev struct {
+				ContextID string `json:"context_id"`
+			}
+			_ = json.Unmarshal(sc.Bytes(), &ev)
+			out = append(out, traceUse{RunID: run, OperationID: ev.ContextID, Line: n})
+		}
+		err = sc.Err()
+		f.Close()
+		if err != nil && !errors.Is(err, bufio.ErrTooLong) {
+			return out, fmt.Errorf("events/%s: %w", e.Name, err)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,249 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
+)
+
+// The e2e payer: a test key that holds nothing anywhere.
+const (
+	e2ePayerKey  = "4c0883a69102937d6231471b5dbb6204fe5129617082792ae468d01a3f362318"
+	e2ePayerAddr = "0x2c7536E3605D9C16a7a3D7b1898e529396a65c23"
+	e2eSeller    = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C"
+	e2eDenied    = "0x1111111111111111111111111111111111111111"
+)
+
+type authorizeAnswer struct {
+	Decision  string `json:"decision"`
+	ReceiptID string `json:"receipt_id"`
+	ReviewID  string `json:"review_id"`
+	Reasons   []struct {
+		Rule   string `json:"rule"`
+		Detail string `json:"detail"`
+	} `json:"reasons"`
+	Payment *struct {
+		Payload    json.RawMessage `json:"payload"`
+		Header     string          `json:"header"`
+		HeaderName string          `json:"header_name"`
+	} `json:"payment"`
+	Authorization *struct {
+		Payer     string `json:"payer"`
+		Nonce     string `json:"nonce"`
+		ReceiptID string `json:"receipt_id"`
+	} `json:"authorization"`
+}
+
+func e2ePaymentRequired(amount, payTo string) map[string]any {
+	return map[string]any{"x402Version": 2, "resource": map[string]any{"url": "https://api.seller.example/data"},
+		"accepts": []any{map[string]any{"scheme": "exact", "network": "eip155:8453", "amount": amount,
+			"asset": "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913", "payTo": payTo, "maxTimeoutSeconds": 120,
+			"extra": map[string]any{"name": "USD Coin", "version": "2"}}}}
+}
+
+func writeSecret(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func authorizeCall(t *testing.T, cs *mcp.ClientSession, pr any) authorizeAnswer {
+	t.Helper()
+	var a authorizeAnswer
+	decodeStructured(t, callTool(t, cs, "authorize_payment", map[string]any{"payment_required": pr}), &a)
+	if (a.Payment != nil) != (a.Decision == "allow") {
+		t.Fatalf("%s with payment %v", a.Decision, a.Payment != nil)
+	}
+	return a
+}
+
+// TestStdioAuthorizePaymentStory: the agent pays only through the guard.
+// allow signs exactly the 402's terms; review signs nothing until a human
+// approves, then once; block never; the proof command shows each
+// authorization bound to its signed receipts and says TAMPERED when the
+// unsigned copy is edited; verify and audit cover the chain.
+func TestStdioAuthorizePaymentStory(t *testing.T) {
+	root := sampleRoot(t)
+	key := filepath.Join(t.TempDir(), "signing-key.pem")
+	payerKey := writeSecret(t, "payer.key", "0x"+e2ePayerKey+"\n")
+	cfg := writeSecret(t, "guard.json", `{"reviewAbove":"1.00","denylist":["`+e2eDenied+`"],"maxAuthorizationSeconds":90}`)
+
+	out, errOut, code := runCLI(t, "payer", "address", "--payer-key", payerKey)
+	if code != 0 || strings.TrimSpace(out) != e2ePayerAddr || strings.Contains(out+errOut, e2ePayerKey) {
+		t.Fatalf("payer address: %d %q %q", code, out, errOut)
+	}
+	var stderr bytes.Buffer
+	cs := mcpSession(t, &stderr, "--dir", root, "--key-file", key, "--guard-config", cfg, "--payer-key", payerKey,
+		"--tools", "list_operations,get_receipt,explain,get_review_status,authorize_payment")
+
+	// --tools took check_before_pay away: the agent has one way to pay.
+	tools, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tl := range tools.Tools {
+		if tl.Name == "check_before_pay" {
+			t.Fatal("check_before_pay is served despite --tools")
+		}
+	}
+
+	allow := authorizeCall(t, cs, e2ePaymentRequired("250000", e2eSeller))
+	if allow.Decision != "allow" || allow.Authorization.Payer != e2ePayerAddr {
+		t.Fatalf("allow: %+v", allow)
+	}
+	var sent struct {
+		Payload x402.ExactPayload `json:"payload"`
+	}
+	hb, _ := base64.StdEncoding.DecodeString(allow.Payment.Header)
+	json.Unmarshal(hb, &sent)
+	if a := sent.Payload.Authorization; a.Value != "250000" || a.To != e2eSeller || a.From != e2ePayerAddr {
+		t.Fatalf("signed %+v", a)
+	}
+	if a := sent.Payload.Authorization; len(a.ValidBefore) == 0 || mustInt(a.ValidBefore)-mustInt(a.ValidAfter) != 90+60 {
+		t.Fatalf("maxAuthorizationSeconds 90 did not cap the validity: %+v", a)
+	}
+
+	review := authorizeCall(t, cs, e2ePaymentRequired("5000000", e2eSeller))
+	if review.Decision != "review" || review.ReviewID == "" {
+		t.Fatalf("review: %+v", review)
+	}
+	if again := authorizeCall(t, cs, e2ePaymentRequired("5000000", e2eSeller)); again.Decision != "review" {
+		t.Fatalf("asked again before a human decided: %+v", again)
+	}
+	if _, errOut, code := runCLI(t, "review", "approve", review.ReviewID, "--dir", root, "--note", "ok once"); code != 0 {
+		t.Fatalf("approve: %d %s", code, errOut)
+	}
+	approved := authorizeCall(t, cs, e2ePaymentRequired("5000000", e2eSeller))
+	if approved.Decision != "allow" || approved.ReviewID != review.ReviewID {
+		t.Fatalf("after approval: %+v", approved)
+	}
+	if replay := authorizeCall(t, cs, e2ePaymentRequired("5000000", e2eSeller)); replay.Decision == "allow" {
+		t.Fatalf("the approval was used twice: %+v", replay)
+	}
+	if block := authorizeCall(t, cs, e2ePaymentRequired("1", e2eDenied)); block.Decision != "block" {
+		t.Fatalf("block: %+v", block)
+	}
+
+	// The proof, by nonce and by receipt id.
+	for _, id := range []string{allow.Authorization.Nonce, allow.ReceiptID, approved.Authorization.ReceiptID} {
+		out, errOut, code := runCLI(t, "authorization", "show", id, "--dir", root)
+		if code != 0 || !strings.Contains(out, "CONSISTENT") || !strings.Contains(out, e2ePayerAddr) {
+			t.Fatalf("authorization show %s: %d\n%s%s", id, code, out, errOut)
+		}
+	}
+	out, _, code = runCLI(t, "authorization", "show", approved.Authorization.Nonce, "--dir", root, "--json")
+	var shown struct {
+		Approval *struct {
+			Status    string `json:"status"`
+			DecidedBy string `json:"decided_by"`
+		} `json:"approval"`
+		Consistent bool   `json:"consistent"`
+		Value      string `json:"value"`
+	}
+	if err := json.Unmarshal([]byte(out), &shown); err != nil || code != 0 || !shown.Consistent || shown.Approval == nil ||
+		shown.Approval.Status != "approved" || shown.Approval.DecidedBy != "alice" || shown.Value != "5000000" {
+		t.Fatalf("show --json: %d %s", code, out)
+	}
+	if _, _, code := runCLI(t, "authorization", "show", "0x"+strings.Repeat("ab", 32), "--dir", root); code != authExitUnknown {
+		t.Fatalf("an unknown nonce: exit %d", code)
+	}
+	chain, _ := chainFile(t, root)
+	if out, code := verifyChain(t, root, chain); code != 0 {
+		t.Fatalf("verify: %d %s", code, out)
+	}
+	if out, errOut, code := runCLI(t, "audit", "--dir", root); code != 0 {
+		t.Fatalf("audit: %d %s %s", code, out, errOut)
+	}
+	if !strings.Contains(stderr.String(), e2ePayerAddr) || strings.Contains(stderr.String(), e2ePayerKey) {
+		t.Fatal("the payer address is not logged at start, or the key is")
+	}
+
+	// Whoever can write the volume edits the unsigned copy: the proof says so.
+	logPath := filepath.Join(root, "guard", "decisions.ndjson")
+	data, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := bytes.Replace(data, []byte(`"value":"250000"`), []byte(`"value":"25000"`), 1)
+	if bytes.Equal(edited, data) {
+		t.Fatal("no authorized line to edit")
+	}
+	os.WriteFile(logPath, edited, 0o600)
+	out, _, code = runCLI(t, "authorization", "show", allow.Authorization.Nonce, "--dir", root)
+	if code != authExitTampered || !strings.Contains(out, "TAMPERED") {
+		t.Fatalf("an edited authorization: exit %d\n%s", code, out)
+	}
+}
+
+func mustInt(s string) int64 {
+	var n int64
+	for _, c := range s {
+		n = n*10 + int64(c-'0')
+	}
+	return n
+}
+
+// TestStdioPayerSignerProcess: the key lives in its own process; the
+// server signs through it; when it stops, no payment is authorized (fail
+// closed) and a server cannot start against it.
+func TestStdioPayerSignerProcess(t *testing.T) {
+	root := sampleRoot(t)
+	key := filepath.Join(t.TempDir(), "signing-key.pem")
+	payerKey := writeSecret(t, "payer.key", e2ePayerKey)
+	sockDir, err := os.MkdirTemp("", "pay")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(sockDir)
+	sock := filepath.Join(sockDir, "p.sock")
+	signer := exec.Command(binPath, "signer", "--payer-key", payerKey, "--listen", "unix:"+sock)
+	var sigErr bytes.Buffer
+	signer.Stderr = &sigErr
+	if err := signer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer signer.Process.Kill()
+	for i := 0; ; i++ {
+		if out, _, code := runCLI(t, "payer", "address", "--payer-signer", "unix:"+sock); code == 0 {
+			if strings.TrimSpace(out) != e2ePayerAddr {
+				t.Fatalf("payer address through the signer: %q", out)
+			}
+			break
+		}
+		if i > 200 {
+			t.Fatalf("the payer signer never came up: %s", sigErr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cs := mcpSession(t, nil, "--dir", root, "--key-file", key, "--payer-signer", "unix:"+sock)
+	if a := authorizeCall(t, cs, e2ePaymentRequired("10000", e2eSeller)); a.Decision != "allow" || a.Authorization.Payer != e2ePayerAddr {
+		t.Fatalf("through the signer: %+v", a)
+	}
+	signer.Process.Signal(os.Interrupt)
+	signer.Wait()
+	res := callTool(t, cs, "authorize_payment", map[string]any{"payment_required": e2ePaymentRequired("10000", e2eSeller)})
+	if !res.IsError || !strings.Contains(resultText(res), "no authorization is given") || strings.Contains(resultText(res), "0x"+e2ePayerKey[:8]) {
+		t.Fatalf("with the signer stopped: %v %s", res.IsError, resultText(res))
+	}
+	_, errOut, code := runCLI(t, "--dir", root, "--key-file", key, "--payer-signer", "unix:"+sock)
+	if code == 0 || !strings.Contains(errOut, "--payer-signer") {
+		t.Fatalf("a server started against a stopped signer: %d %s", code, errOut)
+	}
+	if strings.Contains(sigErr.String(), e2ePayerKey) {
+		t.Fatal("the signer logged its key")
+	}
+}

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
+)
+
+// payerFlags choose how x402 payments are signed: a payer key in this
+// process, or a payer signer process so that the key never enters it.
+// Neither: authorize_payment is not served.
+type payerFlags struct {
+	keyFile      string
+	passwordFile string
+	signer       string
+}
+
+func (p *payerFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&p.keyFile, "payer-key", "", "sign x402 payments the guard allows with this secp256k1 key `file` (64 hex digits, 0x optional; or a keystore v3 JSON file); mode 0600, no symlink")
+	fs.StringVar(&p.passwordFile, "payer-key-password-file", "", "the password `file` of a keystore v3 --payer-key (mode 0600; one trailing newline is ignored)")
+	fs.StringVar(&p.signer, "payer-signer", "", "sign x402 payments through a payer signer process at `unix:PATH` (haia-trace-mcp signer --payer-key K --listen unix:PATH)")
+}
+
+func (p *payerFlags) set() bool { return p.keyFile != "" || p.signer != "" }
+
+// open returns the payer signer, or nil when payments are not signed here.
+func (p *payerFlags) open(ctx context.Context) (x402.Signer, error) {
+	switch {
+	case p.keyFile != "" && p.signer != "":
+		return nil, errors.New("--payer-key and --payer-signer exclude each other: the key lives in the signer process")
+	case p.passwordFile != "" && p.keyFile == "":
+		return nil, errors.New("--payer-key-password-file goes with a keystore --payer-key")
+	case p.signer != "":
+		path, ok := strings.CutPrefix(p.signer, "unix:")
+		if !ok || path == "" {
+			return nil, fmt.Errorf("--payer-signer %q: want unix:PATH", p.signer)
+		}
+		s, err := x402.DialPayer(ctx, path, signerTimeout)
+		if err != nil {
+			return nil, fmt.Errorf("--payer-signer: %w", err)
+		}
+		return s, nil
+	case p.keyFile != "":
+		key, err := x402.LoadKeyFile(p.keyFile, p.passwordFile)
+		if err != nil {
+			return nil, fmt.Errorf("--payer-key: %w", err)
+		}
+		return x402.NewKeySigner(key), nil
+	}
+	return nil, nil
+}
+
+// parseTools reads --tools: the tools to serve (nil: every one).
+func parseTools(v string) []string {
+	if strings.TrimSpace(v) == "" {
+		return nil
+	}
+	var out []string
+	for _, name := range strings.Split(v, ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+const payerUsage = `usage:
+  haia-trace-mcp payer address (--payer-key K [--payer-key-password-file P] | --payer-signer unix:PATH)
+      print the address x402 payments are signed from (never the key)
+`
+
+// runPayer is the payer command.
+func runPayer(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c := newCommand("payer", payerUsage, stdout, stderr)
+	var p payerFlags
+	p.register(c.fs)
+	pos, code, ok := c.parse(args)
+	if !ok {
+		return code
+	}
+	if code, ok := c.wantArgs(pos, 1, 1, "one subcommand: address"); !ok {
+		return code
+	}
+	if pos[0] != "address" {
+		return c.failf("unknown subcommand %q (want address)", pos[0])
+	}
+	if !p.set() {
+		return c.failf("give --payer-key or --payer-signer")
+	}
+	s, err := p.open(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "payer: %v\n", err)
+		return exitFail
+	}
+	fmt.Fprintln(stdout, s.Address().Hex())
+	return exitOK
+}
+
+// servePayerSigner is the signer command with --payer-key.
+func servePayerSigner(ctx context.Context, p payerFlags, path string, log *slog.Logger, stderr io.Writer) int {
+	key, err := x402.LoadKeyFile(p.keyFile, p.passwordFile)
+	if err != nil {
+		fmt.Fprintf(stderr, "signer: --payer-key: %v\n", err)
+		return exitFail
+	}
+	ln, err := listenSigner(path)
+	if err != nil {
+		fmt.Fprintf(stderr, "signer: %v\n", err)
+		return exitFail
+	}
+	if err := x402.ServePayer(ctx, ln, x402.NewKeySigner(key), log); err != nil {
+		fmt.Fprintf(stderr, "signer: %v\n", err)
+		return exitFail
+	}
+	return exitOK
+}

@@ -1,0 +1,175 @@
+// Package payment is the guard's enforcement point for x402: it reads the
+// seller's 402 answer, asks the one decision engine the question
+// check_before_pay would ask, and signs the payment only on allow. It holds
+// no decision logic of its own.
+package payment
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
+	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+)
+
+// Config is what an Authorizer needs.
+type Config struct {
+	Engine *engine.Engine
+	Signer x402.Signer
+	Now    func() time.Time
+}
+
+// Authorizer answers authorize_payment.
+type Authorizer struct{ cfg Config }
+
+// New checks the configuration.
+func New(cfg Config) (*Authorizer, error) {
+	if cfg.Engine == nil || cfg.Signer == nil {
+		return nil, errors.New("payment: an authorizer needs the decision engine and a payer signer")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Authorizer{cfg: cfg}, nil
+}
+
+// Payer is the address payments are signed from.
+func (a *Authorizer) Payer() x402.Address { return a.cfg.Signer.Address() }
+
+// Request is authorize_payment's arguments.
+type Request struct {
+	// PaymentRequired is the seller's 402 answer: the PaymentRequired
+	// object, or the base64 value of its PAYMENT-REQUIRED header.
+	PaymentRequired any
+	// Resource is the URL the agent requested, or "".
+	Resource string
+}
+
+// Accepted says which entry of accepts was asked about, as the guard reads it.
+type Accepted struct {
+	Index   int    `json:"index"`
+	Network string `json:"network"`
+	Asset   string `json:"asset"`
+	Amount  string `json:"amount"`
+	Atomic  string `json:"amount_atomic"`
+	PayTo   string `json:"pay_to"`
+}
+
+// Signed is the authorization given on allow.
+type Signed struct {
+	Payer       string `json:"payer"`
+	PayTo       string `json:"pay_to"`
+	Value       string `json:"value"`
+	ValidAfter  int64  `json:"valid_after"`
+	ValidBefore int64  `json:"valid_before"`
+	Nonce       string `json:"nonce"`
+	// ReceiptID is the receipt that records the authorization.
+	ReceiptID string `json:"receipt_id"`
+}
+
+// Result is authorize_payment's answer. Payment is set only on allow.
+type Result struct {
+	Decision      string         `json:"decision"`
+	Reasons       []guard.Reason `json:"reasons"`
+	ReceiptID     string         `json:"receipt_id"`
+	ReviewID      string         `json:"review_id,omitempty"`
+	Accepted      Accepted       `json:"accepted"`
+	Payment       *x402.Payment  `json:"payment,omitempty"`
+	Authorization *Signed        `json:"authorization,omitempty"`
+}
+
+// RefusedError means nothing was asked or signed; Message is for the caller.
+type RefusedError struct{ Message string }
+
+func (e *RefusedError) Error() string { return e.Message }
+
+func refusedf(format string, a ...any) error {
+	return &RefusedError{Message: fmt.Sprintf(format, a...)}
+}
+
+// Authorize reads the 402, asks the engine, and signs on allow. An answer
+// that is not allow carries no signature; an allow whose authorization
+// cannot be signed and recorded is an error (no signature leaves).
+func (a *Authorizer) Authorize(ctx context.Context, caller string, req Request) (Result, error) {
+	pr, err := x402.ParseArgument(req.PaymentRequired)
+	if err != nil {
+		return Result{}, refusedf("%s; nothing was asked or signed", err)
+	}
+	pol := a.cfg.Engine.Policy().For(caller)
+	choice, skipped := x402.Select(pr, pol.Assets)
+	if len(skipped) == len(pr.Accepts) {
+		var b strings.Builder
+		for _, s := range skipped {
+			fmt.Fprintf(&b, "; accepts[%d]: %s", s.Index, s.Reason)
+		}
+		return Result{}, refusedf("no entry of the seller's accepts can be paid exactly%s; nothing was asked or signed", b.String())
+	}
+	declared := pr.ResourceURL(choice)
+	if req.Resource != "" && !x402.SameResource(req.Resource, declared) {
+		return Result{}, refusedf("the seller's 402 declares the resource %q, not the %q you requested; nothing was asked or signed", clip(declared), clip(req.Resource))
+	}
+	resource := declared
+	if resource == "" {
+		resource = req.Resource
+	}
+	ans, err := a.cfg.Engine.Authorize(ctx, caller, engine.Question{
+		Counterparty: choice.PayTo.Lower(), Amount: choice.Amount(), Asset: choice.Asset.Key, Resource: resource,
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{Decision: ans.Decision, Reasons: ans.Reasons, ReceiptID: ans.ReceiptID, ReviewID: ans.ReviewID,
+		Accepted: Accepted{Index: choice.Index, Network: choice.Network, Asset: choice.Asset.Key, Amount: choice.Amount(),
+			Atomic: choice.Atomic.String(), PayTo: choice.PayTo.Hex()}}
+	if ans.Decision != guard.Allow {
+		return res, nil
+	}
+	terms, err := x402.TermsFor(choice, a.cfg.Signer.Address(), ans.ReceiptID, a.cfg.Now(), int64(a.cfg.Engine.Policy().MaxAuthorizationSeconds))
+	if err != nil {
+		return Result{}, fmt.Errorf("authorization terms: %w", err)
+	}
+	sig, err := x402.Sign(ctx, a.cfg.Signer, terms)
+	if err != nil {
+		return Result{}, &engine.NotRecordedError{Message: fmt.Sprintf("the payment was allowed (receipt %s) but the payer signer did not sign it, so no authorization is given (fail closed); the operator's log says why", ans.ReceiptID), Err: err}
+	}
+	pay, err := x402.BuildPayment(pr, choice, terms, sig)
+	if err != nil {
+		return Result{}, err
+	}
+	au := terms.Authorization.JSON()
+	rec, err := a.cfg.Engine.RecordAuthorization(ctx, caller, reviewlog.Authorized{
+		DecisionReceipt: ans.ReceiptID, ReviewID: ans.ReviewID, Network: choice.Network, Token: choice.Token.Hex(),
+		Name: terms.Domain.Name, Version: terms.Domain.Version, From: au.From, To: au.To, Value: au.Value,
+		ValidAfter: au.ValidAfter, ValidBefore: au.ValidBefore, Nonce: au.Nonce,
+		Signature: "0x" + hex.EncodeToString(sig[:]), Digest: "0x" + hex.EncodeToString(terms.Digest[:]), Resource: resource,
+	}, terms.Digest)
+	if err != nil {
+		return Result{}, err
+	}
+	res.Payment = &pay
+	res.Authorization = &Signed{Payer: au.From, PayTo: au.To, Value: au.Value, ValidAfter: terms.Authorization.ValidAfter.Int64(),
+		ValidBefore: terms.Authorization.ValidBefore.Int64(), Nonce: au.Nonce, ReceiptID: rec.Receipt}
+	return res, nil
+}
+
+func clip(s string) string {
+	if len(s) > 120 {
+		return s[:120] + "…"
+	}
+	return s
+}
+
+// Ready checks the payer signer answers (a signer process can stop): a
+// readiness probe that signs nothing.
+func (a *Authorizer) Ready(ctx context.Context) error {
+	if p, ok := a.cfg.Signer.(interface{ Ping(context.Context) error }); ok {
+		return p.Ping(ctx)
+	}
+	return nil
+}

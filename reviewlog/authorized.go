@@ -1,0 +1,153 @@
+package reviewlog
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"time"
+)
+
+// typeAuthorized records an x402 payment authorization the guard signed:
+// its terms, its signature and the signed receipts it is bound to. The
+// line is unsigned, like every line of the log; its receipt in the decision
+// chain carries the hash of its EIP-712 digest, so a reader can tell an
+// edited line from the one that was signed (see `authorization show`).
+const typeAuthorized = "authorized"
+
+// CanonicalAuthorizationSigned is the action of the receipt that records a
+// signed x402 authorization (the decision that allowed it is its own
+// receipt, x402.payment).
+const CanonicalAuthorizationSigned = "x402.authorization.signed"
+
+// Authorized is one signed x402 authorization as the log keeps it. Every
+// amount is in atomic units, every time in Unix seconds, as signed.
+type Authorized struct {
+	// DecisionReceipt is the signed decision that allowed it (its nonce is
+	// derived from this id); Receipt is the receipt that records the
+	// authorization itself.
+	DecisionReceipt string `json:"decision_receipt"`
+	Receipt         string `json:"receipt"`
+	// ReviewID names the review whose approval it used, or "".
+	ReviewID string `json:"review_id,omitempty"`
+	Network  string `json:"network"`
+	// Token is the asset's contract (the EIP-712 verifying contract); Name
+	// and Version its EIP-712 domain.
+	Token       string `json:"token"`
+	Name        string `json:"name"`
+	Version     string `json:"version"`
+	From        string `json:"from"`
+	To          string `json:"to"`
+	Value       string `json:"value"`
+	ValidAfter  string `json:"valid_after"`
+	ValidBefore string `json:"valid_before"`
+	Nonce       string `json:"nonce"`
+	Signature   string `json:"signature"`
+	// Digest is the EIP-712 hash that was signed.
+	Digest string `json:"digest"`
+	// Resource is the URL the seller declared for the payment.
+	Resource string `json:"resource,omitempty"`
+}
+
+var (
+	hex32RE  = regexp.MustCompile(`^0x[0-9a-f]{64}$`)
+	hex65RE  = regexp.MustCompile(`^0x[0-9a-f]{130}$`)
+	addrRE   = regexp.MustCompile(`^0x[0-9a-fA-F]{40}$`)
+	digitsRE = regexp.MustCompile(`^(0|[1-9][0-9]{0,77})$`)
+)
+
+func checkAuthorized(a *Authorized) error {
+	if a == nil {
+		return errors.New("an authorized record needs an authorization")
+	}
+	switch {
+	case a.DecisionReceipt == "" || a.Receipt == "" || len(a.DecisionReceipt) > maxFieldBytes || len(a.Receipt) > maxFieldBytes:
+		return errors.New("an authorized record needs its decision_receipt and receipt")
+	case !hex32RE.MatchString(a.Nonce) || !hex32RE.MatchString(a.Digest):
+		return errors.New("an authorized record's nonce and digest are 0x and 64 lower-case hex digits")
+	case !hex65RE.MatchString(a.Signature):
+		return errors.New("an authorized record's signature is 0x and 130 lower-case hex digits")
+	case !addrRE.MatchString(a.From) || !addrRE.MatchString(a.To) || !addrRE.MatchString(a.Token):
+		return errors.New("an authorized record's from, to and token are addresses")
+	case !digitsRE.MatchString(a.Value) || !digitsRE.MatchString(a.ValidAfter) || !digitsRE.MatchString(a.ValidBefore):
+		return errors.New("an authorized record's value and validity are decimal numbers")
+	case a.Network == "" || a.Name == "" || a.Version == "" || len(a.Network) > 64 || len(a.Name) > 256 || len(a.Version) > 256 || len(a.Resource) > maxFieldBytes:
+		return errors.New("an authorized record needs its network, name and version")
+	}
+	return nil
+}
+
+// RecordAuthorization appends a signed authorization to the log in one
+// locked section with what hook writes (the authorization's receipt, whose
+// id hook returns and which the line then names). When hook fails, nothing
+// is written.
+func (l *Log) RecordAuthorization(ctx context.Context, caller string, a Authorized, hook func(tx Tx) (string, error)) (Authorized, error) {
+	if caller == "" || len(caller) > maxFieldBytes {
+		return Authorized{}, fmt.Errorf("%w: the caller must be named", ErrBadInput)
+	}
+	err := l.transact(ctx, func(g Writer, st *state, at time.Time) (*record, error) {
+		id, err := hook(Tx{Store: g, At: at, Kind: typeAuthorized})
+		if err != nil {
+			return nil, err
+		}
+		a.Receipt = id
+		if err := checkAuthorized(&a); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBadInput, err)
+		}
+		return &record{Type: typeAuthorized, At: formatTime(at), Caller: caller, Authorization: &a}, nil
+	})
+	if err != nil {
+		return Authorized{}, err
+	}
+	return a, nil
+}
+
+// AuthorizedLine is an authorized record as read back, with where it is.
+type AuthorizedLine struct {
+	Authorized
+	Line   int    `json:"line"`
+	At     string `json:"at"`
+	Caller string `json:"caller"`
+}
+
+// Authorizations reads every authorized record of the log, in order.
+// Lines that are not records are skipped here (audit reports them).
+func (l *Log) Authorizations(ctx context.Context) ([]AuthorizedLine, error) {
+	var out []AuthorizedLine
+	err := l.store.View(ctx, func(r Reader) error {
+		s, err := r.Log(ctx)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		br := bufio.NewReaderSize(io.NewSectionReader(s, 0, s.Size()), 64<<10)
+		for n := 1; ; n++ {
+			raw, err := readLine(br)
+			if len(raw) > 0 && !errors.Is(err, errLineTooLong) {
+				if rec, derr := decodeRecord(trimLine(raw)); derr == nil && rec.Type == typeAuthorized {
+					out = append(out, AuthorizedLine{Authorized: *rec.Authorization, Line: n, At: rec.At, Caller: rec.Caller})
+				}
+			}
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil && !errors.Is(err, errLineTooLong) {
+				return fmt.Errorf("read %s: %w", l.Path(), err)
+			}
+		}
+	})
+	return out, err
+}
+
+func trimLine(raw []byte) []byte {
+	n := len(raw)
+	if n > 0 && raw[n-1] == '\n' {
+		n--
+	}
+	if n > 0 && raw[n-1] == '\r' {
+		n--
+	}
+	return raw[:n]
+}

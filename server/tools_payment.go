@@ -1,0 +1,115 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/payment"
+)
+
+func (s *Server) paymentTool() toolDef {
+	return toolDef{
+		name:  "authorize_payment",
+		title: "Authorize an x402 payment",
+		description: "Pay a seller's x402 402 answer through the guard: pass the PaymentRequired you received (object, or the base64 PAYMENT-REQUIRED header). " +
+			"The guard asks the same question check_before_pay asks (pay_to, amount, asset, resource) and signs an EIP-3009 authorization only on allow; " +
+			"send payment.header as the header payment.header_name and retry the request. review: no signature, a human decides (poll get_review_status, then call again " +
+			"with the same 402 to get the one signature the approval allows). block: no signature, ever.",
+		readOnly: false, idempotent: false,
+		handler: s.authorizePayment,
+	}
+}
+
+func (s *Server) authorizePayment(ctx context.Context, raw any) (*mcp.CallToolResult, error) {
+	a := newArgs(raw, "payment_required", "resource")
+	pr, present := a.m["payment_required"]
+	switch v := pr.(type) {
+	case nil:
+		if !present {
+			a.errs = append(a.errs, "payment_required is required")
+		} else {
+			a.errs = append(a.errs, "payment_required must be the seller's PaymentRequired object or the base64 value of its PAYMENT-REQUIRED header")
+		}
+	case string:
+		if v == "" {
+			a.errs = append(a.errs, "payment_required must not be empty")
+		} else if len(v) > 87400 {
+			a.errs = append(a.errs, "payment_required is longer than 87400 bytes")
+		}
+	case map[string]any:
+	default:
+		a.errs = append(a.errs, "payment_required must be the seller's PaymentRequired object or the base64 value of its PAYMENT-REQUIRED header")
+	}
+	resource := a.str("resource", false, "", 2048)
+	if msg := a.err(); msg != "" {
+		return nil, userErrorf("%s", msg)
+	}
+	res, err := s.guard.Payments.Authorize(ctx, s.callerID(ctx), payment.Request{PaymentRequired: pr, Resource: resource})
+	if err != nil {
+		var refused *payment.RefusedError
+		if errors.As(err, &refused) {
+			return nil, userErrorf("%s", refused.Message)
+		}
+		return nil, engineError(err)
+	}
+	return structured(res, renderAuthorize(res)), nil
+}
+
+func renderAuthorize(res payment.Result) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Decision: %s for %s (%s) to %s on %s",
+		strings.ToUpper(res.Decision), res.Accepted.Amount, res.Accepted.Asset, res.Accepted.PayTo, res.Accepted.Network)
+	switch {
+	case res.Payment != nil:
+		fmt.Fprintf(&b, ". Signed: send header %s with the value in payment.header; valid until %d (Unix time), nonce %s.\n",
+			res.Payment.HeaderName, res.Authorization.ValidBefore, res.Authorization.Nonce)
+	case res.Decision == "review":
+		fmt.Fprintf(&b, ". Nothing was signed: review %s awaits a human; poll get_review_status and call again with the same 402 once it is approved.\n", res.ReviewID)
+	default:
+		b.WriteString(". Nothing was signed.\n")
+	}
+	for _, r := range res.Reasons {
+		fmt.Fprintf(&b, "- %s: %s\n", r.Rule, r.Detail)
+	}
+	fmt.Fprintf(&b, "Recorded as signed receipt %s.\n", res.ReceiptID)
+	return b.String()
+}
+
+// PayerAddress is the address payments are signed from, or "" when the
+// server signs no payments.
+func (s *Server) PayerAddress() string {
+	if s.guard == nil || s.guard.Payments == nil {
+		return ""
+	}
+	return s.guard.Payments.Payer().Hex()
+}
+
+// KeepTools serves only the named tools, so that an operator can take a
+// tool away from agents (check_before_pay, where the agent should have the
+// payer signer as its one way to pay). A name no tool has is an error.
+func (s *Server) KeepTools(names []string) error {
+	served := s.mcp.ListTools()
+	for _, n := range names {
+		if _, ok := served[n]; !ok {
+			known := make([]string, 0, len(served))
+			for k := range served {
+				known = append(known, k)
+			}
+			slices.Sort(known)
+			return fmt.Errorf("--tools names %q, which is not served here (served: %s)", n, strings.Join(known, ", "))
+		}
+	}
+	var drop []string
+	for k := range served {
+		if !slices.Contains(names, k) {
+			drop = append(drop, k)
+		}
+	}
+	s.mcp.DeleteTools(drop...)
+	return nil
+}
