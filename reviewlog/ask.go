@@ -39,6 +39,10 @@ type AskRequest struct {
 	ApprovalTTL, RejectionHold time.Duration
 	// MaxPending caps the caller's pending reviews (no cap when 0).
 	MaxPending int
+	// ExactParams honours an approval only for a review opened with this
+	// very ParamsHash: a proxied tool call's hash covers the exact
+	// arguments forwarded, so an approval is spent on that call alone.
+	ExactParams bool
 }
 
 // AskOutcome says what answered the question.
@@ -127,7 +131,8 @@ func (l *Log) ask(ctx context.Context, req AskRequest, hook func(tx Tx, out AskO
 				if r.Status == Rejected && at.Before(decided.Add(req.RejectionHold)) {
 					return run(AskRejected, r, nil)
 				}
-				if r.Status == Approved && r.UsedAt == "" && req.Decision == guard.Review && at.Before(decided.Add(req.ApprovalTTL)) {
+				if r.Status == Approved && r.UsedAt == "" && req.Decision == guard.Review && at.Before(decided.Add(req.ApprovalTTL)) &&
+					(!req.ExactParams || r.ParamsHash == req.ParamsHash) {
 					r.UsedAt = formatTime(at)
 					return run(AskApproved, r, &record{Type: typeUsed, ReviewID: r.ID, At: formatTime(at), By: caller})
 				}

@@ -51,6 +51,11 @@ type Config struct {
 	Version string
 	Logger  *slog.Logger
 	Now     func() time.Time
+	// ToolsListChanged announces notifications/tools/list_changed (the
+	// guard proxy's tool list follows its upstream's).
+	ToolsListChanged bool
+	// Instructions replaces the instructions given to clients.
+	Instructions string
 }
 
 // Server holds the tool handlers and the state they share.
@@ -147,13 +152,17 @@ func New(cfg Config) (*Server, error) {
 		OperationID: func(s *opSummary) string { return s.OperationID },
 		Logger:      cfg.Logger,
 	})
+	instructions := cfg.Instructions
+	if instructions == "" {
+		instructions = "Read your own Haia Trace operation receipts and ask check_before_pay before paying a counterparty again. " +
+			"Reviews are decided by a human from the command line; no tool can approve or reject them."
+	}
 	s.mcp = mcpserver.NewMCPServer("haia-trace-mcp", cfg.Version,
-		mcpserver.WithToolCapabilities(false),
+		mcpserver.WithToolCapabilities(cfg.ToolsListChanged),
 		mcpserver.WithLogging(),
 		mcpserver.WithRecovery(),
 		mcpserver.WithToolFilter(s.visibleTools),
-		mcpserver.WithInstructions("Read your own Haia Trace operation receipts and ask check_before_pay before paying a counterparty again. "+
-			"Reviews are decided by a human from the command line; no tool can approve or reject them."),
+		mcpserver.WithInstructions(instructions),
 	)
 	if s.cfg.Templates == nil {
 		s.cfg.Templates = receipt.Resolver{} // the bundled templates only
@@ -175,8 +184,27 @@ func (s *Server) addTools(tools []toolDef) error {
 	return nil
 }
 
-// MCP returns the underlying mcp-go server (for transports and tests).
+// MCP returns the underlying mcp-go server (for transports, the guard
+// proxy's tools and tests).
 func (s *Server) MCP() *mcpserver.MCPServer { return s.mcp }
+
+// OwnToolNames lists the tools this server defines itself (ToolNames
+// also lists tools added through MCP, such as the guard proxy's).
+func (s *Server) OwnToolNames() []string {
+	var names []string
+	for _, t := range s.tools() {
+		names = append(names, t.name)
+	}
+	if s.guard != nil {
+		for _, t := range s.guardTools() {
+			names = append(names, t.name)
+		}
+	}
+	return names
+}
+
+// Logger is the server's logger.
+func (s *Server) Logger() *slog.Logger { return s.cfg.Logger }
 
 // toolDef describes one tool; schemas live in schema/<name>.{input,output}.json.
 type toolDef struct {

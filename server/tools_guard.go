@@ -26,7 +26,14 @@ type Guard struct {
 	// Payments, when set, signs x402 payments the engine allows
 	// (authorize_payment).
 	Payments *payment.Authorizer
+	// NoCheckTool leaves check_before_pay out (get_review_status stays):
+	// the guard proxy asks the engine itself before each paying call.
+	NoCheckTool bool
 }
+
+// CallerID is who asked: the verified token subject over HTTP, the
+// configured agent id over stdio — never anything a tool argument says.
+func (s *Server) CallerID(ctx context.Context) string { return s.callerID(ctx) }
 
 func (s *Server) guardTools() []toolDef {
 	tools := []toolDef{
@@ -48,8 +55,11 @@ func (s *Server) guardTools() []toolDef {
 			handler: s.getReviewStatus,
 		},
 	}
-	if s.guard.Payments != nil {
+	if s.guard != nil && s.guard.Payments != nil {
 		tools = append(tools, s.paymentTool())
+	}
+	if s.guard != nil && s.guard.NoCheckTool {
+		tools = tools[1:]
 	}
 	return tools
 }

@@ -22,7 +22,7 @@ func TestEveryCommandHasOneGrammar(t *testing.T) {
 	commands := [][]string{
 		{}, {"build"}, {"policy", "check"}, {"policy", "eval"}, {"verify"}, {"signer"}, {"review", "list"}, {"review", "show"},
 		{"review", "approve"}, {"review", "reject"}, {"review", "watch"}, {"review", "archive"}, {"reviewer", "init"}, {"audit"}, {"init"},
-		{"chain", "list"}, {"chain", "export"}, {"chain", "checkpoint"}, {"healthcheck"}, {"demo"}, {"version"}, {"completion"},
+		{"chain", "list"}, {"chain", "export"}, {"chain", "checkpoint"}, {"healthcheck"}, {"proxy"}, {"demo"}, {"version"}, {"completion"},
 		{"payer", "address"}, {"authorization", "show"},
 	}
 	oneLine := regexp.MustCompile(`^haia-trace-mcp[a-z ]*: .*\(see haia-trace-mcp[a-z ]* --help\)\n$`)

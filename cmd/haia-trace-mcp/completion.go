@@ -10,7 +10,7 @@ import (
 // completionWords are the commands, their subcommands and flags, for the
 // completion scripts. TestCompletionKnowsEveryCommand keeps them true.
 var completionWords = map[string][]string{
-	"":              {"build", "policy", "verify", "signer", "review", "reviewer", "audit", "init", "chain", "store", "healthcheck", "demo", "version", "completion", "help", "payer", "authorization"},
+	"":              {"build", "policy", "verify", "signer", "review", "reviewer", "audit", "init", "chain", "store", "healthcheck", "proxy", "demo", "version", "completion", "help", "payer", "authorization"},
 	"review":        {"list", "show", "approve", "reject", "watch", "archive", "--older-than", "--dir", "--json", "--all", "--note", "--by", "--reviewer-key", "--reviewers", "--guard-config", "--lock-wait", "--interval", "--tenant"},
 	"reviewer":      {"init", "--id", "--key-file", "--reviewers"},
 	"chain":         {"list", "export", "checkpoint", "--dir", "--all", "--out", "--key-file", "--signer", "--store"},
@@ -25,6 +25,7 @@ var completionWords = map[string][]string{
 	"authorization": {"show", "--dir", "--json", "--keyring", "--reviewers", "--store"},
 	"healthcheck":   {"--url", "--timeout"},
 	"demo":          {"--keep"},
+	"proxy":         {"--guard-map", "--upstream-url", "--upstream-token-file", "--upstream-restart", "--upstream-timeout", "--dir", "--guard-config", "--agent-id", "--http", "--store"},
 	"completion":    {"bash", "zsh", "fish"},
 }
 

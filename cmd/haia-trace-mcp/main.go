@@ -62,6 +62,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return runHealthcheck(ctx, rest, stdout, stderr)
 		case "demo":
 			return runDemo(ctx, rest, stdout, stderr)
+		case "proxy":
+			return runProxy(ctx, rest, stdin, stdout, stderr)
 		case "version":
 			return runVersion(rest, stdout, stderr)
 		case "help":
@@ -90,6 +92,7 @@ const usage = `usage:
   haia-trace-mcp store migrate|import|export --store postgres://… [--dir .trace]
   haia-trace-mcp chain list|export ID|checkpoint ID [--dir .trace]
   haia-trace-mcp healthcheck [--url http://127.0.0.1:3000/healthz] [--timeout 3s]
+  haia-trace-mcp proxy --guard-map FILE [--dir .trace] [flags] -- UPSTREAM_COMMAND [ARGS…] | --upstream-url URL
   haia-trace-mcp demo [--keep DIR]                 the whole story on a simulated Trace root
   haia-trace-mcp version | --version
 `

@@ -52,6 +52,10 @@ type serveFlags struct {
 	readOnly     bool
 	payer        payerFlags
 	tools        string
+	// proxy serves the guard proxy's stack: no check_before_pay (the proxy
+	// asks the engine before each paying call) and a tool list that follows
+	// the upstream's.
+	proxy bool
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
@@ -157,7 +161,7 @@ func newIntegrityCounter() prometheus.Counter {
 
 // startGuard builds the decision engine over the server's run index and
 // registers the guard's tools.
-func startGuard(ctx context.Context, srv *server.Server, g *guardSetup, templates *receipt.TemplateSet, agentID string, logger *slog.Logger) error {
+func startGuard(ctx context.Context, srv *server.Server, g *guardSetup, templates *receipt.TemplateSet, agentID string, noCheckTool bool, logger *slog.Logger) (*engine.Engine, error) {
 	var onOpen func(reviewlog.Review)
 	if g.notifier != nil && g.notifier.Len() > 0 {
 		onOpen = func(r reviewlog.Review) {
@@ -209,26 +213,26 @@ func startGuard(ctx context.Context, srv *server.Server, g *guardSetup, template
 		Logger:      logger,
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	logger.Info("guard policy loaded", "source", g.policy.Source, "history_templates", strings.Join(g.policy.HistoryTemplates, ","),
 		"unreadable_history", g.policy.UnreadableHistory, "unattributable_history", g.policy.UnattributableHistory)
-	gd := &server.Guard{Engine: eng, AgentID: agentID}
+	gd := &server.Guard{Engine: eng, AgentID: agentID, NoCheckTool: noCheckTool}
 	if g.payer != nil {
 		if gd.Payments, err = payment.New(payment.Config{Engine: eng, Signer: g.payer}); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if err := srv.EnableGuard(gd); err != nil {
-		return err
+		return nil, err
 	}
 	if g.tools != nil {
 		if err := srv.KeepTools(g.tools); err != nil {
-			return err
+			return nil, err
 		}
 		logger.Info("serving only the tools --tools names", "tools", strings.Join(g.tools, ","))
 	}
-	return nil
+	return eng, nil
 }
 
 func newLogger(stderr io.Writer, level string) (*slog.Logger, error) {
@@ -357,6 +361,7 @@ func reloadTemplatesOnHUP(ctx context.Context, set *receipt.TemplateSet, history
 type stack struct {
 	root, events *confined.Dir
 	srv          *server.Server
+	eng          *engine.Engine
 	close        func()
 }
 
@@ -379,6 +384,9 @@ func openStack(ctx context.Context, dir, tenant string, f *serveFlags, notifier 
 		IndexMaxBytes: f.indexMaxMB << 20,
 		Version:       versionString(),
 		Logger:        logger,
+
+		ToolsListChanged: f.proxy,
+		Instructions:     proxyInstructions(f.proxy),
 	})
 	if err != nil {
 		closeDirs()
@@ -408,18 +416,32 @@ func openStack(ctx context.Context, dir, tenant string, f *serveFlags, notifier 
 		g.chains.Tenant = tenant
 	}
 	g.notifier, g.notifyMetrics, g.integrity, g.tenant = notifier, nm, integrity, tenant
-	if err := startGuard(ctx, srv, g, templates, f.agentID, logger); err != nil {
+	eng, err := startGuard(ctx, srv, g, templates, f.agentID, f.proxy, logger)
+	if err != nil {
 		closeDirs()
 		return nil, err
 	}
 	stopHUP := reloadTemplatesOnHUP(ctx, templates, g.policy.HistoryTemplates, logger)
-	return &stack{root: root, events: events, srv: srv, close: func() { stopHUP(); closeDirs() }}, nil
+	return &stack{root: root, events: events, srv: srv, eng: eng, close: func() { stopHUP(); closeDirs() }}, nil
 }
 
 // openTenants serves every tenant under --tenants-dir: each subdirectory
 // named by a bare slug is a tenant's Trace root, with its own index, review
 // log and decision chain. The set is read at start.
 func openTenants(ctx context.Context, f *serveFlags, notifier *notify.Group, nm *notify.Metrics, logger *slog.Logger) (map[string]*server.Server, func(), error) {
+	stacks, closeAll, err := openTenantStacks(ctx, f, notifier, nm, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := map[string]*server.Server{}
+	for name, st := range stacks {
+		out[name] = st.srv
+	}
+	return out, closeAll, nil
+}
+
+// openTenantStacks opens one stack per tenant under --tenants-dir.
+func openTenantStacks(ctx context.Context, f *serveFlags, notifier *notify.Group, nm *notify.Metrics, logger *slog.Logger) (map[string]*stack, func(), error) {
 	if !isFileStore(storeSpec(f.store)) {
 		// One database would mix the tenants' reviews and chains.
 		return nil, nil, errors.New("--tenants-dir keeps each tenant's guard state under its own root: it needs the file store (--store file:); a PostgreSQL store per tenant is not supported yet")
@@ -434,7 +456,7 @@ func openTenants(ctx context.Context, f *serveFlags, notifier *notify.Group, nm 
 	if err != nil {
 		return nil, nil, fmt.Errorf("--tenants-dir: %w", err)
 	}
-	out := map[string]*server.Server{}
+	out := map[string]*stack{}
 	var stacks []*stack
 	closeAll := func() {
 		for _, s := range stacks {
@@ -454,7 +476,7 @@ func openTenants(ctx context.Context, f *serveFlags, notifier *notify.Group, nm 
 			return nil, nil, fmt.Errorf("tenant %s: %w", e.Name, err)
 		}
 		stacks = append(stacks, st)
-		out[e.Name] = st.srv
+		out[e.Name] = st
 		logger.Info("tenant served", "tenant", e.Name, "root", st.root.Path())
 	}
 	if len(out) == 0 {

@@ -113,6 +113,11 @@ type Answer struct {
 	Reasons   []guard.Reason `json:"reasons"`
 	ReviewID  string         `json:"review_id,omitempty"`
 	ReceiptID string         `json:"receipt_id"`
+	// ActionID and ParamsHash are the receipt's action.id and
+	// action.paramsHash, for a record that follows the decision (the
+	// outcome of a proxied call); they are not part of the answer.
+	ActionID   string `json:"-"`
+	ParamsHash string `json:"-"`
 }
 
 // RefusedError means the question cannot be judged as asked; nothing was
@@ -147,6 +152,10 @@ const (
 // verified token subject over HTTP, the configured agent id over stdio —
 // never anything the question says.
 func (e *Engine) Check(ctx context.Context, caller string, q Question) (Answer, error) {
+	return e.check(ctx, caller, q, nil)
+}
+
+func (e *Engine) check(ctx context.Context, caller string, q Question, call *Call) (Answer, error) {
 	if caller == "" {
 		return Answer{}, errors.New("engine: no caller identity")
 	}
@@ -177,7 +186,12 @@ func (e *Engine) Check(ctx context.Context, caller string, q Question) (Answer, 
 	if e.cfg.Rules != nil {
 		compliance = applyRules(e.cfg.Rules, &dec, req)
 	}
-	paramsHash, err := ParamsHash(e.cfg.ParamsKey, req.Question())
+	var paramsHash string
+	if call != nil {
+		paramsHash, err = CallParamsHash(e.cfg.ParamsKey, *call)
+	} else {
+		paramsHash, err = ParamsHash(e.cfg.ParamsKey, req.Question())
+	}
 	if err != nil {
 		return Answer{}, err
 	}
@@ -197,6 +211,7 @@ func (e *Engine) Check(ctx context.Context, caller string, q Question) (Answer, 
 	out, err := e.cfg.Log.Ask(ctx, reviewlog.AskRequest{
 		Caller: caller, Question: req.Question(), ParamsHash: paramsHash, Decision: dec.Decision, Reasons: dec.Reasons,
 		ApprovalTTL: pol.ApprovalTTL, RejectionHold: pol.RejectionHold, MaxPending: pol.MaxPendingReviews,
+		ExactParams: call != nil,
 	}, func(tx reviewlog.Tx, out reviewlog.AskOutcome) error {
 		d := draft
 		a := e.shape(dec, out)
@@ -215,6 +230,8 @@ func (e *Engine) Check(ctx context.Context, caller string, q Question) (Answer, 
 		}
 		ans = a
 		ans.ReceiptID = r.ID
+		ans.ActionID = d.Action.ID
+		ans.ParamsHash = paramsHash
 		return nil
 	})
 	if err != nil {

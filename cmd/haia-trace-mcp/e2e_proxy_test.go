@@ -1,0 +1,585 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// payUpstreamBin is the project's own paying MCP server
+// (internal/payupstream), built once for the proxy tests.
+var (
+	payUpstreamOnce sync.Once
+	payUpstreamBin  string
+	payUpstreamErr  error
+)
+
+func payUpstream(t *testing.T) string {
+	t.Helper()
+	payUpstreamOnce.Do(func() {
+		payUpstreamBin = filepath.Join(filepath.Dir(binPath), "payupstream")
+		cmd := exec.Command("go", "build", "-o", payUpstreamBin, "../../internal/payupstream")
+		cmd.Stderr = os.Stderr
+		payUpstreamErr = cmd.Run()
+	})
+	if payUpstreamErr != nil {
+		t.Fatalf("building the test upstream: %v", payUpstreamErr)
+	}
+	return payUpstreamBin
+}
+
+const sellerDenied = "0xDEAD000000000000000000000000000000000003"
+
+const proxyMapJSON = `{"tools": {
+  "send_usdc": {"counterparty": "to", "amount": "amount", "amountUnit": "display", "asset": "USDC"},
+  "slow_send": {"counterparty": "to", "amount": "amount", "amountUnit": "display"},
+  "fail_send": {"counterparty": "to", "amount": "amount", "amountUnit": "display"},
+  "pay_invoice": {"counterparty": "payee.address", "amount": "total.value", "amountUnit": "atomic", "asset": "total.token"}
+}, "unmapped": "forward"}`
+
+// proxyEnv is one proxy in front of the test upstream over stdio.
+type proxyEnv struct {
+	root, payLog, pidFile, mapPath, config string
+	stderr                                 *syncBuffer
+	cs                                     *mcp.ClientSession
+	cmd                                    *exec.Cmd
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func writeFile(t *testing.T, name, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// proxyArgs are the proxy's command line in front of the test upstream.
+func (e *proxyEnv) args(extra ...string) []string {
+	a := []string{"proxy", "--dir", e.root, "--key-file", filepath.Join(filepath.Dir(e.payLog), "signing-key.pem"),
+		"--guard-map", e.mapPath, "--agent-id", "agent-007"}
+	if e.config != "" {
+		a = append(a, "--guard-config", e.config)
+	}
+	return append(a, extra...)
+}
+
+func newProxyEnv(t *testing.T, gmap, config string) *proxyEnv {
+	t.Helper()
+	dir := t.TempDir()
+	e := &proxyEnv{root: sampleRoot(t), payLog: filepath.Join(dir, "paid.ndjson"), pidFile: filepath.Join(dir, "pids"),
+		mapPath: writeFile(t, "guard-map.json", gmap), stderr: &syncBuffer{}}
+	if config != "" {
+		e.config = writeFile(t, "haia-guard.config.json", config)
+	}
+	return e
+}
+
+func (e *proxyEnv) command(upstreamEnv []string, extra ...string) *exec.Cmd {
+	cmd := exec.Command(binPath, append(e.args(extra...), "--", payUpstreamBinPath())...)
+	cmd.Env = append(append(os.Environ(), "PAY_LOG="+e.payLog, "PAY_PID_FILE="+e.pidFile), upstreamEnv...)
+	cmd.Stderr = e.stderr
+	return cmd
+}
+
+func payUpstreamBinPath() string { return payUpstreamBin }
+
+// start runs the proxy and connects the official Go SDK client to it.
+func (e *proxyEnv) start(t *testing.T, opts *mcp.ClientOptions, upstreamEnv ...string) {
+	t.Helper()
+	payUpstream(t)
+	e.cmd = e.command(upstreamEnv)
+	client := mcp.NewClient(&mcp.Implementation{Name: "e2e-proxy", Version: "1"}, opts)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: e.cmd}, nil)
+	if err != nil {
+		t.Fatalf("connect to the proxy: %v (stderr: %s)", err, e.stderr)
+	}
+	e.cs = cs
+	t.Cleanup(func() { cs.Close() })
+}
+
+// paid lists the calls the upstream carried out.
+func (e *proxyEnv) paid(t *testing.T) []map[string]any {
+	t.Helper()
+	data, err := os.ReadFile(e.payLog)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []map[string]any
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("pay log line %q: %v", sc.Text(), err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// callRaw calls a tool with arguments given as JSON text, byte for byte.
+func (e *proxyEnv) callRaw(t *testing.T, name, args string) *mcp.CallToolResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := e.cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: json.RawMessage(args)})
+	if err != nil {
+		t.Fatalf("call %s %s: %v (stderr: %s)", name, args, err, e.stderr)
+	}
+	return res
+}
+
+type proxyDecision struct {
+	Decision  string `json:"decision"`
+	ReviewID  string `json:"review_id"`
+	ReceiptID string `json:"receipt_id"`
+	Tool      string `json:"tool"`
+	Reasons   []struct {
+		Rule string `json:"rule"`
+	} `json:"reasons"`
+}
+
+func decisionOf(t *testing.T, res *mcp.CallToolResult) proxyDecision {
+	t.Helper()
+	if !res.IsError {
+		t.Fatalf("want a tool error carrying the decision, got %s", resultText(res))
+	}
+	var d proxyDecision
+	b, _ := json.Marshal(res.StructuredContent)
+	if err := json.Unmarshal(b, &d); err != nil || d.Decision == "" {
+		t.Fatalf("no decision in %s (%v)", resultText(res), err)
+	}
+	return d
+}
+
+// chainReceipts reads the server's decision chain as JSON objects.
+func chainReceipts(t *testing.T, root string) []map[string]any {
+	t.Helper()
+	chain, _ := chainFile(t, root)
+	out, errOut, code := runCLI(t, "chain", "export", chain, "--dir", root)
+	if code != 0 {
+		t.Fatalf("chain export: %d %s", code, errOut)
+	}
+	var rs []map[string]any
+	if err := json.Unmarshal([]byte(out), &rs); err != nil {
+		t.Fatalf("chain export: %v", err)
+	}
+	return rs
+}
+
+func receiptField(r map[string]any, obj, key string) string {
+	m, _ := r[obj].(map[string]any)
+	s, _ := m[key].(string)
+	return s
+}
+
+func TestProxyForwardsOnlyWhatTheGuardAllows(t *testing.T) {
+	e := newProxyEnv(t, proxyMapJSON, `{"denylist": ["`+sellerDenied+`"]}`)
+	e.start(t, nil)
+
+	// tools/list: the upstream's tools, schemas untouched, plus the read
+	// tools; no check_before_pay (the proxy asks the engine itself).
+	ctx := context.Background()
+	lt, err := e.cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]*mcp.Tool{}
+	for _, tool := range lt.Tools {
+		names[tool.Name] = tool
+	}
+	for _, want := range []string{"send_usdc", "pay_invoice", "slow_send", "fail_send", "echo", "change_tools", "list_operations", "get_receipt", "explain", "get_review_status"} {
+		if names[want] == nil {
+			t.Errorf("tools/list lacks %s", want)
+		}
+	}
+	if names["check_before_pay"] != nil {
+		t.Error("the proxy serves check_before_pay")
+	}
+	if b, _ := json.Marshal(names["echo"].InputSchema); !strings.Contains(string(b), `"$comment":"kept byte for byte"`) {
+		t.Errorf("echo's input schema was changed: %s", b)
+	}
+
+	// allow → forwarded once, the answer is the upstream's.
+	res := e.callRaw(t, "send_usdc", `{"to":"`+sellerA+`","amount":"0.25"}`)
+	if res.IsError || !strings.Contains(resultText(res), "paid by send_usdc") {
+		t.Fatalf("allowed call: %s (stderr %s)", resultText(res), e.stderr)
+	}
+	if n := len(e.paid(t)); n != 1 {
+		t.Fatalf("upstream ran %d calls, want 1", n)
+	}
+
+	// review → not forwarded, the decision in structured content; the same
+	// call again finds the same review and still does not reach upstream.
+	reviewArgs := `{"to":"` + sellerB + `","amount":"0.10","memo":"x"}`
+	d := decisionOf(t, e.callRaw(t, "send_usdc", reviewArgs))
+	if d.Decision != "review" || d.ReviewID == "" || d.ReceiptID == "" || d.Tool != "send_usdc" {
+		t.Fatalf("review: %+v", d)
+	}
+	if d2 := decisionOf(t, e.callRaw(t, "send_usdc", reviewArgs)); d2.ReviewID != d.ReviewID {
+		t.Fatalf("the same call opened review %s, want %s", d2.ReviewID, d.ReviewID)
+	}
+	if n := len(e.paid(t)); n != 1 {
+		t.Fatalf("a call under review reached the upstream (%d calls)", n)
+	}
+	if _, errOut, code := runCLI(t, "review", "approve", d.ReviewID, "--dir", e.root); code != 0 {
+		t.Fatalf("review approve: %d %s", code, errOut)
+	}
+	// The approval covers this call only: other arguments (another memo)
+	// are another question for the human.
+	if other := decisionOf(t, e.callRaw(t, "send_usdc", `{"to":"`+sellerB+`","amount":"0.10","memo":"y"}`)); other.Decision != "review" || other.ReviewID == d.ReviewID {
+		t.Fatalf("an approval was spent on different arguments: %+v", other)
+	}
+	if n := len(e.paid(t)); n != 1 {
+		t.Fatalf("different arguments rode on the approval (%d calls)", n)
+	}
+	if res := e.callRaw(t, "send_usdc", reviewArgs); res.IsError {
+		t.Fatalf("approved call: %s", resultText(res))
+	}
+	paid := e.paid(t)
+	if len(paid) != 2 || !strings.Contains(string(mustJSON(paid[1]["arguments"])), `"memo":"x"`) {
+		t.Fatalf("approved call forwarded: %v", paid)
+	}
+	// Once: the identical call again follows the rules again.
+	if again := decisionOf(t, e.callRaw(t, "send_usdc", reviewArgs)); again.Decision != "review" || again.ReviewID == d.ReviewID {
+		t.Fatalf("an approval was used twice: %+v", again)
+	}
+
+	// block → never forwarded.
+	if b := decisionOf(t, e.callRaw(t, "send_usdc", `{"to":"`+sellerDenied+`","amount":"0.01"}`)); b.Decision != "block" {
+		t.Fatalf("denylisted: %+v", b)
+	}
+	// An atomic amount in a nested path: 250000 micro-USDC is 0.25.
+	if res := e.callRaw(t, "pay_invoice", `{"payee":{"address":"`+sellerA+`"},"total":{"value":"250000","token":"USDC"}}`); res.IsError {
+		t.Fatalf("pay_invoice: %s", resultText(res))
+	}
+	// Unmapped tools pass through.
+	if res := e.callRaw(t, "echo", `{"text":"hello"}`); res.IsError || resultText(res) != "hello" {
+		t.Fatalf("echo: %s", resultText(res))
+	}
+	if n := len(e.paid(t)); n != 3 {
+		t.Fatalf("upstream ran %d calls, want 3", n)
+	}
+
+	// The chain: every forwarded call's ALLOWED receipt is followed by an
+	// EXECUTED one with the same action and paramsHash; different
+	// arguments give different hashes; the chain verifies.
+	rs := chainReceipts(t, e.root)
+	allowed := map[string]string{}
+	executed := 0
+	hashes := map[string]bool{}
+	for _, r := range rs {
+		id, ph := receiptField(r, "action", "id"), receiptField(r, "action", "paramsHash")
+		switch receiptField(r, "governance", "verdict") {
+		case "ALLOWED":
+			if receiptField(r, "agent", "principal") == "SERVICE" {
+				allowed[id] = ph
+				hashes[ph] = true
+			}
+		case "EXECUTED":
+			if allowed[id] != ph || ph == "" {
+				t.Errorf("EXECUTED receipt %s does not match its decision (%q vs %q)", id, ph, allowed[id])
+			}
+			executed++
+		}
+	}
+	if executed != 3 || len(hashes) != 3 {
+		t.Fatalf("want 3 executed calls with 3 distinct paramsHashes, got %d and %d: %v", executed, len(hashes), hashes)
+	}
+	chain, _ := chainFile(t, e.root)
+	if out, code := verifyChain(t, e.root, chain); code != 0 {
+		t.Fatalf("verify: %d %s", code, out)
+	}
+}
+
+func mustJSON(v any) []byte { b, _ := json.Marshal(v); return b }
+
+// Every spelling that could move money off the mapped path, or that the
+// map cannot read exactly, is refused without reaching the upstream.
+func TestProxyArgumentSpellingsNeverForward(t *testing.T) {
+	e := newProxyEnv(t, proxyMapJSON, "")
+	e.start(t, nil)
+	cases := []struct{ name, tool, args, want string }{
+		{"duplicate key", "send_usdc", `{"to":"` + sellerA + `","to":"` + sellerB + `","amount":"0.25"}`, "duplicate"},
+		{"duplicate amount", "send_usdc", `{"to":"` + sellerA + `","amount":"0.25","amount":"250"}`, "duplicate"},
+		{"amount as float", "send_usdc", `{"to":"` + sellerA + `","amount":0.25}`, "exactly"},
+		{"amount as integer number", "send_usdc", `{"to":"` + sellerA + `","amount":1}`, "decimal string"},
+		{"amount with exponent", "send_usdc", `{"to":"` + sellerA + `","amount":"2.5e-1"}`, "not a plain decimal"},
+		{"negative amount", "send_usdc", `{"to":"` + sellerA + `","amount":"-1"}`, "not a plain decimal"},
+		{"float elsewhere", "send_usdc", `{"to":"` + sellerA + `","amount":"0.25","options":{"fee":0.5}}`, "exactly"},
+		{"extra key", "send_usdc", `{"to":"` + sellerA + `","amount":"0.25","recipient":"` + sellerB + `"}`, "not in the input schema"},
+		{"cyrillic look-alike", "send_usdc", `{"to":"` + sellerA + `","amount":"0.25","t\u043e":"` + sellerB + `"}`, "ASCII"},
+		{"zero-width key", "send_usdc", `{"to":"` + sellerA + `","amount":"0.25","to\u200b":"` + sellerB + `"}`, "ASCII"},
+		{"case variant", "send_usdc", `{"to":"` + sellerA + `","amount":"0.25","Amount":"500"}`, "not in the input schema"},
+		{"nested copy", "send_usdc", `{"to":"` + sellerA + `","amount":"0.25","options":{"amount":"500"}}`, "repeats the mapped name"},
+		{"nested counterparty", "send_usdc", `{"to":"` + sellerA + `","amount":"0.25","options":{"x":{"TO":"` + sellerB + `"}}}`, "repeats the mapped name"},
+		{"missing to", "send_usdc", `{"amount":"0.25"}`, "missing"},
+		{"to as object", "send_usdc", `{"to":{"address":"` + sellerA + `"},"amount":"0.25"}`, "non-empty string"},
+		{"huge integer", "pay_invoice", `{"payee":{"address":"` + sellerA + `"},"total":{"value":12345678901234567890,"token":"USDC"}}`, "exactly"},
+		{"atomic with point", "pay_invoice", `{"payee":{"address":"` + sellerA + `"},"total":{"value":"2.5","token":"USDC"}}`, "integer count"},
+		{"unknown asset atomic", "pay_invoice", `{"payee":{"address":"` + sellerA + `"},"total":{"value":"1","token":"DOGE"}}`, "not one the policy knows"},
+		{"proto key", "send_usdc", `{"to":"` + sellerA + `","amount":"0.25","__proto__":{"amount":"9"}}`, "exactly"},
+		{"not an object", "send_usdc", `["` + sellerA + `","0.25"]`, "object"},
+	}
+	for _, c := range cases {
+		res := e.callRaw(t, c.tool, c.args)
+		if !res.IsError || !strings.Contains(resultText(res), c.want) {
+			t.Errorf("%s: want a tool error saying %q, got %v %s", c.name, c.want, res.IsError, resultText(res))
+		}
+	}
+	if p := e.paid(t); len(p) != 0 {
+		t.Fatalf("hostile spellings reached the upstream: %v", p)
+	}
+	// The same payment, spelled plainly, goes through.
+	if res := e.callRaw(t, "send_usdc", `{"to":"`+sellerA+`","amount":"0.25","options":{"note":"ok"}}`); res.IsError {
+		t.Fatalf("plain call: %s", resultText(res))
+	}
+}
+
+func TestProxyUnmappedRefuseAndStartChecks(t *testing.T) {
+	e := newProxyEnv(t, `{"tools": {"send_usdc": {"counterparty": "to", "amount": "amount", "amountUnit": "display"}}, "unmapped": "refuse"}`, "")
+	e.start(t, nil)
+	if res := e.callRaw(t, "echo", `{"text":"hi"}`); !res.IsError || !strings.Contains(resultText(res), "unmapped: refuse") {
+		t.Fatalf("unmapped refuse: %s", resultText(res))
+	}
+	if res := e.callRaw(t, "send_usdc", `{"to":"`+sellerA+`","amount":"0.25"}`); res.IsError {
+		t.Fatalf("mapped call: %s", resultText(res))
+	}
+	if n := len(e.paid(t)); n != 1 {
+		t.Fatalf("upstream ran %d calls, want 1", n)
+	}
+
+	payUpstream(t)
+	starts := []struct {
+		name, gmap, want string
+		env          []string
+	}{
+		{"missing tool", `{"tools": {"wire_money": {"counterparty": "to", "amount": "amount", "amountUnit": "display"}}}`, `names tool "wire_money", which the upstream does not list`, nil},
+		{"path the schema cannot hold", `{"tools": {"send_usdc": {"counterparty": "payee.address", "amount": "amount", "amountUnit": "display"}}}`, `counterparty path "payee.address"`, nil},
+		{"display amount in an integer", `{"tools": {"slow_send": {"counterparty": "to", "amount": "ms", "amountUnit": "display"}}}`, "cannot carry amount exactly", nil},
+		{"unknown asset", `{"tools": {"send_usdc": {"counterparty": "to", "amount": "amount", "amountUnit": "display", "asset": "DOGE"}}}`, "neither an asset the policy knows", nil},
+		{"unknown key", `{"tools": {"send_usdc": {"counterparty": "to", "amount": "amount", "amountUnit": "display", "payee": "x"}}}`, `unknown key "payee"`, nil},
+		{"bad unit", `{"tools": {"send_usdc": {"counterparty": "to", "amount": "amount", "amountUnit": "cents"}}}`, "amountUnit", nil},
+		{"name clash", `{"tools": {}}`, `tool "explain" has the name of one of this product's tools`, []string{"PAY_EXTRA=explain"}},
+	}
+	for _, s := range starts {
+		env := newProxyEnv(t, s.gmap, "")
+		cmd := env.command(s.env)
+		cmd.Stdin = strings.NewReader("")
+		var out bytes.Buffer
+		cmd.Stdout = &out
+		err := cmd.Run()
+		if err == nil || !strings.Contains(env.stderr.String(), s.want) {
+			t.Errorf("%s: want a refused start naming %q; err %v, stderr %s", s.name, s.want, err, env.stderr)
+		}
+	}
+}
+
+func TestProxyUpstreamFailureAndKill(t *testing.T) {
+	e := newProxyEnv(t, proxyMapJSON, "")
+	e.start(t, nil)
+	// The upstream says the tool failed: the caller gets its answer, and
+	// the chain records FAILED after the ALLOWED decision.
+	res := e.callRaw(t, "fail_send", `{"to":"`+sellerA+`","amount":"0.25"}`)
+	if !res.IsError || !strings.Contains(resultText(res), "insufficient funds") {
+		t.Fatalf("failing upstream call: %s", resultText(res))
+	}
+	rs := chainReceipts(t, e.root)
+	last := rs[len(rs)-1]
+	if receiptField(last, "governance", "verdict") != "FAILED" || receiptField(last, "governance", "ruleId") != "upstream_tool_error" {
+		t.Fatalf("last receipt after a failed call: %v", last)
+	}
+
+	// SIGKILL of the upstream in the middle of a paying call: a clear
+	// error, recorded as lost, and the upstream is restarted.
+	done := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		r, err := e.cs.CallTool(ctx, &mcp.CallToolParams{Name: "slow_send", Arguments: json.RawMessage(`{"to":"` + sellerA + `","amount":"0.25","ms":5000}`)})
+		if err != nil {
+			t.Errorf("slow_send: %v", err)
+		}
+		done <- r
+	}()
+	time.Sleep(700 * time.Millisecond)
+	pids := readPids(t, e.pidFile)
+	if len(pids) != 1 {
+		t.Fatalf("upstream pids %v", pids)
+	}
+	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r == nil || !r.IsError || !strings.Contains(resultText(r), "unknown") {
+		t.Fatalf("killed mid-call: %+v", r)
+	}
+	rs = chainReceipts(t, e.root)
+	if last := rs[len(rs)-1]; receiptField(last, "governance", "ruleId") != "upstream_lost" {
+		t.Fatalf("last receipt after the kill: %v", last)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for len(readPids(t, e.pidFile)) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the upstream was not restarted; stderr %s", e.stderr)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var ok bool
+	for !ok && time.Now().Before(deadline) {
+		res := e.callRaw(t, "send_usdc", `{"to":"`+sellerA+`","amount":"0.25"}`)
+		ok = !res.IsError
+		if !ok {
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	if !ok {
+		t.Fatalf("no call went through after the restart; stderr %s", e.stderr)
+	}
+	for _, p := range e.paid(t) {
+		if p["tool"] == "slow_send" {
+			t.Fatalf("the killed call was carried out: %v", p)
+		}
+	}
+}
+
+func readPids(t *testing.T, path string) []int {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, l := range strings.Fields(string(data)) {
+		n, err := strconv.Atoi(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+func TestProxyPassesThroughProgressCancellationAndListChanges(t *testing.T) {
+	e := newProxyEnv(t, proxyMapJSON, "")
+	var mu sync.Mutex
+	var progress []float64
+	listChanged := make(chan struct{}, 4)
+	logs := make(chan string, 4)
+	e.start(t, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+			mu.Lock()
+			progress = append(progress, r.Params.Progress)
+			mu.Unlock()
+		},
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { listChanged <- struct{}{} },
+		LoggingMessageHandler: func(_ context.Context, r *mcp.LoggingMessageRequest) {
+			logs <- string(mustJSON(r.Params.Data))
+		},
+	}, "PAY_PAGE=2")
+	ctx := context.Background()
+	// Pagination: the upstream pages its tools two at a time; all are served.
+	lt, err := e.cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lt.Tools) != 10 {
+		t.Fatalf("tools/list through the proxy: %d tools, want 6 upstream + 4 read tools", len(lt.Tools))
+	}
+	if err := e.cs.Ping(ctx, nil); err != nil {
+		t.Fatalf("ping: %v", err)
+	}
+	// Progress of a forwarded paying call reaches the caller.
+	params := &mcp.CallToolParams{Name: "slow_send", Arguments: json.RawMessage(`{"to":"` + sellerA + `","amount":"0.25","ms":400}`)}
+	params.SetProgressToken("tok-1")
+	res, err := e.cs.CallTool(ctx, params)
+	if err != nil || res.IsError {
+		t.Fatalf("slow_send: %v %v", err, res)
+	}
+	mu.Lock()
+	n := len(progress)
+	mu.Unlock()
+	if n < 3 {
+		t.Fatalf("%d progress notifications reached the caller, want several", n)
+	}
+	// A log message of the upstream reaches the client.
+	if res := e.callRaw(t, "echo", `{"text":"x"}`); res.IsError {
+		t.Fatal(resultText(res))
+	}
+	select {
+	case m := <-logs:
+		if !strings.Contains(m, "echoed") {
+			t.Fatalf("log message %s", m)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the upstream's log message did not reach the client")
+	}
+	// Cancellation reaches the upstream: the cancelled call pays nothing.
+	cctx, cancel := context.WithCancel(ctx)
+	go func() { time.Sleep(300 * time.Millisecond); cancel() }()
+	_, err = e.cs.CallTool(cctx, &mcp.CallToolParams{Name: "slow_send", Arguments: json.RawMessage(`{"to":"` + sellerA + `","amount":"0.30","ms":1500}`)})
+	if err == nil {
+		t.Fatal("the cancelled call answered")
+	}
+	time.Sleep(2 * time.Second)
+	for _, p := range e.paid(t) {
+		if strings.Contains(string(mustJSON(p["arguments"])), `"0.30"`) {
+			t.Fatal("the upstream carried out a cancelled call")
+		}
+	}
+	// listChanged: the upstream drops a mapped tool; the map is checked
+	// again, the client hears of it, and every upstream call is refused.
+	if res := e.callRaw(t, "change_tools", `{"remove":true}`); res.IsError {
+		t.Fatal(resultText(res))
+	}
+	select {
+	case <-listChanged:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no tools/list_changed reached the client; stderr %s", e.stderr)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		res := e.callRaw(t, "echo", `{"text":"x"}`)
+		if res.IsError && strings.Contains(resultText(res), "no longer match the guard map") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("calls still forwarded after the map broke: %s", resultText(res))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

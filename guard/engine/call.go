@@ -1,0 +1,114 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/jcs"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
+)
+
+// Call is a tool call of another MCP server that an integration (the guard
+// proxy) forwards only when the engine allows it. Arguments are the JCS
+// (RFC 8785) bytes of the arguments exactly as they will be forwarded.
+type Call struct {
+	Tool      string
+	Arguments []byte
+}
+
+// CallParamsHash is the receipts' paramsHash of a forwarded call: the keyed
+// hash of the JCS form of {"tool", "arguments"}, so the chain proves which
+// call a decision let through, and whoever holds the key and the call can
+// check it.
+func CallParamsHash(key []byte, c Call) (string, error) {
+	if c.Tool == "" {
+		return "", errors.New("call params hash: no tool name")
+	}
+	args, err := jcs.Parse(c.Arguments)
+	if err != nil {
+		return "", fmt.Errorf("call params hash: arguments: %w", err)
+	}
+	canon, err := jcs.Marshal(args)
+	if err != nil {
+		return "", fmt.Errorf("call params hash: arguments: %w", err)
+	}
+	if !bytes.Equal(canon, c.Arguments) {
+		return "", errors.New("call params hash: the arguments are not in JCS canonical form, so what is hashed would not be what is forwarded")
+	}
+	h, err := noa.ParamsHash(key, map[string]any{"tool": c.Tool, "arguments": args})
+	if err != nil {
+		return "", fmt.Errorf("call params hash: %w", err)
+	}
+	return h, nil
+}
+
+// CheckCall answers q, the payment a tool call would make, for caller. It is
+// Check with two differences: the receipt's paramsHash is CallParamsHash of
+// the call, and a human approval is honoured only for a review opened by
+// this very call (same tool, same arguments), once.
+func (e *Engine) CheckCall(ctx context.Context, caller string, q Question, c Call) (Answer, error) {
+	if _, err := CallParamsHash(e.cfg.ParamsKey, c); err != nil {
+		return Answer{}, err
+	}
+	return e.check(ctx, caller, q, &c)
+}
+
+// Outcome is what became of a call the engine allowed.
+type Outcome string
+
+// Outcomes of a forwarded call. Only OutcomeExecuted says the upstream ran
+// it; a timeout or a lost upstream leaves the payment's fate unknown.
+const (
+	// OutcomeExecuted: the upstream answered with a result.
+	OutcomeExecuted Outcome = "upstream_executed"
+	// OutcomeToolError: the upstream answered that the tool failed.
+	OutcomeToolError Outcome = "upstream_tool_error"
+	// OutcomeRefused: the upstream answered with a protocol error (the
+	// call was not run).
+	OutcomeRefused Outcome = "upstream_refused"
+	// OutcomeTimeout: no answer in time; the upstream may still run it.
+	OutcomeTimeout Outcome = "upstream_timeout"
+	// OutcomeLost: the upstream went away during the call.
+	OutcomeLost Outcome = "upstream_lost"
+)
+
+// Settled reports whether the upstream's answer says for certain that the
+// payment did not happen, so that what the allow reserved can be released.
+func (o Outcome) Settled() bool { return o == OutcomeToolError || o == OutcomeRefused }
+
+// RecordOutcome signs what became of an allowed call into the decision
+// chain, after the decision's receipt: the same action.id and paramsHash,
+// verdict EXECUTED for OutcomeExecuted and FAILED for every other outcome,
+// the outcome as ruleId. It returns the receipt's id.
+func (e *Engine) RecordOutcome(ctx context.Context, caller string, ans Answer, o Outcome) (string, error) {
+	if ans.ActionID == "" || ans.ParamsHash == "" {
+		return "", errors.New("engine: the answer carries no recorded action")
+	}
+	verdict := noa.VerdictFailed
+	if o == OutcomeExecuted {
+		verdict = noa.VerdictExecuted
+	}
+	rule := string(o)
+	d := noa.Draft{
+		TS:    e.cfg.Now(),
+		Agent: noa.Agent{ID: caller, Principal: noa.PrincipalService},
+		Action: noa.Action{
+			ID: ans.ActionID, Canonical: actionCanonical, RiskClass: "IRREVERSIBLE", ParamsHash: ans.ParamsHash, Reversible: false,
+		},
+		Governance: noa.Governance{Mode: governanceMode, Verdict: verdict, RuleID: &rule},
+	}
+	var id string
+	err := e.cfg.Log.WithLock(ctx, func(tx reviewlog.Tx) error {
+		r, err := e.cfg.Chains.Append(ctx, tx.Store, d)
+		id = r.ID
+		return err
+	})
+	if err != nil {
+		return "", e.notRecorded("record the outcome "+string(o), err)
+	}
+	e.cfg.Logger.Info("call outcome", "outcome", string(o), "decision_receipt", ans.ReceiptID, "receipt_id", id, "caller", caller)
+	return id, nil
+}

@@ -1,0 +1,161 @@
+// Command payupstream is a small MCP server with paying tools, the upstream
+// the guard proxy's end-to-end tests put behind the proxy. Every call a
+// tool carries out is appended, as one JSON line, to the file named by
+// PAY_LOG; a call that is refused, fails or is cancelled writes nothing.
+//
+// Environment: PAY_LOG (required), PAY_PID_FILE (each start appends its
+// process id), PAY_PAGE (tools/list page size, default no paging),
+// PAY_EXTRA (comma-separated tools added at start, for schema checks).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+)
+
+type upstream struct {
+	mu  sync.Mutex
+	log string
+	srv *server.MCPServer
+}
+
+func (u *upstream) record(tool string, raw json.RawMessage) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	f, err := os.OpenFile(u.log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	line, err := json.Marshal(map[string]any{"tool": tool, "arguments": raw})
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(append(line, '\n'))
+	return err
+}
+
+func rawArgs(req mcp.CallToolRequest) json.RawMessage {
+	if len(req.Params.RawArguments) > 0 {
+		return req.Params.RawArguments
+	}
+	b, _ := json.Marshal(req.Params.Arguments)
+	return b
+}
+
+func (u *upstream) pay(name string) server.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		raw := rawArgs(req)
+		if err := u.record(name, raw); err != nil {
+			return nil, err
+		}
+		return mcp.NewToolResultStructured(map[string]any{"paid": true, "tool": name}, fmt.Sprintf("paid by %s: %s", name, raw)), nil
+	}
+}
+
+// slow pays after ms milliseconds, reporting progress every 50 ms; a
+// cancelled call pays nothing.
+func (u *upstream) slow(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	ms := req.GetInt("ms", 500)
+	var token mcp.ProgressToken
+	if req.Params.Meta != nil {
+		token = req.Params.Meta.ProgressToken
+	}
+	deadline := time.Now().Add(time.Duration(ms) * time.Millisecond)
+	step := 0
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		step++
+		if token != nil {
+			_ = u.srv.SendNotificationToClient(ctx, "notifications/progress", map[string]any{
+				"progressToken": token, "progress": step, "message": "paying",
+			})
+		}
+	}
+	if err := u.record("slow_send", rawArgs(req)); err != nil {
+		return nil, err
+	}
+	return mcp.NewToolResultText("paid slowly"), nil
+}
+
+func main() {
+	u := &upstream{log: os.Getenv("PAY_LOG")}
+	if u.log == "" {
+		fmt.Fprintln(os.Stderr, "payupstream: PAY_LOG is required")
+		os.Exit(2)
+	}
+	if pf := os.Getenv("PAY_PID_FILE"); pf != "" {
+		f, err := os.OpenFile(pf, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err == nil {
+			fmt.Fprintln(f, os.Getpid())
+			f.Close()
+		}
+	}
+	opts := []server.ServerOption{server.WithToolCapabilities(true), server.WithLogging()}
+	if n, err := strconv.Atoi(os.Getenv("PAY_PAGE")); err == nil && n > 0 {
+		opts = append(opts, server.WithPaginationLimit(n))
+	}
+	u.srv = server.NewMCPServer("payupstream", "1", opts...)
+	send := mcp.NewToolWithRawSchema("send_usdc", "Send USDC to an address.", json.RawMessage(
+		`{"type":"object","properties":{"to":{"type":"string"},"amount":{"type":"string","description":"display units"},"memo":{"type":"string"},"options":{"type":"object"}},"required":["to","amount"]}`))
+	u.srv.AddTool(send, u.pay("send_usdc"))
+	invoice := mcp.NewToolWithRawSchema("pay_invoice", "Pay an invoice.", json.RawMessage(
+		`{"type":"object","properties":{"payee":{"type":"object","properties":{"address":{"type":"string"}},"required":["address"]},"total":{"type":"object","properties":{"value":{"type":"string"},"token":{"type":"string"}}}},"required":["payee","total"]}`))
+	u.srv.AddTool(invoice, u.pay("pay_invoice"))
+	slow := mcp.NewToolWithRawSchema("slow_send", "Send USDC, slowly, with progress.", json.RawMessage(
+		`{"type":"object","properties":{"to":{"type":"string"},"amount":{"type":"string"},"ms":{"type":"integer"}},"required":["to","amount"]}`))
+	u.srv.AddTool(slow, u.slow)
+	failing := mcp.NewToolWithRawSchema("fail_send", "Send USDC; always fails.", json.RawMessage(
+		`{"type":"object","properties":{"to":{"type":"string"},"amount":{"type":"string"}},"required":["to","amount"]}`))
+	u.srv.AddTool(failing, func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcp.NewToolResultError("insufficient funds"), nil
+	})
+	echo := mcp.NewToolWithRawSchema("echo", "Echo the text (pays nothing).", json.RawMessage(
+		`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"],"$comment":"kept byte for byte"}`))
+	u.srv.AddTool(echo, func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		u.srv.SendNotificationToAllClients("notifications/message", map[string]any{"level": "info", "data": "echoed"})
+		return mcp.NewToolResultText(req.GetString("text", "")), nil
+	})
+	for _, name := range splitList(os.Getenv("PAY_EXTRA")) {
+		u.srv.AddTool(mcp.NewToolWithRawSchema(name, "An extra tool.", json.RawMessage(`{"type":"object"}`)), u.pay(name))
+	}
+	// change_tools removes send_usdc (the map then fails) or adds it back,
+	// which tells the clients the list changed.
+	change := mcp.NewToolWithRawSchema("change_tools", "Remove or restore send_usdc.", json.RawMessage(
+		`{"type":"object","properties":{"remove":{"type":"boolean"}}}`))
+	u.srv.AddTool(change, func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if req.GetBool("remove", false) {
+			u.srv.DeleteTools("send_usdc")
+		} else {
+			u.srv.AddTool(send, u.pay("send_usdc"))
+		}
+		return mcp.NewToolResultText("changed"), nil
+	})
+	if err := server.ServeStdio(u.srv); err != nil {
+		fmt.Fprintln(os.Stderr, "payupstream:", err)
+		os.Exit(1)
+	}
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -1,0 +1,419 @@
+// Package proxy puts the pre-payment guard in front of another MCP server.
+// The upstream's tools are served unchanged beside this product's read
+// tools; a call of a tool the guard map names as paying becomes one
+// question to the decision engine (guard/engine) and is forwarded only when
+// the engine allows it. The proxy decides nothing itself: it reads the
+// question out of the call's arguments, asks, and records what became of
+// the forwarded call.
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
+	"github.com/haia-trace-mcp/haia-trace-mcp/server"
+)
+
+// DefaultCallTimeout bounds a forwarded call.
+const DefaultCallTimeout = 2 * time.Minute
+
+// Config is what a Proxy needs.
+type Config struct {
+	// Server serves this product's read tools; the upstream's tools are
+	// added to it. Its guard must be enabled (get_review_status).
+	Server *server.Server
+	// Engine is the one decision engine every paying call is asked of.
+	Engine *engine.Engine
+	Map    *Map
+	// CallTimeout bounds a forwarded call (DefaultCallTimeout when 0).
+	CallTimeout time.Duration
+	Logger      *slog.Logger
+}
+
+// Proxy serves an upstream's tools through the guard.
+type Proxy struct {
+	cfg Config
+	up  *Upstream
+
+	mu sync.Mutex
+	// mapped are the paying tools as resolved against the upstream's
+	// current tools/list; broken, when set, is why every upstream call is
+	// refused (the map no longer matches the upstream).
+	mapped   map[string]*resolved
+	upstream []string
+	broken   error
+
+	syncMu sync.Mutex
+
+	progress sync.Map // upstream progress token → progressRoute
+	tokens   atomic.Int64
+}
+
+type progressRoute struct {
+	ctx   context.Context
+	token mcp.ProgressToken
+}
+
+// New builds a proxy; Attach connects it to its upstream.
+func New(cfg Config) (*Proxy, error) {
+	if cfg.Server == nil || cfg.Engine == nil || cfg.Map == nil {
+		return nil, errors.New("proxy: a server, an engine and a guard map are needed")
+	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = DefaultCallTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Proxy{cfg: cfg}, nil
+}
+
+// Notify passes on a notification the upstream sent (UpstreamConfig's
+// OnNotification): progress to the caller whose call it concerns, a changed
+// tool list after checking the map again, everything else to every client.
+func (p *Proxy) Notify(n mcp.JSONRPCNotification) { p.onNotification(n) }
+
+// Reconnected reads a restarted upstream's tools again (UpstreamConfig's
+// OnConnect).
+func (p *Proxy) Reconnected() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := p.Sync(ctx); err != nil {
+		p.cfg.Logger.Error("the restarted upstream's tools do not match the guard map; every upstream call is refused until they do", "err", err)
+	}
+}
+
+// Attach reads the upstream's tools, checks the guard map against them
+// and serves them. An error here stops the proxy's start.
+func (p *Proxy) Attach(ctx context.Context, up *Upstream) error {
+	p.up = up
+	return p.Sync(ctx)
+}
+
+// Sync reads the upstream's tools again, checks the map and the names, and
+// updates what is served. When the check fails, every upstream call is
+// refused (with the reason) until a later Sync succeeds.
+func (p *Proxy) Sync(ctx context.Context) error {
+	p.syncMu.Lock()
+	defer p.syncMu.Unlock()
+	tools, mapped, err := p.check(ctx)
+	if err != nil {
+		p.mu.Lock()
+		p.broken = err
+		p.mu.Unlock()
+		if tools != nil {
+			// Serve what the upstream lists now (every call refused while
+			// broken), so that clients hear the list changed.
+			p.serve(tools)
+		}
+		return err
+	}
+	p.mu.Lock()
+	p.mapped, p.broken = mapped, nil
+	p.mu.Unlock()
+	p.serve(tools)
+	p.cfg.Logger.Info("upstream tools served", "tools", len(tools), "paying", len(mapped), "unmapped", p.cfg.Map.Unmapped)
+	return nil
+}
+
+// serve makes the served upstream tools the given ones.
+func (p *Proxy) serve(tools []mcp.Tool) {
+	var names []string
+	var add []mcpserver.ServerTool
+	for _, t := range tools {
+		names = append(names, t.Name)
+		add = append(add, mcpserver.ServerTool{Tool: t, Handler: p.handler(t.Name)})
+	}
+	p.mu.Lock()
+	var gone []string
+	for _, n := range p.upstream {
+		if !slices.Contains(names, n) {
+			gone = append(gone, n)
+		}
+	}
+	p.upstream = names
+	p.mu.Unlock()
+	srv := p.cfg.Server.MCP()
+	if len(gone) > 0 {
+		srv.DeleteTools(gone...)
+	}
+	srv.AddTools(add...)
+}
+
+func (p *Proxy) check(ctx context.Context) ([]mcp.Tool, map[string]*resolved, error) {
+	raws, err := p.up.ListTools(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	own := p.cfg.Server.OwnToolNames()
+	pol := p.cfg.Engine.Policy()
+	var tools []mcp.Tool
+	schemas := map[string]json.RawMessage{}
+	for i, raw := range raws {
+		t, in, err := upstreamTool(raw)
+		if err != nil {
+			return nil, nil, fmt.Errorf("upstream tool #%d: %w", i, err)
+		}
+		if slices.Contains(own, t.Name) {
+			return nil, nil, fmt.Errorf("the upstream's tool %q has the name of one of this product's tools (%s); the proxy refuses to shadow either", t.Name, strings.Join(own, ", "))
+		}
+		if _, dup := schemas[t.Name]; dup {
+			return nil, nil, fmt.Errorf("the upstream lists tool %q twice", t.Name)
+		}
+		schemas[t.Name] = in
+		tools = append(tools, t)
+	}
+	mapped := map[string]*resolved{}
+	for name, tm := range p.cfg.Map.Tools {
+		in, ok := schemas[name]
+		if !ok {
+			return tools, nil, fmt.Errorf("the guard map names tool %q, which the upstream does not list (it lists %d tools)", name, len(tools))
+		}
+		r, err := tm.resolve(name, in, pol)
+		if err != nil {
+			return tools, nil, fmt.Errorf("guard map: %w", err)
+		}
+		mapped[name] = r
+	}
+	return tools, mapped, nil
+}
+
+// upstreamTool reads a tool as the upstream listed it; its input and
+// output schemas are kept byte for byte.
+func upstreamTool(raw json.RawMessage) (mcp.Tool, json.RawMessage, error) {
+	var t mcp.Tool
+	if err := json.Unmarshal(raw, &t); err != nil {
+		return mcp.Tool{}, nil, err
+	}
+	var schemas struct {
+		In  json.RawMessage `json:"inputSchema"`
+		Out json.RawMessage `json:"outputSchema"`
+	}
+	if err := json.Unmarshal(raw, &schemas); err != nil {
+		return mcp.Tool{}, nil, err
+	}
+	if t.Name == "" {
+		return mcp.Tool{}, nil, errors.New("a tool without a name")
+	}
+	if len(schemas.In) == 0 || string(schemas.In) == "null" {
+		return mcp.Tool{}, nil, fmt.Errorf("tool %q has no input schema", t.Name)
+	}
+	t.InputSchema = mcp.ToolInputSchema{}
+	t.RawInputSchema = schemas.In
+	t.OutputSchema = mcp.ToolOutputSchema{}
+	if len(schemas.Out) > 0 && string(schemas.Out) != "null" {
+		t.RawOutputSchema = schemas.Out
+	}
+	return t, schemas.In, nil
+}
+
+// Decision is the structured content of a call the guard did not let
+// through.
+type Decision struct {
+	Decision  string         `json:"decision"`
+	Reasons   []guard.Reason `json:"reasons"`
+	ReviewID  string         `json:"review_id,omitempty"`
+	ReceiptID string         `json:"receipt_id"`
+	Tool      string         `json:"tool"`
+	Forwarded bool           `json:"forwarded"`
+}
+
+func (p *Proxy) handler(name string) mcpserver.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		p.mu.Lock()
+		broken, r := p.broken, p.mapped[name]
+		p.mu.Unlock()
+		if broken != nil {
+			return toolError("%s was not forwarded: the upstream's tools no longer match the guard map (%s); the operator must fix the map or the upstream", name, broken), nil
+		}
+		raw := []byte(req.Params.RawArguments)
+		if len(raw) == 0 && req.Params.Arguments != nil {
+			b, err := json.Marshal(req.Params.Arguments)
+			if err != nil {
+				return toolError("the arguments of %s cannot be read", name), nil
+			}
+			raw = b
+		}
+		if r == nil {
+			if p.cfg.Map.Unmapped == UnmappedRefuse {
+				return toolError("%s is not in the guard map and the map refuses every tool it does not name (unmapped: refuse); nothing was forwarded", name), nil
+			}
+			if len(raw) == 0 {
+				raw = []byte("{}")
+			}
+			return p.forward(ctx, req, name, raw)
+		}
+		return p.paying(ctx, req, name, r, raw)
+	}
+}
+
+func (p *Proxy) paying(ctx context.Context, req mcp.CallToolRequest, name string, r *resolved, raw []byte) (*mcp.CallToolResult, error) {
+	caller := p.cfg.Server.CallerID(ctx)
+	q, canon, err := r.read(raw, p.cfg.Engine.Policy())
+	if err != nil {
+		var ae *ArgError
+		if errors.As(err, &ae) {
+			p.cfg.Logger.Info("paying call refused", "tool", name, "caller", caller, "reason", ae.Msg)
+			return mcp.NewToolResultError(ae.Msg), nil
+		}
+		return nil, err
+	}
+	ans, err := p.cfg.Engine.CheckCall(ctx, caller, q, engine.Call{Tool: name, Arguments: canon})
+	if err != nil {
+		var refused *engine.RefusedError
+		var notRecorded *engine.NotRecordedError
+		switch {
+		case errors.As(err, &refused):
+			return toolError("%s was not forwarded: %s", name, refused.Message), nil
+		case errors.As(err, &notRecorded):
+			return toolError("%s was not forwarded: %s", name, notRecorded.Message), nil
+		}
+		p.cfg.Logger.Error("paying call: the engine failed", "tool", name, "err", err)
+		return toolError("%s was not forwarded: the guard could not decide; the operator's log says why", name), nil
+	}
+	if ans.Decision != guard.Allow {
+		d := Decision{Decision: ans.Decision, Reasons: ans.Reasons, ReviewID: ans.ReviewID, ReceiptID: ans.ReceiptID, Tool: name}
+		res := mcp.NewToolResultStructured(d, renderDecision(d))
+		res.IsError = true
+		return res, nil
+	}
+	res, outcome, err := p.call(ctx, req, name, canon)
+	if _, rerr := p.cfg.Engine.RecordOutcome(context.WithoutCancel(ctx), caller, ans, outcome); rerr != nil {
+		p.cfg.Logger.Error("the outcome of a forwarded call could not be recorded", "tool", name, "decision_receipt", ans.ReceiptID, "outcome", string(outcome), "err", rerr)
+	}
+	if err != nil {
+		return toolError("%s was allowed (receipt %s) and forwarded, but %s", name, ans.ReceiptID, describeFailure(outcome, err)), nil
+	}
+	return res, nil
+}
+
+// forward passes an unmapped call through untouched.
+func (p *Proxy) forward(ctx context.Context, req mcp.CallToolRequest, name string, raw []byte) (*mcp.CallToolResult, error) {
+	res, outcome, err := p.call(ctx, req, name, raw)
+	if err != nil {
+		return toolError("%s: %s", name, describeFailure(outcome, err)), nil
+	}
+	return res, nil
+}
+
+// call forwards one call with the caller's progress token routed back to it.
+func (p *Proxy) call(ctx context.Context, req mcp.CallToolRequest, name string, args []byte) (*mcp.CallToolResult, engine.Outcome, error) {
+	var meta *mcp.Meta
+	if m := req.Params.Meta; m != nil {
+		meta = &mcp.Meta{AdditionalFields: m.AdditionalFields}
+		if m.ProgressToken != nil {
+			tok := "haia-proxy-" + strconv.FormatInt(p.tokens.Add(1), 10)
+			p.progress.Store(tok, progressRoute{ctx: ctx, token: m.ProgressToken})
+			defer p.progress.Delete(tok)
+			meta.ProgressToken = tok
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
+	defer cancel()
+	res, err := p.up.CallTool(cctx, name, args, meta)
+	switch {
+	case err == nil && res.IsError:
+		return res, engine.OutcomeToolError, nil
+	case err == nil:
+		return res, engine.OutcomeExecuted, nil
+	case errors.Is(err, ErrUpstreamDown):
+		return nil, engine.OutcomeLost, err
+	case ctx.Err() != nil:
+		return nil, engine.OutcomeLost, fmt.Errorf("the caller cancelled the call: %w", ctx.Err())
+	case cctx.Err() != nil:
+		return nil, engine.OutcomeTimeout, err
+	}
+	// The client wraps what went wrong on the way in a transport.Error;
+	// anything else is the upstream's own JSON-RPC error answer, which
+	// means it did not run the call.
+	var te *transport.Error
+	if errors.As(err, &te) {
+		return nil, engine.OutcomeLost, err
+	}
+	return nil, engine.OutcomeRefused, err
+}
+
+func describeFailure(o engine.Outcome, err error) string {
+	switch o {
+	case engine.OutcomeTimeout:
+		return "the upstream did not answer in time; it may still carry the call out"
+	case engine.OutcomeLost:
+		if errors.Is(err, ErrUpstreamDown) {
+			return "the upstream is not available (" + err.Error() + "); whether it carried the call out is unknown"
+		}
+		return "the call ended without an answer (" + err.Error() + "); whether the upstream carried it out is unknown"
+	case engine.OutcomeRefused:
+		return "the upstream refused it: " + err.Error()
+	}
+	return err.Error()
+}
+
+func toolError(format string, a ...any) *mcp.CallToolResult {
+	return mcp.NewToolResultError(fmt.Sprintf(format, a...))
+}
+
+func renderDecision(d Decision) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Not forwarded: the guard's decision on this %s call is %s", d.Tool, strings.ToUpper(d.Decision))
+	if d.ReviewID != "" && d.Decision == guard.Review {
+		fmt.Fprintf(&b, " (review %s waits for a human; once approved, the identical call goes through once — poll get_review_status)", d.ReviewID)
+	}
+	b.WriteString(".\n")
+	for _, r := range d.Reasons {
+		fmt.Fprintf(&b, "- %s: %s\n", r.Rule, r.Detail)
+	}
+	fmt.Fprintf(&b, "Recorded as signed receipt %s.\n", d.ReceiptID)
+	return b.String()
+}
+
+// onNotification passes the upstream's notifications on: progress to the
+// caller whose call it concerns, a changed tool list after checking the map
+// again, and everything else to every client.
+func (p *Proxy) onNotification(n mcp.JSONRPCNotification) {
+	params := map[string]any{}
+	for k, v := range n.Params.AdditionalFields {
+		params[k] = v
+	}
+	if n.Params.Meta != nil {
+		params["_meta"] = n.Params.Meta
+	}
+	srv := p.cfg.Server.MCP()
+	switch n.Method {
+	case string(mcp.MethodNotificationProgress):
+		tok, _ := params["progressToken"].(string)
+		v, ok := p.progress.Load(tok)
+		if !ok {
+			return
+		}
+		route := v.(progressRoute)
+		params["progressToken"] = route.token
+		if err := srv.SendNotificationToClient(route.ctx, n.Method, params); err != nil {
+			p.cfg.Logger.Debug("progress not passed on", "err", err)
+		}
+	case string(mcp.MethodNotificationToolsListChanged):
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := p.Sync(ctx); err != nil {
+				p.cfg.Logger.Error("the upstream's changed tools do not match the guard map; every upstream call is refused until they do", "err", err)
+			}
+		}()
+	default:
+		srv.SendNotificationToAllClients(n.Method, params)
+	}
+}
