@@ -386,7 +386,7 @@ func TestProxyUnmappedRefuseAndStartChecks(t *testing.T) {
 	payUpstream(t)
 	starts := []struct {
 		name, gmap, want string
-		env          []string
+		env              []string
 	}{
 		{"missing tool", `{"tools": {"wire_money": {"counterparty": "to", "amount": "amount", "amountUnit": "display"}}}`, `names tool "wire_money", which the upstream does not list`, nil},
 		{"path the schema cannot hold", `{"tools": {"send_usdc": {"counterparty": "payee.address", "amount": "amount", "amountUnit": "display"}}}`, `counterparty path "payee.address"`, nil},
