@@ -108,6 +108,9 @@ func (u *Upstream) connect(ctx context.Context) (*conn, error) {
 		if u.cfg.Token != "" {
 			opts = append(opts, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + u.cfg.Token}))
 		}
+		// The session's GET stream carries the upstream's notifications
+		// (list changes, log messages) on the protocol the proxy speaks.
+		//lint:ignore SA1019 the proxy speaks the session protocol (see WithLegacyProtocolOnly below)
 		opts = append(opts, transport.WithContinuousListening())
 		h, err := transport.NewStreamableHTTP(u.cfg.URL, opts...)
 		if err != nil {
@@ -141,6 +144,10 @@ func (u *Upstream) connect(ctx context.Context) (*conn, error) {
 			close(c.dead)
 		}()
 	}
+	// The initialize handshake and a session: upstream notifications
+	// (progress, tools/list_changed, log messages) and cancellation pass
+	// through on the session, as every upstream speaks it today.
+	//lint:ignore SA1019 the session protocol is what passes notifications through; revisit when upstreams speak 2026-07-28
 	c.c = client.NewClient(tr, client.WithLegacyProtocolOnly())
 	if u.cfg.OnNotification != nil {
 		c.c.OnNotification(u.cfg.OnNotification)
@@ -315,15 +322,6 @@ func (u *Upstream) CallTool(ctx context.Context, name string, args json.RawMessa
 		return nil, err
 	}
 	return res, nil
-}
-
-// Ping asks the upstream whether it answers.
-func (u *Upstream) Ping(ctx context.Context) error {
-	c, err := u.conn()
-	if err != nil {
-		return err
-	}
-	return c.c.Ping(ctx)
 }
 
 // Close stops the upstream (a stdio one is killed after its stdin closes).

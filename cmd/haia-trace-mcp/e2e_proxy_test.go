@@ -507,6 +507,7 @@ func TestProxyPassesThroughProgressCancellationAndListChanges(t *testing.T) {
 			mu.Unlock()
 		},
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { listChanged <- struct{}{} },
+		//lint:ignore SA1019 log messages of a session-protocol upstream must still pass through
 		LoggingMessageHandler: func(_ context.Context, r *mcp.LoggingMessageRequest) {
 			logs <- string(mustJSON(r.Params.Data))
 		},
