@@ -78,6 +78,9 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if pf.guardMap == "" {
 		return c.failf("--guard-map is required")
 	}
+	if f.readOnly {
+		return c.failf("--read-only serves no guard, and the proxy is the guard in front of another server")
+	}
 	if (len(pos) == 0) == (pf.url == "") {
 		return c.failf("name the upstream: either a command after -- or --upstream-url, not both")
 	}
