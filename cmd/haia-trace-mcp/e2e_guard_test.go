@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -132,7 +133,8 @@ func TestStdioGuardStory(t *testing.T) {
 	}{
 		{map[string]any{"amount": "1"}, "counterparty is required"},
 		{map[string]any{"counterparty": "not a host!", "amount": "1"}, "counterparty"},
-		{map[string]any{"counterparty": sellerA, "amount": 1}, "amount must be a string"},
+		{map[string]any{"counterparty": sellerA, "amount": true}, "amount must be a decimal string"},
+		{map[string]any{"counterparty": sellerA, "amount": json.Number("1e2")}, "exponent"},
 		{map[string]any{"counterparty": sellerA, "amount": "1", "approve": true}, "unknown argument"},
 	}
 	for _, c := range bad {
