@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -23,7 +24,7 @@ func writeJSON(t *testing.T, path string, v any) {
 
 func TestOriginGuard(t *testing.T) {
 	hosts := LoopbackHosts("3000")
-	g := OriginGuard(hosts, OriginsFor(hosts), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	g := OriginGuard(hosts, OriginsFor(hosts), "set them with --flag", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "ok")
 	}))
 	tests := []struct {
@@ -58,6 +59,16 @@ func TestOriginGuard(t *testing.T) {
 			}
 			if (rec.Body.String() == "ok") != (tc.status == 200) {
 				t.Fatalf("next handler ran=%v for status %d", rec.Body.String() == "ok", tc.status)
+			}
+			// A refusal for the Host or an Origin names what is allowed
+			// and how the operator changes it.
+			if tc.status == 403 && len(tc.origins) < 2 {
+				body := rec.Body.String()
+				for _, want := range []string{"127.0.0.1:3000", "localhost:3000", "[::1]:3000", "set them with --flag"} {
+					if !strings.Contains(body, want) {
+						t.Errorf("403 body %q does not name %q", body, want)
+					}
+				}
 			}
 		})
 	}

@@ -87,6 +87,11 @@ func (s *FileStore) Ready(ctx context.Context) error {
 		return fmt.Errorf("the review log directory: %w", err)
 	}
 	defer g.Close()
+	// New files (chain segments, the keyring, checkpoints) are created in
+	// guard/ as decisions come: an appendable log alone is not enough.
+	if err := g.Writable(); err != nil {
+		return fmt.Errorf("the review log directory: %w", err)
+	}
 	f, err := g.OpenFile(FileName, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("the review log: %w", err)

@@ -24,7 +24,6 @@ import (
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/auth"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
-	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 )
 
 // Defaults of the HTTP transport's bounds; all are stated in the README.
@@ -56,6 +55,9 @@ type HTTPConfig struct {
 	// (see auth.OriginGuard). Both must be set.
 	AllowedHosts   []string
 	AllowedOrigins []string
+	// HostsHint tells, in a refusal for the Host or Origin, how the
+	// operator allows another (e.g. the flag that sets the public name).
+	HostsHint string
 	// MaxBodyBytes bounds a request body; larger ones get 413.
 	MaxBodyBytes int64
 	// MaxSessions bounds the session ids this process holds state for
@@ -151,6 +153,9 @@ func (s *Server) NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 	}
 	if cfg.Ready == nil {
 		cfg.Ready = s.probeReady
+		if len(cfg.Tenants) > 0 {
+			cfg.Ready = tenantsReady(cfg.Tenants)
+		}
 	}
 	h := &HTTP{logger: cfg.Logger, metrics: newHTTPMetrics(), streamIdle: cfg.StreamIdle, streamPing: cfg.StreamPing}
 	for _, c := range s.collectors {
@@ -228,17 +233,6 @@ func (s *Server) NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 			mux.byName[name] = streamable(srv)
 		}
 		h.mcp = mux
-		if cfg.Ready == nil {
-			tenants := cfg.Tenants
-			cfg.Ready = func(ctx context.Context) error {
-				for _, srv := range tenants {
-					if err := srv.probeReady(ctx); err != nil {
-						return err
-					}
-				}
-				return nil
-			}
-		}
 	} else {
 		h.mcp = streamable(s)
 	}
@@ -290,7 +284,7 @@ func (s *Server) NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 		endpoint = h.verifier.Middleware(endpoint)
 	}
 	endpoint = limitBody(cfg.MaxBodyBytes, endpoint)
-	endpoint = auth.OriginGuard(cfg.AllowedHosts, cfg.AllowedOrigins, endpoint)
+	endpoint = auth.OriginGuard(cfg.AllowedHosts, cfg.AllowedOrigins, cfg.HostsHint, endpoint)
 	r.Handle("/mcp", endpoint)
 	h.handler = r
 	return h, nil
@@ -472,22 +466,16 @@ func carryIdentity(ctx context.Context, r *http.Request) context.Context {
 }
 
 // probeReady lists events/ (a root that cannot be read serves nothing) and,
-// with the guard on, checks that guard/ can be written (a decision that
-// cannot be recorded is not given).
+// with the guard on, asks the guard's engine: its signer, the store in use
+// (guard/ on the file store, the database on PostgreSQL — nothing else, so
+// a read-only Trace root serves on PostgreSQL) and the trusted reviewers;
+// with payments on, the payer signer too.
 func (s *Server) probeReady(ctx context.Context) error {
 	if _, err := s.cfg.Events.ReadDir(); err != nil {
 		return &engine.NotReadyError{Reason: "the events directory cannot be listed", Err: err}
 	}
 	if s.guard == nil {
 		return nil
-	}
-	g, err := s.cfg.Root.MkdirAll(reviewlog.DirName, 0o700)
-	if err != nil {
-		return &engine.NotReadyError{Reason: "the guard directory cannot be written", Err: err}
-	}
-	defer g.Close()
-	if err := g.Writable(); err != nil {
-		return &engine.NotReadyError{Reason: "the guard directory cannot be written", Err: err}
 	}
 	if err := s.guard.Engine.Ready(ctx); err != nil {
 		return err
@@ -498,6 +486,28 @@ func (s *Server) probeReady(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// tenantsReady probes every tenant, in name order, and names the first that
+// is not ready: one tenant that cannot record a decision takes the process
+// out of service, since its callers would otherwise get only errors.
+func tenantsReady(tenants map[string]*Server) func(context.Context) error {
+	names := slices.Sorted(maps.Keys(tenants))
+	return func(ctx context.Context) error {
+		for _, name := range names {
+			err := tenants[name].probeReady(ctx)
+			if err == nil {
+				continue
+			}
+			reason := "not ready"
+			var nr *engine.NotReadyError
+			if errors.As(err, &nr) {
+				reason = nr.Reason
+			}
+			return &engine.NotReadyError{Reason: fmt.Sprintf("tenant %q: %s", name, reason), Err: err}
+		}
+		return nil
+	}
 }
 
 // limitBody answers 413 to a body over max, before authentication reads

@@ -337,6 +337,36 @@ func TestHTTPBindingRules(t *testing.T) {
 	}
 }
 
+// A request refused for its Host (or Origin) says which are allowed and
+// which flags set them, so the operator behind a proxy knows what to pass.
+func TestHTTPHostRefusalNamesTheFlag(t *testing.T) {
+	p := startHTTPBinary(t, "--dir", sampleRoot(t), "--http-insecure-no-auth", "--public-url", "https://mcp.example.com")
+	_, port, _ := strings.Cut(strings.TrimPrefix(p.base, "http://"), ":")
+	for _, tc := range []struct{ host, origin string }{{"evil.example", ""}, {"", "https://evil.example"}} {
+		req, _ := http.NewRequest(http.MethodPost, p.resource, strings.NewReader(`{}`))
+		if tc.host != "" {
+			req.Host = tc.host
+		}
+		if tc.origin != "" {
+			req.Header.Set("Origin", tc.origin)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("Host %q Origin %q: %d %s, want 403", tc.host, tc.origin, resp.StatusCode, body)
+		}
+		for _, want := range []string{"evil.example", "127.0.0.1:" + port, "mcp.example.com", "--public-url", "--http"} {
+			if !strings.Contains(string(body), want) {
+				t.Errorf("Host %q Origin %q: the refusal %q does not name %q", tc.host, tc.origin, body, want)
+			}
+		}
+	}
+}
+
 func rawInitialize(t *testing.T, url, token string) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`))

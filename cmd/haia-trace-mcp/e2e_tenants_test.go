@@ -128,4 +128,21 @@ func TestTenantsAreIsolated(t *testing.T) {
 			t.Errorf("claims %v: %d %s", claims, resp.StatusCode, body)
 		}
 	}
+
+	// Readiness covers every tenant and names the one that is not: here
+	// globex's guard/ is replaced by a file, so its store cannot take a
+	// decision while acme's still can.
+	if code, body := httpGet(t, p.base+"/readyz"); code != http.StatusOK {
+		t.Fatalf("readyz with both tenants ready: %d %q", code, body)
+	}
+	guardDir := filepath.Join(tenants, "globex", "guard")
+	if err := os.Rename(guardDir, guardDir+".moved"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(guardDir, []byte("not a directory\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := httpGet(t, p.base+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, `tenant "globex"`) || strings.Contains(body, "acme") {
+		t.Fatalf("readyz with globex's store broken: %d %q, want 503 naming globex only", code, body)
+	}
 }

@@ -255,6 +255,7 @@ func runHTTP(ctx context.Context, servers map[string]*server.Server, h *httpFlag
 		Auth:           p.auth,
 		AllowedHosts:   hosts,
 		AllowedOrigins: auth.OriginsFor(hosts),
+		HostsHint:      "--http sets the listen address's host:port and --public-url the public name behind a proxy",
 		MaxBodyBytes:   h.maxBody,
 		MaxSessions:    h.maxSessions,
 		SessionIdle:    h.sessionIdle,
