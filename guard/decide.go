@@ -46,6 +46,14 @@ type Ref struct {
 	OperationID string `json:"operation_id"`
 }
 
+// Rules lists every rule the policy's decision can name, the history line
+// last.
+func Rules() []string {
+	return []string{RuleDenylist, RuleAllowlist, RuleOpenPartial, RuleUnknownAsset, RuleUnparseableAmount,
+		RuleAssetMismatch, RulePerCounterparty, RuleMixedAssets, RuleUnparseableHistory, RuleUnattributable,
+		RuleUnreadable, RuleTotalLimit, RuleVelocity, RuleDuplicatePayment, RuleReviewAbove, RuleHistory}
+}
+
 // Reason is one line of a decision's explanation.
 type Reason struct {
 	Rule     string `json:"rule"`

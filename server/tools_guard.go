@@ -177,11 +177,16 @@ func engineError(err error) error {
 	return err
 }
 
+// renderCheck is the text of a check_before_pay answer: the structured
+// answer, and nothing it does not say. The sentence about the review
+// follows the decision: only a "review" answer has a pending review to
+// poll; an allow or a block that names a review is a human's decision
+// already taken (human_approved, human_rejected).
 func renderCheck(res engine.Answer) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Decision: %s", strings.ToUpper(res.Decision))
-	if res.ReviewID != "" {
-		fmt.Fprintf(&b, " (review %s is pending a human decision; poll get_review_status)", res.ReviewID)
+	if clause := reviewClause(res.Decision, res.ReviewID); clause != "" {
+		fmt.Fprintf(&b, " (%s)", clause)
 	}
 	b.WriteString("\n")
 	for _, r := range res.Reasons {
@@ -201,6 +206,24 @@ func renderCheck(res engine.Answer) string {
 	}
 	fmt.Fprintf(&b, "Recorded as signed receipt %s.\n", res.ReceiptID)
 	return b.String()
+}
+
+// reviewClause says what the review named by an answer is, given the
+// answer's decision: pending for "review", a human's approval for
+// "allow", a human's rejection for "block"; nothing without a review.
+func reviewClause(decision, reviewID string) string {
+	if reviewID == "" {
+		return ""
+	}
+	switch decision {
+	case guard.Review:
+		return fmt.Sprintf("review %s is pending a human decision; poll get_review_status", reviewID)
+	case guard.Allow:
+		return fmt.Sprintf("review %s was approved by a human reviewer; this answer uses the approval", reviewID)
+	case guard.Block:
+		return fmt.Sprintf("review %s was rejected by a human reviewer", reviewID)
+	}
+	return fmt.Sprintf("review %s", reviewID)
 }
 
 func (s *Server) getReviewStatus(ctx context.Context, raw any) (*mcp.CallToolResult, error) {

@@ -97,7 +97,9 @@ func humanLoop(t *testing.T, cs *mcp.ClientSession, root string) []string {
 	t.Helper()
 	ask := func(amount string) checkAnswer {
 		var a checkAnswer
-		decodeStructured(t, callTool(t, cs, "check_before_pay", map[string]any{"counterparty": sellerB, "amount": amount}), &a)
+		res := callTool(t, cs, "check_before_pay", map[string]any{"counterparty": sellerB, "amount": amount})
+		decodeStructured(t, res, &a)
+		checkAnswerText(t, a, resultText(res))
 		return a
 	}
 	first := ask("0.10")
@@ -129,6 +131,25 @@ func humanLoop(t *testing.T, cs *mcp.ClientSession, root string) []string {
 		t.Fatalf("retry after rejection: %+v", held)
 	}
 	return []string{first.ReviewID, next.ReviewID, other.ReviewID}
+}
+
+// checkAnswerText fails t when the text of a check_before_pay answer says
+// what its structure does not: another decision, a pending review in a
+// decided answer, or a reason left out.
+func checkAnswerText(t *testing.T, a checkAnswer, text string) {
+	t.Helper()
+	first, _, _ := strings.Cut(text, "\n")
+	if !strings.HasPrefix(first, "Decision: "+strings.ToUpper(a.Decision)) {
+		t.Errorf("decision %s, text %q", a.Decision, first)
+	}
+	if pending := strings.Contains(text, "pending a human decision"); pending != (a.Decision == "review" && a.ReviewID != "") {
+		t.Errorf("decision %s with review %q: the text speaks of a pending review=%v:\n%s", a.Decision, a.ReviewID, pending, text)
+	}
+	for _, r := range a.Reasons {
+		if !strings.Contains(text, "- "+r.Rule+": "+r.Detail) {
+			t.Errorf("reason %s: %q is not in the text:\n%s", r.Rule, r.Detail, text)
+		}
+	}
 }
 
 func TestHumanLoopStdio(t *testing.T) {

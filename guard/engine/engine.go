@@ -285,6 +285,9 @@ func (e *Engine) shape(dec guard.Decision, out reviewlog.AskOutcome) Answer {
 	return Answer{Decision: dec.Decision, Reasons: dec.Reasons}
 }
 
+// RuleCustom names the reason a custom rule gives (or its failure to run).
+const RuleCustom = ruleCustom
+
 // RuleQueueFull names the block given when a caller holds too many pending
 // reviews to open another.
 const RuleQueueFull = "review_queue_full"
