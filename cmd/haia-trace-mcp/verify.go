@@ -25,7 +25,8 @@ const verifyUsage = `usage:
       and the signed link between each two, end to end; --checkpoint is
       then held against the last segment.
       --store postgres://…: CHAIN is a chain id in that store; every
-      segment and link is verified as --follow does.
+      segment and link is verified as --follow does, against the store's
+      keyring unless --keyring names another.
       Prints one line (verdict: reason) on stdout, warnings on stderr.
       exit 0 VALID, 1 UNVERIFIED (no keyring), 2 TAMPERED, 3 MALFORMED,
       4 usage or unreadable file, 5 UNTRUSTED (identity manifest)
@@ -182,7 +183,7 @@ func fileExists(path string) bool {
 }
 
 // verifyInStore verifies chain id (every segment and each link) as the
-// store holds it, with the keyring given (none: UNVERIFIED, as for a file).
+// store holds it, with the keyring given, else the store's own.
 func verifyInStore(ctx context.Context, spec, id string, docs noa.Documents, stderr io.Writer) (noa.Result, int) {
 	if err := checkStoreSpec(spec); err != nil {
 		fmt.Fprintf(stderr, "verify: %v\n", err)
@@ -200,6 +201,18 @@ func verifyInStore(ctx context.Context, spec, id string, docs noa.Documents, std
 	defer st.Close()
 	var res noa.Result
 	err = st.View(ctx, func(r reviewlog.Reader) (err error) {
+		if opt.Keyring == nil {
+			// The store's own keyring, as --keyring guard/keyring.json
+			// is on the file store; one kept elsewhere is passed by flag.
+			kr, err := r.Keyring(ctx)
+			if err != nil {
+				return fmt.Errorf("the store's keyring: %w", err)
+			}
+			if len(kr) > 0 {
+				opt.Keyring = kr
+				fmt.Fprintf(stderr, "note: signatures checked against the store's keyring (%d keys); --keyring K checks them against a keyring kept elsewhere\n", len(kr))
+			}
+		}
 		res, err = reviewlog.VerifySegments(ctx, r, id, opt)
 		return err
 	})

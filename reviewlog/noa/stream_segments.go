@@ -139,7 +139,8 @@ func VerifySegments(segs []SegmentSource, opt Options) (Result, error) {
 		prev = v
 	}
 	if len(segs) == 1 {
-		last.Warnings = append(warnings, last.Warnings...)
+		// warnings already holds the one segment's, each once.
+		last.Warnings = warnings
 		return last, nil
 	}
 	last.Chain = base
