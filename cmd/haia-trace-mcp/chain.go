@@ -73,22 +73,16 @@ func runChain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err := checkStoreSpec(spec); err != nil {
 		return c.failf("%v", err)
 	}
-	// The file store's chains are under --dir's guard/, which must exist;
-	// a database needs no Trace root.
+	// The file store's chains are under --dir's guard/: --dir must be a
+	// Trace root (exit 2 otherwise), whose guard/ holds no chain until the
+	// first decision (an empty list). A database needs no Trace root.
 	var root *confined.Dir
 	if isFileStore(spec) {
-		var err error
-		if root, err = confined.OpenRoot(*dir); err != nil {
-			fmt.Fprintf(stderr, "haia-trace-mcp chain: the Trace root: %v\n", err)
-			return exitFail
+		var code int
+		if root, code = openCLIRoot("chain "+verb, *dir, stderr); root == nil {
+			return code
 		}
 		defer root.Close()
-		g, err := root.OpenDir(reviewlog.DirName)
-		if err != nil {
-			fmt.Fprintf(stderr, "haia-trace-mcp chain: %v\n", err)
-			return exitFail
-		}
-		g.Close()
 	}
 	st, err := openStore(ctx, root, spec)
 	if err != nil {

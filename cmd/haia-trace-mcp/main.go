@@ -71,28 +71,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		case "completion":
 			return runCompletion(rest, stdout, stderr)
 		default:
+			if near := suggestCommand(args[0]); near != "" {
+				return serveCommand(stdout, stderr).failf("unknown command %q; did you mean %q?", args[0], near)
+			}
 			return serveCommand(stdout, stderr).failf("unknown command %q", args[0])
 		}
 	}
 	return runServe(ctx, args, stdin, stdout, stderr)
 }
 
-const usage = `usage:
-  haia-trace-mcp [--dir .trace] [flags]        serve MCP (stdio by default, --http for Streamable HTTP)
-  haia-trace-mcp build RUN_FILE [--template NAME|PATH] [--templates-dir DIR]
-  haia-trace-mcp policy check FILE | policy eval FILE --input INPUT.json
-  haia-trace-mcp verify CHAIN [--keyring K] [--checkpoint C] [--identity M]
-  haia-trace-mcp signer --key-file K --listen unix:PATH | --payer-key K --listen unix:PATH
-  haia-trace-mcp payer address --payer-key K | --payer-signer unix:PATH
-  haia-trace-mcp authorization show NONCE|RECEIPT_ID [--dir .trace] [--json]
-  haia-trace-mcp review list|show|approve|reject|watch [<review_id>] [--dir .trace] [--all] [--note "…"] [--reviewer-key K] [--json]
-  haia-trace-mcp init [DIR]                       a Trace root from nothing: layout, keys, a reviewer, an example policy
-  haia-trace-mcp reviewer init --id ID [--key-file K] [--reviewers F]
-  haia-trace-mcp audit [--dir .trace] [--reviewers F] [--keyring K]
-  haia-trace-mcp store migrate|import|export --store postgres://… [--dir .trace]
-  haia-trace-mcp chain list|export ID|checkpoint ID [--dir .trace]
-  haia-trace-mcp healthcheck [--url http://127.0.0.1:3000/healthz] [--timeout 3s]
-  haia-trace-mcp proxy --guard-map FILE [--dir .trace] [flags] -- UPSTREAM_COMMAND [ARGS…] | --upstream-url URL
-  haia-trace-mcp demo [--keep DIR]                 the whole story on a simulated Trace root
-  haia-trace-mcp version | --version
-`

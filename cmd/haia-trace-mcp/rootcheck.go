@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"path/filepath"
+	"strings"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
@@ -18,7 +20,7 @@ import (
 func openCLIRoot(command, dir string, stderr io.Writer) (*confined.Dir, int) {
 	root, err := confined.OpenRoot(dir)
 	if err != nil {
-		fmt.Fprintf(stderr, "haia-trace-mcp %s: --dir %s cannot be opened: %s\n", command, termsafe.String(dir), termsafe.String(err.Error()))
+		fmt.Fprintf(stderr, "haia-trace-mcp %s: %s\n", command, rootOpenProblem(dir, err))
 		return nil, exitUsage
 	}
 	found := false
@@ -43,4 +45,32 @@ func openCLIRoot(command, dir string, stderr io.Writer) (*confined.Dir, int) {
 		return nil, exitUsage
 	}
 	return root, exitOK
+}
+
+// rootOpenProblem says why the Trace root dir could not be opened, for a
+// person: a missing one names the two ways on (init, --dir) rather than a
+// system call; any other failure names the directory and the cause alone.
+func rootOpenProblem(dir string, err error) string {
+	where := termsafe.String(dir)
+	if abs, aerr := filepath.Abs(dir); aerr == nil && abs != dir {
+		where += " (" + termsafe.String(abs) + ")"
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return "no Trace root at " + where + ": run `haia-trace-mcp init " + shellWord(dir) + "` to create one, " +
+			"or pass --dir with the Trace root the recorders write into"
+	}
+	cause := err
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		cause = pe.Err
+	}
+	return "the Trace root " + where + " cannot be opened: " + termsafe.String(cause.Error())
+}
+
+// shellWord quotes s for a POSIX shell when it needs quoting.
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/+:@%=,") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(termsafe.String(s), "'", `'\''`) + "'"
 }

@@ -249,7 +249,7 @@ func newLogger(stderr io.Writer, level string) (*slog.Logger, error) {
 func openTrace(dir, templatesDir string, logger *slog.Logger) (root, events *confined.Dir, set *receipt.TemplateSet, err error) {
 	root, err = confined.OpenRoot(dir)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("trace root: %w", err)
+		return nil, nil, nil, errors.New(rootOpenProblem(dir, err))
 	}
 	// A root from nothing has no events/ until a recorder first writes:
 	// the server lists nothing until then and picks the runs up after.
@@ -488,7 +488,7 @@ func openTenantStacks(ctx context.Context, f *serveFlags, notifier *notify.Group
 // serveCommand is the grammar of serving: the top-level usage (every
 // command) and the server's own flags.
 func serveCommand(stdout, stderr io.Writer) *command {
-	return newCommand("", usage, stdout, stderr)
+	return newCommand("", topUsage(), stdout, stderr)
 }
 
 func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
