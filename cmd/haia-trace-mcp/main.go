@@ -79,4 +79,3 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	return runServe(ctx, args, stdin, stdout, stderr)
 }
-
