@@ -5,7 +5,10 @@
 #   2. npm ci in tools/oidc (oidc-provider, pinned by package-lock.json);
 #   3. the official MCP conformance scenarios (tools/conformance.sh);
 #   4. the end-to-end test against the real authorization server
-#      (go test -run OIDC with HAIA_NODE set).
+#      (go test -run OIDC with HAIA_NODE set);
+#   5. npm ci in tools/x402e2e (ganache, solc, viem, @x402/core, @x402/evm,
+#      pinned by package-lock.json) and the x402 payment end to end on a local
+#      chain (go test -run X402OnChain with HAIA_NODE set).
 # Cache: $HAIA_CACHE, else $XDG_CACHE_HOME/haia-trace-mcp, else ~/.cache/haia-trace-mcp.
 set -euo pipefail
 
@@ -33,10 +36,11 @@ export PATH="$nodedir/bin:$PATH"
 echo "ci-node: node $(node --version), npm $(npm --version)"
 
 (cd "$repo/tools/oidc" && npm ci --no-audit --no-fund)
+(cd "$repo/tools/x402e2e" && npm ci --no-audit --no-fund)
 
 bin="$cache/haia-trace-mcp-ci"
 (cd "$repo" && go build -o "$bin" ./cmd/haia-trace-mcp)
 "$repo/tools/conformance.sh" "$bin"
 
-(cd "$repo" && HAIA_NODE="$nodedir/bin/node" go test -race -count=1 -run OIDC -v ./cmd/haia-trace-mcp/ | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|SKIP')
+(cd "$repo" && HAIA_NODE="$nodedir/bin/node" go test -race -count=1 -run 'OIDC|X402OnChain' -v ./cmd/haia-trace-mcp/ | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|SKIP|x402 on chain:')
 echo "ci-node: all Node-based checks passed"
