@@ -42,7 +42,12 @@ type AskRequest struct {
 	// ExactParams honours an approval only for a review opened with this
 	// very ParamsHash: a proxied tool call's hash covers the exact
 	// arguments forwarded, so an approval is spent on that call alone.
+	// (The terms carry the ParamsHash, so every approval is bound to it.)
 	ExactParams bool
+	// Tenant, Resource (canonical URL, or "") and AmountAtomic (the
+	// amount in atomic units, "" when it cannot be read) complete the
+	// terms of a review (see Terms).
+	Tenant, Resource, AmountAtomic string
 }
 
 // AskOutcome says what answered the question.
@@ -75,12 +80,17 @@ func (l *Log) ask(ctx context.Context, req AskRequest, hook func(tx Tx, out AskO
 	if q.Counterparty == "" {
 		return AskOutcome{}, fmt.Errorf("%w: the counterparty is empty", ErrBadInput)
 	}
-	for name, v := range map[string]string{"counterparty": q.Counterparty, "amount": q.Amount, "asset": q.Asset, "template": q.Template, "caller": req.Caller} {
+	for name, v := range map[string]string{"counterparty": q.Counterparty, "amount": q.Amount, "asset": q.Asset, "template": q.Template, "caller": req.Caller,
+		"tenant": req.Tenant, "resource": req.Resource, "amount_atomic": req.AmountAtomic} {
 		if len(v) > maxFieldBytes || !utf8.ValidString(v) {
 			return AskOutcome{}, fmt.Errorf("%w: %s is longer than %d bytes or not UTF-8", ErrBadInput, name, maxFieldBytes)
 		}
 	}
 	caller := req.Caller
+	// The terms this question would be asked under; an approval is
+	// honoured, and a pending review reused, only for these.
+	want := Terms{Caller: caller, Tenant: req.Tenant, Counterparty: q.Counterparty, Amount: q.Amount, AmountAtomic: req.AmountAtomic,
+		Asset: q.Asset, Resource: req.Resource, Template: q.Template, Rules: ReviewRules(req.Reasons), ParamsHash: req.ParamsHash}
 	var out AskOutcome
 	err := l.transact(ctx, func(g Writer, st *state, at time.Time) (*record, error) {
 		run := func(kind string, r Review, rec *record) (*record, error) {
@@ -96,7 +106,7 @@ func (l *Log) ask(ctx context.Context, req AskRequest, hook func(tx Tx, out AskO
 		}
 		// The caller's reviews of this very question, newest first; the
 		// index keeps them, so this costs the same at any size of log.
-		list := st.byKey[questionKey(caller, q)]
+		list := st.byKey[questionKey(caller, q, req.Resource)]
 		var resolved []Review
 		var v *verifier
 		if len(list) > 0 || (req.ParamsHash != "" && req.Decision != guard.Block) {
@@ -131,17 +141,22 @@ func (l *Log) ask(ctx context.Context, req AskRequest, hook func(tx Tx, out AskO
 				if r.Status == Rejected && at.Before(decided.Add(req.RejectionHold)) {
 					return run(AskRejected, r, nil)
 				}
-				if r.Status == Approved && r.UsedAt == "" && req.Decision == guard.Review && at.Before(decided.Add(req.ApprovalTTL)) &&
+				// An approval answers only the terms it signed: the same
+				// caller, tenant, counterparty, amount, asset and resource,
+				// and no reason to review that the reviewer did not see.
+				if r.Status == Approved && r.UsedAt == "" && req.Decision == guard.Review && at.Before(decided.Add(req.ApprovalTTL)) && r.answers(want) &&
 					(!req.ExactParams || r.ParamsHash == req.ParamsHash) {
 					r.UsedAt = formatTime(at)
 					return run(AskApproved, r, &record{Type: typeUsed, ReviewID: r.ID, At: formatTime(at), By: caller})
 				}
 				break
 			}
-			// A rejection the chains hold for this very question holds even
-			// where the log lost the review (a volume writer can edit the
-			// log, not forge a reviewer's signature). Approvals are honoured
-			// only through the log, where their one use is recorded.
+			// A rejection the chains hold for this very question holds
+			// whatever the log says of the review, or where it lost it (a
+			// volume writer can edit the log, not forge a signature): the
+			// server's own receipts name the caller and the question's
+			// keyed hash. Approvals are honoured only through the log, where
+			// their one use is recorded, and only for the terms they sign.
 			if r, ok, err := l.heldByChain(v, st, caller, req, at); err != nil {
 				return nil, err
 			} else if ok {
@@ -153,7 +168,7 @@ func (l *Log) ask(ctx context.Context, req AskRequest, hook func(tx Tx, out AskO
 		}
 		since := at.Add(-IdempotencyWindow)
 		for _, r := range resolved {
-			if t, err := parseTime(r.CreatedAt); r.Status == Pending && err == nil && !t.Before(since) {
+			if t, err := parseTime(r.CreatedAt); r.Status == Pending && err == nil && !t.Before(since) && r.answers(want) {
 				return run(AskReused, r, nil)
 			}
 		}
@@ -174,10 +189,17 @@ func (l *Log) ask(ctx context.Context, req AskRequest, hook func(tx Tx, out AskO
 			reasons = []guard.Reason{}
 		}
 		amount := q.Amount
+		terms := want
+		terms.ReviewID = id
+		th, err := TermsHash(terms)
+		if err != nil {
+			return nil, err
+		}
 		rec := &record{Type: typeOpened, ReviewID: id, At: formatTime(at), Counterparty: q.Counterparty, Amount: &amount,
-			Asset: q.Asset, Template: q.Template, Reasons: reasons, Caller: caller, ParamsHash: req.ParamsHash}
+			Asset: q.Asset, Template: q.Template, Reasons: reasons, Caller: caller, ParamsHash: req.ParamsHash, Terms: &terms}
 		r := Review{ID: id, Status: Pending, CreatedAt: rec.At, Counterparty: q.Counterparty, Amount: q.Amount,
-			Asset: q.Asset, Template: q.Template, Reasons: reasons, Caller: caller, ParamsHash: req.ParamsHash}
+			Asset: q.Asset, Template: q.Template, Reasons: reasons, Caller: caller, ParamsHash: req.ParamsHash,
+			Tenant: terms.Tenant, Resource: terms.Resource, Terms: &terms, TermsHash: th}
 		out.Pending++
 		return run(AskOpened, r, rec)
 	})
@@ -197,11 +219,19 @@ func (l *Log) heldByChain(v *verifier, st *state, caller string, req AskRequest,
 	actions := v.rx.reviewsOf(caller, req.ParamsHash)
 	for i := len(actions) - 1; i >= 0; i-- {
 		id := strings.TrimPrefix(actions[i], "review:")
-		if st.byID[id] != nil {
-			continue // the log holds it: judged above
-		}
+		// Whatever the log says of it (an edited caller or question) or
+		// whether it holds it at all, the server signed that this review
+		// asked this caller's question.
 		r := Review{ID: id, Status: Pending, Caller: caller, ParamsHash: req.ParamsHash,
 			Counterparty: req.Question.Counterparty, Amount: req.Question.Amount, Asset: req.Question.Asset}
+		inLog := false
+		if e := st.byID[id]; e != nil {
+			lr, err := st.review(e)
+			if err != nil {
+				return Review{}, false, err
+			}
+			r, inLog = lr, true
+		}
 		vr, _, err := v.resolve(&r)
 		if err != nil {
 			return Review{}, false, err
@@ -211,9 +241,26 @@ func (l *Log) heldByChain(v *verifier, st *state, caller string, req AskRequest,
 		}
 		decided, err := time.Parse(time.RFC3339Nano, vr.DecidedAt)
 		if err == nil && at.Before(decided.Add(req.RejectionHold)) {
-			vr.Integrity = append(vr.Integrity, "the review log does not hold this review, but a trusted reviewer's signed rejection of it does, and holds")
+			if !inLog {
+				vr.Integrity = append(vr.Integrity, "the review log does not hold this review, but a trusted reviewer's signed rejection of it does, and holds")
+			}
 			return vr, true, nil
 		}
 	}
 	return Review{}, false, nil
+}
+
+// answers says whether review r (as resolved) can answer a question asked
+// under want: its terms are signed and untouched, ask the same question of
+// the same caller, and cover every rule that now asks for a review. An
+// approved review must moreover be bound: its trusted approval signs these
+// very terms.
+func (r Review) answers(want Terms) bool {
+	if r.Terms == nil || r.Tampered || r.TermsReceipt == "" {
+		return false
+	}
+	if r.Status == Approved && !r.bound {
+		return false
+	}
+	return r.Terms.sameQuestion(want) && r.Terms.covers(want.Rules)
 }

@@ -8,15 +8,20 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
 
-// AuditReport is what Audit found. Findings are one line each; Malformed is
-// set when a chain could not even be read as NOA receipts.
+// AuditReport is what Audit found. Findings are one line each: what only
+// tampering (or a chain that does not verify) makes. Incomplete are what a
+// crash can leave on the file store, where a receipt is committed before
+// its log line: receipts of a review whose opened, decided or used line was
+// never written. Malformed is set when a chain could not even be read as
+// NOA receipts.
 type AuditReport struct {
-	Chains    int
-	Receipts  int
-	Reviews   int
-	Archives  int
-	Findings  []string
-	Malformed bool
+	Chains     int
+	Receipts   int
+	Reviews    int
+	Archives   int
+	Findings   []string
+	Incomplete []string
+	Malformed  bool
 }
 
 // Audit verifies every chain under guard/receipts/ with keyring and
@@ -81,7 +86,7 @@ func (l *Log) Audit(ctx context.Context, keyring noa.Keyring) (AuditReport, erro
 			if err != nil {
 				return err
 			}
-			vr := resolve(r, s, v.now, v.ttl)
+			_, fs := resolve(r, s, v.keys, v.now, v.ttl)
 			deferred := false
 			for _, rc := range s.receipts {
 				if rc.Agent.Principal == noa.PrincipalService && rc.Governance.Verdict == noa.VerdictDeferred {
@@ -91,8 +96,13 @@ func (l *Log) Audit(ctx context.Context, keyring noa.Keyring) (AuditReport, erro
 			if !deferred {
 				rep.Findings = append(rep.Findings, fmt.Sprintf("review %s: opened in the log, but no chain holds its DEFERRED receipt", r.ID))
 			}
-			for _, w := range vr.Integrity {
-				rep.Findings = append(rep.Findings, fmt.Sprintf("review %s: %s", r.ID, w))
+			for _, f := range fs {
+				line := fmt.Sprintf("review %s: %s", r.ID, f.what)
+				if f.crash {
+					rep.Incomplete = append(rep.Incomplete, line)
+				} else {
+					rep.Findings = append(rep.Findings, line)
+				}
 			}
 			if r.UsedAt != "" && len(s.uses) == 0 {
 				rep.Findings = append(rep.Findings, fmt.Sprintf("review %s: the log says the approval was used at %s, but no chain holds the receipt of that use", r.ID, r.UsedAt))
@@ -126,14 +136,27 @@ func (l *Log) Audit(ctx context.Context, keyring noa.Keyring) (AuditReport, erro
 				}
 			}
 		}
-		var orphans []string
+		var orphans, leftovers []string
 		for _, action := range v.rx.actions() {
-			if !known[action] {
-				orphans = append(orphans, fmt.Sprintf("receipts record %s, which the review log never opened", action))
+			if known[action] {
+				continue
 			}
+			rcs, err := v.rx.receipts(ctx, g, action)
+			if err != nil {
+				return err
+			}
+			if openingOnly(rcs) {
+				// The receipts of one opening whose line was never
+				// written: what a writer killed between the two leaves.
+				leftovers = append(leftovers, fmt.Sprintf("receipts record %s, which the review log never opened: only the receipts of its opening, as a crash before the log line was written leaves them", action))
+				continue
+			}
+			orphans = append(orphans, fmt.Sprintf("receipts record %s, which the review log does not hold, though they show it was read and answered since it was opened (a line was removed)", action))
 		}
 		sort.Strings(orphans)
+		sort.Strings(leftovers)
 		rep.Findings = append(rep.Findings, orphans...)
+		rep.Incomplete = append(rep.Incomplete, leftovers...)
 		return nil
 	})
 	return rep, err
@@ -147,4 +170,17 @@ func verifyChainFile(ctx context.Context, g Reader, id string, keyring noa.Keyri
 		return noa.Result{}, 0, err
 	}
 	return res, res.Count, nil
+}
+
+// openingOnly says whether rcs are no more than what one opening writes:
+// the server's DEFERRED receipts (its signed terms and its answer). Any
+// later receipt of a review — a decision, a use, a hold — was written by
+// someone who read its opened line.
+func openingOnly(rcs []noa.Receipt) bool {
+	for _, rc := range rcs {
+		if rc.Agent.Principal != noa.PrincipalService || rc.Governance.Verdict != noa.VerdictDeferred {
+			return false
+		}
+	}
+	return true
 }

@@ -43,11 +43,28 @@ type Review struct {
 	Caller string `json:"caller,omitempty"`
 	// ParamsHash is the keyed hash the question's receipts carry.
 	ParamsHash string `json:"params_hash,omitempty"`
+	// Tenant and Resource complete the question (from its terms).
+	Tenant   string `json:"tenant,omitempty"`
+	Resource string `json:"resource,omitempty"`
+	// Terms are the question the server signed when it opened the review
+	// (nil for a review opened by an earlier version), TermsHash their
+	// hash, and TermsReceipt the id of the server's receipt that signs it
+	// ("" when no receipt signs these terms: see Tampered).
+	Terms        *Terms `json:"terms,omitempty"`
+	TermsHash    string `json:"terms_hash,omitempty"`
+	TermsReceipt string `json:"terms_receipt,omitempty"`
+	// Tampered is set when an unsigned record disagrees with the signed
+	// receipts in a way only tampering makes (Integrity says how); such a
+	// review is never decided and its approval never honoured.
+	Tampered bool `json:"tampered,omitempty"`
 	// UsedAt is when an approval was honoured (once).
 	UsedAt string `json:"used_at,omitempty"`
 	// Integrity lists what the log and the signatures disagree on for this
 	// review; empty when they agree.
 	Integrity []string `json:"integrity,omitempty"`
+	// bound is set by resolve when the trusted decision signs this
+	// review's signed terms and note.
+	bound bool
 }
 
 // Finding is a line of the log that contradicts the rest: it is reported,
@@ -74,7 +91,7 @@ type badLine struct {
 type entry struct {
 	id      string
 	caller  string
-	key     [16]byte // of (caller, counterparty, amount, asset)
+	key     [16]byte // of (caller, counterparty, amount, asset, template, resource)
 	created time.Time
 	status  string // as the log says
 	// Offsets of the review's opened, decided and used lines; -1 for none.
@@ -291,8 +308,12 @@ func (st *state) apply(rec record, off int64) {
 	switch rec.Type {
 	case typeOpened:
 		created, _ := parseTime(rec.At)
+		resource := ""
+		if rec.Terms != nil {
+			resource = rec.Terms.Resource
+		}
 		e := &entry{id: rec.ReviewID, caller: rec.Caller, created: created, status: Pending, opened: off, decided: -1, used: -1,
-			key: questionKey(rec.Caller, guard.Question{Counterparty: rec.Counterparty, Amount: *rec.Amount, Asset: rec.Asset})}
+			key: questionKey(rec.Caller, guard.Question{Counterparty: rec.Counterparty, Amount: *rec.Amount, Asset: rec.Asset, Template: rec.Template}, resource)}
 		st.entries = append(st.entries, e)
 		st.byID[e.id] = e
 		st.byKey[e.key] = append(st.byKey[e.key], e)
@@ -306,9 +327,9 @@ func (st *state) apply(rec record, off int64) {
 }
 
 // questionKey identifies a caller's question.
-func questionKey(caller string, q guard.Question) [16]byte {
+func questionKey(caller string, q guard.Question, resource string) [16]byte {
 	h := sha256.New()
-	for _, s := range []string{caller, q.Counterparty, q.Amount, q.Asset} {
+	for _, s := range []string{caller, q.Counterparty, q.Amount, q.Asset, q.Template, resource} {
 		fmt.Fprintf(h, "%d:%s;", len(s), s)
 	}
 	var k [16]byte
@@ -341,7 +362,10 @@ func (st *state) review(e *entry) (Review, error) {
 		reasons = []guard.Reason{}
 	}
 	r := Review{ID: rec.ReviewID, Status: Pending, CreatedAt: rec.At, Counterparty: rec.Counterparty, Amount: *rec.Amount,
-		Asset: rec.Asset, Template: rec.Template, Reasons: reasons, Caller: rec.Caller, ParamsHash: rec.ParamsHash}
+		Asset: rec.Asset, Template: rec.Template, Reasons: reasons, Caller: rec.Caller, ParamsHash: rec.ParamsHash, Terms: rec.Terms}
+	if rec.Terms != nil {
+		r.Tenant, r.Resource = rec.Terms.Tenant, rec.Terms.Resource
+	}
 	if e.decided >= 0 {
 		d, err := st.recordAt(e.decided)
 		if err != nil {

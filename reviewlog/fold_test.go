@@ -114,15 +114,23 @@ func TestWriterRepairsTornTail(t *testing.T) {
 	if r, err := l.Get(ctx, idA); err != nil || r.Status != Pending {
 		t.Fatalf("reader over a torn tail: %+v %v", r, err)
 	}
-	if _, err := l.DecideReview(ctx, idA, Approved, "ok", "alice", alice.sign(t)); err != nil {
+	// The legacy review carries no signed terms: it cannot be decided,
+	// and the refusal writes nothing, not even the repair.
+	if _, err := l.DecideReview(ctx, idA, Approved, "ok", "alice", alice.sign(t)); !errors.Is(err, ErrTampered) {
+		t.Fatalf("deciding a review without signed terms: %v", err)
+	}
+	if text := readFile(t, dir); text != torn {
+		t.Fatalf("a refused decision wrote:\n%s", text)
+	}
+	if _, _, err := l.OpenReview(ctx, q1, reasons, signTerms(t)); err != nil {
 		t.Fatal(err)
 	}
 	text := readFile(t, dir)
 	lines := strings.Split(strings.TrimSuffix(text, "\n"), "\n")
-	if len(lines) != 4 || !strings.HasPrefix(lines[2], `{"type":"repair"`) || !strings.Contains(lines[2], `"lines":[2]`) || !strings.HasPrefix(lines[3], `{"type":"decided"`) {
+	if len(lines) != 4 || !strings.HasPrefix(lines[2], `{"type":"repair"`) || !strings.Contains(lines[2], `"lines":[2]`) || !strings.HasPrefix(lines[3], `{"type":"opened"`) {
 		t.Fatalf("log after repair:\n%s", text)
 	}
-	if r, err := l.Get(ctx, idA); err != nil || r.Status != Approved {
+	if r, err := l.Get(ctx, idA); err != nil || r.Status != Pending {
 		t.Errorf("after repair: %+v %v", r, err)
 	}
 }

@@ -30,14 +30,16 @@ const (
 
 // record is one line of the log. Which fields are required depends on Type.
 //
-//	{"type":"opened","review_id":…,"at":…,"counterparty":…,"amount":…,"asset":…,"template":…,"reasons":[…]}
+//	{"type":"opened","review_id":…,"at":…,"counterparty":…,"amount":…,"asset":…,"template":…,"reasons":[…],"terms":{…}}
 //	{"type":"decided","review_id":…,"at":…,"status":"approved"|"rejected","by":…,"note":…}
 //	{"type":"repair","at":…,"lines":[n,…]}
 //	{"type":"used","review_id":…,"at":…,"by":<caller>}
 //
 // An opened record also names the caller that asked ("caller") and the
-// paramsHash its receipts carry ("params_hash"), so a reviewer's receipt can
-// carry the same value without the server's key.
+// paramsHash its receipts carry ("params_hash"), and the review's Terms
+// ("terms"), whose TermsHash the server signs in the same locked section.
+// Nothing in a line is trusted: what it says is checked against the
+// signed receipts.
 type record struct {
 	Type         string         `json:"type"`
 	ReviewID     string         `json:"review_id,omitempty"`
@@ -55,11 +57,12 @@ type record struct {
 	ParamsHash   string         `json:"params_hash,omitempty"`
 	// Authorization is what an authorized record records.
 	Authorization *Authorized `json:"authorization,omitempty"`
+	Terms         *Terms      `json:"terms,omitempty"`
 }
 
 var knownFields = map[string]bool{"type": true, "review_id": true, "at": true, "counterparty": true, "amount": true, "asset": true,
 	"template": true, "reasons": true, "status": true, "by": true, "note": true, "lines": true, "caller": true, "params_hash": true,
-	"authorization": true}
+	"authorization": true, "terms": true}
 
 const timeLayout = "2006-01-02T15:04:05.000Z"
 
@@ -117,6 +120,9 @@ func decodeRecord(b []byte) (record, error) {
 		if r.Status != "" || r.By != "" || r.Note != "" || r.Lines != nil {
 			return r, errors.New("an opened record carries decision fields")
 		}
+		if r.Terms != nil && r.Terms.Rules == nil {
+			return r, errors.New("an opened record's terms need rules")
+		}
 	case typeDecided:
 		if err := checkID(r.ReviewID); err != nil {
 			return r, err
@@ -127,25 +133,25 @@ func decodeRecord(b []byte) (record, error) {
 		if r.By == "" {
 			return r, errors.New("a decided record needs by")
 		}
-		if r.Counterparty != "" || r.Amount != nil || r.Asset != "" || r.Template != "" || r.Reasons != nil || r.Lines != nil || r.Caller != "" || r.ParamsHash != "" {
+		if r.Counterparty != "" || r.Amount != nil || r.Asset != "" || r.Template != "" || r.Reasons != nil || r.Lines != nil || r.Caller != "" || r.ParamsHash != "" || r.Terms != nil {
 			return r, errors.New("a decided record carries question fields")
 		}
 	case typeUsed:
 		if err := checkID(r.ReviewID); err != nil {
 			return r, err
 		}
-		if r.By == "" || r.Status != "" || r.Note != "" || r.Counterparty != "" || r.Amount != nil || r.Reasons != nil || r.Lines != nil || r.ParamsHash != "" {
+		if r.By == "" || r.Status != "" || r.Note != "" || r.Counterparty != "" || r.Amount != nil || r.Reasons != nil || r.Lines != nil || r.ParamsHash != "" || r.Terms != nil {
 			return r, errors.New("a used record carries only review_id, at and by")
 		}
 	case typeAuthorized:
-		if r.Caller == "" || r.ReviewID != "" || r.Counterparty != "" || r.Amount != nil || r.Status != "" || r.By != "" || r.Reasons != nil || r.Lines != nil || r.ParamsHash != "" {
+		if r.Caller == "" || r.ReviewID != "" || r.Counterparty != "" || r.Amount != nil || r.Status != "" || r.By != "" || r.Reasons != nil || r.Lines != nil || r.ParamsHash != "" || r.Terms != nil {
 			return r, errors.New("an authorized record carries only at, caller and authorization")
 		}
 		if err := checkAuthorized(r.Authorization); err != nil {
 			return r, err
 		}
 	case typeRepair:
-		if len(r.Lines) == 0 || r.ReviewID != "" || r.Counterparty != "" || r.Amount != nil || r.Status != "" || r.By != "" || r.Caller != "" || r.ParamsHash != "" {
+		if len(r.Lines) == 0 || r.ReviewID != "" || r.Counterparty != "" || r.Amount != nil || r.Status != "" || r.By != "" || r.Caller != "" || r.ParamsHash != "" || r.Terms != nil {
 			return r, errors.New("a repair record carries only at and lines")
 		}
 	default:

@@ -24,6 +24,7 @@ import (
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
 
 // Names under the Trace root.
@@ -56,6 +57,9 @@ var (
 	ErrBadInput       = errors.New("bad review input")
 	ErrExpired        = errors.New("review expired")
 	ErrUntrusted      = errors.New("reviewer not trusted")
+	// ErrTampered: an unsigned record disagrees with the signed receipts;
+	// nothing is decided on it.
+	ErrTampered = errors.New("review records tampered with")
 )
 
 // Options tune a Log. The zero value is usable.
@@ -70,6 +74,9 @@ type Options struct {
 	// ReviewTTL: a pending review older than this reads Expired (never
 	// when 0).
 	ReviewTTL time.Duration
+	// ServerKeys verify the terms the server signed; nil reads the
+	// store's keyring each time.
+	ServerKeys noa.Keyring
 }
 
 // Log is the review log under one Trace root. It is safe for concurrent use.
@@ -86,13 +93,19 @@ type Log struct {
 	lockWait  time.Duration
 	reviewers func() (Reviewers, error)
 	reviewTTL time.Duration
+	// serverKeys: see Options.ServerKeys.
+	serverKeys noa.Keyring
 	// sem serialises this process's callers so they queue on a channel
 	// instead of all polling flock.
 	sem chan struct{}
 
 	mu    sync.Mutex // guards cache while it is refreshed and used
 	cache *cachedState
-	rx    receiptIndex
+	// archived maps the id of each review in an archive already read to
+	// that archive; archivesRead names them (l.mu guards both).
+	archived     map[string]string
+	archivesRead map[string]bool
+	rx           receiptIndex
 }
 
 // cachedState is the fold of the log with the identity it was read from.
@@ -113,7 +126,7 @@ func Open(root *confined.Dir, opts Options) *Log {
 
 // OpenStore returns the review log kept in s.
 func OpenStore(s Store, opts Options) *Log {
-	l := &Log{store: s, now: opts.Now, lockWait: opts.LockWait, sem: make(chan struct{}, 1), reviewers: opts.Reviewers, reviewTTL: opts.ReviewTTL}
+	l := &Log{store: s, now: opts.Now, lockWait: opts.LockWait, sem: make(chan struct{}, 1), reviewers: opts.Reviewers, reviewTTL: opts.ReviewTTL, serverKeys: opts.ServerKeys}
 	if l.now == nil {
 		l.now = time.Now
 	}
@@ -148,13 +161,18 @@ type Tx struct {
 // append and is returned to the caller.
 type Hook func(tx Tx) error
 
-// OpenReview opens a review, with no caller, for a question the guard
-// answered with "review", or returns the pending one for the same
-// (counterparty, amount, asset) opened within IdempotencyWindow. created
-// says which. The engine uses Ask, which knows the caller; this remains for
-// tools and tests that open reviews directly.
+// OpenReviewCaller is the caller OpenReview opens reviews for.
+const OpenReviewCaller = "reviewlog.OpenReview"
+
+// OpenReview opens a review, for caller OpenReviewCaller, for a question
+// the guard answered with "review", or returns the pending one for the same
+// (counterparty, amount, asset, template) opened within IdempotencyWindow.
+// created says which. The engine uses Ask, which knows the caller; this
+// remains for tools and tests that open reviews directly. hook must sign
+// the terms of an opened review (TermsDraft), as the engine's does, or the
+// review cannot be decided.
 func (l *Log) OpenReview(ctx context.Context, q guard.Question, reasons []guard.Reason, hook Hook) (Review, bool, error) {
-	out, err := l.ask(ctx, AskRequest{Question: q, Decision: guard.Review, Reasons: reasons},
+	out, err := l.ask(ctx, AskRequest{Caller: OpenReviewCaller, Question: q, Decision: guard.Review, Reasons: reasons},
 		func(tx Tx, _ AskOutcome) error { return runHook(hook, tx) })
 	if err != nil {
 		return Review{}, false, err
@@ -213,7 +231,12 @@ func (l *Log) DecideReview(ctx context.Context, id, status, note, by string, hoo
 			// opens a new one for a reviewer to sign.
 			return nil, fmt.Errorf("%w: the log says %s was %s by %s at %s, but no trusted reviewer signed it (it reads unverified)", ErrAlreadyDecided, id, r.Status, r.DecidedBy, r.DecidedAt)
 		}
-		out = r
+		// The reviewer decides the terms the server signed, or nothing.
+		if vr.Tampered || vr.TermsReceipt == "" {
+			return nil, fmt.Errorf("%w: review %s is not decided and nothing was written: %s", ErrTampered, id, strings.Join(vr.Integrity, "; "))
+		}
+		out = vr // the terms as checked against the server's signature
+		out.Integrity = nil
 		out.Status, out.DecidedAt, out.DecidedBy, out.Note = status, formatTime(at), by, note
 		if err := runHook(hook, Tx{Store: g, At: at, Kind: "decided", Review: out}); err != nil {
 			return nil, err

@@ -81,12 +81,13 @@ func TestOpenDecideGetList(t *testing.T) {
 	ctx := context.Background()
 
 	var seen []Tx
+	terms := signTerms(t)
 	hook := func(tx Tx) error {
 		seen = append(seen, tx)
 		if tx.Kind == "decided" {
 			return alice.sign(t)(tx)
 		}
-		return nil
+		return terms(tx)
 	}
 	r1, created, err := l.OpenReview(ctx, q1, reasons, hook)
 	if err != nil || !created || r1.Status != Pending || r1.CreatedAt != "2026-07-25T12:00:00.000Z" || checkID(r1.ID) != nil {
@@ -108,13 +109,13 @@ func TestOpenDecideGetList(t *testing.T) {
 	// A different amount is a different question.
 	q2 := q1
 	q2.Amount = "0.06"
-	r3, created, err := l.OpenReview(ctx, q2, reasons, nil)
+	r3, created, err := l.OpenReview(ctx, q2, reasons, signTerms(t))
 	if err != nil || !created || r3.ID == r1.ID {
 		t.Fatalf("other amount: %+v %v %v", r3, created, err)
 	}
 	// Past the window → a new review.
 	c.add(time.Millisecond)
-	r4, created, err := l.OpenReview(ctx, q1, reasons, nil)
+	r4, created, err := l.OpenReview(ctx, q1, reasons, signTerms(t))
 	if err != nil || !created || r4.ID == r1.ID {
 		t.Fatalf("past the window: %+v %v %v", r4, created, err)
 	}
@@ -132,11 +133,11 @@ func TestOpenDecideGetList(t *testing.T) {
 	// A decided review no longer answers a repeated question.
 	q3 := q1
 	q3.Counterparty = "api.example.com"
-	r5, _, _ := l.OpenReview(ctx, q3, reasons, nil)
+	r5, _, _ := l.OpenReview(ctx, q3, reasons, signTerms(t))
 	if _, err := l.DecideReview(ctx, r5.ID, Approved, "", "bob", nil); err != nil {
 		t.Fatal(err)
 	}
-	if r, created, err := l.OpenReview(ctx, q3, reasons, nil); err != nil || !created || r.ID == r5.ID {
+	if r, created, err := l.OpenReview(ctx, q3, reasons, signTerms(t)); err != nil || !created || r.ID == r5.ID {
 		t.Errorf("a decided review was reused: %v %v", created, err)
 	}
 
@@ -193,7 +194,7 @@ func TestHookErrorAborts(t *testing.T) {
 	if text := readFile(t, dir); text != "" {
 		t.Errorf("the log was written: %q", text)
 	}
-	r, _, err := l.OpenReview(context.Background(), q1, reasons, nil)
+	r, _, err := l.OpenReview(context.Background(), q1, reasons, signTerms(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +228,7 @@ func TestSymlinksRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := newLog(t, dir, nil)
-	if _, _, err := l.OpenReview(context.Background(), q1, reasons, nil); err == nil || !errors.Is(err, confined.ErrSymlink) {
+	if _, _, err := l.OpenReview(context.Background(), q1, reasons, signTerms(t)); err == nil || !errors.Is(err, confined.ErrSymlink) {
 		t.Errorf("symlinked guard dir: %v", err)
 	}
 	if _, err := l.List(context.Background(), true); err == nil {
@@ -242,7 +243,7 @@ func TestSymlinksRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	l2 := newLog(t, dir2, nil)
-	if _, _, err := l2.OpenReview(context.Background(), q1, reasons, nil); err == nil || !errors.Is(err, confined.ErrSymlink) {
+	if _, _, err := l2.OpenReview(context.Background(), q1, reasons, signTerms(t)); err == nil || !errors.Is(err, confined.ErrSymlink) {
 		t.Errorf("symlinked log: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(elsewhere, "x")); err == nil {
@@ -254,7 +255,7 @@ func TestLockTimeout(t *testing.T) {
 	dir := t.TempDir()
 	l := newLog(t, dir, nil)
 	l.lockWait = 100 * time.Millisecond
-	if _, _, err := l.OpenReview(context.Background(), q1, reasons, nil); err != nil { // creates guard/ and the lock file
+	if _, _, err := l.OpenReview(context.Background(), q1, reasons, signTerms(t)); err != nil { // creates guard/ and the lock file
 		t.Fatal(err)
 	}
 	f, err := os.OpenFile(filepath.Join(dir, DirName, LockName), os.O_RDWR, 0)
@@ -267,7 +268,7 @@ func TestLockTimeout(t *testing.T) {
 	}
 	q := q1
 	q.Amount = "9"
-	if _, _, err := l.OpenReview(context.Background(), q, reasons, nil); !errors.Is(err, ErrLockTimeout) {
+	if _, _, err := l.OpenReview(context.Background(), q, reasons, signTerms(t)); !errors.Is(err, ErrLockTimeout) {
 		t.Errorf("got %v, want ErrLockTimeout", err)
 	}
 	// Readers do not need the lock.
@@ -275,7 +276,7 @@ func TestLockTimeout(t *testing.T) {
 		t.Errorf("list under a held lock: %v %v", list, err)
 	}
 	unix.Flock(int(f.Fd()), unix.LOCK_UN)
-	if _, _, err := l.OpenReview(context.Background(), q, reasons, nil); err != nil {
+	if _, _, err := l.OpenReview(context.Background(), q, reasons, signTerms(t)); err != nil {
 		t.Errorf("after unlock: %v", err)
 	}
 }
@@ -295,7 +296,7 @@ func TestGoroutinesOpenOnce(t *testing.T) {
 			if i%2 == 1 {
 				lg = l2
 			}
-			r, _, err := lg.OpenReview(context.Background(), q1, reasons, nil)
+			r, _, err := lg.OpenReview(context.Background(), q1, reasons, signTerms(t))
 			ids[i], errs[i] = r.ID, err
 		}()
 	}

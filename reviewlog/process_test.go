@@ -43,6 +43,11 @@ func helper(mode, dir, id string) int {
 	}
 	l := Open(root, Options{LockWait: 20 * time.Second})
 	ctx := context.Background()
+	signed, err := termsSigner()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return helperFail
+	}
 	switch mode {
 	case "open":
 		// Several goroutines of this process ask the same question.
@@ -53,7 +58,7 @@ func helper(mode, dir, id string) int {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				r, _, err := l.OpenReview(ctx, q1, reasons, nil)
+				r, _, err := l.OpenReview(ctx, q1, reasons, signed)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
@@ -139,7 +144,7 @@ func TestProcessesOpenOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, _, err := l.OpenReview(context.Background(), q1, reasons, nil)
+			r, _, err := l.OpenReview(context.Background(), q1, reasons, signTerms(t))
 			if err != nil {
 				t.Error(err)
 			}
@@ -174,7 +179,7 @@ func TestProcessesOpenOnce(t *testing.T) {
 func TestProcessesDecideOnce(t *testing.T) {
 	dir := t.TempDir()
 	l := newLog(t, dir, nil)
-	r, _, err := l.OpenReview(context.Background(), q1, reasons, nil)
+	r, _, err := l.OpenReview(context.Background(), q1, reasons, signTerms(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +228,7 @@ func TestProcessesDecideOnce(t *testing.T) {
 func TestKilledWriter(t *testing.T) {
 	dir := t.TempDir()
 	l, alice := newSignedLog(t, dir, nil)
-	r, _, err := l.OpenReview(context.Background(), q1, reasons, nil)
+	r, _, err := l.OpenReview(context.Background(), q1, reasons, signTerms(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package reviewlog
 
 import (
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
@@ -54,9 +55,9 @@ func (rv *reviewer) sign(t testing.TB) Hook {
 			verdict = noa.VerdictAllowed
 		}
 		rule := RuleHumanReview
-		ph := tx.Review.ParamsHash
-		if ph == "" {
-			ph = "hmac-sha256:" + "0000000000000000000000000000000000000000000000000000000000000000"
+		ph, err := DecisionParamsHash(tx.Review, tx.Review.Status)
+		if err != nil {
+			return err
 		}
 		_, err = rv.chains.Append(t.Context(), tx.Store, noa.Draft{
 			TS:     at,
@@ -75,8 +76,9 @@ func TestRepairCannotReopenADecision(t *testing.T) {
 	dir := t.TempDir()
 	l, alice := newSignedLog(t, dir, nil)
 	ctx := t.Context()
+	terms := signTerms(t)
 	out, err := l.Ask(ctx, AskRequest{Caller: "agent", Question: q1, Decision: "review", ParamsHash: "hmac-sha256:" + strings.Repeat("0", 64), Reasons: reasons},
-		func(Tx, AskOutcome) error { return nil })
+		func(tx Tx, _ AskOutcome) error { return terms(tx) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,13 +112,13 @@ func TestIncrementalFoldFollowsAppendsAndRewrites(t *testing.T) {
 	l, _ := newSignedLog(t, dir, nil)
 	other, _ := newSignedLog(t, dir, nil) // another process appending
 	ctx := t.Context()
-	first, _, err := l.OpenReview(ctx, q1, reasons, nil)
+	first, _, err := l.OpenReview(ctx, q1, reasons, signTerms(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	q2 := q1
 	q2.Amount = "0.07"
-	second, _, err := other.OpenReview(ctx, q2, reasons, nil)
+	second, _, err := other.OpenReview(ctx, q2, reasons, signTerms(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,6 +164,15 @@ func TestArchiveKeepsEverythingVerifiable(t *testing.T) {
 	l := Open(root, Options{Now: c.now, Reviewers: trust(alice)})
 	ctx := t.Context()
 	deferHook := func(tx Tx, out AskOutcome) error {
+		if out.Kind == AskOpened {
+			d, err := TermsDraft(out.Review, tx.At)
+			if err != nil {
+				return err
+			}
+			if _, err := server.chains.Append(ctx, tx.Store, d); err != nil {
+				return err
+			}
+		}
 		_, err := server.chains.Append(ctx, tx.Store, noa.Draft{TS: tx.At, Agent: noa.Agent{ID: "agent", Principal: noa.PrincipalService},
 			Action:     noa.Action{ID: ActionID(out.Review.ID), Canonical: "x402.payment", RiskClass: "IRREVERSIBLE", ParamsHash: "hmac-sha256:" + strings.Repeat("0", 64)},
 			Governance: noa.Governance{Mode: "approvals_on", Verdict: noa.VerdictDeferred}})
@@ -171,7 +182,7 @@ func TestArchiveKeepsEverythingVerifiable(t *testing.T) {
 	for _, amount := range []string{"0.01", "0.02", "0.03"} {
 		q := q1
 		q.Amount = amount
-		out, err := l.Ask(ctx, AskRequest{Caller: "agent", Question: q, Decision: "review", ParamsHash: "hmac-sha256:" + strings.Repeat("0", 64), Reasons: reasons}, deferHook)
+		out, err := l.Ask(ctx, AskRequest{Caller: "agent", Question: q, Decision: "review", ParamsHash: "hmac-sha256:" + strings.Repeat("0", 64), Reasons: reasons, Tenant: "test"}, deferHook)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,8 +201,12 @@ func TestArchiveKeepsEverythingVerifiable(t *testing.T) {
 	if err != nil || res.Reviews != 2 || res.Lines != 4 {
 		t.Fatalf("archive: %+v %v", res, err)
 	}
-	if _, err := l.Get(ctx, ids[0]); !errors.Is(err, ErrUnknownReview) {
-		t.Errorf("an archived review is still in the log: %v", err)
+	// An id the guard gave out stays answerable, from the archive.
+	if r, err := l.Get(ctx, ids[0]); err != nil || r.Status != Rejected || r.Tampered || r.TermsReceipt == "" {
+		t.Errorf("an archived review: %+v %v, want it read from the archive, rejected", r, err)
+	}
+	if list, err := l.List(ctx, true); err != nil || len(list) != 1 {
+		t.Errorf("the log still lists %d reviews (%v), want the pending one", len(list), err)
 	}
 	if r, err := l.Get(ctx, ids[2]); err != nil || r.Status != Pending {
 		t.Errorf("the pending review did not stay: %+v %v", r, err)
@@ -204,9 +219,40 @@ func TestArchiveKeepsEverythingVerifiable(t *testing.T) {
 		t.Fatalf("second archive: %+v %v", again, err)
 	}
 	// The log still takes appends, and folds.
-	if _, _, err := l.OpenReview(ctx, q2Of(q1), reasons, nil); err != nil {
+	if _, _, err := l.OpenReview(ctx, q2Of(q1), reasons, signTerms(t)); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func q2Of(q guard.Question) guard.Question { q.Amount = "0.09"; return q }
+
+// signTerms is an OpenReview hook that signs an opened review's terms, as
+// the engine's does, with a server key of its own (its chain and keyring
+// entry are made on the first append).
+func signTerms(tb testing.TB) Hook {
+	tb.Helper()
+	h, err := termsSigner()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return h
+}
+
+func termsSigner() (Hook, error) {
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	chains := &Chains{Signer: noa.NewKeySigner(key), Tenant: ""}
+	return func(tx Tx) error {
+		if tx.Kind != "opened" {
+			return nil
+		}
+		d, err := TermsDraft(tx.Review, tx.At)
+		if err != nil {
+			return err
+		}
+		_, err = chains.Append(context.Background(), tx.Store, d)
+		return err
+	}, nil
+}

@@ -3,6 +3,8 @@ package reviewlog
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
@@ -23,20 +25,22 @@ type signed struct {
 	receipts []noa.Receipt // every receipt of the review, in chain order
 	ids      []string
 	human    *noa.Receipt // the first receipt of a trusted reviewer's decision
+	terms    *noa.Receipt // the first service receipt of rule review_terms
 	uses     []noa.Receipt
 	problems []string
 }
 
 // signedFor reads the receipts of review r: its trusted human decision, the
-// honoured uses of an approval, and every human receipt that does not hold.
-func signedFor(rcs []noa.Receipt, r *Review, trusted Reviewers) signed {
+// server's signed terms, the honoured uses of an approval, and every human
+// receipt that does not hold.
+func signedFor(rcs []noa.Receipt, trusted Reviewers) signed {
 	s := signed{receipts: rcs}
 	for i, rc := range rcs {
 		s.ids = append(s.ids, rc.ID)
 		g := rc.Governance
 		switch {
 		case rc.Agent.Principal == noa.PrincipalHuman:
-			if why := humanProblem(rc, r, trusted); why != "" {
+			if why := humanProblem(rc, trusted); why != "" {
 				s.problems = append(s.problems, fmt.Sprintf("human receipt %s does not count: %s", rc.ID, why))
 				continue
 			}
@@ -45,6 +49,10 @@ func signedFor(rcs []noa.Receipt, r *Review, trusted Reviewers) signed {
 			} else if s.human.Governance.Verdict != g.Verdict {
 				s.problems = append(s.problems, fmt.Sprintf("human receipt %s contradicts the earlier decision %s; the earlier one stands", rc.ID, s.human.ID))
 			}
+		case g.Verdict == noa.VerdictDeferred && g.RuleID != nil && *g.RuleID == RuleReviewTerms:
+			if s.terms == nil {
+				s.terms = &rcs[i]
+			}
 		case g.Verdict == noa.VerdictAllowed && g.RuleID != nil && *g.RuleID == RuleHumanApproved:
 			s.uses = append(s.uses, rc)
 		}
@@ -52,9 +60,9 @@ func signedFor(rcs []noa.Receipt, r *Review, trusted Reviewers) signed {
 	return s
 }
 
-// humanProblem says why a HUMAN receipt is no trusted decision on r ("" when
-// it is one).
-func humanProblem(rc noa.Receipt, r *Review, trusted Reviewers) string {
+// humanProblem says why a HUMAN receipt is no trusted decision ("" when it
+// is one). Which terms it decides is checked by resolve.
+func humanProblem(rc noa.Receipt, trusted Reviewers) string {
 	g := rc.Governance
 	if g.Verdict != noa.VerdictAllowed && g.Verdict != noa.VerdictBlocked {
 		return "its verdict " + g.Verdict + " is no decision"
@@ -69,34 +77,132 @@ func humanProblem(rc noa.Receipt, r *Review, trusted Reviewers) string {
 	if err := noa.VerifySignature(rc, key); err != nil {
 		return fmt.Sprintf("not signed by reviewer %q's trusted key (%v)", clip(rc.Agent.ID), err)
 	}
-	if r.ParamsHash != "" && rc.Action.ParamsHash != r.ParamsHash {
-		return "its paramsHash is not the question's"
-	}
 	return ""
 }
 
+// A finding about one review: what it says, and whether a crash can leave
+// it (a receipt is committed before its log line on the file store) or only
+// tampering makes it.
+type finding struct {
+	what  string
+	crash bool
+}
+
+// TamperedPrefix starts every integrity finding that only tampering with
+// an unsigned record can make.
+const TamperedPrefix = "TAMPERED: "
+
+// checkTerms compares the review's unsigned opened line with the terms the
+// server signed (receipt s.terms, verified with keys), and says what
+// disagrees. It returns the terms hash when the line's terms are the ones
+// signed.
+func checkTerms(r Review, s signed, keys noa.Keyring) (string, []finding) {
+	tampered := func(format string, a ...any) []finding {
+		return []finding{{what: TamperedPrefix + fmt.Sprintf(format, a...)}}
+	}
+	if r.Terms == nil {
+		if s.terms != nil {
+			return "", tampered("the opened line carries no terms, but receipt %s signs terms for this review", s.terms.ID)
+		}
+		return "", []finding{{what: "the review was opened without terms the server signed (by an earlier version): it can be read, not decided; the agent's next question opens one that can", crash: true}}
+	}
+	t := *r.Terms
+	th, err := TermsHash(t)
+	if err != nil {
+		return "", tampered("the opened line's terms cannot be read: %v", err)
+	}
+	var out []finding
+	for _, c := range []struct{ name, line, terms string }{
+		{"review_id", r.ID, t.ReviewID}, {"caller", r.Caller, t.Caller}, {"counterparty", r.Counterparty, t.Counterparty},
+		{"amount", r.Amount, t.Amount}, {"asset", r.Asset, t.Asset}, {"template", r.Template, t.Template},
+		{"params_hash", r.ParamsHash, t.ParamsHash},
+		{"rules", strings.Join(ReviewRules(r.Reasons), ","), strings.Join(t.Rules, ",")},
+	} {
+		if c.line != c.terms {
+			out = append(out, tampered("the opened line's %s %q is not its terms' %q", c.name, clip(c.line), clip(c.terms))...)
+		}
+	}
+	if s.terms == nil {
+		return "", append(out, tampered("no receipt the server signed holds this review's terms (its %s receipt is missing)", RuleReviewTerms)...)
+	}
+	rc := s.terms
+	if pub, ok := keys[rc.Sig.KID]; !ok {
+		out = append(out, tampered("receipt %s, which should sign the terms, is signed by key %s, which the keyring does not hold", rc.ID, clip(rc.Sig.KID))...)
+	} else if key, err := noa.DecodeSPKI(pub); err != nil {
+		out = append(out, tampered("the keyring's key %s cannot be read: %v", clip(rc.Sig.KID), err)...)
+	} else if err := noa.VerifySignature(*rc, key); err != nil {
+		out = append(out, tampered("receipt %s, which should sign the terms, does not verify: %v", rc.ID, err)...)
+	}
+	if rc.Action.ParamsHash != th {
+		out = append(out, tampered("the terms in the log (hash %s) are not the terms the server signed in receipt %s (%s)", th, rc.ID, rc.Action.ParamsHash)...)
+	}
+	if rc.Agent.ID != t.Caller {
+		out = append(out, tampered("the terms name caller %q, the server signed caller %q (receipt %s)", clip(t.Caller), clip(rc.Agent.ID), rc.ID)...)
+	}
+	tenant := ""
+	if rc.Scope.Tenant != nil {
+		tenant = *rc.Scope.Tenant
+	}
+	if tenant != t.Tenant {
+		out = append(out, tampered("the terms name tenant %q, the server signed tenant %q (receipt %s)", clip(t.Tenant), clip(tenant), rc.ID)...)
+	}
+	if len(out) > 0 {
+		return "", out
+	}
+	return th, nil
+}
+
 // resolve is a review as the signatures prove it: approved or rejected only
-// with a trusted reviewer's receipt, unverified where the log alone says
-// so, expired when pending past ttl.
-func resolve(r Review, s signed, now time.Time, ttl time.Duration) Review {
+// with a trusted reviewer's receipt that signs the review's signed terms
+// (a rejection holds even where it signs other terms than the log now
+// shows), unverified where the log alone says so, expired when pending past
+// ttl. It returns the findings with their class.
+func resolve(r Review, s signed, keys noa.Keyring, now time.Time, ttl time.Duration) (Review, []finding) {
 	out := r
-	out.Integrity = nil
+	out.Integrity, out.Tampered, out.bound = nil, false, false
+	th, fs := checkTerms(r, s, keys)
+	out.TermsHash = th
+	if th != "" {
+		out.TermsReceipt = s.terms.ID
+	}
+	add := func(f finding) { fs = append(fs, f) }
 	if s.human != nil {
 		status := Rejected
 		if s.human.Governance.Verdict == noa.VerdictAllowed {
 			status = Approved
 		}
-		if r.Status != status {
-			if r.Status == Pending {
-				out.Integrity = append(out.Integrity, fmt.Sprintf("the log does not record the %s decision that receipt %s signs", status, s.human.ID))
-			} else {
-				out.Integrity = append(out.Integrity, fmt.Sprintf("the log says %s, but the signed decision (receipt %s) is %s", r.Status, s.human.ID, status))
+		ph := s.human.Action.ParamsHash
+		switch {
+		case th != "":
+			want, err := DecisionHash(th, status, r.Note)
+			switch {
+			case err == nil && ph == want:
+				out.bound = true
+			case r.Status == Pending:
+				add(finding{what: fmt.Sprintf("receipt %s signs a %s decision the log does not hold, so the note it signed cannot be checked", s.human.ID, status), crash: true})
+			default:
+				add(finding{what: TamperedPrefix + fmt.Sprintf("the %s decision of receipt %s signs other terms or another note than the log holds", status, s.human.ID)})
 			}
-			out.Note = ""
+		case r.Terms == nil && r.ParamsHash != "" && ph == r.ParamsHash:
+			out.bound = true // an earlier version's decision: read, never honoured
 		}
-		out.Status, out.DecidedBy, out.DecidedAt = status, s.human.Agent.ID, s.human.Governance.Approval.At
+		if status == Approved && !out.bound {
+			// An approval counts only for the terms it signed.
+			out.Status, out.DecidedBy, out.DecidedAt, out.Note = Unverified, s.human.Agent.ID, s.human.Governance.Approval.At, ""
+			add(finding{what: fmt.Sprintf("the approval of receipt %s does not count: it does not sign the terms of this review as signed by the server", s.human.ID)})
+		} else {
+			if r.Status != status {
+				if r.Status == Pending {
+					add(finding{what: fmt.Sprintf("the log does not record the %s decision that receipt %s signs", status, s.human.ID), crash: true})
+				} else {
+					add(finding{what: TamperedPrefix + fmt.Sprintf("the log says %s, but the signed decision (receipt %s) is %s", r.Status, s.human.ID, status)})
+				}
+				out.Note = ""
+			}
+			out.Status, out.DecidedBy, out.DecidedAt = status, s.human.Agent.ID, s.human.Governance.Approval.At
+		}
 	} else if r.Status == Approved || r.Status == Rejected {
-		out.Integrity = append(out.Integrity, fmt.Sprintf("the log says %s by %s, but no receipt signed by a trusted reviewer records it", r.Status, clip(r.DecidedBy)))
+		add(finding{what: TamperedPrefix + fmt.Sprintf("the log says %s by %s, but no receipt signed by a trusted reviewer records it", r.Status, clip(r.DecidedBy))})
 		out.Status = Unverified
 	} else if ttl > 0 {
 		if t, err := parseTime(r.CreatedAt); err == nil && !now.Before(t.Add(ttl)) {
@@ -105,13 +211,21 @@ func resolve(r Review, s signed, now time.Time, ttl time.Duration) Review {
 	}
 	if len(s.uses) > 0 && out.UsedAt == "" {
 		out.UsedAt = s.uses[0].TS
-		out.Integrity = append(out.Integrity, fmt.Sprintf("the log does not record the use that receipt %s signs", s.uses[0].ID))
+		add(finding{what: fmt.Sprintf("the log does not record the use that receipt %s signs", s.uses[0].ID), crash: true})
 	}
 	if out.UsedAt != "" && out.Status != Approved {
-		out.Integrity = append(out.Integrity, "an approval was used that no trusted reviewer signed")
+		add(finding{what: "an approval was used that no trusted reviewer signed"})
 	}
-	out.Integrity = append(out.Integrity, s.problems...)
-	return out
+	for _, p := range s.problems {
+		add(finding{what: p})
+	}
+	for _, f := range fs {
+		out.Integrity = append(out.Integrity, f.what)
+		if strings.HasPrefix(f.what, TamperedPrefix) {
+			out.Tampered = true
+		}
+	}
+	return out, fs
 }
 
 // verifier resolves reviews against the chains of one guard/ directory.
@@ -122,6 +236,8 @@ type verifier struct {
 	trusted Reviewers
 	now     time.Time
 	ttl     time.Duration
+	// keys verify the server's signed terms.
+	keys noa.Keyring
 	// problem is set when the trusted reviewers could not be read.
 	problem string
 }
@@ -132,7 +248,14 @@ func (l *Log) newVerifier(ctx context.Context, r Reader) (*verifier, error) {
 	if err := l.rx.refresh(ctx, r); err != nil {
 		return nil, fmt.Errorf("read decision chains: %w", err)
 	}
-	v := &verifier{ctx: ctx, r: r, rx: &l.rx, trusted: Reviewers{}, now: l.now(), ttl: l.reviewTTL}
+	v := &verifier{ctx: ctx, r: r, rx: &l.rx, trusted: Reviewers{}, now: l.now(), ttl: l.reviewTTL, keys: l.serverKeys}
+	if v.keys == nil {
+		kr, err := r.Keyring(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("read the keyring: %w", err)
+		}
+		v.keys = kr
+	}
 	if l.reviewers != nil {
 		// A trusted reviewers file that cannot be read trusts no one: every
 		// decision then reads unverified (fail closed), and says why.
@@ -152,7 +275,7 @@ func (v *verifier) signed(r *Review) (signed, error) {
 	if err != nil {
 		return signed{}, err
 	}
-	s := signedFor(rcs, r, v.trusted)
+	s := signedFor(rcs, v.trusted)
 	if v.problem != "" && (r.Status != Pending || len(s.problems) > 0) {
 		s.problems = append(s.problems, v.problem)
 	}
@@ -169,7 +292,8 @@ func (v *verifier) resolve(r *Review) (Review, []string, error) {
 	if ids == nil {
 		ids = []string{}
 	}
-	return resolve(*r, s, v.now, v.ttl), ids, nil
+	out, _ := resolve(*r, s, v.keys, v.now, v.ttl)
+	return out, ids, nil
 }
 
 // Verified is one review as the signatures prove it, with the ids of the
@@ -183,7 +307,15 @@ func (l *Log) Verified(ctx context.Context, id string) (Review, []string, error)
 	err := l.view(ctx, func(g Reader, st *state) error {
 		e := st.byID[id]
 		if e == nil {
-			return fmt.Errorf("%w: %s", ErrUnknownReview, id)
+			// An id the guard gave out stays answerable once archived.
+			ast, err := l.findArchived(ctx, g, id)
+			if err != nil {
+				return err
+			}
+			if ast == nil {
+				return fmt.Errorf("%w: %s", ErrUnknownReview, id)
+			}
+			st, e = ast, ast.byID[id]
 		}
 		r, err := st.review(e)
 		if err != nil {
@@ -207,4 +339,39 @@ func (l *Log) Findings(ctx context.Context) (findings []Finding, err error) {
 		return nil
 	})
 	return findings, err
+}
+
+// findArchived folds the archive that holds review id (nil when none does).
+// Which archive holds which id is remembered (archives never change), so an
+// archived review costs one archive read. l.mu is held.
+func (l *Log) findArchived(ctx context.Context, g Reader, id string) (*state, error) {
+	names, err := g.Archives(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if l.archived == nil {
+		l.archived = map[string]string{}
+		l.archivesRead = map[string]bool{}
+	}
+	if name, ok := l.archived[id]; ok && slices.Contains(names, name) {
+		return foldArchive(ctx, g, name)
+	}
+	for i := len(names) - 1; i >= 0; i-- {
+		name := names[i]
+		if l.archivesRead[name] {
+			continue
+		}
+		ast, err := foldArchive(ctx, g, name)
+		if err != nil {
+			return nil, fmt.Errorf("archive %s: %w", name, err)
+		}
+		l.archivesRead[name] = true
+		for _, e := range ast.entries {
+			l.archived[e.id] = name
+		}
+		if ast.byID[id] != nil {
+			return ast, nil
+		}
+	}
+	return nil, nil
 }

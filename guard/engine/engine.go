@@ -190,7 +190,7 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 	if call != nil {
 		paramsHash, err = CallParamsHash(e.cfg.ParamsKey, *call)
 	} else {
-		paramsHash, err = ParamsHash(e.cfg.ParamsKey, req.Question())
+		paramsHash, err = QuestionHash(e.cfg.ParamsKey, req.Question(), req.Resource)
 	}
 	if err != nil {
 		return Answer{}, err
@@ -212,7 +212,19 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 		Caller: caller, Question: req.Question(), ParamsHash: paramsHash, Decision: dec.Decision, Reasons: dec.Reasons,
 		ApprovalTTL: pol.ApprovalTTL, RejectionHold: pol.RejectionHold, MaxPending: pol.MaxPendingReviews,
 		ExactParams: call != nil,
+		Tenant:      e.cfg.Chains.Tenant, Resource: req.Resource, AmountAtomic: atomicText(req),
 	}, func(tx reviewlog.Tx, out reviewlog.AskOutcome) error {
+		if out.Kind == reviewlog.AskOpened {
+			// The server signs the review's terms first: the human decides
+			// them, and nothing unsigned can change them.
+			td, err := reviewlog.TermsDraft(out.Review, tx.At)
+			if err != nil {
+				return err
+			}
+			if _, err := e.cfg.Chains.Append(ctx, tx.Store, td); err != nil {
+				return err
+			}
+		}
 		d := draft
 		a := e.shape(dec, out)
 		d.Governance.Verdict, d.Governance.RuleID = verdictOf(a.Decision), firstRule(guard.Decision{Decision: a.Decision, Reasons: a.Reasons})
@@ -364,6 +376,15 @@ func firstRule(dec guard.Decision) *string {
 		}
 	}
 	return nil
+}
+
+// atomicText is the amount in atomic units, "" when it cannot be read in a
+// known asset.
+func atomicText(req guard.Request) string {
+	if req.AssetErr != nil || req.Atomic == nil {
+		return ""
+	}
+	return req.Atomic.String()
 }
 
 func clipText(s string) string {

@@ -120,8 +120,8 @@ func TestApprovalIsHonouredOnce(t *testing.T) {
 		t.Fatalf("after the one use: %+v", next)
 	}
 	st, err := l.eng.ReviewStatus(context.Background(), first.ReviewID)
-	if err != nil || st.Status != reviewlog.Approved || st.UsedAt == "" || len(st.Receipts) != 3 || len(st.Integrity) != 0 {
-		t.Fatalf("status: %+v %v (want approved, used, receipts: the DEFERRED (its repeat listed once), the human's, the use)", st, err)
+	if err != nil || st.Status != reviewlog.Approved || st.UsedAt == "" || len(st.Receipts) != 4 || len(st.Integrity) != 0 || st.TermsReceipt != st.Receipts[0] {
+		t.Fatalf("status: %+v %v (want approved, used, receipts: the signed terms, the DEFERRED (its repeat listed once), the human's, the use)", st, err)
 	}
 }
 

@@ -16,10 +16,16 @@ import (
 // ParamsHash is the keyed hash of a question as receipts carry it; the
 // guard's answer and the human's decision on it carry the same value, and
 // amounts cannot be brute-forced from the log without the key.
-func ParamsHash(key []byte, q guard.Question) (string, error) {
-	h, err := noa.ParamsHash(key, map[string]any{
-		"counterparty": q.Counterparty, "amount": q.Amount, "asset": q.Asset, "template": q.Template,
-	})
+func ParamsHash(key []byte, q guard.Question) (string, error) { return QuestionHash(key, q, "") }
+
+// QuestionHash is ParamsHash of a question that may name the resource it
+// pays for (a canonical URL; "" for none, which hashes as ParamsHash).
+func QuestionHash(key []byte, q guard.Question, resource string) (string, error) {
+	params := map[string]any{"counterparty": q.Counterparty, "amount": q.Amount, "asset": q.Asset, "template": q.Template}
+	if resource != "" {
+		params["resource"] = resource
+	}
+	h, err := noa.ParamsHash(key, params)
 	if err != nil {
 		return "", fmt.Errorf("params hash: %w", err)
 	}
@@ -36,12 +42,14 @@ func ParamsKeyFrom(secret []byte) []byte {
 
 // HumanDecisionDraft maps a reviewer's decision to a receipt: approval →
 // ALLOWED, rejection → BLOCKED, with approval {by, at}; the reviewer is the
-// agent, with principal HUMAN. The paramsHash is the one the guard recorded
-// when it opened the review, so the reviewer needs no server key.
+// agent, with principal HUMAN. The paramsHash is the DecisionHash the
+// reviewer's side computes itself from the review's terms (as the server
+// signed them), the decision and the note, so the reviewer needs no server
+// key and signs exactly what it was shown.
 func HumanDecisionDraft(rv reviewlog.Review) (noa.Draft, error) {
-	ph := rv.ParamsHash
-	if ph == "" {
-		return noa.Draft{}, fmt.Errorf("review %s was opened without a paramsHash (by a version before reviewer keys); it cannot be signed by a reviewer", rv.ID)
+	ph, err := reviewlog.DecisionParamsHash(rv, rv.Status)
+	if err != nil {
+		return noa.Draft{}, err
 	}
 	at, err := time.Parse(time.RFC3339Nano, rv.DecidedAt)
 	if err != nil {

@@ -42,11 +42,18 @@ type Decider struct {
 	Log *reviewlog.Log
 	// Chains signs with the reviewer's key.
 	Chains *reviewlog.Chains
+	// ExpectTermsHash, when set, is the TermsHash of the terms the reviewer
+	// was shown; the decision is refused, nothing written, when the
+	// review's signed terms are any other.
+	ExpectTermsHash string
 }
 
 // Decide approves (status reviewlog.Approved) or rejects a review.
 func (d Decider) Decide(ctx context.Context, id, status, note, by string) (reviewlog.Review, error) {
 	return d.Log.DecideReview(ctx, id, status, note, by, func(tx reviewlog.Tx) error {
+		if d.ExpectTermsHash != "" && tx.Review.TermsHash != d.ExpectTermsHash {
+			return fmt.Errorf("%w: review %s's signed terms (%s) are not the terms you were shown (%s); nothing was written — show it again", reviewlog.ErrTampered, id, tx.Review.TermsHash, d.ExpectTermsHash)
+		}
 		draft, err := HumanDecisionDraft(tx.Review)
 		if err != nil {
 			return err

@@ -50,7 +50,10 @@ type fixture struct {
 	now      time.Time
 }
 
-const reviewerID = "alice"
+const (
+	reviewerID = "alice"
+	tenant     = "contract"
+)
 
 func newFixture(t testing.TB, f Factory) *fixture {
 	_, sk, err := ed25519.GenerateKey(rand.Reader)
@@ -65,8 +68,8 @@ func newFixture(t testing.TB, f Factory) *fixture {
 	t.Cleanup(func() { st.Close() })
 	return &fixture{
 		t: t, another: another, tamper: tamper,
-		service:  &reviewlog.Chains{Signer: noa.NewKeySigner(sk), Tenant: "contract"},
-		reviewer: &reviewlog.Chains{Signer: noa.NewKeySigner(rk), Tenant: "contract"},
+		service:  &reviewlog.Chains{Signer: noa.NewKeySigner(sk), Tenant: tenant},
+		reviewer: &reviewlog.Chains{Signer: noa.NewKeySigner(rk), Tenant: tenant},
 		trusted:  reviewlog.Reviewers{reviewerID: rk.Public().(ed25519.PublicKey)},
 		now:      time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC),
 	}
@@ -104,8 +107,17 @@ var reasons = []guard.Reason{{Rule: "open_payments", Detail: "an open paid opera
 // decision, and the hook seals the answer's receipt.
 func (f *fixture) ask(ctx context.Context, l *reviewlog.Log, caller string, n int, decision string) (reviewlog.AskOutcome, error) {
 	return l.Ask(ctx, reviewlog.AskRequest{Caller: caller, Question: question(n), ParamsHash: paramsHash(n), Decision: decision, Reasons: reasons,
-		ApprovalTTL: time.Hour, RejectionHold: time.Hour, MaxPending: 50},
+		ApprovalTTL: time.Hour, RejectionHold: time.Hour, MaxPending: 50, Tenant: tenant},
 		func(tx reviewlog.Tx, out reviewlog.AskOutcome) error {
+			if out.Kind == reviewlog.AskOpened {
+				d, err := reviewlog.TermsDraft(out.Review, tx.At)
+				if err != nil {
+					return err
+				}
+				if _, err := f.service.Append(ctx, tx.Store, d); err != nil {
+					return err
+				}
+			}
 			verdict, action := noa.VerdictAllowed, fmt.Sprintf("check:%s:%d", caller, n)
 			var rule *string
 			switch out.Kind {
@@ -137,9 +149,13 @@ func (f *fixture) decide(ctx context.Context, l *reviewlog.Log, id, status strin
 			verdict = noa.VerdictAllowed
 		}
 		rule := reviewlog.RuleHumanReview
+		ph, err := reviewlog.DecisionParamsHash(tx.Review, status)
+		if err != nil {
+			return err
+		}
 		_, err = f.reviewer.Append(ctx, tx.Store, noa.Draft{TS: at,
 			Agent:  noa.Agent{ID: reviewerID, Principal: noa.PrincipalHuman},
-			Action: noa.Action{ID: reviewlog.ActionID(tx.Review.ID), Canonical: "payment.x402", RiskClass: "IRREVERSIBLE", ParamsHash: tx.Review.ParamsHash},
+			Action: noa.Action{ID: reviewlog.ActionID(tx.Review.ID), Canonical: "payment.x402", RiskClass: "IRREVERSIBLE", ParamsHash: ph},
 			Governance: noa.Governance{Mode: "approvals_on", Verdict: verdict, RuleID: &rule,
 				Approval: &noa.Approval{By: reviewerID, At: noa.FormatTS(at)}}})
 		return err
@@ -253,15 +269,15 @@ func testDecisions(t *testing.T, f *fixture) {
 		t.Fatalf("review: %+v %v", out, err)
 	}
 	r, ids, err := f.log(0).Verified(ctx, out.Review.ID)
-	if err != nil || r.Status != reviewlog.Pending || len(ids) != 1 {
+	if err != nil || r.Status != reviewlog.Pending || len(ids) != 2 || r.Tampered || r.TermsReceipt != ids[0] {
 		t.Fatalf("another handle reads the review: %+v %v %v", r, ids, err)
 	}
 	list, err := f.log(0).List(ctx, false)
 	if err != nil || len(list) != 1 || list[0].ID != out.Review.ID || list[0].Caller != "agent-1" || list[0].Amount != "0.02" {
 		t.Fatalf("pending list: %+v %v", list, err)
 	}
-	if n := f.verifyAll(ctx); n != 2 {
-		t.Fatalf("%d receipts, want 2 (the allow and the review)", n)
+	if n := f.verifyAll(ctx); n != 3 {
+		t.Fatalf("%d receipts, want 3 (the allow, the review's signed terms and its answer)", n)
 	}
 }
 
@@ -303,16 +319,17 @@ func testIdempotent(t *testing.T, f *fixture) {
 	// Twelve answers, twelve receipts in the chain; the review lists the
 	// one that opened it (the same answer again says nothing new), so
 	// reading it costs the same however often it was asked about.
-	if _, ids, err := f.log(0).Verified(ctx, outs[0].Review.ID); err != nil || len(ids) != 1 {
-		t.Fatalf("the review's receipts: %v %v, want the one DEFERRED", ids, err)
+	if _, ids, err := f.log(0).Verified(ctx, outs[0].Review.ID); err != nil || len(ids) != 2 {
+		t.Fatalf("the review's receipts: %v %v, want its signed terms and the one DEFERRED", ids, err)
 	}
 	// Another caller's identical question is another review.
 	other, err := f.ask(ctx, logs[0], "agent-2", 7, guard.Review)
 	if err != nil || other.Kind != reviewlog.AskOpened || other.Review.ID == outs[0].Review.ID {
 		t.Fatalf("another caller: %+v %v", other, err)
 	}
-	if n := f.verifyAll(ctx); n != askers+1 {
-		t.Fatalf("%d receipts, want %d", n, askers+1)
+	// One receipt an answer, and the signed terms of the two reviews.
+	if n := f.verifyAll(ctx); n != askers+1+2 {
+		t.Fatalf("%d receipts, want %d", n, askers+1+2)
 	}
 }
 
@@ -351,7 +368,7 @@ func testDecidedOnce(t *testing.T, f *fixture) {
 		t.Fatalf("%d decisions won, want 1", won)
 	}
 	r, ids, err := f.log(0).Verified(ctx, out.Review.ID)
-	if err != nil || (r.Status != reviewlog.Approved && r.Status != reviewlog.Rejected) || len(ids) != 2 || len(r.Integrity) != 0 {
+	if err != nil || (r.Status != reviewlog.Approved && r.Status != reviewlog.Rejected) || len(ids) != 3 || len(r.Integrity) != 0 {
 		t.Fatalf("decided review: %+v receipts %v %v", r, ids, err)
 	}
 	if _, err := f.log(0).DecideReview(ctx, "00000000-0000-4000-8000-000000000000", reviewlog.Approved, "", reviewerID, nil); !errors.Is(err, reviewlog.ErrUnknownReview) {
@@ -387,8 +404,8 @@ func testApproval(t *testing.T, f *fixture) {
 		t.Fatalf("block: %+v %v", blocked, err)
 	}
 	r, ids, err := f.log(0).Verified(ctx, out.Review.ID)
-	if err != nil || r.Status != reviewlog.Approved || r.UsedAt == "" || len(ids) != 3 {
-		t.Fatalf("used approval: %+v %v %v (want DEFERRED, HUMAN and the use)", r, ids, err)
+	if err != nil || r.Status != reviewlog.Approved || r.UsedAt == "" || len(ids) != 4 {
+		t.Fatalf("used approval: %+v %v %v (want the terms, DEFERRED, HUMAN and the use)", r, ids, err)
 	}
 	f.verifyAll(ctx)
 }
@@ -408,8 +425,8 @@ func testRejection(t *testing.T, f *fixture) {
 			t.Fatalf("ask %d after the rejection: %+v %v", i, again, err)
 		}
 	}
-	if _, ids, err := f.log(0).Verified(ctx, out.Review.ID); err != nil || len(ids) != 3 {
-		t.Fatalf("the rejected review's receipts: %v %v, want DEFERRED, HUMAN and the first hold", ids, err)
+	if _, ids, err := f.log(0).Verified(ctx, out.Review.ID); err != nil || len(ids) != 4 {
+		t.Fatalf("the rejected review's receipts: %v %v, want the terms, DEFERRED, HUMAN and the first hold", ids, err)
 	}
 	allowed, err := f.ask(ctx, f.log(0), "agent-1", 6, guard.Allow)
 	if err != nil || allowed.Kind != reviewlog.AskRejected {
@@ -449,8 +466,9 @@ func testLinear(t *testing.T, f *fixture) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	if n := f.verifyAll(ctx); n != handles*each {
-		t.Fatalf("%d receipts verified, want %d", n, handles*each)
+	// One receipt an answer, and the signed terms of each review opened.
+	if n := f.verifyAll(ctx); n != handles*each+handles*3 {
+		t.Fatalf("%d receipts verified, want %d", n, handles*each+handles*3)
 	}
 	list, err := f.log(0).List(ctx, true)
 	if err != nil || len(list) != handles*3 {
