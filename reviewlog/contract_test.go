@@ -1,6 +1,7 @@
 package reviewlog_test
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"testing"
@@ -48,4 +49,34 @@ func (v volumeWriter) EmptyLog(t *testing.T) {
 	if err := os.Truncate(string(v), 0); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// EditLog rewrites the line in place, as a writer of the volume can: the
+// file keeps its inode and its size.
+func (v volumeWriter) EditLog(t *testing.T, reviewID, old, new string) {
+	t.Helper()
+	if len(old) != len(new) {
+		t.Fatalf("EditLog keeps the size: %q and %q differ in length", old, new)
+	}
+	data, err := os.ReadFile(string(v))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	var off int64
+	for _, line := range lines {
+		if bytes.Contains(line, []byte(reviewID)) && bytes.Contains(line, []byte(old)) {
+			f, err := os.OpenFile(string(v), os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if _, err := f.WriteAt(bytes.ReplaceAll(line, []byte(old), []byte(new)), off); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		off += int64(len(line))
+	}
+	t.Fatalf("no line of the log holds %s and %q", reviewID, old)
 }

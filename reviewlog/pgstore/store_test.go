@@ -86,6 +86,30 @@ func (d databaseWriter) EmptyLog(t *testing.T) {
 	d.exec(t, `UPDATE guard_streams SET size = 0 WHERE name = 'decisions.ndjson'`)
 }
 
+// EditLog rewrites the row of the line in place with SQL, as anyone
+// holding the DSN can; the line keeps its length, so its offset and the
+// stream's size stay true.
+func (d databaseWriter) EditLog(t *testing.T, reviewID, old, new string) {
+	t.Helper()
+	if len(old) != len(new) {
+		t.Fatalf("EditLog keeps the size: %q and %q differ in length", old, new)
+	}
+	conn, err := pgx.Connect(t.Context(), string(d))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	tag, err := conn.Exec(t.Context(), `UPDATE review_lines SET line = convert_to(replace(convert_from(line, 'UTF8'), $2, $3), 'UTF8')
+		WHERE stream = 'decisions.ndjson' AND off = (SELECT min(off) FROM review_lines WHERE stream = 'decisions.ndjson'
+		AND position(convert_to($1, 'UTF8') IN line) > 0 AND position(convert_to($2, 'UTF8') IN line) > 0)`, reviewID, old, new)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tag.RowsAffected() != 1 {
+		t.Fatalf("no line of the log holds %s and %q", reviewID, old)
+	}
+}
+
 // A schema behind the binary is refused with what to run; migrate brings
 // it up to date, and is idempotent.
 func TestSchemaVersionIsChecked(t *testing.T) {

@@ -36,6 +36,10 @@ type Tamperer interface {
 	AppendLogLine(t *testing.T, line []byte)
 	// EmptyLog leaves the review log without a line.
 	EmptyLog(t *testing.T)
+	// EditLog replaces, in place, every old in the line of the review log
+	// that holds the review id with new, of the same length (the log keeps
+	// its size, so no reader takes it for a rewritten log).
+	EditLog(t *testing.T, reviewID string, old, new string)
 }
 
 // fixture is one store under test with its signers and clock.
@@ -106,6 +110,11 @@ var reasons = []guard.Reason{{Rule: "open_payments", Detail: "an open paid opera
 // ask answers question n for caller as the engine does: the guard says
 // decision, and the hook seals the answer's receipt.
 func (f *fixture) ask(ctx context.Context, l *reviewlog.Log, caller string, n int, decision string) (reviewlog.AskOutcome, error) {
+	return f.askWhy(ctx, l, caller, n, decision, reasons)
+}
+
+// askWhy is ask with the reasons the guard gave.
+func (f *fixture) askWhy(ctx context.Context, l *reviewlog.Log, caller string, n int, decision string, reasons []guard.Reason) (reviewlog.AskOutcome, error) {
 	return l.Ask(ctx, reviewlog.AskRequest{Caller: caller, Question: question(n), ParamsHash: paramsHash(n), Decision: decision, Reasons: reasons,
 		ApprovalTTL: time.Hour, RejectionHold: time.Hour, MaxPending: 50, Tenant: tenant},
 		func(tx reviewlog.Tx, out reviewlog.AskOutcome) error {
@@ -139,7 +148,12 @@ func (f *fixture) ask(ctx context.Context, l *reviewlog.Log, caller string, n in
 
 // decide has the trusted reviewer decide review id, signing it.
 func (f *fixture) decide(ctx context.Context, l *reviewlog.Log, id, status string) (reviewlog.Review, error) {
-	return l.DecideReview(ctx, id, status, "contract", reviewerID, func(tx reviewlog.Tx) error {
+	return f.decideNote(ctx, l, id, status, "contract")
+}
+
+// decideNote is decide with the reviewer's note.
+func (f *fixture) decideNote(ctx context.Context, l *reviewlog.Log, id, status, note string) (reviewlog.Review, error) {
+	return l.DecideReview(ctx, id, status, note, reviewerID, func(tx reviewlog.Tx) error {
 		at, err := time.Parse(time.RFC3339Nano, tx.Review.DecidedAt)
 		if err != nil {
 			return err
@@ -211,6 +225,7 @@ func Run(t *testing.T, factory Factory) {
 	t.Run("ReadersBesideWritersSeeNoRewrite", func(t *testing.T) { testReadersBesideWriters(t, newFixture(t, factory)) })
 	t.Run("ForgedDecisionReadsUnverified", func(t *testing.T) { testForgedDecision(t, newFixture(t, factory)) })
 	t.Run("RejectionSurvivesAnEmptiedLog", func(t *testing.T) { testRejectionSurvives(t, newFixture(t, factory)) })
+	runAdversary(t, factory)
 }
 
 // A decided line written behind the guard's back, with no reviewer's

@@ -1,0 +1,276 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
+)
+
+// The adversary of these cases writes the store's medium (the volume, the
+// database rows) and holds no key: it edits the unsigned review log
+// around a human decision. Every case asks through a fresh handle, as a
+// restarted server would, so nothing cached hides an edit.
+func runAdversary(t *testing.T, factory Factory) {
+	for _, c := range []struct {
+		name string
+		run  func(t *testing.T, f *fixture)
+	}{
+		{"EditQuestionAfterApproval", testEditAfterApproval},
+		{"EditCallerAfterApproval", testEditCallerAfterApproval},
+		{"EditNoteAfterApproval", testEditNoteAfterApproval},
+		{"BaitAndSwitchBeforeShow", testBaitAndSwitch},
+		{"LiftRejectionByCaller", testLiftRejectionByCaller},
+		{"LiftRejectionByQuestion", testLiftRejectionByQuestion},
+		{"NewReasonOpensNewReview", testNewReason},
+		{"AuditTellsCrashFromTampering", testAuditClasses},
+	} {
+		t.Run("Adversary/"+c.name, func(t *testing.T) { c.run(t, newFixture(t, factory)) })
+	}
+}
+
+// audit runs the audit with the store's keyring.
+func (f *fixture) audit(ctx context.Context) reviewlog.AuditReport {
+	f.t.Helper()
+	l := f.log(0)
+	var kr noa.Keyring
+	st := f.another()
+	defer st.Close()
+	if err := st.View(ctx, func(r reviewlog.Reader) (err error) { kr, err = r.Keyring(ctx); return err }); err != nil {
+		f.t.Fatal(err)
+	}
+	rep, err := l.Audit(ctx, kr)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return rep
+}
+
+func wantTampered(t *testing.T, f *fixture, ctx context.Context, id string) {
+	t.Helper()
+	r, err := f.log(0).Get(ctx, id)
+	if err != nil || !r.Tampered || r.Status == reviewlog.Approved || !strings.Contains(strings.Join(r.Integrity, "\n"), reviewlog.TamperedPrefix) {
+		t.Fatalf("the edited review reads %+v %v, want TAMPERED and not approved", r, err)
+	}
+	rep := f.audit(ctx)
+	if !strings.Contains(strings.Join(rep.Findings, "\n"), "review "+id+": "+reviewlog.TamperedPrefix) {
+		t.Fatalf("audit: %+v, want the review reported TAMPERED", rep)
+	}
+}
+
+// The issue's first attack: the question of an approved review is edited
+// (amount and the keyed hash, everywhere in the line) to another one the
+// agent then asks: it is no approval of that question.
+func testEditAfterApproval(t *testing.T, f *fixture) {
+	ctx := t.Context()
+	out, err := f.ask(ctx, f.log(0), "agent-1", 21, guard.Review)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.decide(ctx, f.log(0), out.Review.ID, reviewlog.Approved); err != nil {
+		t.Fatal(err)
+	}
+	f.tamper.EditLog(t, out.Review.ID, `"0.21"`, `"0.99"`)
+	f.tamper.EditLog(t, out.Review.ID, paramsHash(21), paramsHash(99))
+	got, err := f.ask(ctx, f.log(0), "agent-1", 99, guard.Review)
+	if err != nil || got.Kind == reviewlog.AskApproved || got.Review.ID == out.Review.ID {
+		t.Fatalf("the edited question: %+v %v, want a new review, never the approval", got, err)
+	}
+	wantTampered(t, f, ctx, out.Review.ID)
+}
+
+// The approval of one caller's question is moved to another caller.
+func testEditCallerAfterApproval(t *testing.T, f *fixture) {
+	ctx := t.Context()
+	out, err := f.ask(ctx, f.log(0), "agent-1", 24, guard.Review)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.decide(ctx, f.log(0), out.Review.ID, reviewlog.Approved); err != nil {
+		t.Fatal(err)
+	}
+	f.tamper.EditLog(t, out.Review.ID, `"agent-1"`, `"agent-9"`)
+	got, err := f.ask(ctx, f.log(0), "agent-9", 24, guard.Review)
+	if err != nil || got.Kind == reviewlog.AskApproved {
+		t.Fatalf("another caller after the edit: %+v %v, want no approval", got, err)
+	}
+	wantTampered(t, f, ctx, out.Review.ID)
+}
+
+// The note a reviewer signed is part of the decision: an edited note is
+// no approval at all.
+func testEditNoteAfterApproval(t *testing.T, f *fixture) {
+	ctx := t.Context()
+	out, err := f.ask(ctx, f.log(0), "agent-1", 25, guard.Review)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.decideNote(ctx, f.log(0), out.Review.ID, reviewlog.Approved, "only to 0xabc"); err != nil {
+		t.Fatal(err)
+	}
+	f.tamper.EditLog(t, out.Review.ID, `"only to 0xabc"`, `"pay anything!"`)
+	got, err := f.ask(ctx, f.log(0), "agent-1", 25, guard.Review)
+	if err != nil || got.Kind == reviewlog.AskApproved {
+		t.Fatalf("after the note was edited: %+v %v, want no approval", got, err)
+	}
+	wantTampered(t, f, ctx, out.Review.ID)
+}
+
+// The issue's second attack: the line is edited to a harmless question
+// before the reviewer looks; the reviewer is shown TAMPERED, and a
+// decision is refused with nothing written. Restored, the review is the
+// question it always was, still pending.
+func testBaitAndSwitch(t *testing.T, f *fixture) {
+	ctx := t.Context()
+	out, err := f.ask(ctx, f.log(0), "agent-1", 22, guard.Review)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := out.Review.ID
+	f.tamper.EditLog(t, id, `"0.22"`, `"0.01"`)
+	shown, err := f.log(0).Get(ctx, id)
+	if err != nil || !shown.Tampered || shown.TermsReceipt != "" {
+		t.Fatalf("what the reviewer is shown: %+v %v, want TAMPERED", shown, err)
+	}
+	before := f.verifyAll(ctx)
+	for _, status := range []string{reviewlog.Approved, reviewlog.Rejected} {
+		if _, err := f.decide(ctx, f.log(0), id, status); !errors.Is(err, reviewlog.ErrTampered) {
+			t.Fatalf("%s over the edited line: %v, want ErrTampered", status, err)
+		}
+	}
+	if after := f.verifyAll(ctx); after != before {
+		t.Fatalf("a refused decision wrote %d receipts", after-before)
+	}
+	f.tamper.EditLog(t, id, `"0.01"`, `"0.22"`)
+	r, err := f.log(0).Get(ctx, id)
+	if err != nil || r.Status != reviewlog.Pending || r.Tampered || r.TermsReceipt == "" {
+		t.Fatalf("restored: %+v %v, want pending with its signed terms", r, err)
+	}
+	again, err := f.ask(ctx, f.log(0), "agent-1", 22, guard.Review)
+	if err != nil || again.Kind != reviewlog.AskReused || again.Review.ID != id {
+		t.Fatalf("the question again: %+v %v, want the pending review", again, err)
+	}
+}
+
+// The issue's third attack: the caller of a rejected review is changed in
+// the log; the rejection still holds for the caller the server signed.
+func testLiftRejectionByCaller(t *testing.T, f *fixture) {
+	ctx := t.Context()
+	out, err := f.ask(ctx, f.log(0), "agent-1", 23, guard.Review)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.decide(ctx, f.log(0), out.Review.ID, reviewlog.Rejected); err != nil {
+		t.Fatal(err)
+	}
+	f.tamper.EditLog(t, out.Review.ID, `"agent-1"`, `"agent-7"`)
+	for _, decision := range []string{guard.Review, guard.Allow} {
+		again, err := f.ask(ctx, f.log(0), "agent-1", 23, decision)
+		if err != nil || again.Kind != reviewlog.AskRejected || again.Review.ID != out.Review.ID {
+			t.Fatalf("the rejected question (guard says %s) after the caller was edited: %+v %v, want the rejection", decision, again, err)
+		}
+	}
+	wantRejectedTampered(t, f, ctx, out.Review.ID)
+}
+
+// The same with the question edited: the rejection is found through the
+// server's own receipts, whatever the line now asks.
+func testLiftRejectionByQuestion(t *testing.T, f *fixture) {
+	ctx := t.Context()
+	out, err := f.ask(ctx, f.log(0), "agent-1", 27, guard.Review)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.decide(ctx, f.log(0), out.Review.ID, reviewlog.Rejected); err != nil {
+		t.Fatal(err)
+	}
+	f.tamper.EditLog(t, out.Review.ID, `"0.27"`, `"0.28"`)
+	f.tamper.EditLog(t, out.Review.ID, paramsHash(27), paramsHash(28))
+	again, err := f.ask(ctx, f.log(0), "agent-1", 27, guard.Review)
+	if err != nil || again.Kind != reviewlog.AskRejected || again.Review.ID != out.Review.ID {
+		t.Fatalf("the rejected question after the line was edited: %+v %v, want the rejection", again, err)
+	}
+	wantRejectedTampered(t, f, ctx, out.Review.ID)
+}
+
+func wantRejectedTampered(t *testing.T, f *fixture, ctx context.Context, id string) {
+	t.Helper()
+	r, err := f.log(0).Get(ctx, id)
+	if err != nil || r.Status != reviewlog.Rejected || !r.Tampered {
+		t.Fatalf("the edited rejected review reads %+v %v, want rejected and TAMPERED", r, err)
+	}
+	if rep := f.audit(ctx); !strings.Contains(strings.Join(rep.Findings, "\n"), reviewlog.TamperedPrefix) {
+		t.Fatalf("audit: %+v, want TAMPERED", rep)
+	}
+}
+
+// An approval covers the reasons the reviewer saw: a reason it did not
+// cover opens a new review; the approved reasons alone still use it.
+func testNewReason(t *testing.T, f *fixture) {
+	ctx := t.Context()
+	seen := []guard.Reason{{Rule: "review_above", Detail: "above 1.00"}}
+	more := append([]guard.Reason{{Rule: "open_partial", Detail: "an open paid operation"}}, seen...)
+	out, err := f.askWhy(ctx, f.log(0), "agent-1", 26, guard.Review, seen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.decide(ctx, f.log(0), out.Review.ID, reviewlog.Approved); err != nil {
+		t.Fatal(err)
+	}
+	wider, err := f.askWhy(ctx, f.log(0), "agent-1", 26, guard.Review, more)
+	if err != nil || wider.Kind != reviewlog.AskOpened || wider.Review.ID == out.Review.ID {
+		t.Fatalf("a new reason: %+v %v, want a new review", wider, err)
+	}
+	if got := wider.Review.Terms.Rules; strings.Join(got, ",") != "open_partial,review_above" {
+		t.Fatalf("the new review's rules %v", got)
+	}
+	same, err := f.askWhy(ctx, f.log(0), "agent-1", 26, guard.Review, seen)
+	if err != nil || same.Kind != reviewlog.AskApproved || same.Review.ID != out.Review.ID {
+		t.Fatalf("the reasons the reviewer saw: %+v %v, want the approval", same, err)
+	}
+}
+
+// Audit tells what a crash leaves — the receipts of an opening whose log
+// line was never written — from what only tampering makes.
+func testAuditClasses(t *testing.T, f *fixture) {
+	ctx := t.Context()
+	if _, err := f.ask(ctx, f.log(0), "agent-1", 28, guard.Review); err != nil {
+		t.Fatal(err)
+	}
+	const lost = "6f1c7e0a-3b2d-4c5e-8f90-a1b2c3d4e5f6"
+	terms := reviewlog.Terms{ReviewID: lost, Caller: "agent-1", Tenant: tenant, Counterparty: "0xabc", Amount: "0.29",
+		Asset: "USDC", Template: "x402-buyer", Rules: []string{"open_payments"}, ParamsHash: paramsHash(29)}
+	err := f.log(0).WithLock(ctx, func(tx reviewlog.Tx) error {
+		d, err := reviewlog.TermsDraft(reviewlog.Review{ID: lost, Terms: &terms}, tx.At)
+		if err != nil {
+			return err
+		}
+		if _, err := f.service.Append(ctx, tx.Store, d); err != nil {
+			return err
+		}
+		_, err = f.service.Append(ctx, tx.Store, noa.Draft{TS: tx.At, Agent: noa.Agent{ID: "agent-1", Principal: noa.PrincipalService},
+			Action:     noa.Action{ID: reviewlog.ActionID(lost), Canonical: "payment.x402", RiskClass: "IRREVERSIBLE", ParamsHash: paramsHash(29)},
+			Governance: noa.Governance{Mode: "approvals_on", Verdict: noa.VerdictDeferred}})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := f.audit(ctx)
+	if len(rep.Findings) != 0 || len(rep.Incomplete) != 1 || !strings.Contains(rep.Incomplete[0], lost) {
+		t.Fatalf("audit after a crash's leftovers: %+v, want one incomplete opening and no finding", rep)
+	}
+	out, err := f.ask(ctx, f.log(0), "agent-1", 30, guard.Review)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.tamper.EditLog(t, out.Review.ID, `"0.30"`, `"0.03"`)
+	rep = f.audit(ctx)
+	if len(rep.Findings) == 0 || len(rep.Incomplete) != 1 {
+		t.Fatalf("audit after tampering: %+v, want the finding beside the leftover", rep)
+	}
+}
