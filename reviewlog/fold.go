@@ -27,17 +27,20 @@ const (
 
 // Review is the state of one review: the fold of its lines.
 type Review struct {
-	ID           string         `json:"review_id"`
-	Status       string         `json:"status"`
-	CreatedAt    string         `json:"created_at"`
-	DecidedAt    string         `json:"decided_at,omitempty"`
-	DecidedBy    string         `json:"decided_by,omitempty"`
-	Note         string         `json:"note,omitempty"`
-	Counterparty string         `json:"counterparty"`
-	Amount       string         `json:"amount"`
-	Asset        string         `json:"asset"`
-	Template     string         `json:"template,omitempty"`
-	Reasons      []guard.Reason `json:"reasons"`
+	ID           string `json:"review_id"`
+	Status       string `json:"status"`
+	CreatedAt    string `json:"created_at"`
+	DecidedAt    string `json:"decided_at,omitempty"`
+	DecidedBy    string `json:"decided_by,omitempty"`
+	Note         string `json:"note,omitempty"`
+	Counterparty string `json:"counterparty"`
+	Amount       string `json:"amount"`
+	Asset        string `json:"asset"`
+	// AssetSymbol is the asset's symbol where the policy knows it (set by
+	// whoever reads the review with a policy, for people to read).
+	AssetSymbol string         `json:"asset_symbol,omitempty"`
+	Template    string         `json:"template,omitempty"`
+	Reasons     []guard.Reason `json:"reasons"`
 	// Caller is who asked (the token subject or the stdio agent id); the
 	// review answers only that caller's identical question.
 	Caller string `json:"caller,omitempty"`

@@ -232,7 +232,10 @@ func (l *Log) DecideReview(ctx context.Context, id, status, note, by string, hoo
 			return nil, fmt.Errorf("%w: the log says %s was %s by %s at %s, but no trusted reviewer signed it (it reads unverified)", ErrAlreadyDecided, id, r.Status, r.DecidedBy, r.DecidedAt)
 		}
 		// The reviewer decides the terms the server signed, or nothing.
-		if vr.Tampered || vr.TermsReceipt == "" {
+		switch {
+		case vr.Terms == nil && !vr.Tampered:
+			return nil, fmt.Errorf("%w: review %s carries no terms the server signed (it was opened by an earlier version), so it cannot be decided; nothing was written — the agent's next question opens a review that can be", ErrTampered, id)
+		case vr.Tampered || vr.TermsReceipt == "":
 			return nil, fmt.Errorf("%w: review %s is not decided and nothing was written: %s", ErrTampered, id, strings.Join(vr.Integrity, "; "))
 		}
 		out = vr // the terms as checked against the server's signature

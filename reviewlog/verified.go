@@ -104,7 +104,10 @@ func checkTerms(r Review, s signed, keys noa.Keyring) (string, []finding) {
 		if s.terms != nil {
 			return "", tampered("the opened line carries no terms, but receipt %s signs terms for this review", s.terms.ID)
 		}
-		return "", []finding{{what: "the review was opened without terms the server signed (by an earlier version): it can be read, not decided; the agent's next question opens one that can", crash: true}}
+		// Opened by an earlier version: read as the log says, never
+		// decided, never honoured (the agent's next question opens a
+		// review that can be).
+		return "", nil
 	}
 	t := *r.Terms
 	th, err := TermsHash(t)
@@ -186,8 +189,11 @@ func resolve(r Review, s signed, keys noa.Keyring, now time.Time, ttl time.Durat
 		case r.Terms == nil && r.ParamsHash != "" && ph == r.ParamsHash:
 			out.bound = true // an earlier version's decision: read, never honoured
 		}
-		if status == Approved && !out.bound {
-			// An approval counts only for the terms it signed.
+		if status == Approved && !out.bound && r.Status != Pending {
+			// An approval counts only for the terms it signed. (Where the
+			// log lacks the decided line — a write in flight, or cut short
+			// by a crash — the approval reads as signed but is not bound,
+			// so it is honoured only once its line is there.)
 			out.Status, out.DecidedBy, out.DecidedAt, out.Note = Unverified, s.human.Agent.ID, s.human.Governance.Approval.At, ""
 			add(finding{what: fmt.Sprintf("the approval of receipt %s does not count: it does not sign the terms of this review as signed by the server", s.human.ID)})
 		} else {

@@ -247,6 +247,17 @@ func (s *Server) getReviewStatus(ctx context.Context, raw any) (*mcp.CallToolRes
 	if rv.Note != "" {
 		text += fmt.Sprintf("; note: %s", rv.Note)
 	}
-	text += fmt.Sprintf(". Question: pay %s %s to %s. Receipts: %s.", rv.Amount, rv.Asset, rv.Counterparty, strings.Join(out.Receipts, ", "))
+	asset := rv.Asset
+	if rv.AssetSymbol != "" {
+		asset = rv.AssetSymbol + " (" + rv.Asset + ")"
+	}
+	question := fmt.Sprintf("pay %s %s to %s", rv.Amount, asset, rv.Counterparty)
+	if rv.Resource != "" {
+		question += " for " + rv.Resource
+	}
+	text += fmt.Sprintf(". Question: %s. Receipts: %s.", question, strings.Join(out.Receipts, ", "))
+	if rv.Tampered {
+		text += " TAMPERED: the review log disagrees with what the server or a reviewer signed; this review is not decided on and no approval of it is honoured."
+	}
 	return structured(out, text), nil
 }

@@ -16,17 +16,29 @@ const auditUsage = `usage:
   haia-trace-mcp audit [--dir .trace] [--reviewers F] [--keyring K] [--guard-config C]
 
 Verifies every decision chain under the Trace root and cross-checks the review
-log against the signatures: every opened review has its DEFERRED receipt, every
-decision a receipt signed by a trusted reviewer (--reviewers, default
-reviewers.json in the user configuration directory), every honoured approval
-its use receipt. Prints one line per finding.
+log against the signatures: every opened review has the terms the server signed
+and its DEFERRED receipt, every decision a receipt signed by a trusted reviewer
+(--reviewers, default reviewers.json in the user configuration directory) over
+those terms and its note, every honoured approval its use receipt. Prints one
+line per finding; a line that only tampering with an unsigned record makes
+says TAMPERED.
+
+What a crash can leave is told apart: on the file store a receipt is committed
+before its log line, so a writer killed between the two leaves receipts whose
+line was never written (an opening, a decision, a use). Those are listed as
+INCOMPLETE, with their own exit code: nothing was forged, and the guard reads
+such a review as the receipts say.
 
   --keyring K   keys that verify the chains (default: the store's keyring, guard/keyring.json for files)
   --store URL   the guard's store: file: (default) or postgres://… (default $HAIA_STORE)
 
-exit codes: 0 consistent, 2 a finding (tampered or inconsistent; also usage), 3 a chain is malformed,
-1 error
+exit codes: 0 CONSISTENT, 2 INCONSISTENT (a disagreement only tampering makes, or a chain that
+does not verify; also usage), 3 MALFORMED (a chain cannot be read), 4 INCOMPLETE (only what a
+crash leaves), 1 error
 `
+
+// auditExitIncomplete: only what a crash can leave was found.
+const auditExitIncomplete = 4
 
 func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c := newCommand("audit", auditUsage, stdout, stderr)
@@ -81,7 +93,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	for _, pub := range trusted {
 		kr.Add(noa.KeyID(pub), pub)
 	}
-	log := reviewlog.OpenStore(st, reviewlog.Options{ReviewTTL: g.policy.ReviewTTL,
+	log := reviewlog.OpenStore(st, reviewlog.Options{ReviewTTL: g.policy.ReviewTTL, ServerKeys: kr,
 		Reviewers: func() (reviewlog.Reviewers, error) { return trusted, nil }})
 	rep, err := log.Audit(ctx, kr)
 	if err != nil {
@@ -94,13 +106,19 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	for _, f := range rep.Findings {
 		fmt.Fprintln(stdout, termsafe.String(f))
 	}
+	for _, f := range rep.Incomplete {
+		fmt.Fprintln(stdout, "INCOMPLETE "+termsafe.String(f))
+	}
 	switch {
 	case rep.Malformed:
-		fmt.Fprintf(stdout, "MALFORMED: %d chains, %d receipts, %d reviews; %d findings\n", rep.Chains, rep.Receipts, rep.Reviews, len(rep.Findings))
+		fmt.Fprintf(stdout, "MALFORMED: %d chains, %d receipts, %d reviews; %d findings, %d incomplete\n", rep.Chains, rep.Receipts, rep.Reviews, len(rep.Findings), len(rep.Incomplete))
 		return 3
 	case len(rep.Findings) > 0:
-		fmt.Fprintf(stdout, "INCONSISTENT: %d chains, %d receipts, %d reviews; %d findings\n", rep.Chains, rep.Receipts, rep.Reviews, len(rep.Findings))
+		fmt.Fprintf(stdout, "INCONSISTENT: %d chains, %d receipts, %d reviews; %d findings, %d incomplete; records disagree with the signed receipts in ways only tampering makes\n", rep.Chains, rep.Receipts, rep.Reviews, len(rep.Findings), len(rep.Incomplete))
 		return 2
+	case len(rep.Incomplete) > 0:
+		fmt.Fprintf(stdout, "INCOMPLETE: %d chains, %d receipts, %d reviews; %d leftovers of writes a crash cut short (a receipt whose log line was never written), no sign of tampering\n", rep.Chains, rep.Receipts, rep.Reviews, len(rep.Incomplete))
+		return auditExitIncomplete
 	}
 	fmt.Fprintf(stdout, "CONSISTENT: %d chains, %d receipts, %d reviews; every review matches its signed receipts\n", rep.Chains, rep.Receipts, rep.Reviews)
 	return exitOK

@@ -112,8 +112,8 @@ func TestStdioGuardStory(t *testing.T) {
 	if status["status"] != "rejected" || status["note"] != "B never settled op-b" || status["counterparty"] != strings.ToLower(sellerB) {
 		t.Fatalf("status: %v", status)
 	}
-	if rs, _ := status["receipts"].([]any); len(rs) != 2 {
-		t.Fatalf("review receipts %v, want the guard's answer (given twice, listed once) and the human decision", status["receipts"])
+	if rs, _ := status["receipts"].([]any); len(rs) != 3 || status["terms_receipt"] != rs[0] {
+		t.Fatalf("review receipts %v, want the terms the server signed, the guard's answer (given twice, listed once) and the human decision", status["receipts"])
 	}
 
 	var allow checkAnswer

@@ -129,7 +129,7 @@ func TestReplicasShareOnePostgresStore(t *testing.T) {
 	}
 	id := answers[0].ReviewID
 	out, errOut, code := runCLI(t, "review", "list", "--dir", rs.root, "--store", rs.dsn, "--json")
-	if code != 0 || strings.Count(out, `"review_id"`) != 1 || !strings.Contains(out, id) {
+	if code != 0 || strings.Count(out, `"created_at"`) != 1 || !strings.Contains(out, id) {
 		t.Fatalf("review list: %d %s %s", code, out, errOut)
 	}
 	waitFor(t, "the webhook to hear of the review", func() bool { return hook.count(id) >= 1 })

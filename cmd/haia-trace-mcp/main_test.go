@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"fmt"
 	"io"
 	"os"
@@ -140,4 +142,27 @@ func aliceChains(t *testing.T) *reviewlog.Chains {
 		t.Fatal(err)
 	}
 	return &reviewlog.Chains{Signer: noa.NewKeySigner(key), Tenant: "test"}
+}
+
+// serverTerms is an Ask hook that signs an opened review's terms with a
+// server key of its own, as the engine does; tenant must be the tenant the
+// Ask names.
+func serverTerms(t *testing.T, tenant string) func(reviewlog.Tx, reviewlog.AskOutcome) error {
+	t.Helper()
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chains := &reviewlog.Chains{Signer: noa.NewKeySigner(key), Tenant: tenant}
+	return func(tx reviewlog.Tx, out reviewlog.AskOutcome) error {
+		if out.Kind != reviewlog.AskOpened {
+			return nil
+		}
+		d, err := reviewlog.TermsDraft(out.Review, tx.At)
+		if err != nil {
+			return err
+		}
+		_, err = chains.Append(context.Background(), tx.Store, d)
+		return err
+	}
 }

@@ -28,13 +28,14 @@ const (
 	reviewExitLock      = 5 // the review log's lock was not obtained in time
 	reviewExitUntrusted = 6 // the reviewer key is not in the trusted reviewers file
 	reviewExitExpired   = 7 // the review expired before it was decided
+	reviewExitTampered  = 8 // the log disagrees with the terms the server signed
 )
 
 const reviewUsage = `usage:
   haia-trace-mcp review list [--dir .trace] [--all] [--json] [--reviewers F] [--guard-config C]
   haia-trace-mcp review show <review_id> [--dir .trace] [--json] [--reviewers F] [--guard-config C]
-  haia-trace-mcp review approve <review_id> [--note "…"] [--reviewer-key K] [--by ID] [--reviewers F] [--dir .trace] [--json]
-  haia-trace-mcp review reject  <review_id> [--note "…"] [--reviewer-key K] [--by ID] [--reviewers F] [--dir .trace] [--json]
+  haia-trace-mcp review approve <review_id> [--note "…"] [--terms HASH] [--reviewer-key K] [--by ID] [--reviewers F] [--dir .trace] [--json]
+  haia-trace-mcp review reject  <review_id> [--note "…"] [--terms HASH] [--reviewer-key K] [--by ID] [--reviewers F] [--dir .trace] [--json]
   haia-trace-mcp review watch [--dir .trace] [--json] [--interval 1s]
   haia-trace-mcp review archive [--older-than 2160h] [--dir .trace] [--guard-config C]
 
@@ -44,8 +45,15 @@ name it. Every command takes --lock-wait D (default 5s). A status reads approved
 only where a trusted reviewer's signed receipt says so; a decision the log alone claims reads
 unverified, and a pending review past reviewTtlMinutes reads expired.
 
+What a review asks — caller, tenant, counterparty, amount, asset, resource, template and
+the rules that asked — is shown as the server signed it when it opened the review; where an
+unsigned record disagrees, the review reads TAMPERED and cannot be decided. A decision signs
+a hash the CLI computes itself from those terms, the decision and the note; --terms HASH
+(the terms hash review show printed) refuses the decision unless the terms are still those.
+
 exit codes: 0 done, 1 error, 2 usage (or --dir is not a Trace root), 3 unknown review id,
-4 already decided, 5 review log lock not obtained, 6 reviewer key not trusted, 7 review expired
+4 already decided, 5 review log lock not obtained, 6 reviewer key not trusted, 7 review expired,
+8 tampered (the log disagrees with the signed terms; nothing was written)
 `
 
 // runReview is the human's side of the guard: list the reviews the guard
@@ -69,7 +77,7 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	asJSON := fs.Bool("json", false, "print JSON")
 	lockWait := fs.Duration("lock-wait", 5*time.Second, "how long to wait for the review log's lock")
 	var all *bool
-	var note, by, reviewerKey *string
+	var note, by, reviewerKey, expectTerms *string
 	reviewers := fs.String("reviewers", "", "the trusted reviewers file (default: reviewers.json in the user configuration directory)")
 	guardConfig := fs.String("guard-config", "", "the guard policy, for reviewTtlMinutes (default: built-in defaults)")
 	tenant := fs.String("tenant", "", "the tenant: with --tenants-dir its root is DIR/<tenant>; written as scope.tenant into decision receipts (default haia-trace-mcp)")
@@ -86,6 +94,7 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		note = fs.String("note", "", "why (kept in the log)")
 		by = fs.String("by", "", "who decides (default, and it must be: the reviewer id of --reviewer-key)")
 		reviewerKey = fs.String("reviewer-key", "", "the reviewer's signing key (default: reviewer-key.pem in the user configuration directory)")
+		expectTerms = fs.String("terms", "", "the terms hash review show printed: decide only if the signed terms are still those")
 	default:
 		return newCommand("review", reviewUsage, stdout, stderr).failf("unknown subcommand %q", verb)
 	}
@@ -145,7 +154,7 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		if *asJSON {
 			return reviewWriteJSON(stdout, stderr, map[string]any{"reviews": reviews})
 		}
-		reviewPrintList(stdout, reviews, *all)
+		reviewPrintList(stdout, reviews, *all, pol.Assets)
 		reviewPrintCaps(stdout, reviews, pol.MaxPendingReviews)
 		return exitOK
 	case "show":
@@ -156,7 +165,7 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		if *asJSON {
 			return reviewWriteJSON(stdout, stderr, r)
 		}
-		reviewPrintOne(stdout, r, func(ref guard.Ref) string { return explainRef(root, r.Template, ref) })
+		reviewPrintOne(stdout, r, pol.Assets, func(ref guard.Ref) string { return explainRef(root, r.Template, ref) })
 		return exitOK
 	}
 
@@ -197,7 +206,7 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	// The decision is signed into the reviewer's chain inside the log's
 	// lock; if it cannot be signed, it is not recorded at all (fail closed).
 	chains := &reviewlog.Chains{Signer: signer, Tenant: *tenant}
-	r, err := engine.Decider{Log: log, Chains: chains}.Decide(ctx, pos[0], status, *note, id)
+	r, err := engine.Decider{Log: log, Chains: chains, ExpectTermsHash: *expectTerms}.Decide(ctx, pos[0], status, *note, id)
 	if err != nil {
 		return reviewFailed(stderr, verb, err)
 	}
@@ -205,6 +214,8 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return reviewWriteJSON(stdout, stderr, r)
 	}
 	fmt.Fprintf(stdout, "review %s %s by %s at %s\n", r.ID, r.Status, r.DecidedBy, r.DecidedAt)
+	fmt.Fprintf(stdout, "signed: %s\n", reviewQuestion(r, pol.Assets))
+	fmt.Fprintf(stdout, "terms %s (signed by the server in receipt %s)\n", r.TermsHash, r.TermsReceipt)
 	return exitOK
 }
 
@@ -222,6 +233,8 @@ func reviewFailed(stderr io.Writer, verb string, err error) int {
 		return reviewExitExpired
 	case errors.Is(err, reviewlog.ErrUntrusted):
 		return reviewExitUntrusted
+	case errors.Is(err, reviewlog.ErrTampered):
+		return reviewExitTampered
 	case errors.Is(err, reviewlog.ErrBadID), errors.Is(err, reviewlog.ErrBadInput):
 		return exitUsage
 	}
@@ -246,7 +259,7 @@ func reviewWriteJSON(stdout, stderr io.Writer, v any) int {
 	return exitOK
 }
 
-func reviewPrintList(w io.Writer, reviews []reviewlog.Review, all bool) {
+func reviewPrintList(w io.Writer, reviews []reviewlog.Review, all bool, assets guard.Registry) {
 	if len(reviews) == 0 {
 		if all {
 			fmt.Fprintln(w, "no reviews")
@@ -256,22 +269,96 @@ func reviewPrintList(w io.Writer, reviews []reviewlog.Review, all bool) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "REVIEW ID\tSTATUS\tCREATED\tCOUNTERPARTY\tAMOUNT\tASSET\tRULES")
+	fmt.Fprintln(tw, "REVIEW ID\tSTATUS\tCREATED\tCALLER\tCOUNTERPARTY\tAMOUNT\tASSET\tRESOURCE\tRULES")
+	tampered := 0
 	for _, r := range reviews {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Status, r.CreatedAt, reviewOneLine(r.Counterparty), reviewOneLine(r.Amount), reviewOneLine(r.Asset), strings.Join(reviewRules(r), ","))
+		status := r.Status
+		if r.Tampered {
+			status += " TAMPERED"
+			tampered++
+		} else if r.TermsReceipt == "" {
+			status += " UNSIGNED"
+		}
+		t := reviewTermsOf(r)
+		resource := t.Resource
+		if resource == "" {
+			resource = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, status, r.CreatedAt, reviewOneLine(reviewCaller(t)), reviewOneLine(t.Counterparty),
+			reviewOneLine(t.Amount), reviewOneLine(reviewAsset(t.Asset, assets)), reviewOneLine(resource), reviewOneLine(strings.Join(t.Rules, ",")))
 	}
 	tw.Flush()
+	if tampered > 0 {
+		fmt.Fprintf(w, "%d reviews read TAMPERED: their log lines disagree with what the server or a reviewer signed; they cannot be decided (review show says how; audit lists every disagreement)\n", tampered)
+	}
 }
 
-func reviewPrintOne(w io.Writer, r reviewlog.Review, explain func(guard.Ref) string) {
+// reviewTermsOf is what a review asks: its terms as the server signed them,
+// or — for a review opened by an earlier version, or one whose line was
+// tampered with — what the log says, which the listing marks.
+func reviewTermsOf(r reviewlog.Review) reviewlog.Terms {
+	if r.Terms != nil {
+		return *r.Terms
+	}
+	return reviewlog.Terms{ReviewID: r.ID, Caller: r.Caller, Tenant: r.Tenant, Counterparty: r.Counterparty, Amount: r.Amount,
+		Asset: r.Asset, Resource: r.Resource, Template: r.Template, Rules: reviewRules(r), ParamsHash: r.ParamsHash}
+}
+
+// reviewCaller is "tenant/caller", or the caller alone without a tenant.
+func reviewCaller(t reviewlog.Terms) string {
+	if t.Tenant == "" {
+		return t.Caller
+	}
+	return t.Tenant + "/" + t.Caller
+}
+
+// reviewAsset names an asset by the symbol the policy knows it by, with
+// its registry key (the key alone when the policy does not know it).
+func reviewAsset(key string, assets guard.Registry) string {
+	if a, ok := assets.Lookup(key); ok && a.Symbol != "" {
+		return a.Symbol + " (" + key + ")"
+	}
+	return key
+}
+
+// reviewQuestion is the question in one line.
+func reviewQuestion(r reviewlog.Review, assets guard.Registry) string {
+	t := reviewTermsOf(r)
+	q := fmt.Sprintf("pay %s %s to %s", t.Amount, reviewAsset(t.Asset, assets), t.Counterparty)
+	if t.AmountAtomic != "" {
+		q += fmt.Sprintf(" (%s atomic units)", t.AmountAtomic)
+	}
+	if t.Resource != "" {
+		q += " for " + t.Resource
+	}
+	return reviewOneLine(q + ", asked by " + reviewCaller(t))
+}
+
+func reviewPrintOne(w io.Writer, r reviewlog.Review, assets guard.Registry, explain func(guard.Ref) string) {
 	fmt.Fprintf(w, "review       %s\nstatus       %s\ncreated      %s\n", r.ID, r.Status, r.CreatedAt)
-	if r.Caller != "" {
-		fmt.Fprintf(w, "asked by     %s\n", reviewOneLine(r.Caller))
+	t := reviewTermsOf(r)
+	switch {
+	case r.Tampered:
+		fmt.Fprintln(w, "TAMPERED     the review log disagrees with what was signed: do not decide on what follows (it is what the log says)")
+	case r.TermsReceipt == "":
+		fmt.Fprintln(w, "UNSIGNED     no receipt of the server signs these terms: they cannot be decided")
+	default:
+		fmt.Fprintf(w, "terms        %s, signed by the server in receipt %s\n", r.TermsHash, r.TermsReceipt)
 	}
-	fmt.Fprintf(w, "question     pay %s %s to %s\n", reviewOneLine(r.Amount), reviewOneLine(r.Asset), reviewOneLine(r.Counterparty))
-	if r.Template != "" {
-		fmt.Fprintf(w, "template     %s\n", reviewOneLine(r.Template))
+	fmt.Fprintf(w, "asked by     %s\n", reviewOneLine(t.Caller))
+	if t.Tenant != "" {
+		fmt.Fprintf(w, "tenant       %s\n", reviewOneLine(t.Tenant))
 	}
+	fmt.Fprintf(w, "question     %s\n", reviewQuestion(r, assets))
+	resource := t.Resource
+	if resource == "" {
+		resource = "(not named by the agent)"
+	}
+	fmt.Fprintf(w, "resource     %s\n", reviewOneLine(resource))
+	if t.Template != "" {
+		fmt.Fprintf(w, "template     %s\n", reviewOneLine(t.Template))
+	}
+	fmt.Fprintf(w, "rules        %s\n", reviewOneLine(strings.Join(t.Rules, ", ")))
 	if r.DecidedAt != "" {
 		fmt.Fprintf(w, "decided      %s by %s\n", r.DecidedAt, reviewOneLine(r.DecidedBy))
 		if r.Note != "" {
@@ -293,6 +380,9 @@ func reviewPrintOne(w io.Writer, r reviewlog.Review, explain func(guard.Ref) str
 				fmt.Fprintf(w, "      %s\n", reviewOneLine(explain(e)))
 			}
 		}
+	}
+	if r.Status == reviewlog.Pending && !r.Tampered && r.TermsReceipt != "" {
+		fmt.Fprintf(w, "decide with  haia-trace-mcp review approve|reject %s --terms %s\n", r.ID, r.TermsHash)
 	}
 }
 

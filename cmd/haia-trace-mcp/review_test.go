@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -27,6 +28,7 @@ func reviewRoot(t *testing.T, n int) (string, []string) {
 	}
 	defer root.Close()
 	l := reviewlog.Open(root, reviewlog.Options{})
+	terms := serverTerms(t, "")
 	var ids []string
 	for i := range n {
 		q := guard.Question{Counterparty: "0xb0b0000000000000000000000000000000000002", Amount: strings.Repeat("1", i+1), Asset: guard.USDCBase, Template: "x402-buyer"}
@@ -34,7 +36,7 @@ func reviewRoot(t *testing.T, n int) (string, []string) {
 			ParamsHash: "hmac-sha256:" + strings.Repeat("ab", 32), Reasons: []guard.Reason{
 				{Rule: "open_partial", Detail: "1 partial operation\nwith a line break", Evidence: []guard.Ref{{RunID: "run-1", OperationID: "op-2"}}},
 				{Rule: "history", Detail: "read 3 operations"},
-			}}, func(reviewlog.Tx, reviewlog.AskOutcome) error { return nil })
+			}}, terms)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -164,5 +166,95 @@ func TestReviewCLIProcessesDecideOnce(t *testing.T) {
 	}
 	if ok != 1 || decided != procs-1 {
 		t.Errorf("exit codes %v", codes)
+	}
+}
+
+// audit tells what a crash leaves (exit 4, INCOMPLETE) from what only
+// tampering makes (exit 2, TAMPERED).
+func TestAuditTellsCrashFromTampering(t *testing.T) {
+	dir, ids := reviewRoot(t, 1)
+	if out, errOut, code := runCLI(t, "audit", "--dir", dir); code != 0 || !strings.HasPrefix(out, "CONSISTENT") {
+		t.Fatalf("audit of a clean root: %d %s %s", code, out, errOut)
+	}
+	// A writer killed after it committed an opening's receipts and before
+	// it wrote the log line leaves exactly this.
+	root, err := confined.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	const lost = "0b7e3f2a-9c4d-4e5f-a6b7-c8d9e0f1a2b3"
+	terms := serverTerms(t, "")
+	err = reviewlog.Open(root, reviewlog.Options{}).WithLock(context.Background(), func(tx reviewlog.Tx) error {
+		tr := reviewlog.Terms{ReviewID: lost, Caller: "agent-1", Counterparty: "0xb0b0000000000000000000000000000000000002", Amount: "9",
+			Asset: guard.USDCBase, Template: "x402-buyer", Rules: []string{"open_partial"}, ParamsHash: "hmac-sha256:" + strings.Repeat("ab", 32)}
+		return terms(tx, reviewlog.AskOutcome{Kind: reviewlog.AskOpened, Review: reviewlog.Review{ID: lost, Terms: &tr}})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := runCLI(t, "audit", "--dir", dir)
+	if code != auditExitIncomplete || !strings.Contains(out, "INCOMPLETE receipts record review:"+lost) || !strings.Contains(out, "no sign of tampering") {
+		t.Fatalf("audit after a crash's leftovers: %d %s %s", code, out, errOut)
+	}
+	path := filepath.Join(dir, reviewlog.DirName, reviewlog.FileName)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, bytes.Replace(data, []byte(`"amount":"1"`), []byte(`"amount":"7"`), 2), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code = runCLI(t, "audit", "--dir", dir)
+	if code != 2 || !strings.Contains(out, "review "+ids[0]+": TAMPERED") || !strings.Contains(out, "INCOMPLETE receipts record review:"+lost) {
+		t.Fatalf("audit after tampering: %d %s %s", code, out, errOut)
+	}
+}
+
+// What the reviewer reads comes from the terms the server signed: caller,
+// resource column, the asset's symbol; an edited line reads TAMPERED and
+// cannot be decided (exit 8, nothing written); --terms binds the decision
+// to the terms shown.
+func TestReviewCLITampered(t *testing.T) {
+	dir, ids := reviewRoot(t, 1)
+	out, _, code := reviewCmd("list", "--dir", dir)
+	if code != 0 || !strings.Contains(out, "CALLER") || !strings.Contains(out, "RESOURCE") || !strings.Contains(out, "agent-1") || !strings.Contains(out, "USDC (eip155:8453/") {
+		t.Fatalf("list: %d %s", code, out)
+	}
+	out, _, code = reviewCmd("show", ids[0], "--dir", dir)
+	hash := regexp.MustCompile(`terms        (sha256:[0-9a-f]{64}), signed by the server in receipt rcpt_`).FindStringSubmatch(out)
+	if code != 0 || hash == nil || !strings.Contains(out, "asked by     agent-1") || !strings.Contains(out, "pay 1 USDC") {
+		t.Fatalf("show: %d %s", code, out)
+	}
+	path := filepath.Join(dir, reviewlog.DirName, reviewlog.FileName)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := bytes.Replace(data, []byte(`"caller":"agent-1"`), []byte(`"caller":"agent-2"`), 2)
+	if err := os.WriteFile(path, edited, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, _, _ = reviewCmd("show", ids[0], "--dir", dir)
+	if !strings.Contains(out, "TAMPERED") || strings.Contains(out, "decide with") {
+		t.Fatalf("show of the edited line: %s", out)
+	}
+	if out, _, _ := reviewCmd("list", "--dir", dir); !strings.Contains(out, "pending TAMPERED") {
+		t.Fatalf("list of the edited line: %s", out)
+	}
+	if _, errOut, code := reviewCmd("approve", ids[0], "--by", "alice", "--dir", dir); code != reviewExitTampered || !strings.Contains(errOut, "nothing was written") {
+		t.Fatalf("approve of the edited line: %d %s", code, errOut)
+	}
+	if now, _ := os.ReadFile(path); !bytes.Equal(now, edited) {
+		t.Fatal("a refused decision wrote to the log")
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := reviewCmd("reject", ids[0], "--terms", "sha256:"+strings.Repeat("1", 64), "--dir", dir); code != reviewExitTampered || !strings.Contains(errOut, "not the terms you were shown") {
+		t.Fatalf("reject with other terms: %d %s", code, errOut)
+	}
+	if out, errOut, code := reviewCmd("reject", ids[0], "--terms", hash[1], "--dir", dir); code != 0 || !strings.Contains(out, "terms "+hash[1]) {
+		t.Fatalf("reject with the terms shown: %d %s %s", code, out, errOut)
 	}
 }

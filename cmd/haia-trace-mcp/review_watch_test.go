@@ -101,11 +101,12 @@ func TestReviewWatch(t *testing.T) {
 			defer root.Close()
 			l := reviewlog.Open(root, reviewlog.Options{})
 			ctx := context.Background()
+			terms := serverTerms(t, "")
 			open := func(counterparty, amount string) reviewlog.Review {
 				t.Helper()
 				out, err := l.Ask(ctx, reviewlog.AskRequest{Caller: "agent-1", Decision: guard.Review, ParamsHash: "hmac-sha256:" + strings.Repeat("cd", 32),
 					Question: guard.Question{Counterparty: counterparty, Amount: amount, Asset: guard.USDCBase},
-					Reasons:  []guard.Reason{{Rule: "open_partial", Detail: "x"}}}, func(reviewlog.Tx, reviewlog.AskOutcome) error { return nil })
+					Reasons:  []guard.Reason{{Rule: "open_partial", Detail: "x"}}}, terms)
 				if err != nil {
 					t.Fatal(err)
 				}

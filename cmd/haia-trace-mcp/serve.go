@@ -186,6 +186,9 @@ func startGuard(ctx context.Context, srv *server.Server, g *guardSetup, template
 				if err != nil {
 					return err
 				}
+				if a, ok := g.policy.Assets.Lookup(r.Asset); ok {
+					r.AssetSymbol = a.Symbol
+				}
 				deliver(r)
 				return nil
 			}, logger)

@@ -208,6 +208,7 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 	if err != nil {
 		return Answer{}, err
 	}
+	termsReceipt := ""
 	out, err := e.cfg.Log.Ask(ctx, reviewlog.AskRequest{
 		Caller: caller, Question: req.Question(), ParamsHash: paramsHash, Decision: dec.Decision, Reasons: dec.Reasons,
 		ApprovalTTL: pol.ApprovalTTL, RejectionHold: pol.RejectionHold, MaxPending: pol.MaxPendingReviews,
@@ -221,9 +222,11 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 			if err != nil {
 				return err
 			}
-			if _, err := e.cfg.Chains.Append(ctx, tx.Store, td); err != nil {
+			tr, err := e.cfg.Chains.Append(ctx, tx.Store, td)
+			if err != nil {
 				return err
 			}
+			termsReceipt = tr.ID
 		}
 		d := draft
 		a := e.shape(dec, out)
@@ -251,7 +254,10 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 	}
 	e.integrity(out.Review)
 	if out.Kind == reviewlog.AskOpened && e.cfg.Notify != nil {
-		e.cfg.Notify(out.Review)
+		rv := out.Review
+		rv.TermsReceipt = termsReceipt
+		rv.AssetSymbol = e.assetSymbol(rv.Asset)
+		e.cfg.Notify(rv)
 	}
 	e.cfg.Logger.Info("check_before_pay", "decision", ans.Decision, "outcome", out.Kind, "review_id", ans.ReviewID, "receipt_id", ans.ReceiptID, "caller", caller)
 	return ans, nil
@@ -376,6 +382,14 @@ func firstRule(dec guard.Decision) *string {
 		}
 	}
 	return nil
+}
+
+// assetSymbol is the symbol the policy knows an asset key by ("" if none).
+func (e *Engine) assetSymbol(key string) string {
+	if a, ok := e.cfg.Policy.Assets.Lookup(key); ok {
+		return a.Symbol
+	}
+	return ""
 }
 
 // atomicText is the amount in atomic units, "" when it cannot be read in a

@@ -32,6 +32,7 @@ func (e *Engine) ReviewStatus(ctx context.Context, id string) (ReviewStatus, err
 		return ReviewStatus{}, fmt.Errorf("read review %s: %w", id, err)
 	}
 	e.integrity(rv)
+	rv.AssetSymbol = e.assetSymbol(rv.Asset)
 	return ReviewStatus{Review: rv, Receipts: ids}, nil
 }
 

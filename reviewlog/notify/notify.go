@@ -141,27 +141,71 @@ func NewMessage(event string, review any) (Message, error) {
 	return m, nil
 }
 
-// summary is what Text is made of.
+// summary is what Text is made of: the review's terms as the server
+// signed them ("terms") where the review carries them, else its own
+// fields, and whether an unsigned record disagrees with them ("tampered").
 type summary struct {
 	ID           string `json:"review_id"`
 	Status       string `json:"status"`
 	Counterparty string `json:"counterparty"`
 	Amount       string `json:"amount"`
 	Asset        string `json:"asset"`
+	AssetSymbol  string `json:"asset_symbol"`
+	Caller       string `json:"caller"`
+	Tenant       string `json:"tenant"`
+	Resource     string `json:"resource"`
 	DecidedBy    string `json:"decided_by"`
-	Reasons      []struct {
+	Tampered     bool   `json:"tampered"`
+	TermsReceipt string `json:"terms_receipt"`
+	Terms        *struct {
+		Caller       string `json:"caller"`
+		Tenant       string `json:"tenant"`
+		Counterparty string `json:"counterparty"`
+		Amount       string `json:"amount"`
+		Asset        string `json:"asset"`
+		Resource     string `json:"resource"`
+	} `json:"terms"`
+	Reasons []struct {
 		Rule string `json:"rule"`
 	} `json:"reasons"`
 }
 
 func (s summary) text(event string) string {
-	what := fmt.Sprintf("%s %s to %s", field(s.Amount), field(s.Asset), field(s.Counterparty))
+	if t := s.Terms; t != nil {
+		s.Caller, s.Tenant, s.Counterparty, s.Amount, s.Resource = t.Caller, t.Tenant, t.Counterparty, t.Amount, t.Resource
+		if t.Asset != s.Asset {
+			s.AssetSymbol = ""
+		}
+		s.Asset = t.Asset
+	}
+	asset := field(s.Asset)
+	if s.AssetSymbol != "" {
+		asset = field(s.AssetSymbol) + " (" + field(s.Asset) + ")"
+	}
+	what := fmt.Sprintf("%s %s to %s", field(s.Amount), asset, field(s.Counterparty))
+	if s.Resource != "" {
+		what += " for " + field(s.Resource)
+	}
+	if s.Caller != "" {
+		who := s.Caller
+		if s.Tenant != "" {
+			who = s.Tenant + "/" + s.Caller
+		}
+		what += ", asked by " + field(who)
+	}
+	warn := ""
+	switch {
+	case s.Tampered:
+		warn = "TAMPERED — the review log disagrees with what was signed; do not decide on this text. "
+	case s.Terms != nil && s.TermsReceipt == "":
+		warn = "UNSIGNED — no receipt of the server signs these terms. "
+	}
 	if event == EventDecided {
 		by := ""
 		if s.DecidedBy != "" {
 			by = " by " + field(s.DecidedBy)
 		}
-		return fmt.Sprintf("Payment review %s was %s%s: %s.", field(s.ID), field(s.Status), by, what)
+		return fmt.Sprintf("%sPayment review %s was %s%s: %s.", warn, field(s.ID), field(s.Status), by, what)
 	}
 	var rules []string
 	for _, r := range s.Reasons {
@@ -173,7 +217,7 @@ func (s summary) text(event string) string {
 	if len(rules) > 0 {
 		why = " (" + strings.Join(rules, ", ") + ")"
 	}
-	return fmt.Sprintf("Payment review %s is waiting: %s%s. Decide with: haia-trace-mcp review show %s", field(s.ID), what, why, field(s.ID))
+	return fmt.Sprintf("%sPayment review %s is waiting: %s%s. Decide with: haia-trace-mcp review show %s", warn, field(s.ID), what, why, field(s.ID))
 }
 
 // field makes an agent-supplied string safe for a terminal and for Slack's
