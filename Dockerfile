@@ -9,7 +9,7 @@
 # Base images are pinned by tag and digest (the multi-platform index
 # digests as published; refresh both together with `crane digest IMAGE:TAG`).
 
-FROM golang:1.26.5@sha256:3aff6657219a4d9c14e27fb1d8976c49c29fddb70ba835014f477e1c70636647 AS build
+FROM docker.io/library/golang:1.26.5@sha256:3aff6657219a4d9c14e27fb1d8976c49c29fddb70ba835014f477e1c70636647 AS build
 WORKDIR /src
 # Modules first, so a source edit does not re-download them.
 COPY go.mod go.sum ./

@@ -102,6 +102,11 @@ func TestDockerfile(t *testing.T) {
 			if !stages[image] && !digestPinned(image) {
 				t.Errorf("line %d: base image %q is not pinned by tag and digest", in.line, image)
 			}
+			// A short name (golang:…) is refused by a stock podman,
+			// whose short-name mode asks which registry is meant.
+			if !stages[image] && !fullyQualified(image) {
+				t.Errorf("line %d: base image %q is a short name; name its registry (docker.io/library/…)", in.line, image)
+			}
 			if len(f) >= 3 && strings.EqualFold(f[len(f)-2], "AS") {
 				stages[f[len(f)-1]] = true
 			}
@@ -189,6 +194,13 @@ func containsString(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// fullyQualified reports whether an image reference names its registry:
+// the first path component is a host (has a dot or a port) or localhost.
+func fullyQualified(ref string) bool {
+	first, _, ok := strings.Cut(ref, "/")
+	return ok && (strings.ContainsAny(first, ".:") || first == "localhost")
 }
 
 // digestPinned accepts only name:tag@sha256:<64 hex>.

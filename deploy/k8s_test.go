@@ -340,6 +340,39 @@ func imagePinned(ref string) bool {
 	return colon > slash && ref[colon+1:] != "" && ref[colon+1:] != "latest"
 }
 
+// Every image but the operator's own (haia-trace-mcp, a placeholder for
+// their registry's) names its registry: short names are resolved
+// differently, or refused, by container runtimes.
+func TestImagesFullyQualified(t *testing.T) {
+	for _, o := range loadAllK8s(t) {
+		d, ok := o.obj.(*appsv1.Deployment)
+		if !ok {
+			continue
+		}
+		for _, c := range allContainers(&d.Spec.Template.Spec) {
+			if strings.HasPrefix(c.Image, "haia-trace-mcp:") {
+				continue
+			}
+			if !fullyQualified(c.Image) {
+				t.Errorf("%s: container %s: image %q is a short name; name its registry", o.where, c.Name, c.Image)
+			}
+		}
+	}
+	for _, v := range composeVariants() {
+		c := loadComposeFile(t, v.file)
+		for name, s := range c.Services {
+			if s.Image != "" && !strings.HasPrefix(s.Image, "haia-trace-mcp:") && !fullyQualified(s.Image) {
+				t.Errorf("%s: service %s: image %q is a short name; name its registry", v.file, name, s.Image)
+			}
+		}
+	}
+	for ref, want := range map[string]bool{"busybox:1": false, "docker.io/library/busybox:1": true, "localhost/x:1": true, "registry:5000/x:1": true, "library/busybox:1": false} {
+		if fullyQualified(ref) != want {
+			t.Errorf("fullyQualified(%q) != %v", ref, want)
+		}
+	}
+}
+
 func TestImagePinned(t *testing.T) {
 	cases := map[string]bool{
 		"busybox:1.37.0@sha256:9db7b59979c38555a39def84a31fb98b5296952f9e3afd4f6f11f05b07adfab0": true,
