@@ -239,15 +239,6 @@ func (p *pod) readOnly(c corev1.Container) {
 	}
 }
 
-func isEmptyDir(spec *corev1.PodSpec, name string) bool {
-	for _, v := range spec.Volumes {
-		if v.Name == name {
-			return v.EmptyDir != nil
-		}
-	}
-	return false
-}
-
 // writeVolumeFile writes a Secret or ConfigMap file as the kubelet
 // presents it under fsGroup: root-owned, group the pod's, the mode given.
 func (p *pod) writeVolumeFile(path string, data []byte, mode os.FileMode) {
@@ -463,13 +454,6 @@ func (h hostTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(r)
 }
 
-// topologyCase is one shipped topology run as a pod.
-type topologyCase struct {
-	name     string
-	variant  k8sVariant
-	postgres bool
-}
-
 func TestTopologiesBecomeReady(t *testing.T) {
 	bin, err := buildBinary(t)
 	if err != nil {
@@ -613,4 +597,3 @@ func runK8sTopology(t *testing.T, bin string, cfg finalConfig, v k8sVariant) {
 	}
 	t.Logf("%s: ready and answering (%s)", v.name, strconv.Quote(check.Decision))
 }
-
