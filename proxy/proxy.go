@@ -315,7 +315,14 @@ func (p *Proxy) forward(ctx context.Context, req mcp.CallToolRequest, name strin
 func (p *Proxy) call(ctx context.Context, req mcp.CallToolRequest, name string, args []byte) (*mcp.CallToolResult, engine.Outcome, error) {
 	var meta *mcp.Meta
 	if m := req.Params.Meta; m != nil {
-		meta = &mcp.Meta{AdditionalFields: m.AdditionalFields}
+		// The caller's own _meta passes on; the protocol's keys belong to
+		// the caller's connection, and the upstream connection has its own.
+		meta = &mcp.Meta{AdditionalFields: map[string]any{}}
+		for k, v := range m.AdditionalFields {
+			if !strings.HasPrefix(k, "io.modelcontextprotocol/") {
+				meta.AdditionalFields[k] = v
+			}
+		}
 		if m.ProgressToken != nil {
 			tok := "haia-proxy-" + strconv.FormatInt(p.tokens.Add(1), 10)
 			p.progress.Store(tok, progressRoute{ctx: ctx, token: m.ProgressToken})

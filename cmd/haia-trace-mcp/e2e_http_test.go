@@ -46,7 +46,14 @@ func (p *httpProc) logs() string {
 // flags, and waits for the log line that names the bound address.
 func startHTTPBinary(t *testing.T, args ...string) *httpProc {
 	t.Helper()
-	cmd := exec.Command(binPath, append([]string{"--http", "127.0.0.1:0"}, args...)...)
+	return startHTTPCommand(t, append([]string{"--http", "127.0.0.1:0"}, args...)...)
+}
+
+// startHTTPCommand is startHTTPBinary with the whole command line given
+// (a subcommand first, such as proxy).
+func startHTTPCommand(t *testing.T, args ...string) *httpProc {
+	t.Helper()
+	cmd := exec.Command(binPath, args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

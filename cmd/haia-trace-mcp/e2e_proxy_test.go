@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/auth/authtest"
 )
 
 // payUpstreamBin is the project's own paying MCP server
@@ -582,5 +585,85 @@ func TestProxyPassesThroughProgressCancellationAndListChanges(t *testing.T) {
 			t.Fatalf("calls still forwarded after the map broke: %s", resultText(res))
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// startHTTPUpstream runs the test upstream over Streamable HTTP with one
+// bearer token, and returns its /mcp URL.
+func startHTTPUpstream(t *testing.T, payLog, token string) string {
+	t.Helper()
+	bin := payUpstream(t)
+	addrFile := filepath.Join(t.TempDir(), "addr")
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "PAY_LOG="+payLog, "PAY_HTTP=127.0.0.1:0", "PAY_ADDR_FILE="+addrFile, "PAY_TOKEN="+token)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if b, err := os.ReadFile(addrFile); err == nil {
+			return "http://" + string(b) + "/mcp"
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the HTTP upstream did not start")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// The proxy over Streamable HTTP, with the server's authentication, in
+// front of a Streamable HTTP upstream that wants a bearer token: the
+// caller in the receipts is the token's subject.
+func TestProxyOverHTTPWithHTTPUpstream(t *testing.T) {
+	e := newProxyEnv(t, proxyMapJSON, "")
+	upstreamURL := startHTTPUpstream(t, e.payLog, "upstream-secret")
+	tokenFile := writeFile(t, "upstream-token", "upstream-secret\n")
+	dir := t.TempDir()
+	iss, err := authtest.NewIssuer(dir, "https://as.test.example", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startHTTPCommand(t, "proxy", "--http", "127.0.0.1:0", "--dir", e.root, "--key-file", filepath.Join(dir, "signing.pem"),
+		"--guard-map", e.mapPath, "--upstream-url", upstreamURL, "--upstream-token-file", tokenFile,
+		"--auth-issuer", iss.Issuer, "--auth-jwks", iss.JWKSPath, "--auth-scope", "trace:read")
+	iss.Resource = p.resource
+	tok, err := iss.Token("agent-http", []string{"trace:read"}, time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := httpSession(t, p.resource, func() string { return tok })
+	if err != nil {
+		t.Fatalf("connect: %v\n%s", err, p.logs())
+	}
+	e.cs = cs
+	if res := e.callRaw(t, "send_usdc", `{"to":"`+sellerA+`","amount":"0.25"}`); res.IsError {
+		t.Fatalf("allowed call over HTTP: %s\n%s", resultText(res), p.logs())
+	}
+	if d := decisionOf(t, e.callRaw(t, "send_usdc", `{"to":"`+sellerB+`","amount":"0.10"}`)); d.Decision != "review" {
+		t.Fatalf("review over HTTP: %+v", d)
+	}
+	if n := len(e.paid(t)); n != 1 {
+		t.Fatalf("upstream ran %d calls, want 1", n)
+	}
+	var agents []string
+	for _, r := range chainReceipts(t, e.root) {
+		agents = append(agents, receiptField(r, "agent", "id"))
+	}
+	if strings.Join(agents, ",") != "agent-http,agent-http,agent-http" {
+		t.Fatalf("callers in the chain: %v, want the token's subject for the decision, the outcome and the review", agents)
+	}
+	// Without a token the proxy's /mcp answers 401 like the server's.
+	if status, _ := rawInitialize(t, p.resource, ""); status != http.StatusUnauthorized {
+		t.Fatalf("no token: %d", status)
+	}
+
+	// A wrong upstream token stops the start with the reason.
+	bad := writeFile(t, "bad-token", "wrong")
+	_, errOut, code := runCLI(t, "proxy", "--dir", e.root, "--key-file", filepath.Join(dir, "signing.pem"),
+		"--guard-map", e.mapPath, "--upstream-url", upstreamURL, "--upstream-token-file", bad)
+	if code == 0 || !strings.Contains(errOut, "upstream") {
+		t.Fatalf("wrong upstream token: exit %d, %s", code, errOut)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -144,6 +146,10 @@ func main() {
 		}
 		return mcp.NewToolResultText("changed"), nil
 	})
+	if addr := os.Getenv("PAY_HTTP"); addr != "" {
+		serveHTTP(u.srv, addr)
+		return
+	}
 	if err := server.ServeStdio(u.srv); err != nil {
 		fmt.Fprintln(os.Stderr, "payupstream:", err)
 		os.Exit(1)
@@ -158,4 +164,34 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// serveHTTP serves Streamable HTTP on addr, with PAY_TOKEN as the one
+// bearer token accepted, and writes the bound address to PAY_ADDR_FILE.
+func serveHTTP(srv *server.MCPServer, addr string) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "payupstream:", err)
+		os.Exit(1)
+	}
+	if f := os.Getenv("PAY_ADDR_FILE"); f != "" {
+		if err := os.WriteFile(f+".tmp", []byte(ln.Addr().String()), 0o600); err != nil || os.Rename(f+".tmp", f) != nil {
+			fmt.Fprintln(os.Stderr, "payupstream: cannot write the address file")
+			os.Exit(1)
+		}
+	}
+	token := os.Getenv("PAY_TOKEN")
+	h := server.NewStreamableHTTPServer(srv)
+	auth := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if token != "" && r.Header.Get("Authorization") != "Bearer "+token {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+	hs := &http.Server{Handler: auth, ReadHeaderTimeout: 10 * time.Second}
+	if err := hs.Serve(ln); err != nil {
+		fmt.Fprintln(os.Stderr, "payupstream:", err)
+		os.Exit(1)
+	}
 }
