@@ -8,7 +8,10 @@
 #      (go test -run OIDC with HAIA_NODE set);
 #   5. npm ci in tools/x402e2e (ganache, solc, viem, @x402/core, @x402/evm,
 #      pinned by package-lock.json) and the x402 payment end to end on a local
-#      chain (go test -run X402OnChain with HAIA_NODE set).
+#      chain (go test -run X402OnChain with HAIA_NODE set);
+#   6. the guard proxy in front of the reference MCP server
+#      @modelcontextprotocol/server-everything (npm ci in tools/everything,
+#      pinned by package-lock.json; go test -run ProxyEverything).
 # Cache: $HAIA_CACHE, else $XDG_CACHE_HOME/haia-trace-mcp, else ~/.cache/haia-trace-mcp.
 set -euo pipefail
 
@@ -37,10 +40,13 @@ echo "ci-node: node $(node --version), npm $(npm --version)"
 
 (cd "$repo/tools/oidc" && npm ci --no-audit --no-fund)
 (cd "$repo/tools/x402e2e" && npm ci --no-audit --no-fund)
+(cd "$repo/tools/everything" && npm ci --no-audit --no-fund)
 
 bin="$cache/haia-trace-mcp-ci"
 (cd "$repo" && go build -o "$bin" ./cmd/haia-trace-mcp)
 "$repo/tools/conformance.sh" "$bin"
 
 (cd "$repo" && HAIA_NODE="$nodedir/bin/node" go test -race -count=1 -run 'OIDC|X402OnChain' -v ./cmd/haia-trace-mcp/ | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|SKIP|x402 on chain:')
+(cd "$repo" && HAIA_NODE="$nodedir/bin/node" HAIA_EVERYTHING="$repo/tools/everything/node_modules/@modelcontextprotocol/server-everything/dist/index.js" \
+	go test -race -count=1 -run ProxyEverything -v ./cmd/haia-trace-mcp/ | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|SKIP')
 echo "ci-node: all Node-based checks passed"

@@ -667,3 +667,118 @@ func TestProxyOverHTTPWithHTTPUpstream(t *testing.T) {
 		t.Fatalf("wrong upstream token: exit %d, %s", code, errOut)
 	}
 }
+
+// The official reference server, @modelcontextprotocol/server-everything
+// (pinned in tools/everything, installed by tools/ci-node.sh), behind the
+// proxy: everything that is not a payment passes through as it is.
+func TestProxyEverythingPassesThrough(t *testing.T) {
+	node, entry := os.Getenv("HAIA_NODE"), os.Getenv("HAIA_EVERYTHING")
+	if node == "" || entry == "" {
+		t.Skip("HAIA_NODE and HAIA_EVERYTHING are not set: tools/ci-node.sh installs Node 22 and server-everything and runs this test")
+	}
+	ctx := context.Background()
+	connect := func(cmd *exec.Cmd, opts *mcp.ClientOptions) *mcp.ClientSession {
+		client := mcp.NewClient(&mcp.Implementation{Name: "e2e-everything", Version: "1"}, opts)
+		cctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		cs, err := client.Connect(cctx, &mcp.CommandTransport{Command: cmd}, nil)
+		if err != nil {
+			t.Fatalf("connect %v: %v", cmd.Args, err)
+		}
+		t.Cleanup(func() { cs.Close() })
+		return cs
+	}
+	direct := connect(exec.Command(node, entry, "stdio"), nil)
+	e := newProxyEnv(t, `{"tools": {}, "unmapped": "forward"}`, "")
+	var mu sync.Mutex
+	var progress []string
+	cmd := exec.Command(binPath, append(e.args(), "--", node, entry, "stdio")...)
+	cmd.Stderr = e.stderr
+	proxied := connect(cmd, &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+		mu.Lock()
+		progress = append(progress, string(mustJSON(r.Params.ProgressToken)))
+		mu.Unlock()
+	}})
+
+	// The same tools with the same schemas, plus this product's read tools.
+	want, err := direct.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := proxied.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotBy := map[string]*mcp.Tool{}
+	for _, tool := range got.Tools {
+		gotBy[tool.Name] = tool
+	}
+	// server-everything offers the tools that ask the client for roots,
+	// sampling or elicitation only to a client that declares them; the
+	// proxy's upstream client declares none (see docs/proxy.md).
+	var wantTools []*mcp.Tool
+	for _, w := range want.Tools {
+		if w.Name != "get-roots-list" && !strings.HasPrefix(w.Name, "trigger-sampling") && !strings.HasPrefix(w.Name, "trigger-elicitation") {
+			wantTools = append(wantTools, w)
+		}
+	}
+	if len(got.Tools) != len(wantTools)+4 {
+		t.Errorf("%d tools through the proxy, want %d upstream + 4", len(got.Tools), len(wantTools))
+	}
+	for _, w := range wantTools {
+		g := gotBy[w.Name]
+		if g == nil {
+			t.Errorf("tool %s missing through the proxy", w.Name)
+			continue
+		}
+		if a, b := mustJSON(w.InputSchema), mustJSON(g.InputSchema); !bytes.Equal(a, b) {
+			t.Errorf("tool %s: input schema changed:\n%s\n%s", w.Name, a, b)
+		}
+		if a, b := mustJSON(w.OutputSchema), mustJSON(g.OutputSchema); !bytes.Equal(a, b) {
+			t.Errorf("tool %s: output schema changed", w.Name)
+		}
+		if w.Description != g.Description {
+			t.Errorf("tool %s: description changed", w.Name)
+		}
+	}
+	// The same answers.
+	for _, c := range []struct {
+		name string
+		args map[string]any
+	}{
+		{"echo", map[string]any{"message": "through the guard"}},
+		{"get-sum", map[string]any{"a": 2, "b": 40}},
+		{"get-structured-content", map[string]any{"location": "New York"}},
+	} {
+		a, err := direct.CallTool(ctx, &mcp.CallToolParams{Name: c.name, Arguments: c.args})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := proxied.CallTool(ctx, &mcp.CallToolParams{Name: c.name, Arguments: c.args})
+		if err != nil {
+			t.Fatalf("%s through the proxy: %v (stderr %s)", c.name, err, e.stderr)
+		}
+		if !bytes.Equal(mustJSON(a.Content), mustJSON(b.Content)) || !bytes.Equal(mustJSON(a.StructuredContent), mustJSON(b.StructuredContent)) || a.IsError != b.IsError {
+			t.Errorf("%s: direct %s / %s, proxied %s / %s", c.name, mustJSON(a.Content), mustJSON(a.StructuredContent), mustJSON(b.Content), mustJSON(b.StructuredContent))
+		}
+	}
+	// Progress of a long operation reaches the caller with its own token.
+	params := &mcp.CallToolParams{Name: "trigger-long-running-operation", Arguments: map[string]any{"duration": 1, "steps": 4}}
+	params.SetProgressToken("everything-1")
+	if res, err := proxied.CallTool(ctx, params); err != nil || res.IsError {
+		t.Fatalf("long-running operation: %v %v", err, res)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(progress) < 4 {
+		t.Fatalf("%d progress notifications, want 4", len(progress))
+	}
+	for _, p := range progress {
+		if p != `"everything-1"` {
+			t.Fatalf("progress token %s, want the caller's own", p)
+		}
+	}
+	if err := proxied.Ping(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+}
