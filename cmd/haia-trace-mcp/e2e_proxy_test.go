@@ -29,7 +29,7 @@ var (
 	payUpstreamErr  error
 )
 
-func payUpstream(t *testing.T) string {
+func payUpstream(t testing.TB) string {
 	t.Helper()
 	payUpstreamOnce.Do(func() {
 		payUpstreamBin = filepath.Join(filepath.Dir(binPath), "payupstream")
@@ -133,7 +133,7 @@ func (e *proxyEnv) start(t *testing.T, opts *mcp.ClientOptions, upstreamEnv ...s
 }
 
 // paid lists the calls the upstream carried out.
-func (e *proxyEnv) paid(t *testing.T) []map[string]any {
+func (e *proxyEnv) paid(t testing.TB) []map[string]any {
 	t.Helper()
 	data, err := os.ReadFile(e.payLog)
 	if os.IsNotExist(err) {

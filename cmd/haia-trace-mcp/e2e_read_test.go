@@ -27,7 +27,7 @@ const (
 
 // sampleRoot writes a Trace root with one run: seller A settles, seller B
 // never does, and one 402 was walked away from.
-func sampleRoot(t *testing.T) string {
+func sampleRoot(t testing.TB) string {
 	t.Helper()
 	root := filepath.Join(t.TempDir(), ".trace")
 	rec, err := simrec.New(root, "run-1", time.Date(2026, 7, 24, 9, 0, 0, 0, time.UTC))

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// BenchmarkProxyLatency measures, side by side in one run, a paying call
+// made directly to the test upstream over stdio, the same call through the
+// proxy (an allow: one engine question and two signed receipts, the
+// decision and the outcome), and an unmapped call through the proxy. It
+// reports p50 and p99 of each in milliseconds:
+//
+//	HAIA_E2E_NORACE=1 go test -run '^$' -bench ProxyLatency -benchtime 300x ./cmd/haia-trace-mcp/
+func BenchmarkProxyLatency(b *testing.B) {
+	bin := payUpstream(b)
+	dir := b.TempDir()
+	e := &proxyEnv{root: sampleRoot(b), payLog: filepath.Join(dir, "paid.ndjson"), pidFile: filepath.Join(dir, "pids"),
+		mapPath: filepath.Join(dir, "map.json"), config: filepath.Join(dir, "policy.json"), stderr: &syncBuffer{}}
+	if err := os.WriteFile(e.mapPath, []byte(proxyMapJSON), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(e.config, []byte(`{"reviewAbove": "1000000", "perCounterpartyLimit": {"amount": "1000000000", "windowHours": 1}}`), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	connect := func(cmd *exec.Cmd) *mcp.ClientSession {
+		cmd.Env = append(os.Environ(), "PAY_LOG="+e.payLog)
+		client := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+		if err != nil {
+			b.Fatalf("connect: %v (%s)", err, e.stderr)
+		}
+		b.Cleanup(func() { cs.Close() })
+		return cs
+	}
+	direct := connect(exec.Command(bin))
+	pcmd := e.command(nil)
+	proxied := connect(pcmd)
+	pay := json.RawMessage(`{"to":"` + sellerA + `","amount":"0.01"}`)
+	echo := json.RawMessage(`{"text":"x"}`)
+	call := func(cs *mcp.ClientSession, name string, args json.RawMessage) time.Duration {
+		start := time.Now()
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
+		d := time.Since(start)
+		if err != nil || res.IsError {
+			b.Fatalf("%s: %v %v (%s)", name, err, res, e.stderr)
+		}
+		return d
+	}
+	var d, p, u []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		d = append(d, call(direct, "send_usdc", pay))
+		p = append(p, call(proxied, "send_usdc", pay))
+		u = append(u, call(proxied, "echo", echo))
+	}
+	b.StopTimer()
+	if n := len(e.paid(b)); n != 2*b.N {
+		b.Fatalf("the upstream ran %d paying calls, want %d", n, 2*b.N)
+	}
+	for _, s := range []struct {
+		name string
+		ds   []time.Duration
+	}{{"direct", d}, {"proxied-paying", p}, {"proxied-unmapped", u}} {
+		p50, p99 := percentile(s.ds, 50), percentile(s.ds, 99)
+		b.ReportMetric(ms(p50), s.name+"-p50-ms")
+		b.ReportMetric(ms(p99), s.name+"-p99-ms")
+		fmt.Fprintf(os.Stderr, "%-17s n=%d p50=%.2fms p99=%.2fms\n", s.name, len(s.ds), ms(p50), ms(p99))
+	}
+}
+
+func percentile(ds []time.Duration, q int) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := (len(s)*q + 99) / 100
+	if i > 0 {
+		i--
+	}
+	return s[i]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
