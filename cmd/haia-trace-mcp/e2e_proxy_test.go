@@ -627,9 +627,21 @@ func TestProxyOverHTTPWithHTTPUpstream(t *testing.T) {
 	}
 	p := startHTTPCommand(t, "proxy", "--http", "127.0.0.1:0", "--dir", e.root, "--key-file", filepath.Join(dir, "signing.pem"),
 		"--guard-map", e.mapPath, "--upstream-url", upstreamURL, "--upstream-token-file", tokenFile,
-		"--auth-issuer", iss.Issuer, "--auth-jwks", iss.JWKSPath, "--auth-scope", "trace:read")
+		"--auth-issuer", iss.Issuer, "--auth-jwks", iss.JWKSPath, "--auth-scope", "trace:read", "--auth-tool-scope", "send_usdc=wallet:send")
 	iss.Resource = p.resource
-	tok, err := iss.Token("agent-http", []string{"trace:read"}, time.Now(), time.Hour)
+	// A per-tool scope names an upstream tool like one of the server's.
+	narrow, err := iss.Token("agent-http", []string{"trace:read"}, time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ncs, err := httpSession(t, p.resource, func() string { return narrow })
+	if err != nil {
+		t.Fatalf("connect: %v\n%s", err, p.logs())
+	}
+	if _, err := ncs.CallTool(context.Background(), &mcp.CallToolParams{Name: "send_usdc", Arguments: map[string]any{"to": sellerA, "amount": "0.25"}}); err == nil {
+		t.Fatal("send_usdc without its tool scope went through")
+	}
+	tok, err := iss.Token("agent-http", []string{"trace:read", "wallet:send"}, time.Now(), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

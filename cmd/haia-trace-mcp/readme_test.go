@@ -19,15 +19,24 @@ func TestREADMEExamplesHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	readme := string(data)
-	known := map[string]bool{}
-	out, _, _ := runIn("--help")
-	for _, m := range regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`).FindAllStringSubmatch(out, -1) {
-		known["--"+m[1]] = true
+	flagsOf := func(args ...string) map[string]bool {
+		known := map[string]bool{}
+		out, _, _ := runIn(append(args, "--help")...)
+		for _, m := range regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`).FindAllStringSubmatch(out, -1) {
+			known["--"+m[1]] = true
+		}
+		return known
 	}
+	serveFlags, proxyFlags := flagsOf(), flagsOf("proxy")
 	// Every flag the Claude Desktop block and the server lines pass exists.
 	blocks := regexp.MustCompile("(?s)```(json|sh)\n(.*?)```").FindAllStringSubmatch(readme, -1)
 	checked := 0
 	for _, b := range blocks {
+		// A block that starts the guard proxy passes the proxy's flags.
+		known := serveFlags
+		if strings.Contains(b[2], `["proxy"`) {
+			known = proxyFlags
+		}
 		for _, line := range strings.Split(b[2], "\n") {
 			server := (strings.Contains(line, "haia-trace-mcp --dir") && !strings.Contains(line, "go run ./tools/")) || strings.Contains(line, `"args"`) || strings.Contains(line, `"--guard-config"`)
 			if !server {
