@@ -663,8 +663,9 @@ func TestProxyOverHTTPWithHTTPUpstream(t *testing.T) {
 	for _, r := range chainReceipts(t, e.root) {
 		agents = append(agents, receiptField(r, "agent", "id"))
 	}
-	if strings.Join(agents, ",") != "agent-http,agent-http,agent-http" {
-		t.Fatalf("callers in the chain: %v, want the token's subject for the decision, the outcome and the review", agents)
+	// The decision, the outcome and the review (with its signed terms).
+	if len(agents) < 3 || strings.Trim(strings.ReplaceAll(strings.Join(agents, ","), "agent-http", ""), ",") != "" {
+		t.Fatalf("callers in the chain: %v, want the token's subject on every receipt", agents)
 	}
 	// Without a token the proxy's /mcp answers 401 like the server's.
 	if status, _ := rawInitialize(t, p.resource, ""); status != http.StatusUnauthorized {
