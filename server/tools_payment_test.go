@@ -5,12 +5,15 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"math/big"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/simrec"
 	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 )
@@ -215,5 +218,73 @@ func TestAuthorizePaymentConcurrent(t *testing.T) {
 	auths, err := reviewlog.Open(s.cfg.Root, reviewlog.Options{}).Authorizations(context.Background())
 	if err != nil || len(auths) != len(seen) {
 		t.Fatalf("%d signed, %d recorded (%v)", len(seen), len(auths), err)
+	}
+}
+
+// BenchmarkAuthorizePayment times authorize_payment in process: the 402
+// read, the engine's decision recorded and signed, the EIP-712 signature
+// (checked by recovery) and the authorization recorded — a fresh payee
+// each time, on a root of 200 recorded payments.
+func BenchmarkAuthorizePayment(b *testing.B) {
+	dir := b.TempDir()
+	rec, err := simrec.New(dir, "run-1", time.Now().Add(-time.Hour))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var ps []simrec.Payment
+	for i := 0; i < 200; i++ {
+		ps = append(ps, simrec.Payment{OperationID: fmt.Sprintf("op-%d", i), URL: "https://a.example.com/x", PayTo: fmt.Sprintf("0x%040x", i+100000), Amount: "1000", Outcome: "settled"})
+	}
+	if err := rec.PayAll(ps); err != nil {
+		b.Fatal(err)
+	}
+	s := newTestServer(b, dir)
+	ctx := context.Background()
+	ask := func(i int) {
+		res, err := s.authorizePayment(ctx, map[string]any{"payment_required": paymentRequired("10000", fmt.Sprintf("0x%040x", i+1))})
+		if err != nil || res.IsError {
+			b.Fatalf("authorize_payment: %v %v", err, res)
+		}
+	}
+	ask(0)
+	ds := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		ask(i + 1)
+		ds = append(ds, time.Since(t0))
+	}
+	b.StopTimer()
+	reportPercentiles(b, ds)
+}
+
+// The agent asks check_before_pay about one payment, then hands
+// authorize_payment a 402 for another: the 402's own terms are judged and
+// signed, never what the agent asked about.
+func TestAuthorizePaymentJudgesThe402NotTheQuestion(t *testing.T) {
+	pol, err := guard.ParseConfig([]byte(`{"reviewAbove":"1.00","denylist":["0x1111111111111111111111111111111111111111"]}`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newPolicyServer(t, t.TempDir(), 0, pol)
+	isErr, text, st := callTool(t, s, "check_before_pay", map[string]any{"counterparty": sellerA, "amount": "0.25"})
+	var asked struct{ Decision string }
+	json.Unmarshal(st, &asked)
+	if isErr || asked.Decision != "allow" {
+		t.Fatalf("the question: %s", text)
+	}
+	if a := authorize(t, s, map[string]any{"payment_required": paymentRequired("4990000", sellerA)}); a.Decision != "review" || a.Payment != nil {
+		t.Fatalf("a 402 for more than asked: %+v", a)
+	}
+	if a := authorize(t, s, map[string]any{"payment_required": paymentRequired("250000", "0x1111111111111111111111111111111111111111")}); a.Decision != "block" || a.Payment != nil {
+		t.Fatalf("a 402 to another payee: %+v", a)
+	}
+	// A 402 whose first entry is another payee's and whose second is the
+	// one asked about: the first payable entry is judged, as x402 clients pay it.
+	pr := paymentRequired("250000", "0x1111111111111111111111111111111111111111")
+	second := paymentRequired("250000", sellerA)["accepts"].([]any)[0]
+	pr["accepts"] = append(pr["accepts"].([]any), second)
+	if a := authorize(t, s, map[string]any{"payment_required": pr}); a.Decision != "block" || !strings.EqualFold(a.Accepted.PayTo, "0x1111111111111111111111111111111111111111") {
+		t.Fatalf("two entries: %+v", a)
 	}
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +19,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/simrec"
+	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
 )
 
 // The demo's two simulated sellers.
@@ -30,8 +33,10 @@ const demoUsage = `usage:
 
 Plays the whole story on a simulated Trace root and prints a transcript: an
 agent pays two sellers, one never settles; check_before_pay says review; a
-human rejects it with a key of their own; the rejection holds; audit and
-verify are clean. Only the money is simulated.
+human rejects it with a key of their own; the rejection holds; the agent,
+which holds no wallet key, pays through authorize_payment, which signs only
+what the guard allows; audit and verify are clean. Only the money is
+simulated.
 exit codes: 0 the story held, 1 it did not, 2 usage
 `
 
@@ -86,6 +91,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 type demo struct {
 	self, root, key        string
 	reviewerKey, reviewers string
+	payerKey               string
 	out                    io.Writer
 	client                 *mcpclient.Client
 	step                   int
@@ -130,7 +136,13 @@ func (d *demo) run(ctx context.Context) error {
 	}
 
 	d.heading("The agent host starts the MCP server over stdio")
-	serverArgs := []string{"--dir", d.root, "--key-file", d.key, "--reviewers", d.reviewers, "--agent-id", "demo-agent", "--log-level", "warn"}
+	payerKey := filepath.Join(filepath.Dir(d.key), "payer.key")
+	if err := writeDemoPayerKey(payerKey); err != nil {
+		return err
+	}
+	d.payerKey = payerKey
+	serverArgs := []string{"--dir", d.root, "--key-file", d.key, "--reviewers", d.reviewers, "--agent-id", "demo-agent", "--log-level", "warn",
+		"--payer-key", payerKey}
 	d.say("  $ haia-trace-mcp %s", shellJoin(serverArgs))
 	client, err := mcpclient.NewStdioMCPClient(d.self, os.Environ(), serverArgs...)
 	if err != nil {
@@ -255,6 +267,47 @@ func (d *demo) run(ctx context.Context) error {
 		return fmt.Errorf("expected allow for the settled seller, got %q", check.Decision)
 	}
 
+	d.heading("The agent holds no wallet key: it pays a seller's 402 through authorize_payment")
+	payer, err := d.cli(ctx, "payer", "address", "--payer-key", d.payerKey)
+	if err != nil {
+		return err
+	}
+	d.say("  the payer address the server signs from: %s", strings.TrimSpace(payer))
+	var paid struct {
+		Decision  string `json:"decision"`
+		ReceiptID string `json:"receipt_id"`
+		Payment   *struct {
+			HeaderName string `json:"header_name"`
+			Header     string `json:"header"`
+		} `json:"payment"`
+		Authorization *struct {
+			Nonce       string `json:"nonce"`
+			ValidBefore int64  `json:"valid_before"`
+		} `json:"authorization"`
+	}
+	if err := d.call(ctx, "authorize_payment", map[string]any{"payment_required": demoPaymentRequired(demoSellerSettles, "250000")}, &paid); err != nil {
+		return err
+	}
+	if paid.Decision != "allow" || paid.Payment == nil {
+		return fmt.Errorf("expected a signed payment for the settled seller, got %q", paid.Decision)
+	}
+	d.say("  decision: ALLOW — signed an EIP-3009 authorization for exactly 250000 atomic USDC to %s", demoSellerSettles)
+	d.say("  send it as the %s header (%d bytes of base64); nonce %s, derived from receipt %s",
+		paid.Payment.HeaderName, len(paid.Payment.Header), paid.Authorization.Nonce, paid.ReceiptID)
+	nonce := paid.Authorization.Nonce
+	paid.Payment, paid.Authorization = nil, nil
+	if err := d.call(ctx, "authorize_payment", map[string]any{"payment_required": demoPaymentRequired(demoSellerSilent, "400000")}, &paid); err != nil {
+		return err
+	}
+	if paid.Decision != "block" || paid.Payment != nil {
+		return fmt.Errorf("expected the rejection to hold for authorize_payment too, got %q", paid.Decision)
+	}
+	d.say("  the silent seller's 402 for 0.40 USDC: %s — the human's rejection holds, and nothing is signed", strings.ToUpper(paid.Decision))
+	d.say("  the proof of the one signed payment, checked against the signed receipts:")
+	if _, err := d.cli(ctx, "authorization", "show", nonce, "--dir", d.root); err != nil {
+		return err
+	}
+
 	d.heading("Anyone can check the log against the signatures, and verify each chain offline")
 	out, err := d.cli(ctx, "audit", "--dir", d.root, "--reviewers", d.reviewers)
 	if err != nil {
@@ -281,7 +334,7 @@ func (d *demo) run(ctx context.Context) error {
 			return errors.New("a decision chain did not verify")
 		}
 	}
-	d.say("\nDemo complete: review → rejected by a human with a key of their own → the rejection holds → audit CONSISTENT → chains VALID.")
+	d.say("\nDemo complete: review → rejected by a human with a key of their own → the rejection holds → a payment signed only on allow → audit CONSISTENT → chains VALID.")
 	return nil
 }
 
@@ -346,4 +399,29 @@ func indent(s string) string {
 		lines[i] = "    " + l
 	}
 	return strings.Join(lines, "\n")
+}
+
+// writeDemoPayerKey makes the demo's payer key: a fresh secp256k1 key,
+// 64 hex digits in a 0600 file (it pays nothing: the money is simulated).
+func writeDemoPayerKey(path string) error {
+	for {
+		b := make([]byte, 32)
+		if _, err := rand.Read(b); err != nil {
+			return err
+		}
+		text := hex.EncodeToString(b)
+		if _, err := x402.ParseKey([]byte(text), nil); err != nil {
+			continue // not a valid scalar: draw again (p ≈ 2^-128)
+		}
+		return os.WriteFile(path, []byte(text+"\n"), 0o600)
+	}
+}
+
+// demoPaymentRequired is a seller's x402 v2 402 answer for amount atomic
+// USDC on Base to payTo.
+func demoPaymentRequired(payTo, amount string) map[string]any {
+	return map[string]any{"x402Version": 2, "resource": map[string]any{"url": "https://quotes.example.net/live"},
+		"accepts": []any{map[string]any{"scheme": "exact", "network": "eip155:8453", "amount": amount,
+			"asset": simrec.USDCBase, "payTo": payTo, "maxTimeoutSeconds": 120,
+			"extra": map[string]any{"name": "USD Coin", "version": "2"}}}}
 }

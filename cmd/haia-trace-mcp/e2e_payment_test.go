@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -246,4 +248,43 @@ func TestStdioPayerSignerProcess(t *testing.T) {
 	if strings.Contains(sigErr.String(), e2ePayerKey) {
 		t.Fatal("the signer logged its key")
 	}
+}
+
+// BenchmarkAuthorizePaymentStdio times authorize_payment over stdio
+// against the real binary (the official Go SDK as the client): what an
+// agent host waits for, from the request to the signed payment, a fresh
+// payee each time.
+func BenchmarkAuthorizePaymentStdio(b *testing.B) {
+	root := b.TempDir()
+	payerKey := filepath.Join(b.TempDir(), "payer.key")
+	if err := os.WriteFile(payerKey, []byte(e2ePayerKey), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(binPath, "--dir", root, "--key-file", filepath.Join(b.TempDir(), "k.pem"), "--payer-key", payerKey, "--log-level", "warn")
+	client := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil)
+	ctx := context.Background()
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cs.Close()
+	ask := func(i int) {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "authorize_payment", Arguments: map[string]any{
+			"payment_required": e2ePaymentRequired("10000", fmt.Sprintf("0x%040x", i+1))}})
+		if err != nil || res.IsError {
+			b.Fatalf("authorize_payment: %v %v", err, res)
+		}
+	}
+	ask(0)
+	ds := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		ask(i + 1)
+		ds = append(ds, time.Since(t0))
+	}
+	b.StopTimer()
+	slices.Sort(ds)
+	b.ReportMetric(float64(ds[len(ds)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(ds[len(ds)*99/100].Microseconds())/1000, "p99-ms")
 }
