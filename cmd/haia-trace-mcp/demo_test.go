@@ -32,7 +32,7 @@ func TestDemo(t *testing.T) {
 		"$ haia-trace-mcp payer address --payer-key",
 		"decision: ALLOW — signed an EIP-3009 authorization for exactly 250000 atomic USDC",
 		"PAYMENT-SIGNATURE header",
-		"BLOCK — the human's rejection holds, and nothing is signed",
+		"the silent seller's 402 for 0.40 USDC: REVIEW — nothing is signed",
 		"$ haia-trace-mcp authorization show 0x",
 		"CONSISTENT: the terms, the payer's signature and the signed receipts agree",
 		"$ haia-trace-mcp audit",
