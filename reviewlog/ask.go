@@ -225,8 +225,19 @@ func (l *Log) heldByChain(v *verifier, st *state, caller string, req AskRequest,
 		r := Review{ID: id, Status: Pending, Caller: caller, ParamsHash: req.ParamsHash,
 			Counterparty: req.Question.Counterparty, Amount: req.Question.Amount, Asset: req.Question.Asset}
 		inLog := false
-		if e := st.byID[id]; e != nil {
-			lr, err := st.review(e)
+		src, e := st, st.byID[id]
+		if e == nil {
+			// Archived: read from its archive, as the log held it.
+			ast, err := l.findArchived(v.ctx, v.r, id)
+			if err != nil {
+				return Review{}, false, err
+			}
+			if ast != nil {
+				src, e = ast, ast.byID[id]
+			}
+		}
+		if e != nil {
+			lr, err := src.review(e)
 			if err != nil {
 				return Review{}, false, err
 			}
@@ -242,7 +253,7 @@ func (l *Log) heldByChain(v *verifier, st *state, caller string, req AskRequest,
 		decided, err := time.Parse(time.RFC3339Nano, vr.DecidedAt)
 		if err == nil && at.Before(decided.Add(req.RejectionHold)) {
 			if !inLog {
-				vr.Integrity = append(vr.Integrity, "the review log does not hold this review, but a trusted reviewer's signed rejection of it does, and holds")
+				vr.Integrity = append(vr.Integrity, "neither the review log nor an archive holds this review, but a trusted reviewer's signed rejection of it does, and holds")
 			}
 			return vr, true, nil
 		}

@@ -105,7 +105,10 @@ type Log struct {
 	// that archive; archivesRead names them (l.mu guards both).
 	archived     map[string]string
 	archivesRead map[string]bool
-	rx           receiptIndex
+	// lastArchive is the fold of the archive lastArchiveName (l.mu).
+	lastArchive     *state
+	lastArchiveName string
+	rx              receiptIndex
 }
 
 // cachedState is the fold of the log with the identity it was read from.

@@ -218,6 +218,15 @@ func TestArchiveKeepsEverythingVerifiable(t *testing.T) {
 	if again, err := l.Archive(ctx, c.t.Add(-24*time.Hour)); err != nil || again.Reviews != 0 {
 		t.Fatalf("second archive: %+v %v", again, err)
 	}
+	// The archived rejection still holds, read from its archive: no
+	// integrity warning, the note as decided.
+	q := q1
+	q.Amount = "0.01"
+	held, err := l.Ask(ctx, AskRequest{Caller: "agent", Question: q, Decision: "allow", ParamsHash: "hmac-sha256:" + strings.Repeat("0", 64),
+		Reasons: reasons, Tenant: "test", RejectionHold: 365 * 24 * time.Hour}, deferHook)
+	if err != nil || held.Kind != AskRejected || len(held.Review.Integrity) != 0 || held.Review.Note != "old" {
+		t.Fatalf("the archived rejection: %+v %v", held, err)
+	}
 	// The log still takes appends, and folds.
 	if _, _, err := l.OpenReview(ctx, q2Of(q1), reasons, signTerms(t)); err != nil {
 		t.Fatal(err)

@@ -348,8 +348,9 @@ func (l *Log) Findings(ctx context.Context) (findings []Finding, err error) {
 }
 
 // findArchived folds the archive that holds review id (nil when none does).
-// Which archive holds which id is remembered (archives never change), so an
-// archived review costs one archive read. l.mu is held.
+// Which archive holds which id is remembered (archives never change), and
+// the last archive folded is kept, so an archived review asked about again
+// costs no read. l.mu is held.
 func (l *Log) findArchived(ctx context.Context, g Reader, id string) (*state, error) {
 	names, err := g.Archives(ctx)
 	if err != nil {
@@ -360,7 +361,15 @@ func (l *Log) findArchived(ctx context.Context, g Reader, id string) (*state, er
 		l.archivesRead = map[string]bool{}
 	}
 	if name, ok := l.archived[id]; ok && slices.Contains(names, name) {
-		return foldArchive(ctx, g, name)
+		if l.lastArchive != nil && l.lastArchiveName == name {
+			return l.lastArchive, nil
+		}
+		ast, err := foldArchive(ctx, g, name)
+		if err != nil {
+			return nil, fmt.Errorf("archive %s: %w", name, err)
+		}
+		l.lastArchive, l.lastArchiveName = ast, name
+		return ast, nil
 	}
 	for i := len(names) - 1; i >= 0; i-- {
 		name := names[i]
@@ -376,6 +385,7 @@ func (l *Log) findArchived(ctx context.Context, g Reader, id string) (*state, er
 			l.archived[e.id] = name
 		}
 		if ast.byID[id] != nil {
+			l.lastArchive, l.lastArchiveName = ast, name
 			return ast, nil
 		}
 	}

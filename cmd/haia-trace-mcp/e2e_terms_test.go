@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -173,5 +174,29 @@ func termsAttacks(t *testing.T, cs *mcp.ClientSession, root string, store []stri
 		if !strings.Contains(out, "review "+id+": TAMPERED") {
 			t.Errorf("audit does not name %s TAMPERED:\n%s", id, out)
 		}
+	}
+
+	// A rejected review that was archived: the answer that names it and
+	// get_review_status of that id still agree.
+	r4 := ask("0.4")
+	if out, errOut, code := cli("review", "reject", r4.ReviewID, "--note", "never"); code != 0 {
+		t.Fatalf("reject: %d %s %s", code, out, errOut)
+	}
+	time.Sleep(10 * time.Millisecond)
+	if out, errOut, code := cli("review", "archive", "--older-than", "1ms"); code != 0 || !strings.Contains(out, "archived") {
+		t.Fatalf("review archive: %d %s %s", code, out, errOut)
+	}
+	if list, _, _ := cli("review", "list", "--all"); strings.Contains(list, r4.ReviewID) {
+		t.Fatalf("the archived review is still in the log:\n%s", list)
+	}
+	held := ask("0.4")
+	if held.Decision != "block" || !hasRule(held, "human_rejected") || held.ReviewID != r4.ReviewID {
+		t.Fatalf("the archived rejection: %+v", held)
+	}
+	if st := status(held.ReviewID); st["status"] != "rejected" || st["note"] != "never" || st["tampered"] == true {
+		t.Fatalf("get_review_status of the archived review the answer names: %v", st)
+	}
+	if out, errOut, code := cli("review", "show", r4.ReviewID); code != 0 || !strings.Contains(out, "rejected") {
+		t.Fatalf("review show of the archived review: %d %s %s", code, out, errOut)
 	}
 }

@@ -187,6 +187,9 @@ func watchDiff(known map[string]reviewlog.Review, reviews []reviewlog.Review, fi
 			}
 		case prev.Status != r.Status:
 			out = append(out, statusChange(r, stamp))
+		case prev.Tampered != r.Tampered:
+			// Its log line was edited (or restored) under the watcher.
+			out = append(out, watchChange{Time: stamp, Event: watchChanged, Review: r})
 		}
 	}
 	for id := range known {
@@ -224,6 +227,9 @@ func (w *reviewWatcher) print(c watchChange) error {
 	status := watchField(r.Status)
 	if r.DecidedBy != "" && r.Status != reviewlog.Pending {
 		status += " by " + watchField(r.DecidedBy)
+	}
+	if r.Tampered {
+		status += "  TAMPERED (review show says how)"
 	}
 	_, err := fmt.Fprintf(w.stdout, "%s  %-14s  %s  %s  %s %s  %s\n", watchField(c.Time), c.Event, watchField(r.ID),
 		watchField(r.Counterparty), watchField(r.Amount), watchField(r.Asset), status)

@@ -252,6 +252,7 @@ func TestWatchDiff(t *testing.T) {
 		}
 		return r
 	}
+	tampered := func(r reviewlog.Review) reviewlog.Review { r.Tampered = true; return r }
 	type step struct {
 		reviews []reviewlog.Review
 		first   bool
@@ -277,6 +278,11 @@ func TestWatchDiff(t *testing.T) {
 		{"another status change", []step{
 			{[]reviewlog.Review{rev("a", reviewlog.Pending)}, true, []string{"review.pending a pending 2026-03-04T05:00:00Z"}},
 			{[]reviewlog.Review{rev("a", "expired")}, false, []string{"review.changed a expired 2026-03-04T05:06:07Z"}},
+		}},
+		{"its line edited, then restored", []step{
+			{[]reviewlog.Review{rev("a", reviewlog.Pending)}, true, []string{"review.pending a pending 2026-03-04T05:00:00Z"}},
+			{[]reviewlog.Review{tampered(rev("a", reviewlog.Pending))}, false, []string{"review.changed a pending 2026-03-04T05:06:07Z"}},
+			{[]reviewlog.Review{rev("a", reviewlog.Pending)}, false, []string{"review.changed a pending 2026-03-04T05:06:07Z"}},
 		}},
 		{"archived and back", []step{
 			{[]reviewlog.Review{rev("a", reviewlog.Pending)}, true, []string{"review.pending a pending 2026-03-04T05:00:00Z"}},

@@ -315,3 +315,42 @@ type closer struct{ err error }
 
 func (closer) Notify(Message)                {}
 func (c closer) Close(context.Context) error { return c.err }
+
+// The text shows the terms the server signed over the review's own fields,
+// names the caller, the resource and the asset's symbol, and starts with
+// TAMPERED where an unsigned record disagrees with the signatures.
+func TestNewMessageTextFromSignedTerms(t *testing.T) {
+	terms := map[string]any{"caller": "agent-1", "tenant": "acme", "counterparty": "0xb0b", "amount": "0.2", "asset": "eip155:8453/0x8335",
+		"resource": "https://api.example/x"}
+	for _, tc := range []struct {
+		name         string
+		review       map[string]any
+		want, reject []string
+	}{
+		{"signed", map[string]any{"review_id": "r-1", "amount": "9.99", "counterparty": "0xevil", "asset": "eip155:8453/0x8335", "asset_symbol": "USDC",
+			"terms": terms, "terms_receipt": "rcpt_1"},
+			[]string{"Payment review r-1 is waiting: 0.2 USDC (eip155:8453/0x8335) to 0xb0b for https://api.example/x, asked by acme/agent-1"},
+			[]string{"9.99", "0xevil", "TAMPERED", "UNSIGNED"}},
+		{"tampered", map[string]any{"review_id": "r-2", "amount": "0.2", "counterparty": "0xb0b", "asset": "eip155:8453/0x8335", "terms": terms, "tampered": true},
+			[]string{"TAMPERED — ", "Payment review r-2 is waiting"}, nil},
+		{"unsigned", map[string]any{"review_id": "r-3", "amount": "0.2", "counterparty": "0xb0b", "asset": "eip155:8453/0x8335", "terms": terms},
+			[]string{"UNSIGNED — "}, []string{"TAMPERED"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := NewMessage(EventOpened, tc.review)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(m.Text, w) {
+					t.Errorf("text %q lacks %q", m.Text, w)
+				}
+			}
+			for _, r := range tc.reject {
+				if strings.Contains(m.Text, r) {
+					t.Errorf("text %q holds %q", m.Text, r)
+				}
+			}
+		})
+	}
+}
