@@ -108,7 +108,7 @@ func TestReviewCLIExitCodes(t *testing.T) {
 		{"unknown id", []string{"approve", "1b4e28ba-2fa1-4d2c-883f-0016d3cca427", "--dir", dir}, reviewExitUnknown, "unknown review"},
 		{"unknown id (show)", []string{"show", "1b4e28ba-2fa1-4d2c-883f-0016d3cca427", "--dir", dir}, reviewExitUnknown, "unknown review"},
 		{"--by another reviewer than the key's", []string{"approve", ids[0], "--by", "a\x1bb", "--dir", dir}, reviewExitUntrusted, `belongs to reviewer alice`},
-		{"missing root", []string{"list", "--dir", filepath.Join(dir, "absent")}, exitUsage, "cannot be opened"},
+		{"missing root", []string{"list", "--dir", filepath.Join(dir, "absent")}, exitUsage, "no Trace root at"},
 		{"not a Trace root", []string{"list", "--dir", t.TempDir()}, exitUsage, "is not a Trace root"},
 	}
 	for _, tc := range tests {

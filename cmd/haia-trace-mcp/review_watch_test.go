@@ -214,7 +214,7 @@ func TestReviewWatchRefuses(t *testing.T) {
 		errHas []string
 	}{
 		{"not a Trace root", []string{"--dir", notRoot}, exitUsage, []string{notRoot + " is not a Trace root", "neither events/ nor guard/"}},
-		{"missing directory", []string{"--dir", filepath.Join(notRoot, "absent")}, exitUsage, []string{filepath.Join(notRoot, "absent"), "cannot be opened"}},
+		{"missing directory", []string{"--dir", filepath.Join(notRoot, "absent")}, exitUsage, []string{filepath.Join(notRoot, "absent"), "no Trace root at", "haia-trace-mcp init"}},
 		{"hostile path is escaped", []string{"--dir", filepath.Join(notRoot, "a\x1b[2Jb")}, exitUsage, []string{`a\u001b[2Jb`}},
 		{"guard is a symbolic link", []string{"--dir", linked}, exitFail, []string{"guard", "symbolic link"}},
 		{"zero interval", []string{"--dir", root, "--interval", "0s"}, exitUsage, []string{"--interval 0s is outside"}},
