@@ -95,7 +95,11 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	log := reviewlog.OpenStore(st, reviewlog.Options{ReviewTTL: g.policy.ReviewTTL, ServerKeys: kr,
 		Reviewers: func() (reviewlog.Reviewers, error) { return trusted, nil }})
-	rep, err := log.Audit(ctx, kr)
+	var rep reviewlog.AuditReport
+	err = newProgress(stderr, "audit").during("verifying every chain and the review log against the signatures", func() (err error) {
+		rep, err = log.Audit(ctx, kr)
+		return err
+	})
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp audit: %s\n", termsafe.String(err.Error()))
 		if errors.Is(err, reviewlog.ErrCorrupt) {

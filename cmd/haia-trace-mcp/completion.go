@@ -36,6 +36,7 @@ var commands = []commandInfo{
 	{name: "init", usage: "init [DIR]                       a Trace root from nothing: layout, keys, a reviewer, an example policy"},
 	{name: "reviewer", subs: []string{"init"}, usage: "reviewer init --id ID [--key-file K] [--reviewers F]"},
 	{name: "audit", usage: "audit [--dir .trace] [--reviewers F] [--keyring K]"},
+	{name: "status", usage: "status [--dir .trace] [--store URL] [--json]   the state at a glance: runs, payments, reviews, chains, policy"},
 	{name: "store", subs: []string{"migrate", "import", "export"}, usage: "store migrate|import|export --store postgres://… [--dir .trace]"},
 	{name: "chain", subs: []string{"list", "export", "checkpoint"}, usage: "chain list|export ID|checkpoint ID [--dir .trace]"},
 	{name: "proxy", usage: "proxy --guard-map FILE [--dir .trace] [flags] -- UPSTREAM_COMMAND [ARGS…] | --upstream-url URL"},

@@ -52,6 +52,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return runInit(ctx, rest, stdout, stderr)
 		case "reviewer":
 			return runReviewer(ctx, rest, stdout, stderr)
+		case "status":
+			return runStatus(ctx, rest, stdout, stderr)
 		case "audit":
 			return runAudit(ctx, rest, stdout, stderr)
 		case "chain":

@@ -213,7 +213,11 @@ func runStore(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if verb == "export" {
 		src, dst = pg, files
 	}
-	rep, err := reviewlog.CopyStore(ctx, src, dst)
+	var rep reviewlog.CopyReport
+	err = newProgress(stderr, "store "+verb).during("copying "+src.Describe()+" → "+dst.Describe()+", verifying every chain before and after", func() (err error) {
+		rep, err = reviewlog.CopyStore(ctx, src, dst)
+		return err
+	})
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp store %s: %s\n", verb, termsafe.String(err.Error()))
 		if errors.Is(err, reviewlog.ErrChainInvalid) {

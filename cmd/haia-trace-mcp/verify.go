@@ -100,7 +100,10 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		defer f.Close()
 		docs.Chain = f
-		res = noa.VerifyDocuments(docs)
+		_ = newProgress(stderr, "verify").during(filepath.Base(pos[0]), func() error {
+			res = noa.VerifyDocuments(docs)
+			return nil
+		})
 		if n := otherSegments(pos[0]); n > 0 {
 			fmt.Fprintf(stderr, "note: %s is one segment of a chain with %d more; --follow verifies them all end to end\n", filepath.Base(pos[0]), n)
 		}
@@ -169,7 +172,11 @@ func verifyFollow(path string, docs noa.Documents, stderr io.Writer) (noa.Result
 		p := filepath.Join(dir, reviewlog.SegmentFile(base, k))
 		srcs = append(srcs, noa.SegmentSource{Name: filepath.Base(p), Open: func() (io.ReadCloser, error) { return os.Open(p) }})
 	}
-	res, err := noa.VerifySegments(srcs, opt)
+	var res noa.Result
+	err = newProgress(stderr, "verify").during(fmt.Sprintf("chain %s, %d segments", base, len(srcs)), func() (err error) {
+		res, err = noa.VerifySegments(srcs, opt)
+		return err
+	})
 	if err != nil {
 		fmt.Fprintf(stderr, "verify --follow: %v\n", err)
 		return noa.Result{}, exitVerifyUsage
@@ -213,8 +220,10 @@ func verifyInStore(ctx context.Context, spec, id string, docs noa.Documents, std
 				fmt.Fprintf(stderr, "note: signatures checked against the store's keyring (%d keys); --keyring K checks them against a keyring kept elsewhere\n", len(kr))
 			}
 		}
-		res, err = reviewlog.VerifySegments(ctx, r, id, opt)
-		return err
+		return newProgress(stderr, "verify").during("chain "+id+" in "+st.Describe(), func() (err error) {
+			res, err = reviewlog.VerifySegments(ctx, r, id, opt)
+			return err
+		})
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "verify: chain %s in %s: %s\n", termsafe.String(id), st.Describe(), termsafe.String(err.Error()))

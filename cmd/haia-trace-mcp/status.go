@@ -1,0 +1,451 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"math/big"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
+	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
+	"github.com/haia-trace-mcp/haia-trace-mcp/server"
+)
+
+const statusUsage = `usage:
+  haia-trace-mcp status [--dir .trace] [--store URL] [--guard-config C] [--reviewers F] [--json]
+
+The state at a glance, for a person or a monitoring script: runs and their
+operations (full or partial), open payments by counterparty, pending reviews
+by age, reservations, every decision chain's head and whether it verifies
+(against the store's keyring), the policy this command reads (its source and
+SHA-256) and the trusted reviewers. Nothing is written.
+
+  --guard-config C  the policy to report (default: haia-guard.config.json beside
+                    the Trace root, as init writes it, else the built-in defaults);
+                    the server reports the policy it runs with in its own log
+  --json            one JSON object on stdout
+
+exit codes: 0 everything verifies, 1 error, 2 usage, 3 a chain does not verify
+or a run cannot be read
+`
+
+// statusReport is what status prints; its JSON form is for scripts.
+type statusReport struct {
+	Root         string           `json:"root"`
+	Store        string           `json:"store"`
+	Runs         statusRuns       `json:"runs"`
+	OpenPayments []statusOpen     `json:"open_payments"`
+	Reviews      statusReviews    `json:"reviews"`
+	Reservations statusNote       `json:"reservations"`
+	Chains       []statusChain    `json:"chains"`
+	Policy       statusPolicy     `json:"policy"`
+	Reviewers    statusReviewers  `json:"reviewers"`
+	Problems     []string         `json:"problems"`
+	GeneratedAt  string           `json:"generated_at"`
+	Templates    []string         `json:"history_templates"`
+	Unreadable   []statusNotFound `json:"unreadable_runs"`
+}
+
+type statusRuns struct {
+	Runs       int `json:"runs"`
+	Operations int `json:"operations"`
+	Full       int `json:"full"`
+	Partial    int `json:"partial"`
+	Unreadable int `json:"unreadable"`
+}
+
+type statusOpen struct {
+	Counterparty string   `json:"counterparty"`
+	Operations   int      `json:"operations"`
+	Amounts      []string `json:"amounts"`
+}
+
+type statusReviews struct {
+	Pending int           `json:"pending"`
+	ByAge   []statusCount `json:"by_age"`
+	Oldest  string        `json:"oldest_created_at,omitempty"`
+}
+
+type statusCount struct {
+	Age   string `json:"age"`
+	Count int    `json:"count"`
+}
+
+type statusNote struct {
+	Available bool   `json:"available"`
+	Note      string `json:"note"`
+}
+
+type statusChain struct {
+	ID       string `json:"id"`
+	Receipts int    `json:"receipts"`
+	Segments int    `json:"segments"`
+	Head     string `json:"head"`
+	Verdict  string `json:"verdict"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+type statusPolicy struct {
+	Source string `json:"source"`
+	SHA256 string `json:"sha256"`
+}
+
+type statusReviewers struct {
+	File  string   `json:"file"`
+	IDs   []string `json:"ids"`
+	Error string   `json:"error,omitempty"`
+}
+
+type statusNotFound struct {
+	RunID string `json:"run_id"`
+	Error string `json:"error"`
+}
+
+// statusAges are the buckets pending reviews are counted in.
+var statusAges = []struct {
+	label string
+	upTo  time.Duration
+}{{"< 1h", time.Hour}, {"1h–24h", 24 * time.Hour}, {"1d–7d", 7 * 24 * time.Hour}, {"> 7d", 0}}
+
+func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c := newCommand("status", statusUsage, stdout, stderr)
+	dir := c.fs.String("dir", ".trace", "the Trace root")
+	reviewers := c.fs.String("reviewers", "", "the trusted reviewers file (default: reviewers.json in the user configuration directory)")
+	guardConfig := c.fs.String("guard-config", "", "the policy to report (default: haia-guard.config.json beside the Trace root, else built-in defaults)")
+	templatesDir := c.fs.String("templates-dir", "", "the operator's templates (default: the Trace root's templates/)")
+	asJSON := c.fs.Bool("json", false, "print one JSON object")
+	storeFlag := addStoreFlag(c.fs)
+	pos, code, ok := c.parse(args)
+	if !ok {
+		return code
+	}
+	if code, ok := c.wantArgs(pos, 0, 0, "no arguments"); !ok {
+		return code
+	}
+	policyPath, policySource := *guardConfig, "--guard-config "+*guardConfig
+	if policyPath == "" {
+		beside := filepath.Join(filepath.Dir(filepath.Clean(*dir)), "haia-guard.config.json")
+		if _, err := os.Stat(beside); err == nil {
+			policyPath, policySource = beside, beside+" (beside the Trace root)"
+		}
+	}
+	g, code := openCLIGuard(ctx, "status", *dir, *storeFlag, *reviewers, policyPath, stderr)
+	if g == nil {
+		return code
+	}
+	defer g.Close()
+	rep := statusReport{Root: g.root.Path(), Store: g.store.Describe(), GeneratedAt: time.Now().UTC().Format(time.RFC3339),
+		Problems: []string{}, OpenPayments: []statusOpen{}, Chains: []statusChain{}, Unreadable: []statusNotFound{}}
+	progress := newProgress(stderr, "status")
+	defer progress.done()
+
+	// The policy this command reads.
+	if policyPath == "" {
+		def, _ := json.Marshal(guard.DefaultConfig())
+		sum := sha256.Sum256(def)
+		rep.Policy = statusPolicy{Source: "built-in defaults (no --guard-config and no haia-guard.config.json beside the Trace root); sha256 of their JSON form", SHA256: hex.EncodeToString(sum[:])}
+	} else {
+		data, err := os.ReadFile(policyPath)
+		if err != nil {
+			fmt.Fprintf(stderr, "haia-trace-mcp status: %v\n", err)
+			return exitFail
+		}
+		sum := sha256.Sum256(data)
+		rep.Policy = statusPolicy{Source: policySource, SHA256: hex.EncodeToString(sum[:])}
+	}
+	rep.Templates = g.policy.HistoryTemplates
+
+	// Runs and open payments, read as the server reads them.
+	progress.step("reading the runs under events/")
+	if err := statusRunsOf(ctx, g, *templatesDir, &rep); err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp status: %s\n", termsafe.String(err.Error()))
+		return exitFail
+	}
+
+	// Pending reviews by age.
+	progress.step("reading the review log")
+	log := reviewlog.OpenStore(g.store, reviewlog.Options{ReviewTTL: g.policy.ReviewTTL, Reviewers: g.loadReviewers})
+	pending, err := log.List(ctx, false)
+	if err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp status: the review log: %s\n", termsafe.String(err.Error()))
+		return exitFail
+	}
+	rep.Reviews = statusPending(pending, time.Now())
+
+	// No reservation is kept by this build.
+	rep.Reservations = statusNote{Note: "this build keeps no reservations: an allow reserves nothing, so nothing is held between a check and its payment"}
+
+	// Chains and whether they verify against the store's keyring.
+	err = g.store.View(ctx, func(r reviewlog.Reader) error {
+		chains, err := reviewlog.ListChains(ctx, r)
+		if err != nil {
+			return err
+		}
+		kr, err := r.Keyring(ctx)
+		if err != nil {
+			return fmt.Errorf("the keyring: %w", err)
+		}
+		for i, ch := range chains {
+			progress.step(fmt.Sprintf("verifying chain %d of %d (%d receipts)", i+1, len(chains), ch.Length))
+			res, err := reviewlog.VerifySegments(ctx, r, ch.ID, noa.Options{Keyring: kr})
+			if err != nil {
+				return fmt.Errorf("chain %s: %w", ch.ID, err)
+			}
+			sc := statusChain{ID: ch.ID, Receipts: ch.Length, Segments: ch.Segments, Head: ch.Head, Verdict: string(res.Verdict)}
+			if res.Verdict != noa.Valid {
+				sc.Reason = res.Reason
+				rep.Problems = append(rep.Problems, fmt.Sprintf("chain %s is %s: %s", ch.ID, res.Verdict, res.Reason))
+			}
+			rep.Chains = append(rep.Chains, sc)
+		}
+		return nil
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp status: %s\n", termsafe.String(err.Error()))
+		return exitFail
+	}
+
+	// The trusted reviewers.
+	rep.Reviewers.File = g.reviewersPath
+	rep.Reviewers.IDs = []string{}
+	if trusted, err := g.loadReviewers(); err != nil {
+		rep.Reviewers.Error = err.Error()
+		if !errors.Is(err, fs.ErrNotExist) {
+			rep.Problems = append(rep.Problems, "the trusted reviewers file cannot be read: "+err.Error())
+		}
+	} else {
+		for id := range trusted {
+			rep.Reviewers.IDs = append(rep.Reviewers.IDs, id)
+		}
+		sort.Strings(rep.Reviewers.IDs)
+	}
+	progress.done()
+
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(rep); err != nil {
+			fmt.Fprintf(stderr, "haia-trace-mcp status: %v\n", err)
+			return exitFail
+		}
+	} else {
+		printStatus(stdout, rep)
+	}
+	if len(rep.Problems) > 0 {
+		return 3
+	}
+	return exitOK
+}
+
+// statusRunsOf reads every run under the policy's history templates the
+// way the server does (its own index) and fills the runs, the unreadable
+// runs and the open payments.
+func statusRunsOf(ctx context.Context, g *cliGuard, templatesDir string, rep *statusReport) error {
+	events, err := g.root.OpenDirLazy("events")
+	if err != nil {
+		return fmt.Errorf("the events directory: %w", err)
+	}
+	defer events.Close()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	templates, err := openTemplates(g.root, templatesDir, quiet)
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(server.Config{Root: g.root, Events: events, Templates: templates, Limits: receipt.DefaultLimits(), Version: versionString(), Logger: quiet})
+	if err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	open := map[string]*statusOpen{}
+	sums := map[string]map[string]*big.Int{}
+	runs := map[string]bool{}
+	for _, name := range g.policy.HistoryTemplates {
+		t, err := templates.Resolve(name)
+		if err != nil {
+			return fmt.Errorf("history template %s: %w", name, err)
+		}
+		h, err := srv.History().History(ctx, t)
+		if err != nil {
+			return fmt.Errorf("read history under %s: %w", name, err)
+		}
+		for _, u := range h.Unreadable {
+			if !seen["unreadable\x00"+u.RunID] {
+				seen["unreadable\x00"+u.RunID] = true
+				rep.Unreadable = append(rep.Unreadable, statusNotFound(u))
+				rep.Problems = append(rep.Problems, fmt.Sprintf("run %s cannot be read: %s", u.RunID, u.Error))
+			}
+		}
+		for _, op := range h.Ops {
+			key := op.RunID + "\x00" + op.OperationID
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+			runs[op.RunID] = true
+			rep.Runs.Operations++
+			if op.Completeness == "full" {
+				rep.Runs.Full++
+			} else {
+				rep.Runs.Partial++
+			}
+			if !op.Open {
+				continue
+			}
+			who := "(not attributable: " + op.Unattributable + ")"
+			if op.Money != nil {
+				switch {
+				case len(op.Money.PayTos) > 0:
+					who = strings.Join(op.Money.PayTos, ",")
+				case len(op.Money.Hosts) > 0:
+					who = strings.Join(op.Money.Hosts, ",")
+				}
+			}
+			o := open[who]
+			if o == nil {
+				o = &statusOpen{Counterparty: who}
+				open[who] = o
+				sums[who] = map[string]*big.Int{}
+			}
+			o.Operations++
+			if op.Money != nil && op.Money.Atomic != nil && op.Money.Asset != "" {
+				s := sums[who][op.Money.Asset]
+				if s == nil {
+					s = new(big.Int)
+					sums[who][op.Money.Asset] = s
+				}
+				s.Add(s, op.Money.Atomic)
+			}
+		}
+	}
+	rep.Runs.Runs = len(runs)
+	rep.Runs.Unreadable = len(rep.Unreadable)
+	for who, o := range open {
+		for _, asset := range slices.Sorted(mapKeys(sums[who])) {
+			amount := sums[who][asset].String() + " atomic units of " + asset
+			if a, ok := g.policy.Assets.Lookup(asset); ok {
+				amount = guard.FormatAmount(sums[who][asset], a.Decimals) + " " + a.Symbol
+			}
+			o.Amounts = append(o.Amounts, amount)
+		}
+		if o.Amounts == nil {
+			o.Amounts = []string{}
+		}
+		rep.OpenPayments = append(rep.OpenPayments, *o)
+	}
+	sort.Slice(rep.OpenPayments, func(i, j int) bool {
+		a, b := rep.OpenPayments[i], rep.OpenPayments[j]
+		if a.Operations != b.Operations {
+			return a.Operations > b.Operations
+		}
+		return a.Counterparty < b.Counterparty
+	})
+	return nil
+}
+
+func mapKeys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// statusPending counts pending reviews by age at now.
+func statusPending(pending []reviewlog.Review, now time.Time) statusReviews {
+	out := statusReviews{Pending: len(pending), ByAge: make([]statusCount, len(statusAges))}
+	for i, a := range statusAges {
+		out.ByAge[i].Age = a.label
+	}
+	for _, r := range pending {
+		at, err := time.Parse(time.RFC3339Nano, r.CreatedAt)
+		age := time.Duration(0)
+		if err == nil {
+			age = now.Sub(at)
+		}
+		for i, a := range statusAges {
+			if a.upTo == 0 || age < a.upTo {
+				out.ByAge[i].Count++
+				break
+			}
+		}
+		if out.Oldest == "" || r.CreatedAt < out.Oldest {
+			out.Oldest = r.CreatedAt
+		}
+	}
+	return out
+}
+
+func printStatus(w io.Writer, rep statusReport) {
+	s := termsafe.String
+	fmt.Fprintf(w, "Trace root  %s\nstore       %s\n\n", s(rep.Root), s(rep.Store))
+	fmt.Fprintf(w, "runs        %d runs, %d operations (%d full, %d partial) under %s\n", rep.Runs.Runs, rep.Runs.Operations, rep.Runs.Full, rep.Runs.Partial, strings.Join(rep.Templates, ", "))
+	for _, u := range rep.Unreadable {
+		fmt.Fprintf(w, "            run %s cannot be read: %s\n", s(u.RunID), s(u.Error))
+	}
+	if len(rep.OpenPayments) == 0 {
+		fmt.Fprintf(w, "open        no open payment\n")
+	} else {
+		fmt.Fprintf(w, "open        payments whose outcome is not confirmed, by counterparty:\n")
+		for _, o := range rep.OpenPayments {
+			fmt.Fprintf(w, "            %-44s %d  %s\n", s(o.Counterparty), o.Operations, s(strings.Join(o.Amounts, " + ")))
+		}
+	}
+	fmt.Fprintf(w, "reviews     %d pending", rep.Reviews.Pending)
+	if rep.Reviews.Pending > 0 {
+		var parts []string
+		for _, b := range rep.Reviews.ByAge {
+			if b.Count > 0 {
+				parts = append(parts, fmt.Sprintf("%s: %d", b.Age, b.Count))
+			}
+		}
+		fmt.Fprintf(w, " (%s; oldest opened %s)", strings.Join(parts, ", "), s(rep.Reviews.Oldest))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "reserved    %s\n", rep.Reservations.Note)
+	if len(rep.Chains) == 0 {
+		fmt.Fprintf(w, "chains      none yet (no decision recorded)\n")
+	}
+	for i, ch := range rep.Chains {
+		label := "chains     "
+		if i > 0 {
+			label = "           "
+		}
+		fmt.Fprintf(w, "%s %s  %s  %d receipts, %d segments, head %s\n", label, ch.Verdict, s(ch.ID), ch.Receipts, ch.Segments, s(ch.Head))
+		if ch.Reason != "" {
+			fmt.Fprintf(w, "              %s\n", s(ch.Reason))
+		}
+	}
+	fmt.Fprintf(w, "policy      %s\n            sha256 %s\n", s(rep.Policy.Source), rep.Policy.SHA256)
+	switch {
+	case rep.Reviewers.Error != "":
+		fmt.Fprintf(w, "reviewers   %s: %s\n", s(rep.Reviewers.File), s(rep.Reviewers.Error))
+	case len(rep.Reviewers.IDs) == 0:
+		fmt.Fprintf(w, "reviewers   none trusted in %s\n", s(rep.Reviewers.File))
+	default:
+		fmt.Fprintf(w, "reviewers   %s (%s)\n", s(strings.Join(rep.Reviewers.IDs, ", ")), s(rep.Reviewers.File))
+	}
+	if len(rep.Problems) > 0 {
+		fmt.Fprintf(w, "\n%d problem(s):\n", len(rep.Problems))
+		for _, p := range rep.Problems {
+			fmt.Fprintf(w, "  - %s\n", s(p))
+		}
+	}
+}
