@@ -2,6 +2,8 @@ package guard
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -42,6 +44,10 @@ type Config struct {
 	PolicyFile string
 	// Source names where the policy came from, for messages.
 	Source string
+	// Text is the policy file's bytes and Hash their hex SHA-256; both are
+	// empty for the built-in defaults.
+	Text []byte
+	Hash string
 
 	// HistoryTemplates are the templates past operations are read under;
 	// the guard takes the worst case over them. A caller cannot choose.
@@ -220,6 +226,8 @@ func LoadConfig(path string) (*Config, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	c.Source = path
+	sum := sha256.Sum256(data)
+	c.Text, c.Hash = data, hex.EncodeToString(sum[:])
 	return c, nil
 }
 

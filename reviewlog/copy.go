@@ -63,6 +63,15 @@ func CopyStore(ctx context.Context, src, dst Store) (CopyReport, error) {
 				}
 				rep.Keys++
 			}
+			// The policy the server recorded travels with the store, so the
+			// review commands on the copy decide under the same one.
+			if rec, ok, err := r.Policy(ctx); err != nil {
+				return err
+			} else if ok {
+				if err := w.SetPolicy(ctx, rec); err != nil {
+					return err
+				}
+			}
 			segs, err := r.Segments(ctx)
 			if err != nil {
 				return err

@@ -57,6 +57,9 @@ type Reader interface {
 	// Locate says where a stream lives, for messages and listings: a
 	// path under the Trace root, or the database's URL and the name.
 	Locate(name string) string
+	// Policy is the policy in effect, as the last server to start (or
+	// reload) recorded it; ok is false when none has.
+	Policy(ctx context.Context) (rec PolicyRecord, ok bool, err error)
 }
 
 // Writer is a Reader inside the write lock, that can also append.
@@ -76,6 +79,8 @@ type Writer interface {
 	// ReplaceLog moves archived lines into a new archive named name and
 	// leaves kept as the whole review log.
 	ReplaceLog(ctx context.Context, name string, archived, kept []byte) error
+	// SetPolicy records the policy in effect, replacing the last record.
+	SetPolicy(ctx context.Context, rec PolicyRecord) error
 }
 
 // Stream is one append-only stream of lines, read at byte offsets.

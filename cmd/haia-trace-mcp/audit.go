@@ -45,7 +45,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	dir := c.fs.String("dir", ".trace", "the Trace root")
 	reviewers := c.fs.String("reviewers", "", "the trusted reviewers file (default: reviewers.json in the user configuration directory)")
 	keyringPath := c.fs.String("keyring", "", "keys that verify the chains (default: the Trace root's guard/keyring.json)")
-	guardConfig := c.fs.String("guard-config", "", "the guard policy, for reviewTtlMinutes (default: built-in defaults)")
+	guardConfig := c.fs.String("guard-config", "", "the guard policy, for reviewTtlMinutes (default: the policy the server recorded in the store; a different file is refused)")
 	storeFlag := addStoreFlag(c.fs)
 	pos, code, ok := c.parse(args)
 	if !ok {
@@ -92,6 +92,9 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	// keyring copy says.
 	for _, pub := range trusted {
 		kr.Add(noa.KeyID(pub), pub)
+	}
+	if !g.policyKnown {
+		fmt.Fprintln(stderr, "haia-trace-mcp audit: note: the policy the server runs with is not recorded in the guard's store; expiry is judged under the built-in reviewTtlMinutes")
 	}
 	log := reviewlog.OpenStore(st, reviewlog.Options{ReviewTTL: g.policy.ReviewTTL, ServerKeys: kr,
 		Reviewers: func() (reviewlog.Reviewers, error) { return trusted, nil }})

@@ -150,7 +150,7 @@ func runInit(_ context.Context, args []string, stdout, stderr io.Writer) int {
 
 	configPath := *config
 	if configPath == "" {
-		configPath = filepath.Join(filepath.Dir(abs), "haia-guard.config.json")
+		configPath = defaultPolicyFile(abs)
 	}
 	if _, err := os.Lstat(configPath); errors.Is(err, os.ErrNotExist) {
 		if _, err := guard.ParseConfig([]byte(exampleConfig), ""); err != nil {

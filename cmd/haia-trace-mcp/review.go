@@ -79,7 +79,7 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var all *bool
 	var note, by, reviewerKey, expectTerms *string
 	reviewers := fs.String("reviewers", "", "the trusted reviewers file (default: reviewers.json in the user configuration directory)")
-	guardConfig := fs.String("guard-config", "", "the guard policy, for reviewTtlMinutes (default: built-in defaults)")
+	guardConfig := fs.String("guard-config", "", "the guard policy, for reviewTtlMinutes (default: the policy the server recorded in the store; a different file is refused)")
 	tenant := fs.String("tenant", "", "the tenant: with --tenants-dir its root is DIR/<tenant>; written as scope.tenant into decision receipts (default haia-trace-mcp)")
 	tenantsDir := fs.String("tenants-dir", "", "the directory of tenants' Trace roots (as the server's --tenants-dir); needs --tenant")
 	storeFlag := addStoreFlag(fs)
@@ -125,6 +125,13 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return code
 	}
 	defer g.Close()
+	if !g.policyKnown {
+		if verb == "approve" || verb == "reject" || verb == "archive" {
+			fmt.Fprintf(stderr, "haia-trace-mcp review %s: cannot decide: %s\n", verb, errPolicyUnknown)
+			return exitFail
+		}
+		fmt.Fprintln(stderr, "haia-trace-mcp review "+verb+": note: the policy the server runs with is not recorded in the guard's store; expiry is judged under the built-in reviewTtlMinutes")
+	}
 	root, pol := g.root, g.policy
 	log := reviewlog.OpenStore(g.store, reviewlog.Options{LockWait: *lockWait, ReviewTTL: pol.ReviewTTL, Reviewers: g.loadReviewers})
 

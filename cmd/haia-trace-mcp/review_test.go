@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -27,6 +28,12 @@ func reviewRoot(t *testing.T, n int) (string, []string) {
 		t.Fatal(err)
 	}
 	defer root.Close()
+	// As a server does when it starts: record the policy it runs with.
+	if err := reviewlog.NewFileStore(root).Locked(context.Background(), time.Second, func(w reviewlog.Writer) error {
+		return w.SetPolicy(context.Background(), policyToRecord(guard.DefaultConfig(), time.Now()))
+	}); err != nil {
+		t.Fatal(err)
+	}
 	l := reviewlog.Open(root, reviewlog.Options{})
 	terms := serverTerms(t, "")
 	var ids []string

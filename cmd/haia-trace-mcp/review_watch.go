@@ -44,7 +44,7 @@ func runReviewWatch(ctx context.Context, args []string, stdout, stderr io.Writer
 	asJSON := fs.Bool("json", false, "print one JSON object per line")
 	interval := fs.Duration("interval", time.Second, "how often to read the review log")
 	reviewers := fs.String("reviewers", "", "the trusted reviewers file (default: reviewers.json in the user configuration directory)")
-	guardConfig := fs.String("guard-config", "", "the guard policy, for reviewTtlMinutes")
+	guardConfig := fs.String("guard-config", "", "the guard policy, for reviewTtlMinutes (default: the policy the server recorded in the store; a different file is refused)")
 	storeFlag := addStoreFlag(fs)
 	pos, code, ok := c.parse(args)
 	if !ok {

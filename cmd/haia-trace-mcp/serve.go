@@ -63,7 +63,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.templatesDir, "templates-dir", "", "the operator's templates directory (default: <dir>/templates)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level on stderr: debug, info, warn, error")
 	fs.Int64Var(&f.indexMaxMB, "index-max-mb", 256, "memory budget of the run index, in MiB")
-	fs.StringVar(&f.guardConfig, "guard-config", "", "the guard policy (haia-guard.config.json); default: built-in defaults")
+	fs.StringVar(&f.guardConfig, "guard-config", "", "the guard policy; reloaded on SIGHUP (default: haia-guard.config.json beside --dir when it exists, else built-in defaults)")
 	fs.StringVar(&f.agentID, "agent-id", "local-agent", "who the caller is over stdio, for decision receipts (over HTTP the token's subject is used)")
 	f.signing.register(fs)
 	fs.StringVar(&f.reviewers, "reviewers", "", "the trusted reviewers file; the server only reads it (default: reviewers.json in the user configuration directory)")
@@ -103,9 +103,9 @@ type guardSetup struct {
 
 // openGuard loads the policy, its custom rules and the signing setup once.
 func openGuard(ctx context.Context, root *confined.Dir, f *serveFlags, logger *slog.Logger) (*guardSetup, error) {
-	cfg, err := guard.LoadConfig(f.guardConfig)
+	cfg, err := loadServerPolicy(f.guardConfig, root.Path(), logger)
 	if err != nil {
-		return nil, fmt.Errorf("--guard-config: %w", err)
+		return nil, err
 	}
 	var rules *policy.Policy
 	if cfg.PolicyFile != "" {
@@ -132,6 +132,10 @@ func openGuard(ctx context.Context, root *confined.Dir, f *serveFlags, logger *s
 		return nil, err
 	}
 	logger.Info("guard store", "store", store.Describe())
+	if err := recordPolicy(ctx, store, cfg, time.Now(), logger); err != nil {
+		store.Close()
+		return nil, err
+	}
 	noteRotation(ctx, store, chains, logger)
 	if _, err := reviewlog.LoadReviewers(reviewersPath); err != nil {
 		// Not fatal: a root from nothing has no reviewer yet. Every human
@@ -152,6 +156,60 @@ func openGuard(ctx context.Context, root *confined.Dir, f *serveFlags, logger *s
 		Reviewers: func() (reviewlog.Reviewers, error) { return reviewlog.LoadReviewers(reviewersPath) }})
 	return &guardSetup{policy: cfg, rules: rules, log: log, chains: chains, paramsKey: paramsKey, reviewersPath: reviewersPath, store: store,
 		payer: payer, tools: parseTools(f.tools)}, nil
+}
+
+// DefaultPolicyName is the policy file init writes beside a Trace root,
+// where the server and the review commands look when --guard-config is not
+// given.
+const DefaultPolicyName = "haia-guard.config.json"
+
+// defaultPolicyFile is init's policy file for the Trace root at rootPath.
+func defaultPolicyFile(rootPath string) string {
+	return filepath.Join(filepath.Dir(rootPath), DefaultPolicyName)
+}
+
+// loadServerPolicy reads --guard-config, else the policy init wrote beside
+// the root when there is one, else takes the built-in defaults; it says
+// which in the log.
+func loadServerPolicy(flagPath, rootPath string, logger *slog.Logger) (*guard.Config, error) {
+	path := flagPath
+	if path == "" {
+		if _, err := os.Lstat(defaultPolicyFile(rootPath)); err == nil {
+			path = defaultPolicyFile(rootPath)
+			logger.Info("guard policy: no --guard-config, using the one beside the Trace root", "path", path)
+		}
+	}
+	cfg, err := guard.LoadConfig(path)
+	if err != nil {
+		if flagPath == "" {
+			return nil, fmt.Errorf("the guard policy beside the Trace root: %w", err)
+		}
+		return nil, fmt.Errorf("--guard-config: %w", err)
+	}
+	return cfg, nil
+}
+
+// recordPolicy records the policy this server runs with in its store, for
+// the review commands to decide under the same one. Another policy recorded
+// there (another replica's, or this server's before a change) is replaced,
+// and the log says so.
+func recordPolicy(ctx context.Context, store reviewlog.Store, cfg *guard.Config, now time.Time, logger *slog.Logger) error {
+	rec := policyToRecord(cfg, now)
+	err := store.Locked(ctx, 30*time.Second, func(w reviewlog.Writer) error {
+		prev, ok, err := w.Policy(ctx)
+		if err != nil {
+			logger.Warn("the policy recorded in the store cannot be read; recording this one", "err", err)
+		} else if ok && prev.SHA256 != rec.SHA256 {
+			logger.Warn("the store recorded another policy in effect; this server's replaces it (every replica should run the same one)",
+				"previous_source", prev.Source, "previous_sha256", prev.SHA256, "previous_at", prev.At, "source", rec.Source, "sha256", rec.SHA256)
+		}
+		return w.SetPolicy(ctx, rec)
+	})
+	if err != nil {
+		return fmt.Errorf("record the guard policy in effect in %s: %w", store.Describe(), err)
+	}
+	logger.Info("guard policy recorded in the store", "source", rec.Source, "sha256", rec.SHA256)
+	return nil
 }
 
 func newIntegrityCounter() prometheus.Counter {

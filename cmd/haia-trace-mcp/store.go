@@ -2,12 +2,16 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
@@ -89,7 +93,15 @@ type cliGuard struct {
 	store         reviewlog.Store
 	reviewersPath string
 	policy        *guard.Config
+	// policyKnown is false when the policy the server runs with could not
+	// be known (nothing recorded in the store, no --guard-config): policy
+	// is then the built-in defaults, fit for listing but not for deciding.
+	policyKnown bool
 }
+
+// errPolicyUnknown is why a command that decides refuses to when the
+// server's policy cannot be known.
+const errPolicyUnknown = "the policy the server runs with is not recorded in the guard's store (a server records it when it starts), and no --guard-config was given: a decision could be taken under another reviewTtlMinutes than the server's. Start the server once on this store, or pass --guard-config with the file it runs with; nothing was written"
 
 func (g *cliGuard) Close() { g.store.Close(); g.root.Close() }
 
@@ -107,12 +119,90 @@ func openCLIGuard(ctx context.Context, command, dir, storeFlag, reviewers, guard
 		fmt.Fprintf(stderr, "haia-trace-mcp %s: %v\n", command, err)
 		return nil, exitFail
 	}
-	if g.policy, err = guard.LoadConfig(guardConfig); err != nil {
+	if code := g.openPolicy(ctx, command, guardConfig, stderr); code != exitOK {
 		g.Close()
-		fmt.Fprintf(stderr, "haia-trace-mcp %s: --guard-config: %v\n", command, err)
-		return nil, exitUsage
+		return nil, code
 	}
 	return g, exitOK
+}
+
+// openPolicy finds the policy the server runs with: the one the server
+// recorded in the store (a --guard-config that differs from it is
+// refused), else --guard-config, else unknown (built-in defaults, for
+// listing only; see policyKnown).
+func (g *cliGuard) openPolicy(ctx context.Context, command, guardConfig string, stderr io.Writer) int {
+	rec, recorded, err := recordedPolicy(ctx, g.store)
+	if err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp %s: %s\n", command, termsafe.String(err.Error()))
+		return exitFail
+	}
+	var given *guard.Config
+	if guardConfig != "" {
+		if given, err = guard.LoadConfig(guardConfig); err != nil {
+			fmt.Fprintf(stderr, "haia-trace-mcp %s: --guard-config: %v\n", command, err)
+			return exitUsage
+		}
+	}
+	switch {
+	case recorded:
+		pol, err := policyFromRecord(rec)
+		if err != nil {
+			fmt.Fprintf(stderr, "haia-trace-mcp %s: %s\n", command, termsafe.String(err.Error()))
+			return exitFail
+		}
+		if given != nil && given.Hash != rec.SHA256 {
+			fmt.Fprintf(stderr, "haia-trace-mcp %s: --guard-config %s is not the policy the server runs with (the store records %s, sha256 %s, since %s); drop --guard-config to use the server's, or restart (or SIGHUP) the server with this file; nothing was written\n",
+				command, guardConfig, termsafe.String(rec.Source), shortHash(rec.SHA256), rec.At)
+			return exitUsage
+		}
+		g.policy, g.policyKnown = pol, true
+	case given != nil:
+		g.policy, g.policyKnown = given, true
+	default:
+		g.policy = guard.DefaultConfig()
+	}
+	return exitOK
+}
+
+// recordedPolicy reads the policy in effect from the store.
+func recordedPolicy(ctx context.Context, st reviewlog.Store) (rec reviewlog.PolicyRecord, ok bool, err error) {
+	err = st.View(ctx, func(r reviewlog.Reader) error {
+		rec, ok, err = r.Policy(ctx)
+		return err
+	})
+	if err != nil {
+		return rec, false, fmt.Errorf("read the policy the server recorded in %s: %w", st.Describe(), err)
+	}
+	return rec, ok, nil
+}
+
+// policyFromRecord parses a recorded policy as the server did.
+func policyFromRecord(rec reviewlog.PolicyRecord) (*guard.Config, error) {
+	if rec.Text == "" {
+		return guard.DefaultConfig(), nil
+	}
+	sum := sha256.Sum256([]byte(rec.Text))
+	if hex.EncodeToString(sum[:]) != rec.SHA256 {
+		return nil, fmt.Errorf("the policy recorded in the store does not match its own hash (%s): it was altered; restart the server to record it again", shortHash(rec.SHA256))
+	}
+	pol, err := guard.ParseConfig([]byte(rec.Text), filepath.Dir(rec.Source))
+	if err != nil {
+		return nil, fmt.Errorf("the policy recorded in the store (%s) does not load: %w", rec.Source, err)
+	}
+	pol.Source, pol.Text, pol.Hash = rec.Source+" (as the server recorded it at "+rec.At+")", []byte(rec.Text), rec.SHA256
+	return pol, nil
+}
+
+// policyToRecord is what a server records of the policy it runs with.
+func policyToRecord(pol *guard.Config, now time.Time) reviewlog.PolicyRecord {
+	return reviewlog.PolicyRecord{Source: pol.Source, SHA256: pol.Hash, Text: string(pol.Text), At: now.UTC().Format(time.RFC3339)}
+}
+
+func shortHash(h string) string {
+	if len(h) > 12 {
+		return h[:12] + "…"
+	}
+	return h
 }
 
 // loadReviewers reads the trusted reviewers each time a decision is

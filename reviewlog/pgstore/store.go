@@ -282,6 +282,25 @@ func (r *reader) Keyring(ctx context.Context) (noa.Keyring, error) {
 	return kr, rows.Err()
 }
 
+// policyKey is the guard_meta row of the policy in effect.
+const policyKey = "policy_in_effect"
+
+func (r *reader) Policy(ctx context.Context) (reviewlog.PolicyRecord, bool, error) {
+	var value string
+	err := r.q.QueryRow(ctx, "SELECT value FROM guard_meta WHERE key = $1", policyKey).Scan(&value)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return reviewlog.PolicyRecord{}, false, nil
+	}
+	if err != nil {
+		return reviewlog.PolicyRecord{}, false, fmt.Errorf("PostgreSQL at %s: the policy in effect: %w", r.s.describe, scrub(err))
+	}
+	rec, err := reviewlog.ParsePolicyRecord([]byte(value))
+	if err != nil {
+		return reviewlog.PolicyRecord{}, false, fmt.Errorf("PostgreSQL at %s: %w", r.s.describe, err)
+	}
+	return rec, true, nil
+}
+
 func (r *reader) Archives(ctx context.Context) ([]string, error) {
 	rows, err := r.q.Query(ctx, "SELECT name FROM guard_streams WHERE starts_with(name, 'decisions.archive-') ORDER BY name")
 	if err != nil {
@@ -457,6 +476,17 @@ func (w *writer) AddKey(ctx context.Context, kid, spki string) error {
 		if cur != spki {
 			return fmt.Errorf("keyring: key id %s is recorded with another public key", kid)
 		}
+	}
+	return nil
+}
+
+func (w *writer) SetPolicy(ctx context.Context, rec reviewlog.PolicyRecord) error {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	if _, err := w.q.Exec(ctx, "INSERT INTO guard_meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value", policyKey, string(data)); err != nil {
+		return fmt.Errorf("PostgreSQL at %s: record the policy in effect: %w", w.s.describe, scrub(err))
 	}
 	return nil
 }

@@ -93,6 +93,14 @@ func build(dir string, nReviews, nReceipts, nChains int) error {
 	if err := os.WriteFile(filepath.Join(root, "guard", "keyring.json"), kj, 0o600); err != nil {
 		return err
 	}
+	// As a server records the policy it runs with: the built-in defaults.
+	pj, err := json.Marshal(reviewlog.PolicyRecord{Source: "built-in defaults", At: time.Now().UTC().Format(time.RFC3339)})
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(root, "guard", reviewlog.PolicyFile), pj, 0o644); err != nil {
+		return err
+	}
 
 	// The reviews: opened long ago (so they have expired), half decided.
 	logf, err := os.OpenFile(filepath.Join(root, "guard", "decisions.ndjson"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)

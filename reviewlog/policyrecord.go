@@ -1,0 +1,85 @@
+package reviewlog
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
+)
+
+// PolicyFile is where the file store records the policy in effect, under
+// guard/.
+const PolicyFile = "policy-in-effect.json"
+
+// MaxPolicyRecord bounds a recorded policy: the policy file's own bound
+// (1 MiB) and room for its JSON escaping.
+const MaxPolicyRecord = 8 << 20
+
+// PolicyRecord is the guard policy a server runs with, recorded in its
+// store when it starts and on every reload, so that the review commands
+// decide under the very policy the server applies (its reviewTtlMinutes
+// above all) instead of a file they might not find.
+type PolicyRecord struct {
+	// Source is the file the server read, or "built-in defaults".
+	Source string `json:"source"`
+	// SHA256 is the hex SHA-256 of Text ("" for the built-in defaults).
+	SHA256 string `json:"sha256,omitempty"`
+	// Text is the policy file's bytes, as the server parsed them.
+	Text string `json:"text,omitempty"`
+	// At is when it was recorded (RFC 3339).
+	At string `json:"at"`
+}
+
+// ParsePolicyRecord reads a recorded policy, refusing anything that is not
+// one.
+func ParsePolicyRecord(data []byte) (PolicyRecord, error) {
+	var rec PolicyRecord
+	if len(data) > MaxPolicyRecord {
+		return rec, fmt.Errorf("the recorded policy is larger than %d bytes", MaxPolicyRecord)
+	}
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return PolicyRecord{}, fmt.Errorf("the recorded policy is not valid JSON: %w", err)
+	}
+	if rec.Source == "" || rec.At == "" || (rec.Text != "") != (rec.SHA256 != "") {
+		return PolicyRecord{}, errors.New("the recorded policy lacks its source, time, text or hash")
+	}
+	return rec, nil
+}
+
+// readPolicyRecord reads guard/policy-in-effect.json; ok is false when it
+// does not exist.
+func readPolicyRecord(g *confined.Dir) (PolicyRecord, bool, error) {
+	data, err := fs.ReadFile(g.FS(MaxPolicyRecord+1), PolicyFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return PolicyRecord{}, false, nil
+	}
+	if err != nil {
+		return PolicyRecord{}, false, fmt.Errorf("%s: %w", PolicyFile, err)
+	}
+	rec, err := ParsePolicyRecord(data)
+	if err != nil {
+		return PolicyRecord{}, false, fmt.Errorf("%s: %w", PolicyFile, err)
+	}
+	return rec, true, nil
+}
+
+func (r *fileReader) Policy(ctx context.Context) (PolicyRecord, bool, error) {
+	if r.g == nil {
+		return PolicyRecord{}, false, nil
+	}
+	return readPolicyRecord(r.g)
+}
+
+func (w *fileWriter) SetPolicy(ctx context.Context, rec PolicyRecord) error {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	if err := w.g.WriteFileAtomic(PolicyFile, data, 0o644); err != nil {
+		return fmt.Errorf("record the policy in effect in %s: %w", w.Locate(PolicyFile), err)
+	}
+	return nil
+}
