@@ -23,7 +23,7 @@ func openedAgo(t *testing.T, st reviewlog.Store, ago time.Duration, amount strin
 	q := guard.Question{Counterparty: sellerB, Amount: amount, Asset: guard.USDCBase, Template: "x402-buyer"}
 	out, err := l.Ask(context.Background(), reviewlog.AskRequest{Caller: "agent-1", Question: q, Decision: guard.Review,
 		ParamsHash: "hmac-sha256:" + strings.Repeat("cd", 32), Reasons: []guard.Reason{{Rule: "review_above", Detail: "above"}, {Rule: "history", Detail: "read"}}},
-		func(reviewlog.Tx, reviewlog.AskOutcome) error { return nil })
+		serverTerms(t, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
