@@ -86,7 +86,11 @@ func (l *Log) Audit(ctx context.Context, keyring noa.Keyring) (AuditReport, erro
 			if err != nil {
 				return err
 			}
-			_, fs := resolve(r, s, v.keys, v.now, v.ttl)
+			keys, err := v.keyring(s)
+			if err != nil {
+				return err
+			}
+			_, fs := resolve(r, s, keys, v.now, v.ttl)
 			deferred := false
 			for _, rc := range s.receipts {
 				if rc.Agent.Principal == noa.PrincipalService && rc.Governance.Verdict == noa.VerdictDeferred {

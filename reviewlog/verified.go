@@ -242,7 +242,8 @@ type verifier struct {
 	trusted Reviewers
 	now     time.Time
 	ttl     time.Duration
-	// keys verify the server's signed terms.
+	// keys verify the server's signed terms: Options.ServerKeys, or the
+	// store's keyring, read the first time a review's terms need it.
 	keys noa.Keyring
 	// problem is set when the trusted reviewers could not be read.
 	problem string
@@ -255,13 +256,6 @@ func (l *Log) newVerifier(ctx context.Context, r Reader) (*verifier, error) {
 		return nil, fmt.Errorf("read decision chains: %w", err)
 	}
 	v := &verifier{ctx: ctx, r: r, rx: &l.rx, trusted: Reviewers{}, now: l.now(), ttl: l.reviewTTL, keys: l.serverKeys}
-	if v.keys == nil {
-		kr, err := r.Keyring(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("read the keyring: %w", err)
-		}
-		v.keys = kr
-	}
 	if l.reviewers != nil {
 		// A trusted reviewers file that cannot be read trusts no one: every
 		// decision then reads unverified (fail closed), and says why.
@@ -273,6 +267,20 @@ func (l *Log) newVerifier(ctx context.Context, r Reader) (*verifier, error) {
 		}
 	}
 	return v, nil
+}
+
+// keyring is the keys that verify s's signed terms (nil when s holds
+// none, so most answers never read the keyring).
+func (v *verifier) keyring(s signed) (noa.Keyring, error) {
+	if s.terms == nil || v.keys != nil {
+		return v.keys, nil
+	}
+	kr, err := v.r.Keyring(v.ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read the keyring: %w", err)
+	}
+	v.keys = kr
+	return kr, nil
 }
 
 // signed reads what the chains prove about r.
@@ -298,7 +306,11 @@ func (v *verifier) resolve(r *Review) (Review, []string, error) {
 	if ids == nil {
 		ids = []string{}
 	}
-	out, _ := resolve(*r, s, v.keys, v.now, v.ttl)
+	keys, err := v.keyring(s)
+	if err != nil {
+		return Review{}, nil, err
+	}
+	out, _ := resolve(*r, s, keys, v.now, v.ttl)
 	return out, ids, nil
 }
 
