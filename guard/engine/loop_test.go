@@ -267,3 +267,49 @@ func TestRejectionHoldsWhenTheLogLosesIt(t *testing.T) {
 		t.Fatalf("held past the hold: %+v", a)
 	}
 }
+
+// An approval covers what the reviewer saw: the same resource, and no
+// reason to review beyond the ones it was asked for. A payment to the
+// counterparty that stays open after the approval (a new open_partial)
+// opens a new review; another resource is another question.
+func TestApprovalCoversOnlyWhatWasSeen(t *testing.T) {
+	l := newLoop(t, `{"reviewAbove": "0.05"}`)
+	const fresh = "0x00000000000000000000000000000000000000c3"
+	ctx := context.Background()
+	ask := func(resource string) Answer {
+		t.Helper()
+		a, err := l.eng.Check(ctx, "agent-1", Question{Counterparty: fresh, Amount: "0.10", Resource: resource})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	first := ask("https://a.example/x")
+	if first.Decision != guard.Review || !has(first, guard.RuleReviewAbove) || has(first, guard.RuleOpenPartial) {
+		t.Fatalf("first: %+v", first)
+	}
+	st, err := l.eng.ReviewStatus(ctx, first.ReviewID)
+	if err != nil || st.Terms == nil || st.Terms.Resource != "https://a.example/x" || st.Terms.AmountAtomic != "100000" || st.TermsReceipt == "" {
+		t.Fatalf("the review's terms: %+v %v", st, err)
+	}
+	if _, err := l.decider.Decide(ctx, first.ReviewID, reviewlog.Approved, "a only", "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if other := ask("https://b.example/y"); other.Decision != guard.Review || other.ReviewID == first.ReviewID {
+		t.Fatalf("another resource: %+v, want its own review", other)
+	}
+	rec, err := simrec.New(l.dir, "run-2", start.Add(30*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Pay(unsettled("op-2", fresh, "https://a.example/x")); err != nil {
+		t.Fatal(err)
+	}
+	wider := ask("https://a.example/x")
+	if wider.Decision != guard.Review || !has(wider, guard.RuleOpenPartial) || wider.ReviewID == first.ReviewID {
+		t.Fatalf("with a new open_partial: %+v, want a new review", wider)
+	}
+	if st, err := l.eng.ReviewStatus(ctx, first.ReviewID); err != nil || st.UsedAt != "" {
+		t.Fatalf("the approval was used for a question it did not cover: %+v %v", st, err)
+	}
+}
