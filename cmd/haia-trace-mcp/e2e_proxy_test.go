@@ -795,3 +795,44 @@ func TestProxyEverythingPassesThrough(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Ten paying calls of 1.00 at once under a per-counterparty limit of 5.00:
+// every allow reserves its payment inside the decision's lock, so at most
+// five reach the upstream.
+func TestProxyConcurrentPayingCallsHoldTheLimit(t *testing.T) {
+	const sellerC = "0xC0FFEE0000000000000000000000000000000004"
+	e := newProxyEnv(t, proxyMapJSON, `{"perCounterpartyLimit": {"amount": "5.00", "windowHours": 24}, "reviewAbove": "100", "reservationMinutes": 15}`)
+	payUpstream(t)
+	probe := e.command(nil)
+	probe.Stdin = strings.NewReader("")
+	if err := probe.Run(); err != nil && strings.Contains(e.stderr.String(), "reservationMinutes") {
+		t.Skip("this build has no reservations: the policy key reservationMinutes is refused")
+	}
+	e.start(t, nil)
+	var wg sync.WaitGroup
+	results := make([]*mcp.CallToolResult, 10)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			res, err := e.cs.CallTool(ctx, &mcp.CallToolParams{Name: "send_usdc", Arguments: json.RawMessage(`{"to":"` + sellerC + `","amount":"1.00","memo":"` + strconv.Itoa(i) + `"}`)})
+			if err != nil {
+				t.Errorf("call %d: %v", i, err)
+			}
+			results[i] = res
+		}()
+	}
+	wg.Wait()
+	forwarded := 0
+	for _, r := range results {
+		if r != nil && !r.IsError {
+			forwarded++
+		}
+	}
+	paid := len(e.paid(t))
+	if paid > 5 || paid != forwarded || paid == 0 {
+		t.Fatalf("%d calls reached the upstream (%d answered as forwarded), want between 1 and 5", paid, forwarded)
+	}
+}
