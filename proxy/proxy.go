@@ -88,6 +88,14 @@ func New(cfg Config) (*Proxy, error) {
 // tool list after checking the map again, everything else to every client.
 func (p *Proxy) Notify(n mcp.JSONRPCNotification) { p.onNotification(n) }
 
+// Disconnected refuses every upstream call until the upstream is back and
+// its tools have been checked again (UpstreamConfig's OnDisconnect).
+func (p *Proxy) Disconnected(why error) {
+	p.mu.Lock()
+	p.broken = why
+	p.mu.Unlock()
+}
+
 // Reconnected reads a restarted upstream's tools again (UpstreamConfig's
 // OnConnect).
 func (p *Proxy) Reconnected() {
@@ -114,7 +122,7 @@ func (p *Proxy) Sync(ctx context.Context) error {
 	tools, mapped, err := p.check(ctx)
 	if err != nil {
 		p.mu.Lock()
-		p.broken = err
+		p.broken = fmt.Errorf("the upstream's tools no longer match the guard map (%w); the operator must fix the map or the upstream", err)
 		p.mu.Unlock()
 		if tools != nil {
 			// Serve what the upstream lists now (every call refused while
@@ -239,7 +247,7 @@ func (p *Proxy) handler(name string) mcpserver.ToolHandlerFunc {
 		broken, r := p.broken, p.mapped[name]
 		p.mu.Unlock()
 		if broken != nil {
-			return toolError("%s was not forwarded: the upstream's tools no longer match the guard map (%s); the operator must fix the map or the upstream", name, broken), nil
+			return toolError("%s was not forwarded: %s", name, broken), nil
 		}
 		raw := []byte(req.Params.RawArguments)
 		if len(raw) == 0 && req.Params.Arguments != nil {

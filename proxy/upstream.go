@@ -43,6 +43,9 @@ type UpstreamConfig struct {
 	// OnConnect is called (on its own goroutine) after each connection
 	// other than the first: a restarted upstream's tools are read again.
 	OnConnect func()
+	// OnDisconnect is called when a stdio upstream exits, before any
+	// restart: nothing is forwarded until its tools are checked again.
+	OnDisconnect func(error)
 }
 
 // ErrUpstreamDown means the upstream is not connected now.
@@ -205,6 +208,9 @@ func (u *Upstream) watch(c *conn) {
 			return
 		}
 		u.cur = nil
+		if u.cfg.OnDisconnect != nil {
+			u.cfg.OnDisconnect(errors.New("the upstream exited; its tools are checked against the guard map again once it is back"))
+		}
 		if !u.cfg.Restart {
 			u.down = fmt.Errorf("%w: it exited and --upstream-restart is off", ErrUpstreamDown)
 			u.mu.Unlock()

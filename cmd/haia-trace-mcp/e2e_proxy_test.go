@@ -121,6 +121,12 @@ func (e *proxyEnv) start(t *testing.T, opts *mcp.ClientOptions, upstreamEnv ...s
 	t.Helper()
 	payUpstream(t)
 	e.cmd = e.command(upstreamEnv)
+	// Runs after the session is closed and the proxy has exited.
+	t.Cleanup(func() {
+		if strings.Contains(e.stderr.String(), "DATA RACE") {
+			t.Errorf("the race detector reported in the proxy:\n%s", e.stderr)
+		}
+	})
 	client := mcp.NewClient(&mcp.Implementation{Name: "e2e-proxy", Version: "1"}, opts)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

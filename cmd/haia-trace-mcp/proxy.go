@@ -177,6 +177,11 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			p.Notify(n)
 		}
 	}
+	uc.OnDisconnect = func(why error) {
+		for _, p := range proxies {
+			p.Disconnected(why)
+		}
+	}
 	uc.OnConnect = func() {
 		for _, p := range proxies {
 			p.Reconnected()
