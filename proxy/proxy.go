@@ -251,6 +251,10 @@ func (p *Proxy) handler(name string) mcpserver.ToolHandlerFunc {
 		}
 		raw := []byte(req.Params.RawArguments)
 		if len(raw) == 0 && req.Params.Arguments != nil {
+			if r != nil {
+				// A paying call is read from the client's own bytes only.
+				return toolError("the arguments of paying tool %s did not arrive as JSON text, so they cannot be read exactly; nothing was forwarded", name), nil
+			}
 			b, err := json.Marshal(req.Params.Arguments)
 			if err != nil {
 				return toolError("the arguments of %s cannot be read", name), nil
