@@ -53,7 +53,17 @@ func startHTTPBinary(t *testing.T, args ...string) *httpProc {
 // (a subcommand first, such as proxy).
 func startHTTPCommand(t *testing.T, args ...string) *httpProc {
 	t.Helper()
+	return startHTTPCommandEnv(t, nil, args...)
+}
+
+// startHTTPCommandEnv is startHTTPCommand with variables added to the
+// environment.
+func startHTTPCommandEnv(t *testing.T, env []string, args ...string) *httpProc {
+	t.Helper()
 	cmd := exec.Command(binPath, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/auth/authtest"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/simrec"
 )
 
 // payUpstreamBin is the project's own paying MCP server
@@ -840,5 +841,56 @@ func TestProxyConcurrentPayingCallsHoldTheLimit(t *testing.T) {
 	paid := len(e.paid(t))
 	if paid > 5 || paid != forwarded || paid == 0 {
 		t.Fatalf("%d calls reached the upstream (%d answered as forwarded), want between 1 and 5", paid, forwarded)
+	}
+}
+
+// One proxy, one upstream, tenants kept apart: each tenant's calls are
+// judged by its own guard (its policy layer, its review log and chain).
+func TestProxyTenants(t *testing.T) {
+	const sellerC = "0xC0FFEE0000000000000000000000000000000005"
+	tenants := filepath.Join(t.TempDir(), "tenants")
+	for _, name := range []string{"acme", "globex"} {
+		rec, err := simrec.New(filepath.Join(tenants, name), "run-"+name, time.Now().Add(-time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rec.Pay(simrec.Payment{OperationID: "op-" + name, URL: "https://" + name + ".example/x", PayTo: sellerA, Amount: "100000", Outcome: "settled"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := newProxyEnv(t, proxyMapJSON, `{"tenants": {"acme": {"reviewAbove": "0.05"}}}`)
+	dir := t.TempDir()
+	secret := []byte(strings.Repeat("p", 48))
+	secretFile := writeFile(t, "secret", string(secret))
+	payUpstream(t)
+	p := startHTTPCommandEnv(t, []string{"PAY_LOG=" + e.payLog}, "proxy", "--http", "127.0.0.1:0", "--tenants-dir", tenants, "--tenant-claim", "org",
+		"--guard-config", e.config, "--guard-map", e.mapPath, "--key-file", filepath.Join(dir, "signing.pem"),
+		"--auth-issuer", "http://127.0.0.1/local-as", "--auth-hmac-secret", secretFile, "--", payUpstreamBin)
+	session := func(tenant string) *proxyEnv {
+		tok := signHS256(t, secret, map[string]any{"iss": "http://127.0.0.1/local-as", "aud": p.resource, "sub": "agent-1",
+			"exp": time.Now().Add(time.Hour).Unix(), "iat": time.Now().Unix(), "org": tenant})
+		cs, err := httpSession(t, p.resource, func() string { return tok })
+		if err != nil {
+			t.Fatalf("connect as %s: %v\n%s", tenant, err, p.logs())
+		}
+		return &proxyEnv{cs: cs, stderr: e.stderr}
+	}
+	acme, globex := session("acme"), session("globex")
+	args := `{"to":"` + sellerC + `","amount":"0.10"}`
+	d := decisionOf(t, acme.callRaw(t, "send_usdc", args))
+	if d.Decision != "review" {
+		t.Fatalf("acme (reviewAbove 0.05): %+v", d)
+	}
+	if res := globex.callRaw(t, "send_usdc", args); res.IsError {
+		t.Fatalf("globex: %s\n%s", resultText(res), p.logs())
+	}
+	if n := len(e.paid(t)); n != 1 {
+		t.Fatalf("upstream ran %d calls, want globex's one", n)
+	}
+	if res := globex.callRaw(t, "get_review_status", `{"review_id":"`+d.ReviewID+`"}`); !res.IsError {
+		t.Fatalf("globex reads acme's review: %s", resultText(res))
+	}
+	if res := acme.callRaw(t, "get_review_status", `{"review_id":"`+d.ReviewID+`"}`); res.IsError {
+		t.Fatalf("acme's own review: %s", resultText(res))
 	}
 }
