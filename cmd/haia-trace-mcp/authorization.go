@@ -101,6 +101,16 @@ func runAuthorization(ctx context.Context, args []string, stdout, stderr io.Writ
 		}
 	}
 	if found == nil {
+		// The log's copy may be gone while the chain still holds the signed
+		// record: that is no unknown authorization, it is a missing one.
+		if rc, ok, err := signedAuthorization(ctx, g.store, want); err != nil {
+			fmt.Fprintf(stderr, "haia-trace-mcp authorization show: %s\n", termsafe.String(err.Error()))
+			return exitFail
+		} else if ok {
+			fmt.Fprintf(stdout, "authorization %s\n  MISSING: the decision chain holds its signed receipt %s (%s), but the review log has no record of its terms\n",
+				termsafe.String(strings.TrimPrefix(rc.Action.ID, "x402-authorization:")), termsafe.String(rc.ID), termsafe.String(rc.Action.ParamsHash))
+			return authExitTampered
+		}
 		fmt.Fprintf(stderr, "haia-trace-mcp authorization show: no authorization with nonce or receipt %q in %s\n", termsafe.String(want), termsafe.String(log.Path()))
 		return authExitUnknown
 	}
@@ -186,6 +196,37 @@ func findReceipts(ctx context.Context, st reviewlog.Store, ids ...string) (map[s
 		return nil
 	})
 	return out, err
+}
+
+// signedAuthorization finds the receipt that records an authorization by
+// its nonce, its own id, or the id of the decision it derives from.
+func signedAuthorization(ctx context.Context, st reviewlog.Store, want string) (noa.Receipt, bool, error) {
+	action := "x402-authorization:" + strings.ToLower(want)
+	if !strings.HasPrefix(want, "0x") {
+		n := x402.NonceFor(want)
+		action = "x402-authorization:0x" + hex.EncodeToString(n[:])
+	}
+	var found noa.Receipt
+	ok := false
+	err := st.View(ctx, func(r reviewlog.Reader) error {
+		chains, err := reviewlog.ListChains(ctx, r)
+		if err != nil {
+			return err
+		}
+		for _, c := range chains {
+			err := reviewlog.EachReceipt(ctx, r, c.ID, func(_ reviewlog.Segment, _ int64, rc *noa.Receipt) error {
+				if rc.Action.Canonical == reviewlog.CanonicalAuthorizationSigned && (rc.Action.ID == action || rc.ID == want) {
+					found, ok = *rc, true
+				}
+				return nil
+			})
+			if err != nil {
+				return fmt.Errorf("chain %s: %w", c.ID, err)
+			}
+		}
+		return nil
+	})
+	return found, ok, err
 }
 
 // checkAuthorization compares the log's (unsigned) copy of an

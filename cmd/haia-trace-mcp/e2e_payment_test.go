@@ -189,6 +189,20 @@ func TestStdioAuthorizePaymentStory(t *testing.T) {
 	if code != authExitTampered || !strings.Contains(out, "TAMPERED") {
 		t.Fatalf("an edited authorization: exit %d\n%s", code, out)
 	}
+	// ...or drops it: the signed receipt still names the authorization.
+	var kept [][]byte
+	for _, l := range bytes.SplitAfter(edited, []byte("\n")) {
+		if !bytes.Contains(l, []byte(allow.Authorization.Nonce)) {
+			kept = append(kept, l)
+		}
+	}
+	os.WriteFile(logPath, bytes.Join(kept, nil), 0o600)
+	for _, id := range []string{allow.Authorization.Nonce, allow.ReceiptID} {
+		out, _, code = runCLI(t, "authorization", "show", id, "--dir", root)
+		if code != authExitTampered || !strings.Contains(out, "MISSING") {
+			t.Fatalf("a dropped authorization asked by %s: exit %d\n%s", id, code, out)
+		}
+	}
 }
 
 func mustInt(s string) int64 {
