@@ -35,6 +35,10 @@ type authorizeAnswer struct {
 		Rule   string `json:"rule"`
 		Detail string `json:"detail"`
 	} `json:"reasons"`
+	Accepted struct {
+		PayTo  string `json:"pay_to"`
+		Atomic string `json:"amount_atomic"`
+	} `json:"accepted"`
 	Payment *struct {
 		Payload    json.RawMessage `json:"payload"`
 		Header     string          `json:"header"`
@@ -251,7 +255,9 @@ func TestStdioPayerSignerProcess(t *testing.T) {
 	}
 	signer.Process.Signal(os.Interrupt)
 	signer.Wait()
-	res := callTool(t, cs, "authorize_payment", map[string]any{"payment_required": e2ePaymentRequired("10000", e2eSeller)})
+	// Another payee, so that the answer is allow whatever the first
+	// payment still holds open: only the signature is missing.
+	res := callTool(t, cs, "authorize_payment", map[string]any{"payment_required": e2ePaymentRequired("10000", "0x00000000000000000000000000000000000000c3")})
 	if !res.IsError || !strings.Contains(resultText(res), "no authorization is given") || strings.Contains(resultText(res), "0x"+e2ePayerKey[:8]) {
 		t.Fatalf("with the signer stopped: %v %s", res.IsError, resultText(res))
 	}

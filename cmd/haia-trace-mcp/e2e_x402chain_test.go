@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/simrec"
 	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
 )
 
@@ -171,10 +172,25 @@ func TestX402OnChain(t *testing.T) {
 		signed++
 		at.header = a.Payment.Header
 		at.status, _, body = get(path, at.header)
-		if at.status == http.StatusOK {
-			settled++
-		} else {
+		if at.status != http.StatusOK {
 			t.Logf("GET %s with payment: %d %s", path, at.status, body)
+			return at
+		}
+		settled++
+		// The agent's recorder writes the paid operation into its Trace,
+		// with the settlement the seller answered (the real transaction).
+		var served struct {
+			Transaction string `json:"transaction"`
+		}
+		json.Unmarshal(body, &served)
+		rec, err := simrec.New(root, fmt.Sprintf("run-chain-%d", settled), time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rec.Pay(simrec.Payment{OperationID: "op-1", URL: h.URL + path, PayTo: a.Accepted.PayTo, Amount: a.Accepted.Atomic,
+			Network: h.Network, Asset: h.Token, Outcome: "settled",
+			Settle: map[string]any{"success": true, "transaction": served.Transaction, "network": h.Network}}); err != nil {
+			t.Fatal(err)
 		}
 		return at
 	}
