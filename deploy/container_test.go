@@ -476,6 +476,7 @@ func TestContainer(t *testing.T) {
 	t.Run("defaults without HOME", func(t *testing.T) { containerDefaultsWithoutHome(t, p.with(t), cfg) })
 	t.Run("server.json package over stdio", func(t *testing.T) { containerManifestStdio(t, p.with(t)) })
 	t.Run("PostgreSQL store from the image", func(t *testing.T) { containerPostgresStore(t, p.with(t)) })
+	t.Run("docs/operations.md's podman run", func(t *testing.T) { containerDocsRun(t, p.with(t), bin) })
 }
 
 // containerPostgresStore runs the image's binary against a real PostgreSQL
