@@ -597,3 +597,160 @@ func runK8sTopology(t *testing.T, bin string, cfg finalConfig, v k8sVariant) {
 	}
 	t.Logf("%s: ready and answering (%s)", v.name, strconv.Quote(check.Decision))
 }
+
+// readmeTenantsCommand is the server command line of the README's Tenants
+// section, continuation lines joined.
+func readmeTenantsCommand(t *testing.T) []string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(data), "\n### Tenants\n")
+	if !ok {
+		t.Fatal("the README has no Tenants section")
+	}
+	_, block, ok := strings.Cut(section, "```sh\n")
+	if !ok {
+		t.Fatal("the README's Tenants section has no sh block")
+	}
+	block, _, _ = strings.Cut(block, "```")
+	for _, line := range strings.Split(strings.ReplaceAll(block, "\\\n", " "), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && strings.HasSuffix(f[0], "haia-trace-mcp") && slices.Contains(f, "--tenants-dir") && slices.Contains(f, "--http") {
+			return f[1:]
+		}
+	}
+	t.Fatal("the README's Tenants block has no server command with --http and --tenants-dir")
+	return nil
+}
+
+// The tenants topology as the README gives it: two tenants' roots under
+// --tenants-dir, the README's flags with its paths under a temporary
+// directory and the port a free one. /readyz turns 200 only once every
+// tenant can record (the trusted reviewers file included), then each
+// tenant's token asks its own question.
+func TestTenantsTopologyBecomesReady(t *testing.T) {
+	bin, err := buildBinary(t)
+	if err != nil {
+		t.Fatalf("go build: %v", err)
+	}
+	args := readmeTenantsCommand(t)
+	dir := t.TempDir()
+	port := freePort(t)
+	value := func(name string) string { return flagValue(args, name) }
+	tenantsDir := filepath.Join(dir, "tenants")
+	for _, name := range []string{"acme", "globex"} {
+		rec, err := simrec.New(filepath.Join(tenantsDir, name), "run-"+name, time.Now().Add(-time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rec.Pay(simrec.Payment{OperationID: "op-" + name, URL: "https://" + name + ".example/x", PayTo: sellerSilent, Amount: "100000", Outcome: "unsettled"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resource := "http://127.0.0.1:" + port + "/mcp"
+	iss, err := authtest.NewIssuer(dir, value("--auth-issuer"), resource)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var run []string
+	for _, a := range args {
+		switch {
+		case a == value("--tenants-dir"):
+			a = tenantsDir
+		case a == value("--auth-jwks"):
+			a = iss.JWKSPath
+		case a == value("--guard-config"):
+			a = filepath.Join(dir, filepath.Base(a))
+			if err := os.WriteFile(a, []byte("{}\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		case a == value("--http"):
+			a = "127.0.0.1:" + port
+		}
+		run = append(run, a)
+	}
+	cfg := filepath.Join(dir, "config")
+	env := append(os.Environ(), "HAIA_CONFIG_DIR="+cfg)
+	start := func() (*exec.Cmd, *proc) {
+		cmd := exec.Command(bin, run...)
+		cmd.Env = env
+		pr := &proc{done: make(chan struct{})}
+		cmd.Stderr = &lockedWriter{pr: pr}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { _ = cmd.Wait(); close(pr.done) }()
+		t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGTERM); <-pr.done })
+		return cmd, pr
+	}
+	probe := &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz"}}, TimeoutSeconds: 5}
+	p := &pod{t: t, port: port}
+
+	// Without a trusted reviewers file in the configuration directory the
+	// server cannot verify a human decision: not ready, and it says why.
+	_, logs := start()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		code, body, err := p.probe(probe)
+		if err == nil && code == http.StatusServiceUnavailable && strings.Contains(body, "reviewers") {
+			break
+		}
+		if err == nil && code == http.StatusOK {
+			t.Fatalf("ready without a trusted reviewers file:\n%s", logs)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz never said why it is not ready (last %d %q %v):\n%s", code, body, err, logs)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if out, err := exec.Command(bin, "reviewer", "init", "--id", "ops@example.com", "--key-file", filepath.Join(dir, "reviewer.key"),
+		"--reviewers", filepath.Join(cfg, "reviewers.json")).CombinedOutput(); err != nil {
+		t.Fatalf("reviewer init: %v\n%s", err, out)
+	}
+	deadline = time.Now().Add(time.Minute)
+	for {
+		code, body, err := p.probe(probe)
+		if err == nil && code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz never 200 once the reviewers file exists (last %d %q %v):\n%s", code, body, err, logs)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	claim := value("--tenant-claim")
+	for _, name := range []string{"acme", "globex"} {
+		tok, err := iss.Sign(map[string]any{"iss": iss.Issuer, "aud": resource, "sub": "agent-" + name, claim: name,
+			"iat": time.Now().Unix(), "exp": time.Now().Add(time.Hour).Unix(), "scope": "trace:read"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		client := mcp.NewClient(&mcp.Implementation{Name: "tenants", Version: "1"}, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: resource,
+			HTTPClient: &http.Client{Transport: hostTransport{host: "127.0.0.1:" + port, token: tok}}, MaxRetries: -1}, nil)
+		if err != nil {
+			cancel()
+			t.Fatalf("connect as %s: %v\n%s", name, err, logs)
+		}
+		var check struct {
+			Decision string `json:"decision"`
+		}
+		callJSON(t, cs, "check_before_pay", map[string]any{"counterparty": sellerSilent, "amount": "0.10"}, &check)
+		cs.Close()
+		cancel()
+		if check.Decision != "review" {
+			t.Errorf("tenant %s: %+v", name, check)
+		}
+	}
+}
+
+// lockedWriter appends a process's stderr to a proc's log.
+type lockedWriter struct{ pr *proc }
+
+func (w *lockedWriter) Write(b []byte) (int, error) {
+	w.pr.mu.Lock()
+	defer w.pr.mu.Unlock()
+	return w.pr.logs.Write(b)
+}
