@@ -468,3 +468,43 @@ func FuzzParsePaymentRequired(f *testing.F) {
 		}
 	})
 }
+
+// The payer signer reads each request line from its socket: whatever the
+// bytes, it answers without panicking, and it signs only an authorization
+// from its own address (checked by recovering the signer).
+func FuzzPayerRequest(f *testing.F) {
+	s := testSigner(f)
+	cfg, _ := guard.ParseConfig([]byte(`{}`), "")
+	pr, _ := ParseHeaderOrJSON(v2Required("10000", payee))
+	c, _ := Select(pr, cfg.Assets)
+	terms, _ := TermsFor(c, s.Address(), "r", time.Unix(1_800_000_000, 0), 300)
+	good, _ := json.Marshal(payerRequest{Op: "sign_authorization", Domain: &domainJSON{Name: "USD Coin", Version: "2", ChainID: "8453", VerifyingContract: baseUSDC},
+		Authorization: func() *AuthorizationJSON { a := terms.Authorization.JSON(); return &a }()})
+	f.Add(good)
+	f.Add([]byte(`{"op":"payer"}`))
+	f.Add([]byte(`{"op":"sign","msg":"AAAA"}`))
+	f.Add([]byte(`{"op":"sign_authorization","domain":{},"authorization":{}}`))
+	log := slog.New(slog.DiscardHandler)
+	f.Fuzz(func(t *testing.T, line []byte) {
+		resp := answerPayer(context.Background(), line, s, log)
+		if resp.Signature == "" {
+			return
+		}
+		var req payerRequest
+		if err := json.Unmarshal(line, &req); err != nil || req.Domain == nil || req.Authorization == nil {
+			t.Fatalf("signed %q", line)
+		}
+		d, err1 := req.Domain.read()
+		a, err2 := req.Authorization.Read()
+		if err1 != nil || err2 != nil || a.From != s.Address() {
+			t.Fatalf("signed an unreadable or foreign request %q", line)
+		}
+		digest, _ := Digest(d, a)
+		var sig [65]byte
+		b, _ := hex.DecodeString(resp.Signature[2:])
+		copy(sig[:], b)
+		if who, err := Recover(digest, sig); err != nil || who != s.Address() {
+			t.Fatalf("the signature does not recover to the payer: %v", err)
+		}
+	})
+}
