@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
@@ -154,7 +155,7 @@ func runAuthorization(ctx context.Context, args []string, stdout, stderr io.Writ
 			}
 		}
 	}
-	if v.Trace, err = traceUses(g.root, found.Nonce); err != nil {
+	if v.Trace, err = traceUses(g.root, *found); err != nil {
 		v.Findings = append(v.Findings, "the Trace could not be searched: "+err.Error())
 		v.Trace = []traceUse{}
 	}
@@ -344,7 +345,11 @@ func printAuthorization(w io.Writer, v authorizationView) {
 		fmt.Fprintln(w, "  trace          no operation in the Trace carries this nonce yet (the recorder has not written its use)")
 	}
 	for _, u := range v.Trace {
-		fmt.Fprintf(w, "  trace          run %s, operation %s (event line %d)\n", s(u.RunID), s(u.OperationID), u.Line)
+		how := "carries its nonce"
+		if u.By == "terms" {
+			how = "a settled payment of the same terms after the signature"
+		}
+		fmt.Fprintf(w, "  trace          run %s, operation %s (event line %d: %s)\n", s(u.RunID), s(u.OperationID), u.Line, how)
 	}
 	fmt.Fprintf(w, "  keys trusted   %s\n", v.KeyringSource)
 	if v.Consistent {
@@ -361,6 +366,11 @@ type traceUse struct {
 	RunID       string `json:"run_id"`
 	OperationID string `json:"operation_id"`
 	Line        int    `json:"line"`
+	// By is "nonce" (the event carries the authorization's nonce) or
+	// "terms" (a settled payment to the same payee, of the same amount, on
+	// the same network, after the signature: a recorder that does not
+	// write the nonce is matched so).
+	By string `json:"by"`
 }
 
 // maxTraceLine bounds one event line read while searching for a nonce.
@@ -369,7 +379,8 @@ const maxTraceLine = 1 << 20
 // traceUses finds the events that carry nonce (the recorder writes the
 // payment it saw sent, the authorization's nonce in it): run, operation
 // (the event's context_id) and line.
-func traceUses(root *confined.Dir, nonce string) ([]traceUse, error) {
+func traceUses(root *confined.Dir, a reviewlog.AuthorizedLine) ([]traceUse, error) {
+	nonce := a.Nonce
 	out := []traceUse{}
 	events, err := root.OpenDirLazy("events")
 	if err != nil {
@@ -384,6 +395,7 @@ func traceUses(root *confined.Dir, nonce string) ([]traceUse, error) {
 		return out, err
 	}
 	needle := []byte(strings.ToLower(strings.TrimPrefix(strings.ToLower(nonce), "0x")))
+	toLower := []byte(strings.ToLower(strings.TrimPrefix(a.To, "0x")))
 	for _, e := range entries {
 		run, ok := strings.CutSuffix(e.Name, ".ndjson")
 		if !ok || !e.Regular() {
@@ -396,14 +408,35 @@ func traceUses(root *confined.Dir, nonce string) ([]traceUse, error) {
 		sc := bufio.NewScanner(f)
 		sc.Buffer(make([]byte, 64<<10), maxTraceLine)
 		for n := 1; sc.Scan(); n++ {
-			if !bytes.Contains(bytes.ToLower(sc.Bytes()), needle) {
+			var ev struct {
+				ContextID  string `json:"context_id"`
+				EventType  string `json:"event_type"`
+				OccurredAt string `json:"occurred_at"`
+				Payload    struct {
+					Requirements struct {
+						PayTo   string `json:"pay_to"`
+						Amount  string `json:"amount"`
+						Network string `json:"network"`
+					} `json:"requirements"`
+					Settle struct {
+						Success any `json:"success"`
+					} `json:"settle"`
+				} `json:"payload"`
+			}
+			if bytes.Contains(bytes.ToLower(sc.Bytes()), needle) {
+				_ = json.Unmarshal(sc.Bytes(), &ev)
+				out = append(out, traceUse{RunID: run, OperationID: ev.ContextID, Line: n, By: "nonce"})
 				continue
 			}
-			var ev struct {
-				ContextID string `json:"context_id"`
+			if !bytes.Contains(bytes.ToLower(sc.Bytes()), toLower) || json.Unmarshal(sc.Bytes(), &ev) != nil {
+				continue
 			}
-			_ = json.Unmarshal(sc.Bytes(), &ev)
-			out = append(out, traceUse{RunID: run, OperationID: ev.ContextID, Line: n})
+			rq := ev.Payload.Requirements
+			net, err := guard.NetworkCAIP2(rq.Network)
+			if ev.EventType == "x402.payment.responded" && ev.Payload.Settle.Success == true && err == nil && net == a.Network &&
+				strings.EqualFold(rq.PayTo, a.To) && rq.Amount == a.Value && notBefore(ev.OccurredAt, a.At) {
+				out = append(out, traceUse{RunID: run, OperationID: ev.ContextID, Line: n, By: "terms"})
+			}
 		}
 		err = sc.Err()
 		f.Close()
@@ -412,4 +445,12 @@ func traceUses(root *confined.Dir, nonce string) ([]traceUse, error) {
 		}
 	}
 	return out, nil
+}
+
+// notBefore says whether the instant t is at or after since (both RFC 3339);
+// an instant that cannot be read is not.
+func notBefore(t, since string) bool {
+	a, err1 := time.Parse(time.RFC3339Nano, t)
+	b, err2 := time.Parse(time.RFC3339Nano, since)
+	return err1 == nil && err2 == nil && !a.Before(b)
 }

@@ -217,6 +217,12 @@ func TestX402OnChain(t *testing.T) {
 		t.Fatalf("viem recovers %s, not the payer", rec.Address)
 	}
 
+	// The proof names the Trace operation the recorder wrote for it.
+	if out, errOut, code := runCLI(t, "authorization", "show", sent.Payload.Authorization.Nonce, "--dir", root); code != 0 ||
+		!strings.Contains(out, "run run-chain-1, operation op-1") || !strings.Contains(out, "CONSISTENT") {
+		t.Fatalf("authorization show: %d\n%s%s", code, out, errOut)
+	}
+
 	// 2. the same header again: the seller's facilitator refuses it, and
 	// so does the chain itself (the nonce is used); nothing moves.
 	if status, _, body := get("/data", first.header); status == http.StatusOK {
