@@ -334,7 +334,7 @@ func TestSameQuestionAcrossServerProcesses(t *testing.T) {
 		}
 	}
 	out, _, code := runCLI(t, "review", "list", "--dir", root, "--json")
-	if code != 0 || strings.Count(out, `"review_id"`) != 1 {
+	if code != 0 || strings.Count(out, `"created_at"`) != 1 {
 		t.Fatalf("review log: %s", out)
 	}
 }
