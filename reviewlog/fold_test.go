@@ -139,7 +139,9 @@ func TestWriterRepairsTornTail(t *testing.T) {
 // accepts can be appended to and read again.
 func FuzzFold(f *testing.F) {
 	for _, s := range []string{"", openedA + "\n", openedA + "\n" + decideA + "\n", openedA + "\n{\"ty", "x\n" + openedA + "\n",
-		openedA + "\n{\n" + `{"type":"repair","at":"2026-07-25T12:06:00.000Z","lines":[2]}` + "\n"} {
+		openedA + "\n{\n" + `{"type":"repair","at":"2026-07-25T12:06:00.000Z","lines":[2]}` + "\n",
+		strings.TrimSuffix(openedA, "}") + `,"terms":{"review_id":"` + idA + `","caller":"","tenant":"t","counterparty":"api.example.com","amount":"1",` +
+			`"amount_atomic":"1000000","asset":"a","resource":"https://api.example.com/x","template":"x402-buyer","rules":[],"params_hash":""}}` + "\n"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -154,8 +156,14 @@ func FuzzFold(f *testing.F) {
 			if st.byID[e.id] != e || (e.status != Pending && e.status != Approved && e.status != Rejected) {
 				t.Fatalf("inconsistent review %+v", e)
 			}
-			if _, err := st.review(e); err != nil {
+			r, err := st.review(e)
+			if err != nil {
 				t.Fatalf("review %s does not read back: %v", e.id, err)
+			}
+			// Whatever terms a line carries, checking them against no
+			// signature finds it unsigned or tampered, never signed.
+			if th, fs := checkTerms(r, signed{}, nil); th != "" || (r.Terms != nil && len(fs) == 0) {
+				t.Fatalf("terms %+v read as signed without a receipt: %q %v", r.Terms, th, fs)
 			}
 		}
 		id, _ := newID()
