@@ -71,6 +71,9 @@ type Options struct {
 	// Reviewers reads the trusted reviewers each time a decision is
 	// verified; nil trusts no one, so every decision reads Unverified.
 	Reviewers func() (Reviewers, error)
+	// Passkeys reads the trusted reviewers' passkeys each time a decision
+	// is verified; nil trusts no passkey.
+	Passkeys func() (Passkeys, error)
 	// ReviewTTL: a pending review older than this reads Expired (never
 	// when 0).
 	ReviewTTL time.Duration
@@ -92,6 +95,7 @@ type Log struct {
 	now       func() time.Time
 	lockWait  time.Duration
 	reviewers func() (Reviewers, error)
+	passkeys  func() (Passkeys, error)
 	reviewTTL time.Duration
 	// serverKeys: see Options.ServerKeys.
 	serverKeys noa.Keyring
@@ -129,7 +133,7 @@ func Open(root *confined.Dir, opts Options) *Log {
 
 // OpenStore returns the review log kept in s.
 func OpenStore(s Store, opts Options) *Log {
-	l := &Log{store: s, now: opts.Now, lockWait: opts.LockWait, sem: make(chan struct{}, 1), reviewers: opts.Reviewers, reviewTTL: opts.ReviewTTL, serverKeys: opts.ServerKeys}
+	l := &Log{store: s, now: opts.Now, lockWait: opts.LockWait, sem: make(chan struct{}, 1), reviewers: opts.Reviewers, passkeys: opts.Passkeys, reviewTTL: opts.ReviewTTL, serverKeys: opts.ServerKeys}
 	if l.now == nil {
 		l.now = time.Now
 	}

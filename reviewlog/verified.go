@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/passkey"
 )
 
 // Rule ids the guard's receipts carry for honoured human decisions.
@@ -33,7 +34,7 @@ type signed struct {
 // signedFor reads the receipts of review r: its trusted human decision, the
 // server's signed terms, the honoured uses of an approval, and every human
 // receipt that does not hold.
-func signedFor(rcs []noa.Receipt, trusted Reviewers) signed {
+func signedFor(rcs []noa.Receipt, trusted trustSet) signed {
 	s := signed{receipts: rcs}
 	for i, rc := range rcs {
 		s.ids = append(s.ids, rc.ID)
@@ -60,9 +61,22 @@ func signedFor(rcs []noa.Receipt, trusted Reviewers) signed {
 	return s
 }
 
+// trustSet is what decides whether a HUMAN receipt is a trusted decision: the
+// reviewers' own keys, their passkeys, and the server's keyring (which
+// seals the receipt of a decision a passkey made).
+type trustSet struct {
+	reviewers Reviewers
+	passkeys  Passkeys
+	// server reads the server's keyring (only when a passkey's decision
+	// is to be checked).
+	server func() (noa.Keyring, error)
+}
+
 // humanProblem says why a HUMAN receipt is no trusted decision ("" when it
-// is one). Which terms it decides is checked by resolve.
-func humanProblem(rc noa.Receipt, trusted Reviewers) string {
+// is one). Which terms it decides is checked by resolve: a passkey's
+// assertion signs the receipt's paramsHash, which resolve holds to the
+// DecisionHash of the review's signed terms, decision and note.
+func humanProblem(rc noa.Receipt, trusted trustSet) string {
 	g := rc.Governance
 	if g.Verdict != noa.VerdictAllowed && g.Verdict != noa.VerdictBlocked {
 		return "its verdict " + g.Verdict + " is no decision"
@@ -70,12 +84,52 @@ func humanProblem(rc noa.Receipt, trusted Reviewers) string {
 	if g.Approval == nil || g.Approval.By != rc.Agent.ID {
 		return "its approval does not name the reviewer that signed it"
 	}
-	key, ok := trusted[rc.Agent.ID]
+	a, isPasskey, err := passkey.DecodeModel(rc.Agent.Model)
+	if err != nil {
+		return err.Error()
+	}
+	if isPasskey {
+		return passkeyProblem(rc, a, trusted)
+	}
+	key, ok := trusted.reviewers[rc.Agent.ID]
 	if !ok {
 		return fmt.Sprintf("reviewer %q is not in the trusted reviewers file", clip(rc.Agent.ID))
 	}
 	if err := noa.VerifySignature(rc, key); err != nil {
 		return fmt.Sprintf("not signed by reviewer %q's trusted key (%v)", clip(rc.Agent.ID), err)
+	}
+	return ""
+}
+
+// passkeyProblem says why the receipt of a passkey's decision does not
+// hold: the server's keyring must hold the key that sealed it, and the
+// assertion inside must be by a passkey the reviewers file lists for the
+// receipt's reviewer, over the receipt's paramsHash.
+func passkeyProblem(rc noa.Receipt, a passkey.Assertion, trusted trustSet) string {
+	cred, ok := trusted.passkeys.Find(rc.Agent.ID, a.CredentialID)
+	if !ok {
+		return fmt.Sprintf("passkey %s is not listed for reviewer %q in the trusted reviewers file", clip(a.CredentialID), clip(rc.Agent.ID))
+	}
+	if err := passkey.VerifyDecision(cred, a, rc.Action.ParamsHash); err != nil {
+		return fmt.Sprintf("reviewer %q's passkey did not sign this decision (%v)", clip(rc.Agent.ID), err)
+	}
+	if trusted.server == nil {
+		return "the server's keyring is not at hand to check the seal"
+	}
+	kr, err := trusted.server()
+	if err != nil {
+		return fmt.Sprintf("the server's keyring cannot be read: %v", err)
+	}
+	spki, ok := kr[rc.Sig.KID]
+	if !ok {
+		return fmt.Sprintf("sealed by key %s, which the server's keyring does not hold", clip(rc.Sig.KID))
+	}
+	key, err := noa.DecodeSPKI(spki)
+	if err != nil {
+		return fmt.Sprintf("the keyring's key %s cannot be read: %v", clip(rc.Sig.KID), err)
+	}
+	if err := noa.VerifySignature(rc, key); err != nil {
+		return fmt.Sprintf("not sealed by the server's key %s (%v)", clip(rc.Sig.KID), err)
 	}
 	return ""
 }
@@ -239,7 +293,7 @@ type verifier struct {
 	ctx     context.Context
 	r       Reader
 	rx      *receiptIndex
-	trusted Reviewers
+	trusted trustSet
 	now     time.Time
 	ttl     time.Duration
 	// keys verify the server's signed terms: Options.ServerKeys, or the
@@ -255,7 +309,8 @@ func (l *Log) newVerifier(ctx context.Context, r Reader) (*verifier, error) {
 	if err := l.rx.refresh(ctx, r); err != nil {
 		return nil, fmt.Errorf("read decision chains: %w", err)
 	}
-	v := &verifier{ctx: ctx, r: r, rx: &l.rx, trusted: Reviewers{}, now: l.now(), ttl: l.reviewTTL, keys: l.serverKeys}
+	v := &verifier{ctx: ctx, r: r, rx: &l.rx, trusted: trustSet{reviewers: Reviewers{}, passkeys: Passkeys{}}, now: l.now(), ttl: l.reviewTTL, keys: l.serverKeys}
+	v.trusted.server = v.loadKeys
 	if l.reviewers != nil {
 		// A trusted reviewers file that cannot be read trusts no one: every
 		// decision then reads unverified (fail closed), and says why.
@@ -263,7 +318,16 @@ func (l *Log) newVerifier(ctx context.Context, r Reader) (*verifier, error) {
 		if err != nil {
 			v.problem = fmt.Sprintf("the trusted reviewers file cannot be read, so no decision can be verified: %v", err)
 		} else {
-			v.trusted = rs
+			v.trusted.reviewers = rs
+		}
+	}
+	if l.passkeys != nil {
+		pk, err := l.passkeys()
+		if err != nil {
+			v.problem = fmt.Sprintf("the trusted reviewers file's passkeys cannot be read, so no decision can be verified: %v", err)
+			v.trusted.reviewers = Reviewers{}
+		} else {
+			v.trusted.passkeys = pk
 		}
 	}
 	return v, nil
@@ -272,7 +336,16 @@ func (l *Log) newVerifier(ctx context.Context, r Reader) (*verifier, error) {
 // keyring is the keys that verify s's signed terms (nil when s holds
 // none, so most answers never read the keyring).
 func (v *verifier) keyring(s signed) (noa.Keyring, error) {
-	if s.terms == nil || v.keys != nil {
+	if s.terms == nil {
+		return v.keys, nil
+	}
+	return v.loadKeys()
+}
+
+// loadKeys is the server's keys: Options.ServerKeys, or the store's
+// keyring read once.
+func (v *verifier) loadKeys() (noa.Keyring, error) {
+	if v.keys != nil {
 		return v.keys, nil
 	}
 	kr, err := v.r.Keyring(v.ctx)

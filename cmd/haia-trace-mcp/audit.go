@@ -97,7 +97,14 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stderr, "haia-trace-mcp audit: note: the policy the server runs with is not recorded in the guard's store; expiry is judged under the built-in reviewTtlMinutes")
 	}
 	log := reviewlog.OpenStore(st, reviewlog.Options{ReviewTTL: g.policy.ReviewTTL, ServerKeys: kr,
-		Reviewers: func() (reviewlog.Reviewers, error) { return trusted, nil }})
+		Reviewers: func() (reviewlog.Reviewers, error) { return trusted, nil },
+		Passkeys: func() (reviewlog.Passkeys, error) {
+			pk, err := g.loadPasskeys()
+			if errors.Is(err, os.ErrNotExist) {
+				return reviewlog.Passkeys{}, nil // as for the keys: no file trusts no one
+			}
+			return pk, err
+		}})
 	var rep reviewlog.AuditReport
 	err = newProgress(stderr, "audit").during("verifying every chain and the review log against the signatures", func() (err error) {
 		rep, err = log.Audit(ctx, kr)

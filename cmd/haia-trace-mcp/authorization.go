@@ -88,7 +88,7 @@ func runAuthorization(ctx context.Context, args []string, stdout, stderr io.Writ
 		return code
 	}
 	defer g.Close()
-	log := reviewlog.OpenStore(g.store, reviewlog.Options{Reviewers: g.loadReviewers})
+	log := reviewlog.OpenStore(g.store, reviewlog.Options{Reviewers: g.loadReviewers, Passkeys: g.loadPasskeys})
 	all, err := log.Authorizations(ctx)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp authorization show: %s\n", termsafe.String(err.Error()))

@@ -133,7 +133,7 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintln(stderr, "haia-trace-mcp review "+verb+": note: the policy the server runs with is not recorded in the guard's store; expiry is judged under the built-in reviewTtlMinutes")
 	}
 	root, pol := g.root, g.policy
-	log := reviewlog.OpenStore(g.store, reviewlog.Options{LockWait: *lockWait, ReviewTTL: pol.ReviewTTL, Reviewers: g.loadReviewers})
+	log := reviewlog.OpenStore(g.store, reviewlog.Options{LockWait: *lockWait, ReviewTTL: pol.ReviewTTL, Reviewers: g.loadReviewers, Passkeys: g.loadPasskeys})
 
 	switch verb {
 	case "archive":

@@ -63,7 +63,7 @@ func runReviewWatch(ctx context.Context, args []string, stdout, stderr io.Writer
 	defer g.Close()
 	st := g.store
 	w := &reviewWatcher{
-		log:    reviewlog.OpenStore(st, reviewlog.Options{ReviewTTL: g.policy.ReviewTTL, Reviewers: g.loadReviewers}),
+		log:    reviewlog.OpenStore(st, reviewlog.Options{ReviewTTL: g.policy.ReviewTTL, Reviewers: g.loadReviewers, Passkeys: g.loadPasskeys}),
 		path:   st.Describe(),
 		json:   *asJSON,
 		stdout: stdout,

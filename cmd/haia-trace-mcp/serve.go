@@ -153,7 +153,8 @@ func openGuard(ctx context.Context, root *confined.Dir, f *serveFlags, logger *s
 		logger.Info("x402 payments are signed here (authorize_payment)", "payer", payer.Address().Hex(), "max_authorization_seconds", cfg.MaxAuthorizationSeconds)
 	}
 	log := reviewlog.OpenStore(store, reviewlog.Options{ReviewTTL: cfg.ReviewTTL,
-		Reviewers: func() (reviewlog.Reviewers, error) { return reviewlog.LoadReviewers(reviewersPath) }})
+		Reviewers: func() (reviewlog.Reviewers, error) { return reviewlog.LoadReviewers(reviewersPath) },
+		Passkeys:  func() (reviewlog.Passkeys, error) { return reviewlog.LoadPasskeys(reviewersPath) }})
 	return &guardSetup{policy: cfg, rules: rules, log: log, chains: chains, paramsKey: paramsKey, reviewersPath: reviewersPath, store: store,
 		payer: payer, tools: parseTools(f.tools)}, nil
 }

@@ -211,6 +211,12 @@ func (g *cliGuard) loadReviewers() (reviewlog.Reviewers, error) {
 	return reviewlog.LoadReviewers(g.reviewersPath)
 }
 
+// loadPasskeys reads the trusted reviewers' passkeys each time a decision
+// is verified.
+func (g *cliGuard) loadPasskeys() (reviewlog.Passkeys, error) {
+	return reviewlog.LoadPasskeys(g.reviewersPath)
+}
+
 const storeUsage = `usage:
   haia-trace-mcp store migrate --store postgres://…
       apply the schema migrations this binary carries (safe to run from

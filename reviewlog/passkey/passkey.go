@@ -14,6 +14,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -231,4 +232,41 @@ func clip(s string) string {
 		return s[:64] + "…"
 	}
 	return s
+}
+
+// ModelPrefix starts the agent.model of a HUMAN receipt whose decision a
+// passkey made: the NOA receipt format admits no member of its own for the
+// assertion, so it rides, signed and hashed into the chain, in agent.model
+// as ModelPrefix + base64url(JSON of the Assertion).
+const ModelPrefix = "webauthn-assertion:"
+
+// maxModel bounds the agent.model read.
+const maxModel = 16 << 10
+
+// EncodeModel is the agent.model that carries a.
+func EncodeModel(a Assertion) string {
+	b, _ := json.Marshal(a) // four strings always marshal
+	return ModelPrefix + base64.RawURLEncoding.EncodeToString(b)
+}
+
+// DecodeModel reads the assertion of an agent.model. ok is false when the
+// model carries none (a decision signed with a reviewer's own key).
+func DecodeModel(model *string) (a Assertion, ok bool, err error) {
+	if model == nil || !strings.HasPrefix(*model, ModelPrefix) {
+		return Assertion{}, false, nil
+	}
+	s := strings.TrimPrefix(*model, ModelPrefix)
+	if len(s) > maxModel {
+		return Assertion{}, true, fmt.Errorf("%w: the assertion in agent.model is longer than %d bytes", ErrInvalid, maxModel)
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return Assertion{}, true, fmt.Errorf("%w: the assertion in agent.model is not base64url", ErrInvalid)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&a); err != nil || dec.More() {
+		return Assertion{}, true, fmt.Errorf("%w: the assertion in agent.model is not {credential_id, authenticator_data, client_data_json, signature}", ErrInvalid)
+	}
+	return a, true, nil
 }
