@@ -27,11 +27,15 @@ const (
 
 // Review is the state of one review: the fold of its lines.
 type Review struct {
-	ID           string `json:"review_id"`
-	Status       string `json:"status"`
-	CreatedAt    string `json:"created_at"`
-	DecidedAt    string `json:"decided_at,omitempty"`
-	DecidedBy    string `json:"decided_by,omitempty"`
+	ID        string `json:"review_id"`
+	Status    string `json:"status"`
+	CreatedAt string `json:"created_at"`
+	DecidedAt string `json:"decided_at,omitempty"`
+	DecidedBy string `json:"decided_by,omitempty"`
+	// DecidedWith says how the decision was proven: "reviewer_key" (the
+	// reviewer's own Ed25519 key signed the receipt) or "passkey" (the
+	// receipt carries the reviewer's passkey assertion over the decision).
+	DecidedWith  string `json:"decided_with,omitempty"`
 	Note         string `json:"note,omitempty"`
 	Counterparty string `json:"counterparty"`
 	Amount       string `json:"amount"`

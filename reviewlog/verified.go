@@ -18,6 +18,12 @@ const (
 	RuleHumanReview   = "human_review"
 )
 
+// How a trusted decision was proven (Review.DecidedWith).
+const (
+	DecidedWithKey     = "reviewer_key"
+	DecidedWithPasskey = "passkey"
+)
+
 // ActionID is the action id every receipt about a review carries.
 func ActionID(reviewID string) string { return "review:" + reviewID }
 
@@ -224,6 +230,10 @@ func resolve(r Review, s signed, keys noa.Keyring, now time.Time, ttl time.Durat
 	}
 	add := func(f finding) { fs = append(fs, f) }
 	if s.human != nil {
+		out.DecidedWith = DecidedWithKey
+		if _, pk, _ := passkey.DecodeModel(s.human.Agent.Model); pk {
+			out.DecidedWith = DecidedWithPasskey
+		}
 		status := Rejected
 		if s.human.Governance.Verdict == noa.VerdictAllowed {
 			status = Approved

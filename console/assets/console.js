@@ -1,0 +1,78 @@
+// The reviewer console's one script: WebAuthn ceremonies for enrolment,
+// sign-in and each decision. No inline script; served from 'self'.
+"use strict";
+(function () {
+  const csrf = document.querySelector('meta[name="csrf-token"]').getAttribute("content");
+  const base = document.querySelector('meta[name="console-base"]').getAttribute("content");
+  const status = document.getElementById("status");
+  function say(msg) { if (status) { status.textContent = msg; } }
+  function b64u(buf) {
+    const b = new Uint8Array(buf); let s = "";
+    for (let i = 0; i < b.length; i++) { s += String.fromCharCode(b[i]); }
+    return btoa(s).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+  }
+  function unb64u(s) {
+    s = s.replace(/-/g, "+").replace(/_/g, "/"); while (s.length % 4) { s += "="; }
+    const bin = atob(s); const out = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) { out[i] = bin.charCodeAt(i); }
+    return out.buffer;
+  }
+  async function post(path, body) {
+    const r = await fetch(base + path, { method: "POST", credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf }, body: JSON.stringify(body || {}) });
+    const j = await r.json().catch(() => ({ error: "the server answered " + r.status }));
+    if (!r.ok) { throw new Error(j.error || ("the server answered " + r.status)); }
+    return j;
+  }
+  function requestOptions(o) {
+    o.challenge = unb64u(o.challenge);
+    (o.allowCredentials || []).forEach(function (c) { c.id = unb64u(c.id); });
+    return o;
+  }
+  function assertionJSON(c) {
+    return { id: c.id, rawId: b64u(c.rawId), type: c.type, response: {
+      clientDataJSON: b64u(c.response.clientDataJSON), authenticatorData: b64u(c.response.authenticatorData),
+      signature: b64u(c.response.signature), userHandle: c.response.userHandle ? b64u(c.response.userHandle) : undefined } };
+  }
+  const enrol = document.getElementById("register");
+  if (enrol) {
+    enrol.addEventListener("click", async function () {
+      try {
+        const token = enrol.getAttribute("data-token");
+        const o = (await post("api/enrol/begin", { token: token })).publicKey;
+        o.challenge = unb64u(o.challenge); o.user.id = unb64u(o.user.id);
+        (o.excludeCredentials || []).forEach(function (c) { c.id = unb64u(c.id); });
+        const c = await navigator.credentials.create({ publicKey: o });
+        const res = await post("api/enrol/finish", { token: token, credential: { id: c.id, rawId: b64u(c.rawId), type: c.type,
+          response: { clientDataJSON: b64u(c.response.clientDataJSON), attestationObject: b64u(c.response.attestationObject) } } });
+        say("Registered. Fingerprint " + res.fingerprint + " — tell the operator, who confirms it matches.");
+        const fp = document.getElementById("fingerprint"); if (fp) { fp.textContent = res.fingerprint; }
+      } catch (e) { say("Registration failed: " + e.message); }
+    });
+  }
+  const signin = document.getElementById("signin");
+  if (signin) {
+    signin.addEventListener("click", async function () {
+      try {
+        const o = requestOptions((await post("api/login/begin")).publicKey);
+        const c = await navigator.credentials.get({ publicKey: o });
+        await post("api/login/finish", { credential: assertionJSON(c) });
+        window.location.assign(base);
+      } catch (e) { say("Sign-in failed: " + e.message); }
+    });
+  }
+  document.querySelectorAll("button[data-decision]").forEach(function (btn) {
+    btn.addEventListener("click", async function () {
+      const id = btn.getAttribute("data-review");
+      const decision = btn.getAttribute("data-decision");
+      const note = document.getElementById("note").value;
+      try {
+        const o = requestOptions((await post("api/reviews/" + id + "/begin", { decision: decision, note: note })).publicKey);
+        const c = await navigator.credentials.get({ publicKey: o });
+        const res = await post("api/reviews/" + id + "/finish", { decision: decision, note: note, credential: assertionJSON(c) });
+        say("Review " + id + " " + res.status + " by " + res.decided_by + ".");
+        window.location.assign(base + "reviews/" + id);
+      } catch (e) { say("Decision failed: " + e.message); }
+    });
+  });
+})();

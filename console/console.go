@@ -1,0 +1,966 @@
+// Package console is the reviewer console: a small server-rendered page
+// set where a reviewer enrolled with a passkey reads the review queue and
+// decides, each decision its own WebAuthn assertion over the decision hash
+// of the review's signed terms. The server never writes the trusted
+// reviewers file: enrolment hands the registered credential to the
+// operator's command, which shows its fingerprint and adds it.
+package console
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/subtle"
+	"embed"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-webauthn/webauthn/protocol"
+	"github.com/go-webauthn/webauthn/webauthn"
+	"golang.org/x/time/rate"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/passkey"
+)
+
+//go:embed assets templates
+var files embed.FS
+
+// Bounds.
+const (
+	// EnrolTTL is how long a one-time enrolment link is valid.
+	EnrolTTL       = 10 * time.Minute
+	sessionTTL     = 8 * time.Hour
+	ceremonyTTL    = 5 * time.Minute
+	maxBody        = 64 << 10
+	maxPending     = 1024 // ceremonies and enrolments held in memory
+	sessionCookie  = "haia_console"
+	csrfCookie     = "haia_console_csrf"
+	csrfHeader     = "X-CSRF-Token"
+	maxNoteBytes   = 4096
+	tokenBytes     = 32
+	signInPerIP    = 0.5 // sign-in and enrolment requests per second per client
+	signInBurst    = 20
+	maxLimitedIPs  = 4096
+	enrolTokenName = "t"
+)
+
+// Config is what the console needs.
+type Config struct {
+	// URL is where people open the console, ending in "/console/"; its
+	// host is the relying party id and its origin the one origin every
+	// ceremony must name.
+	URL *url.URL
+	Log *reviewlog.Log
+	// Decider records a passkey's decision (the server's chains).
+	Decider engine.PasskeyDecider
+	// Passkeys reads the trusted reviewers' passkeys at every use, so an
+	// edit of the file (or a SIGHUP) is seen at once.
+	Passkeys func() (reviewlog.Passkeys, error)
+	// Explain is the paragraph that explains one evidence operation of a
+	// review opened under template ("" when none).
+	Explain func(template string, ref guard.Ref) string
+	// AssetSymbol names an asset's symbol ("" when unknown).
+	AssetSymbol func(asset string) string
+	Now         func() time.Time
+	Logger      *slog.Logger
+}
+
+// Console serves /console/.
+type Console struct {
+	cfg    Config
+	wa     *webauthn.WebAuthn
+	rpID   string
+	origin string
+	base   string
+	secure bool
+	pages  *template.Template
+
+	mu         sync.Mutex
+	sessions   map[string]session
+	logins     map[string]time.Time // login challenge (base64url) → expiry
+	enrolments map[string]*enrolment
+	limits     map[string]*rate.Limiter
+}
+
+type session struct {
+	reviewer string
+	expires  time.Time
+}
+
+// enrolment is one one-time link's state: begun, then registered, then
+// collected by the operator's command.
+type enrolment struct {
+	reviewer   string
+	expires    time.Time
+	session    *webauthn.SessionData
+	credential *passkey.Credential
+	collected  bool
+}
+
+// New checks cfg and builds the console.
+func New(cfg Config) (*Console, error) {
+	if cfg.URL == nil || (cfg.URL.Scheme != "http" && cfg.URL.Scheme != "https") || cfg.URL.Host == "" || !strings.HasSuffix(cfg.URL.Path, "/console/") {
+		return nil, errors.New("console: the console URL must be an absolute http(s) URL ending in /console/")
+	}
+	if cfg.Log == nil || cfg.Passkeys == nil || cfg.Decider.Log == nil || cfg.Decider.Chains == nil {
+		return nil, errors.New("console: a review log, the server's chains and the trusted passkeys are required")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Explain == nil {
+		cfg.Explain = func(string, guard.Ref) string { return "" }
+	}
+	if cfg.AssetSymbol == nil {
+		cfg.AssetSymbol = func(string) string { return "" }
+	}
+	host := cfg.URL.Hostname()
+	origin := cfg.URL.Scheme + "://" + cfg.URL.Host
+	if cfg.URL.Scheme == "http" && !isLoopbackName(host) {
+		return nil, fmt.Errorf("console: %s is plain http on a host that is not loopback; browsers allow passkeys only on https or localhost — serve it behind TLS", origin)
+	}
+	wa, err := webauthn.New(&webauthn.Config{
+		RPID: host, RPDisplayName: "haia-trace-mcp reviewers", RPOrigins: []string{origin},
+		AttestationPreference: protocol.PreferNoAttestation,
+		AuthenticatorSelection: protocol.AuthenticatorSelection{
+			ResidentKey: protocol.ResidentKeyRequirementRequired, RequireResidentKey: protocol.ResidentKeyRequired(),
+			UserVerification: protocol.VerificationRequired,
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("console: relying party %s: %w", host, err)
+	}
+	pages, err := template.New("console").Funcs(template.FuncMap{"proof": proof}).ParseFS(files, "templates/*.html")
+	if err != nil {
+		return nil, fmt.Errorf("console: templates: %w", err)
+	}
+	return &Console{cfg: cfg, wa: wa, rpID: host, origin: origin, base: cfg.URL.Path, secure: cfg.URL.Scheme == "https",
+		pages: pages, sessions: map[string]session{}, logins: map[string]time.Time{}, enrolments: map[string]*enrolment{},
+		limits: map[string]*rate.Limiter{}}, nil
+}
+
+func isLoopbackName(host string) bool {
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func proof(with string) string {
+	switch with {
+	case reviewlog.DecidedWithPasskey:
+		return "passkey (WebAuthn assertion in the receipt)"
+	case reviewlog.DecidedWithKey:
+		return "reviewer key (CLI)"
+	}
+	return "—"
+}
+
+// RPID is the relying party id; Origin the one origin ceremonies name.
+func (c *Console) RPID() string   { return c.rpID }
+func (c *Console) Origin() string { return c.origin }
+
+// ReviewURL is the page of one review.
+func (c *Console) ReviewURL(id string) string {
+	return c.origin + c.base + "reviews/" + url.PathEscape(id)
+}
+
+// Handler serves the console under its base path.
+func (c *Console) Handler() http.Handler {
+	mux := http.NewServeMux()
+	b := c.base
+	mux.HandleFunc("GET "+b+"{$}", c.page(c.queue))
+	mux.HandleFunc("GET "+b+"reviews/{id}", c.page(c.review))
+	mux.HandleFunc("GET "+b+"enrol", c.page(c.enrolPage))
+	mux.HandleFunc("GET "+b+"assets/{name}", c.asset)
+	mux.HandleFunc("POST "+b+"api/login/begin", c.api(true, c.loginBegin))
+	mux.HandleFunc("POST "+b+"api/login/finish", c.api(true, c.loginFinish))
+	mux.HandleFunc("POST "+b+"api/logout", c.api(false, c.logout))
+	mux.HandleFunc("POST "+b+"api/enrol/begin", c.api(true, c.enrolBegin))
+	mux.HandleFunc("POST "+b+"api/enrol/finish", c.api(true, c.enrolFinish))
+	mux.HandleFunc("POST "+b+"api/reviews/{id}/begin", c.api(false, c.decideBegin))
+	mux.HandleFunc("POST "+b+"api/reviews/{id}/finish", c.api(false, c.decideFinish))
+	// The operator's command collects a registration with the link's
+	// secret; no cookie, no CSRF (no browser is involved), rate limited.
+	mux.HandleFunc("POST "+b+"api/enrol/collect", c.collect)
+	return c.secureHeaders(mux)
+}
+
+func (c *Console) secureHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Cache-Control", "no-store")
+		if c.secure {
+			h.Set("Strict-Transport-Security", "max-age=31536000")
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (c *Console) asset(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	var ctype string
+	switch name {
+	case "console.js":
+		ctype = "text/javascript; charset=utf-8"
+	case "console.css":
+		ctype = "text/css; charset=utf-8"
+	default:
+		http.NotFound(w, r)
+		return
+	}
+	data, err := files.ReadFile("assets/" + name)
+	if err != nil {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", ctype)
+	_, _ = w.Write(data)
+}
+
+// --- sessions, CSRF, rate limits ---
+
+func randomToken() string {
+	b := make([]byte, tokenBytes)
+	if _, err := rand.Read(b); err != nil {
+		panic(fmt.Sprintf("console: crypto/rand failed: %v", err)) // no safe way on
+	}
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func (c *Console) setCookie(w http.ResponseWriter, name, value string, maxAge int) {
+	http.SetCookie(w, &http.Cookie{Name: name, Value: value, Path: c.base, MaxAge: maxAge, HttpOnly: true,
+		Secure: c.secure, SameSite: http.SameSiteStrictMode})
+}
+
+// reviewer is the signed-in reviewer ("" when none); the reviewer must
+// still be in the trusted reviewers file.
+func (c *Console) reviewer(r *http.Request) string {
+	ck, err := r.Cookie(sessionCookie)
+	if err != nil {
+		return ""
+	}
+	now := c.cfg.Now()
+	c.mu.Lock()
+	s, ok := c.sessions[ck.Value]
+	if ok && !now.Before(s.expires) {
+		delete(c.sessions, ck.Value)
+		ok = false
+	}
+	c.mu.Unlock()
+	if !ok {
+		return ""
+	}
+	pks, err := c.cfg.Passkeys()
+	if err != nil || len(pks[s.reviewer]) == 0 {
+		return ""
+	}
+	return s.reviewer
+}
+
+// csrfToken returns the request's CSRF token, setting a new one when it
+// has none.
+func (c *Console) csrfToken(w http.ResponseWriter, r *http.Request) string {
+	if ck, err := r.Cookie(csrfCookie); err == nil && len(ck.Value) == base64.RawURLEncoding.EncodedLen(tokenBytes) {
+		return ck.Value
+	}
+	t := randomToken()
+	c.setCookie(w, csrfCookie, t, 0)
+	return t
+}
+
+// checkState refuses a state change without the page's CSRF token (header
+// equal to the cookie) or from another origin.
+func (c *Console) checkState(r *http.Request) error {
+	if o := r.Header.Get("Origin"); o != c.origin {
+		return fmt.Errorf("the request's Origin %q is not the console's %s", clip(o), c.origin)
+	}
+	ck, err := r.Cookie(csrfCookie)
+	h := r.Header.Get(csrfHeader)
+	if err != nil || h == "" || subtle.ConstantTimeCompare([]byte(ck.Value), []byte(h)) != 1 {
+		return errors.New("the CSRF token is missing or does not match; reload the page")
+	}
+	return nil
+}
+
+func (c *Console) allow(r *http.Request) bool {
+	ip, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		ip = r.RemoteAddr
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l, ok := c.limits[ip]
+	if !ok {
+		if len(c.limits) >= maxLimitedIPs {
+			clear(c.limits) // bounded memory; a flood resets everyone's budget, never grants more than a burst each
+		}
+		l = rate.NewLimiter(signInPerIP, signInBurst)
+		c.limits[ip] = l
+	}
+	return l.Allow()
+}
+
+// --- handlers ---
+
+type apiError struct {
+	status int
+	msg    string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func fail(status int, format string, a ...any) error {
+	return &apiError{status: status, msg: fmt.Sprintf(format, a...)}
+}
+
+// api wraps a JSON state-changing endpoint: rate limit (sign-in and
+// enrolment), Origin and CSRF checks, a bounded body.
+func (c *Console) api(limited bool, fn func(w http.ResponseWriter, r *http.Request, body []byte) (any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if limited && !c.allow(r) {
+			writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": "too many sign-in or enrolment attempts; wait a little"})
+			return
+		}
+		if err := c.checkState(r); err != nil {
+			writeJSON(w, http.StatusForbidden, map[string]string{"error": err.Error()})
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+		if err != nil {
+			writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": fmt.Sprintf("the request body is larger than %d bytes", maxBody)})
+			return
+		}
+		out, err := fn(w, r, body)
+		if err != nil {
+			var ae *apiError
+			if errors.As(err, &ae) {
+				writeJSON(w, ae.status, map[string]string{"error": ae.msg})
+				return
+			}
+			c.cfg.Logger.Error("console request failed", "path", r.URL.Path, "err", err)
+			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "the server could not complete this; see its log"})
+			return
+		}
+		writeJSON(w, http.StatusOK, out)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func decodeStrict(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fail(http.StatusBadRequest, "the request is not the JSON this endpoint takes: %s", plainJSON(err))
+	}
+	if dec.More() {
+		return fail(http.StatusBadRequest, "the request has data after its JSON object")
+	}
+	return nil
+}
+
+func plainJSON(err error) string {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("syntax error at byte %d", se.Offset)
+	case errors.As(err, &te):
+		return fmt.Sprintf("member %q has the wrong type", te.Field)
+	case strings.HasPrefix(err.Error(), "json: unknown field"):
+		return strings.TrimPrefix(err.Error(), "json: ")
+	}
+	return "malformed"
+}
+
+// requestOptions are the PublicKeyCredentialRequestOptions of an
+// assertion over challenge, user verification required.
+func (c *Console) requestOptions(challenge []byte, creds []passkey.Credential) map[string]any {
+	allow := []map[string]any{}
+	for _, cr := range creds {
+		allow = append(allow, map[string]any{"type": "public-key", "id": cr.ID})
+	}
+	return map[string]any{"publicKey": map[string]any{
+		"challenge": base64.RawURLEncoding.EncodeToString(challenge), "rpId": c.rpID, "timeout": int(ceremonyTTL / time.Millisecond),
+		"userVerification": "required", "allowCredentials": allow,
+	}}
+}
+
+// readAssertion reads a browser's PublicKeyCredential (assertion) JSON.
+func readAssertion(raw json.RawMessage) (passkey.Assertion, error) {
+	if len(raw) == 0 {
+		return passkey.Assertion{}, fail(http.StatusBadRequest, "credential: no assertion given")
+	}
+	var car protocol.CredentialAssertionResponse
+	if err := json.Unmarshal(raw, &car); err != nil {
+		return passkey.Assertion{}, fail(http.StatusBadRequest, "credential: not a WebAuthn assertion (%s)", plainJSON(err))
+	}
+	enc := base64.RawURLEncoding.EncodeToString
+	return passkey.Assertion{CredentialID: enc(car.RawID), AuthenticatorData: enc(car.AssertionResponse.AuthenticatorData),
+		ClientDataJSON: enc(car.AssertionResponse.ClientDataJSON), Signature: enc(car.AssertionResponse.Signature)}, nil
+}
+
+func (c *Console) loginBegin(_ http.ResponseWriter, _ *http.Request, _ []byte) (any, error) {
+	ch := make([]byte, 32)
+	if _, err := rand.Read(ch); err != nil {
+		return nil, err
+	}
+	now := c.cfg.Now()
+	c.mu.Lock()
+	c.sweep(now)
+	if len(c.logins) >= maxPending {
+		c.mu.Unlock()
+		return nil, fail(http.StatusServiceUnavailable, "too many sign-ins in progress; try again in a minute")
+	}
+	c.logins[base64.RawURLEncoding.EncodeToString(ch)] = now.Add(ceremonyTTL)
+	c.mu.Unlock()
+	return c.requestOptions(ch, nil), nil
+}
+
+// sweep drops expired ceremonies, sessions and enrolments; c.mu is held.
+func (c *Console) sweep(now time.Time) {
+	for k, exp := range c.logins {
+		if !now.Before(exp) {
+			delete(c.logins, k)
+		}
+	}
+	for k, s := range c.sessions {
+		if !now.Before(s.expires) {
+			delete(c.sessions, k)
+		}
+	}
+	for k, e := range c.enrolments {
+		if !now.Before(e.expires) {
+			delete(c.enrolments, k)
+		}
+	}
+}
+
+func (c *Console) loginFinish(w http.ResponseWriter, _ *http.Request, body []byte) (any, error) {
+	var req struct {
+		Credential json.RawMessage `json:"credential"`
+	}
+	if err := decodeStrict(body, &req); err != nil {
+		return nil, err
+	}
+	a, err := readAssertion(req.Credential)
+	if err != nil {
+		return nil, err
+	}
+	pks, err := c.cfg.Passkeys()
+	if err != nil {
+		return nil, fmt.Errorf("read the trusted reviewers file: %w", err)
+	}
+	who, cred, ok := pks.Owner(a.CredentialID)
+	if !ok {
+		return nil, fail(http.StatusForbidden, "this passkey is not in the trusted reviewers file; ask the operator to enrol it")
+	}
+	cd, err := clientChallenge(a)
+	if err != nil {
+		return nil, err
+	}
+	now := c.cfg.Now()
+	c.mu.Lock()
+	exp, issued := c.logins[cd]
+	delete(c.logins, cd) // one use, whatever the outcome
+	c.mu.Unlock()
+	if !issued || !now.Before(exp) {
+		return nil, fail(http.StatusForbidden, "this sign-in's challenge was not issued here, was used already, or expired")
+	}
+	ch, _ := base64.RawURLEncoding.DecodeString(cd)
+	if err := passkey.Verify(cred, a, ch); err != nil {
+		return nil, fail(http.StatusForbidden, "sign-in refused: %v", err)
+	}
+	tok := randomToken()
+	c.mu.Lock()
+	c.sessions[tok] = session{reviewer: who, expires: now.Add(sessionTTL)}
+	c.mu.Unlock()
+	c.setCookie(w, sessionCookie, tok, int(sessionTTL/time.Second))
+	c.cfg.Logger.Info("console: reviewer signed in", "reviewer", who)
+	return map[string]string{"reviewer": who}, nil
+}
+
+// clientChallenge is the challenge the assertion's client data names.
+func clientChallenge(a passkey.Assertion) (string, error) {
+	cdj, err := base64.RawURLEncoding.DecodeString(a.ClientDataJSON)
+	if err != nil {
+		return "", fail(http.StatusBadRequest, "credential: clientDataJSON is not base64url")
+	}
+	var cd struct {
+		Challenge string `json:"challenge"`
+	}
+	if err := json.Unmarshal(cdj, &cd); err != nil || cd.Challenge == "" {
+		return "", fail(http.StatusBadRequest, "credential: clientDataJSON names no challenge")
+	}
+	return cd.Challenge, nil
+}
+
+func (c *Console) logout(w http.ResponseWriter, r *http.Request, _ []byte) (any, error) {
+	if ck, err := r.Cookie(sessionCookie); err == nil {
+		c.mu.Lock()
+		delete(c.sessions, ck.Value)
+		c.mu.Unlock()
+	}
+	c.setCookie(w, sessionCookie, "", -1)
+	return map[string]string{}, nil
+}
+
+type decideRequest struct {
+	Decision   string          `json:"decision"`
+	Note       string          `json:"note"`
+	Credential json.RawMessage `json:"credential,omitempty"`
+}
+
+func (d decideRequest) check() error {
+	if d.Decision != reviewlog.Approved && d.Decision != reviewlog.Rejected {
+		return fail(http.StatusBadRequest, "decision must be %q or %q", reviewlog.Approved, reviewlog.Rejected)
+	}
+	if len(d.Note) > maxNoteBytes {
+		return fail(http.StatusBadRequest, "the note is longer than %d bytes", maxNoteBytes)
+	}
+	return nil
+}
+
+// decideBegin answers the request options of a decision: the challenge is
+// the decision hash of the review's signed terms, the decision and note.
+func (c *Console) decideBegin(_ http.ResponseWriter, r *http.Request, body []byte) (any, error) {
+	who := c.reviewer(r)
+	if who == "" {
+		return nil, fail(http.StatusUnauthorized, "sign in with a passkey first")
+	}
+	var req decideRequest
+	if err := decodeStrict(body, &req); err != nil {
+		return nil, err
+	}
+	if err := req.check(); err != nil {
+		return nil, err
+	}
+	rv, _, err := c.cfg.Log.Verified(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return nil, reviewError(err)
+	}
+	if rv.Status != reviewlog.Pending || rv.Tampered || rv.TermsHash == "" {
+		return nil, fail(http.StatusConflict, "review %s cannot be decided: it is %s%s", rv.ID, rv.Status, tamperedNote(rv))
+	}
+	dh, err := reviewlog.DecisionHash(rv.TermsHash, req.Decision, req.Note)
+	if err != nil {
+		return nil, fail(http.StatusBadRequest, "%v", err)
+	}
+	ch, err := passkey.Challenge(dh)
+	if err != nil {
+		return nil, err
+	}
+	pks, err := c.cfg.Passkeys()
+	if err != nil {
+		return nil, fmt.Errorf("read the trusted reviewers file: %w", err)
+	}
+	out := c.requestOptions(ch, pks[who])
+	out["decision_hash"] = dh
+	out["terms_hash"] = rv.TermsHash
+	return out, nil
+}
+
+func tamperedNote(rv reviewlog.Review) string {
+	if rv.Tampered {
+		return " and TAMPERED"
+	}
+	if rv.TermsHash == "" {
+		return " without terms the server signed"
+	}
+	return ""
+}
+
+func reviewError(err error) error {
+	switch {
+	case errors.Is(err, reviewlog.ErrUnknownReview), errors.Is(err, reviewlog.ErrBadID):
+		return fail(http.StatusNotFound, "no such review")
+	case errors.Is(err, reviewlog.ErrAlreadyDecided):
+		return fail(http.StatusConflict, "%s", firstLine(err))
+	case errors.Is(err, reviewlog.ErrUntrusted), errors.Is(err, reviewlog.ErrTampered):
+		return fail(http.StatusForbidden, "%s", firstLine(err))
+	case errors.Is(err, reviewlog.ErrBadInput), errors.Is(err, reviewlog.ErrExpired):
+		return fail(http.StatusBadRequest, "%s", firstLine(err))
+	}
+	return err
+}
+
+func firstLine(err error) string {
+	s, _, _ := strings.Cut(err.Error(), "\n")
+	return s
+}
+
+// decideFinish records the decision on the strength of the assertion: the
+// session's reviewer must own the passkey; the decider verifies the
+// assertion against the terms inside the log's lock.
+func (c *Console) decideFinish(_ http.ResponseWriter, r *http.Request, body []byte) (any, error) {
+	who := c.reviewer(r)
+	if who == "" {
+		return nil, fail(http.StatusUnauthorized, "sign in with a passkey first")
+	}
+	var req decideRequest
+	if err := decodeStrict(body, &req); err != nil {
+		return nil, err
+	}
+	if err := req.check(); err != nil {
+		return nil, err
+	}
+	a, err := readAssertion(req.Credential)
+	if err != nil {
+		return nil, err
+	}
+	pks, err := c.cfg.Passkeys()
+	if err != nil {
+		return nil, fmt.Errorf("read the trusted reviewers file: %w", err)
+	}
+	if _, ok := pks.Find(who, a.CredentialID); !ok {
+		return nil, fail(http.StatusForbidden, "this passkey is not one of %s's in the trusted reviewers file; nothing was written", who)
+	}
+	rv, err := c.cfg.Decider.Decide(r.Context(), r.PathValue("id"), req.Decision, req.Note, a)
+	if err != nil {
+		return nil, reviewError(err)
+	}
+	c.cfg.Logger.Info("console: decision recorded", "review", rv.ID, "status", rv.Status, "reviewer", rv.DecidedBy)
+	return map[string]string{"review_id": rv.ID, "status": rv.Status, "decided_by": rv.DecidedBy, "review_url": c.ReviewURL(rv.ID)}, nil
+}
+
+// --- enrolment ---
+
+// EnrolLink is the one-time link the operator's command prints: a secret
+// token that only it and the reviewer know, valid until expires.
+func (c *Console) EnrolLink(token string) string {
+	return c.origin + c.base + "enrol?" + enrolTokenName + "=" + url.QueryEscape(token)
+}
+
+// enrolToken reads "<reviewer>.<unix expiry>.<secret>", refusing an expiry
+// past or further than EnrolTTL away.
+func (c *Console) enrolToken(tok string) (reviewer string, expires time.Time, err error) {
+	parts := strings.Split(tok, ".")
+	if len(parts) != 3 || len(parts[2]) < 43 || len(tok) > 512 {
+		return "", time.Time{}, fail(http.StatusBadRequest, "the enrolment link is malformed; ask the operator for a new one")
+	}
+	idb, err := base64.RawURLEncoding.DecodeString(parts[0])
+	if err != nil || reviewlog.CheckReviewerID(string(idb)) != nil {
+		return "", time.Time{}, fail(http.StatusBadRequest, "the enrolment link names no valid reviewer id")
+	}
+	var unix int64
+	if _, err := fmt.Sscanf(parts[1], "%d", &unix); err != nil || fmt.Sprint(unix) != parts[1] {
+		return "", time.Time{}, fail(http.StatusBadRequest, "the enrolment link's expiry is malformed")
+	}
+	exp := time.Unix(unix, 0)
+	now := c.cfg.Now()
+	if !now.Before(exp) || exp.After(now.Add(EnrolTTL+time.Minute)) {
+		return "", time.Time{}, fail(http.StatusGone, "the enrolment link has expired (links are valid %s); ask the operator for a new one", EnrolTTL)
+	}
+	return string(idb), exp, nil
+}
+
+// NewEnrolToken makes a one-time enrolment token for reviewer, valid
+// EnrolTTL from now.
+func NewEnrolToken(reviewer string, now time.Time) (string, error) {
+	if err := reviewlog.CheckReviewerID(reviewer); err != nil {
+		return "", err
+	}
+	return base64.RawURLEncoding.EncodeToString([]byte(reviewer)) + "." + fmt.Sprint(now.Add(EnrolTTL).Unix()) + "." + randomToken(), nil
+}
+
+type enrolUser struct {
+	id    string
+	creds []webauthn.Credential
+}
+
+func (u enrolUser) WebAuthnID() []byte                         { return []byte(u.id) }
+func (u enrolUser) WebAuthnName() string                       { return u.id }
+func (u enrolUser) WebAuthnDisplayName() string                { return u.id }
+func (u enrolUser) WebAuthnCredentials() []webauthn.Credential { return u.creds }
+
+func (c *Console) enrolBegin(_ http.ResponseWriter, _ *http.Request, body []byte) (any, error) {
+	var req struct {
+		Token string `json:"token"`
+	}
+	if err := decodeStrict(body, &req); err != nil {
+		return nil, err
+	}
+	who, exp, err := c.enrolToken(req.Token)
+	if err != nil {
+		return nil, err
+	}
+	var exclude []protocol.CredentialDescriptor
+	if pks, err := c.cfg.Passkeys(); err == nil {
+		for _, cr := range pks[who] {
+			if id, err := base64.RawURLEncoding.DecodeString(cr.ID); err == nil {
+				exclude = append(exclude, protocol.CredentialDescriptor{Type: protocol.PublicKeyCredentialType, CredentialID: id})
+			}
+		}
+	}
+	creation, sess, err := c.wa.BeginRegistration(enrolUser{id: who}, webauthn.WithExclusions(exclude),
+		webauthn.WithCredentialParameters([]protocol.CredentialParameter{{Type: protocol.PublicKeyCredentialType, Algorithm: -7}}))
+	if err != nil {
+		return nil, fmt.Errorf("begin registration: %w", err)
+	}
+	key := enrolKey(req.Token)
+	now := c.cfg.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sweep(now)
+	if e, ok := c.enrolments[key]; ok && e.credential != nil {
+		return nil, fail(http.StatusConflict, "this enrolment link was used already; ask the operator for a new one")
+	}
+	if len(c.enrolments) >= maxPending {
+		return nil, fail(http.StatusServiceUnavailable, "too many enrolments in progress; try again later")
+	}
+	c.enrolments[key] = &enrolment{reviewer: who, expires: exp, session: sess}
+	return creation, nil
+}
+
+func enrolKey(token string) string {
+	// The secret is the key of the in-memory entry; keep only its hash.
+	return base64.RawURLEncoding.EncodeToString(sha256Sum([]byte(token)))
+}
+
+func (c *Console) enrolFinish(_ http.ResponseWriter, r *http.Request, body []byte) (any, error) {
+	var req struct {
+		Token      string          `json:"token"`
+		Credential json.RawMessage `json:"credential"`
+	}
+	if err := decodeStrict(body, &req); err != nil {
+		return nil, err
+	}
+	who, _, err := c.enrolToken(req.Token)
+	if err != nil {
+		return nil, err
+	}
+	key := enrolKey(req.Token)
+	c.mu.Lock()
+	e, ok := c.enrolments[key]
+	var sess *webauthn.SessionData
+	if ok && e.credential == nil && e.session != nil {
+		sess, e.session = e.session, nil // one ceremony per begin
+	}
+	c.mu.Unlock()
+	if sess == nil {
+		return nil, fail(http.StatusConflict, "no registration was begun with this link, or it was finished already")
+	}
+	parsed, err := protocol.ParseCredentialCreationResponseBytes(req.Credential)
+	if err != nil {
+		return nil, fail(http.StatusBadRequest, "credential: not a WebAuthn registration")
+	}
+	cred, err := c.wa.CreateCredential(enrolUser{id: who}, *sess, parsed)
+	if err != nil {
+		return nil, fail(http.StatusBadRequest, "registration refused: %s", webauthnDetail(err))
+	}
+	if !cred.Flags.UserVerified {
+		return nil, fail(http.StatusBadRequest, "registration refused: the authenticator did not verify the user")
+	}
+	pc := passkey.Credential{ID: base64.RawURLEncoding.EncodeToString(cred.ID), PublicKey: base64.RawURLEncoding.EncodeToString(cred.PublicKey),
+		RPID: c.rpID, Origin: c.origin}
+	if err := pc.Check(); err != nil {
+		return nil, fail(http.StatusBadRequest, "registration refused: %v", err)
+	}
+	fp, err := passkey.Fingerprint(pc.PublicKey)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	e.credential = &pc
+	c.mu.Unlock()
+	c.cfg.Logger.Info("console: passkey registered, waiting for the operator's confirmation", "reviewer", who, "fingerprint", fp, "remote", r.RemoteAddr)
+	return map[string]string{"reviewer": who, "fingerprint": fp}, nil
+}
+
+func webauthnDetail(err error) string {
+	var pe *protocol.Error
+	if errors.As(err, &pe) && pe.Details != "" {
+		return pe.Details
+	}
+	return "the registration does not verify"
+}
+
+// collect hands the registered credential to the operator's command
+// holding the link's secret, once.
+func (c *Console) collect(w http.ResponseWriter, r *http.Request) {
+	if !c.allow(r) {
+		writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": "too many requests; wait a little"})
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 4096))
+	if err != nil {
+		writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": "request too large"})
+		return
+	}
+	var req struct {
+		Token string `json:"token"`
+	}
+	if err := decodeStrict(body, &req); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	if _, _, err := c.enrolToken(req.Token); err != nil {
+		var ae *apiError
+		errors.As(err, &ae)
+		writeJSON(w, ae.status, map[string]string{"error": ae.msg})
+		return
+	}
+	key := enrolKey(req.Token)
+	c.mu.Lock()
+	e, ok := c.enrolments[key]
+	var cred *passkey.Credential
+	if ok && e.credential != nil && !e.collected {
+		cred, e.collected = e.credential, true
+	}
+	collected := ok && e.collected && cred == nil
+	c.mu.Unlock()
+	switch {
+	case cred != nil:
+		writeJSON(w, http.StatusOK, map[string]any{"reviewer": e.reviewer, "credential": cred})
+	case collected:
+		writeJSON(w, http.StatusGone, map[string]string{"error": "this registration was collected already"})
+	default:
+		writeJSON(w, http.StatusAccepted, map[string]string{"status": "waiting for the reviewer to register"})
+	}
+}
+
+// --- pages ---
+
+type pageData struct {
+	Title    string
+	Base     string
+	CSRF     string
+	Reviewer string
+	Pending  []reviewlog.Review
+	Decided  []reviewlog.Review
+	Review   *reviewlog.Review
+	Reasons  []reasonView
+	Enrol    *enrolView
+}
+
+type reasonView struct {
+	Rule, Detail string
+	Evidence     []evidenceView
+}
+
+type evidenceView struct {
+	RunID, OperationID, Explain string
+}
+
+type enrolView struct {
+	Reviewer, Expires, Token string
+}
+
+func (c *Console) page(fn func(r *http.Request, d *pageData) (string, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		d := &pageData{Base: c.base, CSRF: c.csrfToken(w, r)}
+		name, err := fn(r, d)
+		if err != nil {
+			var ae *apiError
+			status, msg := http.StatusInternalServerError, "the server could not show this page; see its log"
+			if errors.As(err, &ae) {
+				status, msg = ae.status, ae.msg
+			} else {
+				c.cfg.Logger.Error("console page failed", "path", r.URL.Path, "err", err)
+			}
+			http.Error(w, msg, status)
+			return
+		}
+		var buf bytes.Buffer
+		if err := c.pages.ExecuteTemplate(&buf, name, d); err != nil {
+			c.cfg.Logger.Error("console template failed", "page", name, "err", err)
+			http.Error(w, "the server could not show this page; see its log", http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = w.Write(buf.Bytes())
+	}
+}
+
+func (c *Console) queue(r *http.Request, d *pageData) (string, error) {
+	d.Reviewer = c.reviewer(r)
+	if d.Reviewer == "" {
+		d.Title = "Sign in"
+		return "signin", nil
+	}
+	d.Title = "Review queue"
+	all, err := c.cfg.Log.List(r.Context(), true)
+	if err != nil {
+		return "", err
+	}
+	for _, rv := range all {
+		if rv.Status == reviewlog.Pending {
+			d.Pending = append(d.Pending, rv)
+		} else {
+			d.Decided = append(d.Decided, rv)
+		}
+	}
+	newest := func(a, b reviewlog.Review) int { return strings.Compare(b.CreatedAt, a.CreatedAt) }
+	slices.SortStableFunc(d.Pending, newest)
+	slices.SortStableFunc(d.Decided, func(a, b reviewlog.Review) int { return strings.Compare(b.DecidedAt, a.DecidedAt) })
+	return "queue", nil
+}
+
+func (c *Console) review(r *http.Request, d *pageData) (string, error) {
+	d.Reviewer = c.reviewer(r)
+	if d.Reviewer == "" {
+		d.Title = "Sign in"
+		return "signin", nil
+	}
+	rv, _, err := c.cfg.Log.Verified(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return "", reviewError(err)
+	}
+	rv.AssetSymbol = c.cfg.AssetSymbol(rv.Asset)
+	d.Title = "Review " + rv.ID
+	d.Review = &rv
+	for _, rs := range rv.Reasons {
+		v := reasonView{Rule: rs.Rule, Detail: rs.Detail}
+		for _, ref := range rs.Evidence {
+			v.Evidence = append(v.Evidence, evidenceView{RunID: ref.RunID, OperationID: ref.OperationID, Explain: c.cfg.Explain(rv.Template, ref)})
+		}
+		d.Reasons = append(d.Reasons, v)
+	}
+	return "review", nil
+}
+
+func (c *Console) enrolPage(r *http.Request, d *pageData) (string, error) {
+	tok := r.URL.Query().Get(enrolTokenName)
+	who, exp, err := c.enrolToken(tok)
+	if err != nil {
+		return "", err
+	}
+	d.Title = "Register a passkey"
+	d.Enrol = &enrolView{Reviewer: who, Expires: exp.UTC().Format(time.RFC3339), Token: tok}
+	return "enrol", nil
+}
+
+func clip(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
+}
+
