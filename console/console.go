@@ -963,4 +963,3 @@ func clip(s string) string {
 	}
 	return s
 }
-
