@@ -34,7 +34,7 @@ var commands = []commandInfo{
 	{name: "review", subs: []string{"list", "show", "approve", "reject", "watch", "archive"},
 		usage: "review list|show|approve|reject|watch|archive [<review_id>] [--dir .trace] [--all] [--note \"…\"] [--reviewer-key K] [--json]"},
 	{name: "init", usage: "init [DIR]                       a Trace root from nothing: layout, keys, a reviewer, an example policy"},
-	{name: "reviewer", subs: []string{"init"}, usage: "reviewer init --id ID [--key-file K] [--reviewers F]"},
+	{name: "reviewer", subs: []string{"init", "passkey"}, usage: "reviewer init|passkey add|remove --id ID [--reviewers F] [--console-url URL]"},
 	{name: "audit", usage: "audit [--dir .trace] [--reviewers F] [--keyring K]"},
 	{name: "status", usage: "status [--dir .trace] [--store URL] [--json]   the state at a glance: runs, payments, reviews, chains, policy"},
 	{name: "store", subs: []string{"migrate", "import", "export"}, usage: "store migrate|import|export --store postgres://… [--dir .trace]"},

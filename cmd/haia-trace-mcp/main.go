@@ -51,6 +51,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		case "init":
 			return runInit(ctx, rest, stdout, stderr)
 		case "reviewer":
+			if len(rest) > 0 && rest[0] == "passkey" {
+				return runReviewerPasskey(ctx, rest[1:], stdin, stdout, stderr)
+			}
 			return runReviewer(ctx, rest, stdout, stderr)
 		case "status":
 			return runStatus(ctx, rest, stdout, stderr)

@@ -14,6 +14,7 @@ import (
 
 const reviewerUsage = `usage:
   haia-trace-mcp reviewer init --id ID [--key-file K] [--reviewers F]
+  haia-trace-mcp reviewer passkey add|remove --id ID …   (see reviewer passkey --help)
 
 Creates an Ed25519 key for a reviewer (mode 0600; an existing key file is
 reused) and adds {ID: base64 SPKI} to the trusted reviewers file. The server
@@ -37,7 +38,7 @@ func runReviewer(_ context.Context, args []string, stdout, stderr io.Writer) int
 		if len(args) > 0 {
 			name = args[0]
 		}
-		return newCommand("reviewer", reviewerUsage, stdout, stderr).failf("unknown subcommand %q; the one subcommand is init", name)
+		return newCommand("reviewer", reviewerUsage, stdout, stderr).failf("unknown subcommand %q; the subcommands are init and passkey", name)
 	}
 	c := newCommand("reviewer init", reviewerUsage, stdout, stderr)
 	id := c.fs.String("id", "", "the reviewer's id, written into every decision receipt (required)")

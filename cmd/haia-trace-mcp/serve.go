@@ -56,10 +56,13 @@ type serveFlags struct {
 	// asks the engine before each paying call) and a tool list that follows
 	// the upstream's.
 	proxy bool
+	// console serves the reviewer console beside the guard.
+	console consoleFlags
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.dir, "dir", ".trace", "the Trace root (events/, templates/, guard/)")
+	f.console.register(fs)
 	fs.StringVar(&f.templatesDir, "templates-dir", "", "the operator's templates directory (default: <dir>/templates)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level on stderr: debug, info, warn, error")
 	fs.Int64Var(&f.indexMaxMB, "index-max-mb", 256, "memory budget of the run index, in MiB")
@@ -483,8 +486,19 @@ func openStack(ctx context.Context, dir, tenant string, f *serveFlags, notifier 
 		closeDirs()
 		return nil, err
 	}
+	stopConsole := func() {}
+	if f.console.on {
+		if tenant != "" {
+			closeDirs()
+			return nil, errors.New("--console serves one guard; with --tenants-dir it is not supported yet")
+		}
+		if stopConsole, err = startConsole(ctx, &f.console, root, g, logger); err != nil {
+			closeDirs()
+			return nil, err
+		}
+	}
 	stopHUP := reloadTemplatesOnHUP(ctx, templates, g.policy.HistoryTemplates, logger)
-	return &stack{root: root, events: events, srv: srv, eng: eng, close: func() { stopHUP(); closeDirs() }}, nil
+	return &stack{root: root, events: events, srv: srv, eng: eng, close: func() { stopConsole(); stopHUP(); closeDirs() }}, nil
 }
 
 // openTenants serves every tenant under --tenants-dir: each subdirectory
@@ -559,6 +573,7 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	f.register(c.fs)
 	var h httpFlags
 	h.register(c.fs)
+	f.console.allowRemote = &h.allowRemote
 	pos, code, ok := c.parse(args)
 	if !ok {
 		return code
@@ -576,7 +591,7 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		c.fs.Visit(func(fl *flag.Flag) {
 			switch fl.Name {
 			case "guard-config", "agent-id", "reviewers", "notify-command", "notify-env", "notify-url", "notify-secret-file", "store", "key-file", "signer", "params-key-file",
-				"payer-key", "payer-key-password-file", "payer-signer":
+				"payer-key", "payer-key-password-file", "payer-signer", "console", "console-addr", "console-url":
 				guardFlags = append(guardFlags, "--"+fl.Name)
 			}
 		})

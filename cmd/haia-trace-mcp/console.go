@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/console"
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+)
+
+// consoleFlags are the serve flags of the reviewer console.
+type consoleFlags struct {
+	on          bool
+	addr        string
+	url         string
+	allowRemote *bool // --http-allow-remote, shared with the MCP endpoint
+}
+
+func (c *consoleFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&c.on, "console", false, "serve the reviewer console (passkey sign-in and decisions) on --console-addr")
+	fs.StringVar(&c.addr, "console-addr", "127.0.0.1:8787", "the console's listen address (loopback unless --http-allow-remote)")
+	fs.StringVar(&c.url, "console-url", "", "the console's address as people open it, ending in /console/ (default http://localhost:PORT/console/; https behind TLS off loopback)")
+}
+
+// startConsole listens on --console-addr and serves the console of one
+// guard until ctx ends. The server never writes the reviewers file; it
+// reads it at every use, so an edit (or the operator's passkey add) takes
+// effect at once.
+func startConsole(ctx context.Context, cf *consoleFlags, root *confined.Dir, g *guardSetup, logger *slog.Logger) (stop func(), err error) {
+	host, _, err := net.SplitHostPort(cf.addr)
+	if err != nil {
+		return nil, fmt.Errorf("--console-addr %q: want HOST:PORT such as 127.0.0.1:8787: %w", cf.addr, err)
+	}
+	if !isLoopbackHost(host) && (cf.allowRemote == nil || !*cf.allowRemote) {
+		return nil, fmt.Errorf("--console-addr %q is not a loopback address: add --http-allow-remote to listen beyond this machine (and serve it behind TLS, --console-url https://…)", cf.addr)
+	}
+	ln, err := net.Listen("tcp", cf.addr)
+	if err != nil {
+		return nil, fmt.Errorf("console: listen on %s: %w", cf.addr, err)
+	}
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	raw := cf.url
+	if raw == "" {
+		raw = "http://localhost:" + port + "/console/"
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("--console-url %q: %w", raw, err)
+	}
+	passkeys := func() (reviewlog.Passkeys, error) { return reviewlog.LoadPasskeys(g.reviewersPath) }
+	c, err := console.New(console.Config{
+		URL: u, Log: g.log, Passkeys: passkeys,
+		Decider: engine.PasskeyDecider{Log: g.log, Chains: g.chains, Passkeys: passkeys},
+		Explain: func(template string, ref guard.Ref) string { return explainRef(root, template, ref) },
+		Logger:  logger,
+	})
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("--console-url: %w", err)
+	}
+	if _, err := passkeys(); err != nil && !errors.Is(err, os.ErrNotExist) {
+		logger.Warn("console: the trusted reviewers file's passkeys cannot be read; nobody can sign in until it is fixed", "reviewers", g.reviewersPath, "err", err)
+	}
+	hs := &http.Server{Handler: c.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 32 << 10}
+	go func() {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("console stopped", "err", err)
+		}
+	}()
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-done:
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(sctx)
+	}()
+	logger.Info("serving the reviewer console", "addr", ln.Addr().String(), "url", strings.TrimSuffix(u.String(), "/")+"/", "rp_id", c.RPID())
+	return func() { close(done) }, nil
+}
