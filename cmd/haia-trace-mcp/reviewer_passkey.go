@@ -14,8 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/haia-trace-mcp/haia-trace-mcp/console"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
@@ -113,7 +111,7 @@ func runReviewerPasskey(ctx context.Context, args []string, stdin io.Reader, std
 	fmt.Fprintf(stdout, "registered: passkey %s for %s\n", cred.ID, termsafe.String(*id))
 	fmt.Fprintf(stdout, "fingerprint: %s\n", fp)
 	if !*yes {
-		if !isTerminal(stdin) {
+		if !stdinIsTerminal(stdin) {
 			fmt.Fprintf(stderr, "haia-trace-mcp reviewer passkey add: no terminal to confirm on; compare the fingerprint and pass --yes; nothing was written\n")
 			return exitFail
 		}
@@ -183,11 +181,7 @@ func collectEnrolment(ctx context.Context, endpoint, token string, wait time.Dur
 	}
 }
 
-func isTerminal(r io.Reader) bool {
+func stdinIsTerminal(r io.Reader) bool {
 	f, ok := r.(*os.File)
-	if !ok {
-		return false
-	}
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
+	return ok && isTerminal(f)
 }
