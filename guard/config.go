@@ -69,6 +69,9 @@ type Config struct {
 	// MaxAuthorizationSeconds caps how long an x402 authorization the
 	// guard signs stays valid (the seller's maxTimeoutSeconds, at most this).
 	MaxAuthorizationSeconds int
+	// ReservationTTL: an allow reserves its payment until the Trace shows
+	// it or this long has passed.
+	ReservationTTL time.Duration
 
 	// TotalLimit caps the spend to every counterparty together inside a
 	// sliding window; nil when the policy sets none.
@@ -159,6 +162,9 @@ const (
 	DefaultMaxAuthorizationSeconds = 300
 	maxAuthorizationSecondsCap     = 86400
 	maxHistoryTemplates            = 16
+	defaultReservationTTL          = 15 * time.Minute
+	// MaxReservationTTL bounds reservationMinutes (a day).
+	MaxReservationTTL = 24 * time.Hour
 )
 
 // Limit is the per-counterparty spending limit.
@@ -241,7 +247,8 @@ func ParseConfig(data []byte, dir string) (*Config, error) {
 	c := &Config{Assets: newRegistry(), Limit: Limit{Window: defaultWindowHours * time.Hour}, Layers: []string{LayerDefaults, LayerFile},
 		HistoryTemplates: []string{DefaultTemplate}, UnreadableHistory: Review, UnattributableHistory: Review,
 		ReviewTTL: defaultReviewTTL, ApprovalTTL: defaultApprovalTTL, RejectionHold: defaultRejectionHold,
-		MaxPendingReviews: defaultMaxPendingReviews, MaxAuthorizationSeconds: DefaultMaxAuthorizationSeconds}
+		MaxPendingReviews: defaultMaxPendingReviews, MaxAuthorizationSeconds: DefaultMaxAuthorizationSeconds,
+		ReservationTTL: defaultReservationTTL}
 
 	// Assets and the default asset first: every amount depends on them.
 	if raw, ok := top.get("assets"); ok {
@@ -342,6 +349,12 @@ func ParseConfig(data []byte, dir string) (*Config, error) {
 				return nil, err
 			}
 			c.MaxAuthorizationSeconds = n
+		case "reservationMinutes":
+			n, err := readInt(m.value, m.key, 1, int64(MaxReservationTTL/time.Minute))
+			if err != nil {
+				return nil, err
+			}
+			c.ReservationTTL = time.Duration(n) * time.Minute
 		default:
 			return nil, fmt.Errorf("%w: unknown key %q (known: %s)", ErrConfig, clip(m.key), strings.Join(ConfigKeys(), ", "))
 		}
@@ -451,7 +464,7 @@ func (c *Config) readAssets(raw json.RawMessage) error {
 func ConfigKeys() []string {
 	return []string{"allowlist", "denylist", "perCounterpartyLimit", "maxOpenPartialPerCounterparty", "totalLimit", "velocity",
 		"duplicatePayment", "reviewAbove", "agents", "tenants", "defaultAsset", "assets", "policy", "historyTemplates", "unreadableHistory",
-		"unattributableHistory", "reviewTtlMinutes", "approvalTtlMinutes", "rejectionHoldHours", "maxPendingReviewsPerCaller", "maxAuthorizationSeconds"}
+		"unattributableHistory", "reviewTtlMinutes", "approvalTtlMinutes", "rejectionHoldHours", "maxPendingReviewsPerCaller", "maxAuthorizationSeconds", "reservationMinutes"}
 }
 
 // readTemplateNames reads historyTemplates: a non-empty list of distinct

@@ -71,6 +71,10 @@ func ParseCounterparty(s string) (Counterparty, error) {
 		}
 		return Counterparty{Kind: KindAddress, Value: a}, nil
 	}
+	if len(s) == 40 && allBytes(s, isHex) {
+		// 40 hex digits without 0x: an address, as EVM libraries read it.
+		return Counterparty{Kind: KindAddress, Value: "0x" + strings.ToLower(s)}, nil
+	}
 	if strings.Contains(s, "://") {
 		h, hadUser, err := hostOfURL(s)
 		if err != nil {
@@ -125,6 +129,16 @@ func CanonicalAddress(s string) (string, error) {
 		}
 	}
 	return "0x" + strings.ToLower(hex), nil
+}
+
+// PayToAddress reads a payee address as the reference EVM libraries do: a
+// 0x address, or exactly 40 hex digits without the prefix.
+func PayToAddress(s string) (string, error) {
+	t := strings.TrimSpace(s)
+	if len(t) == 40 && allBytes(t, isHex) {
+		return "0x" + strings.ToLower(t), nil
+	}
+	return CanonicalAddress(s)
 }
 
 // ParseAddress is CanonicalAddress (kept for the asset registry's callers).

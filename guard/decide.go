@@ -2,6 +2,7 @@ package guard
 
 import (
 	"fmt"
+	"iter"
 	"math/big"
 	"slices"
 	"sort"
@@ -167,7 +168,12 @@ type Op struct {
 	// counterparty; Unattributable then says why.
 	Money          *Money
 	Unattributable string
-	LastEventAt    string
+	// FirstEventAt and LastEventAt are the occurred_at of its first and
+	// last events.
+	FirstEventAt, LastEventAt string
+	// Reserved: this is no recorded operation but a reservation (an allow
+	// the Trace does not show paid yet), counted as a payment.
+	Reserved bool
 }
 
 // UnreadableRun is a run file the caller could not read.
@@ -188,6 +194,13 @@ type History struct {
 	// Index, when set (BuildIndex), lets Decide skip the operations that
 	// cannot bear on the question.
 	Index *HistoryIndex
+	// Reserved are the reservations the Trace does not show yet, as
+	// operations (Reserve adds them); they are not indexed.
+	Reserved []Op
+	// ReservationProblems say where the record of what earlier allows
+	// reserved and the signed decision chain disagree: what is reserved is
+	// then unknown, and nothing is allowed.
+	ReservationProblems []string
 }
 
 func (o Op) ref() Ref { return Ref{RunID: o.RunID, OperationID: o.OperationID} }
@@ -211,7 +224,7 @@ func (o Op) matches(c Counterparty) bool {
 // be, with a counterparty of this kind ("" when it can).
 func (o Op) unattributableFor(kind CounterpartyKind) string {
 	switch {
-	case o.Money == nil:
+	case o.Money == nil || o.Unattributable != "":
 		return o.Unattributable
 	case kind == KindAddress && len(o.Money.PayTos) == 0:
 		return whyNoPayTo
@@ -254,7 +267,7 @@ func MergeHistories(hs ...History) History {
 			m.Spent = m.Spent || o.Spent
 			m.RolesKnown = m.RolesKnown && o.RolesKnown
 			m.SettlementUnconfirmed = m.SettlementUnconfirmed || o.SettlementUnconfirmed
-			if m.Money == nil && o.Money != nil {
+			if (m.Money == nil || m.Unattributable != "") && o.Money != nil && o.Unattributable == "" {
 				m.Money, m.Unattributable = o.Money, ""
 			}
 		}
@@ -289,8 +302,21 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 		}
 	}
 	cp := req.Counterparty
+	// With the payee address of the 402 beside a host, an operation is
+	// with the counterparty when it names either, and attribution is judged
+	// by the address: where the money went, which no other seller can
+	// declare for it. A host alone is judged by the resource URLs sellers
+	// declare.
+	var payCp *Counterparty
+	kind := cp.Kind
+	if req.PayTo != "" && req.PayTo != cp.Value {
+		payCp = &Counterparty{Kind: KindAddress, Value: req.PayTo}
+		kind = KindAddress
+	}
+	hostOnly := cp.Kind == KindHost && payCp == nil
+	ours := func(o Op) bool { return o.matches(cp) || (payCp != nil && o.matches(*payCp)) }
 
-	var matched, unattributedOpen []Op
+	var matched, unattributedOpen, unattributedSpent, elsewhereOpen []Op
 	sawMatch := func(o Op) {
 		matched = append(matched, o)
 		if !o.RolesKnown {
@@ -302,41 +328,81 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 		if o.Open {
 			unattributedOpen = append(unattributedOpen, o)
 		}
+		if o.Spent && !o.Open {
+			unattributedSpent = append(unattributedSpent, o)
+		}
 		if cp.Kind == KindHost && o.Spent && (o.Money == nil || len(o.Money.Hosts) == 0) {
 			f.PaidWithoutHost++
 		}
 	}
-	if ix := h.Index; ix != nil {
-		for _, i := range ix.with(cp) {
-			sawMatch(h.Ops[i])
+	scan := func(o Op) {
+		switch {
+		case ours(o):
+			sawMatch(o)
+		case o.unattributableFor(kind) != "":
+			sawUnattributable(o)
+		case hostOnly && o.Open:
+			elsewhereOpen = append(elsewhereOpen, o)
 		}
-		u := ix.unattributable[cp.Kind]
+	}
+	if ix := h.Index; ix != nil {
+		seen := map[int32]bool{}
+		see := func(list []int32) {
+			for _, i := range list {
+				if !seen[i] {
+					seen[i] = true
+					sawMatch(h.Ops[i])
+				}
+			}
+		}
+		see(ix.with(cp))
+		if payCp != nil {
+			see(ix.with(*payCp))
+		}
+		u := ix.unattributable[kind]
 		f.Unattributable, f.PaidWithoutHost = u.n, 0
 		if cp.Kind == KindHost {
-			f.PaidWithoutHost = u.paidWithoutHost
+			f.PaidWithoutHost = ix.unattributable[KindHost].paidWithoutHost
 		}
 		for _, i := range u.open {
-			unattributedOpen = append(unattributedOpen, h.Ops[i])
+			if !seen[i] {
+				unattributedOpen = append(unattributedOpen, h.Ops[i])
+			}
+		}
+		for _, i := range u.spent {
+			if !seen[i] && !h.Ops[i].Open {
+				unattributedSpent = append(unattributedSpent, h.Ops[i])
+			}
+		}
+		if hostOnly {
+			for _, i := range ix.open {
+				if !seen[i] && h.Ops[i].unattributableFor(kind) == "" {
+					elsewhereOpen = append(elsewhereOpen, h.Ops[i])
+				}
+			}
 		}
 	} else {
 		for _, o := range h.Ops {
-			if o.matches(cp) {
-				sawMatch(o)
-			} else if o.unattributableFor(cp.Kind) != "" {
-				sawUnattributable(o)
-			}
+			scan(o)
 		}
+	}
+	for _, o := range h.Reserved {
+		scan(o)
 	}
 	f.Matched = len(matched)
 	f.UnattributableOpen = len(unattributedOpen)
 
 	// 1. denylist
-	if listed(cfg.Denylist, cp) {
+	if listed(cfg.Denylist, cp) || (payCp != nil && listed(cfg.Denylist, *payCp)) {
 		f.Denylisted = true
-		add(Reason{Rule: RuleDenylist, Detail: fmt.Sprintf("the counterparty %s is on the denylist", cp.Value)}, Block)
+		who := cp.Value
+		if !listed(cfg.Denylist, cp) {
+			who = payCp.Value + " (the pay_to of this payment)"
+		}
+		add(Reason{Rule: RuleDenylist, Detail: fmt.Sprintf("the counterparty %s is on the denylist", who)}, Block)
 	}
 	// 2. allowlist
-	f.Allowlisted = listed(cfg.Allowlist, cp)
+	f.Allowlisted = listed(cfg.Allowlist, cp) || (payCp != nil && listed(cfg.Allowlist, *payCp))
 	if (cfg.Allowlisting || len(cfg.Allowlist) > 0) && !f.Allowlisted {
 		detail := fmt.Sprintf("the allowlist has %d entries and the counterparty %s is not one of them", len(cfg.Allowlist), cp.Value)
 		if len(cfg.Allowlist) == 0 {
@@ -365,8 +431,16 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 	// guard cannot tell whether it was this counterparty.
 	if len(unattributedOpen) > 0 && cfg.UnattributableHistory != Ignore {
 		detail := fmt.Sprintf("%s paid and not settled cannot be attributed to any %s (%s), so any of them may be with %s",
-			count(len(unattributedOpen), "operation", "operations"), kindWord(cp.Kind), firstWhy(unattributedOpen, cp.Kind), cp.Value)
+			count(len(unattributedOpen), "operation", "operations"), kindWord(kind), firstWhy(unattributedOpen, kind), cp.Value)
 		add(Reason{Rule: RuleUnattributable, Detail: detail + moreNote(len(unattributedOpen)), Evidence: refs(unattributedOpen)}, Review)
+	}
+	// 3a'. A host alone is tied to a payment only by the resource URL its
+	// seller declared, and a seller can declare any host: open payments
+	// declared for other hosts may be with this one.
+	if len(elsewhereOpen) > 0 && cfg.UnattributableHistory != Ignore {
+		detail := fmt.Sprintf("%s paid and not settled %s attributed to other hosts only by the resource URL their sellers declared, and a seller can declare any host, so any of them may be with %s; pass pay_to (the payee address of the 402) beside the host to tell them apart",
+			count(len(elsewhereOpen), "operation", "operations"), isAre(len(elsewhereOpen)), cp.Value)
+		add(Reason{Rule: RuleUnattributable, Detail: detail + moreNote(len(elsewhereOpen)), Evidence: refs(elsewhereOpen)}, Review)
 	}
 	// 3b. unreadable_history: a run that cannot be read may hide anything.
 	if len(h.Unreadable) > 0 && cfg.UnreadableHistory != Ignore {
@@ -433,6 +507,14 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 			add(Reason{Rule: RuleUnparseableHistory, Detail: fmt.Sprintf("%s with %s have an amount, asset or time that cannot be read (%s), so the spend in the window is unknown", count(len(unparseable), "paid operation", "paid operations"), cp.Value, firstProblem(unparseable)) + moreNote(len(unparseable)),
 				Evidence: refs(unparseable)}, Review)
 		}
+		// 5'. Paid operations that cannot be attributed to anyone may, at
+		// worst, be with this counterparty: where they could take it over
+		// the limit, review.
+		if cfg.UnattributableHistory != Ignore {
+			if r, ok := unattributedLimit(unattributedSpent, f.SpendWithAmount, cfg, from, cp, kind); ok {
+				add(r, Review)
+			}
+		}
 		// 5a. total_limit
 		if cfg.TotalLimit != nil {
 			for _, r := range totalLimit(req, h, cfg, now, f) {
@@ -441,11 +523,15 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 		}
 	}
 	// 5b. velocity_limit and 5c. duplicate_payment need no amount.
-	for _, r := range velocity(h, matched, cfg, now, f, cp) {
+	for _, r := range velocity(h, matched, unattributedSpent, cfg, now, f, cp, kind) {
 		add(r, Review)
 	}
 	if r, ok := duplicate(req, h, cfg, now, f); ok {
 		add(r, Review)
+	}
+	// 6'. What earlier allows reserved cannot be known.
+	if len(h.ReservationProblems) > 0 {
+		add(Reason{Rule: RuleReservationUnverified, Detail: fmt.Sprintf("what earlier allows reserved cannot be known, so no limit can be judged: %s", strings.Join(h.ReservationProblems, "; "))}, Review)
 	}
 	// 6. review_above
 	if moneyOK && req.Atomic.Cmp(cfg.ReviewAbove) > 0 {
@@ -483,7 +569,7 @@ func totalLimit(req Request, h History, cfg *Config, now time.Time, f *Figures) 
 	from := now.Add(-lim.Window)
 	spend := new(big.Int)
 	var in, mixed, unparseable []Op
-	for _, o := range h.Ops {
+	for o := range h.all() {
 		if !o.Spent {
 			continue
 		}
@@ -527,15 +613,12 @@ func totalLimit(req Request, h History, cfg *Config, now time.Time, f *Figures) 
 
 // velocity is rule 5b: this payment would be one more inside each
 // velocity window. An operation whose time cannot be read counts as inside.
-func velocity(h History, matched []Op, cfg *Config, now time.Time, f *Figures, cp Counterparty) []Reason {
+func velocity(h History, matched, unattributed []Op, cfg *Config, now time.Time, f *Figures, cp Counterparty, kind CounterpartyKind) []Reason {
 	var out []Reason
-	check := func(lim *CountLimit, ops []Op, slot **int, whom string) {
-		if lim == nil {
-			return
-		}
+	inside := func(lim *CountLimit, ops iter.Seq[Op]) []Op {
 		from := now.Add(-lim.Window)
 		var in []Op
-		for _, o := range ops {
+		for o := range ops {
 			if !o.Spent {
 				continue
 			}
@@ -543,16 +626,73 @@ func velocity(h History, matched []Op, cfg *Config, now time.Time, f *Figures, c
 				in = append(in, o)
 			}
 		}
+		return in
+	}
+	check := func(lim *CountLimit, ops iter.Seq[Op], slot **int, whom string) int {
+		if lim == nil {
+			return 0
+		}
+		in := inside(lim, ops)
 		n := len(in)
 		*slot = &n
 		if n+1 > lim.Count {
 			out = append(out, Reason{Rule: RuleVelocity, Detail: fmt.Sprintf("%s to %s in the last %s; this one would make %d, more than the %d the policy allows",
 				count(n, "payment", "payments"), whom, minutes(lim.Window), n+1, lim.Count) + moreNote(n), Evidence: refs(in)})
 		}
+		return n
 	}
-	check(cfg.Velocity.PerCounterparty, matched, &f.PaymentsInWindow, cp.Value)
-	check(cfg.Velocity.Total, h.Ops, &f.PaymentsTotalInWindow, "all counterparties")
+	n := check(cfg.Velocity.PerCounterparty, slices.Values(matched), &f.PaymentsInWindow, cp.Value)
+	if lim := cfg.Velocity.PerCounterparty; lim != nil && n+1 <= lim.Count && cfg.UnattributableHistory != Ignore {
+		// At worst, the payments no one can attribute were with it too.
+		if un := inside(lim, slices.Values(unattributed)); n+len(un)+1 > lim.Count {
+			out = append(out, Reason{Rule: RuleUnattributable, Detail: fmt.Sprintf("%s settled in the last %s cannot be attributed to any %s (%s); at worst they were to %s, and this one would make %d, more than the %d the policy allows",
+				count(len(un), "payment", "payments"), minutes(lim.Window), kindWord(kind), firstWhy(un, kind), cp.Value, n+len(un)+1, lim.Count) + moreNote(len(un)), Evidence: refs(un)})
+		}
+	}
+	check(cfg.Velocity.Total, h.all(), &f.PaymentsTotalInWindow, "all counterparties")
 	return out
+}
+
+// unattributedLimit is the per-counterparty limit at worst: the paid
+// operations inside the window that cannot be attributed to any
+// counterparty of this kind may all be with it. Those whose amount cannot
+// be read in the policy's asset could take it over the limit by
+// themselves.
+func unattributedLimit(ops []Op, withAmount *big.Int, cfg *Config, from time.Time, cp Counterparty, kind CounterpartyKind) (Reason, bool) {
+	sum := new(big.Int)
+	var in, unknown []Op
+	for _, o := range ops {
+		if inside, ok := inWindow(o, from); ok && !inside {
+			continue
+		}
+		in = append(in, o)
+		if o.Money == nil || o.Money.Atomic == nil || o.Money.Problem != "" || o.Money.Asset != cfg.DefaultAsset.Key {
+			unknown = append(unknown, o)
+			continue
+		}
+		sum.Add(sum, o.Money.Atomic)
+	}
+	worst := new(big.Int).Add(withAmount, sum)
+	switch {
+	case len(in) == 0:
+		return Reason{}, false
+	case len(unknown) > 0:
+		return Reason{Rule: RuleUnattributable, Detail: fmt.Sprintf("%s in the last %s cannot be attributed to any %s (%s), and %d of them have no amount that can be read in %s; at worst they were paid to %s and take it over the limit of %s",
+			count(len(in), "paid operation", "paid operations"), hours(cfg.Limit.Window), kindWord(kind), firstWhy(in, kind), len(unknown), cfg.DefaultAsset.Symbol, cp.Value, cfg.FormatDefault(cfg.Limit.Amount)) + moreNote(len(in)),
+			Evidence: refs(in)}, true
+	case worst.Cmp(cfg.Limit.Amount) > 0:
+		return Reason{Rule: RuleUnattributable, Detail: fmt.Sprintf("%s settled in the last %s (%s) cannot be attributed to any %s (%s); at worst they were paid to %s, which with this payment makes %s, over the limit of %s",
+			count(len(in), "paid operation", "paid operations"), hours(cfg.Limit.Window), cfg.FormatDefault(sum), kindWord(kind), firstWhy(in, kind), cp.Value, cfg.FormatDefault(worst), cfg.FormatDefault(cfg.Limit.Amount)) + moreNote(len(in)),
+			Evidence: refs(in)}, true
+	}
+	return Reason{}, false
+}
+
+func isAre(n int) string {
+	if n == 1 {
+		return "is"
+	}
+	return "are"
 }
 
 // duplicate is rule 5c: a payment for the same resource inside the window.
@@ -564,7 +704,7 @@ func duplicate(req Request, h History, cfg *Config, now time.Time, f *Figures) (
 	from := now.Add(-cfg.DuplicateWindow)
 	var same []Op
 	without := 0
-	for _, o := range h.Ops {
+	for o := range h.all() {
 		if !o.Spent {
 			continue
 		}
@@ -639,6 +779,10 @@ func unreadableNames(us []UnreadableRun) string {
 
 func historyReason(h History, f *Figures, cfg *Config, cp Counterparty, req Request) Reason {
 	f.Operations, f.Runs, f.UnreadableRuns = len(h.Ops), h.Runs, len(h.Unreadable)
+	kind := cp.Kind
+	if req.PayTo != "" && req.PayTo != cp.Value {
+		kind = KindAddress
+	}
 	templates := h.Templates
 	if len(templates) == 0 {
 		templates = cfg.HistoryTemplates
@@ -649,20 +793,26 @@ func historyReason(h History, f *Figures, cfg *Config, cp Counterparty, req Requ
 	if len(h.Overridden) > 0 {
 		fmt.Fprintf(&b, "; the operator's templates directory replaces the bundled %s", strings.Join(h.Overridden, ", "))
 	}
+	if req.PayTo != "" && kind == KindAddress && cp.Kind == KindHost {
+		fmt.Fprintf(&b, " or its pay_to %s", req.PayTo)
+	}
+	if n := len(h.Reserved); n > 0 {
+		fmt.Fprintf(&b, "; %s of earlier allows that the Trace does not show paid yet count as payments", count(n, "reservation", "reservations"))
+	}
 	if f.Unattributable > 0 {
 		var why string
 		if h.Index != nil {
-			why = whyText(h.Index.unattributable[cp.Kind].why)
+			why = whyText(h.Index.unattributable[kind].why)
 		} else {
 			var un []Op
-			for _, o := range h.Ops {
-				if !o.matches(cp) && o.unattributableFor(cp.Kind) != "" {
+			for o := range h.all() {
+				if !o.matches(cp) && o.unattributableFor(kind) != "" {
 					un = append(un, o)
 				}
 			}
-			why = firstWhy(un, cp.Kind)
+			why = firstWhy(un, kind)
 		}
-		fmt.Fprintf(&b, "; %s could not be attributed to any %s (%s), %d of them paid and not settled", count(f.Unattributable, "operation", "operations"), kindWord(cp.Kind), why, f.UnattributableOpen)
+		fmt.Fprintf(&b, "; %s could not be attributed to any %s (%s), %d of them paid and not settled", count(f.Unattributable, "operation", "operations"), kindWord(kind), why, f.UnattributableOpen)
 		if cfg.UnattributableHistory == Ignore && f.UnattributableOpen > 0 {
 			b.WriteString(", which the policy says to ignore")
 		}

@@ -49,6 +49,9 @@ func OpFromFacts(runID string, r *receipt.Receipt, facts func(e *receipt.Event) 
 		Faulted:      len(r.Exceptions) > 0,
 		LastEventAt:  r.LastEventAt(),
 	}
+	if len(r.Events) > 0 {
+		o.FirstEventAt = r.Events[0].OccurredAt
+	}
 	fs := make([]EventFacts, len(r.Events))
 	for i := range r.Events {
 		fs[i] = facts(&r.Events[i])
@@ -218,7 +221,9 @@ func moneyOf(facts []EventFacts) (*Money, string) {
 		return nil, whyNoReqs
 	}
 	if len(m.PayTos) == 0 && len(m.Hosts) == 0 {
-		return nil, whyNoCounter
+		// Paid to no one the guard can name: kept, so that its amount
+		// still counts towards the total limit.
+		return &m, whyNoCounter
 	}
 	return &m, ""
 }
@@ -249,7 +254,7 @@ func readRequirements(req jsjson.Value) (payTo string, atomic *big.Int, asset, p
 	var problems []string
 	if v, ok := req.Get("pay_to"); ok {
 		if s, isStr := v.Str(); isStr {
-			if a, err := CanonicalAddress(s); err == nil {
+			if a, err := PayToAddress(s); err == nil {
 				payTo = a
 			}
 		}

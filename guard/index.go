@@ -14,11 +14,14 @@ type HistoryIndex struct {
 	// open ones are kept, the rest are counted.
 	unattributable    map[CounterpartyKind]*unattributed
 	settleUnconfirmed int
+	// open are every open operation, attributed or not.
+	open []int32
 }
 
 type unattributed struct {
 	n               int
 	open            []int32
+	spent           []int32
 	paidWithoutHost int
 	why             map[string]int
 }
@@ -50,12 +53,18 @@ func (h *History) BuildIndex() {
 			if o.Open {
 				u.open = append(u.open, n)
 			}
+			if o.Spent {
+				u.spent = append(u.spent, n)
+			}
 			if o.Spent && (o.Money == nil || len(o.Money.Hosts) == 0) {
 				u.paidWithoutHost++
 			}
 		}
 		if o.SettlementUnconfirmed {
 			ix.settleUnconfirmed++
+		}
+		if o.Open {
+			ix.open = append(ix.open, n)
 		}
 	}
 	h.Index = ix

@@ -54,7 +54,7 @@ func TestDecideNewLimits(t *testing.T) {
 		{name: "total: the counterparty's own unreadable amount is reported for both limits", cfg: total, req: RawRequest{Counterparty: addrA, Amount: "0.1"},
 			ops: []Op{op("o1", 1, time.Hour, badAmount)}, want: Review, rules: []string{RuleUnparseableHistory, RuleUnparseableHistory}},
 		{name: "total: a paid escrow deposit cannot be summed", cfg: total, req: RawRequest{Counterparty: addrA, Amount: "0.1"},
-			ops: []Op{op("e1", 0, time.Hour, escrow)}, want: Review, rules: []string{RuleUnparseableHistory}, detailHas: "escrow receipts"},
+			ops: []Op{op("e1", 0, time.Hour, escrow)}, want: Review, rules: []string{RuleUnattributable, RuleUnparseableHistory}, detailHas: "escrow receipts"},
 		{name: "total: no money rule for an unknown asset", cfg: total, req: RawRequest{Counterparty: addrA, Amount: "9", Asset: "DAI"},
 			ops: []Op{op("o1", 4_000_000, time.Hour)}, want: Review, rules: []string{RuleUnknownAsset}},
 		{name: "total: after per_counterparty_limit, before review_above", cfg: `{"reviewAbove":"0.5","perCounterpartyLimit":{"amount":"1"},"totalLimit":{"amount":"1"}}`,
@@ -82,7 +82,7 @@ func TestDecideNewLimits(t *testing.T) {
 		{name: "velocity total: exactly the count", cfg: velTotal, req: RawRequest{Counterparty: addrA, Amount: "0.1"},
 			ops: []Op{op("o1", 1, time.Minute, toB)}, want: Allow},
 		{name: "velocity total: one over, whoever was paid", cfg: velTotal, req: RawRequest{Counterparty: addrA, Amount: "0.1"},
-			ops: []Op{op("o1", 1, time.Minute, toB), op("e1", 0, 59*time.Minute, escrow)}, want: Review, rules: []string{RuleVelocity}, detailHas: "to all counterparties in the last 60 minutes"},
+			ops: []Op{op("o1", 1, time.Minute, toB), op("e1", 0, 59*time.Minute, escrow)}, want: Review, rules: []string{RuleUnattributable, RuleVelocity}, detailHas: "to all counterparties in the last 60 minutes"},
 		{name: "velocity total: default window is 60 minutes", cfg: velTotal, req: RawRequest{Counterparty: addrA, Amount: "0.1"},
 			ops: []Op{op("o1", 1, time.Minute, toB), op("o2", 1, 61*time.Minute)}, want: Allow},
 

@@ -20,6 +20,9 @@ type RawRequest struct {
 	// Resource is the URL about to be paid for (optional); the
 	// duplicate_payment rule compares it with the history's.
 	Resource string `json:"resource,omitempty"`
+	// PayTo is the payee address of the seller's 402 (optional), beside a
+	// host or URL counterparty: the guard then checks both.
+	PayTo string `json:"pay_to,omitempty"`
 }
 
 // Request is a parsed question. A counterparty that cannot be read is an
@@ -41,6 +44,9 @@ type Request struct {
 	// Resource is the canonical URL of the resource (CanonicalResource), or
 	// "" when the caller named none.
 	Resource string
+	// PayTo is the canonical payee address the caller named beside a host,
+	// or "".
+	PayTo string
 }
 
 const maxFieldText = 2048
@@ -54,7 +60,7 @@ func ParseRequest(raw RawRequest, cfg *Config) (Request, error) {
 	if err != nil {
 		return Request{}, fmt.Errorf("%w: counterparty: %w", ErrRequest, err)
 	}
-	for name, v := range map[string]string{"amount": raw.Amount, "asset": raw.Asset, "template": raw.Template, "resource": raw.Resource} {
+	for name, v := range map[string]string{"amount": raw.Amount, "asset": raw.Asset, "template": raw.Template, "resource": raw.Resource, "pay_to": raw.PayTo} {
 		if len(v) > maxFieldText {
 			return Request{}, fmt.Errorf("%w: %s is %d bytes long; at most %d are accepted", ErrRequest, name, len(v), maxFieldText)
 		}
@@ -70,6 +76,17 @@ func ParseRequest(raw RawRequest, cfg *Config) (Request, error) {
 	if raw.Resource != "" {
 		if req.Resource, err = CanonicalResource(raw.Resource, false); err != nil {
 			return Request{}, fmt.Errorf("%w: resource: %w", ErrRequest, err)
+		}
+	}
+	if raw.PayTo != "" {
+		if req.PayTo, err = PayToAddress(raw.PayTo); err != nil {
+			return Request{}, fmt.Errorf("%w: pay_to: %w (pay_to is the payee address of the seller's 402: 0x and 40 hex digits)", ErrRequest, err)
+		}
+		if cp.Kind == KindAddress {
+			if req.PayTo != cp.Value {
+				return Request{}, fmt.Errorf("%w: pay_to %s differs from the counterparty %s, which is already an address; pay_to goes beside a host or URL", ErrRequest, req.PayTo, cp.Value)
+			}
+			req.PayTo = ""
 		}
 	}
 	req.Asset, req.AssetErr = cfg.Assets.Resolve(raw.Asset, cfg.DefaultAsset)
@@ -92,11 +109,13 @@ type Question struct {
 	Amount       string `json:"amount"`
 	Asset        string `json:"asset"`
 	Template     string `json:"template,omitempty"`
+	// PayTo is the payee address beside a host, or "".
+	PayTo string `json:"pay_to,omitempty"`
 }
 
 // Question gives the request's identity for idempotency and for the log.
 func (r Request) Question() Question {
-	q := Question{Counterparty: r.Counterparty.Value, Amount: r.AmountText, Asset: r.AssetText, Template: r.Template}
+	q := Question{Counterparty: r.Counterparty.Value, Amount: r.AmountText, Asset: r.AssetText, Template: r.Template, PayTo: r.PayTo}
 	if r.AssetErr == nil {
 		q.Asset = r.Asset.Key
 		if r.Atomic != nil {
