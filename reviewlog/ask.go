@@ -48,6 +48,26 @@ type AskRequest struct {
 	// amount in atomic units, "" when it cannot be read) complete the
 	// terms of a review (see Terms).
 	Tenant, Resource, AmountAtomic string
+
+	// Judge, when set, decides inside the lock, from the reservations that
+	// hold now, and replaces Decision and Reasons: so that what earlier
+	// allows reserved is counted by the next question whichever process
+	// or replica answers it.
+	Judge func(v ReservationView) (decision string, reasons []guard.Reason, err error)
+	// ReservationTTL is the policy's reservationMinutes: the allows of the
+	// chain younger than it must each have a reservation record.
+	ReservationTTL time.Duration
+	// Reserve, when set, is called after the hook of an answer that
+	// allows (the guard's own allow, or an approval used) and gives the
+	// reservation recorded with it, in the same commit.
+	Reserve func(tx Tx) (*Reservation, error)
+	// Moot, when set, says whether one of the caller's pending reviews
+	// would now be answered without review; a moot review does not count
+	// towards MaxPending.
+	Moot func(r Review) bool
+	// DryRun: decide and run the hook, but append nothing (the hook must
+	// write nothing either).
+	DryRun bool
 }
 
 // AskOutcome says what answered the question.
@@ -81,7 +101,7 @@ func (l *Log) ask(ctx context.Context, req AskRequest, hook func(tx Tx, out AskO
 		return AskOutcome{}, fmt.Errorf("%w: the counterparty is empty", ErrBadInput)
 	}
 	for name, v := range map[string]string{"counterparty": q.Counterparty, "amount": q.Amount, "asset": q.Asset, "template": q.Template, "caller": req.Caller,
-		"tenant": req.Tenant, "resource": req.Resource, "amount_atomic": req.AmountAtomic} {
+		"tenant": req.Tenant, "resource": req.Resource, "amount_atomic": req.AmountAtomic, "pay_to": q.PayTo} {
 		if len(v) > maxFieldBytes || !utf8.ValidString(v) {
 			return AskOutcome{}, fmt.Errorf("%w: %s is longer than %d bytes or not UTF-8", ErrBadInput, name, maxFieldBytes)
 		}
@@ -92,24 +112,55 @@ func (l *Log) ask(ctx context.Context, req AskRequest, hook func(tx Tx, out AskO
 	want := Terms{Caller: caller, Tenant: req.Tenant, Counterparty: q.Counterparty, Amount: q.Amount, AmountAtomic: req.AmountAtomic,
 		Asset: q.Asset, Resource: req.Resource, Template: q.Template, Rules: ReviewRules(req.Reasons), ParamsHash: req.ParamsHash}
 	var out AskOutcome
-	err := l.transact(ctx, func(g Writer, st *state, at time.Time) (*record, error) {
-		run := func(kind string, r Review, rec *record) (*record, error) {
+	err := l.transactAll(ctx, func(g Writer, st *state, at time.Time) ([]record, error) {
+		var v *verifier
+		if req.Judge != nil {
+			var err error
+			if v, err = l.newVerifier(ctx, g); err != nil {
+				return nil, err
+			}
+			view, err := l.reservationView(st, at, req.ReservationTTL)
+			if err != nil {
+				return nil, err
+			}
+			if req.Decision, req.Reasons, err = req.Judge(view); err != nil {
+				return nil, err
+			}
+			want.Rules = ReviewRules(req.Reasons)
+		}
+		run := func(kind string, r Review, rec *record) ([]record, error) {
 			out = AskOutcome{Kind: kind, Review: r, Pending: out.Pending}
 			txKind := kind
 			if kind == AskApproved {
 				txKind = "used"
 			}
-			if err := hook(Tx{Store: g, At: at, Kind: txKind, Review: r}, out); err != nil {
+			tx := Tx{Store: g, At: at, Kind: txKind, Review: r}
+			if err := hook(tx, out); err != nil {
 				return nil, err
 			}
-			return rec, nil
+			if req.DryRun {
+				return nil, nil
+			}
+			var recs []record
+			if rec != nil {
+				recs = append(recs, *rec)
+			}
+			if req.Reserve != nil && (kind == AskApproved || (kind == AskPlain && req.Decision == guard.Allow)) {
+				res, err := req.Reserve(tx)
+				if err != nil {
+					return nil, err
+				}
+				if res != nil {
+					recs = append(recs, reservationRecord(at, res))
+				}
+			}
+			return recs, nil
 		}
 		// The caller's reviews of this very question, newest first; the
 		// index keeps them, so this costs the same at any size of log.
 		list := st.byKey[questionKey(caller, q, req.Resource)]
 		var resolved []Review
-		var v *verifier
-		if len(list) > 0 || (req.ParamsHash != "" && req.Decision != guard.Block) {
+		if v == nil && (len(list) > 0 || (req.ParamsHash != "" && req.Decision != guard.Block)) {
 			var err error
 			if v, err = l.newVerifier(ctx, g); err != nil {
 				return nil, err
@@ -172,9 +223,23 @@ func (l *Log) ask(ctx context.Context, req AskRequest, hook func(tx Tx, out AskO
 				return run(AskReused, r, nil)
 			}
 		}
+		var live []*entry
 		for _, e := range st.pendingOf(caller) {
 			if l.reviewTTL <= 0 || at.Before(e.created.Add(l.reviewTTL)) {
-				out.Pending++
+				live = append(live, e)
+			}
+		}
+		out.Pending = len(live)
+		if req.MaxPending > 0 && out.Pending >= req.MaxPending && req.Moot != nil {
+			// A review the question would no longer need does not count.
+			for _, e := range live {
+				r, err := st.review(e)
+				if err != nil {
+					return nil, err
+				}
+				if req.Moot(r) {
+					out.Pending--
+				}
 			}
 		}
 		if req.MaxPending > 0 && out.Pending >= req.MaxPending {
@@ -196,10 +261,10 @@ func (l *Log) ask(ctx context.Context, req AskRequest, hook func(tx Tx, out AskO
 			return nil, err
 		}
 		rec := &record{Type: typeOpened, ReviewID: id, At: formatTime(at), Counterparty: q.Counterparty, Amount: &amount,
-			Asset: q.Asset, Template: q.Template, Reasons: reasons, Caller: caller, ParamsHash: req.ParamsHash, Terms: &terms}
+			Asset: q.Asset, Template: q.Template, Reasons: reasons, Caller: caller, ParamsHash: req.ParamsHash, Terms: &terms, PayTo: q.PayTo}
 		r := Review{ID: id, Status: Pending, CreatedAt: rec.At, Counterparty: q.Counterparty, Amount: q.Amount,
 			Asset: q.Asset, Template: q.Template, Reasons: reasons, Caller: caller, ParamsHash: req.ParamsHash,
-			Tenant: terms.Tenant, Resource: terms.Resource, Terms: &terms, TermsHash: th}
+			Tenant: terms.Tenant, Resource: terms.Resource, Terms: &terms, TermsHash: th, PayTo: q.PayTo}
 		out.Pending++
 		return run(AskOpened, r, rec)
 	})

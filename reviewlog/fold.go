@@ -64,6 +64,8 @@ type Review struct {
 	// receipts in a way only tampering makes (Integrity says how); such a
 	// review is never decided and its approval never honoured.
 	Tampered bool `json:"tampered,omitempty"`
+	// PayTo is the payee address the question named beside a host.
+	PayTo string `json:"pay_to,omitempty"`
 	// UsedAt is when an approval was honoured (once).
 	UsedAt string `json:"used_at,omitempty"`
 	// Integrity lists what the log and the signatures disagree on for this
@@ -131,10 +133,14 @@ type state struct {
 	line   int
 	// src reads the review lines back; set by whoever refreshed the state.
 	src io.ReaderAt
+	// reservations are the reserved records that may still hold, in log
+	// order; reserved names every receipt a record was seen for.
+	reservations []resEntry
+	reserved     map[string]bool
 }
 
 func newState() *state {
-	return &state{byID: map[string]*entry{}, byKey: map[[16]byte][]*entry{}, pendingByCaller: map[string][]*entry{}, line: 1, endsClean: true}
+	return &state{byID: map[string]*entry{}, byKey: map[[16]byte][]*entry{}, pendingByCaller: map[string][]*entry{}, line: 1, endsClean: true, reserved: map[string]bool{}}
 }
 
 // fold reads a whole log (tests and fuzzing use it; the Log folds
@@ -300,6 +306,10 @@ func (st *state) check(rec record) string {
 		if e.status != Pending {
 			return fmt.Sprintf("review %s is decided a second time (%s by %s, after it was %s)", rec.ReviewID, rec.Status, clip(rec.By), e.status)
 		}
+	case typeReserved:
+		if st.reserved[rec.Reservation.ReceiptID] {
+			return fmt.Sprintf("receipt %s is reserved a second time", clip(rec.Reservation.ReceiptID))
+		}
 	case typeUsed:
 		if e == nil || e.status != Approved {
 			return fmt.Sprintf("review %s is marked used but was never approved", rec.ReviewID)
@@ -320,7 +330,7 @@ func (st *state) apply(rec record, off int64) {
 			resource = rec.Terms.Resource
 		}
 		e := &entry{id: rec.ReviewID, caller: rec.Caller, created: created, status: Pending, opened: off, decided: -1, used: -1,
-			key: questionKey(rec.Caller, guard.Question{Counterparty: rec.Counterparty, Amount: *rec.Amount, Asset: rec.Asset, Template: rec.Template}, resource)}
+			key: questionKey(rec.Caller, guard.Question{Counterparty: rec.Counterparty, Amount: *rec.Amount, Asset: rec.Asset, Template: rec.Template, PayTo: rec.PayTo}, resource)}
 		st.entries = append(st.entries, e)
 		st.byID[e.id] = e
 		st.byKey[e.key] = append(st.byKey[e.key], e)
@@ -330,6 +340,8 @@ func (st *state) apply(rec record, off int64) {
 		e.status, e.decided = rec.Status, off
 	case typeUsed:
 		st.byID[rec.ReviewID].used = off
+	case typeReserved:
+		st.applyReservation(rec, off)
 	}
 }
 
@@ -338,6 +350,10 @@ func questionKey(caller string, q guard.Question, resource string) [16]byte {
 	h := sha256.New()
 	for _, s := range []string{caller, q.Counterparty, q.Amount, q.Asset, q.Template, resource} {
 		fmt.Fprintf(h, "%d:%s;", len(s), s)
+	}
+	if q.PayTo != "" {
+		// Only when named, so the key of a question without it is as it was.
+		fmt.Fprintf(h, "pay_to:%d:%s;", len(q.PayTo), q.PayTo)
 	}
 	var k [16]byte
 	copy(k[:], h.Sum(nil))
@@ -369,7 +385,7 @@ func (st *state) review(e *entry) (Review, error) {
 		reasons = []guard.Reason{}
 	}
 	r := Review{ID: rec.ReviewID, Status: Pending, CreatedAt: rec.At, Counterparty: rec.Counterparty, Amount: *rec.Amount,
-		Asset: rec.Asset, Template: rec.Template, Reasons: reasons, Caller: rec.Caller, ParamsHash: rec.ParamsHash, Terms: rec.Terms}
+		Asset: rec.Asset, Template: rec.Template, Reasons: reasons, Caller: rec.Caller, ParamsHash: rec.ParamsHash, Terms: rec.Terms, PayTo: rec.PayTo}
 	if rec.Terms != nil {
 		r.Tenant, r.Resource = rec.Terms.Tenant, rec.Terms.Resource
 	}

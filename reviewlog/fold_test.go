@@ -169,7 +169,7 @@ func FuzzFold(f *testing.F) {
 		id, _ := newID()
 		amount := "1"
 		at := time.Date(2026, 7, 25, 12, 0, 0, 0, time.UTC)
-		more, err := st.appendix(record{Type: typeOpened, ReviewID: id, At: formatTime(at), Counterparty: "c", Amount: &amount, Reasons: []guard.Reason{}}, at)
+		more, err := st.appendix([]record{{Type: typeOpened, ReviewID: id, At: formatTime(at), Counterparty: "c", Amount: &amount, Reasons: []guard.Reason{}}}, at)
 		if err != nil {
 			t.Fatal(err)
 		}

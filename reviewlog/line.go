@@ -58,11 +58,15 @@ type record struct {
 	// Authorization is what an authorized record records.
 	Authorization *Authorized `json:"authorization,omitempty"`
 	Terms         *Terms      `json:"terms,omitempty"`
+	// PayTo is the payee address a question named beside a host.
+	PayTo string `json:"pay_to,omitempty"`
+	// Reservation is what a reserved record reserves.
+	Reservation *Reservation `json:"reservation,omitempty"`
 }
 
 var knownFields = map[string]bool{"type": true, "review_id": true, "at": true, "counterparty": true, "amount": true, "asset": true,
 	"template": true, "reasons": true, "status": true, "by": true, "note": true, "lines": true, "caller": true, "params_hash": true,
-	"authorization": true, "terms": true}
+	"authorization": true, "terms": true, "pay_to": true, "reservation": true}
 
 const timeLayout = "2006-01-02T15:04:05.000Z"
 
@@ -109,6 +113,12 @@ func decodeRecord(b []byte) (record, error) {
 	if r.Type != typeAuthorized && r.Authorization != nil {
 		return r, errors.New("only an authorized record carries an authorization")
 	}
+	if r.Type != typeReserved && r.Reservation != nil {
+		return r, errors.New("only a reserved record carries a reservation")
+	}
+	if r.Type != typeOpened && r.PayTo != "" {
+		return r, errors.New("only an opened record carries pay_to")
+	}
 	switch r.Type {
 	case typeOpened:
 		if err := checkID(r.ReviewID); err != nil {
@@ -148,6 +158,10 @@ func decodeRecord(b []byte) (record, error) {
 			return r, errors.New("an authorized record carries only at, caller and authorization")
 		}
 		if err := checkAuthorized(r.Authorization); err != nil {
+			return r, err
+		}
+	case typeReserved:
+		if err := checkReservation(r); err != nil {
 			return r, err
 		}
 	case typeRepair:

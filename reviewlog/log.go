@@ -397,12 +397,24 @@ func (l *Log) locked(ctx context.Context, fn func(w Writer, st *state, at time.T
 // decide (and run its hook), then append fn's record — preceded, when the
 // log ends in a torn tail, by a newline and a repair record.
 func (l *Log) transact(ctx context.Context, fn step) error {
-	return l.locked(ctx, func(w Writer, st *state, at time.Time) error {
+	return l.transactAll(ctx, func(w Writer, st *state, at time.Time) ([]record, error) {
 		rec, err := fn(w, st, at)
 		if err != nil || rec == nil {
+			return nil, err
+		}
+		return []record{*rec}, nil
+	})
+}
+
+// transactAll is transact for a step that appends several records, in one
+// write.
+func (l *Log) transactAll(ctx context.Context, fn func(w Writer, st *state, at time.Time) ([]record, error)) error {
+	return l.locked(ctx, func(w Writer, st *state, at time.Time) error {
+		recs, err := fn(w, st, at)
+		if err != nil || len(recs) == 0 {
 			return err
 		}
-		buf, err := st.appendix(*rec, at)
+		buf, err := st.appendix(recs, at)
 		if err != nil {
 			return err
 		}
@@ -410,17 +422,22 @@ func (l *Log) transact(ctx context.Context, fn step) error {
 	})
 }
 
-// appendix is what an append writes after the current log: the record,
+// appendix is what an append writes after the current log: the records,
 // preceded, when the log ends in a torn tail, by a newline (if needed) and a
 // repair record naming the tail's lines.
-func (st *state) appendix(rec record, at time.Time) ([]byte, error) {
-	line, err := encodeRecord(rec)
-	if err != nil {
-		return nil, err
+func (st *state) appendix(recs []record, at time.Time) ([]byte, error) {
+	var lines []byte
+	for _, rec := range recs {
+		line, err := encodeRecord(rec)
+		if err != nil {
+			return nil, err
+		}
+		if len(line) > maxLineBytes {
+			return nil, fmt.Errorf("%w: the record is %d bytes; a line may have at most %d", ErrBadInput, len(line), maxLineBytes)
+		}
+		lines = append(lines, line...)
 	}
-	if len(line) > maxLineBytes {
-		return nil, fmt.Errorf("%w: the record is %d bytes; a line may have at most %d", ErrBadInput, len(line), maxLineBytes)
-	}
+	line := lines
 	var buf []byte
 	if !st.endsClean {
 		buf = append(buf, '\n') // never glue onto whatever the last line holds

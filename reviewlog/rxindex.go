@@ -32,6 +32,9 @@ type receiptIndex struct {
 	// of each kind says anything about the review, so reading a review
 	// costs the same however often it was asked about.
 	served map[string]bool
+	// allowed are the recent SERVICE ALLOWED receipts (and every hold):
+	// each must have a reservation record.
+	allowed allowIndex
 }
 
 // serviceKind is what a service receipt of an action is indexed by.
@@ -79,6 +82,7 @@ func (ix *receiptIndex) refresh(ctx context.Context, r Reader) error {
 	for restart := 0; restart < 2; restart++ {
 		if ix.files == nil {
 			ix.files, ix.byAction, ix.byQuestion, ix.served = map[string]*chainCursor{}, map[string][]receiptLoc{}, map[string][]string{}, map[string]bool{}
+			ix.allowed.reset()
 		}
 		stale := false
 		for name, e := range present {
@@ -137,6 +141,9 @@ func (ix *receiptIndex) readFile(ctx context.Context, r Reader, info StreamInfo)
 		}
 		at := off
 		off += int64(len(line))
+		if err == nil {
+			ix.allowed.see(line)
+		}
 		if err != nil || !bytes.Contains(line, []byte(`"review:`)) {
 			continue
 		}

@@ -158,6 +158,19 @@ func (a *args) intIn(key string, def, lo, hi int) int {
 }
 
 // err joins every problem found, or returns "" when there was none.
+// boolean reads an optional JSON true/false.
+func (a *args) boolean(key string) bool {
+	v, ok := a.m[key]
+	if !ok || v == nil {
+		return false
+	}
+	b, isBool := v.(bool)
+	if !isBool {
+		a.errs = append(a.errs, fmt.Sprintf("%s must be true or false", key))
+	}
+	return b
+}
+
 func (a *args) err() string {
 	if len(a.errs) == 0 {
 		return ""

@@ -42,7 +42,9 @@ func (s *Server) guardTools() []toolDef {
 			title: "Check before paying",
 			description: "Ask before every new payment whether it should go ahead: allow, review (a human decides) or block, " +
 				"with the reasons and the receipts they rest on. Advisory: it never moves funds. A review is recorded in the review log; " +
-				"asking the same question again within 10 minutes returns the same pending review.",
+				"asking the same question again within 10 minutes returns the same pending review. An allow reserves its payment: it counts " +
+				"against every limit until the Trace shows it or the reservation lapses. Naming a host? Pass the 402's payee address as pay_to too. " +
+				"dry_run: true answers without recording anything.",
 			readOnly: false, idempotent: true,
 			handler: s.checkBeforePay,
 		},
@@ -145,18 +147,20 @@ func (s *Server) callerID(ctx context.Context) string {
 }
 
 func (s *Server) checkBeforePay(ctx context.Context, raw any) (*mcp.CallToolResult, error) {
-	a := newArgs(raw, "counterparty", "amount", "asset", "template", "resource")
+	a := newArgs(raw, "counterparty", "amount", "asset", "template", "resource", "pay_to", "dry_run")
 	q := engine.Question{
 		Counterparty: a.str("counterparty", true, "", 2048),
 		Amount:       a.decimal("amount", true, 64),
 		Asset:        a.str("asset", false, "", 200),
 		Template:     a.str("template", false, "", 64),
 		Resource:     a.str("resource", false, "", 2048),
+		PayTo:        a.str("pay_to", false, "", 200),
 	}
+	dry := a.boolean("dry_run")
 	if msg := a.err(); msg != "" {
 		return nil, userErrorf("%s", msg)
 	}
-	ans, err := s.guard.Engine.Check(ctx, s.callerID(ctx), q)
+	ans, err := s.guard.Engine.CheckWith(ctx, s.callerID(ctx), q, engine.CheckOptions{DryRun: dry})
 	if err != nil {
 		return nil, engineError(err)
 	}
@@ -184,8 +188,11 @@ func engineError(err error) error {
 // already taken (human_approved, human_rejected).
 func renderCheck(res engine.Answer) string {
 	var b strings.Builder
+	if res.DryRun {
+		b.WriteString("DRY RUN (nothing was recorded, reserved, opened or used) — ")
+	}
 	fmt.Fprintf(&b, "Decision: %s", strings.ToUpper(res.Decision))
-	if clause := reviewClause(res.Decision, res.ReviewID); clause != "" {
+	if clause := reviewClause(res.Decision, res.ReviewID); clause != "" && !res.DryRun {
 		fmt.Fprintf(&b, " (%s)", clause)
 	}
 	b.WriteString("\n")
@@ -203,6 +210,10 @@ func renderCheck(res engine.Answer) string {
 			}
 		}
 		b.WriteString("\n")
+	}
+	if res.DryRun {
+		b.WriteString("Not recorded: a dry run signs no receipt.\n")
+		return b.String()
 	}
 	fmt.Fprintf(&b, "Recorded as signed receipt %s.\n", res.ReceiptID)
 	return b.String()
@@ -251,7 +262,11 @@ func (s *Server) getReviewStatus(ctx context.Context, raw any) (*mcp.CallToolRes
 	if rv.AssetSymbol != "" {
 		asset = rv.AssetSymbol + " (" + rv.Asset + ")"
 	}
-	question := fmt.Sprintf("pay %s %s to %s", rv.Amount, asset, rv.Counterparty)
+	to := rv.Counterparty
+	if rv.PayTo != "" {
+		to += " (pay_to " + rv.PayTo + ")"
+	}
+	question := fmt.Sprintf("pay %s %s to %s", rv.Amount, asset, to)
 	if rv.Resource != "" {
 		question += " for " + rv.Resource
 	}
@@ -259,5 +274,30 @@ func (s *Server) getReviewStatus(ctx context.Context, raw any) (*mcp.CallToolRes
 	if rv.Tampered {
 		text += " TAMPERED: the review log disagrees with what the server or a reviewer signed; this review is not decided on and no approval of it is honoured."
 	}
+	if out.Moot {
+		text += " MOOT: this question would now be answered without review; it no longer counts towards the caller's pending reviews, and a reviewer may still decide it."
+	}
+	for _, r := range out.Reservations {
+		text += fmt.Sprintf(" Reserved: %s %s to %s by %s (receipt %s)", r.Amount, r.Asset, reservedTo(r), r.Caller, r.ReceiptID)
+		if r.Until != "" {
+			text += " until " + r.Until + "."
+		} else {
+			text += ", open until the Trace shows it."
+		}
+	}
+	text += fmt.Sprintf(" Reservations held to anyone: %d.", out.ReservedTotal)
+	for _, p := range out.ReservationProblems {
+		text += " RESERVATIONS UNVERIFIED: " + p + "."
+	}
 	return structured(out, text), nil
+}
+
+func reservedTo(r *engine.ReservationInfo) string {
+	switch {
+	case r.Host != "" && r.PayTo != "":
+		return r.Host + " (pay_to " + r.PayTo + ")"
+	case r.Host != "":
+		return r.Host
+	}
+	return r.PayTo
 }

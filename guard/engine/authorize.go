@@ -10,14 +10,6 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
 
-// Authorize answers a question about a payment the guard is about to sign
-// (an x402 authorization), exactly as Check answers it: the same policy,
-// rules, reviews and approvals. The answer's receipt id names the signed
-// decision the authorization will be bound to.
-func (e *Engine) Authorize(ctx context.Context, caller string, q Question) (Answer, error) {
-	return e.Check(ctx, caller, q)
-}
-
 // RuleAuthorizationSigned is the rule id of the receipt that records a
 // signed authorization.
 const RuleAuthorizationSigned = "x402_authorization_signed"

@@ -53,7 +53,7 @@ func (e *Engine) CheckCall(ctx context.Context, caller string, q Question, c Cal
 	if _, err := CallParamsHash(e.cfg.ParamsKey, c); err != nil {
 		return Answer{}, err
 	}
-	return e.check(ctx, caller, q, &c)
+	return e.check(ctx, caller, q, &c, CheckOptions{})
 }
 
 // Outcome is what became of a call the engine allowed.

@@ -118,6 +118,21 @@ type Answer struct {
 	// outcome of a proxied call); they are not part of the answer.
 	ActionID   string `json:"-"`
 	ParamsHash string `json:"-"`
+	// Reservation is what an allow reserved (nil for review and block).
+	Reservation *ReservationInfo `json:"reservation,omitempty"`
+	// DryRun: the answer is what the guard would say; nothing was
+	// recorded, reserved, opened or used.
+	DryRun bool `json:"dry_run,omitempty"`
+}
+
+// CheckOptions change how a question is answered.
+type CheckOptions struct {
+	// DryRun answers what the guard would say now, recording, reserving,
+	// opening and using nothing.
+	DryRun bool
+	// Hold makes an allow hold its payment as an open payment to the
+	// counterparty until the Trace shows it (see Authorize).
+	Hold bool
 }
 
 // RefusedError means the question cannot be judged as asked; nothing was
@@ -150,42 +165,47 @@ const (
 
 // Check answers one question for one caller. The caller is who asked — the
 // verified token subject over HTTP, the configured agent id over stdio —
-// never anything the question says.
+// never anything the question says. An allow reserves its payment: until
+// the Trace shows it, or the policy's reservationMinutes pass, it counts
+// as a payment against every limit, for every caller and replica.
 func (e *Engine) Check(ctx context.Context, caller string, q Question) (Answer, error) {
-	return e.check(ctx, caller, q, nil)
+	return e.check(ctx, caller, q, nil, CheckOptions{})
 }
 
-func (e *Engine) check(ctx context.Context, caller string, q Question, call *Call) (Answer, error) {
+// Authorize answers a question as Check does, for a payment about to be
+// signed (an x402 authorization): its allow reserves the payment AND holds
+// it as a payment open to the counterparty (its pay_to) until the Trace
+// shows that payment — it never lapses, so an agent that uses the
+// authorization and keeps the recorder from writing it cannot hide the
+// payment from the next question. The answer's receipt id names the
+// signed decision the authorization is bound to.
+func (e *Engine) Authorize(ctx context.Context, caller string, q Question) (Answer, error) {
+	return e.check(ctx, caller, q, nil, CheckOptions{Hold: true})
+}
+
+// CheckWith is Check with options.
+func (e *Engine) CheckWith(ctx context.Context, caller string, q Question, opts CheckOptions) (Answer, error) {
+	return e.check(ctx, caller, q, nil, opts)
+}
+
+// check answers q; call, when set, is the proxied tool call whose exact
+// arguments the receipt's paramsHash stands for.
+func (e *Engine) check(ctx context.Context, caller string, q Question, call *Call, opts CheckOptions) (Answer, error) {
 	if caller == "" {
 		return Answer{}, errors.New("engine: no caller identity")
 	}
 	// The caller's own policy under agents, else the default one. Both
 	// read history under the same templates: agents set limits only.
 	pol := e.cfg.Policy.For(caller)
-	if q.Template == "" {
-		q.Template = defaultTemplate(pol)
-	} else if !slices.Contains(pol.HistoryTemplates, q.Template) {
-		return Answer{}, refusedf("template %q cannot be used here: the guard reads history under the policy's history templates (%s), so template may only name one of them",
-			clipText(q.Template), strings.Join(pol.HistoryTemplates, ", "))
-	}
-	if err := guard.CheckAmountSyntax(q.Amount); err != nil {
-		return Answer{}, refusedf("%s; an amount is a plain decimal string in display units such as \"0.25\" (digits, optionally a point and digits; no sign, exponent or spaces); nothing was recorded",
-			strings.TrimPrefix(err.Error(), guard.ErrAmount.Error()+": "))
-	}
-	req, err := guard.ParseRequest(q, pol)
+	req, err := e.parse(pol, q)
 	if err != nil {
-		return Answer{}, refusedf("%s", strings.TrimPrefix(err.Error(), guard.ErrRequest.Error()+": "))
+		return Answer{}, err
 	}
 	hist, err := e.history(ctx)
 	if err != nil {
 		return Answer{}, err
 	}
 	now := e.cfg.Now()
-	dec := guard.Decide(req, hist, pol, now)
-	var compliance *noa.Compliance
-	if e.cfg.Rules != nil {
-		compliance = applyRules(e.cfg.Rules, &dec, req)
-	}
 	var paramsHash string
 	if call != nil {
 		paramsHash, err = CallParamsHash(e.cfg.ParamsKey, *call)
@@ -195,27 +215,52 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 	if err != nil {
 		return Answer{}, err
 	}
+	canonical := actionCanonical
+	if opts.Hold {
+		canonical = reviewlog.CanonicalAuthorization
+	}
 	draft := noa.Draft{
 		TS:    now,
 		Agent: noa.Agent{ID: caller, Principal: noa.PrincipalService},
 		Action: noa.Action{
-			Canonical: actionCanonical, RiskClass: "IRREVERSIBLE", ParamsHash: paramsHash, Reversible: false,
+			Canonical: canonical, RiskClass: "IRREVERSIBLE", ParamsHash: paramsHash, Reversible: false,
 		},
-		Governance: noa.Governance{Mode: governanceMode, Verdict: verdictOf(dec.Decision), RuleID: firstRule(dec), Compliance: compliance},
+		Governance: noa.Governance{Mode: governanceMode},
 	}
-	ans := Answer{Decision: dec.Decision, Reasons: dec.Reasons}
 	plainID, err := randomID("check")
 	if err != nil {
 		return Answer{}, err
 	}
 	termsReceipt := ""
+	// What is judged inside the lock: history as read, with what every
+	// earlier allow still reserves.
+	var (
+		dec    guard.Decision
+		judged guard.History
+		ans    Answer
+	)
 	out, err := e.cfg.Log.Ask(ctx, reviewlog.AskRequest{
-		Caller: caller, Question: req.Question(), ParamsHash: paramsHash, Decision: dec.Decision, Reasons: dec.Reasons,
+		Caller: caller, Question: req.Question(), ParamsHash: paramsHash,
 		ApprovalTTL: pol.ApprovalTTL, RejectionHold: pol.RejectionHold, MaxPending: pol.MaxPendingReviews,
 		ExactParams: call != nil,
 		Tenant:      e.cfg.Chains.Tenant, Resource: req.Resource, AmountAtomic: atomicText(req),
+		ReservationTTL: e.cfg.Policy.ReservationTTL, DryRun: opts.DryRun,
+		Judge: func(v reviewlog.ReservationView) (string, []guard.Reason, error) {
+			judged = e.withReservations(hist, v, now)
+			dec = e.decide(req, judged, pol, now, &draft)
+			return dec.Decision, dec.Reasons, nil
+		},
+		Moot: func(r reviewlog.Review) bool { return e.moot(r, judged, now) },
+		Reserve: func(tx reviewlog.Tx) (*reviewlog.Reservation, error) {
+			r, info, err := e.reservation(req, caller, ans.ReceiptID, tx, pol, opts.Hold)
+			if err != nil {
+				return nil, err
+			}
+			ans.Reservation = info
+			return r, nil
+		},
 	}, func(tx reviewlog.Tx, out reviewlog.AskOutcome) error {
-		if out.Kind == reviewlog.AskOpened {
+		if out.Kind == reviewlog.AskOpened && !opts.DryRun {
 			// The server signs the review's terms first: the human decides
 			// them, and nothing unsigned can change them.
 			td, err := reviewlog.TermsDraft(out.Review, tx.At)
@@ -239,11 +284,14 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 		if a.ReviewID != "" {
 			d.Action.ID = reviewlog.ActionID(a.ReviewID)
 		}
+		ans = a
+		if opts.DryRun {
+			return nil
+		}
 		r, err := e.cfg.Chains.Append(ctx, tx.Store, d)
 		if err != nil {
 			return err
 		}
-		ans = a
 		ans.ReceiptID = r.ID
 		ans.ActionID = d.Action.ID
 		ans.ParamsHash = paramsHash
@@ -251,6 +299,16 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 	})
 	if err != nil {
 		return Answer{}, e.notRecorded("record the "+dec.Decision+" decision", err)
+	}
+	if ans.Reservation != nil {
+		// The history line stays last.
+		n := len(ans.Reasons)
+		ans.Reasons = append(ans.Reasons[:n-1:n-1], ans.Reservation.reason(pol), ans.Reasons[n-1])
+	}
+	if opts.DryRun {
+		ans = dryRun(ans, out)
+		e.cfg.Logger.Info("check_before_pay dry run", "decision", ans.Decision, "outcome", out.Kind, "caller", caller)
+		return ans, nil
 	}
 	e.integrity(out.Review)
 	if out.Kind == reviewlog.AskOpened && e.cfg.Notify != nil {
@@ -262,6 +320,59 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 	e.cfg.Logger.Info("check_before_pay", "decision", ans.Decision, "outcome", out.Kind, "review_id", ans.ReviewID, "receipt_id", ans.ReceiptID, "caller", caller)
 	return ans, nil
 }
+
+// parse reads a question under the caller's policy.
+func (e *Engine) parse(pol *guard.Config, q Question) (guard.Request, error) {
+	if q.Template == "" {
+		q.Template = defaultTemplate(pol)
+	} else if !slices.Contains(pol.HistoryTemplates, q.Template) {
+		return guard.Request{}, refusedf("template %q cannot be used here: the guard reads history under the policy's history templates (%s), so template may only name one of them",
+			clipText(q.Template), strings.Join(pol.HistoryTemplates, ", "))
+	}
+	if err := guard.CheckAmountSyntax(q.Amount); err != nil {
+		return guard.Request{}, refusedf("%s; an amount is a plain decimal string in display units such as \"0.25\" (digits, optionally a point and digits; no sign, exponent or spaces); nothing was recorded",
+			strings.TrimPrefix(err.Error(), guard.ErrAmount.Error()+": "))
+	}
+	req, err := guard.ParseRequest(q, pol)
+	if err != nil {
+		return guard.Request{}, refusedf("%s", strings.TrimPrefix(err.Error(), guard.ErrRequest.Error()+": "))
+	}
+	return req, nil
+}
+
+// decide applies the built-in rules and the custom rules; the draft gets
+// the custom rules' compliance.
+func (e *Engine) decide(req guard.Request, h guard.History, pol *guard.Config, now time.Time, draft *noa.Draft) guard.Decision {
+	dec := guard.Decide(req, h, pol, now)
+	if e.cfg.Rules != nil {
+		c := applyRules(e.cfg.Rules, &dec, req)
+		if draft != nil {
+			draft.Governance.Compliance = c
+		}
+	}
+	return dec
+}
+
+// dryRun marks an answer as what the guard would say.
+func dryRun(a Answer, out reviewlog.AskOutcome) Answer {
+	what := "nothing was recorded, reserved, opened or used"
+	switch out.Kind {
+	case reviewlog.AskOpened:
+		what = "a review would be opened; " + what
+		a.ReviewID = ""
+	case reviewlog.AskApproved:
+		what = "the approval of review " + a.ReviewID + " would be used; " + what
+	}
+	a.DryRun, a.ReceiptID = true, ""
+	if a.Reservation != nil {
+		a.Reservation = nil
+	}
+	a.Reasons = append([]guard.Reason{{Rule: RuleDryRun, Detail: "dry run: this is what the guard would answer now; " + what}}, a.Reasons...)
+	return a
+}
+
+// RuleDryRun is the first reason of a dry run's answer.
+const RuleDryRun = "dry_run"
 
 // integrity logs (and counts) what the log and the signatures disagree on.
 func (e *Engine) integrity(r reviewlog.Review) {

@@ -25,6 +25,10 @@ func QuestionHash(key []byte, q guard.Question, resource string) (string, error)
 	if resource != "" {
 		params["resource"] = resource
 	}
+	if q.PayTo != "" {
+		// Only when named: the hash of a question without it is as it was.
+		params["pay_to"] = q.PayTo
+	}
 	h, err := noa.ParamsHash(key, params)
 	if err != nil {
 		return "", fmt.Errorf("params hash: %w", err)

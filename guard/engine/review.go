@@ -17,6 +17,17 @@ import (
 type ReviewStatus struct {
 	reviewlog.Review
 	Receipts []string `json:"receipts"`
+	// Moot: the review is pending, but its question would now be answered
+	// without review; it no longer counts towards the caller's pending
+	// cap, and a reviewer may still decide it.
+	Moot bool `json:"moot,omitempty"`
+	// Reservations are the reservations to the review's counterparty
+	// that hold now; ReservedTotal counts those to anyone (they bear on
+	// the total and velocity limits), and ReservationProblems say where
+	// the records and the signed chain disagree.
+	Reservations        []*ReservationInfo `json:"reservations,omitempty"`
+	ReservedTotal       int                `json:"reserved_total"`
+	ReservationProblems []string           `json:"reservation_problems,omitempty"`
 }
 
 // ErrUnknownReview is returned for an id no review has.
@@ -33,7 +44,43 @@ func (e *Engine) ReviewStatus(ctx context.Context, id string) (ReviewStatus, err
 	}
 	e.integrity(rv)
 	rv.AssetSymbol = e.assetSymbol(rv.Asset)
-	return ReviewStatus{Review: rv, Receipts: ids}, nil
+	st := ReviewStatus{Review: rv, Receipts: ids}
+	if err := e.bearing(ctx, &st); err != nil {
+		return ReviewStatus{}, fmt.Errorf("read the reservations bearing on review %s: %w", id, err)
+	}
+	return st, nil
+}
+
+// bearing adds what bears on a review now: the reservations, and whether
+// its question would now be answered without review.
+func (e *Engine) bearing(ctx context.Context, st *ReviewStatus) error {
+	v, err := e.cfg.Log.Reservations(ctx, e.cfg.Policy.ReservationTTL)
+	if err != nil {
+		return err
+	}
+	hist, err := e.history(ctx)
+	if err != nil {
+		return err
+	}
+	now := e.cfg.Now()
+	judged := e.withReservations(hist, v, now)
+	open := map[string]bool{}
+	for _, o := range judged.Reserved {
+		open[o.OperationID] = true
+	}
+	_, infos, problems := e.verified(v)
+	st.ReservationProblems = problems
+	for _, i := range infos {
+		if !open[i.ReceiptID] {
+			continue
+		}
+		st.ReservedTotal++
+		if bearsOn(i, st.Review) {
+			st.Reservations = append(st.Reservations, i)
+		}
+	}
+	st.Moot = st.Status == reviewlog.Pending && e.moot(st.Review, judged, now)
+	return nil
 }
 
 // Decider records a human's decision on a review: the log line and the

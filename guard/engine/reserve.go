@@ -1,0 +1,195 @@
+package engine
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/big"
+	"strconv"
+	"time"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+)
+
+// ReservationInfo is one reservation as answers and statuses show it.
+type ReservationInfo struct {
+	ReceiptID string `json:"receipt_id"`
+	Caller    string `json:"caller"`
+	PayTo     string `json:"pay_to,omitempty"`
+	Host      string `json:"host,omitempty"`
+	Resource  string `json:"resource,omitempty"`
+	// Amount in display units of Asset, AmountAtomic in atomic units.
+	Amount       string `json:"amount"`
+	AmountAtomic string `json:"amount_atomic"`
+	Asset        string `json:"asset"`
+	At           string `json:"at"`
+	// Until is when it lapses; empty for a hold (an authorization), which
+	// holds until the Trace shows the payment.
+	Until string `json:"until,omitempty"`
+	// Open: it counts as a payment open to its counterparty.
+	Open     bool   `json:"open,omitempty"`
+	ReviewID string `json:"review_id,omitempty"`
+
+	res guard.Reservation
+}
+
+func (i *ReservationInfo) reason(pol *guard.Config) guard.Reason {
+	return guard.ReservationLine(i.res, pol)
+}
+
+// reservationMAC seals a reservation record's terms with the server's
+// key: a writer of the store, who holds no key, can delete a record (the
+// chain's allow receipts tell) but cannot forge or alter one.
+func reservationMAC(key []byte, r *reviewlog.Reservation, at string) string {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("haia-trace-mcp/reservation/v1"))
+	for _, f := range []string{r.ReceiptID, r.Caller, r.PayTo, r.Host, r.Resource, r.Atomic, r.Asset, r.Until, strconv.FormatBool(r.Open), r.ReviewID, at} {
+		fmt.Fprintf(m, "\x00%d:%s", len(f), f)
+	}
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// reservation builds the record an allow writes, and its description.
+func (e *Engine) reservation(req guard.Request, caller, receiptID string, tx reviewlog.Tx, pol *guard.Config, hold bool) (*reviewlog.Reservation, *ReservationInfo, error) {
+	if receiptID == "" {
+		return nil, nil, errors.New("reserve: the allow has no receipt")
+	}
+	if req.Atomic == nil || req.AssetErr != nil {
+		return nil, nil, errors.New("reserve: an allow whose amount cannot be read cannot be reserved")
+	}
+	r := &reviewlog.Reservation{ReceiptID: receiptID, Caller: caller, Resource: req.Resource, Atomic: req.Atomic.String(), Asset: req.Asset.Key, Open: hold}
+	switch req.Counterparty.Kind {
+	case guard.KindAddress:
+		r.PayTo = req.Counterparty.Value
+	default:
+		r.Host, r.PayTo = req.Counterparty.Value, req.PayTo
+	}
+	if tx.Kind == "used" {
+		r.ReviewID = tx.Review.ID
+	}
+	if !hold {
+		r.Until = reviewlog.FormatTime(tx.At.Add(pol.ReservationTTL))
+	}
+	at := reviewlog.FormatTime(tx.At)
+	r.MAC = reservationMAC(e.cfg.ParamsKey, r, at)
+	g, err := toGuard(*r, at)
+	if err != nil {
+		return nil, nil, err
+	}
+	return r, info(g, *r, at, req.Asset.Decimals), nil
+}
+
+func toGuard(r reviewlog.Reservation, at string) (guard.Reservation, error) {
+	g := guard.Reservation{ReceiptID: r.ReceiptID, Caller: r.Caller, PayTo: r.PayTo, Host: r.Host, Resource: r.Resource, Asset: r.Asset, Open: r.Open, ReviewID: r.ReviewID}
+	var err error
+	if g.At, err = time.Parse(time.RFC3339Nano, at); err != nil {
+		return g, fmt.Errorf("reservation %s: at %q: %w", r.ReceiptID, at, err)
+	}
+	if r.Until != "" {
+		if g.Until, err = time.Parse(time.RFC3339Nano, r.Until); err != nil {
+			return g, fmt.Errorf("reservation %s: until %q: %w", r.ReceiptID, r.Until, err)
+		}
+	}
+	a, ok := new(big.Int).SetString(r.Atomic, 10)
+	if !ok || a.Sign() < 0 {
+		return g, fmt.Errorf("reservation %s: amount %q is not atomic units", r.ReceiptID, r.Atomic)
+	}
+	g.Atomic = a
+	return g, nil
+}
+
+func info(g guard.Reservation, r reviewlog.Reservation, at string, decimals int) *ReservationInfo {
+	amount := r.Atomic + " atomic units"
+	if decimals >= 0 {
+		amount = guard.FormatAmount(g.Atomic, decimals)
+	}
+	return &ReservationInfo{ReceiptID: r.ReceiptID, Caller: r.Caller, PayTo: r.PayTo, Host: r.Host, Resource: r.Resource,
+		Amount: amount, AmountAtomic: r.Atomic, Asset: r.Asset, At: at, Until: r.Until, Open: r.Open, ReviewID: r.ReviewID, res: g}
+}
+
+// verified turns the log's reservation records into reservations, checking
+// each record's seal; a record that does not verify is a problem, never a
+// reservation to drop silently.
+func (e *Engine) verified(v reviewlog.ReservationView) ([]guard.Reservation, []*ReservationInfo, []string) {
+	problems := append([]string(nil), v.Problems...)
+	var rs []guard.Reservation
+	var infos []*ReservationInfo
+	for _, r := range v.Held {
+		if !hmac.Equal([]byte(reservationMAC(e.cfg.ParamsKey, &r, r.At)), []byte(r.MAC)) {
+			problems = append(problems, fmt.Sprintf("the reservation record of receipt %s is not sealed by this server's key (altered or forged)", r.ReceiptID))
+			continue
+		}
+		g, err := toGuard(r, r.At)
+		if err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
+		rs = append(rs, g)
+		decimals := -1
+		if a, ok := e.cfg.Policy.Assets.Lookup(r.Asset); ok {
+			decimals = a.Decimals
+		}
+		infos = append(infos, info(g, r, r.At, decimals))
+	}
+	return rs, infos, problems
+}
+
+// withReservations is history with what earlier allows still reserve.
+func (e *Engine) withReservations(h guard.History, v reviewlog.ReservationView, now time.Time) guard.History {
+	rs, _, problems := e.verified(v)
+	h.Reserved, h.ReservationProblems = nil, problems
+	h.Reserve(rs, now)
+	return h
+}
+
+// moot says whether a pending review's question would now be answered
+// without review (allow or block): its human decision no longer bears on
+// the payment. A question that can no longer be read is not moot.
+func (e *Engine) moot(r reviewlog.Review, h guard.History, now time.Time) bool {
+	if r.Caller == "" {
+		return false
+	}
+	pol := e.cfg.Policy.For(r.Caller)
+	req, err := guard.ParseRequest(guard.RawRequest{Counterparty: r.Counterparty, Amount: r.Amount, Asset: r.Asset, Template: r.Template, PayTo: r.PayTo}, pol)
+	if err != nil {
+		return false
+	}
+	return e.decide(req, h, pol, now, nil).Decision != guard.Review
+}
+
+// Reservations lists what the allows of every caller reserve now, as the
+// log's records and the signed chain agree on it, with every disagreement.
+func (e *Engine) Reservations(ctx context.Context) ([]*ReservationInfo, []string, error) {
+	v, err := e.cfg.Log.Reservations(ctx, e.cfg.Policy.ReservationTTL)
+	if err != nil {
+		return nil, nil, err
+	}
+	hist, err := e.history(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	rs, infos, problems := e.verified(v)
+	// Only those the Trace does not show yet still count.
+	hist.Reserved = nil
+	hist.Reserve(rs, e.cfg.Now())
+	open := map[string]bool{}
+	for _, o := range hist.Reserved {
+		open[o.OperationID] = true
+	}
+	var out []*ReservationInfo
+	for _, i := range infos {
+		if open[i.ReceiptID] {
+			out = append(out, i)
+		}
+	}
+	return out, problems, nil
+}
+
+// bearsOn says whether a reservation pays the review's counterparty.
+func bearsOn(i *ReservationInfo, r reviewlog.Review) bool {
+	return i.PayTo != "" && (i.PayTo == r.Counterparty || i.PayTo == r.PayTo) || i.Host != "" && i.Host == r.Counterparty
+}

@@ -1,0 +1,280 @@
+package reviewlog
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
+)
+
+// typeReserved records what an allow reserved: the terms of the payment it
+// allowed, until the Trace shows the payment or the reservation lapses.
+const typeReserved = "reserved"
+
+// CanonicalAuthorization is the action.canonical of an allow that holds its
+// payment as open until the Trace shows it settled (an authorization signed
+// for it); other allows carry "x402.payment".
+const CanonicalAuthorization = "x402.authorization"
+
+// Reservation is one reservation record of the log. The guard that wrote it
+// sealed its terms with MAC (a key only the server holds); Verify-ing that
+// is the engine's part. The record is trusted only together with the signed
+// ALLOWED receipt it names.
+type Reservation struct {
+	ReceiptID string `json:"receipt_id"`
+	Caller    string `json:"caller"`
+	// PayTo (canonical address) and Host (canonical host): whom it pays.
+	PayTo    string `json:"pay_to,omitempty"`
+	Host     string `json:"host,omitempty"`
+	Resource string `json:"resource,omitempty"`
+	// Atomic is the amount in atomic units (decimal digits) of Asset.
+	Atomic string `json:"atomic"`
+	Asset  string `json:"asset"`
+	// Until is when it lapses ("" for a hold until the Trace shows it).
+	Until string `json:"until,omitempty"`
+	// Open: it counts as an open payment until the Trace shows it.
+	Open     bool   `json:"open,omitempty"`
+	ReviewID string `json:"review_id,omitempty"`
+	MAC      string `json:"mac"`
+	// At is the record's time (the line's "at").
+	At string `json:"-"`
+}
+
+// ReservationView is what a locked section (or a reader) knows of the
+// reservations: the records that a signed ALLOWED receipt backs, and every
+// disagreement between the records and the chain.
+type ReservationView struct {
+	Held []Reservation
+	// Problems say where the records and the signed receipts disagree: an
+	// allow receipt with no record (a record deleted), a record whose
+	// receipt the chain does not hold or does not match.
+	Problems []string
+}
+
+// allowedReceipt is what the receipt index keeps of one SERVICE ALLOWED
+// receipt.
+type allowedReceipt struct {
+	id, agent string
+	ts        time.Time
+	hold      bool
+}
+
+// allowIndex keeps the recent ALLOWED receipts of the chains (and every
+// hold): the receipts a reservation record must exist for.
+type allowIndex struct {
+	mu   sync.Mutex
+	list []allowedReceipt
+	byID map[string]int
+}
+
+func (a *allowIndex) reset() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.list, a.byID = nil, map[string]int{}
+}
+
+// see indexes one receipt line's receipt when it is a SERVICE ALLOWED one.
+func (a *allowIndex) see(line []byte) {
+	if !bytes.Contains(line, []byte(`"`+noa.VerdictAllowed+`"`)) {
+		return
+	}
+	r, err := noa.ParseReceipt(bytes.TrimRight(line, "\r\n"))
+	if err != nil || r.Agent.Principal != noa.PrincipalService || r.Governance.Verdict != noa.VerdictAllowed || r.Agent.ID == noa.ContinueAgent {
+		return
+	}
+	ts, err := time.Parse(time.RFC3339Nano, r.TS)
+	if err != nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.byID == nil {
+		a.byID = map[string]int{}
+	}
+	if _, ok := a.byID[r.ID]; ok {
+		return
+	}
+	a.byID[r.ID] = len(a.list)
+	a.list = append(a.list, allowedReceipt{id: r.ID, agent: r.Agent.ID, ts: ts, hold: r.Action.Canonical == CanonicalAuthorization})
+}
+
+// since lists the receipts that must have a record at now: every hold, and
+// every other allow at or after from. It forgets the allows older than
+// forget (they can no longer hold anything).
+func (a *allowIndex) since(from, forget time.Time) []allowedReceipt {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []allowedReceipt
+	stale := 0
+	for _, r := range a.list {
+		switch {
+		case r.hold || !r.ts.Before(from):
+			out = append(out, r)
+		case r.ts.Before(forget):
+			stale++
+		}
+	}
+	if stale > len(a.list)/2 && stale > 1024 {
+		kept := a.list[:0]
+		a.byID = map[string]int{}
+		for _, r := range a.list {
+			if r.hold || !r.ts.Before(forget) {
+				a.byID[r.id] = len(kept)
+				kept = append(kept, r)
+			}
+		}
+		a.list = kept
+	}
+	return out
+}
+
+func (a *allowIndex) get(id string) (allowedReceipt, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	i, ok := a.byID[id]
+	if !ok {
+		return allowedReceipt{}, false
+	}
+	return a.list[i], true
+}
+
+// resEntry is what the fold keeps of one reservation record.
+type resEntry struct {
+	off       int64
+	receiptID string
+	until     time.Time // zero: a hold
+}
+
+// reservationView reads the reservations that may hold at now (ttl is the
+// policy's reservationMinutes) and checks them against the chain's ALLOWED
+// receipts; the receipt index must be fresh (newVerifier).
+func (l *Log) reservationView(st *state, at time.Time, ttl time.Duration) (ReservationView, error) {
+	var v ReservationView
+	recorded := map[string]bool{}
+	kept := st.reservations[:0]
+	for _, e := range st.reservations {
+		if !e.until.IsZero() && !at.Before(e.until) {
+			continue // lapsed: forgotten
+		}
+		kept = append(kept, e)
+		rec, err := st.recordAt(e.off)
+		if err != nil {
+			return ReservationView{}, err
+		}
+		r := *rec.Reservation
+		r.At = rec.At
+		recorded[r.ReceiptID] = true
+		rx, ok := l.rx.allowed.get(r.ReceiptID)
+		switch {
+		case !ok:
+			v.Problems = append(v.Problems, fmt.Sprintf("the reservation record of receipt %s names a receipt that no signed allow of the decision chain holds", clip(r.ReceiptID)))
+			continue
+		case rx.agent != r.Caller:
+			v.Problems = append(v.Problems, fmt.Sprintf("the reservation record of receipt %s names caller %q, but the signed receipt was given to %q", r.ReceiptID, clip(r.Caller), clip(rx.agent)))
+			continue
+		case rx.hold != (r.Until == ""):
+			v.Problems = append(v.Problems, fmt.Sprintf("the reservation record of receipt %s does not hold the payment as the signed receipt says", r.ReceiptID))
+			continue
+		}
+		v.Held = append(v.Held, r)
+	}
+	st.reservations = kept
+	if ttl <= 0 {
+		ttl = time.Minute
+	}
+	var missing []string
+	for _, r := range l.rx.allowed.since(at.Add(-ttl), at.Add(-maxReservationHorizon)) {
+		// A record lapsed since is a record all the same.
+		if !recorded[r.id] && !st.reserved[r.id] {
+			missing = append(missing, r.id)
+		}
+	}
+	if len(missing) > 0 {
+		sort.Strings(missing)
+		shown := missing
+		if len(shown) > 5 {
+			shown = shown[:5]
+		}
+		v.Problems = append(v.Problems, fmt.Sprintf("%d signed allow receipts that still reserve their payment have no reservation record in %s (%s%s): a record was removed or never written",
+			len(missing), FileName, strings.Join(shown, ", "), moreText(len(missing)-len(shown))))
+	}
+	return v, nil
+}
+
+// maxReservationHorizon is the longest a reservation can be configured to
+// hold (guard.MaxReservationTTL); older allows are forgotten.
+const maxReservationHorizon = 24 * time.Hour
+
+func moreText(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(" and %d more", n)
+}
+
+// Reservations reads the reservations that may hold now, checked against the
+// decision chain (without the lock: for status views).
+func (l *Log) Reservations(ctx context.Context, ttl time.Duration) (ReservationView, error) {
+	var out ReservationView
+	err := l.view(ctx, func(g Reader, st *state) error {
+		if _, err := l.newVerifier(ctx, g); err != nil {
+			return err
+		}
+		var err error
+		out, err = l.reservationView(st, l.now(), ttl)
+		return err
+	})
+	return out, err
+}
+
+// checkReservation validates a reserved record's fields.
+func checkReservation(r record) error {
+	res := r.Reservation
+	if res == nil {
+		return errors.New("a reserved record needs its reservation")
+	}
+	if r.ReviewID != "" || r.Counterparty != "" || r.Amount != nil || r.Status != "" || r.By != "" || r.Lines != nil || r.Caller != "" || r.ParamsHash != "" || r.Reasons != nil {
+		return errors.New("a reserved record carries only at and reservation")
+	}
+	if res.ReceiptID == "" || res.Caller == "" || res.Atomic == "" || res.Asset == "" || res.MAC == "" || (res.PayTo == "" && res.Host == "") {
+		return errors.New("a reservation needs receipt_id, caller, pay_to or host, atomic, asset and mac")
+	}
+	if res.Until != "" {
+		if _, err := parseTime(res.Until); err != nil {
+			return fmt.Errorf("reservation until: %w", err)
+		}
+	}
+	if res.ReviewID != "" {
+		if err := checkID(res.ReviewID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyReservation folds a reserved record in.
+func (st *state) applyReservation(rec record, off int64) {
+	e := resEntry{off: off, receiptID: rec.Reservation.ReceiptID}
+	if rec.Reservation.Until != "" {
+		e.until, _ = parseTime(rec.Reservation.Until)
+	}
+	st.reservations = append(st.reservations, e)
+	st.reserved[e.receiptID] = true
+}
+
+// ReservationRecord is how the engine builds a record: at and the sealed
+// reservation.
+func reservationRecord(at time.Time, r *Reservation) record {
+	c := *r
+	c.At = ""
+	return record{Type: typeReserved, At: formatTime(at), Reservation: &c}
+}
+
+// FormatTime writes a time as the log does.
+func FormatTime(t time.Time) string { return formatTime(t) }
