@@ -195,7 +195,7 @@ func TestPolicyLayersEndToEnd(t *testing.T) {
 		}
 		defer cs.Close()
 		var a checkAnswer
-		decodeStructured(t, callTool(t, cs, "check_before_pay", map[string]any{"counterparty": counterparty, "amount": amount}), &a)
+		decodeStructured(t, callTool(t, cs, "check_before_pay", map[string]any{"counterparty": counterparty, "amount": amount, "dry_run": true}), &a)
 		return a
 	}
 	const (

@@ -74,14 +74,20 @@ func TestLimitsEndToEnd(t *testing.T) {
 	run := func(t *testing.T, cs *mcp.ClientSession, checks []check, policy string) {
 		t.Helper()
 		for _, c := range checks {
+			// Each question is asked as a dry run: an allow would reserve
+			// its payment, and the next question would count it.
+			args := map[string]any{"dry_run": true}
+			for k, v := range c.args {
+				args[k] = v
+			}
 			var a checkAnswer
-			decodeStructured(t, callTool(t, cs, "check_before_pay", c.args), &a)
+			decodeStructured(t, callTool(t, cs, "check_before_pay", args), &a)
 			hist := a.Reasons[len(a.Reasons)-1]
 			if a.Decision != c.decision || (c.rule != "" && !hasRule(a, c.rule)) || !strings.HasSuffix(hist.Detail, "policy: "+policy) {
 				t.Errorf("%v: %s, want %s with rule %q under %q; reasons %+v", c.args, a.Decision, c.decision, c.rule, policy, a.Reasons)
 				continue
 			}
-			if c.decision == "allow" && len(a.Reasons) != 1 {
+			if c.decision == "allow" && (len(a.Reasons) != 2 || a.Reasons[0].Rule != "dry_run") {
 				t.Errorf("%v: allowed with reasons %+v", c.args, a.Reasons)
 			}
 			for _, r := range a.Reasons {
@@ -99,7 +105,7 @@ func TestLimitsEndToEnd(t *testing.T) {
 		}
 		// Without a resource the duplicate rule cannot apply, and says so.
 		var a checkAnswer
-		decodeStructured(t, callTool(t, cs, "check_before_pay", map[string]any{"counterparty": sellerC, "amount": "0.03"}), &a)
+		decodeStructured(t, callTool(t, cs, "check_before_pay", map[string]any{"counterparty": sellerC, "amount": "0.03", "dry_run": true}), &a)
 		if !strings.Contains(a.Reasons[len(a.Reasons)-1].Detail, "names no resource, so duplicate_payment could not apply") {
 			t.Errorf("the history line must say the duplicate rule could not apply: %+v", a.Reasons)
 		}

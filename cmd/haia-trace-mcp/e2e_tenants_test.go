@@ -94,8 +94,11 @@ func TestTenantsAreIsolated(t *testing.T) {
 		t.Errorf("globex's review after the reviewer: %v", st)
 	}
 	// The tenant's own policy: acme reviews above 0.05, the default at 1.00.
-	_, _, a := acme("check_before_pay", map[string]any{"counterparty": "https://fresh.example/", "amount": "0.06"})
-	_, _, g := globex("check_before_pay", map[string]any{"counterparty": "https://fresh.example/", "amount": "0.06"})
+	// (With the 402's pay_to beside the host: a host alone cannot be told
+	// apart from the open payment other sellers declared elsewhere.)
+	fresh := map[string]any{"counterparty": "https://fresh.example/", "pay_to": "0xf7e5000000000000000000000000000000000005", "amount": "0.06"}
+	_, _, a := acme("check_before_pay", fresh)
+	_, _, g := globex("check_before_pay", fresh)
 	if a["decision"] != "review" || g["decision"] != "allow" {
 		t.Errorf("tenant policies: acme %v, globex %v", a["decision"], g["decision"])
 	}
