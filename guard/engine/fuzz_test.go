@@ -78,7 +78,12 @@ var fuzzOutcomes = []struct {
 // settled operation that could be the counterparty's, or a run that cannot
 // be read, is never answered allow. Under limitsPolicy (limits odd) it also
 // holds that a payment over the total limit, the velocity limits or for a
-// resource already paid for is never answered allow.
+// resource already paid for is never answered allow — counting the allows
+// given before it (prior questions, whose reservations count as payments).
+//
+// ask chooses the question: by address (0), by host alone (1: any open
+// payment could be the host's, since a seller declares the host it
+// likes), or by host with the 402's pay_to (2: judged by the address).
 func FuzzCheckNeverAllowsOpen(f *testing.F) {
 	f.Add([]byte{0, 0, 5}, false, byte(0), byte(0))
 	f.Add([]byte{2, 1, 1}, false, byte(0), byte(0))
@@ -89,7 +94,18 @@ func FuzzCheckNeverAllowsOpen(f *testing.F) {
 	f.Add([]byte{0, 4, 0, 1, 7, 0}, false, byte(0), byte(1))
 	f.Add([]byte{4, 0, 0}, true, byte(0), byte(1))
 	f.Add([]byte{4, 4, 0, 4, 4, 0, 4, 4, 0, 4, 4, 0}, false, byte(3), byte(1))
+	f.Add([]byte{4, 4, 5}, true, byte(0), byte(0))
+	f.Add([]byte{4, 4, 5}, true, byte(0), byte(2))
+	f.Add([]byte{4, 4, 0}, false, byte(0), byte(1|2<<1|2<<3))
+	f.Add([]byte{}, false, byte(0), byte(1|1<<1|3<<3))
 	f.Fuzz(func(t *testing.T, data []byte, byHost bool, hostile, limits byte) {
+		// limits: bit 0 the limits policy; bits 1-2 the question's kind
+		// when byHost; bits 3-4 how many questions were answered before.
+		ask := 0
+		if byHost {
+			ask = 1 + int(limits>>1)%2
+		}
+		prior := int(limits>>3) % 4
 		if len(data) > 3*6 {
 			data = data[:3*6]
 		}
@@ -109,15 +125,21 @@ func FuzzCheckNeverAllowsOpen(f *testing.F) {
 			ps = append(ps, simrec.Payment{OperationID: "op-" + string(rune('a'+i/3)), URL: u.url, PayTo: pt.payTo, SubmittedPayTo: pt.submitted,
 				Amount: "1000", Outcome: oc.outcome, Settle: oc.settle})
 			couldBe := pt.couldBe
-			if byHost {
-				couldBe = u.couldBe
+			switch ask {
+			case 1:
+				couldBe = true // a host alone: any open payment may be its
+			case 2:
+				couldBe = pt.couldBe || u.is
 			}
 			if oc.paid && !oc.settledOK && couldBe {
 				mustNotAllow = true
 			}
 			is := pt.is
-			if byHost {
+			switch ask {
+			case 1:
 				is = u.is
+			case 2:
+				is = pt.is || u.is
 			}
 			if oc.paid {
 				paid++
@@ -128,9 +150,6 @@ func FuzzCheckNeverAllowsOpen(f *testing.F) {
 					paidForIt++
 				}
 			}
-		}
-		if withLimits && (paid >= 3 || paidToIt >= 2 || paidForIt >= 1) {
-			mustNotAllow = true
 		}
 		if len(ps) > 0 {
 			f.pay(t, "run-1", ps...)
@@ -152,11 +171,30 @@ func FuzzCheckNeverAllowsOpen(f *testing.F) {
 			mustNotAllow = true
 		}
 		q := Question{Counterparty: sellerA, Amount: "0.001"}
-		if byHost {
+		switch ask {
+		case 1:
 			q.Counterparty = "api.example.com"
+		case 2:
+			q.Counterparty, q.PayTo = "https://api.example.com/", sellerA
 		}
 		if withLimits {
 			q.Resource = "https://api.example.com/x"
+		}
+		// Earlier answers: each allow reserves a payment to the same
+		// counterparty, for the same resource.
+		for i := range prior {
+			a, err := f.eng.Check(context.Background(), "fuzz-agent-"+string(rune('a'+i)), q)
+			if err != nil {
+				t.Fatalf("Check: %v", err)
+			}
+			if a.Decision == guard.Allow {
+				paid++
+				paidToIt++
+				paidForIt++
+			}
+		}
+		if withLimits && (paid >= 3 || paidToIt >= 2 || paidForIt >= 1) {
+			mustNotAllow = true
 		}
 		ans, err := f.eng.Check(context.Background(), "fuzz-agent", q)
 		if err != nil {
@@ -165,7 +203,7 @@ func FuzzCheckNeverAllowsOpen(f *testing.F) {
 		if mustNotAllow && ans.Decision == guard.Allow {
 			t.Fatalf("allowed over a history that holds an open operation that could be the counterparty's: %+v", ans.Reasons)
 		}
-		if len(ps) == 0 && hostile%4 == 0 && ans.Decision != guard.Allow {
+		if len(ps) == 0 && hostile%4 == 0 && (prior == 0 || !withLimits) && ans.Decision != guard.Allow {
 			t.Fatalf("an empty history must be allowed for a small amount: %+v", ans.Reasons)
 		}
 	})
