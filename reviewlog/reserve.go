@@ -22,6 +22,9 @@ const typeReserved = "reserved"
 // for it); other allows carry "x402.payment".
 const CanonicalAuthorization = "x402.authorization"
 
+// canonicalPayment is the action.canonical of the guard's other answers.
+const canonicalPayment = "x402.payment"
+
 // Reservation is one reservation record of the log. The guard that wrote it
 // sealed its terms with MAC (a key only the server holds); Verify-ing that
 // is the engine's part. The record is trusted only together with the signed
@@ -86,6 +89,11 @@ func (a *allowIndex) see(line []byte) {
 	}
 	r, err := noa.ParseReceipt(bytes.TrimRight(line, "\r\n"))
 	if err != nil || r.Agent.Principal != noa.PrincipalService || r.Governance.Verdict != noa.VerdictAllowed || r.Agent.ID == noa.ContinueAgent {
+		return
+	}
+	// Only the answers to questions reserve (not, say, the record of an
+	// authorization signed after one).
+	if r.Action.Canonical != canonicalPayment && r.Action.Canonical != CanonicalAuthorization {
 		return
 	}
 	ts, err := time.Parse(time.RFC3339Nano, r.TS)
