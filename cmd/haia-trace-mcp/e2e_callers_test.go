@@ -239,7 +239,7 @@ func TestAmountAsJSONNumberEndToEnd(t *testing.T) {
 		{"1.0000000000000001", "review", "16 decimal places"},
 	} {
 		var a checkAnswer
-		decodeStructured(t, callTool(t, cs, "check_before_pay", map[string]any{"counterparty": "api.numbers.example", "amount": c.amount}), &a)
+		decodeStructured(t, callTool(t, cs, "check_before_pay", map[string]any{"counterparty": "api.numbers.example", "pay_to": "0x0b0b000000000000000000000000000000000009", "amount": c.amount}), &a)
 		if a.Decision != c.decision || (c.detail != "" && !strings.Contains(fmt.Sprint(a.Reasons), c.detail)) {
 			t.Errorf("amount %s: %s %+v; want %s mentioning %q", c.amount, a.Decision, a.Reasons, c.decision, c.detail)
 		}
