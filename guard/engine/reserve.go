@@ -154,7 +154,7 @@ func (e *Engine) moot(r reviewlog.Review, h guard.History, now time.Time) bool {
 		return false
 	}
 	pol := e.cfg.Policy.For(r.Caller)
-	req, err := guard.ParseRequest(guard.RawRequest{Counterparty: r.Counterparty, Amount: r.Amount, Asset: r.Asset, Template: r.Template, PayTo: r.PayTo}, pol)
+	req, err := guard.ParseRequest(guard.RawRequest{Counterparty: r.Counterparty, Amount: r.Amount, Asset: r.Asset, Template: r.Template, PayTo: r.PayTo, Resource: r.Resource}, pol)
 	if err != nil {
 		return false
 	}
