@@ -214,6 +214,8 @@ func TestHTTPRoutes(t *testing.T) {
 	}{
 		{"health", "/healthz", 200, "ok"},
 		{"ready", "/readyz", 200, "ready"},
+		{"health names the payer", "/healthz", 200, "ok\npayer 0x2c7536E3605D9C16a7a3D7b1898e529396a65c23\n"},
+		{"ready names the payer", "/readyz", 200, "ready\npayer 0x2c7536E3605D9C16a7a3D7b1898e529396a65c23\n"},
 		{"metadata", "/.well-known/oauth-protected-resource/mcp", 200, `"resource": "` + f.resource + `"`},
 		{"metadata root form", "/.well-known/oauth-protected-resource", 200, `"authorization_servers": [`},
 		{"unknown", "/nope", 404, ""},

@@ -6,6 +6,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -307,4 +309,23 @@ func BenchmarkAuthorizePaymentStdio(b *testing.B) {
 	slices.Sort(ds)
 	b.ReportMetric(float64(ds[len(ds)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(ds[len(ds)*99/100].Microseconds())/1000, "p99-ms")
+}
+
+// The payer address is on /healthz and /readyz, and healthcheck prints it.
+func TestHTTPHealthNamesThePayer(t *testing.T) {
+	payerKey := writeSecret(t, "payer.key", e2ePayerKey)
+	p := startHTTPBinary(t, "--dir", sampleRoot(t), "--key-file", filepath.Join(t.TempDir(), "k.pem"), "--http-insecure-no-auth", "--payer-key", payerKey)
+	out, errOut, code := runCLI(t, "healthcheck", "--url", p.base+"/healthz")
+	if code != 0 || out != "ok\npayer "+e2ePayerAddr+"\n" {
+		t.Fatalf("healthcheck: %d %q %s", code, out, errOut)
+	}
+	resp, err := http.Get(p.base + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "payer "+e2ePayerAddr) || strings.Contains(string(body), e2ePayerKey) {
+		t.Fatalf("/readyz: %d %s", resp.StatusCode, body)
+	}
 }
