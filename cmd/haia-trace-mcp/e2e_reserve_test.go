@@ -89,6 +89,36 @@ func TestReservationsAcrossProcessesEndToEnd(t *testing.T) {
 	if text := resultText(res); res.IsError || !strings.HasPrefix(text, "DRY RUN") || !strings.Contains(text, "Decision: REVIEW") || !strings.Contains(text, "3 reservations of earlier allows") {
 		t.Fatalf("dry run: %s", text)
 	}
+	// The review that question opens shows the reservations bearing on it,
+	// to the agent and to the human.
+	var a struct {
+		ReviewID string `json:"review_id"`
+	}
+	decodeStructured(t, callTool(t, sessions[1], "check_before_pay", map[string]any{"counterparty": freshPayee, "amount": "1.00"}), &a)
+	if a.ReviewID == "" {
+		t.Fatal("no review opened")
+	}
+	var st struct {
+		Reservations  []map[string]any `json:"reservations"`
+		ReservedTotal int              `json:"reserved_total"`
+		Moot          bool             `json:"moot"`
+	}
+	res = callTool(t, sessions[2], "get_review_status", map[string]any{"review_id": a.ReviewID})
+	decodeStructured(t, res, &st)
+	if len(st.Reservations) != 3 || st.ReservedTotal != 3 || st.Moot || !strings.Contains(resultText(res), "Reservations held to anyone: 3") {
+		t.Fatalf("get_review_status: %+v %s", st, resultText(res))
+	}
+	out, errOut, code := runCLI(t, "review", "show", a.ReviewID, "--dir", root, "--json")
+	var shown struct {
+		Reservations  []map[string]any `json:"reservations"`
+		ReservedTotal int              `json:"reserved_total"`
+	}
+	if err := json.Unmarshal([]byte(out), &shown); code != 0 || err != nil || len(shown.Reservations) != 3 || shown.ReservedTotal != 3 {
+		t.Fatalf("review show --json: %d %v %s %s", code, err, out, errOut)
+	}
+	if out, _, _ := runCLI(t, "review", "show", a.ReviewID, "--dir", root); !strings.Contains(out, "reservations: 3 held to anyone") || !strings.Contains(out, "1000000 atomic units") {
+		t.Fatalf("review show: %s", out)
+	}
 }
 
 func TestReservationsAcrossPostgresReplicasEndToEnd(t *testing.T) {

@@ -169,10 +169,23 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		if err != nil {
 			return reviewFailed(stderr, verb, err)
 		}
+		// The reservations that bear on it: what allows to its payee still
+		// hold, as the log records them and the signed chain backs them.
+		rv, err := log.Reservations(ctx, pol.ReservationTTL)
+		if err != nil {
+			return reviewFailed(stderr, verb, err)
+		}
+		bearing := reservationsBearing(rv, r)
 		if *asJSON {
-			return reviewWriteJSON(stdout, stderr, r)
+			return reviewWriteJSON(stdout, stderr, struct {
+				reviewlog.Review
+				Reservations        []reviewlog.Reservation `json:"reservations"`
+				ReservedTotal       int                     `json:"reserved_total"`
+				ReservationProblems []string                `json:"reservation_problems,omitempty"`
+			}{r, bearing, len(rv.Held), rv.Problems})
 		}
 		reviewPrintOne(stdout, r, pol.Assets, func(ref guard.Ref) string { return explainRef(root, r.Template, ref) })
+		reviewPrintReservations(stdout, bearing, rv)
 		return exitOK
 	}
 
@@ -420,4 +433,38 @@ func reviewersFile(flagValue string) (string, error) {
 		return "", fmt.Errorf("%w; pass --reviewers", err)
 	}
 	return p, nil
+}
+
+// reservationsBearing are the reservations to the review's counterparty
+// (or its pay_to).
+func reservationsBearing(v reviewlog.ReservationView, r reviewlog.Review) []reviewlog.Reservation {
+	out := []reviewlog.Reservation{}
+	for _, x := range v.Held {
+		if (x.PayTo != "" && (x.PayTo == r.Counterparty || x.PayTo == r.PayTo)) || (x.Host != "" && x.Host == r.Counterparty) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// reviewPrintReservations writes what is reserved beside a review.
+func reviewPrintReservations(w io.Writer, bearing []reviewlog.Reservation, v reviewlog.ReservationView) {
+	fmt.Fprintf(w, "reservations: %d held to anyone (they count towards the total and velocity limits), %d to this counterparty\n", len(v.Held), len(bearing))
+	for _, x := range bearing {
+		whom := x.PayTo
+		if x.Host != "" {
+			whom = x.Host
+			if x.PayTo != "" {
+				whom += " (pay_to " + x.PayTo + ")"
+			}
+		}
+		until := "until the Trace shows it (an authorization, open)"
+		if x.Until != "" {
+			until = "until the Trace shows it or " + x.Until
+		}
+		fmt.Fprintf(w, "  %s atomic units of %s to %s by %s, receipt %s, %s\n", x.Atomic, termsafe.String(x.Asset), termsafe.String(whom), termsafe.String(x.Caller), termsafe.String(x.ReceiptID), until)
+	}
+	for _, p := range v.Problems {
+		fmt.Fprintf(w, "  RESERVATIONS UNVERIFIED: %s\n", termsafe.String(p))
+	}
 }
