@@ -75,13 +75,16 @@ type Signed struct {
 
 // Result is authorize_payment's answer. Payment is set only on allow.
 type Result struct {
-	Decision      string         `json:"decision"`
-	Reasons       []guard.Reason `json:"reasons"`
-	ReceiptID     string         `json:"receipt_id"`
-	ReviewID      string         `json:"review_id,omitempty"`
-	Accepted      Accepted       `json:"accepted"`
-	Payment       *x402.Payment  `json:"payment,omitempty"`
-	Authorization *Signed        `json:"authorization,omitempty"`
+	Decision  string         `json:"decision"`
+	Reasons   []guard.Reason `json:"reasons"`
+	ReceiptID string         `json:"receipt_id"`
+	ReviewID  string         `json:"review_id,omitempty"`
+	Accepted  Accepted       `json:"accepted"`
+	// Reservation is what the allow holds: spend, and a payment open to
+	// payTo, until the Trace shows it.
+	Reservation   *engine.ReservationInfo `json:"reservation,omitempty"`
+	Payment       *x402.Payment           `json:"payment,omitempty"`
+	Authorization *Signed                 `json:"authorization,omitempty"`
 }
 
 // RefusedError means nothing was asked or signed; Message is for the caller.
@@ -124,7 +127,7 @@ func (a *Authorizer) Authorize(ctx context.Context, caller string, req Request) 
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{Decision: ans.Decision, Reasons: ans.Reasons, ReceiptID: ans.ReceiptID, ReviewID: ans.ReviewID,
+	res := Result{Decision: ans.Decision, Reasons: ans.Reasons, ReceiptID: ans.ReceiptID, ReviewID: ans.ReviewID, Reservation: ans.Reservation,
 		Accepted: Accepted{Index: choice.Index, Network: choice.Network, Asset: choice.Asset.Key, Amount: choice.Amount(),
 			Atomic: choice.Atomic.String(), PayTo: choice.PayTo.Hex()}}
 	if ans.Decision != guard.Allow {

@@ -31,6 +31,11 @@ type authorizeAnswer struct {
 		Header     string          `json:"header"`
 		HeaderName string          `json:"header_name"`
 	} `json:"payment"`
+	Reservation *struct {
+		Open  bool   `json:"open"`
+		Until string `json:"until"`
+		PayTo string `json:"pay_to"`
+	} `json:"reservation"`
 	Authorization *struct {
 		Payer     string `json:"payer"`
 		Nonce     string `json:"nonce"`
@@ -95,6 +100,10 @@ func TestAuthorizePaymentDecisions(t *testing.T) {
 	}
 	if a.Accepted.Amount != "0.25" || !strings.EqualFold(a.Accepted.PayTo, sellerA) {
 		t.Fatalf("asked about %+v", a.Accepted)
+	}
+	// It holds: spend, and a payment open to the payee, with no lapse.
+	if r := a.Reservation; r == nil || !r.Open || r.Until != "" || !strings.EqualFold(r.PayTo, sellerA) {
+		t.Fatalf("the allow holds %+v", a.Reservation)
 	}
 	if n := x402.NonceFor(a.ReceiptID); a.Authorization.Nonce != "0x"+hex.EncodeToString(n[:]) {
 		t.Fatal("the nonce is not derived from the decision receipt")
