@@ -1,0 +1,251 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"image/png"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/accessibility"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/webauthn"
+	"github.com/chromedp/chromedp"
+)
+
+// browserChromium is the Debian chromium the browser test drives; the test
+// runs when HAIA_BROWSER_TEST=1 (set by .ci/run, which installs it).
+func browserChromium(t *testing.T) string {
+	t.Helper()
+	if os.Getenv("HAIA_BROWSER_TEST") != "1" {
+		t.Skip("the real-browser console test runs with HAIA_BROWSER_TEST=1 (and Debian's chromium: apt-get install -y chromium)")
+	}
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Skip("HAIA_BROWSER_TEST=1 but no chromium on PATH: apt-get install -y chromium")
+	return ""
+}
+
+// accessibleNames lists the (role, accessible name) pairs of the page as
+// the browser computes them for screen readers.
+func accessibleNames(ctx context.Context) (map[string][]string, error) {
+	// Read raw: this chromium may report values newer than cdproto's enums.
+	type value struct {
+		Value any `json:"value"`
+	}
+	var res struct {
+		Nodes []struct {
+			Ignored bool   `json:"ignored"`
+			Role    *value `json:"role"`
+			Name    *value `json:"name"`
+		} `json:"nodes"`
+	}
+	err := chromedp.Run(ctx, chromedp.ActionFunc(func(ctx context.Context) error {
+		var raw json.RawMessage
+		if err := cdp.Execute(ctx, accessibility.CommandGetFullAXTree, nil, &raw); err != nil {
+			return err
+		}
+		return json.Unmarshal(raw, &res)
+	}))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]string{}
+	for _, n := range res.Nodes {
+		if n.Ignored || n.Role == nil || n.Name == nil {
+			continue
+		}
+		role, _ := n.Role.Value.(string)
+		name, _ := n.Name.Value.(string)
+		if name != "" {
+			out[role] = append(out[role], name)
+		}
+	}
+	return out, nil
+}
+
+func hasName(names map[string][]string, role, name string) bool {
+	for _, n := range names[role] {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+// checkScreenshot decodes a PNG and checks its size.
+func checkScreenshot(t *testing.T, what string, data []byte, w, h int) {
+	t.Helper()
+	img, err := png.Decode(bytes.NewReader(data))
+	if err != nil {
+		t.Fatalf("%s screenshot is no PNG: %v", what, err)
+	}
+	if b := img.Bounds(); b.Dx() != w || b.Dy() != h {
+		t.Fatalf("%s screenshot is %dx%d, want %dx%d", what, b.Dx(), b.Dy(), w, h)
+	}
+	// Not a blank page: more than one colour.
+	first := img.At(0, 0)
+	varied := false
+	for y := 0; y < h && !varied; y += 7 {
+		for x := 0; x < w; x += 7 {
+			if img.At(x, y) != first {
+				varied = true
+				break
+			}
+		}
+	}
+	if !varied {
+		t.Fatalf("%s screenshot is one colour", what)
+	}
+	if dir := os.Getenv("HAIA_SCREENSHOTS"); dir != "" {
+		_ = os.WriteFile(filepath.Join(dir, what+".png"), data, 0o644)
+	}
+}
+
+// A real browser (Debian chromium, driven over DevTools, with the DevTools
+// WebAuthn virtual authenticator): the operator's `reviewer passkey add`
+// prints the link, the page registers the passkey, the command writes it;
+// the reviewer signs in, the queue and the review page are screenshotted
+// and their accessible names checked; Approve, one assertion; the agent's
+// identical question is honoured once.
+func TestConsoleInBrowser(t *testing.T) {
+	chromium := browserChromium(t)
+	root := loopRoot(t)
+	reviewers := filepath.Join(t.TempDir(), "reviewers.json")
+	port := freePort(t)
+	base := "http://localhost:" + port + "/console/"
+	var serverErr bytes.Buffer
+	cs := mcpSession(t, &serverErr, "--dir", root, "--key-file", filepath.Join(t.TempDir(), "signing.pem"), "--agent-id", "loop-agent",
+		"--reviewers", reviewers, "--console", "--console-addr", "127.0.0.1:"+port)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	add := exec.CommandContext(ctx, binPath, "reviewer", "passkey", "add", "--id", "pat", "--console-url", base, "--reviewers", reviewers, "--yes", "--wait", "1m")
+	stdout, err := add.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var addErr bytes.Buffer
+	add.Stderr = &addErr
+	if err := add.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stdout)
+	var link string
+	var out strings.Builder
+	for sc.Scan() {
+		out.WriteString(sc.Text() + "\n")
+		if strings.HasPrefix(sc.Text(), base+"enrol?t=") {
+			link = sc.Text()
+			break
+		}
+	}
+	if link == "" {
+		t.Fatalf("no link printed: %s %s", out.String(), addErr.String())
+	}
+
+	const width, height = 1200, 900
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
+		chromedp.Flag("headless", "new"), chromedp.WindowSize(width, height))
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	defer acancel()
+	bctx, bcancel := chromedp.NewContext(actx)
+	defer bcancel()
+	if err := chromedp.Run(bctx, chromedp.EmulateViewport(width, height), chromedp.Navigate(link),
+		chromedp.ActionFunc(func(ctx context.Context) error {
+			if err := webauthn.Enable().Do(ctx); err != nil {
+				return err
+			}
+			_, err := webauthn.AddVirtualAuthenticator(&webauthn.VirtualAuthenticatorOptions{
+				Protocol: webauthn.AuthenticatorProtocolCtap2, Ctap2version: webauthn.Ctap2versionCtap21, Transport: webauthn.AuthenticatorTransportInternal,
+				HasResidentKey: true, HasUserVerification: true, IsUserVerified: true, AutomaticPresenceSimulation: true,
+			}).Do(ctx)
+			return err
+		})); err != nil {
+		t.Fatalf("start chromium with a virtual authenticator: %v", err)
+	}
+	var fp string
+	if err := chromedp.Run(bctx, chromedp.Click(`#register`, chromedp.ByQuery),
+		chromedp.Poll(`document.getElementById("fingerprint").textContent.startsWith("sha256:") || document.getElementById("status").textContent.startsWith("Registration failed")`, nil),
+		chromedp.Text(`#fingerprint`, &fp, chromedp.ByQuery)); err != nil {
+		t.Fatalf("register: %v (server: %s)", err, serverErr.String())
+	}
+	if !strings.HasPrefix(fp, "sha256:") {
+		var st string
+		_ = chromedp.Run(bctx, chromedp.Text(`#status`, &st, chromedp.ByQuery))
+		t.Fatalf("registration did not complete: %q %q", fp, st)
+	}
+	for sc.Scan() {
+		out.WriteString(sc.Text() + "\n")
+	}
+	if err := add.Wait(); err != nil || !strings.Contains(out.String(), "fingerprint: "+fp) {
+		t.Fatalf("passkey add: %v\n%s\n%s", err, out.String(), addErr.String())
+	}
+
+	ask := func(amount string) checkAnswer {
+		t.Helper()
+		var a checkAnswer
+		decodeStructured(t, callTool(t, cs, "check_before_pay", map[string]any{"counterparty": sellerB, "amount": amount}), &a)
+		return a
+	}
+	r1 := ask("0.1")
+	if r1.Decision != "review" {
+		t.Fatalf("first answer: %+v", r1)
+	}
+
+	var shot []byte
+	if err := chromedp.Run(bctx, chromedp.Navigate(base), chromedp.Click(`#signin`, chromedp.ByQuery),
+		chromedp.WaitVisible(`table[aria-label="Pending reviews"]`, chromedp.ByQuery), chromedp.CaptureScreenshot(&shot)); err != nil {
+		t.Fatalf("sign in: %v (server: %s)", err, serverErr.String())
+	}
+	checkScreenshot(t, "queue", shot, width, height)
+	names, err := accessibleNames(bctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hasName(names, "link", r1.ReviewID) || !hasName(names, "table", "Pending reviews") {
+		t.Fatalf("the queue's accessible names lack the review: %v", names)
+	}
+
+	if err := chromedp.Run(bctx, chromedp.Click(`a[href$="`+r1.ReviewID+`"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#note`, chromedp.ByQuery), chromedp.CaptureScreenshot(&shot)); err != nil {
+		t.Fatalf("review page: %v", err)
+	}
+	checkScreenshot(t, "review", shot, width, height)
+	if names, err = accessibleNames(bctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range [][2]string{{"button", "Approve"}, {"button", "Reject"}, {"textbox", "Note"}, {"table", "Signed terms"}} {
+		if !hasName(names, want[0], want[1]) {
+			t.Fatalf("the review page has no %s named %q: %v", want[0], want[1], names)
+		}
+	}
+
+	var status string
+	if err := chromedp.Run(bctx, chromedp.SendKeys(`#note`, "approved in the browser", chromedp.ByQuery),
+		chromedp.Click(`button[data-decision="approved"]`, chromedp.ByQuery),
+		chromedp.WaitNotPresent(`#note`, chromedp.ByQuery), chromedp.Text(`main`, &status, chromedp.ByQuery)); err != nil {
+		t.Fatalf("approve: %v (server: %s)", err, serverErr.String())
+	}
+	if !strings.Contains(status, "Status: approved by pat") || !strings.Contains(status, "passkey") {
+		t.Fatalf("after Approve the page says: %s", status)
+	}
+	if a := ask("0.1"); a.Decision != "allow" || !hasRule(a, "human_approved") {
+		t.Fatalf("the approved question: %+v", a)
+	}
+	if a := ask("0.1"); a.Decision == "allow" {
+		t.Fatalf("the approval was honoured twice: %+v", a)
+	}
+	if out, errOut, code := runCLI(t, "audit", "--dir", root, "--reviewers", reviewers); code != 0 {
+		t.Fatalf("audit: %d\n%s\n%s", code, out, errOut)
+	}
+}
