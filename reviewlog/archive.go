@@ -57,7 +57,7 @@ func (l *Log) Archive(ctx context.Context, before time.Time) (ArchiveResult, err
 					last = t
 				}
 			}
-			if !final && l.reviewTTL > 0 && !at.Before(e.created.Add(l.reviewTTL)) {
+			if ttl := l.ttl(); !final && ttl > 0 && !at.Before(e.created.Add(ttl)) {
 				final = true
 			}
 			if !final || !last.Before(before) {

@@ -225,7 +225,7 @@ func (l *Log) ask(ctx context.Context, req AskRequest, hook func(tx Tx, out AskO
 		}
 		var live []*entry
 		for _, e := range st.pendingOf(caller) {
-			if l.reviewTTL <= 0 || at.Before(e.created.Add(l.reviewTTL)) {
+			if ttl := l.ttl(); ttl <= 0 || at.Before(e.created.Add(ttl)) {
 				live = append(live, e)
 			}
 		}

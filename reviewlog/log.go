@@ -17,6 +17,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -96,7 +97,9 @@ type Log struct {
 	lockWait  time.Duration
 	reviewers func() (Reviewers, error)
 	passkeys  func() (Passkeys, error)
-	reviewTTL time.Duration
+	// reviewTTL (nanoseconds) can change while the log is in use: the
+	// server re-reads its policy on SIGHUP (SetReviewTTL).
+	reviewTTL atomic.Int64
 	// serverKeys: see Options.ServerKeys.
 	serverKeys noa.Keyring
 	// sem serialises this process's callers so they queue on a channel
@@ -124,6 +127,13 @@ type cachedState struct {
 
 const anchorBytes = 64
 
+// ttl is the time a pending review lives (0: forever).
+func (l *Log) ttl() time.Duration { return time.Duration(l.reviewTTL.Load()) }
+
+// SetReviewTTL changes how long a pending review lives, for a server that
+// re-read its policy; answers given from then on use it.
+func (l *Log) SetReviewTTL(d time.Duration) { l.reviewTTL.Store(int64(d)) }
+
 // Open returns the review log of a Trace root opened with confined.OpenRoot,
 // kept in the file store under its guard/. Nothing is created until the
 // first append.
@@ -133,7 +143,8 @@ func Open(root *confined.Dir, opts Options) *Log {
 
 // OpenStore returns the review log kept in s.
 func OpenStore(s Store, opts Options) *Log {
-	l := &Log{store: s, now: opts.Now, lockWait: opts.LockWait, sem: make(chan struct{}, 1), reviewers: opts.Reviewers, passkeys: opts.Passkeys, reviewTTL: opts.ReviewTTL, serverKeys: opts.ServerKeys}
+	l := &Log{store: s, now: opts.Now, lockWait: opts.LockWait, sem: make(chan struct{}, 1), reviewers: opts.Reviewers, passkeys: opts.Passkeys, serverKeys: opts.ServerKeys}
+	l.reviewTTL.Store(int64(opts.ReviewTTL))
 	if l.now == nil {
 		l.now = time.Now
 	}
@@ -230,7 +241,7 @@ func (l *Log) DecideReview(ctx context.Context, id, status, note, by string, hoo
 		case Approved, Rejected:
 			return nil, fmt.Errorf("%w: %s was %s by %s at %s", ErrAlreadyDecided, id, vr.Status, vr.DecidedBy, vr.DecidedAt)
 		case Expired:
-			return nil, fmt.Errorf("%w: %s was opened at %s and expired after %s without a decision; the agent must ask again", ErrExpired, id, r.CreatedAt, l.reviewTTL)
+			return nil, fmt.Errorf("%w: %s was opened at %s and expired after %s without a decision; the agent must ask again", ErrExpired, id, r.CreatedAt, l.ttl())
 		}
 		if r.Status != Pending {
 			// Decided once, even where no trusted signature backs the line:

@@ -319,7 +319,7 @@ func (l *Log) newVerifier(ctx context.Context, r Reader) (*verifier, error) {
 	if err := l.rx.refresh(ctx, r); err != nil {
 		return nil, fmt.Errorf("read decision chains: %w", err)
 	}
-	v := &verifier{ctx: ctx, r: r, rx: &l.rx, trusted: trustSet{reviewers: Reviewers{}, passkeys: Passkeys{}}, now: l.now(), ttl: l.reviewTTL, keys: l.serverKeys}
+	v := &verifier{ctx: ctx, r: r, rx: &l.rx, trusted: trustSet{reviewers: Reviewers{}, passkeys: Passkeys{}}, now: l.now(), ttl: l.ttl(), keys: l.serverKeys}
 	v.trusted.server = v.loadKeys
 	if l.reviewers != nil {
 		// A trusted reviewers file that cannot be read trusts no one: every

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -142,4 +143,76 @@ func loopRootAt(t *testing.T, root string) string {
 		t.Fatal(err)
 	}
 	return root
+}
+
+// TestPolicyReloadOnSIGHUP: the real server re-reads its policy on SIGHUP,
+// like its templates: a valid file is put in force (and recorded in the
+// store for the review commands); a file that does not load, or names a
+// history template that does not exist, keeps the running policy and the
+// log says why.
+func TestPolicyReloadOnSIGHUP(t *testing.T) {
+	root := loopRoot(t)
+	cfg := filepath.Join(t.TempDir(), "policy.json")
+	write := func(text string) {
+		t.Helper()
+		// Replaced whole, as an editor or a configuration volume does.
+		tmp := cfg + ".tmp"
+		if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(`{"reviewAbove": "5", "perCounterpartyLimit": {"amount": "100"}}`)
+	stderr := &lockedBuffer{}
+	cs, cmd := mcpSessionCmd(t, stderr, "--dir", root, "--guard-config", cfg, "--key-file", filepath.Join(t.TempDir(), "signing.pem"))
+	ask := func(amount string) checkAnswer {
+		t.Helper()
+		var a checkAnswer
+		decodeStructured(t, callTool(t, cs, "check_before_pay", map[string]any{"counterparty": "api.fresh.example", "amount": amount}), &a)
+		return a
+	}
+	hup := func(wantLog string) {
+		t.Helper()
+		n := strings.Count(stderr.String(), wantLog)
+		if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the log to say "+wantLog, func() bool { return strings.Count(stderr.String(), wantLog) > n })
+	}
+	if a := ask("2.00"); a.Decision != "allow" {
+		t.Fatalf("2.00 under reviewAbove 5: %+v", a)
+	}
+
+	write(`{"reviewAbove": "1", "perCounterpartyLimit": {"amount": "100"}, "reviewTtlMinutes": 30}`)
+	hup("SIGHUP: guard policy reloaded")
+	if a := ask("2.00"); a.Decision != "review" || !hasRule(a, "review_above") {
+		t.Fatalf("2.00 after reloading reviewAbove 1: %+v", a)
+	}
+	// The store records the reloaded policy: the review commands accept it
+	// as the server's, and judge expiry under its 30 minutes.
+	if out, errOut, code := runCLI(t, "review", "list", "--dir", root, "--guard-config", cfg); code != 0 {
+		t.Fatalf("review list with the reloaded file: %d %s %s", code, out, errOut)
+	}
+
+	for _, bad := range []struct{ text, why string }{
+		{`{"reviewAbove": "lots"}`, "reviewAbove"},
+		{`{"reviewAbove": "9", "historyTemplates": ["no-such-template"]}`, "no-such-template"},
+		{`{"reviewAbove": "9", "policy": "missing-rules.json"}`, "custom rules"},
+	} {
+		write(bad.text)
+		hup("SIGHUP: guard policy not reloaded")
+		if !strings.Contains(stderr.String(), bad.why) {
+			t.Errorf("the log does not say why %s was refused (%q)", bad.text, bad.why)
+		}
+		if a := ask("2.00"); a.Decision != "review" || !hasRule(a, "review_above") {
+			t.Fatalf("after the refused %s, the running policy (reviewAbove 1) must still answer: %+v", bad.text, a)
+		}
+	}
+	// The refused files were never recorded: the store still holds the
+	// policy in force, and a refused file is not accepted as the server's.
+	if _, errOut, code := runCLI(t, "review", "list", "--dir", root, "--guard-config", cfg); code != exitUsage || !strings.Contains(errOut, "is not the policy the server runs with") {
+		t.Fatalf("review list with a refused file: %d %s", code, errOut)
+	}
 }

@@ -110,16 +110,9 @@ func openGuard(ctx context.Context, root *confined.Dir, f *serveFlags, logger *s
 	if err != nil {
 		return nil, err
 	}
-	var rules *policy.Policy
-	if cfg.PolicyFile != "" {
-		data, err := os.ReadFile(cfg.PolicyFile)
-		if err != nil {
-			return nil, fmt.Errorf("custom rules: %w", err)
-		}
-		if rules, err = policy.Parse(data); err != nil {
-			return nil, fmt.Errorf("custom rules %s are invalid, refusing to start: %w", cfg.PolicyFile, err)
-		}
-		logger.Info("custom rules loaded", "policy", rules.ID(), "policy_hash", rules.Hash())
+	rules, err := loadRules(cfg, logger)
+	if err != nil {
+		return nil, fmt.Errorf("%w; refusing to start", err)
 	}
 	signer, paramsKey, err := f.signing.open(logger)
 	if err != nil {
@@ -191,6 +184,72 @@ func loadServerPolicy(flagPath, rootPath string, logger *slog.Logger) (*guard.Co
 		return nil, fmt.Errorf("--guard-config: %w", err)
 	}
 	return cfg, nil
+}
+
+// loadRules reads the custom rules the policy names ("policy"), or none.
+func loadRules(cfg *guard.Config, logger *slog.Logger) (*policy.Policy, error) {
+	if cfg.PolicyFile == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(cfg.PolicyFile)
+	if err != nil {
+		return nil, fmt.Errorf("custom rules: %w", err)
+	}
+	rules, err := policy.Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("custom rules %s are invalid: %w", cfg.PolicyFile, err)
+	}
+	logger.Info("custom rules loaded", "policy", rules.ID(), "policy_hash", rules.Hash())
+	return rules, nil
+}
+
+// guardReload re-reads one stack's guard policy on SIGHUP, the way the
+// server read it at start (--guard-config, else the file beside the root,
+// else the built-in defaults; the tenant's layers; its custom rules).
+type guardReload struct {
+	eng            *engine.Engine
+	log            *reviewlog.Log
+	store          reviewlog.Store
+	flag, rootPath string
+	tenant         string
+	logger         *slog.Logger
+}
+
+// reload validates the new policy completely before anything changes: a
+// file that does not load, custom rules that do not parse, or a history
+// template that does not exist keep the running policy, and the log says
+// why. A valid one is recorded in the store, then put in force.
+func (r *guardReload) reload(ctx context.Context) {
+	fail := func(err error) {
+		r.logger.Error("SIGHUP: guard policy not reloaded; the running policy stays in force", "running_source", r.eng.Policy().Source, "running_sha256", r.eng.Policy().Hash, "err", err)
+	}
+	cfg, err := loadServerPolicy(r.flag, r.rootPath, r.logger)
+	if err != nil {
+		fail(err)
+		return
+	}
+	rules, err := loadRules(cfg, r.logger)
+	if err != nil {
+		fail(err)
+		return
+	}
+	if r.tenant != "" {
+		cfg = cfg.ForTenant(r.tenant)
+	}
+	if err := r.eng.CheckPolicy(cfg); err != nil {
+		fail(err)
+		return
+	}
+	if err := recordPolicy(ctx, r.store, cfg, time.Now(), r.logger); err != nil {
+		fail(err)
+		return
+	}
+	if err := r.eng.SetPolicy(cfg, rules); err != nil {
+		fail(err) // checked above; kept for safety
+		return
+	}
+	r.log.SetReviewTTL(cfg.ReviewTTL)
+	r.logger.Info("SIGHUP: guard policy reloaded", "source", cfg.Source, "sha256", cfg.Hash, "review_ttl", cfg.ReviewTTL.String())
 }
 
 // recordPolicy records the policy this server runs with in its store, for
@@ -393,7 +452,7 @@ func logTemplates(r *receipt.Registry, errs []error, logger *slog.Logger, msg st
 // reloadTemplatesOnHUP re-reads the templates on SIGHUP. A set in which a
 // template the policy reads history under cannot be used is refused, and
 // the previous set stays in force.
-func reloadTemplatesOnHUP(ctx context.Context, set *receipt.TemplateSet, historyTemplates []string, logger *slog.Logger) func() {
+func reloadTemplatesOnHUP(ctx context.Context, set *receipt.TemplateSet, g *guardReload, logger *slog.Logger) func() {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	go func() {
@@ -402,6 +461,10 @@ func reloadTemplatesOnHUP(ctx context.Context, set *receipt.TemplateSet, history
 			case <-ctx.Done():
 				return
 			case <-hup:
+				var historyTemplates []string
+				if g != nil {
+					historyTemplates = g.eng.Policy().HistoryTemplates
+				}
 				r, errs := set.Reload(func(r *receipt.Registry) error {
 					for _, n := range historyTemplates {
 						if _, err := r.Resolve(n); err != nil {
@@ -412,9 +475,13 @@ func reloadTemplatesOnHUP(ctx context.Context, set *receipt.TemplateSet, history
 				})
 				if r == nil {
 					logger.Error("SIGHUP: templates not reloaded", "err", errors.Join(errs...))
-					continue
+				} else {
+					logTemplates(r, errs, logger, "SIGHUP: templates reloaded")
 				}
-				logTemplates(r, errs, logger, "SIGHUP: templates reloaded")
+				// Then the policy, checked against the templates now in force.
+				if g != nil {
+					g.reload(ctx)
+				}
 			}
 		}
 	}()
@@ -497,7 +564,8 @@ func openStack(ctx context.Context, dir, tenant string, f *serveFlags, notifier 
 			return nil, err
 		}
 	}
-	stopHUP := reloadTemplatesOnHUP(ctx, templates, g.policy.HistoryTemplates, logger)
+	reload := &guardReload{eng: eng, log: g.log, store: g.store, flag: f.guardConfig, rootPath: root.Path(), tenant: tenant, logger: logger}
+	stopHUP := reloadTemplatesOnHUP(ctx, templates, reload, logger)
 	return &stack{root: root, events: events, srv: srv, eng: eng, close: func() { stopConsole(); stopHUP(); closeDirs() }}, nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
@@ -43,7 +44,8 @@ type overrider interface {
 	Overrides(name string) bool
 }
 
-// Config is what an Engine needs; every part is fixed for its lifetime.
+// Config is what an Engine needs; every part is fixed for its lifetime but
+// the policy and its rules, which SetPolicy replaces.
 type Config struct {
 	Policy *guard.Config
 	// Rules are the operator's custom rules (noa.policy/0.2), or nil.
@@ -68,6 +70,15 @@ type Config struct {
 // Engine answers check_before_pay questions.
 type Engine struct {
 	cfg Config
+	// judged is the policy and custom rules in force; SetPolicy swaps them
+	// whole (cfg.Policy and cfg.Rules are only the first ones).
+	judged atomic.Pointer[judged]
+}
+
+// judged is a policy with its custom rules, swapped together.
+type judged struct {
+	policy *guard.Config
+	rules  *policy.Policy
 }
 
 // New checks the configuration and that every template the policy reads
@@ -90,19 +101,42 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if len(cfg.Policy.HistoryTemplates) == 0 {
-		return nil, errors.New("engine: the policy names no history templates")
+	e := &Engine{cfg: cfg}
+	if err := e.SetPolicy(cfg.Policy, cfg.Rules); err != nil {
+		return nil, err
 	}
-	for _, name := range cfg.Policy.HistoryTemplates {
-		if _, err := cfg.Templates.Resolve(name); err != nil {
-			return nil, fmt.Errorf("guard config historyTemplates names %q, which cannot be used: %w", name, err)
+	return e, nil
+}
+
+// SetPolicy puts a policy and its custom rules in force, for the questions
+// asked from then on, after checking that every template it reads history
+// under exists; on error the running policy stays.
+func (e *Engine) SetPolicy(p *guard.Config, rules *policy.Policy) error {
+	if err := e.CheckPolicy(p); err != nil {
+		return err
+	}
+	e.judged.Store(&judged{policy: p, rules: rules})
+	return nil
+}
+
+// CheckPolicy says whether SetPolicy would accept p.
+func (e *Engine) CheckPolicy(p *guard.Config) error {
+	if p == nil {
+		return errors.New("engine: no policy")
+	}
+	if len(p.HistoryTemplates) == 0 {
+		return errors.New("engine: the policy names no history templates")
+	}
+	for _, name := range p.HistoryTemplates {
+		if _, err := e.cfg.Templates.Resolve(name); err != nil {
+			return fmt.Errorf("guard config historyTemplates names %q, which cannot be used: %w", name, err)
 		}
 	}
-	return &Engine{cfg: cfg}, nil
+	return nil
 }
 
 // Policy is the policy the engine judges by.
-func (e *Engine) Policy() *guard.Config { return e.cfg.Policy }
+func (e *Engine) Policy() *guard.Config { return e.judged.Load().policy }
 
 // Question is what a caller asks: check_before_pay's arguments.
 type Question = guard.RawRequest
@@ -196,7 +230,7 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 	}
 	// The caller's own policy under agents, else the default one. Both
 	// read history under the same templates: agents set limits only.
-	pol := e.cfg.Policy.For(caller)
+	pol := e.Policy().For(caller)
 	req, err := e.parse(pol, q)
 	if err != nil {
 		return Answer{}, err
@@ -244,7 +278,7 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 		ApprovalTTL: pol.ApprovalTTL, RejectionHold: pol.RejectionHold, MaxPending: pol.MaxPendingReviews,
 		ExactParams: call != nil,
 		Tenant:      e.cfg.Chains.Tenant, Resource: req.Resource, AmountAtomic: atomicText(req),
-		ReservationTTL: e.cfg.Policy.ReservationTTL, DryRun: opts.DryRun,
+		ReservationTTL: e.Policy().ReservationTTL, DryRun: opts.DryRun,
 		Judge: func(v reviewlog.ReservationView) (string, []guard.Reason, error) {
 			judged = e.withReservations(hist, v, now)
 			dec = e.decide(req, judged, pol, now, &draft)
@@ -344,8 +378,8 @@ func (e *Engine) parse(pol *guard.Config, q Question) (guard.Request, error) {
 // the custom rules' compliance.
 func (e *Engine) decide(req guard.Request, h guard.History, pol *guard.Config, now time.Time, draft *noa.Draft) guard.Decision {
 	dec := guard.Decide(req, h, pol, now)
-	if e.cfg.Rules != nil {
-		c := applyRules(e.cfg.Rules, &dec, req)
+	if rules := e.judged.Load().rules; rules != nil {
+		c := applyRules(rules, &dec, req)
 		if draft != nil {
 			draft.Governance.Compliance = c
 		}
@@ -403,11 +437,11 @@ func (e *Engine) shape(dec guard.Decision, out reviewlog.AskOutcome) Answer {
 		if rv.Note != "" {
 			detail += fmt.Sprintf(" (note: %s)", rv.Note)
 		}
-		detail += fmt.Sprintf("; the rejection holds for %s after the decision", e.cfg.Policy.RejectionHold)
+		detail += fmt.Sprintf("; the rejection holds for %s after the decision", e.Policy().RejectionHold)
 		return Answer{Decision: guard.Block, Reasons: []guard.Reason{{Rule: reviewlog.RuleHumanRejected, Detail: detail}, hist}, ReviewID: rv.ID}
 	case reviewlog.AskQueueFull:
 		reason := guard.Reason{Rule: RuleQueueFull, Detail: fmt.Sprintf("this caller already has %d pending reviews, the most the policy allows (maxPendingReviewsPerCaller %d); no review is opened until a reviewer decides some or they expire",
-			out.Pending, e.cfg.Policy.MaxPendingReviews)}
+			out.Pending, e.Policy().MaxPendingReviews)}
 		n := len(dec.Reasons)
 		return Answer{Decision: guard.Block, Reasons: append(append([]guard.Reason{reason}, dec.Reasons[:n-1]...), hist)}
 	}
@@ -431,7 +465,7 @@ func defaultTemplate(pol *guard.Config) string {
 // history reads past operations under every template the policy names and
 // merges them, worst case first.
 func (e *Engine) history(ctx context.Context) (guard.History, error) {
-	names := e.cfg.Policy.HistoryTemplates
+	names := e.Policy().HistoryTemplates
 	hs := make([]guard.History, 0, len(names))
 	ov, _ := e.cfg.Templates.(overrider)
 	for _, name := range names {
@@ -497,7 +531,7 @@ func firstRule(dec guard.Decision) *string {
 
 // assetSymbol is the symbol the policy knows an asset key by ("" if none).
 func (e *Engine) assetSymbol(key string) string {
-	if a, ok := e.cfg.Policy.Assets.Lookup(key); ok {
+	if a, ok := e.Policy().Assets.Lookup(key); ok {
 		return a.Symbol
 	}
 	return ""

@@ -163,12 +163,14 @@ func TestBlockWinsOverApproval(t *testing.T) {
 	if _, err := l.decider.Decide(context.Background(), first.ReviewID, reviewlog.Approved, "", "alice"); err != nil {
 		t.Fatal(err)
 	}
-	l2 := *l.eng
-	pol := *l.eng.cfg.Policy
+	// The operator denylists the seller and reloads the policy.
+	pol := *l.eng.Policy()
 	cp, _ := guard.ParseCounterparty(sellerA)
 	pol.Denylist = []guard.Counterparty{cp}
-	l2.cfg.Policy = &pol
-	a, err := l2.Check(context.Background(), "agent-1", Question{Counterparty: sellerA, Amount: "0.10"})
+	if err := l.eng.SetPolicy(&pol, nil); err != nil {
+		t.Fatal(err)
+	}
+	a, err := l.eng.Check(context.Background(), "agent-1", Question{Counterparty: sellerA, Amount: "0.10"})
 	if err != nil || a.Decision != guard.Block || has(a, reviewlog.RuleHumanApproved) {
 		t.Fatalf("denylisted after approval: %+v %v", a, err)
 	}
@@ -311,5 +313,27 @@ func TestApprovalCoversOnlyWhatWasSeen(t *testing.T) {
 	}
 	if st, err := l.eng.ReviewStatus(ctx, first.ReviewID); err != nil || st.UsedAt != "" {
 		t.Fatalf("the approval was used for a question it did not cover: %+v %v", st, err)
+	}
+}
+
+// SetPolicy checks the new policy first: one that reads history under a
+// template that does not exist is refused, and the running one stays.
+func TestSetPolicyKeepsTheRunningOneOnError(t *testing.T) {
+	l := newLoop(t, `{"reviewAbove": "5"}`)
+	before := l.eng.Policy()
+	bad := *before
+	bad.HistoryTemplates = []string{"no-such-template"}
+	if err := l.eng.SetPolicy(&bad, nil); err == nil || !strings.Contains(err.Error(), "no-such-template") {
+		t.Fatalf("a policy naming a missing template: %v", err)
+	}
+	if err := l.eng.SetPolicy(nil, nil); err == nil {
+		t.Fatal("a nil policy was accepted")
+	}
+	if l.eng.Policy() != before {
+		t.Fatal("a refused policy replaced the running one")
+	}
+	a, err := l.eng.Check(context.Background(), "agent-1", Question{Counterparty: sellerA, Amount: "2.00"})
+	if err != nil || a.Decision == guard.Review && has(a, guard.RuleReviewAbove) {
+		t.Fatalf("the running policy (reviewAbove 5) no longer answers: %+v %v", a, err)
 	}
 }

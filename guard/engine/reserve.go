@@ -130,7 +130,7 @@ func (e *Engine) verified(v reviewlog.ReservationView) ([]guard.Reservation, []*
 		}
 		rs = append(rs, g)
 		decimals := -1
-		if a, ok := e.cfg.Policy.Assets.Lookup(r.Asset); ok {
+		if a, ok := e.Policy().Assets.Lookup(r.Asset); ok {
 			decimals = a.Decimals
 		}
 		infos = append(infos, info(g, r, r.At, decimals))
@@ -153,7 +153,7 @@ func (e *Engine) moot(r reviewlog.Review, h guard.History, now time.Time) bool {
 	if r.Caller == "" {
 		return false
 	}
-	pol := e.cfg.Policy.For(r.Caller)
+	pol := e.Policy().For(r.Caller)
 	req, err := guard.ParseRequest(guard.RawRequest{Counterparty: r.Counterparty, Amount: r.Amount, Asset: r.Asset, Template: r.Template, PayTo: r.PayTo, Resource: r.Resource}, pol)
 	if err != nil {
 		return false
@@ -164,7 +164,7 @@ func (e *Engine) moot(r reviewlog.Review, h guard.History, now time.Time) bool {
 // Reservations lists what the allows of every caller reserve now, as the
 // log's records and the signed chain agree on it, with every disagreement.
 func (e *Engine) Reservations(ctx context.Context) ([]*ReservationInfo, []string, error) {
-	v, err := e.cfg.Log.Reservations(ctx, e.cfg.Policy.ReservationTTL)
+	v, err := e.cfg.Log.Reservations(ctx, e.Policy().ReservationTTL)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -54,7 +54,7 @@ func (e *Engine) ReviewStatus(ctx context.Context, id string) (ReviewStatus, err
 // bearing adds what bears on a review now: the reservations, and whether
 // its question would now be answered without review.
 func (e *Engine) bearing(ctx context.Context, st *ReviewStatus) error {
-	v, err := e.cfg.Log.Reservations(ctx, e.cfg.Policy.ReservationTTL)
+	v, err := e.cfg.Log.Reservations(ctx, e.Policy().ReservationTTL)
 	if err != nil {
 		return err
 	}
