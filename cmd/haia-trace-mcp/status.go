@@ -144,7 +144,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			policyPath, policySource = beside, beside+" (beside the Trace root)"
 		}
 	}
-	g, code := openCLIGuard(ctx, "status", *dir, *storeFlag, *reviewers, policyPath, stderr)
+	// The policy in effect is the one the server recorded in the store;
+	// a file on disk is reported against it, never taken in its place.
+	g, code := openCLIGuard(ctx, "status", *dir, *storeFlag, *reviewers, "", stderr)
 	if g == nil {
 		return code
 	}
@@ -154,12 +156,35 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	progress := newProgress(stderr, "status")
 	defer progress.done()
 
-	// The policy this command reads.
-	if policyPath == "" {
+	// The policy in effect: as the server recorded it, else the file.
+	builtinSum := func() string {
+		def, _ := json.Marshal(guard.DefaultConfig())
+		sum := sha256.Sum256(def)
+		return hex.EncodeToString(sum[:])
+	}
+	if g.policyKnown {
+		rep.Policy = statusPolicy{Source: g.policy.Source + ", recorded in the store by the server", SHA256: g.policy.Hash}
+		if g.policy.Hash == "" {
+			rep.Policy.SHA256 = builtinSum()
+		}
+		if policyPath != "" {
+			data, err := os.ReadFile(policyPath)
+			sum := sha256.Sum256(data)
+			if err != nil || hex.EncodeToString(sum[:]) != g.policy.Hash {
+				rep.Problems = append(rep.Problems, fmt.Sprintf("%s is not the policy the server runs with (%s): restart or SIGHUP the server to put it in force", policySource, rep.Policy.Source))
+			}
+		}
+	} else if policyPath == "" {
 		def, _ := json.Marshal(guard.DefaultConfig())
 		sum := sha256.Sum256(def)
 		rep.Policy = statusPolicy{Source: "built-in defaults (no --guard-config and no haia-guard.config.json beside the Trace root); sha256 of their JSON form", SHA256: hex.EncodeToString(sum[:])}
 	} else {
+		pol, err := guard.LoadConfig(policyPath)
+		if err != nil {
+			fmt.Fprintf(stderr, "haia-trace-mcp status: %v\n", err)
+			return exitFail
+		}
+		g.policy = pol
 		data, err := os.ReadFile(policyPath)
 		if err != nil {
 			fmt.Fprintf(stderr, "haia-trace-mcp status: %v\n", err)

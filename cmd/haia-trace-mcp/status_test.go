@@ -105,13 +105,16 @@ func TestStatus(t *testing.T) {
 		t.Errorf("status wrote under the Trace root:\nbefore %v\nafter  %v", before, after)
 	}
 
-	// The policy file init writes beside the root is the one reported.
+	// The policy in effect is the one the server recorded (the demo's
+	// server ran on the built-in defaults); a file beside the root that is
+	// not it is reported as a problem, not taken in its place.
 	cfg := filepath.Join(filepath.Dir(root), "haia-guard.config.json")
 	if err := os.WriteFile(cfg, []byte(`{"reviewAbove": "0.50"}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if st := statusOf(t, 0, "--dir", root, "--reviewers", reviewers); !strings.Contains(st.Policy.Source, cfg) {
-		t.Errorf("policy beside the root: %+v", st.Policy)
+	if st := statusOf(t, 3, "--dir", root, "--reviewers", reviewers); !strings.Contains(st.Policy.Source, "built-in defaults") ||
+		!strings.Contains(strings.Join(st.Problems, "\n"), cfg) || !strings.Contains(strings.Join(st.Problems, "\n"), "not the policy the server runs with") {
+		t.Errorf("policy beside the root, not in force: %+v %v", st.Policy, st.Problems)
 	}
 	os.Remove(cfg)
 
