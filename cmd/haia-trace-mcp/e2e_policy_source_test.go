@@ -170,7 +170,7 @@ func TestPolicyReloadOnSIGHUP(t *testing.T) {
 	ask := func(amount string) checkAnswer {
 		t.Helper()
 		var a checkAnswer
-		decodeStructured(t, callTool(t, cs, "check_before_pay", map[string]any{"counterparty": "api.fresh.example", "amount": amount}), &a)
+		decodeStructured(t, callTool(t, cs, "check_before_pay", map[string]any{"counterparty": "0x00000000000000000000000000000000000000d4", "amount": amount}), &a)
 		return a
 	}
 	hup := func(wantLog string) {
