@@ -431,3 +431,28 @@ func pgEditLog(t *testing.T, dsn string, fn func([]byte) []byte) {
 		t.Fatal(err)
 	}
 }
+
+// An approval used reserves its payment like any allow, naming the review.
+func TestApprovalUsedReserves(t *testing.T) {
+	l := newLoop(t, `{"reviewAbove": "0.05", "perCounterpartyLimit": {"amount": "1.00"}, "maxOpenPartialPerCounterparty": 5}`)
+	first := l.ask(t, "agent-1")
+	if first.Decision != guard.Review {
+		t.Fatalf("first: %+v", first)
+	}
+	l.advance(time.Minute)
+	if _, err := l.decider.Decide(context.Background(), first.ReviewID, reviewlog.Approved, "", "alice"); err != nil {
+		t.Fatal(err)
+	}
+	use := l.ask(t, "agent-1")
+	if use.Decision != guard.Allow || use.Reservation == nil || use.Reservation.ReviewID != first.ReviewID || !has(use, guard.RuleReserved) {
+		t.Fatalf("the approval used reserves nothing: %+v", use)
+	}
+	// The reservation counts: 0.10 paid (op-1, open) + 0.10 reserved + 0.81 is over 1.00.
+	a, err := l.eng.Check(context.Background(), "agent-2", Question{Counterparty: sellerA, Amount: "0.81"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Decision != guard.Review || !strings.Contains(reasonOf(a, guard.RulePerCounterparty), "0.2 USDC already paid") {
+		t.Fatalf("the used approval's reservation does not count: %+v", a)
+	}
+}
