@@ -40,8 +40,9 @@ SHA-256) and the trusted reviewers. Nothing is written.
                     the server reports the policy it runs with in its own log
   --json            one JSON object on stdout
 
-exit codes: 0 everything verifies, 1 error, 2 usage, 3 a chain does not verify
-or a run cannot be read
+exit codes: 0 everything verifies, 1 error, 2 usage, 3 a chain does not verify,
+a run cannot be read, a reservation is unverified or the policy on disk is not
+the one in force
 `
 
 // statusReport is what status prints; its JSON form is for scripts.
@@ -51,7 +52,7 @@ type statusReport struct {
 	Runs         statusRuns       `json:"runs"`
 	OpenPayments []statusOpen     `json:"open_payments"`
 	Reviews      statusReviews    `json:"reviews"`
-	Reservations statusNote       `json:"reservations"`
+	Reservations statusReserved   `json:"reservations"`
 	Chains       []statusChain    `json:"chains"`
 	Policy       statusPolicy     `json:"policy"`
 	Reviewers    statusReviewers  `json:"reviewers"`
@@ -86,9 +87,20 @@ type statusCount struct {
 	Count int    `json:"count"`
 }
 
-type statusNote struct {
-	Available bool   `json:"available"`
-	Note      string `json:"note"`
+// statusReserved is what allows hold now: each reservation a signed
+// ALLOWED receipt backs, and where records and receipts disagree.
+type statusReserved struct {
+	Held     int                 `json:"held"`
+	Items    []statusReservation `json:"items"`
+	Problems []string            `json:"problems"`
+}
+
+type statusReservation struct {
+	To        string `json:"to"`
+	Amount    string `json:"amount"`
+	Caller    string `json:"caller"`
+	ReceiptID string `json:"receipt_id"`
+	Until     string `json:"until"`
 }
 
 type statusChain struct {
@@ -213,7 +225,34 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	rep.Reviews = statusPending(pending, time.Now())
 
 	// No reservation is kept by this build.
-	rep.Reservations = statusNote{Note: "this build keeps no reservations: an allow reserves nothing, so nothing is held between a check and its payment"}
+	// What allows hold now, checked against the decision chain.
+	rv, err := log.Reservations(ctx, g.policy.ReservationTTL)
+	if err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp status: the reservations: %s\n", termsafe.String(err.Error()))
+		return exitFail
+	}
+	rep.Reservations = statusReserved{Held: len(rv.Held), Items: []statusReservation{}, Problems: []string{}}
+	for _, x := range rv.Held {
+		to := x.PayTo
+		if x.Host != "" {
+			to = x.Host
+		}
+		amount := x.Atomic + " atomic units of " + x.Asset
+		if a, ok := g.policy.Assets.Lookup(x.Asset); ok {
+			if n, ok := new(big.Int).SetString(x.Atomic, 10); ok {
+				amount = guard.FormatAmount(n, a.Decimals) + " " + a.Symbol
+			}
+		}
+		until := "until the Trace shows it"
+		if x.Until != "" {
+			until += " or " + x.Until
+		}
+		rep.Reservations.Items = append(rep.Reservations.Items, statusReservation{To: to, Amount: amount, Caller: x.Caller, ReceiptID: x.ReceiptID, Until: until})
+	}
+	for _, p := range rv.Problems {
+		rep.Reservations.Problems = append(rep.Reservations.Problems, p)
+		rep.Problems = append(rep.Problems, "reservations unverified: "+p)
+	}
 
 	// Chains and whether they verify against the store's keyring.
 	err = g.store.View(ctx, func(r reviewlog.Reader) error {
@@ -444,7 +483,10 @@ func printStatus(w io.Writer, rep statusReport) {
 		fmt.Fprintf(w, " (%s; oldest opened %s)", strings.Join(parts, ", "), s(rep.Reviews.Oldest))
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "reserved    %s\n", rep.Reservations.Note)
+	fmt.Fprintf(w, "reserved    %d held by allows (they count towards the limits until the Trace shows the payment)\n", rep.Reservations.Held)
+	for _, x := range rep.Reservations.Items {
+		fmt.Fprintf(w, "            %s to %s by %s, receipt %s, %s\n", s(x.Amount), s(x.To), s(x.Caller), s(x.ReceiptID), s(x.Until))
+	}
 	if len(rep.Chains) == 0 {
 		fmt.Fprintf(w, "chains      none yet (no decision recorded)\n")
 	}

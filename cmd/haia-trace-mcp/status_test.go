@@ -27,8 +27,9 @@ type statusJSON struct {
 		} `json:"by_age"`
 	} `json:"reviews"`
 	Reservations struct {
-		Available bool   `json:"available"`
-		Note      string `json:"note"`
+		Held     int              `json:"held"`
+		Items    []map[string]any `json:"items"`
+		Problems []string         `json:"problems"`
 	} `json:"reservations"`
 	Chains []struct {
 		ID, Verdict string
@@ -89,7 +90,7 @@ func TestStatus(t *testing.T) {
 	if !strings.Contains(st.Policy.Source, "built-in defaults") || len(st.Policy.SHA256) != 64 {
 		t.Errorf("policy: %+v", st.Policy)
 	}
-	if st.Reservations.Available || st.Reservations.Note == "" {
+	if st.Reservations.Held != len(st.Reservations.Items) || st.Reservations.Items == nil || len(st.Reservations.Problems) != 0 {
 		t.Errorf("reservations: %+v", st.Reservations)
 	}
 	if len(st.Problems) != 0 {
@@ -161,9 +162,19 @@ func TestStatusPendingReview(t *testing.T) {
 	if a.Decision != "review" {
 		t.Fatalf("check: %+v", a)
 	}
+	var allowed checkAnswer
+	decodeStructured(t, callTool(t, cs, "check_before_pay", map[string]any{"counterparty": "0x00000000000000000000000000000000000000f1", "amount": "0.06"}), &allowed)
+	if allowed.Decision != "allow" {
+		t.Fatalf("check: %+v", allowed)
+	}
 	st := statusOf(t, 0, "--dir", root)
 	if st.Reviews.Pending != 1 || st.Reviews.ByAge[0].Count != 1 {
 		t.Errorf("reviews: %+v", st.Reviews)
+	}
+	// The allow holds its payment: status lists it, to whom and how much.
+	if st.Reservations.Held != 1 || len(st.Reservations.Items) != 1 || st.Reservations.Items[0]["to"] != "0x00000000000000000000000000000000000000f1" ||
+		st.Reservations.Items[0]["amount"] != "0.06 USDC" || st.Reservations.Items[0]["receipt_id"] != allowed.ReceiptID {
+		t.Errorf("reservations: %+v (allow %+v)", st.Reservations, allowed)
 	}
 }
 
