@@ -79,7 +79,9 @@ type Result struct {
 	Reasons   []guard.Reason `json:"reasons"`
 	ReceiptID string         `json:"receipt_id"`
 	ReviewID  string         `json:"review_id,omitempty"`
-	Accepted  Accepted       `json:"accepted"`
+	// ReviewURL is the console page of the review (with --console-url).
+	ReviewURL string   `json:"review_url,omitempty"`
+	Accepted  Accepted `json:"accepted"`
 	// Reservation is what the allow holds: spend, and a payment open to
 	// payTo, until the Trace shows it.
 	Reservation   *engine.ReservationInfo `json:"reservation,omitempty"`
@@ -127,7 +129,7 @@ func (a *Authorizer) Authorize(ctx context.Context, caller string, req Request) 
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{Decision: ans.Decision, Reasons: ans.Reasons, ReceiptID: ans.ReceiptID, ReviewID: ans.ReviewID, Reservation: ans.Reservation,
+	res := Result{Decision: ans.Decision, Reasons: ans.Reasons, ReceiptID: ans.ReceiptID, ReviewID: ans.ReviewID, ReviewURL: ans.ReviewURL, Reservation: ans.Reservation,
 		Accepted: Accepted{Index: choice.Index, Network: choice.Network, Asset: choice.Asset.Key, Amount: choice.Amount(),
 			Atomic: choice.Atomic.String(), PayTo: choice.PayTo.Hex()}}
 	if ans.Decision != guard.Allow {

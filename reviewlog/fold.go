@@ -35,7 +35,10 @@ type Review struct {
 	// DecidedWith says how the decision was proven: "reviewer_key" (the
 	// reviewer's own Ed25519 key signed the receipt) or "passkey" (the
 	// receipt carries the reviewer's passkey assertion over the decision).
-	DecidedWith  string `json:"decided_with,omitempty"`
+	DecidedWith string `json:"decided_with,omitempty"`
+	// ReviewURL is the reviewer console's page of this review, where the
+	// server knows it (--console-url); never read from the log.
+	ReviewURL    string `json:"review_url,omitempty"`
 	Note         string `json:"note,omitempty"`
 	Counterparty string `json:"counterparty"`
 	Amount       string `json:"amount"`

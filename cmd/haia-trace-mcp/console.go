@@ -38,17 +38,17 @@ func (c *consoleFlags) register(fs *flag.FlagSet) {
 // guard until ctx ends. The server never writes the reviewers file; it
 // reads it at every use, so an edit (or the operator's passkey add) takes
 // effect at once.
-func startConsole(ctx context.Context, cf *consoleFlags, root *confined.Dir, g *guardSetup, logger *slog.Logger) (stop func(), err error) {
+func startConsole(ctx context.Context, cf *consoleFlags, root *confined.Dir, g *guardSetup, logger *slog.Logger) (stop func(), reviewURL func(string) string, err error) {
 	host, _, err := net.SplitHostPort(cf.addr)
 	if err != nil {
-		return nil, fmt.Errorf("--console-addr %q: want HOST:PORT such as 127.0.0.1:8787: %w", cf.addr, err)
+		return nil, nil, fmt.Errorf("--console-addr %q: want HOST:PORT such as 127.0.0.1:8787: %w", cf.addr, err)
 	}
 	if !isLoopbackHost(host) && (cf.allowRemote == nil || !*cf.allowRemote) {
-		return nil, fmt.Errorf("--console-addr %q is not a loopback address: add --http-allow-remote to listen beyond this machine (and serve it behind TLS, --console-url https://…)", cf.addr)
+		return nil, nil, fmt.Errorf("--console-addr %q is not a loopback address: add --http-allow-remote to listen beyond this machine (and serve it behind TLS, --console-url https://…)", cf.addr)
 	}
 	ln, err := net.Listen("tcp", cf.addr)
 	if err != nil {
-		return nil, fmt.Errorf("console: listen on %s: %w", cf.addr, err)
+		return nil, nil, fmt.Errorf("console: listen on %s: %w", cf.addr, err)
 	}
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	raw := cf.url
@@ -58,7 +58,7 @@ func startConsole(ctx context.Context, cf *consoleFlags, root *confined.Dir, g *
 	u, err := url.Parse(raw)
 	if err != nil {
 		ln.Close()
-		return nil, fmt.Errorf("--console-url %q: %w", raw, err)
+		return nil, nil, fmt.Errorf("--console-url %q: %w", raw, err)
 	}
 	passkeys := func() (reviewlog.Passkeys, error) { return reviewlog.LoadPasskeys(g.reviewersPath) }
 	c, err := console.New(console.Config{
@@ -69,7 +69,7 @@ func startConsole(ctx context.Context, cf *consoleFlags, root *confined.Dir, g *
 	})
 	if err != nil {
 		ln.Close()
-		return nil, fmt.Errorf("--console-url: %w", err)
+		return nil, nil, fmt.Errorf("--console-url: %w", err)
 	}
 	if _, err := passkeys(); err != nil && !errors.Is(err, os.ErrNotExist) {
 		logger.Warn("console: the trusted reviewers file's passkeys cannot be read; nobody can sign in until it is fixed", "reviewers", g.reviewersPath, "err", err)
@@ -92,5 +92,5 @@ func startConsole(ctx context.Context, cf *consoleFlags, root *confined.Dir, g *
 		_ = hs.Shutdown(sctx)
 	}()
 	logger.Info("serving the reviewer console", "addr", ln.Addr().String(), "url", strings.TrimSuffix(u.String(), "/")+"/", "rp_id", c.RPID())
-	return func() { close(done) }, nil
+	return func() { close(done) }, c.ReviewURL, nil
 }

@@ -104,9 +104,11 @@ func TestConsoleEndToEnd(t *testing.T) {
 		decodeStructured(t, callTool(t, cs, "check_before_pay", map[string]any{"counterparty": sellerB, "amount": amount}), &a)
 		return a
 	}
-	r1 := ask("0.1")
-	if r1.Decision != "review" {
-		t.Fatalf("first answer: %+v", r1)
+	var first map[string]any
+	decodeStructured(t, callTool(t, cs, "check_before_pay", map[string]any{"counterparty": sellerB, "amount": "0.1"}), &first)
+	r1 := checkAnswer{Decision: first["decision"].(string), ReviewID: first["review_id"].(string)}
+	if r1.Decision != "review" || first["review_url"] != base+"reviews/"+r1.ReviewID {
+		t.Fatalf("first answer (review_url %v): %+v", first["review_url"], first)
 	}
 	if err := b.SignIn(); err != nil {
 		t.Fatal(err)
@@ -125,7 +127,7 @@ func TestConsoleEndToEnd(t *testing.T) {
 	}
 	var st map[string]any
 	decodeStructured(t, callTool(t, cs, "get_review_status", map[string]any{"review_id": r1.ReviewID}), &st)
-	if st["status"] != "approved" || st["decided_by"] != "pat" || st["decided_with"] != "passkey" || st["tampered"] == true {
+	if st["status"] != "approved" || st["decided_by"] != "pat" || st["decided_with"] != "passkey" || st["tampered"] == true || st["review_url"] != base+"reviews/"+r1.ReviewID {
 		t.Fatalf("get_review_status: %v", st)
 	}
 	r2 := ask("0.2")

@@ -83,6 +83,8 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 
 // guardSetup is what the guard is built from, loaded once at start.
 type guardSetup struct {
+	// reviewURL is the console's page of a review (nil without --console).
+	reviewURL func(id string) string
 	policy    *guard.Config
 	rules     *policy.Policy
 	log       *reviewlog.Log
@@ -326,6 +328,7 @@ func startGuard(ctx context.Context, srv *server.Server, g *guardSetup, template
 	}
 	eng, err := engine.New(engine.Config{
 		Notify:      onOpen,
+		ReviewURL:   g.reviewURL,
 		OnIntegrity: integrity.Inc,
 		Policy:      g.policy,
 		Rules:       g.rules,
@@ -548,21 +551,22 @@ func openStack(ctx context.Context, dir, tenant string, f *serveFlags, notifier 
 		g.chains.Tenant = tenant
 	}
 	g.notifier, g.notifyMetrics, g.integrity, g.tenant = notifier, nm, integrity, tenant
-	eng, err := startGuard(ctx, srv, g, templates, f.agentID, f.proxy, logger)
-	if err != nil {
-		closeDirs()
-		return nil, err
-	}
 	stopConsole := func() {}
 	if f.console.on {
 		if tenant != "" {
 			closeDirs()
 			return nil, errors.New("--console serves one guard; with --tenants-dir it is not supported yet")
 		}
-		if stopConsole, err = startConsole(ctx, &f.console, root, g, logger); err != nil {
+		if stopConsole, g.reviewURL, err = startConsole(ctx, &f.console, root, g, logger); err != nil {
 			closeDirs()
 			return nil, err
 		}
+	}
+	eng, err := startGuard(ctx, srv, g, templates, f.agentID, f.proxy, logger)
+	if err != nil {
+		stopConsole()
+		closeDirs()
+		return nil, err
 	}
 	reload := &guardReload{eng: eng, log: g.log, store: g.store, flag: f.guardConfig, rootPath: root.Path(), tenant: tenant, logger: logger}
 	stopHUP := reloadTemplatesOnHUP(ctx, templates, reload, logger)

@@ -62,6 +62,9 @@ type Config struct {
 	// Notify, when set, is told of each review this engine opens, after it
 	// is recorded. It must not block (reviewlog/notify queues).
 	Notify func(reviewlog.Review)
+	// ReviewURL, when set, is the reviewer console's page of a review; it
+	// is given in review answers, notifications and get_review_status.
+	ReviewURL func(id string) string
 	// OnIntegrity, when set, is called once per integrity warning (the log
 	// and the signatures disagree about a review), for a metric.
 	OnIntegrity func()
@@ -143,10 +146,13 @@ type Question = guard.RawRequest
 
 // Answer is the recorded answer to a question.
 type Answer struct {
-	Decision  string         `json:"decision"`
-	Reasons   []guard.Reason `json:"reasons"`
-	ReviewID  string         `json:"review_id,omitempty"`
-	ReceiptID string         `json:"receipt_id"`
+	Decision string         `json:"decision"`
+	Reasons  []guard.Reason `json:"reasons"`
+	ReviewID string         `json:"review_id,omitempty"`
+	// ReviewURL is the console page of the review a human decides (set
+	// with --console-url, on a review answer only).
+	ReviewURL string `json:"review_url,omitempty"`
+	ReceiptID string `json:"receipt_id"`
 	// ActionID and ParamsHash are the receipt's action.id and
 	// action.paramsHash, for a record that follows the decision (the
 	// outcome of a proxied call); they are not part of the answer.
@@ -345,10 +351,14 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 		return ans, nil
 	}
 	e.integrity(out.Review)
+	if ans.Decision == guard.Review && ans.ReviewID != "" && e.cfg.ReviewURL != nil {
+		ans.ReviewURL = e.cfg.ReviewURL(ans.ReviewID)
+	}
 	if out.Kind == reviewlog.AskOpened && e.cfg.Notify != nil {
 		rv := out.Review
 		rv.TermsReceipt = termsReceipt
 		rv.AssetSymbol = e.assetSymbol(rv.Asset)
+		rv.ReviewURL = ans.ReviewURL
 		e.cfg.Notify(rv)
 	}
 	e.cfg.Logger.Info("check_before_pay", "decision", ans.Decision, "outcome", out.Kind, "review_id", ans.ReviewID, "receipt_id", ans.ReceiptID, "caller", caller)

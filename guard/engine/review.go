@@ -44,6 +44,9 @@ func (e *Engine) ReviewStatus(ctx context.Context, id string) (ReviewStatus, err
 	}
 	e.integrity(rv)
 	rv.AssetSymbol = e.assetSymbol(rv.Asset)
+	if e.cfg.ReviewURL != nil {
+		rv.ReviewURL = e.cfg.ReviewURL(rv.ID)
+	}
 	st := ReviewStatus{Review: rv, Receipts: ids}
 	if err := e.bearing(ctx, &st); err != nil {
 		return ReviewStatus{}, fmt.Errorf("read the reservations bearing on review %s: %w", id, err)
