@@ -30,20 +30,19 @@ const absent layerState = -1
 // model is an independent statement of the composition rules, over plain
 // values, to compare the parser against.
 type model struct {
-	allow        []string // nil with allowing false: off
-	allowing     bool
-	deny         []string
-	limitAmount  int64 // atomic
-	limitWindow  time.Duration
-	openPartial  int
-	total        *Limit
-	velPer       *CountLimit
-	velTotal     *CountLimit
-	dupWindow    time.Duration
-	reviewAbove  int64
-	layers       []string
-	agent        string
-	explicitNull bool
+	allow       []string // nil with allowing false: off
+	allowing    bool
+	deny        []string
+	limitAmount int64 // atomic
+	limitWindow time.Duration
+	openPartial int
+	total       *Limit
+	velPer      *CountLimit
+	velTotal    *CountLimit
+	dupWindow   time.Duration
+	reviewAbove int64
+	layers      []string
+	agent       string
 }
 
 func defaultModel() model {
