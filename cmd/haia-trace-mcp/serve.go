@@ -112,9 +112,9 @@ func openGuard(ctx context.Context, root *confined.Dir, f *serveFlags, logger *s
 	if err != nil {
 		return nil, err
 	}
-	rules, err := loadRules(cfg, logger)
+	rules, err := loadRules(cfg, "refusing to start", logger)
 	if err != nil {
-		return nil, fmt.Errorf("%w; refusing to start", err)
+		return nil, err
 	}
 	signer, paramsKey, err := f.signing.open(logger)
 	if err != nil {
@@ -189,7 +189,8 @@ func loadServerPolicy(flagPath, rootPath string, logger *slog.Logger) (*guard.Co
 }
 
 // loadRules reads the custom rules the policy names ("policy"), or none.
-func loadRules(cfg *guard.Config, logger *slog.Logger) (*policy.Policy, error) {
+// outcome says what a bad file means ("refusing to start").
+func loadRules(cfg *guard.Config, outcome string, logger *slog.Logger) (*policy.Policy, error) {
 	if cfg.PolicyFile == "" {
 		return nil, nil
 	}
@@ -199,7 +200,7 @@ func loadRules(cfg *guard.Config, logger *slog.Logger) (*policy.Policy, error) {
 	}
 	rules, err := policy.Parse(data)
 	if err != nil {
-		return nil, fmt.Errorf("custom rules %s are invalid: %w", cfg.PolicyFile, err)
+		return nil, fmt.Errorf("custom rules %s are invalid, %s: %w", cfg.PolicyFile, outcome, err)
 	}
 	logger.Info("custom rules loaded", "policy", rules.ID(), "policy_hash", rules.Hash())
 	return rules, nil
@@ -230,7 +231,7 @@ func (r *guardReload) reload(ctx context.Context) {
 		fail(err)
 		return
 	}
-	rules, err := loadRules(cfg, r.logger)
+	rules, err := loadRules(cfg, "keeping the running policy", r.logger)
 	if err != nil {
 		fail(err)
 		return
