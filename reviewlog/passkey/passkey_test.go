@@ -147,3 +147,17 @@ func FuzzVerify(f *testing.F) {
 		}
 	})
 }
+
+func FuzzDecodeModel(f *testing.F) {
+	f.Add(passkey.EncodeModel(passkey.Assertion{CredentialID: "a", AuthenticatorData: "b", ClientDataJSON: "c", Signature: "d"}))
+	f.Add("claude")
+	f.Fuzz(func(t *testing.T, model string) {
+		a, ok, err := passkey.DecodeModel(&model)
+		if !strings.HasPrefix(model, passkey.ModelPrefix) && (ok || err != nil) {
+			t.Fatalf("a model without the prefix read as an assertion")
+		}
+		if ok && err == nil && passkey.EncodeModel(a) == "" {
+			t.Fatal("unreachable")
+		}
+	})
+}
