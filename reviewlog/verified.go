@@ -215,6 +215,15 @@ func checkTerms(r Review, s signed, keys noa.Keyring) (string, []finding) {
 	return th, nil
 }
 
+// decidedInTime says whether a decision signed at decided came before the
+// review opened at opened expired under ttl. A time that cannot be read is
+// not in time.
+func decidedInTime(opened, decided string, ttl time.Duration) bool {
+	o, err1 := time.Parse(time.RFC3339Nano, opened)
+	d, err2 := time.Parse(time.RFC3339Nano, decided)
+	return err1 == nil && err2 == nil && d.Before(o.Add(ttl))
+}
+
 // resolve is a review as the signatures prove it: approved or rejected only
 // with a trusted reviewer's receipt that signs the review's signed terms
 // (a rejection holds even where it signs other terms than the log now
@@ -253,7 +262,14 @@ func resolve(r Review, s signed, keys noa.Keyring, now time.Time, ttl time.Durat
 		case r.Terms == nil && r.ParamsHash != "" && ph == r.ParamsHash:
 			out.bound = true // an earlier version's decision: read, never honoured
 		}
-		if status == Approved && !out.bound && r.Status != Pending {
+		if status == Approved && out.bound && ttl > 0 && s.terms != nil && !decidedInTime(s.terms.TS, s.human.Governance.Approval.At, ttl) {
+			// The reviewer's own program judged the review by a time to live
+			// read from the store, which a store writer can lengthen; the
+			// server's own ttl is what an approval is held to.
+			out.bound = false
+			out.Status, out.DecidedBy, out.DecidedAt, out.Note = Expired, s.human.Agent.ID, s.human.Governance.Approval.At, ""
+			add(finding{what: fmt.Sprintf("the approval of receipt %s was signed after the review expired (time to live %s): it does not count", s.human.ID, ttl)})
+		} else if status == Approved && !out.bound && r.Status != Pending {
 			// An approval counts only for the terms it signed. (Where the
 			// log lacks the decided line — a write in flight, or cut short
 			// by a crash — the approval reads as signed but is not bound,

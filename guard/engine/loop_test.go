@@ -27,6 +27,7 @@ type loop struct {
 	log     *reviewlog.Log
 	decider Decider
 	dir     string
+	trusted reviewlog.Reviewers
 }
 
 func (l *loop) clock() time.Time { l.mu.Lock(); defer l.mu.Unlock(); return l.now }
@@ -66,6 +67,7 @@ func newLoop(t *testing.T, policyJSON string) *loop {
 		t.Fatal(err)
 	}
 	l.decider = Decider{Log: l.log, Chains: &reviewlog.Chains{Signer: noa.NewKeySigner(aliceKey)}}
+	l.trusted = trusted
 	return l
 }
 
@@ -192,6 +194,31 @@ func TestPendingReviewExpires(t *testing.T) {
 	}
 	if a := l.ask(t, "agent-1"); a.ReviewID == first.ReviewID {
 		t.Fatalf("an expired review answered again: %+v", a)
+	}
+}
+
+// A reviewer whose program reads a longer time to live than the server's
+// (a policy record a store writer lengthened, an older binary) signs an
+// approval after the review expired: the server does not honour it, and
+// says why.
+func TestApprovalSignedAfterExpiryIsNotHonoured(t *testing.T) {
+	l := newLoop(t, `{"reviewTtlMinutes": 60}`)
+	first := l.ask(t, "agent-1")
+	l.advance(2 * time.Hour)
+	root, _ := openTestRoot(t, l.dir)
+	lenient := reviewlog.Open(root, reviewlog.Options{Now: l.clock, ReviewTTL: 48 * time.Hour,
+		Reviewers: func() (reviewlog.Reviewers, error) { return l.trusted, nil }})
+	late := Decider{Log: lenient, Chains: l.decider.Chains}
+	if _, err := late.Decide(context.Background(), first.ReviewID, reviewlog.Approved, "late", "alice"); err != nil {
+		t.Fatalf("the lenient reviewer could not sign (the test needs it to): %v", err)
+	}
+	a := l.ask(t, "agent-1")
+	if a.Decision != guard.Review || has(a, reviewlog.RuleHumanApproved) || a.ReviewID == first.ReviewID {
+		t.Fatalf("a late approval was honoured: %+v", a)
+	}
+	st, err := l.eng.ReviewStatus(context.Background(), first.ReviewID)
+	if err != nil || st.Status != reviewlog.Expired || st.UsedAt != "" || len(st.Integrity) == 0 {
+		t.Fatalf("status of the late approval: %+v %v (want expired, unused, with a finding)", st, err)
 	}
 }
 
