@@ -7,12 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/big"
 	"net"
 	"sync"
 	"time"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/lineproto"
 )
 
 // The payer signer protocol: over a unix socket (see noa.ListenSigner for
@@ -256,38 +257,13 @@ func (s *RemoteSigner) SignAuthorization(ctx context.Context, d Domain, a Author
 func (s *RemoteSigner) call(ctx context.Context, req payerRequest) (payerResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", s.path)
-	if err != nil {
-		return payerResponse{}, fmt.Errorf("payer signer %s: %w", s.path, err)
-	}
-	defer conn.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(dl)
-	}
-	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
-	defer stop()
-	b, err := json.Marshal(req)
-	if err != nil {
-		return payerResponse{}, fmt.Errorf("payer signer %s: %w", s.path, err)
-	}
-	if _, err := conn.Write(append(b, '\n')); err != nil {
-		return payerResponse{}, fmt.Errorf("payer signer %s: send: %w", s.path, err)
-	}
-	line, err := bufio.NewReaderSize(io.LimitReader(conn, maxPayerLine), maxPayerLine).ReadSlice('\n')
-	if err != nil {
-		var ne net.Error
-		if ctx.Err() != nil || (errors.As(err, &ne) && ne.Timeout()) {
-			return payerResponse{}, fmt.Errorf("payer signer %s: no answer in time: %w", s.path, context.DeadlineExceeded)
-		}
-		return payerResponse{}, fmt.Errorf("payer signer %s: receive: %w", s.path, err)
-	}
 	var resp payerResponse
-	if err := json.Unmarshal(line, &resp); err != nil {
-		return payerResponse{}, fmt.Errorf("payer signer %s: answer is not JSON: %w", s.path, err)
+	label := "payer signer " + s.path
+	if err := lineproto.Call(ctx, label, s.path, maxPayerLine, req, &resp); err != nil {
+		return payerResponse{}, err
 	}
 	if resp.Error != "" {
-		return payerResponse{}, fmt.Errorf("payer signer %s: %s", s.path, resp.Error)
+		return payerResponse{}, fmt.Errorf("%s: %s", label, resp.Error)
 	}
 	return resp, nil
 }

@@ -9,13 +9,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/lineproto"
 )
 
 // The signer protocol: over a unix socket, one JSON object per line in
@@ -211,38 +212,13 @@ func (s *RemoteSigner) Sign(ctx context.Context, msg []byte) ([]byte, error) {
 }
 
 func (s *RemoteSigner) call(ctx context.Context, req signerRequest) (signerResponse, error) {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", s.path)
-	if err != nil {
-		return signerResponse{}, fmt.Errorf("signer %s: %w", s.path, err)
-	}
-	defer conn.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(dl)
-	}
-	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
-	defer stop()
-	b, err := json.Marshal(req)
-	if err != nil {
-		return signerResponse{}, fmt.Errorf("signer %s: %w", s.path, err)
-	}
-	if _, err := conn.Write(append(b, '\n')); err != nil {
-		return signerResponse{}, fmt.Errorf("signer %s: send: %w", s.path, err)
-	}
-	line, err := bufio.NewReaderSize(io.LimitReader(conn, maxSignerLine), maxSignerLine).ReadSlice('\n')
-	if err != nil {
-		var ne net.Error
-		if ctx.Err() != nil || (errors.As(err, &ne) && ne.Timeout()) {
-			return signerResponse{}, fmt.Errorf("signer %s: no answer in time: %w", s.path, context.DeadlineExceeded)
-		}
-		return signerResponse{}, fmt.Errorf("signer %s: receive: %w", s.path, err)
-	}
 	var resp signerResponse
-	if err := json.Unmarshal(line, &resp); err != nil {
-		return signerResponse{}, fmt.Errorf("signer %s: answer is not JSON: %w", s.path, err)
+	label := "signer " + s.path
+	if err := lineproto.Call(ctx, label, s.path, maxSignerLine, req, &resp); err != nil {
+		return signerResponse{}, err
 	}
 	if resp.Error != "" {
-		return signerResponse{}, fmt.Errorf("signer %s: %s", s.path, resp.Error)
+		return signerResponse{}, fmt.Errorf("%s: %s", label, resp.Error)
 	}
 	return resp, nil
 }
