@@ -25,7 +25,7 @@ func BenchmarkProxyLatency(b *testing.B) {
 	bin := payUpstream(b)
 	dir := b.TempDir()
 	e := &proxyEnv{root: sampleRoot(b), payLog: filepath.Join(dir, "paid.ndjson"), pidFile: filepath.Join(dir, "pids"),
-		mapPath: filepath.Join(dir, "map.json"), config: filepath.Join(dir, "policy.json"), stderr: &syncBuffer{}}
+		mapPath: filepath.Join(dir, "map.json"), config: filepath.Join(dir, "policy.json"), stderr: &lockedBuffer{}}
 	if err := os.WriteFile(e.mapPath, []byte(proxyMapJSON), 0o600); err != nil {
 		b.Fatal(err)
 	}

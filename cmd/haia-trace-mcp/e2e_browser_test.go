@@ -123,7 +123,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	reviewers := filepath.Join(t.TempDir(), "reviewers.json")
 	port := freePort(t)
 	base := "http://localhost:" + port + "/console/"
-	var serverErr bytes.Buffer
+	var serverErr lockedBuffer
 	cs := mcpSession(t, &serverErr, "--dir", root, "--key-file", filepath.Join(t.TempDir(), "signing.pem"), "--agent-id", "loop-agent",
 		"--reviewers", reviewers, "--console", "--console-addr", "127.0.0.1:"+port)
 
@@ -134,7 +134,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var addErr bytes.Buffer
+	var addErr lockedBuffer
 	add.Stderr = &addErr
 	if err := add.Start(); err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"net"
 	"os/exec"
@@ -38,7 +37,7 @@ func TestConsoleEndToEnd(t *testing.T) {
 	reviewers := filepath.Join(t.TempDir(), "reviewers.json")
 	port := freePort(t)
 	base := "http://localhost:" + port + "/console/"
-	var serverErr bytes.Buffer
+	var serverErr lockedBuffer
 	cs := mcpSession(t, &serverErr, "--dir", root, "--key-file", filepath.Join(t.TempDir(), "signing.pem"), "--agent-id", "loop-agent",
 		"--reviewers", reviewers, "--console", "--console-addr", "127.0.0.1:"+port)
 
@@ -50,7 +49,7 @@ func TestConsoleEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var addErr bytes.Buffer
+	var addErr lockedBuffer
 	add.Stderr = &addErr
 	if err := add.Start(); err != nil {
 		t.Fatal(err)

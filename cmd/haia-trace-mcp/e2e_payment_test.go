@@ -94,7 +94,7 @@ func TestStdioAuthorizePaymentStory(t *testing.T) {
 	if code != 0 || strings.TrimSpace(out) != e2ePayerAddr || strings.Contains(out+errOut, e2ePayerKey) {
 		t.Fatalf("payer address: %d %q %q", code, out, errOut)
 	}
-	var stderr bytes.Buffer
+	var stderr lockedBuffer
 	cs := mcpSession(t, &stderr, "--dir", root, "--key-file", key, "--guard-config", cfg, "--payer-key", payerKey,
 		"--tools", "list_operations,get_receipt,explain,get_review_status,authorize_payment")
 
@@ -233,7 +233,7 @@ func TestStdioPayerSignerProcess(t *testing.T) {
 	defer os.RemoveAll(sockDir)
 	sock := filepath.Join(sockDir, "p.sock")
 	signer := exec.Command(binPath, "signer", "--payer-key", payerKey, "--listen", "unix:"+sock)
-	var sigErr bytes.Buffer
+	var sigErr lockedBuffer
 	signer.Stderr = &sigErr
 	if err := signer.Start(); err != nil {
 		t.Fatal(err)

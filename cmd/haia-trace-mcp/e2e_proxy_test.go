@@ -56,26 +56,9 @@ const proxyMapJSON = `{"tools": {
 // proxyEnv is one proxy in front of the test upstream over stdio.
 type proxyEnv struct {
 	root, payLog, pidFile, mapPath, config string
-	stderr                                 *syncBuffer
+	stderr                                 *lockedBuffer
 	cs                                     *mcp.ClientSession
 	cmd                                    *exec.Cmd
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func writeFile(t *testing.T, name, text string) string {
@@ -101,7 +84,7 @@ func newProxyEnv(t *testing.T, gmap, config string) *proxyEnv {
 	t.Helper()
 	dir := t.TempDir()
 	e := &proxyEnv{root: sampleRoot(t), payLog: filepath.Join(dir, "paid.ndjson"), pidFile: filepath.Join(dir, "pids"),
-		mapPath: writeFile(t, "guard-map.json", gmap), stderr: &syncBuffer{}}
+		mapPath: writeFile(t, "guard-map.json", gmap), stderr: &lockedBuffer{}}
 	if config != "" {
 		e.config = writeFile(t, "haia-guard.config.json", config)
 	}
