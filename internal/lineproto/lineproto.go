@@ -10,7 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
+	"sync"
 	"time"
 )
 
@@ -50,4 +52,37 @@ func Call(ctx context.Context, label, path string, max int, req, resp any) error
 		return fmt.Errorf("%s: answer is not JSON: %w", label, err)
 	}
 	return nil
+}
+
+// Serve accepts connections on ln and hands each to handle on a goroutine of
+// its own until ctx is done; then it closes ln, waits for the connections in
+// progress and returns nil. name names the server in its log and errors
+// ("signer", "payer signer"). An accept that times out is retried; any other
+// accept error ends serving with that error.
+func Serve(ctx context.Context, ln net.Listener, name string, log *slog.Logger, handle func(context.Context, net.Conn)) error {
+	var wg sync.WaitGroup
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				wg.Wait()
+				log.Info(name + " stopped")
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			ln.Close()
+			wg.Wait()
+			return fmt.Errorf("%s: accept: %w", name, err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			handle(ctx, conn)
+		}()
+	}
 }

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"math/big"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/lineproto"
@@ -103,32 +102,10 @@ func (j AuthorizationJSON) Read() (Authorization, error) {
 // ServePayer answers payer-signing requests on ln until ctx is done, then
 // closes ln, waits for the connections in progress and returns nil.
 func ServePayer(ctx context.Context, ln net.Listener, s *KeySigner, log *slog.Logger) error {
-	var wg sync.WaitGroup
-	stop := context.AfterFunc(ctx, func() { ln.Close() })
-	defer stop()
 	log.Info("payer signer ready", "payer", s.Address().Hex(), "addr", ln.Addr().String())
-	for {
-		conn, err := ln.Accept()
-		if err != nil {
-			if ctx.Err() != nil {
-				wg.Wait()
-				log.Info("payer signer stopped")
-				return nil
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			ln.Close()
-			wg.Wait()
-			return fmt.Errorf("payer signer: accept: %w", err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			servePayerConn(ctx, conn, s, log)
-		}()
-	}
+	return lineproto.Serve(ctx, ln, "payer signer", log, func(ctx context.Context, conn net.Conn) {
+		servePayerConn(ctx, conn, s, log)
+	})
 }
 
 func servePayerConn(ctx context.Context, conn net.Conn, s *KeySigner, log *slog.Logger) {

@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"sync"
 	"syscall"
 	"time"
 
@@ -91,32 +90,10 @@ func ListenSigner(path string) (net.Listener, error) {
 func ServeSigner(ctx context.Context, ln net.Listener, key ed25519.PrivateKey, log *slog.Logger) error {
 	pub := key.Public().(ed25519.PublicKey)
 	kid := KeyID(pub)
-	var wg sync.WaitGroup
-	stop := context.AfterFunc(ctx, func() { ln.Close() })
-	defer stop()
 	log.Info("signer ready", "kid", kid, "addr", ln.Addr().String())
-	for {
-		conn, err := ln.Accept()
-		if err != nil {
-			if ctx.Err() != nil {
-				wg.Wait()
-				log.Info("signer stopped")
-				return nil
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			ln.Close()
-			wg.Wait()
-			return fmt.Errorf("signer: accept: %w", err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			serveSignerConn(ctx, conn, key, kid, pub, log)
-		}()
-	}
+	return lineproto.Serve(ctx, ln, "signer", log, func(ctx context.Context, conn net.Conn) {
+		serveSignerConn(ctx, conn, key, kid, pub, log)
+	})
 }
 
 func serveSignerConn(ctx context.Context, conn net.Conn, key ed25519.PrivateKey, kid string, pub ed25519.PublicKey, log *slog.Logger) {
