@@ -771,6 +771,16 @@ func TestProxyEverythingPassesThrough(t *testing.T) {
 	if res, err := proxied.CallTool(ctx, params); err != nil || res.IsError {
 		t.Fatalf("long-running operation: %v %v", err, res)
 	}
+	// The proxy forwards a notification on its own path, so the last one
+	// may reach the caller just after the result: wait for it, briefly.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		mu.Lock()
+		n := len(progress)
+		mu.Unlock()
+		if n >= 4 || time.Now().After(deadline) {
+			break
+		}
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if len(progress) < 4 {
