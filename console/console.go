@@ -8,6 +8,7 @@ package console
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"embed"
@@ -32,6 +33,7 @@ import (
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/passkey"
 )
@@ -94,6 +96,10 @@ type Console struct {
 	logins     map[string]time.Time // login challenge (base64url) → expiry
 	enrolments map[string]*enrolment
 	limits     map[string]*rate.Limiter
+	// counts are the signature counters seen at sign-in and decisions,
+	// per credential id (trusted credentials only, so bounded by the
+	// reviewers file).
+	counts map[string]uint32
 }
 
 type session struct {
@@ -147,13 +153,53 @@ func New(cfg Config) (*Console, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console: relying party %s: %w", host, err)
 	}
-	pages, err := template.New("console").Funcs(template.FuncMap{"proof": proof}).ParseFS(files, "templates/*.html")
+	pages, err := template.New("console").Funcs(template.FuncMap{"proof": proof, "t": termsafe.String}).ParseFS(files, "templates/*.html")
 	if err != nil {
 		return nil, fmt.Errorf("console: templates: %w", err)
 	}
-	return &Console{cfg: cfg, wa: wa, rpID: host, origin: origin, base: cfg.URL.Path, secure: cfg.URL.Scheme == "https",
+	c := &Console{cfg: cfg, wa: wa, rpID: host, origin: origin, base: cfg.URL.Path, secure: cfg.URL.Scheme == "https",
 		pages: pages, sessions: map[string]session{}, logins: map[string]time.Time{}, enrolments: map[string]*enrolment{},
-		limits: map[string]*rate.Limiter{}}, nil
+		limits: map[string]*rate.Limiter{}, counts: map[string]uint32{}}
+	if c.cfg.Decider.SeenCount == nil {
+		c.cfg.Decider.SeenCount = c.seenCount
+	}
+	return c, nil
+}
+
+// seenCount is the highest signature counter this console saw from a
+// credential.
+func (c *Console) seenCount(credID string) uint32 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.counts[credID]
+}
+
+// sawCount records a verified assertion's signature counter.
+func (c *Console) sawCount(credID string, n uint32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n > c.counts[credID] {
+		c.counts[credID] = n
+	}
+}
+
+// checkCount refuses an assertion whose signature counter does not grow
+// past the last this console saw or the chains record for the passkey.
+func (c *Console) checkCount(ctx context.Context, who string, cred passkey.Credential, a passkey.Assertion) (uint32, error) {
+	got, err := passkey.SignCount(a)
+	if err != nil {
+		return 0, fail(http.StatusBadRequest, "credential: %v", err)
+	}
+	last, err := c.cfg.Log.LastSignCount(ctx, nil, cred)
+	if err != nil {
+		return 0, fmt.Errorf("read the passkey's last signature counter: %w", err)
+	}
+	last = max(last, c.seenCount(cred.ID))
+	if err := passkey.CheckSignCount(last, got); err != nil {
+		c.cfg.Logger.Warn("console: passkey refused, its signature counter did not grow (a cloned authenticator?)", "reviewer", who, "credential", clip(cred.ID), "counter", got, "last", last)
+		return 0, fail(http.StatusForbidden, "sign-in refused: %v. Ask the operator to remove this passkey and enrol a new one", err)
+	}
+	return got, nil
 }
 
 func isLoopbackName(host string) bool {
@@ -345,7 +391,7 @@ func (c *Console) api(limited bool, fn func(w http.ResponseWriter, r *http.Reque
 			return
 		}
 		if err := c.checkState(r); err != nil {
-			writeJSON(w, http.StatusForbidden, map[string]string{"error": err.Error()})
+			writeJSON(w, http.StatusForbidden, map[string]string{"error": termsafe.String(err.Error())})
 			return
 		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
@@ -357,7 +403,7 @@ func (c *Console) api(limited bool, fn func(w http.ResponseWriter, r *http.Reque
 		if err != nil {
 			var ae *apiError
 			if errors.As(err, &ae) {
-				writeJSON(w, ae.status, map[string]string{"error": ae.msg})
+				writeJSON(w, ae.status, map[string]string{"error": termsafe.String(ae.msg)})
 				return
 			}
 			c.cfg.Logger.Error("console request failed", "path", r.URL.Path, "err", err)
@@ -463,7 +509,7 @@ func (c *Console) sweep(now time.Time) {
 	}
 }
 
-func (c *Console) loginFinish(w http.ResponseWriter, _ *http.Request, body []byte) (any, error) {
+func (c *Console) loginFinish(w http.ResponseWriter, r *http.Request, body []byte) (any, error) {
 	var req struct {
 		Credential json.RawMessage `json:"credential"`
 	}
@@ -498,6 +544,11 @@ func (c *Console) loginFinish(w http.ResponseWriter, _ *http.Request, body []byt
 	if err := passkey.Verify(cred, a, ch); err != nil {
 		return nil, fail(http.StatusForbidden, "sign-in refused: %v", err)
 	}
+	n, err := c.checkCount(r.Context(), who, cred, a)
+	if err != nil {
+		return nil, err
+	}
+	c.sawCount(cred.ID, n)
 	tok := randomToken()
 	c.mu.Lock()
 	c.sessions[tok] = session{reviewer: who, expires: now.Add(sessionTTL)}
@@ -645,6 +696,9 @@ func (c *Console) decideFinish(_ http.ResponseWriter, r *http.Request, body []by
 	rv, err := c.cfg.Decider.Decide(r.Context(), r.PathValue("id"), req.Decision, req.Note, a)
 	if err != nil {
 		return nil, reviewError(err)
+	}
+	if n, err := passkey.SignCount(a); err == nil {
+		c.sawCount(a.CredentialID, n)
 	}
 	c.cfg.Logger.Info("console: decision recorded", "review", rv.ID, "status", rv.Status, "reviewer", rv.DecidedBy)
 	return map[string]string{"review_id": rv.ID, "status": rv.Status, "decided_by": rv.DecidedBy, "review_url": c.ReviewURL(rv.ID)}, nil
@@ -818,13 +872,13 @@ func (c *Console) collect(w http.ResponseWriter, r *http.Request) {
 		Token string `json:"token"`
 	}
 	if err := decodeStrict(body, &req); err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": termsafe.String(err.Error())})
 		return
 	}
 	if _, _, err := c.enrolToken(req.Token); err != nil {
 		var ae *apiError
 		errors.As(err, &ae)
-		writeJSON(w, ae.status, map[string]string{"error": ae.msg})
+		writeJSON(w, ae.status, map[string]string{"error": termsafe.String(ae.msg)})
 		return
 	}
 	key := enrolKey(req.Token)
@@ -885,7 +939,7 @@ func (c *Console) page(fn func(r *http.Request, d *pageData) (string, error)) ht
 			} else {
 				c.cfg.Logger.Error("console page failed", "path", r.URL.Path, "err", err)
 			}
-			http.Error(w, msg, status)
+			http.Error(w, termsafe.String(msg), status)
 			return
 		}
 		var buf bytes.Buffer
@@ -895,7 +949,10 @@ func (c *Console) page(fn func(r *http.Request, d *pageData) (string, error)) ht
 			return
 		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		_, _ = w.Write(buf.Bytes())
+		// Every value went through termsafe.String ("t" in the templates);
+		// HTML is the net under the whole page: no bidi control or
+		// invisible character reaches the reviewer's screen.
+		_, _ = w.Write(termsafe.HTML(buf.Bytes()))
 	}
 }
 

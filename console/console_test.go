@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -86,11 +87,17 @@ func newRig(t *testing.T) *rig {
 // ask opens (or answers from) a review for question n as the engine does.
 func (g *rig) ask(n int) reviewlog.AskOutcome {
 	g.t.Helper()
-	ctx := context.Background()
 	q := guard.Question{Counterparty: "0xabc", Amount: fmt.Sprintf("0.%02d", n), Asset: "USDC", Template: "x402-buyer"}
+	return g.askAs("agent-1", q, []guard.Reason{{Rule: "open_payments", Detail: "an open paid operation"}}, n)
+}
+
+// askAs is ask for caller's question q with reasons.
+func (g *rig) askAs(caller string, q guard.Question, reasons []guard.Reason, n int) reviewlog.AskOutcome {
+	g.t.Helper()
+	ctx := context.Background()
 	ph := fmt.Sprintf("hmac-sha256:%064x", n)
-	out, err := g.log.Ask(ctx, reviewlog.AskRequest{Caller: "agent-1", Question: q, ParamsHash: ph, Decision: guard.Review,
-		Reasons: []guard.Reason{{Rule: "open_payments", Detail: "an open paid operation"}}, ApprovalTTL: time.Hour, RejectionHold: time.Hour,
+	out, err := g.log.Ask(ctx, reviewlog.AskRequest{Caller: caller, Question: q, ParamsHash: ph, Decision: guard.Review,
+		Reasons: reasons, ApprovalTTL: time.Hour, RejectionHold: time.Hour,
 		MaxPending: 50, Tenant: "t1"},
 		func(tx reviewlog.Tx, out reviewlog.AskOutcome) error {
 			if out.Kind == reviewlog.AskOpened {
@@ -111,7 +118,7 @@ func (g *rig) ask(n int) reviewlog.AskOutcome {
 			case reviewlog.AskRejected:
 				verdict = noa.VerdictBlocked
 			}
-			_, err := g.chains.Append(ctx, tx.Store, noa.Draft{TS: tx.At, Agent: noa.Agent{ID: "agent-1", Principal: noa.PrincipalService},
+			_, err := g.chains.Append(ctx, tx.Store, noa.Draft{TS: tx.At, Agent: noa.Agent{ID: caller, Principal: noa.PrincipalService},
 				Action:     noa.Action{ID: reviewlog.ActionID(out.Review.ID), Canonical: reviewlog.ActionCanonical, RiskClass: "IRREVERSIBLE", ParamsHash: ph},
 				Governance: noa.Governance{Mode: reviewlog.GovernanceMode, Verdict: verdict, RuleID: rule}})
 			return err
@@ -478,5 +485,259 @@ func TestConsoleHeadersAndCookies(t *testing.T) {
 	if _, err := console.New(console.Config{URL: u, Log: g.log, Passkeys: func() (reviewlog.Passkeys, error) { return nil, nil },
 		Decider: engine.PasskeyDecider{Log: g.log, Chains: g.chains}}); err == nil || !strings.Contains(err.Error(), "TLS") {
 		t.Fatalf("plain http off loopback: %v", err)
+	}
+}
+
+// TestConsoleRefusesClonedPasskey: an authenticator whose signature
+// counter does not grow past what the console and the chains saw is a
+// clone; it can neither sign in nor decide, and nothing is written.
+func TestConsoleRefusesClonedPasskey(t *testing.T) {
+	g := newRig(t)
+	alice, _ := softauthn.New()
+	b := g.browser()
+	g.enrol(b, "alice", alice)
+	r1 := g.ask(1).Review
+	r2 := g.ask(2).Review
+	if code, res := g.signIn(b, alice); code != 200 {
+		t.Fatalf("sign in: %d %v", code, res)
+	}
+	if _, code, res := g.decide(b, r1.ID, "approved", "ok", alice); code != 200 {
+		t.Fatalf("approve: %d %v", code, res)
+	}
+	// The copy of alice's key, with its counter where it was when copied
+	// (before her last two signatures).
+	clone := *alice
+	clone.Counter = alice.Counter - 2
+	cb := g.browser()
+	code, res := g.signIn(cb, &clone)
+	if code != http.StatusForbidden || !strings.Contains(fmt.Sprint(res["error"]), "cloned") {
+		t.Fatalf("a cloned passkey signed in: %d %v", code, res)
+	}
+	// The clone's assertion sent through alice's session is refused too,
+	// and writes nothing.
+	before := g.receipts()
+	_, code, res = g.decide(b, r2.ID, "approved", "", &clone)
+	if code != http.StatusForbidden || !strings.Contains(fmt.Sprint(res["error"]), "cloned") {
+		t.Fatalf("a cloned passkey decided: %d %v", code, res)
+	}
+	if n := g.receipts(); n != before {
+		t.Fatalf("a refused clone wrote %d receipts", n-before)
+	}
+	// A fresh console (a restart, another replica) reads the last counter
+	// from the chains: the clone is still refused.
+	d := engine.PasskeyDecider{Log: g.log, Chains: g.chains, Passkeys: func() (reviewlog.Passkeys, error) { return reviewlog.LoadPasskeys(g.reviewers) }}
+	dh, _ := reviewlog.DecisionHash(r2.TermsHash, "approved", "")
+	ch, _ := passkey.Challenge(dh)
+	clone.Counter = 0
+	x, _ := clone.Assert(g.rpID, g.origin, ch)
+	if _, err := d.Decide(context.Background(), r2.ID, "approved", "", passkey.Assertion(x)); err == nil || !strings.Contains(err.Error(), "cloned") {
+		t.Fatalf("decider without the console's memory: %v", err)
+	}
+	// Alice's own authenticator goes on.
+	if _, code, res := g.decide(b, r2.ID, "rejected", "no", alice); code != 200 {
+		t.Fatalf("alice after the clone was refused: %d %v", code, res)
+	}
+	rep, err := g.log.Audit(context.Background(), g.keyring())
+	if err != nil || len(rep.Findings) != 0 {
+		t.Fatalf("audit: %+v %v", rep, err)
+	}
+}
+
+// TestAuditFindsCounterThatDidNotGrow: a chain holding two decisions by
+// one passkey whose counters do not grow (as a server without the check,
+// or a forged line signed by a clone, would leave) is a finding.
+func TestAuditFindsCounterThatDidNotGrow(t *testing.T) {
+	g := newRig(t)
+	alice, _ := softauthn.New()
+	b := g.browser()
+	g.enrol(b, "alice", alice)
+	ctx := context.Background()
+	for n := 1; n <= 2; n++ {
+		r := g.ask(n).Review
+		alice.Counter = 5 // both assertions carry counter 6
+		_, err := g.log.DecideReview(ctx, r.ID, reviewlog.Approved, "", "alice", func(tx reviewlog.Tx) error {
+			ph, err := reviewlog.DecisionParamsHash(tx.Review, tx.Review.Status)
+			if err != nil {
+				return err
+			}
+			ch, _ := passkey.Challenge(ph)
+			x, err := alice.Assert(g.rpID, g.origin, ch)
+			if err != nil {
+				return err
+			}
+			draft, err := engine.HumanDecisionDraft(tx.Review)
+			if err != nil {
+				return err
+			}
+			model := passkey.EncodeModel(passkey.Assertion(x))
+			draft.Agent.Model = &model
+			_, err = g.chains.Append(ctx, tx.Store, draft)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := g.log.Audit(ctx, g.keyring())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Findings) != 1 || !strings.Contains(rep.Findings[0], "signature counter 6, not above the 6") || !strings.Contains(rep.Findings[0], "cloned") {
+		t.Fatalf("audit findings: %q", rep.Findings)
+	}
+}
+
+// invisible reports a rune no console page may carry raw: controls (but
+// the layout's \n \r \t), bidi controls, zero-width and tag characters,
+// written out independently of termsafe.
+func invisible(r rune) bool {
+	switch {
+	case r == '\n', r == '\r', r == '\t':
+		return false
+	case r < 0x20, r >= 0x7f && r <= 0x9f:
+		return true
+	case r == 0x061c, r == 0x200e, r == 0x200f, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
+		return true
+	case r >= 0x200b && r <= 0x200d, r == 0x2060, r == 0xfeff, r == 0x00ad, r == 0x180e, r == 0x2028, r == 0x2029:
+		return true
+	case r >= 0xe0000 && r <= 0xe007f:
+		return true
+	}
+	return false
+}
+
+// TestConsolePagesShowNoInvisibleCharacters: what an agent wrote (its
+// caller name, the resource, a reason's detail) and what a reviewer wrote
+// (a note) reach the page with every bidi control and invisible character
+// shown as a visible escape.
+func TestConsolePagesShowNoInvisibleCharacters(t *testing.T) {
+	g := newRig(t)
+	alice, _ := softauthn.New()
+	b := g.browser()
+	g.enrol(b, "alice", alice)
+	q := guard.Question{Counterparty: "0xabc", Amount: "0.05", Asset: "USDC", Template: "x402-buyer"}
+	r := g.askAs("agent\u2066-1\u2069", q, []guard.Reason{{Rule: "open_payments", Detail: "pay\u200b now\u00ad\U000e0041"}}, 7).Review
+	other := g.ask(8).Review
+	if code, res := g.signIn(b, alice); code != 200 {
+		t.Fatalf("sign in: %d %v", code, res)
+	}
+	if _, code, res := g.decide(b, other.ID, "approved", "fine\u202e by me\u200d", alice); code != 200 {
+		t.Fatalf("approve: %d %v", code, res)
+	}
+	for _, path := range []string{"", "reviews/" + r.ID, "reviews/" + other.ID} {
+		code, page := b.get(path)
+		if code != 200 {
+			t.Fatalf("%s: %d", path, code)
+		}
+		checkNoInline(t, path, page)
+		for i, ru := range page {
+			if invisible(ru) {
+				t.Fatalf("page %q holds %U at byte %d: …%s…", path, ru, i, page[max(0, i-40):min(len(page), i+40)])
+			}
+		}
+		switch path {
+		case "reviews/" + r.ID:
+			for _, want := range []string{`agent\u2066-1\u2069`, `pay\u200b now\u00ad\U000e0041`} {
+				if !strings.Contains(page, want) {
+					t.Fatalf("review page lacks the visible %q", want)
+				}
+			}
+		case "reviews/" + other.ID:
+			if !strings.Contains(page, `fine\u202e by me\u200d`) {
+				t.Fatal("the note's bidi control is not shown escaped")
+			}
+		}
+	}
+}
+
+var (
+	scriptTag   = regexp.MustCompile(`(?i)<script\b[^>]*>`)
+	emptyScript = regexp.MustCompile(`(?i)<script\b[^>]*></script>`)
+	inlineEvent = regexp.MustCompile(`(?i)<[^>]+\son[a-z]+\s*=`)
+	inlineStyle = regexp.MustCompile(`(?i)<style\b|<[^>]+\sstyle\s*=`)
+)
+
+// checkNoInline fails when a page carries script or style the CSP would
+// have to allow inline: every script is the embedded one by src, no event
+// handler attribute, no style element or attribute, no javascript: URL.
+func checkNoInline(t *testing.T, path, page string) {
+	t.Helper()
+	for _, tag := range scriptTag.FindAllString(page, -1) {
+		if !strings.Contains(tag, ` src="/console/assets/console.js"`) {
+			t.Errorf("page %q has a script that is not the embedded file: %s", path, tag)
+		}
+	}
+	if len(emptyScript.FindAllString(page, -1)) != strings.Count(strings.ToLower(page), "<script") {
+		t.Errorf("page %q has a script element with content", path)
+	}
+	if m := inlineEvent.FindString(page); m != "" {
+		t.Errorf("page %q has an inline event handler: %s", path, m)
+	}
+	if m := inlineStyle.FindString(page); m != "" {
+		t.Errorf("page %q has inline style: %s", path, m)
+	}
+	if strings.Contains(strings.ToLower(page), "javascript:") {
+		t.Errorf("page %q has a javascript: URL", path)
+	}
+}
+
+// TestConsoleStateChangesNeedCSRFAndOrigin: every POST a browser makes is
+// refused without the page's CSRF token, with another token, without an
+// Origin or from another origin, and nothing is written.
+func TestConsoleStateChangesNeedCSRFAndOrigin(t *testing.T) {
+	cases := []struct {
+		name   string
+		mutate func(req *http.Request)
+		want   string
+	}{
+		{"no CSRF header", func(req *http.Request) { req.Header.Del("X-CSRF-Token") }, "CSRF"},
+		{"another CSRF token", func(req *http.Request) { req.Header.Set("X-CSRF-Token", strings.Repeat("A", 43)) }, "CSRF"},
+		{"no Origin", func(req *http.Request) { req.Header.Del("Origin") }, "Origin"},
+		{"foreign Origin", func(req *http.Request) { req.Header.Set("Origin", "http://evil.example") }, "Origin"},
+		{"sibling port", func(req *http.Request) { req.Header.Set("Origin", "http://localhost:1") }, "Origin"},
+		{"null Origin", func(req *http.Request) { req.Header.Set("Origin", "null") }, "Origin"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			// A rig each: the sign-in endpoints' rate limit is per client.
+			g := newRig(t)
+			alice, _ := softauthn.New()
+			b := g.browser()
+			g.enrol(b, "alice", alice)
+			r := g.ask(1).Review
+			if code, res := g.signIn(b, alice); code != 200 {
+				t.Fatalf("sign in: %d %v", code, res)
+			}
+			before := g.receipts()
+			for _, p := range []string{"api/login/begin", "api/login/finish", "api/logout", "api/enrol/begin", "api/enrol/finish",
+				"api/reviews/" + r.ID + "/begin", "api/reviews/" + r.ID + "/finish"} {
+				req, _ := http.NewRequest("POST", g.base+p, strings.NewReader(`{"decision":"approved","note":""}`))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Origin", g.origin)
+				req.Header.Set("X-CSRF-Token", b.csrf)
+				c.mutate(req)
+				resp, err := b.c.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var out map[string]string
+				_ = json.NewDecoder(resp.Body).Decode(&out)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusForbidden || !strings.Contains(out["error"], c.want) {
+					t.Errorf("POST %s: %d %v", p, resp.StatusCode, out)
+				}
+			}
+			// A GET never changes state: the decision endpoints are POST only.
+			if code, _ := b.get("api/reviews/" + r.ID + "/finish"); code != http.StatusMethodNotAllowed {
+				t.Errorf("GET of a decision endpoint: %d", code)
+			}
+			if n := g.receipts(); n != before {
+				t.Fatalf("refused requests wrote %d receipts", n-before)
+			}
+			// The session survived: the refused logout did nothing.
+			if _, page := b.get(""); strings.Contains(page, "Sign in with passkey") {
+				t.Fatal("a refused logout signed the reviewer out")
+			}
+		})
 	}
 }

@@ -157,6 +157,13 @@ func (l *Log) Audit(ctx context.Context, keyring noa.Keyring) (AuditReport, erro
 			}
 			orphans = append(orphans, fmt.Sprintf("receipts record %s, which the review log does not hold, though they show it was read and answered since it was opened (a line was removed)", action))
 		}
+		if v.trusted.passkeys != nil {
+			clones, err := signCountFindings(ctx, v.rx, g, v.trusted.passkeys)
+			if err != nil {
+				return err
+			}
+			rep.Findings = append(rep.Findings, clones...)
+		}
 		sort.Strings(orphans)
 		sort.Strings(leftovers)
 		rep.Findings = append(rep.Findings, orphans...)

@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/passkey"
 )
 
 // receiptIndex maps the action ids of review receipts ("review:<id>") to
@@ -35,6 +36,10 @@ type receiptIndex struct {
 	// allowed are the recent SERVICE ALLOWED receipts (and every hold):
 	// each must have a reservation record.
 	allowed allowIndex
+	// byCredential maps a passkey's credential id to the HUMAN receipts
+	// whose agent.model carries an assertion it is said to have made, so
+	// its signature counter can be read back (see Log.LastSignCount).
+	byCredential map[string][]receiptLoc
 }
 
 // serviceKind is what a service receipt of an action is indexed by.
@@ -82,6 +87,7 @@ func (ix *receiptIndex) refresh(ctx context.Context, r Reader) error {
 	for restart := 0; restart < 2; restart++ {
 		if ix.files == nil {
 			ix.files, ix.byAction, ix.byQuestion, ix.served = map[string]*chainCursor{}, map[string][]receiptLoc{}, map[string][]string{}, map[string]bool{}
+			ix.byCredential = map[string][]receiptLoc{}
 			ix.allowed.reset()
 		}
 		stale := false
@@ -159,6 +165,11 @@ func (ix *receiptIndex) readFile(ctx context.Context, r Reader, info StreamInfo)
 			ix.served[k] = true
 		}
 		ix.byAction[r.Action.ID] = append(ix.byAction[r.Action.ID], receiptLoc{file: name, off: at})
+		if r.Agent.Principal == noa.PrincipalHuman {
+			if a, ok, err := passkey.DecodeModel(r.Agent.Model); ok && err == nil {
+				ix.byCredential[a.CredentialID] = append(ix.byCredential[a.CredentialID], receiptLoc{file: name, off: at})
+			}
+		}
 		if r.Agent.Principal == noa.PrincipalService && r.Governance.Verdict == noa.VerdictDeferred {
 			k := questionOf(r.Agent.ID, r.Action.ParamsHash)
 			if !slices.Contains(ix.byQuestion[k], r.Action.ID) {
@@ -176,6 +187,19 @@ func (ix *receiptIndex) receipts(ctx context.Context, r Reader, action string) (
 	ix.mu.Lock()
 	locs := append([]receiptLoc(nil), ix.byAction[action]...)
 	ix.mu.Unlock()
+	return readLocs(ctx, r, locs)
+}
+
+// byPasskey reads back the HUMAN receipts that carry an assertion naming
+// credential id, in chain order.
+func (ix *receiptIndex) byPasskey(ctx context.Context, r Reader, id string) ([]noa.Receipt, error) {
+	ix.mu.Lock()
+	locs := append([]receiptLoc(nil), ix.byCredential[id]...)
+	ix.mu.Unlock()
+	return readLocs(ctx, r, locs)
+}
+
+func readLocs(ctx context.Context, r Reader, locs []receiptLoc) ([]noa.Receipt, error) {
 	if len(locs) == 0 {
 		return nil, nil
 	}

@@ -21,6 +21,10 @@ type PasskeyDecider struct {
 	Chains *reviewlog.Chains
 	// Passkeys reads the trusted reviewers' passkeys (at each decision).
 	Passkeys func() (reviewlog.Passkeys, error)
+	// SeenCount, when set, is the highest signature counter this process
+	// saw from a credential outside the chains (its sign-ins); a decision
+	// must count above it as above the chains' last.
+	SeenCount func(credentialID string) uint32
 }
 
 // Decide approves (status reviewlog.Approved) or rejects review id on the
@@ -42,6 +46,23 @@ func (d PasskeyDecider) Decide(ctx context.Context, id, status, note string, a p
 		}
 		if err := passkey.VerifyDecision(cred, a, ph); err != nil {
 			return fmt.Errorf("%w: the passkey's assertion does not sign this decision on review %s: %w; nothing was written", reviewlog.ErrUntrusted, id, err)
+		}
+		// Clone detection: the authenticator's counter must grow past the
+		// last decision this passkey signed (read from the chains, inside
+		// the lock, so two replicas agree).
+		got, err := passkey.SignCount(a)
+		if err != nil {
+			return err
+		}
+		last, err := d.Log.LastSignCount(ctx, tx.Store, cred)
+		if err != nil {
+			return err
+		}
+		if d.SeenCount != nil {
+			last = max(last, d.SeenCount(cred.ID))
+		}
+		if err := passkey.CheckSignCount(last, got); err != nil {
+			return fmt.Errorf("%w: passkey %.16s… of reviewer %q refused on review %s: %w; nothing was written — remove it (reviewer passkey remove) and enrol a new one", reviewlog.ErrUntrusted, a.CredentialID, by, id, err)
 		}
 		draft, err := HumanDecisionDraft(tx.Review)
 		if err != nil {

@@ -165,3 +165,50 @@ func JSON(b []byte) []byte {
 func appendU(out []byte, r rune) []byte {
 	return append(out, '\\', 'u', hexDigits[r>>12&0xf], hexDigits[r>>8&0xf], hexDigits[r>>4&0xf], hexDigits[r&0xf])
 }
+
+// HTML returns the HTML text b with every rune String would escape written
+// as a visible \uXXXX (or \UXXXXXXXX), except the line feed, carriage
+// return and tab that lay out markup and the backslash: a page then shows
+// no bidi control, zero-width or otherwise invisible character, whatever
+// field slipped through unescaped. Invalid UTF-8 bytes are written \xNN.
+// Values shown in a page should go through String first, which keeps the
+// mapping injective; HTML is the net under the whole page.
+func HTML(b []byte) []byte {
+	i := 0
+	for i < len(b) {
+		c := b[i]
+		if c < utf8.RuneSelf {
+			if (c < 0x20 && c != '\n' && c != '\r' && c != '\t') || c == 0x7f {
+				break
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(b[i:])
+		if (r == utf8.RuneError && size == 1) || NeedsEscape(r) {
+			break
+		}
+		i += size
+	}
+	if i == len(b) {
+		return b
+	}
+	var out strings.Builder
+	out.Grow(len(b) + 16)
+	out.Write(b[:i])
+	for i < len(b) {
+		r, size := utf8.DecodeRune(b[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			out.WriteString(`\x`)
+			out.WriteByte(hexDigits[b[i]>>4])
+			out.WriteByte(hexDigits[b[i]&0xf])
+		case r == '\n' || r == '\r' || r == '\t' || !NeedsEscape(r):
+			out.Write(b[i : i+size])
+		default:
+			writeRune(&out, r)
+		}
+		i += size
+	}
+	return []byte(out.String())
+}

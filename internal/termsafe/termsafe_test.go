@@ -204,3 +204,39 @@ func FuzzJSON(f *testing.F) {
 		}
 	})
 }
+
+func TestHTML(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"<p>plain</p>\n\t<p>x</p>\r\n", "<p>plain</p>\n\t<p>x</p>\r\n"},
+		{`<td>C:\path</td>`, `<td>C:\path</td>`},
+		{"<td>0.01\u202e00</td>", `<td>0.01\u202e00</td>`},
+		{"<td>a\u200bb\u2066c\ufeff</td>", `<td>a\u200bb\u2066c\ufeff</td>`},
+		{"<td>\x1b[31m\x7f</td>", `<td>\u001b[31m\u007f</td>`},
+		{"<td>\U000e0041\xff</td>", `<td>\U000e0041\xff</td>`},
+		{"<td>東京🎉 é</td>", "<td>東京🎉 é</td>"},
+	} {
+		if got := string(HTML([]byte(c.in))); got != c.want {
+			t.Errorf("HTML(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+func FuzzHTML(f *testing.F) {
+	for _, s := range []string{"", "<p>x</p>\n", "a\u202eb", "\xff", "\U000e0041", "\t\r\n", "\u2028"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		out := HTML([]byte(in))
+		if !utf8.Valid(out) {
+			t.Fatalf("HTML(%q) = %q is not valid UTF-8", in, out)
+		}
+		for _, r := range string(out) {
+			if r != '\n' && r != '\r' && r != '\t' && forbidden(r) {
+				t.Fatalf("HTML(%q) = %q still holds %U", in, out, r)
+			}
+		}
+		if utf8.ValidString(in) && !strings.ContainsFunc(in, func(r rune) bool { return r != '\n' && r != '\r' && r != '\t' && NeedsEscape(r) }) && string(out) != in {
+			t.Fatalf("HTML changed clean input %q to %q", in, out)
+		}
+	})
+}

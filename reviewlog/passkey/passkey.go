@@ -160,6 +160,21 @@ func VerifyDecision(c Credential, a Assertion, decisionHash string) error {
 	return Verify(c, a, ch)
 }
 
+// ErrCloned marks an assertion whose signature counter did not grow past
+// the last one seen from the same credential.
+var ErrCloned = errors.New("passkey signature counter did not grow")
+
+// CheckSignCount applies WebAuthn's clone detection: an authenticator that
+// counts its signatures gives each a counter above the last; got at or
+// below last means another authenticator holds the same key. Two zeros are
+// an authenticator that does not count (many synced passkeys), and pass.
+func CheckSignCount(last, got uint32) error {
+	if (got != 0 || last != 0) && got <= last {
+		return fmt.Errorf("%w: this assertion's signature counter is %d, not above the %d seen before from the same passkey — the authenticator may have been cloned", ErrCloned, got, last)
+	}
+	return nil
+}
+
 // SignCount is the authenticator's signature counter in a.
 func SignCount(a Assertion) (uint32, error) {
 	p, err := parse(a)

@@ -161,3 +161,24 @@ func FuzzDecodeModel(f *testing.F) {
 		}
 	})
 }
+
+func TestCheckSignCount(t *testing.T) {
+	for _, c := range []struct {
+		last, got uint32
+		ok        bool
+	}{
+		{0, 0, true},  // an authenticator that does not count
+		{0, 1, true},  // the first counted signature
+		{5, 6, true},  // grew
+		{5, 90, true}, // grew by more than one (signatures elsewhere)
+		{5, 5, false}, // the same counter twice: a clone
+		{5, 4, false}, // went back: a clone
+		{5, 0, false}, // a counter that stopped counting
+		{0xffffffff, 0xffffffff, false},
+	} {
+		err := passkey.CheckSignCount(c.last, c.got)
+		if (err == nil) != c.ok || (err != nil && !errors.Is(err, passkey.ErrCloned)) {
+			t.Errorf("CheckSignCount(%d, %d) = %v", c.last, c.got, err)
+		}
+	}
+}
