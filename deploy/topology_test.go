@@ -598,21 +598,21 @@ func runK8sTopology(t *testing.T, bin string, cfg finalConfig, v k8sVariant) {
 	t.Logf("%s: ready and answering (%s)", v.name, strconv.Quote(check.Decision))
 }
 
-// readmeTenantsCommand is the server command line of the README's Tenants
-// section, continuation lines joined.
+// readmeTenantsCommand is the server command line of the Tenants section of
+// docs/http.md, continuation lines joined.
 func readmeTenantsCommand(t *testing.T) []string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "README.md"))
+	data, err := os.ReadFile(filepath.Join("..", "docs", "http.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(data), "\n### Tenants\n")
+	_, section, ok := strings.Cut(string(data), "\n## Tenants\n")
 	if !ok {
-		t.Fatal("the README has no Tenants section")
+		t.Fatal("docs/http.md has no Tenants section")
 	}
 	_, block, ok := strings.Cut(section, "```sh\n")
 	if !ok {
-		t.Fatal("the README's Tenants section has no sh block")
+		t.Fatal("the Tenants section of docs/http.md has no sh block")
 	}
 	block, _, _ = strings.Cut(block, "```")
 	for _, line := range strings.Split(strings.ReplaceAll(block, "\\\n", " "), "\n") {
@@ -620,7 +620,7 @@ func readmeTenantsCommand(t *testing.T) []string {
 			return f[1:]
 		}
 	}
-	t.Fatal("the README's Tenants block has no server command with --http and --tenants-dir")
+	t.Fatal("the Tenants block of docs/http.md has no server command with --http and --tenants-dir")
 	return nil
 }
 

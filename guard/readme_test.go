@@ -7,10 +7,11 @@ import (
 	"testing"
 )
 
-// The README's example guard config loads and sets every key there is, and
-// the README's rule table names every rule.
+// The documented example guard config (docs/rules.md, which the README
+// links as the policy reference) loads and sets every key there is, and the
+// page's rule table names every rule.
 func TestReadmeExampleConfig(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join("..", "README.md"))
+	data, err := os.ReadFile(filepath.Join("..", "docs", "rules.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -18,7 +19,7 @@ func TestReadmeExampleConfig(t *testing.T) {
 	const intro = "`--guard-config haia-guard.config.json`"
 	i := strings.Index(text, intro)
 	if i < 0 {
-		t.Fatal("the README has no guard config section")
+		t.Fatal("docs/rules.md has no guard config section")
 	}
 	start := strings.Index(text[i:], "```json\n")
 	end := strings.Index(text[i+start+8:], "```")
@@ -28,11 +29,11 @@ func TestReadmeExampleConfig(t *testing.T) {
 	example := text[i+start+8 : i+start+8+end]
 	c, err := ParseConfig([]byte(example), "/etc/haia")
 	if err != nil {
-		t.Fatalf("the README's example config does not load: %v", err)
+		t.Fatalf("docs/rules.md's example config does not load: %v", err)
 	}
 	for _, k := range ConfigKeys() {
 		if !strings.Contains(example, `"`+k+`"`) {
-			t.Errorf("the README's example config does not set %s", k)
+			t.Errorf("docs/rules.md's example config does not set %s", k)
 		}
 	}
 	if c.For("research-bot").TotalLimit.Amount.String() != "5000000" || c.For("batch-job").Velocity != (Velocity{}) {
@@ -40,7 +41,7 @@ func TestReadmeExampleConfig(t *testing.T) {
 	}
 	ts := strings.Index(text, "| # | rule")
 	if ts < 0 {
-		t.Fatal("the README has no rule table")
+		t.Fatal("docs/rules.md has no rule table")
 	}
 	table := text[ts:]
 	table = table[:strings.Index(table, "\n\n")]
@@ -48,7 +49,7 @@ func TestReadmeExampleConfig(t *testing.T) {
 		RuleUnparseableAmount, RuleAssetMismatch, RulePerCounterparty, RuleMixedAssets, RuleUnparseableHistory, RuleTotalLimit,
 		RuleVelocity, RuleDuplicatePayment, RuleReviewAbove} {
 		if !strings.Contains(table, "`"+rule+"`") {
-			t.Errorf("the README's rule table does not name %s", rule)
+			t.Errorf("docs/rules.md's rule table does not name %s", rule)
 		}
 	}
 }

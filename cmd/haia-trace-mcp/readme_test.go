@@ -12,13 +12,26 @@ import (
 )
 
 // The README's host set-ups, first-hour commands, example event line and
-// example template stay true to the binary.
+// example template, and every server command line of the pages under docs/,
+// stay true to the binary.
 func TestREADMEExamplesHold(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	readme := string(data)
+	pages, err := filepath.Glob(filepath.Join("..", "..", "docs", "*.md"))
+	if err != nil || len(pages) == 0 {
+		t.Fatalf("no pages under docs/: %v", err)
+	}
+	docs := map[string]string{"README.md": readme}
+	for _, p := range pages {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs["docs/"+filepath.Base(p)] = string(b)
+	}
 	flagsOf := func(args ...string) map[string]bool {
 		known := map[string]bool{}
 		out, _, _ := runIn(append(args, "--help")...)
@@ -29,29 +42,33 @@ func TestREADMEExamplesHold(t *testing.T) {
 	}
 	serveFlags, proxyFlags := flagsOf(), flagsOf("proxy")
 	// Every flag the Claude Desktop block and the server lines pass exists.
-	blocks := regexp.MustCompile("(?s)```(json|sh)\n(.*?)```").FindAllStringSubmatch(readme, -1)
-	checked := 0
-	for _, b := range blocks {
-		// A block that starts the guard proxy passes the proxy's flags.
-		known := serveFlags
-		if strings.Contains(b[2], `["proxy"`) {
-			known = proxyFlags
-		}
-		for _, line := range strings.Split(b[2], "\n") {
-			server := (strings.Contains(line, "haia-trace-mcp --dir") && !strings.Contains(line, "go run ./tools/")) || strings.Contains(line, `"args"`) || strings.Contains(line, `"--guard-config"`)
-			if !server {
-				continue
+	checked, checkedReadme := 0, 0
+	for name, text := range docs {
+		for _, b := range regexp.MustCompile("(?s)```(json|sh)\n(.*?)```").FindAllStringSubmatch(text, -1) {
+			// A block that starts the guard proxy passes the proxy's flags.
+			known := serveFlags
+			if strings.Contains(b[2], `["proxy"`) {
+				known = proxyFlags
 			}
-			for _, f := range regexp.MustCompile(`(--[a-z0-9-]+)`).FindAllString(line, -1) {
-				checked++
-				if !known[f] {
-					t.Errorf("README passes %s to the server, which has no such flag: %s", f, strings.TrimSpace(line))
+			for _, line := range strings.Split(b[2], "\n") {
+				server := (strings.Contains(line, "haia-trace-mcp --dir") && !strings.Contains(line, "go run ./tools/")) || strings.Contains(line, `"args"`) || strings.Contains(line, `"--guard-config"`)
+				if !server {
+					continue
+				}
+				for _, f := range regexp.MustCompile(`(--[a-z0-9-]+)`).FindAllString(line, -1) {
+					checked++
+					if name == "README.md" {
+						checkedReadme++
+					}
+					if !known[f] {
+						t.Errorf("%s passes %s to the server, which has no such flag: %s", name, f, strings.TrimSpace(line))
+					}
 				}
 			}
 		}
 	}
-	if checked < 5 {
-		t.Fatalf("only %d server flags found in the README's set-ups; the test lost its footing", checked)
+	if checkedReadme < 12 || checked < 25 {
+		t.Fatalf("only %d server flags found in the README's set-ups (%d with docs/); the test lost its footing", checkedReadme, checked)
 	}
 	// The example event line is a valid Event Contract line.
 	line := regexp.MustCompile(`(?m)^\{"event_id":"op-1-2".*\}$`).FindString(readme)
