@@ -123,6 +123,9 @@ type k8sVariant struct {
 	// postgres: the guard's state in PostgreSQL (k8sPostgresDir's files in
 	// place of the file store's Deployment); nothing writes the Trace root.
 	postgres bool
+	// tenants: one Trace root per tenant under --tenants-dir
+	// (k8sTenantsDir's Deployment in place of the file store's).
+	tenants  bool
 	replicas int32
 	files    []string
 }
@@ -130,6 +133,10 @@ type k8sVariant struct {
 // k8sPostgresDir holds the PostgreSQL variant: its Deployment replaces
 // deployment.yaml; the other manifests are shared.
 const k8sPostgresDir = k8sDir + "/postgres"
+
+// k8sTenantsDir holds the tenants variant: its Deployment replaces
+// deployment.yaml; the other manifests are shared.
+const k8sTenantsDir = k8sDir + "/tenants"
 
 func globManifests(t *testing.T, dir string) []string {
 	t.Helper()
@@ -150,7 +157,8 @@ func k8sVariants(t *testing.T) []k8sVariant {
 	pg := slices.DeleteFunc(slices.Clone(shared), func(f string) bool { return f == fileDeployment })
 	return []k8sVariant{
 		{name: "file store", replicas: 2, files: shared},
-		{name: "postgres store", postgres: true, replicas: 3, files: append(pg, globManifests(t, k8sPostgresDir)...)},
+		{name: "postgres store", postgres: true, replicas: 3, files: append(slices.Clone(pg), globManifests(t, k8sPostgresDir)...)},
+		{name: "tenants", tenants: true, replicas: 2, files: append(slices.Clone(pg), globManifests(t, k8sTenantsDir)...)},
 	}
 }
 
@@ -170,7 +178,7 @@ func loadK8s(t *testing.T) []k8sObject {
 // loadAllK8s is every manifest of every topology, each once.
 func loadAllK8s(t *testing.T) []k8sObject {
 	t.Helper()
-	return loadK8sFiles(t, append(globManifests(t, k8sDir), globManifests(t, k8sPostgresDir)...))
+	return loadK8sFiles(t, slices.Concat(globManifests(t, k8sDir), globManifests(t, k8sPostgresDir), globManifests(t, k8sTenantsDir)))
 }
 
 func loadK8sFiles(t *testing.T, files []string) []k8sObject {
@@ -586,6 +594,10 @@ func checkTraceMounts(t *testing.T, variant k8sVariant, objs []k8sObject) {
 	if !slices.Contains(pvc.Spec.AccessModes, corev1.ReadWriteMany) {
 		t.Errorf("claim %s: access modes %v; replicas on several nodes need ReadWriteMany", traceClaimName, pvc.Spec.AccessModes)
 	}
+	if variant.tenants {
+		checkTenantMounts(t, pod, traceVolumes)
+		return
+	}
 	dir := flagValue(container(t, pod, serverContainer).Args, "--dir")
 	if dir == "" {
 		t.Fatal("server has no --dir")
@@ -631,6 +643,112 @@ func checkTraceMounts(t *testing.T, variant k8sVariant, objs []k8sObject) {
 	if !variant.postgres && !sawGuard {
 		t.Errorf("server does not mount guard/ writable at %s/guard", dir)
 	}
+}
+
+// checkTenantMounts: with --tenants-dir each tenant's events/ is mounted
+// read-only and its guard/ writable at <tenants-dir>/<tenant>/, the only
+// subPaths of the Trace volume; only the layout init container mounts the
+// whole volume writable.
+func checkTenantMounts(t *testing.T, pod *corev1.PodSpec, traceVolumes map[string]bool) {
+	t.Helper()
+	srv := container(t, pod, serverContainer)
+	dir := flagValue(srv.Args, "--tenants-dir")
+	if dir == "" || flagValue(srv.Args, "--dir") != "" {
+		t.Fatalf("the tenants server takes --tenants-dir (%q) and no --dir (%q)", dir, flagValue(srv.Args, "--dir"))
+	}
+	if flagValue(srv.Args, "--tenant-claim") == "" {
+		t.Error("the tenants server names no --tenant-claim")
+	}
+	events, guards := tenantMounts(t, pod)
+	if len(events) < 2 {
+		t.Errorf("the tenants Deployment serves %d tenants; the example should show how several are laid out", len(events))
+	}
+	if !maps.Equal(events, guards) {
+		t.Errorf("tenants with events/ %v and with guard/ %v differ", events, guards)
+	}
+	for _, c := range allContainers(pod) {
+		for _, m := range c.VolumeMounts {
+			if !traceVolumes[m.Name] {
+				continue
+			}
+			tenant, sub, _ := strings.Cut(m.SubPath, "/")
+			switch {
+			case m.SubPath == "":
+				if c.Name != "trace-layout" && !m.ReadOnly {
+					t.Errorf("container %s mounts the whole Trace volume writable (events/ included)", c.Name)
+				}
+			case c.Name != serverContainer:
+				t.Errorf("container %s mounts subPath %q of the Trace volume", c.Name, m.SubPath)
+			case sub == "events" && (!m.ReadOnly || m.MountPath != dir+"/"+tenant+"/events"):
+				t.Errorf("tenant %s: events/ must be read-only at %s/%s/events (mounted at %s, read-only %v)", tenant, dir, tenant, m.MountPath, m.ReadOnly)
+			case sub == "guard" && (m.ReadOnly || m.MountPath != dir+"/"+tenant+"/guard"):
+				t.Errorf("tenant %s: guard/ must be writable at %s/%s/guard (mounted at %s, read-only %v)", tenant, dir, tenant, m.MountPath, m.ReadOnly)
+			case sub != "events" && sub != "guard":
+				t.Errorf("container %s mounts unexpected subPath %q of the Trace volume", c.Name, m.SubPath)
+			}
+		}
+	}
+}
+
+// tenantMounts names the tenants whose events/ and whose guard/ the server
+// container mounts (subPath <tenant>/events, <tenant>/guard).
+func tenantMounts(t *testing.T, pod *corev1.PodSpec) (events, guards map[string]bool) {
+	t.Helper()
+	events, guards = map[string]bool{}, map[string]bool{}
+	for _, m := range container(t, pod, serverContainer).VolumeMounts {
+		tenant, sub, ok := strings.Cut(m.SubPath, "/")
+		switch {
+		case ok && sub == "events":
+			events[tenant] = true
+		case ok && sub == "guard":
+			guards[tenant] = true
+		}
+	}
+	return events, guards
+}
+
+// TestKubernetesTenantsMatchesFileStore: the tenants Deployment differs from
+// the file store's only in how the Trace root is given and mounted: the
+// same probes, limits, security, signer and key installs.
+func TestKubernetesTenantsMatchesFileStore(t *testing.T) {
+	pods := map[string]*corev1.PodSpec{}
+	for _, v := range k8sVariants(t) {
+		pods[v.name] = &find[*appsv1.Deployment](t, loadK8sFiles(t, v.files), "haia-trace-mcp").Spec.Template.Spec
+	}
+	file, ten := pods["file store"], pods["tenants"]
+	if file == nil || ten == nil {
+		t.Fatalf("variants %v", slices.Collect(maps.Keys(pods)))
+	}
+	same := func(what string, a, b any) {
+		t.Helper()
+		if !reflect.DeepEqual(a, b) {
+			t.Errorf("%s differs between the file-store and tenants Deployments:\n%+v\n%+v", what, a, b)
+		}
+	}
+	same("pod securityContext", file.SecurityContext, ten.SecurityContext)
+	same("volumes", file.Volumes, ten.Volumes)
+	for _, name := range []string{signerContainer, keyInstallInit, "params-key-install"} {
+		same("container "+name, container(t, file, name), container(t, ten, name))
+	}
+	a, b := container(t, file, serverContainer), container(t, ten, serverContainer)
+	// The args, less how the root is named.
+	rootless := func(args []string, flags ...string) []string {
+		var out []string
+		for i := 0; i < len(args); i++ {
+			if slices.Contains(flags, args[i]) {
+				i++
+				continue
+			}
+			out = append(out, args[i])
+		}
+		return out
+	}
+	same("server args besides the root", rootless(a.Args, "--dir"), rootless(b.Args, "--tenants-dir", "--tenant-claim"))
+	same("server image", a.Image, b.Image)
+	same("server ports", a.Ports, b.Ports)
+	same("server probes", []*corev1.Probe{a.StartupProbe, a.LivenessProbe, a.ReadinessProbe}, []*corev1.Probe{b.StartupProbe, b.LivenessProbe, b.ReadinessProbe})
+	same("server securityContext", a.SecurityContext, b.SecurityContext)
+	same("server resources", a.Resources, b.Resources)
 }
 
 // TestKubernetesWiring: every Secret, ConfigMap and key a pod refers to

@@ -15,7 +15,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -517,14 +516,24 @@ func runK8sTopology(t *testing.T, bin string, cfg finalConfig, v k8sVariant) {
 	}
 
 	// A recorder wrote a run into events/ before the pod started (on
-	// PostgreSQL the Trace root is the recorders' alone).
-	traceRoot := p.in(srv, flagValue(srv.Args, "--dir"))
-	rec, err := simrec.New(traceRoot, "run-topology", time.Now().Add(-time.Hour))
-	if err != nil {
-		t.Fatal(err)
+	// PostgreSQL the Trace root is the recorders' alone), into each
+	// tenant's root with tenants.
+	roots := map[string]string{"": p.in(srv, flagValue(srv.Args, "--dir"))}
+	if v.tenants {
+		roots = map[string]string{}
+		events, _ := tenantMounts(t, spec)
+		for tenant := range events {
+			roots[tenant] = p.in(srv, flagValue(srv.Args, "--tenants-dir")+"/"+tenant)
+		}
 	}
-	if err := rec.Pay(simrec.Payment{OperationID: "op-silent", URL: "https://seller.example/x", PayTo: sellerSilent, Amount: "100000", Outcome: "unsettled"}); err != nil {
-		t.Fatal(err)
+	for _, root := range roots {
+		rec, err := simrec.New(root, "run-topology", time.Now().Add(-time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rec.Pay(simrec.Payment{OperationID: "op-silent", URL: "https://seller.example/x", PayTo: sellerSilent, Amount: "100000", Outcome: "unsettled"}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	p.readOnly(srv)
 	p.readOnly(signer)
@@ -551,9 +560,35 @@ func runK8sTopology(t *testing.T, bin string, cfg finalConfig, v k8sVariant) {
 	logs := p.start(srv, srvArgs, p.containerEnv(srv, objs, secrets))
 	p.waitProbes(srv, logs)
 
-	// Ready means it answers: list the recorder's operation and ask.
+	// Ready means it answers: list the recorder's operation and ask (each
+	// tenant, with a token naming it).
+	for tenant, root := range roots {
+		ask(t, p, srv, iss, publicURL, tenant, logs)
+		if v.postgres {
+			// Nothing was written under the read-only Trace root.
+			if _, err := os.Stat(filepath.Join(root, "guard")); err == nil {
+				t.Errorf("the PostgreSQL topology wrote guard/ under the Trace root")
+			}
+		}
+	}
+	if code, body, _ := p.probe(srv.ReadinessProbe); code != http.StatusOK {
+		t.Errorf("readiness after the questions: %d %q", code, body)
+	}
+	t.Logf("%s: ready and answering", v.name)
+}
+
+// ask lists the recorder's operation and asks about its silent seller as
+// an agent of tenant (none when ""), the way a client behind the public URL
+// would: it must list one operation and open a review.
+func ask(t *testing.T, p *pod, srv corev1.Container, iss *authtest.Issuer, publicURL, tenant string, logs *proc) {
+	t.Helper()
 	u := strings.TrimPrefix(strings.TrimPrefix(publicURL, "https://"), "http://")
-	tok, err := iss.Token("topology-agent", []string{"trace:read", "trace:guard"}, time.Now(), time.Hour)
+	claims := map[string]any{"iss": iss.Issuer, "aud": iss.Resource, "sub": "topology-agent",
+		"iat": time.Now().Unix(), "exp": time.Now().Add(time.Hour).Unix(), "scope": "trace:read trace:guard"}
+	if tenant != "" {
+		claims[flagValue(srv.Args, "--tenant-claim")] = tenant
+	}
+	tok, err := iss.Sign(claims)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -576,7 +611,7 @@ func runK8sTopology(t *testing.T, bin string, cfg finalConfig, v k8sVariant) {
 	}
 	callJSON(t, cs, "list_operations", map[string]any{}, &ops)
 	if len(ops.Operations) != 1 || ops.Operations[0].OperationID != "op-silent" {
-		t.Fatalf("list_operations: %+v", ops)
+		t.Fatalf("list_operations (tenant %q): %+v", tenant, ops)
 	}
 	var check struct {
 		Decision string `json:"decision"`
@@ -584,18 +619,8 @@ func runK8sTopology(t *testing.T, bin string, cfg finalConfig, v k8sVariant) {
 	}
 	callJSON(t, cs, "check_before_pay", map[string]any{"counterparty": sellerSilent, "amount": "0.10"}, &check)
 	if check.Decision != "review" || check.ReviewID == "" {
-		t.Fatalf("check_before_pay for the silent seller: %+v\n%s", check, logs)
+		t.Fatalf("check_before_pay for the silent seller (tenant %q): %+v\n%s", tenant, check, logs)
 	}
-	if v.postgres {
-		// Nothing was written under the read-only Trace root.
-		if _, err := os.Stat(filepath.Join(traceRoot, "guard")); err == nil {
-			t.Errorf("the PostgreSQL topology wrote guard/ under the Trace root")
-		}
-	}
-	if code, body, _ := p.probe(srv.ReadinessProbe); code != http.StatusOK {
-		t.Errorf("readiness after the question: %d %q", code, body)
-	}
-	t.Logf("%s: ready and answering (%s)", v.name, strconv.Quote(check.Decision))
 }
 
 // readmeTenantsCommand is the server command line of the Tenants section of
