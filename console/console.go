@@ -117,10 +117,41 @@ type enrolment struct {
 	collected  bool
 }
 
+// ParseURL reads the address people open the console at: an absolute
+// http(s) URL ending in /console/, without user, query or fragment, plain
+// http only on a loopback host (browsers allow passkeys only on https or
+// localhost).
+func ParseURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("console: the console URL %q cannot be read: %w", clip(raw), err)
+	}
+	if err := checkURL(u); err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
+func checkURL(u *url.URL) error {
+	if u == nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || !strings.HasSuffix(u.Path, "/console/") ||
+		u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return errors.New("console: the console URL must be an absolute http(s) URL ending in /console/, without user, query or fragment")
+	}
+	if u.Scheme == "http" && !isLoopbackName(u.Hostname()) {
+		return fmt.Errorf("console: %s://%s is plain http on a host that is not loopback; browsers allow passkeys only on https or localhost — serve it behind TLS", u.Scheme, u.Host)
+	}
+	return nil
+}
+
+// PageOf is the page of review id under the console at u.
+func PageOf(u *url.URL, id string) string {
+	return u.Scheme + "://" + u.Host + u.Path + "reviews/" + url.PathEscape(id)
+}
+
 // New checks cfg and builds the console.
 func New(cfg Config) (*Console, error) {
-	if cfg.URL == nil || (cfg.URL.Scheme != "http" && cfg.URL.Scheme != "https") || cfg.URL.Host == "" || !strings.HasSuffix(cfg.URL.Path, "/console/") {
-		return nil, errors.New("console: the console URL must be an absolute http(s) URL ending in /console/")
+	if err := checkURL(cfg.URL); err != nil {
+		return nil, err
 	}
 	if cfg.Log == nil || cfg.Passkeys == nil || cfg.Decider.Log == nil || cfg.Decider.Chains == nil {
 		return nil, errors.New("console: a review log, the server's chains and the trusted passkeys are required")
@@ -139,9 +170,6 @@ func New(cfg Config) (*Console, error) {
 	}
 	host := cfg.URL.Hostname()
 	origin := cfg.URL.Scheme + "://" + cfg.URL.Host
-	if cfg.URL.Scheme == "http" && !isLoopbackName(host) {
-		return nil, fmt.Errorf("console: %s is plain http on a host that is not loopback; browsers allow passkeys only on https or localhost — serve it behind TLS", origin)
-	}
 	wa, err := webauthn.New(&webauthn.Config{
 		RPID: host, RPDisplayName: "haia-trace-mcp reviewers", RPOrigins: []string{origin},
 		AttestationPreference: protocol.PreferNoAttestation,
@@ -226,7 +254,7 @@ func (c *Console) Origin() string { return c.origin }
 
 // ReviewURL is the page of one review.
 func (c *Console) ReviewURL(id string) string {
-	return c.origin + c.base + "reviews/" + url.PathEscape(id)
+	return PageOf(c.cfg.URL, id)
 }
 
 // Handler serves the console under its base path.

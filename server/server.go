@@ -77,6 +77,9 @@ type Server struct {
 	// toolScopes are the per-tool scopes of the HTTP front (tool → scope);
 	// tools/list shows a caller only the tools its token may call.
 	toolScopes atomic.Pointer[map[string]string]
+	// links keeps the answers that asked a client to show a review's
+	// console page, for the client's retry (see review_link.go).
+	links linkStates
 }
 
 // SetToolScopes tells the server which scope each tool needs beyond the
@@ -257,7 +260,7 @@ func userErrorf(format string, a ...any) error { return &toolError{msg: fmt.Spri
 func (s *Server) wrap(name string, h func(ctx context.Context, raw any) (*mcp.CallToolResult, error)) mcpserver.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		start := s.cfg.Now()
-		res, err := h(ctx, arguments(req))
+		res, err := h(withRoundTrip(ctx, req.Params.MultiRoundTripParams), arguments(req))
 		if err != nil {
 			var te *toolError
 			if errors.As(err, &te) {

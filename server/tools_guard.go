@@ -160,11 +160,19 @@ func (s *Server) checkBeforePay(ctx context.Context, raw any) (*mcp.CallToolResu
 	if msg := a.err(); msg != "" {
 		return nil, userErrorf("%s", msg)
 	}
+	kept, retried := s.retriedAnswer(ctx, "check_before_pay")
+	if kept != nil {
+		return kept, nil
+	}
 	ans, err := s.guard.Engine.CheckWith(ctx, s.callerID(ctx), q, engine.CheckOptions{DryRun: dry})
 	if err != nil {
 		return nil, engineError(err)
 	}
-	return structured(ans, renderCheck(ans)), nil
+	res := structured(ans, renderCheck(ans))
+	if ans.Decision == guard.Review && !ans.DryRun {
+		return s.askToShowLink(ctx, "check_before_pay", ans.ReviewID, ans.ReviewURL, retried, res), nil
+	}
+	return res, nil
 }
 
 // engineError passes the engine's caller-facing messages through and keeps
@@ -214,6 +222,9 @@ func renderCheck(res engine.Answer) string {
 	if res.DryRun {
 		b.WriteString("Not recorded: a dry run signs no receipt.\n")
 		return b.String()
+	}
+	if res.Decision == guard.Review && res.ReviewURL != "" {
+		fmt.Fprintf(&b, "A reviewer decides at %s\n", res.ReviewURL)
 	}
 	fmt.Fprintf(&b, "Recorded as signed receipt %s.\n", res.ReceiptID)
 	return b.String()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/payment"
 )
 
@@ -49,6 +50,10 @@ func (s *Server) authorizePayment(ctx context.Context, raw any) (*mcp.CallToolRe
 	if msg := a.err(); msg != "" {
 		return nil, userErrorf("%s", msg)
 	}
+	kept, retried := s.retriedAnswer(ctx, "authorize_payment")
+	if kept != nil {
+		return kept, nil
+	}
 	res, err := s.guard.Payments.Authorize(ctx, s.callerID(ctx), payment.Request{PaymentRequired: pr, Resource: resource})
 	if err != nil {
 		var refused *payment.RefusedError
@@ -57,7 +62,11 @@ func (s *Server) authorizePayment(ctx context.Context, raw any) (*mcp.CallToolRe
 		}
 		return nil, engineError(err)
 	}
-	return structured(res, renderAuthorize(res)), nil
+	out := structured(res, renderAuthorize(res))
+	if res.Decision == guard.Review {
+		return s.askToShowLink(ctx, "authorize_payment", res.ReviewID, res.ReviewURL, retried, out), nil
+	}
+	return out, nil
 }
 
 func renderAuthorize(res payment.Result) string {
@@ -75,6 +84,9 @@ func renderAuthorize(res payment.Result) string {
 	}
 	for _, r := range res.Reasons {
 		fmt.Fprintf(&b, "- %s: %s\n", r.Rule, r.Detail)
+	}
+	if res.Decision == guard.Review && res.ReviewURL != "" {
+		fmt.Fprintf(&b, "A reviewer decides at %s\n", res.ReviewURL)
 	}
 	fmt.Fprintf(&b, "Recorded as signed receipt %s.\n", res.ReceiptID)
 	return b.String()

@@ -3,12 +3,16 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/softauthn"
 )
@@ -38,8 +42,14 @@ func TestConsoleEndToEnd(t *testing.T) {
 	port := freePort(t)
 	base := "http://localhost:" + port + "/console/"
 	var serverErr lockedBuffer
+	// The notification hook records its environment and what it read.
+	hookOut := filepath.Join(t.TempDir(), "hook")
+	hook := filepath.Join(t.TempDir(), "hook.sh")
+	if err := os.WriteFile(hook, []byte(fmt.Sprintf("#!/bin/sh\n{ printf '%%s\\n' \"$HAIA_REVIEW_ID $HAIA_REVIEW_URL\"; cat; echo; } >> %q\n", hookOut)), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	cs := mcpSession(t, &serverErr, "--dir", root, "--key-file", filepath.Join(t.TempDir(), "signing.pem"), "--agent-id", "loop-agent",
-		"--reviewers", reviewers, "--console", "--console-addr", "127.0.0.1:"+port)
+		"--reviewers", reviewers, "--console", "--console-addr", "127.0.0.1:"+port, "--notify-command", hook)
 
 	// Enrolment: the command prints the link and waits.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -104,10 +114,39 @@ func TestConsoleEndToEnd(t *testing.T) {
 		return a
 	}
 	var first map[string]any
-	decodeStructured(t, callTool(t, cs, "check_before_pay", map[string]any{"counterparty": sellerB, "amount": "0.1"}), &first)
+	res1 := callTool(t, cs, "check_before_pay", map[string]any{"counterparty": sellerB, "amount": "0.1"})
+	decodeStructured(t, res1, &first)
 	r1 := checkAnswer{Decision: first["decision"].(string), ReviewID: first["review_id"].(string)}
-	if r1.Decision != "review" || first["review_url"] != base+"reviews/"+r1.ReviewID {
+	link1 := base + "reviews/" + r1.ReviewID
+	if r1.Decision != "review" || first["review_url"] != link1 {
 		t.Fatalf("first answer (review_url %v): %+v", first["review_url"], first)
+	}
+	if text := resultText(res1); !strings.Contains(text, "A reviewer decides at "+link1+"\n") {
+		t.Fatalf("the answer's text does not give the link:\n%s", text)
+	}
+	// The hook got the link in its environment and in the review it read.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		data, _ := os.ReadFile(hookOut)
+		if strings.Contains(string(data), r1.ReviewID+" "+link1+"\n") && strings.Contains(string(data), `"review_url":"`+link1+`"`) &&
+			strings.Contains(string(data), "Decide at "+link1+" or with") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the notification hook did not get the link:\n%s\n%s", data, serverErr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// review list and show give the page with the server's console URL.
+	out1, errOut1, code1 := runCLI(t, "review", "list", "--dir", root, "--reviewers", reviewers, "--console-url", base)
+	if code1 != 0 || !strings.Contains(out1, "LINK") || !strings.Contains(out1, link1) {
+		t.Fatalf("review list --console-url: %d\n%s\n%s", code1, out1, errOut1)
+	}
+	if out, errOut, code := runCLI(t, "review", "show", r1.ReviewID, "--dir", root, "--reviewers", reviewers, "--console-url", base); code != 0 || !strings.Contains(out, "console: "+link1+"\n") {
+		t.Fatalf("review show --console-url: %d\n%s\n%s", code, out, errOut)
+	}
+	if _, errOut, code := runCLI(t, "review", "list", "--dir", root, "--reviewers", reviewers, "--console-url", "http://reviews.example/console/"); code != exitUsage || !strings.Contains(errOut, "TLS") {
+		t.Fatalf("review list with a plain-http public console URL: %d %s", code, errOut)
 	}
 	if err := b.SignIn(); err != nil {
 		t.Fatal(err)
@@ -149,5 +188,84 @@ func TestConsoleEndToEnd(t *testing.T) {
 	decodeStructured(t, callTool(t, cs, "get_review_status", map[string]any{"review_id": r1.ReviewID}), &st)
 	if st["status"] == "approved" {
 		t.Fatalf("an approval by a removed passkey still counts: %v", st)
+	}
+}
+
+// elicitingSession connects a client that answers elicitations into got
+// and declares the elicitation modes caps names.
+func elicitingSession(t *testing.T, caps *mcp.ElicitationCapabilities, got chan<- *mcp.ElicitParams, stderr *lockedBuffer, args ...string) *mcp.ClientSession {
+	t.Helper()
+	client := mcp.NewClient(&mcp.Implementation{Name: "e2e-eliciting", Version: "1"}, &mcp.ClientOptions{
+		Capabilities: &mcp.ClientCapabilities{Elicitation: caps},
+		ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			got <- req.Params
+			return &mcp.ElicitResult{Action: "accept"}, nil
+		},
+	})
+	cmd := exec.Command(binPath, args...)
+	cmd.Stderr = stderr
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v (stderr: %s)", err, stderr.String())
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// TestConsoleAsksClientToShowLink: a client that declares URL-mode
+// elicitation is asked to show the review's console page when an answer is
+// "review"; one that declares only form mode is sent nothing.
+func TestConsoleAsksClientToShowLink(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		caps *mcp.ElicitationCapabilities
+		want bool
+	}{
+		{"url mode declared", &mcp.ElicitationCapabilities{URL: &mcp.URLElicitationCapabilities{}}, true},
+		{"form mode only", &mcp.ElicitationCapabilities{Form: &mcp.FormElicitationCapabilities{}}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			root := loopRoot(t)
+			port := freePort(t)
+			base := "http://localhost:" + port + "/console/"
+			got := make(chan *mcp.ElicitParams, 4)
+			var serverErr lockedBuffer
+			cs := elicitingSession(t, c.caps, got, &serverErr, "--dir", root, "--key-file", filepath.Join(t.TempDir(), "signing.pem"), "--agent-id", "loop-agent",
+				"--reviewers", filepath.Join(t.TempDir(), "reviewers.json"), "--console", "--console-addr", "127.0.0.1:"+port)
+			var a map[string]any
+			decodeStructured(t, callTool(t, cs, "check_before_pay", map[string]any{"counterparty": sellerB, "amount": "0.1"}), &a)
+			if a["decision"] != "review" {
+				t.Fatalf("answer: %v", a)
+			}
+			link := base + "reviews/" + a["review_id"].(string)
+			// An allow is never followed by a link.
+			decodeStructured(t, callTool(t, cs, "check_before_pay", map[string]any{"counterparty": sellerB, "amount": "0.1", "dry_run": true}), &a)
+			select {
+			case p := <-got:
+				if !c.want {
+					t.Fatalf("a client without URL mode was sent %+v", p)
+				}
+				if p.Mode != "url" || p.URL != link || p.ElicitationID != "review:"+strings.TrimPrefix(link, base+"reviews/") || !strings.Contains(p.Message, "passkey") {
+					t.Fatalf("elicitation %+v, want url mode with %s", p, link)
+				}
+			case <-time.After(3 * time.Second):
+				if c.want {
+					t.Fatalf("no elicitation arrived (server: %s)", serverErr.String())
+				}
+			}
+			select {
+			case p := <-got:
+				t.Fatalf("a second elicitation (after a dry run): %+v", p)
+			case <-time.After(500 * time.Millisecond):
+			}
+			// The answer the client got after showing the link is the one
+			// computed on the first call (the engine was asked once).
+			if kept := strings.Contains(serverErr.String(), `"answer_kept":true`); kept != c.want || strings.Count(serverErr.String(), `"outcome":"opened"`) != 1 ||
+				strings.Count(serverErr.String(), `"msg":"check_before_pay"`) != 1 {
+				t.Fatalf("the engine was not asked exactly once, or the kept answer was not used:\n%s", serverErr.String())
+			}
+		})
 	}
 }

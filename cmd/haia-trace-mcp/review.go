@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/console"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
@@ -32,8 +33,8 @@ const (
 )
 
 const reviewUsage = `usage:
-  haia-trace-mcp review list [--dir .trace] [--all] [--json] [--reviewers F] [--guard-config C]
-  haia-trace-mcp review show <review_id> [--dir .trace] [--json] [--reviewers F] [--guard-config C]
+  haia-trace-mcp review list [--dir .trace] [--all] [--json] [--console-url U] [--reviewers F] [--guard-config C]
+  haia-trace-mcp review show <review_id> [--dir .trace] [--json] [--console-url U] [--reviewers F] [--guard-config C]
   haia-trace-mcp review approve <review_id> [--note "…"] [--terms HASH] [--reviewer-key K] [--by ID] [--reviewers F] [--dir .trace] [--json]
   haia-trace-mcp review reject  <review_id> [--note "…"] [--terms HASH] [--reviewer-key K] [--by ID] [--reviewers F] [--dir .trace] [--json]
   haia-trace-mcp review watch [--dir .trace] [--json] [--interval 1s]
@@ -50,6 +51,7 @@ the rules that asked — is shown as the server signed it when it opened the rev
 unsigned record disagrees, the review reads TAMPERED and cannot be decided. A decision signs
 a hash the CLI computes itself from those terms, the decision and the note; --terms HASH
 (the terms hash review show printed) refuses the decision unless the terms are still those.
+With --console-url (the server's), list and show give each review's console page (review_url).
 
 exit codes: 0 done, 1 error, 2 usage (or --dir is not a Trace root), 3 unknown review id,
 4 already decided, 5 review log lock not obtained, 6 reviewer key not trusted, 7 review expired,
@@ -77,7 +79,7 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	asJSON := fs.Bool("json", false, "print JSON")
 	lockWait := fs.Duration("lock-wait", 5*time.Second, "how long to wait for the review log's lock")
 	var all *bool
-	var note, by, reviewerKey, expectTerms *string
+	var note, by, reviewerKey, expectTerms, consoleURL *string
 	reviewers := fs.String("reviewers", "", "the trusted reviewers file (default: reviewers.json in the user configuration directory)")
 	guardConfig := fs.String("guard-config", "", "the guard policy, for reviewTtlMinutes (default: the policy the server recorded in the store; a different file is refused)")
 	tenant := fs.String("tenant", "", "the tenant: with --tenants-dir its root is DIR/<tenant>; written as scope.tenant into decision receipts (default haia-trace-mcp)")
@@ -89,7 +91,9 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		olderThan = fs.Duration("older-than", 90*24*time.Hour, "archive final reviews whose last line is older than this")
 	case "list":
 		all = fs.Bool("all", false, "include decided reviews")
+		consoleURL = fs.String("console-url", "", "the reviewer console's address, as the server's --console-url: list each review's page (review_url)")
 	case "show":
+		consoleURL = fs.String("console-url", "", "the reviewer console's address, as the server's --console-url: show the review's page (review_url)")
 	case "approve", "reject":
 		note = fs.String("note", "", "why (kept in the log)")
 		by = fs.String("by", "", "who decides (default, and it must be: the reviewer id of --reviewer-key)")
@@ -109,6 +113,14 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	if code, ok := c.wantArgs(pos, wantArgs, wantArgs, what); !ok {
 		return code
+	}
+	var pageOf func(id string) string
+	if consoleURL != nil && *consoleURL != "" {
+		u, err := console.ParseURL(*consoleURL)
+		if err != nil {
+			return c.failf("--console-url: %v", err)
+		}
+		pageOf = func(id string) string { return console.PageOf(u, id) }
 	}
 
 	if *tenantsDir != "" {
@@ -158,6 +170,11 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		if err != nil {
 			return reviewFailed(stderr, verb, err)
 		}
+		if pageOf != nil {
+			for i := range reviews {
+				reviews[i].ReviewURL = pageOf(reviews[i].ID)
+			}
+		}
 		if *asJSON {
 			return reviewWriteJSON(stdout, stderr, map[string]any{"reviews": reviews})
 		}
@@ -168,6 +185,9 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		r, err := log.Get(ctx, pos[0])
 		if err != nil {
 			return reviewFailed(stderr, verb, err)
+		}
+		if pageOf != nil {
+			r.ReviewURL = pageOf(r.ID)
 		}
 		// The reservations that bear on it: what allows to its payee still
 		// hold, as the log records them and the signed chain backs them.
@@ -185,6 +205,9 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			}{r, bearing, len(rv.Held), rv.Problems})
 		}
 		reviewPrintOne(stdout, r, pol.Assets, func(ref guard.Ref) string { return explainRef(root, r.Template, ref) })
+		if r.ReviewURL != "" {
+			fmt.Fprintf(stdout, "console: %s\n", r.ReviewURL)
+		}
 		reviewPrintReservations(stdout, bearing, rv)
 		return exitOK
 	}
@@ -289,7 +312,12 @@ func reviewPrintList(w io.Writer, reviews []reviewlog.Review, all bool, assets g
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "REVIEW ID\tSTATUS\tCREATED\tCALLER\tCOUNTERPARTY\tAMOUNT\tASSET\tRESOURCE\tRULES")
+	links := reviews[0].ReviewURL != ""
+	if links {
+		fmt.Fprintln(tw, "REVIEW ID\tSTATUS\tCREATED\tCALLER\tCOUNTERPARTY\tAMOUNT\tASSET\tRESOURCE\tRULES\tLINK")
+	} else {
+		fmt.Fprintln(tw, "REVIEW ID\tSTATUS\tCREATED\tCALLER\tCOUNTERPARTY\tAMOUNT\tASSET\tRESOURCE\tRULES")
+	}
 	tampered := 0
 	for _, r := range reviews {
 		status := r.Status
@@ -304,8 +332,12 @@ func reviewPrintList(w io.Writer, reviews []reviewlog.Review, all bool, assets g
 		if resource == "" {
 			resource = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, status, r.CreatedAt, reviewOneLine(reviewCaller(t)), reviewOneLine(t.Counterparty),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", r.ID, status, r.CreatedAt, reviewOneLine(reviewCaller(t)), reviewOneLine(t.Counterparty),
 			reviewOneLine(t.Amount), reviewOneLine(reviewAsset(t.Asset, assets)), reviewOneLine(resource), reviewOneLine(strings.Join(t.Rules, ",")))
+		if links {
+			fmt.Fprintf(tw, "\t%s", r.ReviewURL)
+		}
+		fmt.Fprintln(tw)
 	}
 	tw.Flush()
 	if tampered > 0 {

@@ -313,6 +313,9 @@ func startGuard(ctx context.Context, srv *server.Server, g *guardSetup, template
 				if a, ok := g.policy.Assets.Lookup(r.Asset); ok {
 					r.AssetSymbol = a.Symbol
 				}
+				if g.reviewURL != nil {
+					r.ReviewURL = g.reviewURL(r.ID)
+				}
 				deliver(r)
 				return nil
 			}, logger)

@@ -33,8 +33,9 @@ const DefaultPath = "/usr/local/bin:/usr/bin:/bin"
 
 // The variables of the notification itself; an operator cannot name them.
 const (
-	envEvent    = "HAIA_NOTIFY_EVENT"
-	envReviewID = "HAIA_REVIEW_ID"
+	envEvent     = "HAIA_NOTIFY_EVENT"
+	envReviewID  = "HAIA_REVIEW_ID"
+	envReviewURL = "HAIA_REVIEW_URL"
 )
 
 // CommandEnv is the environment a hook may see beyond its own variables.
@@ -65,8 +66,8 @@ func (e CommandEnv) build() (env, missing []string, err error) {
 		if !isEnvName(name) {
 			return nil, nil, fmt.Errorf("notify: --notify-env %q is not a variable name (letters, digits and _, not starting with a digit)", termsafe.String(name))
 		}
-		if name == envEvent || name == envReviewID {
-			return nil, nil, fmt.Errorf("notify: --notify-env %s: the hook always gets its own %s and %s", name, envEvent, envReviewID)
+		if name == envEvent || name == envReviewID || name == envReviewURL {
+			return nil, nil, fmt.Errorf("notify: --notify-env %s: the hook always gets its own %s, %s and (with a console) %s", name, envEvent, envReviewID, envReviewURL)
 		}
 		if seen[name] {
 			if name == "PATH" {
@@ -104,7 +105,8 @@ func isEnvName(s string) bool {
 // NewCommand checks that path is an executable regular file and starts the
 // sink. For each message the program is run directly (no shell, no
 // arguments) with the body {"event", "review", "text"} on standard input
-// and a minimal environment: HAIA_NOTIFY_EVENT, HAIA_REVIEW_ID, PATH and
+// and a minimal environment: HAIA_NOTIFY_EVENT, HAIA_REVIEW_ID,
+// HAIA_REVIEW_URL (the console's page of the review, with a console), PATH and
 // only the variables env names — never the rest of the server's
 // environment (HAIA_STORE holds the database password). A run that
 // outlives opts.Timeout is killed with its process group; a non-zero exit
@@ -146,6 +148,9 @@ func (c *Command) run(ctx context.Context, j job) error {
 	cmd := exec.CommandContext(ctx, c.path)
 	cmd.Stdin = bytes.NewReader(j.body)
 	cmd.Env = append(slices.Clip(c.env), envEvent+"="+j.msg.Event, envReviewID+"="+j.msg.ReviewID)
+	if j.msg.ReviewURL != "" {
+		cmd.Env = append(cmd.Env, envReviewURL+"="+j.msg.ReviewURL)
+	}
 	stderr := &capped{max: maxStderrBytes}
 	cmd.Stderr = stderr
 	// Its own process group, so that a timeout kills what it started too.

@@ -184,15 +184,19 @@ func TestCommandEnvironmentIsMinimal(t *testing.T) {
 		pass   []string
 		lookup func(string) (string, bool)
 		want   []string
+		link   string
 	}{
+		{"a console serves", nil, lookup,
+			[]string{"HAIA_NOTIFY_EVENT=review.opened", "HAIA_REVIEW_ID=r-1", "HAIA_REVIEW_URL=https://reviews.example/console/reviews/r-1", "PATH=/opt/hooks/bin:/usr/bin:/bin"},
+			"https://reviews.example/console/reviews/r-1"},
 		{"nothing named", nil, lookup,
-			[]string{"HAIA_NOTIFY_EVENT=review.opened", "HAIA_REVIEW_ID=r-1", "PATH=/opt/hooks/bin:/usr/bin:/bin"}},
+			[]string{"HAIA_NOTIFY_EVENT=review.opened", "HAIA_REVIEW_ID=r-1", "PATH=/opt/hooks/bin:/usr/bin:/bin"}, ""},
 		{"one variable named", []string{"PAGER_TOKEN"}, lookup,
-			[]string{"HAIA_NOTIFY_EVENT=review.opened", "HAIA_REVIEW_ID=r-1", "PAGER_TOKEN=pager-token-value", "PATH=/opt/hooks/bin:/usr/bin:/bin"}},
+			[]string{"HAIA_NOTIFY_EVENT=review.opened", "HAIA_REVIEW_ID=r-1", "PAGER_TOKEN=pager-token-value", "PATH=/opt/hooks/bin:/usr/bin:/bin"}, ""},
 		{"a named variable set empty, one unset, PATH named again", []string{"EMPTY_BUT_SET", "NOT_SET", "PATH"}, lookup,
-			[]string{"EMPTY_BUT_SET=", "HAIA_NOTIFY_EVENT=review.opened", "HAIA_REVIEW_ID=r-1", "PATH=/opt/hooks/bin:/usr/bin:/bin"}},
+			[]string{"EMPTY_BUT_SET=", "HAIA_NOTIFY_EVENT=review.opened", "HAIA_REVIEW_ID=r-1", "PATH=/opt/hooks/bin:/usr/bin:/bin"}, ""},
 		{"a server without PATH", nil, func(string) (string, bool) { return "", false },
-			[]string{"HAIA_NOTIFY_EVENT=review.opened", "HAIA_REVIEW_ID=r-1", "PATH=" + DefaultPath}},
+			[]string{"HAIA_NOTIFY_EVENT=review.opened", "HAIA_REVIEW_ID=r-1", "PATH=" + DefaultPath}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -205,6 +209,7 @@ func TestCommandEnvironmentIsMinimal(t *testing.T) {
 			}
 			m := message(t, EventOpened, 1)
 			m.ReviewID = "r-1"
+			m.ReviewURL = tt.link
 			g.Notify(m)
 			if err := g.Close(context.Background()); err != nil {
 				t.Fatal(err)

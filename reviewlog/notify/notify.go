@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -56,6 +57,11 @@ type Message struct {
 	ReviewID string
 	// Review is the review's JSON object, sent as it is.
 	Review json.RawMessage
+	// ReviewURL is the reviewer console's page of the review ("" when no
+	// console serves): a hook reads it in HAIA_REVIEW_URL, and Text ends
+	// with it. NewMessage takes it from the review's "review_url" when
+	// that is an absolute http(s) URL.
+	ReviewURL string
 	// Text is a one-line human summary (the "text" field, which a
 	// Slack-style incoming webhook shows). When empty it is made from
 	// Review, escaped and clipped; a Text given here is sent as it is.
@@ -134,6 +140,9 @@ func NewMessage(event string, review any) (Message, error) {
 		return Message{}, fmt.Errorf("notify: the review is not a JSON object: %w", err)
 	}
 	m := Message{Event: event, ReviewID: s.ID, Review: raw}
+	if consoleLink(s.ReviewURL) {
+		m.ReviewURL = s.ReviewURL
+	}
 	if err := m.check(); err != nil {
 		return Message{}, err
 	}
@@ -141,11 +150,31 @@ func NewMessage(event string, review any) (Message, error) {
 	return m, nil
 }
 
+// maxURLBytes bounds a review's console link.
+const maxURLBytes = 2048
+
+// consoleLink says whether u is a link a human may be shown and a hook
+// given: an absolute http(s) URL with a host, of printable ASCII only (no
+// space, control, bidi or invisible character can ride in it).
+func consoleLink(u string) bool {
+	if u == "" || len(u) > maxURLBytes {
+		return false
+	}
+	for i := 0; i < len(u); i++ {
+		if u[i] <= ' ' || u[i] >= 0x7f || u[i] == '<' || u[i] == '>' || u[i] == '|' {
+			return false
+		}
+	}
+	p, err := url.Parse(u)
+	return err == nil && (p.Scheme == "http" || p.Scheme == "https") && p.Host != "" && p.User == nil
+}
+
 // summary is what Text is made of: the review's terms as the server
 // signed them ("terms") where the review carries them, else its own
 // fields, and whether an unsigned record disagrees with them ("tampered").
 type summary struct {
 	ID           string `json:"review_id"`
+	ReviewURL    string `json:"review_url"`
 	Status       string `json:"status"`
 	Counterparty string `json:"counterparty"`
 	Amount       string `json:"amount"`
@@ -205,7 +234,7 @@ func (s summary) text(event string) string {
 		if s.DecidedBy != "" {
 			by = " by " + field(s.DecidedBy)
 		}
-		return fmt.Sprintf("%sPayment review %s was %s%s: %s.", warn, field(s.ID), field(s.Status), by, what)
+		return fmt.Sprintf("%sPayment review %s was %s%s: %s.%s", warn, field(s.ID), field(s.Status), by, what, s.link())
 	}
 	var rules []string
 	for _, r := range s.Reasons {
@@ -217,7 +246,18 @@ func (s summary) text(event string) string {
 	if len(rules) > 0 {
 		why = " (" + strings.Join(rules, ", ") + ")"
 	}
+	if s.link() != "" {
+		return fmt.Sprintf("%sPayment review %s is waiting: %s%s. Decide at %s or with: haia-trace-mcp review show %s", warn, field(s.ID), what, why, s.ReviewURL, field(s.ID))
+	}
 	return fmt.Sprintf("%sPayment review %s is waiting: %s%s. Decide with: haia-trace-mcp review show %s", warn, field(s.ID), what, why, field(s.ID))
+}
+
+// link is " <review_url>" when the review has a console link to show.
+func (s summary) link() string {
+	if !consoleLink(s.ReviewURL) {
+		return ""
+	}
+	return " " + s.ReviewURL
 }
 
 // field makes an agent-supplied string safe for a terminal and for Slack's
@@ -251,6 +291,9 @@ func (m Message) check() error {
 	if len(m.Review) == 0 || !json.Valid(m.Review) || strings.TrimSpace(string(m.Review))[0] != '{' {
 		return errors.New("notify: the review is not a JSON object")
 	}
+	if m.ReviewURL != "" && !consoleLink(m.ReviewURL) {
+		return fmt.Errorf("notify: the review's link %q is not an absolute http(s) URL of printable characters", clip(m.ReviewURL))
+	}
 	return nil
 }
 
@@ -281,6 +324,9 @@ func prepare(m Message) (Message, []byte, error) {
 		}
 		if s.ID == "" {
 			s.ID = m.ReviewID
+		}
+		if m.ReviewURL == "" && consoleLink(s.ReviewURL) {
+			m.ReviewURL = s.ReviewURL
 		}
 		m.Text = s.text(m.Event)
 	}

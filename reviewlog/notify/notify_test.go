@@ -95,6 +95,9 @@ func TestMessageRefused(t *testing.T) {
 		{"no review", Message{Event: EventOpened, ReviewID: "r-1"}, "not a JSON object"},
 		{"review not JSON", Message{Event: EventOpened, ReviewID: "r-1", Review: json.RawMessage(`{`)}, "not a JSON object"},
 		{"review an array", Message{Event: EventOpened, ReviewID: "r-1", Review: json.RawMessage(`[1]`)}, "not a JSON object"},
+		{"link with a space", Message{Event: EventOpened, ReviewID: "r-1", Review: good, ReviewURL: "https://x.example/a b"}, "not an absolute http(s) URL"},
+		{"link not http", Message{Event: EventOpened, ReviewID: "r-1", Review: good, ReviewURL: "javascript:alert(1)"}, "not an absolute http(s) URL"},
+		{"link with a bidi control", Message{Event: EventOpened, ReviewID: "r-1", Review: good, ReviewURL: "https://x.example/\u202e"}, "not an absolute http(s) URL"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -109,6 +112,34 @@ func TestMessageRefused(t *testing.T) {
 	}
 	if _, err := NewMessage(EventOpened, []int{1}); err == nil {
 		t.Error("NewMessage accepted an array")
+	}
+}
+
+// TestMessageCarriesTheConsoleLink: a review with a console link gives it
+// to the hook and the text; a link that is not a plain http(s) URL is
+// left out of both.
+func TestMessageCarriesTheConsoleLink(t *testing.T) {
+	for _, c := range []struct {
+		link string
+		ok   bool
+	}{
+		{"http://localhost:8787/console/reviews/r-1", true},
+		{"https://reviews.example/console/reviews/r-1", true},
+		{"https://reviews.example/console/reviews/r-1\u202e", false},
+		{"https://reviews.example/console/reviews/r 1", false},
+		{"https://user@reviews.example/console/", false},
+		{"ftp://reviews.example/console/reviews/r-1", false},
+		{"/console/reviews/r-1", false},
+	} {
+		for _, ev := range []string{EventOpened, EventDecided} {
+			m, err := NewMessage(ev, map[string]string{"review_id": "r-1", "status": "approved", "review_url": c.link, "counterparty": "0xb0b", "amount": "1", "asset": "usdc"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := m.ReviewURL == c.link && strings.Contains(m.Text, " "+c.link); got != c.ok || (!c.ok && (m.ReviewURL != "" || strings.Contains(m.Text, "reviews.example"))) {
+				t.Errorf("%s with link %q: ReviewURL %q, text %q", ev, c.link, m.ReviewURL, m.Text)
+			}
+		}
 	}
 }
 
