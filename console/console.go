@@ -22,7 +22,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -79,6 +78,13 @@ type Config struct {
 	AssetSymbol func(asset string) string
 	Now         func() time.Time
 	Logger      *slog.Logger
+	// Changes, when set, calls wake whenever the store says the review
+	// log changed (PostgreSQL's NOTIFY), until ctx ends: the live queue
+	// updates at once instead of at the next PollInterval.
+	Changes func(ctx context.Context, wake func())
+	// PollInterval is how often the live queue reads the log while a queue
+	// page is open (DefaultPollInterval when 0).
+	PollInterval time.Duration
 }
 
 // Console serves /console/.
@@ -96,6 +102,9 @@ type Console struct {
 	logins     map[string]time.Time // login challenge (base64url) → expiry
 	enrolments map[string]*enrolment
 	limits     map[string]*rate.Limiter
+	feed    feed
+	streams int
+	done    chan struct{} // closed when Run ends
 	// counts are the signature counters seen at sign-in and decisions,
 	// per credential id (trusted credentials only, so bounded by the
 	// reviewers file).
@@ -168,6 +177,9 @@ func New(cfg Config) (*Console, error) {
 	if cfg.AssetSymbol == nil {
 		cfg.AssetSymbol = func(string) string { return "" }
 	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = DefaultPollInterval
+	}
 	host := cfg.URL.Hostname()
 	origin := cfg.URL.Scheme + "://" + cfg.URL.Host
 	wa, err := webauthn.New(&webauthn.Config{
@@ -187,7 +199,8 @@ func New(cfg Config) (*Console, error) {
 	}
 	c := &Console{cfg: cfg, wa: wa, rpID: host, origin: origin, base: cfg.URL.Path, secure: cfg.URL.Scheme == "https",
 		pages: pages, sessions: map[string]session{}, logins: map[string]time.Time{}, enrolments: map[string]*enrolment{},
-		limits: map[string]*rate.Limiter{}, counts: map[string]uint32{}}
+		limits: map[string]*rate.Limiter{}, counts: map[string]uint32{},
+		feed: feed{ch: make(chan struct{})}, done: make(chan struct{})}
 	if c.cfg.Decider.SeenCount == nil {
 		c.cfg.Decider.SeenCount = c.seenCount
 	}
@@ -265,6 +278,7 @@ func (c *Console) Handler() http.Handler {
 	mux.HandleFunc("GET "+b+"reviews/{id}", c.page(c.review))
 	mux.HandleFunc("GET "+b+"enrol", c.page(c.enrolPage))
 	mux.HandleFunc("GET "+b+"assets/{name}", c.asset)
+	mux.HandleFunc("GET "+b+"api/events", c.events)
 	mux.HandleFunc("POST "+b+"api/login/begin", c.api(true, c.loginBegin))
 	mux.HandleFunc("POST "+b+"api/login/finish", c.api(true, c.loginFinish))
 	mux.HandleFunc("POST "+b+"api/logout", c.api(false, c.logout))
@@ -991,20 +1005,9 @@ func (c *Console) queue(r *http.Request, d *pageData) (string, error) {
 		return "signin", nil
 	}
 	d.Title = "Review queue"
-	all, err := c.cfg.Log.List(r.Context(), true)
-	if err != nil {
+	if err := c.queueData(r.Context(), d); err != nil {
 		return "", err
 	}
-	for _, rv := range all {
-		if rv.Status == reviewlog.Pending {
-			d.Pending = append(d.Pending, rv)
-		} else {
-			d.Decided = append(d.Decided, rv)
-		}
-	}
-	newest := func(a, b reviewlog.Review) int { return strings.Compare(b.CreatedAt, a.CreatedAt) }
-	slices.SortStableFunc(d.Pending, newest)
-	slices.SortStableFunc(d.Decided, func(a, b reviewlog.Review) int { return strings.Compare(b.DecidedAt, a.DecidedAt) })
 	return "queue", nil
 }
 

@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/ed25519"
@@ -72,10 +73,15 @@ func newRig(t *testing.T) *rig {
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	u, _ := url.Parse("http://localhost:" + port + "/console/")
 	c, err := console.New(console.Config{URL: u, Log: log, Passkeys: pks,
-		Decider: engine.PasskeyDecider{Log: log, Chains: chains, Passkeys: pks}})
+		Decider:      engine.PasskeyDecider{Log: log, Chains: chains, Passkeys: pks},
+		PollInterval: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { c.Run(ctx); close(ran) }()
+	t.Cleanup(func() { cancel(); <-ran })
 	srv := httptest.NewUnstartedServer(c.Handler())
 	srv.Listener.Close()
 	srv.Listener = ln
@@ -739,5 +745,104 @@ func TestConsoleStateChangesNeedCSRFAndOrigin(t *testing.T) {
 				t.Fatal("a refused logout signed the reviewer out")
 			}
 		})
+	}
+}
+
+// TestConsoleLiveQueue: a signed-in reviewer's event stream sends the
+// queue at once and again when a review opens or is decided; without a
+// session there is no stream.
+func TestConsoleLiveQueue(t *testing.T) {
+	g := newRig(t)
+	alice, _ := softauthn.New()
+	b := g.browser()
+	g.enrol(b, "alice", alice)
+	if code, _ := b.get("api/events"); code != http.StatusUnauthorized {
+		t.Fatalf("events without a session: %d", code)
+	}
+	r1 := g.ask(1).Review
+	if code, res := g.signIn(b, alice); code != 200 {
+		t.Fatalf("sign in: %d %v", code, res)
+	}
+	if _, page := b.get(""); !strings.Contains(page, `<div id="queue" data-live="/console/api/events">`) {
+		t.Fatal("the queue page does not ask for the live queue")
+	}
+	resp, err := b.c.Get(g.base + "api/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") || !strings.Contains(resp.Header.Get("Content-Security-Policy"), "default-src 'none'") {
+		t.Fatalf("events: %d %v", resp.StatusCode, resp.Header)
+	}
+	events := make(chan string, 16)
+	go func() {
+		defer close(events)
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		var ev strings.Builder
+		for sc.Scan() {
+			line := sc.Text()
+			if line == "" {
+				if ev.Len() > 0 {
+					events <- ev.String()
+				}
+				ev.Reset()
+				continue
+			}
+			ev.WriteString(line + "\n")
+		}
+	}()
+	next := func(want, notWant string) string {
+		t.Helper()
+		deadline := time.After(10 * time.Second)
+		for {
+			select {
+			case ev, ok := <-events:
+				if !ok {
+					t.Fatalf("the stream ended before %q", want)
+				}
+				if strings.HasPrefix(ev, "event: queue\n") && strings.Contains(ev, want) && (notWant == "" || !strings.Contains(ev, notWant)) {
+					return ev
+				}
+			case <-deadline:
+				t.Fatalf("no queue event with %q", want)
+			}
+		}
+	}
+	ev := next(r1.ID, "")
+	for _, line := range strings.Split(strings.TrimSuffix(ev, "\n"), "\n")[1:] {
+		if !strings.HasPrefix(line, "data: ") {
+			t.Fatalf("event line %q", line)
+		}
+	}
+	// A review opens: the stream sends the queue with it, newest first.
+	r2 := g.ask(2).Review
+	ev = next(r2.ID, "")
+	if strings.Index(ev, r2.ID) > strings.Index(ev, r1.ID) {
+		t.Fatal("the live queue is not newest first")
+	}
+	// A decision moves r1 to the decided table.
+	if _, code, res := g.decide(b, r1.ID, "approved", "", alice); code != 200 {
+		t.Fatalf("approve: %d %v", code, res)
+	}
+	ev = next("passkey (WebAuthn assertion in the receipt)", "")
+	if !strings.Contains(ev, "Decided reviews") {
+		t.Fatalf("after the decision: %s", ev)
+	}
+	// Signing out ends what the stream may show: it closes.
+	if code, _ := b.post("api/logout", map[string]any{}); code != 200 {
+		t.Fatal(code)
+	}
+	g.ask(3)
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case _, ok := <-events:
+			if !ok {
+				return
+			}
+		case <-deadline:
+			t.Fatal("the stream went on after sign-out")
+		}
 	}
 }

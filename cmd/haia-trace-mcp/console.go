@@ -18,6 +18,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/pgstore"
 )
 
 // consoleFlags are the serve flags of the reviewer console.
@@ -66,6 +67,7 @@ func startConsole(ctx context.Context, cf *consoleFlags, root *confined.Dir, g *
 		Decider: engine.PasskeyDecider{Log: g.log, Chains: g.chains, Passkeys: passkeys},
 		Explain: func(template string, ref guard.Ref) string { return explainRef(root, template, ref) },
 		Logger:  logger,
+		Changes: storeChanges(g.store, logger),
 	})
 	if err != nil {
 		ln.Close()
@@ -76,6 +78,8 @@ func startConsole(ctx context.Context, cf *consoleFlags, root *confined.Dir, g *
 	}
 	hs := &http.Server{Handler: c.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
 		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 32 << 10}
+	cctx, cancelRun := context.WithCancel(ctx)
+	go c.Run(cctx)
 	go func() {
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("console stopped", "err", err)
@@ -87,10 +91,24 @@ func startConsole(ctx context.Context, cf *consoleFlags, root *confined.Dir, g *
 		case <-ctx.Done():
 		case <-done:
 		}
+		cancelRun() // ends the live queue's event streams
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = hs.Shutdown(sctx)
 	}()
 	logger.Info("serving the reviewer console", "addr", ln.Addr().String(), "url", strings.TrimSuffix(u.String(), "/")+"/", "rp_id", c.RPID())
 	return func() { close(done) }, c.ReviewURL, nil
+}
+
+// storeChanges is the store's notification of a changed review log, for
+// the console's live queue: PostgreSQL's NOTIFY on the log channel (every
+// replica's append); nil for the file store, which the console polls.
+func storeChanges(st reviewlog.Store, logger *slog.Logger) func(context.Context, func()) {
+	pg, ok := st.(*pgstore.Store)
+	if !ok {
+		return nil
+	}
+	return func(ctx context.Context, wake func()) {
+		pg.Listen(ctx, pgstore.ChannelLog, console.DefaultPollInterval*5, wake, logger)
+	}
 }

@@ -216,6 +216,24 @@ func TestConsoleInBrowser(t *testing.T) {
 	if !hasName(names, "link", r1.ReviewID) || !hasName(names, "table", "Pending reviews") {
 		t.Fatalf("the queue's accessible names lack the review: %v", names)
 	}
+	// The queue is live: a review the agent opens now appears on the open
+	// page, without a reload (the page's own node stays; only the tables
+	// are replaced).
+	if err := chromedp.Run(bctx, chromedp.Evaluate(`document.body.dataset.loaded = "once"`, nil)); err != nil {
+		t.Fatal(err)
+	}
+	r3 := ask("0.3")
+	var loaded string
+	lctx, lcancel := context.WithTimeout(bctx, 15*time.Second)
+	err = chromedp.Run(lctx, chromedp.WaitVisible(`a[href$="`+r3.ReviewID+`"]`, chromedp.ByQuery),
+		chromedp.Evaluate(`document.body.dataset.loaded`, &loaded))
+	lcancel()
+	if err != nil || loaded != "once" {
+		t.Fatalf("the new review %s did not appear on the open queue page (reloaded: %v): %v (server: %s)", r3.ReviewID, loaded != "once", err, serverErr.String())
+	}
+	if names, err = accessibleNames(bctx); err != nil || !hasName(names, "link", r3.ReviewID) || !hasName(names, "link", r1.ReviewID) {
+		t.Fatalf("after the live update the queue's names are %v (%v)", names, err)
+	}
 
 	if err := chromedp.Run(bctx, chromedp.Click(`a[href$="`+r1.ReviewID+`"]`, chromedp.ByQuery),
 		chromedp.WaitVisible(`#note`, chromedp.ByQuery), chromedp.CaptureScreenshot(&shot)); err != nil {

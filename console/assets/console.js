@@ -61,6 +61,16 @@
       } catch (e) { say("Sign-in failed: " + e.message); }
     });
   }
+  // The live queue: the server sends the queue's tables, rendered and
+  // escaped as the page is, at each change.
+  const queue = document.getElementById("queue");
+  if (queue && window.EventSource) {
+    const events = new EventSource(queue.getAttribute("data-live"));
+    events.addEventListener("queue", function (ev) {
+      const doc = new DOMParser().parseFromString("<body>" + ev.data + "</body>", "text/html");
+      queue.replaceChildren.apply(queue, Array.from(doc.body.childNodes));
+    });
+  }
   document.querySelectorAll("button[data-decision]").forEach(function (btn) {
     btn.addEventListener("click", async function () {
       const id = btn.getAttribute("data-review");

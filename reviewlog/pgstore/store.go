@@ -96,8 +96,8 @@ func connect(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
 	cfg.ConnConfig.RuntimeParams["application_name"] = "haia-trace-mcp"
 	cfg.HealthCheckPeriod = 5 * time.Second
 	if !strings.Contains(dsn, "pool_max_conns") {
-		// Two connections LISTEN for good (the notifier, review watch);
-		// decisions and reads share the rest.
+		// Connections LISTEN for good (the notifier, the console's live
+		// queue, review watch); decisions and reads share the rest.
 		cfg.MaxConns = max(cfg.MaxConns, 8)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
