@@ -102,9 +102,9 @@ type Console struct {
 	logins     map[string]time.Time // login challenge (base64url) → expiry
 	enrolments map[string]*enrolment
 	limits     map[string]*rate.Limiter
-	feed    feed
-	streams int
-	done    chan struct{} // closed when Run ends
+	feed       feed
+	streams    int
+	done       chan struct{} // closed when Run ends
 	// counts are the signature counters seen at sign-in and decisions,
 	// per credential id (trusted credentials only, so bounded by the
 	// reviewers file).
