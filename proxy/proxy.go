@@ -305,8 +305,10 @@ func (p *Proxy) paying(ctx context.Context, req mcp.CallToolRequest, name string
 		return res, nil
 	}
 	res, outcome, err := p.call(ctx, req, name, canon)
-	if _, rerr := p.cfg.Engine.RecordOutcome(context.WithoutCancel(ctx), caller, ans, outcome); rerr != nil {
+	if rec, rerr := p.cfg.Engine.RecordOutcome(context.WithoutCancel(ctx), caller, ans, outcome); rerr != nil {
 		p.cfg.Logger.Error("the outcome of a forwarded call could not be recorded", "tool", name, "decision_receipt", ans.ReceiptID, "outcome", string(outcome), "err", rerr)
+	} else if rec.Released {
+		p.cfg.Logger.Info("the upstream did not carry out the call: its reservation is released", "tool", name, "decision_receipt", ans.ReceiptID, "outcome_receipt", rec.ReceiptID)
 	}
 	if err != nil {
 		return toolError("%s was allowed (receipt %s) and forwarded, but %s", name, ans.ReceiptID, describeFailure(outcome, err)), nil

@@ -140,10 +140,13 @@ type state struct {
 	// order; reserved names every receipt a record was seen for.
 	reservations []resEntry
 	reserved     map[string]bool
+	// releases are the offsets of the released records naming a receipt
+	// (pruned with the reservations: see reservationView).
+	releases map[string][]int64
 }
 
 func newState() *state {
-	return &state{byID: map[string]*entry{}, byKey: map[[16]byte][]*entry{}, pendingByCaller: map[string][]*entry{}, line: 1, endsClean: true, reserved: map[string]bool{}}
+	return &state{byID: map[string]*entry{}, byKey: map[[16]byte][]*entry{}, pendingByCaller: map[string][]*entry{}, line: 1, endsClean: true, reserved: map[string]bool{}, releases: map[string][]int64{}}
 }
 
 // fold reads a whole log (tests and fuzzing use it; the Log folds
@@ -345,6 +348,8 @@ func (st *state) apply(rec record, off int64) {
 		st.byID[rec.ReviewID].used = off
 	case typeReserved:
 		st.applyReservation(rec, off)
+	case typeReleased:
+		st.applyRelease(rec, off)
 	}
 }
 

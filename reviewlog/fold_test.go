@@ -139,7 +139,7 @@ func TestWriterRepairsTornTail(t *testing.T) {
 // accepts can be appended to and read again.
 func FuzzFold(f *testing.F) {
 	for _, s := range []string{"", openedA + "\n", openedA + "\n" + decideA + "\n", openedA + "\n{\"ty", "x\n" + openedA + "\n",
-		openedA + "\n{\n" + `{"type":"repair","at":"2026-07-25T12:06:00.000Z","lines":[2]}` + "\n",
+		`{"type":"released","at":"2026-12-01T10:00:00.000Z","release":{"receipt_id":"r","caller":"a","outcome":"o","outcome_receipt":"p","mac":"m"}}` + "\n", openedA + "\n{\n" + `{"type":"repair","at":"2026-07-25T12:06:00.000Z","lines":[2]}` + "\n",
 		strings.TrimSuffix(openedA, "}") + `,"terms":{"review_id":"` + idA + `","caller":"","tenant":"t","counterparty":"api.example.com","amount":"1",` +
 			`"amount_atomic":"1000000","asset":"a","resource":"https://api.example.com/x","template":"x402-buyer","rules":[],"params_hash":""}}` + "\n"} {
 		f.Add([]byte(s))

@@ -34,6 +34,8 @@ const (
 //	{"type":"decided","review_id":…,"at":…,"status":"approved"|"rejected","by":…,"note":…}
 //	{"type":"repair","at":…,"lines":[n,…]}
 //	{"type":"used","review_id":…,"at":…,"by":<caller>}
+//	{"type":"reserved","at":…,"reservation":{…,"mac":…}}
+//	{"type":"released","at":…,"release":{"receipt_id":…,"caller":…,"outcome":…,"outcome_receipt":…,"mac":…}}
 //
 // An opened record also names the caller that asked ("caller") and the
 // paramsHash its receipts carry ("params_hash"), and the review's Terms
@@ -62,11 +64,13 @@ type record struct {
 	PayTo string `json:"pay_to,omitempty"`
 	// Reservation is what a reserved record reserves.
 	Reservation *Reservation `json:"reservation,omitempty"`
+	// Release is what a released record releases.
+	Release *Release `json:"release,omitempty"`
 }
 
 var knownFields = map[string]bool{"type": true, "review_id": true, "at": true, "counterparty": true, "amount": true, "asset": true,
 	"template": true, "reasons": true, "status": true, "by": true, "note": true, "lines": true, "caller": true, "params_hash": true,
-	"authorization": true, "terms": true, "pay_to": true, "reservation": true}
+	"authorization": true, "terms": true, "pay_to": true, "reservation": true, "release": true}
 
 const timeLayout = "2006-01-02T15:04:05.000Z"
 
@@ -116,6 +120,9 @@ func decodeRecord(b []byte) (record, error) {
 	if r.Type != typeReserved && r.Reservation != nil {
 		return r, errors.New("only a reserved record carries a reservation")
 	}
+	if r.Type != typeReleased && r.Release != nil {
+		return r, errors.New("only a released record carries a release")
+	}
 	if r.Type != typeOpened && r.PayTo != "" {
 		return r, errors.New("only an opened record carries pay_to")
 	}
@@ -162,6 +169,10 @@ func decodeRecord(b []byte) (record, error) {
 		}
 	case typeReserved:
 		if err := checkReservation(r); err != nil {
+			return r, err
+		}
+	case typeReleased:
+		if err := checkRelease(r); err != nil {
 			return r, err
 		}
 	case typeRepair:

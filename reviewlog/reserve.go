@@ -47,6 +47,10 @@ type Reservation struct {
 	MAC      string `json:"mac"`
 	// At is the record's time (the line's "at").
 	At string `json:"-"`
+	// Releases are the released records that name this reservation's
+	// receipt, as the log holds them: unverified until the engine checks
+	// their seals.
+	Releases []Release `json:"-"`
 }
 
 // ReservationView is what a locked section (or a reader) knows of the
@@ -177,6 +181,15 @@ func (l *Log) reservationView(st *state, at time.Time, ttl time.Duration) (Reser
 		}
 		r := *rec.Reservation
 		r.At = rec.At
+		for _, off := range st.releases[r.ReceiptID] {
+			rel, err := st.recordAt(off)
+			if err != nil {
+				return ReservationView{}, err
+			}
+			c := *rel.Release
+			c.At = rel.At
+			r.Releases = append(r.Releases, c)
+		}
 		recorded[r.ReceiptID] = true
 		rx, ok := l.rx.allowed.get(r.ReceiptID)
 		switch {
@@ -193,6 +206,18 @@ func (l *Log) reservationView(st *state, at time.Time, ttl time.Duration) (Reser
 		v.Held = append(v.Held, r)
 	}
 	st.reservations = kept
+	// A release outlives nothing it could release.
+	if len(st.releases) > len(kept) {
+		live := make(map[string]bool, len(kept))
+		for _, e := range kept {
+			live[e.receiptID] = true
+		}
+		for id := range st.releases {
+			if !live[id] {
+				delete(st.releases, id)
+			}
+		}
+	}
 	if ttl <= 0 {
 		ttl = time.Minute
 	}

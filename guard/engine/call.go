@@ -3,9 +3,11 @@ package engine
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
 	"errors"
 	"fmt"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/jcs"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
@@ -79,13 +81,30 @@ const (
 // payment did not happen, so that what the allow reserved can be released.
 func (o Outcome) Settled() bool { return o == OutcomeToolError || o == OutcomeRefused }
 
+// OutcomeRecord is what RecordOutcome wrote.
+type OutcomeRecord struct {
+	// ReceiptID is the outcome's signed receipt.
+	ReceiptID string
+	// Released: the allow's reservation no longer counts (a sealed release
+	// was written in the same locked step as the receipt).
+	Released bool
+}
+
 // RecordOutcome signs what became of an allowed call into the decision
 // chain, after the decision's receipt: the same action.id and paramsHash,
 // verdict EXECUTED for OutcomeExecuted and FAILED for every other outcome,
-// the outcome as ruleId. It returns the receipt's id.
-func (e *Engine) RecordOutcome(ctx context.Context, caller string, ans Answer, o Outcome) (string, error) {
-	if ans.ActionID == "" || ans.ParamsHash == "" {
-		return "", errors.New("engine: the answer carries no recorded action")
+// the outcome as ruleId. When the outcome says for certain that the payment
+// did not happen (Settled) and the allow's reservation still holds, the
+// same locked step releases it: a released record sealed with the server's
+// key, bound to the reservation record it names and to the outcome's
+// receipt. A timeout or a lost upstream releases nothing — the payment may
+// have been made — so it counts until the reservation lapses.
+func (e *Engine) RecordOutcome(ctx context.Context, caller string, ans Answer, o Outcome) (OutcomeRecord, error) {
+	if ans.ActionID == "" || ans.ParamsHash == "" || ans.ReceiptID == "" {
+		return OutcomeRecord{}, errors.New("engine: the answer carries no recorded action")
+	}
+	if ans.Decision != guard.Allow {
+		return OutcomeRecord{}, fmt.Errorf("engine: an outcome follows an allow, not a %s", ans.Decision)
 	}
 	verdict := noa.VerdictFailed
 	if o == OutcomeExecuted {
@@ -100,15 +119,43 @@ func (e *Engine) RecordOutcome(ctx context.Context, caller string, ans Answer, o
 		},
 		Governance: noa.Governance{Mode: governanceMode, Verdict: verdict, RuleID: &rule},
 	}
-	var id string
-	err := e.cfg.Log.WithLock(ctx, func(tx reviewlog.Tx) error {
+	var out OutcomeRecord
+	var kept string
+	err := e.cfg.Log.Release(ctx, ans.ReceiptID, func(tx reviewlog.Tx, held *reviewlog.Reservation) (*reviewlog.Release, error) {
+		d.TS = tx.At
 		r, err := e.cfg.Chains.Append(ctx, tx.Store, d)
-		id = r.ID
-		return err
+		if err != nil {
+			return nil, err
+		}
+		out.ReceiptID = r.ID
+		if !o.Settled() || held == nil {
+			return nil, nil
+		}
+		// Only a reservation this server sealed, for this caller, that
+		// does not hold an authorization (a signed payment is never
+		// released by a call's outcome).
+		switch {
+		case !hmac.Equal([]byte(reservationMAC(e.cfg.ParamsKey, held, held.At)), []byte(held.MAC)):
+			kept = "its reservation record is not sealed by this server's key"
+			return nil, nil
+		case held.Caller != caller:
+			kept = "its reservation record names another caller"
+			return nil, nil
+		case held.Open || held.Until == "":
+			kept = "it holds a signed authorization"
+			return nil, nil
+		}
+		rel := &reviewlog.Release{ReceiptID: ans.ReceiptID, Caller: caller, Outcome: string(o), OutcomeReceipt: r.ID}
+		rel.MAC = releaseMAC(e.cfg.ParamsKey, rel, held.MAC, reviewlog.FormatTime(tx.At))
+		out.Released = true
+		return rel, nil
 	})
 	if err != nil {
-		return "", e.notRecorded("record the outcome "+string(o), err)
+		return OutcomeRecord{}, e.notRecorded("record the outcome "+string(o), err)
 	}
-	e.cfg.Logger.Info("call outcome", "outcome", string(o), "decision_receipt", ans.ReceiptID, "receipt_id", id, "caller", caller)
-	return id, nil
+	if kept != "" {
+		e.cfg.Logger.Warn("the reservation of a failed call is kept", "decision_receipt", ans.ReceiptID, "why", kept)
+	}
+	e.cfg.Logger.Info("call outcome", "outcome", string(o), "decision_receipt", ans.ReceiptID, "receipt_id", out.ReceiptID, "released", out.Released, "caller", caller)
+	return out, nil
 }

@@ -53,6 +53,45 @@ func reservationMAC(key []byte, r *reviewlog.Reservation, at string) string {
 	return hex.EncodeToString(m.Sum(nil))
 }
 
+// releaseMAC seals a released record with the server's key, bound to the
+// seal of the reservation record it releases (reservationMAC, which covers
+// every term of that record and its time): a writer of the store can
+// delete a release (the reservation then counts again: fail closed) but
+// cannot forge one, move one to another reservation, or alter one.
+func releaseMAC(key []byte, rel *reviewlog.Release, reservationSeal, at string) string {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("haia-trace-mcp/release/v1"))
+	for _, f := range []string{rel.ReceiptID, rel.Caller, rel.Outcome, rel.OutcomeReceipt, reservationSeal, at} {
+		fmt.Fprintf(m, "\x00%d:%s", len(f), f)
+	}
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// released says whether a sealed release of this server lets go of r (whose
+// own seal was checked), with what is wrong with every release that does
+// not verify: such a release is never honoured, and the reservation keeps
+// counting.
+func (e *Engine) released(r *reviewlog.Reservation) (bool, []string) {
+	var ok bool
+	var problems []string
+	for i := range r.Releases {
+		rel := &r.Releases[i]
+		switch {
+		case !hmac.Equal([]byte(releaseMAC(e.cfg.ParamsKey, rel, r.MAC, rel.At)), []byte(rel.MAC)):
+			problems = append(problems, fmt.Sprintf("the release record of receipt %s is not sealed by this server's key for that reservation (altered, forged or moved); the reservation keeps counting", r.ReceiptID))
+		case rel.Caller != r.Caller:
+			problems = append(problems, fmt.Sprintf("the release record of receipt %s names caller %q, not the reservation's; the reservation keeps counting", r.ReceiptID, rel.Caller))
+		case !Outcome(rel.Outcome).Settled():
+			problems = append(problems, fmt.Sprintf("the release record of receipt %s gives outcome %q, which does not say the payment was not made; the reservation keeps counting", r.ReceiptID, rel.Outcome))
+		case r.Open || r.Until == "":
+			problems = append(problems, fmt.Sprintf("the release record of receipt %s names a held authorization, which no outcome releases; the reservation keeps counting", r.ReceiptID))
+		default:
+			ok = true
+		}
+	}
+	return ok, problems
+}
+
 // reservation builds the record an allow writes, and its description.
 func (e *Engine) reservation(req guard.Request, caller, receiptID string, tx reviewlog.Tx, pol *guard.Config, hold bool) (*reviewlog.Reservation, *ReservationInfo, error) {
 	if receiptID == "" {
@@ -126,6 +165,11 @@ func (e *Engine) verified(v reviewlog.ReservationView) ([]guard.Reservation, []*
 		g, err := toGuard(r, r.At)
 		if err != nil {
 			problems = append(problems, err.Error())
+			continue
+		}
+		rel, bad := e.released(&r)
+		problems = append(problems, bad...)
+		if rel {
 			continue
 		}
 		rs = append(rs, g)

@@ -1,0 +1,213 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+)
+
+// releasePolicy lets 2.00 go to one counterparty; a call of 1.50 reserves
+// most of it for ten minutes.
+const releasePolicy = `{"reviewAbove": "1000", "perCounterpartyLimit": {"amount": "2.00"}, "reservationMinutes": 10}`
+
+func payCall(amount, memo string) (Question, Call) {
+	to := strings.ToLower(sellerA)
+	return Question{Counterparty: to, Amount: amount},
+		Call{Tool: "send_usdc", Arguments: []byte(`{"amount":"` + amount + `","memo":"` + memo + `","to":"` + to + `"}`)}
+}
+
+func checkCall(t *testing.T, e *Engine, amount, memo string) Answer {
+	t.Helper()
+	q, c := payCall(amount, memo)
+	a, err := e.CheckCall(context.Background(), "bot", q, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// The outcome of a forwarded call releases its reservation only when it
+// says for certain that the payment was not made; the next call under the
+// limit is then allowed, whichever replica answers it. A timeout, a lost
+// upstream or an executed call keeps the reservation until it lapses.
+func TestOutcomeReleasesTheReservation(t *testing.T) {
+	for _, kind := range stores(t) {
+		for _, tc := range []struct {
+			outcome  Outcome
+			released bool
+		}{
+			{OutcomeToolError, true},
+			{OutcomeRefused, true},
+			{OutcomeTimeout, false},
+			{OutcomeLost, false},
+			{OutcomeExecuted, false},
+		} {
+			t.Run(string(kind)+"/"+string(tc.outcome), func(t *testing.T) {
+				f := newFleet(t, kind, 2, releasePolicy)
+				a := checkCall(t, f.engines[0], "1.50", "first")
+				if a.Decision != guard.Allow || a.Reservation == nil {
+					t.Fatalf("first: %+v", a)
+				}
+				rec, err := f.engines[0].RecordOutcome(context.Background(), "bot", a, tc.outcome)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if rec.Released != tc.released || rec.ReceiptID == "" {
+					t.Fatalf("outcome %s: %+v, want released %v", tc.outcome, rec, tc.released)
+				}
+				b := checkCall(t, f.engines[1], "1.50", "second")
+				want := guard.Review
+				if tc.released {
+					want = guard.Allow
+				}
+				if b.Decision != want {
+					t.Fatalf("the next call after %s: %s (%+v), want %s", tc.outcome, b.Decision, b.Reasons, want)
+				}
+				if reasonOf(b, guard.RuleReservationUnverified) != "" {
+					t.Fatalf("a problem with the reservations: %+v", b.Reasons)
+				}
+				// What status lists agrees.
+				held, problems, err := f.engines[1].Reservations(context.Background())
+				if err != nil || len(problems) > 0 {
+					t.Fatalf("reservations: %v %v", problems, err)
+				}
+				for _, h := range held {
+					if h.ReceiptID == a.ReceiptID && tc.released {
+						t.Fatalf("the released reservation is still listed: %+v", h)
+					}
+				}
+			})
+		}
+	}
+}
+
+// A release that the server's key does not seal for that very reservation
+// is never honoured: the reservation keeps counting and the answer says the
+// records cannot be trusted (review, never allow).
+func TestForgedReleaseKeepsTheReservation(t *testing.T) {
+	for _, kind := range stores(t) {
+		for _, tc := range []struct {
+			name string
+			// edit rewrites the log; first and second are the receipt ids
+			// of a released and a live reservation.
+			edit func(data []byte, first, second string) []byte
+		}{
+			{"seal altered", func(d []byte, _, _ string) []byte {
+				return editLines(d, `"type":"released"`, func(l string) string { return replaceMAC(l) })
+			}},
+			{"outcome changed", func(d []byte, _, _ string) []byte {
+				return editLines(d, `"type":"released"`, func(l string) string {
+					return strings.Replace(l, `"outcome":"upstream_tool_error"`, `"outcome":"upstream_refused"`, 1)
+				})
+			}},
+			{"moved to a live reservation", func(d []byte, first, second string) []byte {
+				var extra string
+				editLines(d, `"type":"released"`, func(l string) string {
+					extra = strings.Replace(l, first, second, 1)
+					return l
+				})
+				return append(d, extra...)
+			}},
+			{"forged for a live reservation", func(d []byte, _, second string) []byte {
+				line := fmt.Sprintf(`{"type":"released","at":"2026-07-24T10:00:30.000Z","release":{"receipt_id":%q,"caller":"bot","outcome":"upstream_refused","outcome_receipt":"x","mac":"%s"}}`+"\n", second, strings.Repeat("ab", 32))
+				return append(d, line...)
+			}},
+		} {
+			t.Run(string(kind)+"/"+tc.name, func(t *testing.T) {
+				f := newFleet(t, kind, 1, `{"reviewAbove": "1000", "perCounterpartyLimit": {"amount": "4.00"}, "reservationMinutes": 10}`)
+				e := f.engines[0]
+				a := checkCall(t, e, "1.50", "first")
+				b := checkCall(t, e, "1.50", "second")
+				if a.Decision != guard.Allow || b.Decision != guard.Allow {
+					t.Fatalf("first two: %s %s", a.Decision, b.Decision)
+				}
+				if rec, err := e.RecordOutcome(context.Background(), "bot", a, OutcomeToolError); err != nil || !rec.Released {
+					t.Fatalf("release: %+v %v", rec, err)
+				}
+				f.edit(t, func(d []byte) []byte { return tc.edit(d, a.ReceiptID, b.ReceiptID) })
+				// With the second reservation counting (and, where the edit
+				// touched the first one's release, the first too), 1.50 more
+				// does not fit under 4.00 — and the records are not trusted.
+				c := checkCall(t, e, "1.50", "third")
+				if c.Decision == guard.Allow {
+					t.Fatalf("a forged release let an allow through: %+v", c)
+				}
+				if !strings.Contains(reasonOf(c, guard.RuleReservationUnverified), "release record") {
+					t.Fatalf("no reason names the release: %+v", c.Reasons)
+				}
+			})
+		}
+	}
+}
+
+// A deleted release is a reservation counting again: it costs headroom
+// until it lapses, never the other way round.
+func TestDeletedReleaseCountsAgain(t *testing.T) {
+	f := newFleet(t, fileKind, 1, releasePolicy)
+	e := f.engines[0]
+	a := checkCall(t, e, "1.50", "first")
+	if rec, err := e.RecordOutcome(context.Background(), "bot", a, OutcomeRefused); err != nil || !rec.Released {
+		t.Fatalf("release: %+v %v", rec, err)
+	}
+	f.edit(t, func(d []byte) []byte {
+		return editLines(d, `"type":"released"`, func(string) string { return "" })
+	})
+	if b := checkCall(t, e, "1.50", "second"); b.Decision == guard.Allow {
+		t.Fatalf("the reservation did not count again: %+v", b)
+	}
+	f.advance(11 * time.Minute)
+	if b := checkCall(t, e, "1.50", "third"); b.Decision != guard.Allow {
+		t.Fatalf("after the reservation lapsed: %+v", b)
+	}
+}
+
+// An authorization's hold is never released by an outcome: the payment
+// was signed.
+func TestOutcomeNeverReleasesAHold(t *testing.T) {
+	f := newFleet(t, fileKind, 1, releasePolicy)
+	e := f.engines[0]
+	a, err := e.Authorize(context.Background(), "bot", Question{Counterparty: sellerA, Amount: "1.50"})
+	if err != nil || a.Decision != guard.Allow {
+		t.Fatalf("authorize: %+v %v", a, err)
+	}
+	rec, err := e.RecordOutcome(context.Background(), "bot", a, OutcomeToolError)
+	if err != nil || rec.Released {
+		t.Fatalf("a hold was released: %+v %v", rec, err)
+	}
+	if b := checkCall(t, e, "1.50", "next"); b.Decision == guard.Allow {
+		t.Fatalf("the hold stopped counting: %+v", b)
+	}
+	// An outcome needs an allow.
+	rv := a
+	rv.Decision = guard.Review
+	if _, err := e.RecordOutcome(context.Background(), "bot", rv, OutcomeToolError); err == nil {
+		t.Fatal("an outcome of a review was recorded")
+	}
+}
+
+// editLines rewrites every line holding marker.
+func editLines(data []byte, marker string, fn func(line string) string) []byte {
+	var out []byte
+	for _, l := range bytes.SplitAfter(data, []byte("\n")) {
+		if bytes.Contains(l, []byte(marker)) {
+			l = []byte(fn(string(l)))
+		}
+		out = append(out, l...)
+	}
+	return out
+}
+
+// replaceMAC flips the first hex digit of the line's last "mac".
+func replaceMAC(l string) string {
+	i := strings.LastIndex(l, `"mac":"`) + len(`"mac":"`)
+	c := byte('0')
+	if l[i] == '0' {
+		c = '1'
+	}
+	return l[:i] + string(c) + l[i+1:]
+}
