@@ -43,6 +43,11 @@ type Config struct {
 	// CallTimeout bounds a forwarded call (DefaultCallTimeout when 0).
 	CallTimeout time.Duration
 	Logger      *slog.Logger
+	// Stdio, when the proxy serves stdio, is its standard output: the
+	// upstream's notifications are written through it directly, so that
+	// they reach the caller in the order the upstream sent them, before
+	// the result they preceded.
+	Stdio *StdioOut
 }
 
 // Proxy serves an upstream's tools through the guard.
@@ -423,6 +428,12 @@ func (p *Proxy) onNotification(n mcp.JSONRPCNotification) {
 		}
 		route := v.(progressRoute)
 		params["progressToken"] = route.token
+		if p.cfg.Stdio != nil {
+			if _, err := p.cfg.Stdio.notify(n.Method, params); err != nil {
+				p.cfg.Logger.Debug("progress not passed on", "err", err)
+			}
+			return
+		}
 		if err := srv.SendNotificationToClient(route.ctx, n.Method, params); err != nil {
 			p.cfg.Logger.Debug("progress not passed on", "err", err)
 		}
@@ -435,6 +446,12 @@ func (p *Proxy) onNotification(n mcp.JSONRPCNotification) {
 			}
 		}()
 	default:
+		if p.cfg.Stdio != nil {
+			if _, err := p.cfg.Stdio.notify(n.Method, params); err != nil {
+				p.cfg.Logger.Debug("notification not passed on", "method", n.Method, "err", err)
+			}
+			return
+		}
 		srv.SendNotificationToAllClients(n.Method, params)
 	}
 }

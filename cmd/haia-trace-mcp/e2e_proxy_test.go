@@ -402,12 +402,23 @@ func TestProxyUnmappedRefuseAndStartChecks(t *testing.T) {
 	}
 }
 
+// The upstream's answer that it did not run a paying call releases what
+// the call's allow reserved (the next call under the limit is allowed); a
+// release line edited in the store is not honoured; SIGKILL of the
+// upstream in the middle of a call releases nothing — the upstream may have
+// paid before it died — so that payment counts until its reservation
+// lapses.
 func TestProxyUpstreamFailureAndKill(t *testing.T) {
-	e := newProxyEnv(t, proxyMapJSON, "")
+	const sellerD = "0xC0FFEE0000000000000000000000000000000006"
+	e := newProxyEnv(t, proxyMapJSON, `{"reviewAbove": "100", "perCounterpartyLimit": {"amount": "1.00", "windowHours": 24}, "reservationMinutes": 15}`)
 	e.start(t, nil)
-	// The upstream says the tool failed: the caller gets its answer, and
-	// the chain records FAILED after the ALLOWED decision.
-	res := e.callRaw(t, "fail_send", `{"to":"`+sellerA+`","amount":"0.25"}`)
+	pay := func(tool, amount string, extra ...string) *mcp.CallToolResult {
+		return e.callRaw(t, tool, `{"to":"`+sellerD+`","amount":"`+amount+`"`+strings.Join(extra, "")+`}`)
+	}
+	// The upstream says the tool failed: the caller gets its answer, the
+	// chain records FAILED after the ALLOWED decision, and the log a sealed
+	// release of its reservation.
+	res := pay("fail_send", "0.60")
 	if !res.IsError || !strings.Contains(resultText(res), "insufficient funds") {
 		t.Fatalf("failing upstream call: %s", resultText(res))
 	}
@@ -416,6 +427,38 @@ func TestProxyUpstreamFailureAndKill(t *testing.T) {
 	if receiptField(last, "governance", "verdict") != "FAILED" || receiptField(last, "governance", "ruleId") != "upstream_tool_error" {
 		t.Fatalf("last receipt after a failed call: %v", last)
 	}
+	logPath := filepath.Join(e.root, "guard", "decisions.ndjson")
+	data, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := bytes.Index(data, []byte(`"type":"released"`))
+	if i < 0 || !bytes.Contains(data[i:], []byte(`"outcome_receipt":"`+last["id"].(string)+`"`)) {
+		t.Fatalf("no release naming the outcome receipt %v in the log:\n%s", last["id"], data)
+	}
+	// Whoever edits the release line (its seal) gets the reservation back:
+	// 0.55 more does not fit beside 0.60, and the records are not trusted.
+	mac := bytes.LastIndex(data, []byte(`"mac":"`)) + len(`"mac":"`)
+	edited := bytes.Clone(data)
+	edited[mac] = map[bool]byte{true: '1', false: '0'}[edited[mac] == '0']
+	if err := os.WriteFile(logPath, edited, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if d := decisionOf(t, pay("send_usdc", "0.55")); d.Decision == "allow" || !d.has("reservation_unverified") {
+		t.Fatalf("an edited release was honoured: %+v", d)
+	}
+	now, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(now, data) // the release as the server sealed it, and what followed
+	if err := os.WriteFile(logPath, now, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Released: 0.60 fits under 1.00 again and is forwarded.
+	if res := pay("send_usdc", "0.60"); res.IsError {
+		t.Fatalf("the call after a released reservation was not forwarded: %s", resultText(res))
+	}
 
 	// SIGKILL of the upstream in the middle of a paying call: a clear
 	// error, recorded as lost, and the upstream is restarted.
@@ -423,7 +466,7 @@ func TestProxyUpstreamFailureAndKill(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		r, err := e.cs.CallTool(ctx, &mcp.CallToolParams{Name: "slow_send", Arguments: json.RawMessage(`{"to":"` + sellerA + `","amount":"0.25","ms":5000}`)})
+		r, err := e.cs.CallTool(ctx, &mcp.CallToolParams{Name: "slow_send", Arguments: json.RawMessage(`{"to":"` + sellerD + `","amount":"0.30","ms":5000}`)})
 		if err != nil {
 			t.Errorf("slow_send: %v", err)
 		}
@@ -452,22 +495,45 @@ func TestProxyUpstreamFailureAndKill(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	var ok bool
-	for !ok && time.Now().Before(deadline) {
-		res := e.callRaw(t, "send_usdc", `{"to":"`+sellerA+`","amount":"0.25"}`)
-		ok = !res.IsError
-		if !ok {
-			time.Sleep(200 * time.Millisecond)
+	// The killed call's 0.30 still counts beside the 0.60 paid: 0.20 more
+	// would pass 1.00 (and would fit had the kill released it).
+	var d proxyDecision
+	for time.Now().Before(deadline) {
+		res := pay("send_usdc", "0.20")
+		if res.IsError && res.StructuredContent != nil {
+			d = decisionOf(t, res)
+			break
 		}
+		if !res.IsError {
+			t.Fatalf("the killed call's reservation was released: 0.20 more was forwarded")
+		}
+		time.Sleep(200 * time.Millisecond) // the restarted upstream is being checked
 	}
-	if !ok {
-		t.Fatalf("no call went through after the restart; stderr %s", e.stderr)
+	if d.Decision != "review" || !d.has("per_counterparty_limit") {
+		t.Fatalf("after the kill: %+v", d)
+	}
+	// 0.10 fits exactly and reaches the restarted upstream.
+	if res := pay("send_usdc", "0.10"); res.IsError {
+		t.Fatalf("no call went through after the restart: %s; stderr %s", resultText(res), e.stderr)
 	}
 	for _, p := range e.paid(t) {
 		if p["tool"] == "slow_send" {
 			t.Fatalf("the killed call was carried out: %v", p)
 		}
 	}
+	data, _ = os.ReadFile(logPath)
+	if n := bytes.Count(data, []byte(`"type":"released"`)); n != 1 {
+		t.Fatalf("%d releases in the log, want only the failed call's", n)
+	}
+}
+
+func (d proxyDecision) has(rule string) bool {
+	for _, r := range d.Reasons {
+		if r.Rule == rule {
+			return true
+		}
+	}
+	return false
 }
 
 func readPids(t *testing.T, path string) []int {
@@ -693,15 +759,9 @@ func TestProxyEverythingPassesThrough(t *testing.T) {
 	}
 	direct := connect(exec.Command(node, entry, "stdio"), nil)
 	e := newProxyEnv(t, `{"tools": {}, "unmapped": "forward"}`, "")
-	var mu sync.Mutex
-	var progress []string
 	cmd := exec.Command(binPath, append(e.args(), "--", node, entry, "stdio")...)
 	cmd.Stderr = e.stderr
-	proxied := connect(cmd, &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
-		mu.Lock()
-		progress = append(progress, string(mustJSON(r.Params.ProgressToken)))
-		mu.Unlock()
-	}})
+	proxied := connect(cmd, nil)
 
 	// The same tools with the same schemas, plus this product's read tools.
 	want, err := direct.ListTools(ctx, nil)
@@ -765,30 +825,28 @@ func TestProxyEverythingPassesThrough(t *testing.T) {
 			t.Errorf("%s: direct %s / %s, proxied %s / %s", c.name, mustJSON(a.Content), mustJSON(a.StructuredContent), mustJSON(b.Content), mustJSON(b.StructuredContent))
 		}
 	}
-	// Progress of a long operation reaches the caller with its own token.
-	params := &mcp.CallToolParams{Name: "trigger-long-running-operation", Arguments: map[string]any{"duration": 1, "steps": 4}}
-	params.SetProgressToken("everything-1")
-	if res, err := proxied.CallTool(ctx, params); err != nil || res.IsError {
-		t.Fatalf("long-running operation: %v %v", err, res)
-	}
-	// The proxy forwards a notification on its own path, so the last one
-	// may reach the caller just after the result: wait for it, briefly.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		mu.Lock()
-		n := len(progress)
-		mu.Unlock()
-		if n >= 4 || time.Now().After(deadline) {
-			break
+	// Progress of a long operation reaches the caller with its own token,
+	// every notification before the result (read on the wire, in order).
+	wcmd := exec.Command(binPath, append(e.args(), "--", node, entry, "stdio")...)
+	wcmd.Stderr = e.stderr
+	w := startWire(t, wcmd)
+	w.initialize(t, nil)
+	for i := range 3 {
+		token := "everything-" + strconv.Itoa(i)
+		before, res := w.request(t, "tools/call", map[string]any{"name": "trigger-long-running-operation",
+			"arguments": map[string]any{"duration": 0.4, "steps": 4}, "_meta": map[string]any{"progressToken": token}})
+		if res["isError"] == true {
+			t.Fatalf("long-running operation: %v", res)
 		}
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(progress) < 4 {
-		t.Fatalf("%d progress notifications, want 4", len(progress))
-	}
-	for _, p := range progress {
-		if p != `"everything-1"` {
-			t.Fatalf("progress token %s, want the caller's own", p)
+		got := notificationsOf(before, "notifications/progress")
+		if len(got) != 4 {
+			t.Fatalf("run %d: %d progress notifications before the result, want 4: %v", i, len(got), before)
+		}
+		for j, n := range got {
+			p, _ := n["params"].(map[string]any)
+			if p["progressToken"] != token || p["progress"] != float64(j+1) {
+				t.Fatalf("run %d: progress %d: %v, want the caller's own token in order", i, j, p)
+			}
 		}
 	}
 	if err := proxied.Ping(ctx, nil); err != nil {

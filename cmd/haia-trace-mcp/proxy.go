@@ -133,8 +133,12 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	// upstream.
 	servers := map[string]*server.Server{}
 	var proxies []*proxy.Proxy
+	var out *proxy.StdioOut
+	if h.addr == "" {
+		out = proxy.NewStdioOut(stdout)
+	}
 	addProxy := func(srv *server.Server, st *stack) error {
-		p, err := proxy.New(proxy.Config{Server: srv, Engine: st.eng, Map: gmap, CallTimeout: pf.callTimeout, Logger: logger})
+		p, err := proxy.New(proxy.Config{Server: srv, Engine: st.eng, Map: gmap, CallTimeout: pf.callTimeout, Logger: logger, Stdio: out})
 		if err != nil {
 			return err
 		}
@@ -206,7 +210,8 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	logger.Info("serving the guard proxy over stdio", "upstream", upstreamName(uc))
 	stdio := mcpserver.NewStdioServer(srv.MCP())
 	stdio.SetErrorLogger(log.New(stderr, "mcp: ", log.LstdFlags))
-	if err := stdio.Listen(ctx, stdin, stdout); err != nil && !errors.Is(err, context.Canceled) && !isEOF(err) {
+	stdio.SetContextFunc(out.Session)
+	if err := stdio.Listen(ctx, stdin, out); err != nil && !errors.Is(err, context.Canceled) && !isEOF(err) {
 		logger.Error("stdio transport stopped", "err", err)
 		return exitFail
 	}

@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -28,6 +29,37 @@ type upstream struct {
 	mu  sync.Mutex
 	log string
 	srv *server.MCPServer
+	// out, over stdio, is standard output: progress is written through
+	// it directly, so that it precedes the result on the wire (the
+	// server's notification queue is drained by another goroutine).
+	out *lockedWriter
+}
+
+// lockedWriter writes whole messages, one at a time.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// notify sends the caller a notification: over stdio written now, before
+// the result of the call that sends it.
+func (u *upstream) notify(ctx context.Context, method string, params map[string]any) error {
+	if u.out == nil {
+		return u.srv.SendNotificationToClient(ctx, method, params)
+	}
+	b, err := json.Marshal(mcp.JSONRPCNotification{JSONRPC: mcp.JSONRPC_VERSION,
+		Notification: mcp.Notification{Method: method, Params: mcp.NotificationParams{AdditionalFields: params}}})
+	if err != nil {
+		return err
+	}
+	_, err = u.out.Write(append(b, '\n'))
+	return err
 }
 
 func (u *upstream) record(tool string, raw json.RawMessage) error {
@@ -73,7 +105,7 @@ func (u *upstream) slow(ctx context.Context, req mcp.CallToolRequest) (*mcp.Call
 		token = req.Params.Meta.ProgressToken
 	}
 	deadline := time.Now().Add(time.Duration(ms) * time.Millisecond)
-	step := 0
+	step, sent := 0, 0
 	for time.Now().Before(deadline) {
 		select {
 		case <-ctx.Done():
@@ -82,15 +114,17 @@ func (u *upstream) slow(ctx context.Context, req mcp.CallToolRequest) (*mcp.Call
 		}
 		step++
 		if token != nil {
-			_ = u.srv.SendNotificationToClient(ctx, "notifications/progress", map[string]any{
-				"progressToken": token, "progress": step, "message": "paying",
-			})
+			if err := u.notify(ctx, "notifications/progress", map[string]any{"progressToken": token, "progress": step, "message": "paying"}); err == nil {
+				sent++
+			}
 		}
 	}
 	if err := u.record("slow_send", rawArgs(req)); err != nil {
 		return nil, err
 	}
-	return mcp.NewToolResultText("paid slowly"), nil
+	// The count lets a test check that every progress notification reached
+	// the caller before this result.
+	return mcp.NewToolResultText(fmt.Sprintf("paid slowly after %d progress notifications", sent)), nil
 }
 
 func main() {
@@ -128,7 +162,7 @@ func main() {
 	echo := mcp.NewToolWithRawSchema("echo", "Echo the text (pays nothing).", json.RawMessage(
 		`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"],"$comment":"kept byte for byte"}`))
 	u.srv.AddTool(echo, func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		u.srv.SendNotificationToAllClients("notifications/message", map[string]any{"level": "info", "data": "echoed"})
+		_ = u.notify(ctx, "notifications/message", map[string]any{"level": "info", "data": "echoed"})
 		return mcp.NewToolResultText(req.GetString("text", "")), nil
 	})
 	for _, name := range splitList(os.Getenv("PAY_EXTRA")) {
@@ -150,7 +184,8 @@ func main() {
 		serveHTTP(u.srv, addr)
 		return
 	}
-	if err := server.ServeStdio(u.srv); err != nil {
+	u.out = &lockedWriter{w: os.Stdout}
+	if err := server.NewStdioServer(u.srv).Listen(context.Background(), os.Stdin, u.out); err != nil {
 		fmt.Fprintln(os.Stderr, "payupstream:", err)
 		os.Exit(1)
 	}

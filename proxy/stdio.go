@@ -1,0 +1,65 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
+)
+
+// StdioOut is the proxy's standard output when it serves stdio. The MCP
+// server writes every message through it, one whole line per Write, and the
+// proxy writes the upstream's notifications through it directly, in the
+// order the upstream sent them: a notification the upstream sent before a
+// result has been written before that result reaches the proxy, so it
+// reaches the caller first. (The server's own notifications go through a
+// queue that a separate goroutine drains, which gives no such order.)
+type StdioOut struct {
+	mu      sync.Mutex
+	w       io.Writer
+	session mcpserver.ClientSession
+}
+
+// NewStdioOut writes to w.
+func NewStdioOut(w io.Writer) *StdioOut { return &StdioOut{w: w} }
+
+// Write writes one message; writes never interleave.
+func (o *StdioOut) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.w.Write(p)
+}
+
+// Session is the stdio transport's context function: it learns the one
+// client session, so that nothing is written to a client before it
+// initialized.
+func (o *StdioOut) Session(ctx context.Context) context.Context {
+	if s := mcpserver.ClientSessionFromContext(ctx); s != nil {
+		o.mu.Lock()
+		o.session = s
+		o.mu.Unlock()
+	}
+	return ctx
+}
+
+// notify writes a notification now. It reports false when the client has
+// not initialized yet (nothing is written).
+func (o *StdioOut) notify(method string, params map[string]any) (bool, error) {
+	o.mu.Lock()
+	s := o.session
+	o.mu.Unlock()
+	if s == nil || !s.Initialized() {
+		return false, nil
+	}
+	n := mcp.JSONRPCNotification{JSONRPC: mcp.JSONRPC_VERSION, Notification: mcp.Notification{Method: method, Params: mcp.NotificationParams{AdditionalFields: params}}}
+	b, err := json.Marshal(n)
+	if err != nil {
+		return true, fmt.Errorf("encode notification %s: %w", method, err)
+	}
+	_, err = o.Write(append(b, '\n'))
+	return true, err
+}
