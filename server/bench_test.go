@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/app/catalog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/simrec"
 	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
@@ -88,7 +89,11 @@ func newBenchServer(b *testing.B, dir string) *Server {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { events.Close(); root.Close() })
-	s, err := New(Config{Root: root, Events: events, Limits: receipt.DefaultLimits(), Version: "bench", IndexMaxBytes: int64(mb) << 20})
+	cat, err := catalog.New(catalog.Config{Root: root, Events: events, Limits: receipt.DefaultLimits(), MaxBytes: int64(mb) << 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := New(Config{Catalog: cat, Version: "bench"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -178,7 +183,7 @@ func BenchmarkListWarm(b *testing.B) {
 	reportPercentiles(b, ds)
 	runtime.GC()
 	runtime.ReadMemStats(&after)
-	st := s.index.Stats()
+	st := s.cfg.Catalog.Stats()
 	runtime.KeepAlive(s)
 	b.ReportMetric(float64(st.Events), "events-indexed")
 	b.ReportMetric(float64(st.Bytes)/(1<<20), "index-est-MiB")
@@ -211,12 +216,12 @@ func BenchmarkListAfterAppend(b *testing.B) {
 		if err := rec.PayAll(ps); err != nil {
 			b.Fatal(err)
 		}
-		before := s.index.Stats().BytesRead
+		before := s.cfg.Catalog.Stats().BytesRead
 		b.StartTimer()
 		t0 := time.Now()
 		listOnce(b, s)
 		ds = append(ds, time.Since(t0))
-		readBytes += s.index.Stats().BytesRead - before
+		readBytes += s.cfg.Catalog.Stats().BytesRead - before
 	}
 	b.StopTimer()
 	reportPercentiles(b, ds)

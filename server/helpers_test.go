@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/app/catalog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
@@ -49,14 +50,18 @@ func newPolicyServer(t testing.TB, dir string, indexBytes int64, pol *guard.Conf
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Config{Root: root, Events: events, Limits: receipt.DefaultLimits(), Version: "test", IndexMaxBytes: indexBytes})
+	cat, err := catalog.New(catalog.Config{Root: root, Events: events, Limits: receipt.DefaultLimits(), MaxBytes: indexBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Catalog: cat, Version: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	eng, err := engine.New(engine.Config{
 		Policy:    pol,
 		Templates: receipt.Resolver{},
-		History:   s.History(),
+		History:   cat,
 		Log:       reviewlog.Open(root, reviewlog.Options{}),
 		Chains:    &reviewlog.Chains{Signer: noa.NewKeySigner(key), Tenant: "test"},
 		ParamsKey: engine.ParamsKeyFrom(key.Seed()),
@@ -76,6 +81,17 @@ func newPolicyServer(t testing.TB, dir string, indexBytes int64, pol *guard.Conf
 		t.Fatal(err)
 	}
 	return s
+}
+
+// openRoot opens dir as a Trace root for the test's own reads.
+func openRoot(t testing.TB, dir string) *confined.Dir {
+	t.Helper()
+	root, err := confined.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	return root
 }
 
 // testPayerKey is the payer key of the test servers (a test key, nothing

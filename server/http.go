@@ -471,7 +471,7 @@ func carryIdentity(ctx context.Context, r *http.Request) context.Context {
 // a read-only Trace root serves on PostgreSQL) and the trusted reviewers;
 // with payments on, the payer signer too.
 func (s *Server) probeReady(ctx context.Context) error {
-	if _, err := s.cfg.Events.ReadDir(); err != nil {
+	if _, err := s.cfg.Catalog.Events().ReadDir(); err != nil {
 		return &engine.NotReadyError{Reason: "the events directory cannot be listed", Err: err}
 	}
 	if s.guard == nil {

@@ -12,8 +12,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,32 +19,20 @@ import (
 	mcpserver "github.com/mark3labs/mcp-go/server"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/app/catalog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/auth"
-	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
-	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
-	"github.com/haia-trace-mcp/haia-trace-mcp/internal/runindex"
 	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 )
 
 //go:embed schema/*.json
 var schemaFiles embed.FS
 
-// DefaultTemplate is the template a tool uses when none is named.
-const DefaultTemplate = "x402-buyer"
-
 // Config is what a Server needs; the caller opens the root once.
 type Config struct {
-	// Root is the Trace root, resolved once at start.
-	Root *confined.Dir
-	// Events is Root's events/ directory.
-	Events *confined.Dir
-	// Templates resolves template names (operator's directory first); a
-	// receipt.TemplateSet fixes them at start.
-	Templates receipt.TemplateSource
-	// Limits bound run files.
-	Limits receipt.Limits
-	// IndexMaxBytes bounds the memory of the run index (0: default).
-	IndexMaxBytes int64
+	// Catalog reads the Trace root's runs: the read tools list and find
+	// operations through it, and the guard's engine reads its history
+	// from the same one.
+	Catalog *catalog.Catalog
 	// Version is reported to clients.
 	Version string
 	Logger  *slog.Logger
@@ -60,20 +46,13 @@ type Config struct {
 
 // Server holds the tool handlers and the state they share.
 type Server struct {
-	cfg   Config
-	index *runindex.Index[opSummary, guard.EventFacts]
-	mcp   *mcpserver.MCPServer
+	cfg Config
+	mcp *mcpserver.MCPServer
 	// guard is set by EnableGuard, which adds check_before_pay and
 	// get_review_status; without it only the read tools are served.
 	guard *Guard
 	// collectors are served on /metrics beside the HTTP transport's own.
 	collectors []prometheus.Collector
-	// histCache keeps the guard's history per template while no run
-	// changed (see indexHistory).
-	histMu    sync.Mutex
-	histCache map[string]*cachedHistory
-	// cursors writes list_operations' next_cursor (see tools_read.go).
-	cursors cursorCodec
 	// toolScopes are the per-tool scopes of the HTTP front (tool → scope);
 	// tools/list shows a caller only the tools its token may call.
 	toolScopes atomic.Pointer[map[string]string]
@@ -114,23 +93,10 @@ func (s *Server) visibleTools(ctx context.Context, tools []mcp.Tool) []mcp.Tool 
 // notifier's); call it before NewHTTP.
 func (s *Server) AddMetrics(cs ...prometheus.Collector) { s.collectors = append(s.collectors, cs...) }
 
-// opSummary is what the index keeps per assembled receipt.
-type opSummary struct {
-	RunID          string
-	OperationID    string
-	Template       string
-	Completeness   string
-	MissingStages  []string
-	ExceptionCount int
-	LastEventAt    string
-	// Guard is what the pre-payment guard reads from this receipt.
-	Guard guard.Op
-}
-
 // New builds the server and registers its tools.
 func New(cfg Config) (*Server, error) {
-	if cfg.Root == nil || cfg.Events == nil {
-		return nil, errors.New("server: the Trace root and its events directory must be open")
+	if cfg.Catalog == nil {
+		return nil, errors.New("server: no catalog of the Trace root")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -139,22 +105,6 @@ func New(cfg Config) (*Server, error) {
 		cfg.Now = time.Now
 	}
 	s := &Server{cfg: cfg}
-	s.index = runindex.New(runindex.Options[opSummary, guard.EventFacts]{
-		Events:    cfg.Events,
-		Limits:    cfg.Limits,
-		MaxBytes:  cfg.IndexMaxBytes,
-		Extract:   extractFacts,
-		FactsCost: factsCost,
-		Compact:   compactEvent,
-		Summarize: summarize,
-		ItemCost:  summaryCost,
-		// Each run's summaries are kept in listing order, with positions
-		// by completeness, so a listing merges runs instead of sorting all.
-		Compare:     compareSummaries,
-		Facet:       func(s *opSummary) string { return s.Completeness },
-		OperationID: func(s *opSummary) string { return s.OperationID },
-		Logger:      cfg.Logger,
-	})
 	instructions := cfg.Instructions
 	if instructions == "" {
 		instructions = "Read your own Haia Trace operation receipts and ask check_before_pay before paying a counterparty again. " +
@@ -167,9 +117,6 @@ func New(cfg Config) (*Server, error) {
 		mcpserver.WithToolFilter(s.visibleTools),
 		mcpserver.WithInstructions(instructions),
 	)
-	if s.cfg.Templates == nil {
-		s.cfg.Templates = receipt.Resolver{} // the bundled templates only
-	}
 	if err := s.addTools(s.tools()); err != nil {
 		return nil, err
 	}
@@ -298,22 +245,11 @@ func structured(v any, text string) *mcp.CallToolResult {
 	return mcp.NewToolResultStructured(v, text)
 }
 
-// template resolves a template argument (already checked to be a slug).
+// template resolves a template argument.
 func (s *Server) template(name string) (*receipt.Template, error) {
-	if name == "" {
-		name = DefaultTemplate
-	}
-	if !receipt.IsSlug(name) {
-		return nil, userErrorf("template must be a bare name made of letters, digits, '-' and '_' (got %q)", name)
-	}
-	t, err := s.cfg.Templates.Resolve(name)
+	t, err := s.cfg.Catalog.Template(name)
 	if err != nil {
-		return nil, userErrorf("template %q: %s", name, s.relative(err.Error()))
+		return nil, userErrorf("%s", err.Error())
 	}
 	return t, nil
-}
-
-// relative strips the root's real path from messages meant for clients.
-func (s *Server) relative(msg string) string {
-	return strings.ReplaceAll(msg, s.cfg.Root.Path()+"/", "")
 }

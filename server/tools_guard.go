@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -12,9 +11,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/auth"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
-	"github.com/haia-trace-mcp/haia-trace-mcp/internal/runindex"
 	"github.com/haia-trace-mcp/haia-trace-mcp/payment"
-	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 )
 
 // Guard is what the pre-payment tools need: the one decision engine, and
@@ -66,75 +63,13 @@ func (s *Server) guardTools() []toolDef {
 	return tools
 }
 
-// EnableGuard registers the guard's tools. The engine reads history through
-// the server's own index (see History), so it is built after the server.
+// EnableGuard registers the guard's tools.
 func (s *Server) EnableGuard(g *Guard) error {
 	if g == nil || g.Engine == nil || g.AgentID == "" {
 		return errors.New("server: the guard needs a decision engine and an agent id")
 	}
 	s.guard = g
 	return s.addTools(s.guardTools())
-}
-
-// History is the server's run index as the engine reads it.
-func (s *Server) History() engine.HistorySource { return indexHistory{s} }
-
-type indexHistory struct{ s *Server }
-
-// cachedHistory is the history of one template as it was built, with what
-// it was built from: while no run's view changed, the next question reuses
-// it (and its index) instead of walking every operation again.
-type cachedHistory struct {
-	views []viewKey
-	bad   []string
-	hist  guard.History
-}
-
-type viewKey struct {
-	run   string
-	items *opSummary
-	n     int
-	lines int
-}
-
-func (h indexHistory) History(ctx context.Context, t *receipt.Template) (guard.History, error) {
-	listing, err := h.s.index.List(ctx, t)
-	if err != nil {
-		return guard.History{}, err
-	}
-	views := make([]viewKey, len(listing.Runs))
-	for i, rv := range listing.Runs {
-		var first *opSummary
-		if len(rv.Items) > 0 {
-			first = &rv.Items[0]
-		}
-		views[i] = viewKey{run: rv.RunID, items: first, n: len(rv.Items), lines: rv.Lines}
-	}
-	bad := make([]string, len(listing.Unreadable))
-	for i, u := range listing.Unreadable {
-		bad[i] = u.RunID + "\x00" + u.Err.Error()
-	}
-	key := runindex.Fingerprint(t)
-	h.s.histMu.Lock()
-	defer h.s.histMu.Unlock()
-	if c := h.s.histCache[key]; c != nil && slices.Equal(c.views, views) && slices.Equal(c.bad, bad) {
-		return c.hist, nil
-	}
-	hist := guard.History{Runs: len(listing.Runs)}
-	for _, rv := range listing.Runs {
-		for _, it := range rv.Items {
-			hist.Ops = append(hist.Ops, it.Guard)
-		}
-	}
-	for _, u := range listing.Unreadable {
-		hist.Unreadable = append(hist.Unreadable, guard.UnreadableRun{RunID: u.RunID, Error: h.s.relative(u.Err.Error())})
-	}
-	hist.BuildIndex()
-	if h.s.histCache == nil {
-		h.s.histCache = map[string]*cachedHistory{}
-	}
-	h.s.histCache[key] = &cachedHistory{views: views, bad: bad, hist: hist}
-	return hist, nil
 }
 
 // callerID is who asked: the verified token subject over HTTP, the

@@ -145,7 +145,7 @@ func TestAuthorizePaymentDecisions(t *testing.T) {
 		t.Fatalf("block: %+v", k)
 	}
 	// The log holds exactly the one authorization, bound to its receipts.
-	auths, err := reviewlog.Open(s.cfg.Root, reviewlog.Options{}).Authorizations(context.Background())
+	auths, err := reviewlog.Open(openRoot(t, dir), reviewlog.Options{}).Authorizations(context.Background())
 	if err != nil || len(auths) != 1 || auths[0].DecisionReceipt != a.ReceiptID || auths[0].Receipt != a.Authorization.ReceiptID {
 		t.Fatalf("authorizations %+v (%v)", auths, err)
 	}
@@ -154,7 +154,8 @@ func TestAuthorizePaymentDecisions(t *testing.T) {
 func bigInt(n int64) *big.Int { return big.NewInt(n) }
 
 func TestAuthorizePaymentRefusals(t *testing.T) {
-	s := newTestServer(t, t.TempDir())
+	dir := t.TempDir()
+	s := newTestServer(t, dir)
 	odd := func(mod func(e map[string]any)) map[string]any {
 		pr := paymentRequired("10000", sellerA)
 		mod(pr["accepts"].([]any)[0].(map[string]any))
@@ -186,7 +187,7 @@ func TestAuthorizePaymentRefusals(t *testing.T) {
 			}
 		})
 	}
-	auths, _ := reviewlog.Open(s.cfg.Root, reviewlog.Options{}).Authorizations(context.Background())
+	auths, _ := reviewlog.Open(openRoot(t, dir), reviewlog.Options{}).Authorizations(context.Background())
 	if len(auths) != 0 {
 		t.Fatalf("a refused call left %d authorizations", len(auths))
 	}
@@ -195,7 +196,8 @@ func TestAuthorizePaymentRefusals(t *testing.T) {
 // Many agents at once: every allow has its own decision, its own nonce
 // and its own recorded authorization.
 func TestAuthorizePaymentConcurrent(t *testing.T) {
-	s := newTestServer(t, t.TempDir())
+	dir := t.TempDir()
+	s := newTestServer(t, dir)
 	const n = 12
 	var wg sync.WaitGroup
 	nonces := make(chan string, n)
@@ -224,7 +226,7 @@ func TestAuthorizePaymentConcurrent(t *testing.T) {
 		}
 		seen[nc] = true
 	}
-	auths, err := reviewlog.Open(s.cfg.Root, reviewlog.Options{}).Authorizations(context.Background())
+	auths, err := reviewlog.Open(openRoot(t, dir), reviewlog.Options{}).Authorizations(context.Background())
 	if err != nil || len(auths) != len(seen) {
 		t.Fatalf("%d signed, %d recorded (%v)", len(seen), len(auths), err)
 	}

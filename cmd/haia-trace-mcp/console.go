@@ -13,10 +13,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/app/catalog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/console"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
-	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/pgstore"
 )
@@ -39,7 +39,7 @@ func (c *consoleFlags) register(fs *flag.FlagSet) {
 // guard until ctx ends. The server never writes the reviewers file; it
 // reads it at every use, so an edit (or the operator's passkey add) takes
 // effect at once.
-func startConsole(ctx context.Context, cf *consoleFlags, root *confined.Dir, g *guardSetup, logger *slog.Logger) (stop func(), reviewURL func(string) string, err error) {
+func startConsole(ctx context.Context, cf *consoleFlags, cat *catalog.Catalog, g *guardSetup, logger *slog.Logger) (stop func(), reviewURL func(string) string, err error) {
 	host, _, err := net.SplitHostPort(cf.addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--console-addr %q: want HOST:PORT such as 127.0.0.1:8787: %w", cf.addr, err)
@@ -65,7 +65,7 @@ func startConsole(ctx context.Context, cf *consoleFlags, root *confined.Dir, g *
 	c, err := console.New(console.Config{
 		URL: u, Log: g.log, Passkeys: passkeys,
 		Decider: engine.PasskeyDecider{Log: g.log, Chains: g.chains, Passkeys: passkeys},
-		Explain: func(template string, ref guard.Ref) string { return explainRef(root, template, ref) },
+		Explain: func(template string, ref guard.Ref) string { return explainRef(ctx, cat, template, ref) },
 		Logger:  logger,
 		Changes: storeChanges(g.store, logger),
 	})

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -204,7 +205,18 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 				ReservationProblems []string                `json:"reservation_problems,omitempty"`
 			}{r, bearing, len(rv.Held), rv.Problems})
 		}
-		reviewPrintOne(stdout, r, pol.Assets, func(ref guard.Ref) string { return explainRef(root, r.Template, ref) })
+		// The evidence is explained through the catalog the server reads,
+		// under the template the guard judged by; a catalog that cannot be
+		// opened leaves the review itself readable.
+		var explain func(guard.Ref) string
+		cat, closeCat, err := openCatalog(root, "", slog.New(slog.DiscardHandler))
+		if err != nil {
+			explain = func(guard.Ref) string { return fmt.Sprintf("(no explanation: %v)", err) }
+		} else {
+			defer closeCat()
+			explain = func(ref guard.Ref) string { return explainRef(ctx, cat, r.Template, ref) }
+		}
+		reviewPrintOne(stdout, r, pol.Assets, explain)
 		if r.ReviewURL != "" {
 			fmt.Fprintf(stdout, "console: %s\n", r.ReviewURL)
 		}

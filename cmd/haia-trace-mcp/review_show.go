@@ -1,64 +1,63 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"sort"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/app/catalog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 )
 
-// explainRef is the explain paragraph of one evidence operation, read from
-// its run file now, so the reviewer sees what the agent saw. A run that is
-// gone or unreadable says so instead.
-func explainRef(root *confined.Dir, template string, ref guard.Ref) string {
-	if template == "" {
-		template = guard.DefaultTemplate
-	}
-	t, err := receipt.Resolver{}.Resolve(template)
-	if err != nil {
-		return fmt.Sprintf("(no explanation: template %s: %v)", template, err)
-	}
-	events, err := root.OpenDir("events")
+// explainRef is the explain paragraph of one evidence operation, read now
+// through the catalog the guard reads (the same templates), so the reviewer
+// sees what the agent saw. A run that is gone or unreadable says so instead.
+func explainRef(ctx context.Context, cat *catalog.Catalog, template string, ref guard.Ref) string {
+	t, err := cat.Template(template)
 	if err != nil {
 		return fmt.Sprintf("(no explanation: %v)", err)
 	}
-	defer events.Close()
-	entries, err := events.ReadDir()
-	if err != nil {
-		return fmt.Sprintf("(no explanation: %v)", err)
-	}
-	name := ""
-	for _, e := range entries {
-		if id, ok := receipt.RunIDFromFileName(e.Name); ok && id == ref.RunID && e.Regular() {
-			name = e.Name
-		}
-	}
-	if name == "" {
+	r, err := cat.Operation(ctx, ref.RunID, ref.OperationID, t)
+	var re *catalog.RunError
+	var no *catalog.NoOperationError
+	switch {
+	case err == nil:
+		return receipt.Explain(ref.RunID, r)
+	case errors.As(err, &re) && re.Unknown:
 		return fmt.Sprintf("(no explanation: run %s is no longer under events/)", ref.RunID)
-	}
-	f, err := events.Open(name)
-	if err != nil {
-		return fmt.Sprintf("(no explanation: %v)", err)
-	}
-	defer f.Close()
-	var kept []receipt.Event
-	if _, _, err := receipt.ReadEvents(f, 1, receipt.DefaultLimits(), func(e receipt.Event) error {
-		if e.ContextID == ref.OperationID {
-			kept = append(kept, e)
-		}
-		return nil
-	}); err != nil {
-		return fmt.Sprintf("(no explanation: run %s cannot be read: %v)", ref.RunID, err)
-	}
-	if len(kept) == 0 {
+	case errors.As(err, &re):
+		return fmt.Sprintf("(no explanation: run %s cannot be read: %s)", ref.RunID, re.Detail)
+	case errors.As(err, &no):
 		return fmt.Sprintf("(no explanation: run %s has no operation %s)", ref.RunID, ref.OperationID)
 	}
-	r := receipt.AssembleOperation(ref.OperationID, kept, t)
-	return receipt.Explain(ref.RunID, &r)
+	return fmt.Sprintf("(no explanation: %v)", err)
+}
+
+// openCatalog opens the catalog of a Trace root as the server reads it: its
+// events/ (which may not exist yet) and the operator's templates beside the
+// bundled ones. close releases the events directory.
+func openCatalog(root *confined.Dir, templatesDir string, logger *slog.Logger) (cat *catalog.Catalog, close func(), err error) {
+	events, err := root.OpenDirLazy("events")
+	if err != nil {
+		return nil, nil, fmt.Errorf("trace root %s: events directory: %w", root.Path(), err)
+	}
+	templates, err := openTemplates(root, templatesDir, logger)
+	if err != nil {
+		events.Close()
+		return nil, nil, err
+	}
+	cat, err = catalog.New(catalog.Config{Root: root, Events: events, Templates: templates, Limits: receipt.DefaultLimits(), Logger: logger})
+	if err != nil {
+		events.Close()
+		return nil, nil, err
+	}
+	return cat, func() { events.Close() }, nil
 }
 
 // reviewPrintCaps tells the reviewer which callers are at or near the cap

@@ -19,6 +19,7 @@ import (
 	mcpserver "github.com/mark3labs/mcp-go/server"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/app/catalog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/policy"
@@ -285,7 +286,7 @@ func newIntegrityCounter() prometheus.Counter {
 
 // startGuard builds the decision engine over the server's run index and
 // registers the guard's tools.
-func startGuard(ctx context.Context, srv *server.Server, g *guardSetup, templates *receipt.TemplateSet, agentID string, noCheckTool bool, logger *slog.Logger) (*engine.Engine, error) {
+func startGuard(ctx context.Context, srv *server.Server, cat *catalog.Catalog, g *guardSetup, templates *receipt.TemplateSet, agentID string, noCheckTool bool, logger *slog.Logger) (*engine.Engine, error) {
 	var onOpen func(reviewlog.Review)
 	if g.notifier != nil && g.notifier.Len() > 0 {
 		onOpen = func(r reviewlog.Review) {
@@ -337,7 +338,7 @@ func startGuard(ctx context.Context, srv *server.Server, g *guardSetup, template
 		Policy:      g.policy,
 		Rules:       g.rules,
 		Templates:   templates,
-		History:     srv.History(),
+		History:     cat,
 		Log:         g.log,
 		Chains:      g.chains,
 		ParamsKey:   g.paramsKey,
@@ -515,14 +516,18 @@ func openStack(ctx context.Context, dir, tenant string, f *serveFlags, notifier 
 		return nil, err
 	}
 	closeDirs := func() { events.Close(); root.Close() }
+	// One catalog per root: the read tools, the engine's history and the
+	// console's explanations all read runs through it.
+	cat, err := catalog.New(catalog.Config{Root: root, Events: events, Templates: templates,
+		Limits: receipt.DefaultLimits(), MaxBytes: f.indexMaxMB << 20, Logger: logger})
+	if err != nil {
+		closeDirs()
+		return nil, err
+	}
 	srv, err := server.New(server.Config{
-		Root:          root,
-		Events:        events,
-		Templates:     templates,
-		Limits:        receipt.DefaultLimits(),
-		IndexMaxBytes: f.indexMaxMB << 20,
-		Version:       versionString(),
-		Logger:        logger,
+		Catalog: cat,
+		Version: versionString(),
+		Logger:  logger,
 
 		ToolsListChanged: f.proxy,
 		Instructions:     proxyInstructions(f.proxy),
@@ -561,12 +566,12 @@ func openStack(ctx context.Context, dir, tenant string, f *serveFlags, notifier 
 			closeDirs()
 			return nil, errors.New("--console serves one guard; with --tenants-dir it is not supported yet")
 		}
-		if stopConsole, g.reviewURL, err = startConsole(ctx, &f.console, root, g, logger); err != nil {
+		if stopConsole, g.reviewURL, err = startConsole(ctx, &f.console, cat, g, logger); err != nil {
 			closeDirs()
 			return nil, err
 		}
 	}
-	eng, err := startGuard(ctx, srv, g, templates, f.agentID, f.proxy, logger)
+	eng, err := startGuard(ctx, srv, cat, g, templates, f.agentID, f.proxy, logger)
 	if err != nil {
 		stopConsole()
 		closeDirs()

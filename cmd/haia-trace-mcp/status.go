@@ -20,10 +20,8 @@ import (
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
-	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
-	"github.com/haia-trace-mcp/haia-trace-mcp/server"
 )
 
 const statusUsage = `usage:
@@ -321,30 +319,22 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // way the server does (its own index) and fills the runs, the unreadable
 // runs and the open payments.
 func statusRunsOf(ctx context.Context, g *cliGuard, templatesDir string, rep *statusReport) error {
-	events, err := g.root.OpenDirLazy("events")
-	if err != nil {
-		return fmt.Errorf("the events directory: %w", err)
-	}
-	defer events.Close()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	templates, err := openTemplates(g.root, templatesDir, quiet)
+	cat, closeCat, err := openCatalog(g.root, templatesDir, quiet)
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(server.Config{Root: g.root, Events: events, Templates: templates, Limits: receipt.DefaultLimits(), Version: versionString(), Logger: quiet})
-	if err != nil {
-		return err
-	}
+	defer closeCat()
 	seen := map[string]bool{}
 	open := map[string]*statusOpen{}
 	sums := map[string]map[string]*big.Int{}
 	runs := map[string]bool{}
 	for _, name := range g.policy.HistoryTemplates {
-		t, err := templates.Resolve(name)
+		t, err := cat.Templates().Resolve(name)
 		if err != nil {
 			return fmt.Errorf("history template %s: %w", name, err)
 		}
-		h, err := srv.History().History(ctx, t)
+		h, err := cat.History(ctx, t)
 		if err != nil {
 			return fmt.Errorf("read history under %s: %w", name, err)
 		}

@@ -27,8 +27,9 @@ import (
 )
 
 // HistorySource reads every past operation under one template, with the runs
-// that could not be read. The server's run index is one; ScanHistory, which
-// reads the run files on every call, is another.
+// that could not be read. A catalog.Catalog is one (the one a server keeps,
+// with its index and cache); ScanHistory, which reads the run files on every
+// call through a catalog of its own, is another.
 type HistorySource interface {
 	History(ctx context.Context, t *receipt.Template) (guard.History, error)
 }

@@ -1,0 +1,150 @@
+// Package catalog is the read model of a Trace root: the index of its run
+// files, the summaries and pages of its operations, the one way to find an
+// operation, and the guard's history with its cache. The MCP tools, the
+// review commands, the reviewer console and an embedded decision engine all
+// read runs through a Catalog, so that they see the same operations under
+// the same templates.
+package catalog
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/runindex"
+	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
+)
+
+// Config is what a Catalog reads; the caller opens the directories once.
+type Config struct {
+	// Events is the Trace root's events/ directory (it may not exist yet:
+	// see confined.Dir.OpenDirLazy).
+	Events *confined.Dir
+	// Root, when set, is the Trace root: messages name paths relative to
+	// it. Without it they are relative to Events.
+	Root *confined.Dir
+	// Templates resolves template names (the operator's first); nil means
+	// the bundled templates only.
+	Templates receipt.TemplateSource
+	// Limits bound run files; the zero value means receipt.DefaultLimits.
+	Limits receipt.Limits
+	// MaxBytes bounds the memory of the run index (0: runindex's default).
+	MaxBytes int64
+	Logger   *slog.Logger
+}
+
+// Catalog reads the operations of one Trace root. It is safe for
+// concurrent use.
+type Catalog struct {
+	cfg   Config
+	index *runindex.Index[Summary, guard.EventFacts]
+	// histCache keeps the guard's history per template while no run
+	// changed (see History).
+	histMu    sync.Mutex
+	histCache map[string]*cachedHistory
+	// cursors writes the next-page cursors of List.
+	cursors cursorCodec
+}
+
+// New builds a catalog over cfg.Events; nothing is read until asked.
+func New(cfg Config) (*Catalog, error) {
+	if cfg.Events == nil {
+		return nil, errors.New("catalog: the events directory must be open")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Templates == nil {
+		cfg.Templates = receipt.Resolver{} // the bundled templates only
+	}
+	if cfg.Limits.MaxRunBytes <= 0 {
+		cfg.Limits = receipt.DefaultLimits()
+	}
+	c := &Catalog{cfg: cfg}
+	c.index = runindex.New(runindex.Options[Summary, guard.EventFacts]{
+		Events:    cfg.Events,
+		Limits:    cfg.Limits,
+		MaxBytes:  cfg.MaxBytes,
+		Extract:   extractFacts,
+		FactsCost: factsCost,
+		Compact:   compactEvent,
+		Summarize: summarize,
+		ItemCost:  summaryCost,
+		// Each run's summaries are kept in listing order, with positions
+		// by completeness, so a listing merges runs instead of sorting all.
+		Compare:     compareSummaries,
+		Facet:       func(s *Summary) string { return s.Completeness },
+		OperationID: func(s *Summary) string { return s.OperationID },
+		Logger:      cfg.Logger,
+	})
+	return c, nil
+}
+
+// Events is the events/ directory the catalog reads.
+func (c *Catalog) Events() *confined.Dir { return c.cfg.Events }
+
+// Templates is where the catalog resolves template names.
+func (c *Catalog) Templates() receipt.TemplateSource { return c.cfg.Templates }
+
+// Stats reports what the run index did (for benchmarks and /metrics).
+func (c *Catalog) Stats() runindex.Stats { return c.index.Stats() }
+
+// Relative strips the root's real path from a message, so that what a
+// caller reads names no path of the machine.
+func (c *Catalog) Relative(msg string) string {
+	base := c.cfg.Events
+	if c.cfg.Root != nil {
+		base = c.cfg.Root
+	}
+	return strings.ReplaceAll(msg, base.Path()+"/", "")
+}
+
+// TemplateError is a template name that is not a bare name or names no
+// usable template. Its message is meant for the caller.
+type TemplateError struct {
+	Name string
+	msg  string
+}
+
+func (e *TemplateError) Error() string { return e.msg }
+
+// Template resolves a template name; "" is guard.DefaultTemplate.
+func (c *Catalog) Template(name string) (*receipt.Template, error) {
+	if name == "" {
+		name = guard.DefaultTemplate
+	}
+	if !receipt.IsSlug(name) {
+		return nil, &TemplateError{Name: name, msg: fmt.Sprintf("template must be a bare name made of letters, digits, '-' and '_' (got %q)", name)}
+	}
+	t, err := c.cfg.Templates.Resolve(name)
+	if err != nil {
+		return nil, &TemplateError{Name: name, msg: fmt.Sprintf("template %q: %s", name, c.Relative(err.Error()))}
+	}
+	return t, nil
+}
+
+// RunError is a run that does not exist or cannot be read. Unknown tells
+// which; Detail says why a run cannot be read, relative to the root.
+type RunError struct {
+	RunID   string
+	Unknown bool
+	Detail  string
+}
+
+func (e *RunError) Error() string {
+	if e.Unknown {
+		return fmt.Sprintf("no run %q under events/", e.RunID)
+	}
+	return fmt.Sprintf("run %q cannot be read: %s", e.RunID, e.Detail)
+}
+
+// NoOperationError is a run that holds no event of the operation asked for.
+type NoOperationError struct{ RunID, OperationID string }
+
+func (e *NoOperationError) Error() string {
+	return fmt.Sprintf("run %q has no operation %q", e.RunID, e.OperationID)
+}
