@@ -85,6 +85,12 @@ type Config struct {
 	// PollInterval is how often the live queue reads the log while a queue
 	// page is open (DefaultPollInterval when 0).
 	PollInterval time.Duration
+	// History, when set, is the history the guard reads (its history
+	// templates' operations and the reservations), for a review page's
+	// timeline of recent payments; Assets names an asset's symbol and
+	// decimals for it.
+	History func(ctx context.Context) (guard.History, error)
+	Assets  AssetInfo
 }
 
 // Console serves /console/.
@@ -176,6 +182,9 @@ func New(cfg Config) (*Console, error) {
 	}
 	if cfg.AssetSymbol == nil {
 		cfg.AssetSymbol = func(string) string { return "" }
+	}
+	if cfg.Assets == nil {
+		cfg.Assets = func(string) (string, int, bool) { return "", 0, false }
 	}
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = DefaultPollInterval
@@ -954,6 +963,10 @@ type pageData struct {
 	Review   *reviewlog.Review
 	Reasons  []reasonView
 	Enrol    *enrolView
+	// Chart is the review's timeline of recent payments (nil: none);
+	// ChartProblem says why the history could not be read.
+	Chart        *chartView
+	ChartProblem string
 }
 
 type reasonView struct {
@@ -1030,6 +1043,15 @@ func (c *Console) review(r *http.Request, d *pageData) (string, error) {
 			v.Evidence = append(v.Evidence, evidenceView{RunID: ref.RunID, OperationID: ref.OperationID, Explain: c.cfg.Explain(rv.Template, ref)})
 		}
 		d.Reasons = append(d.Reasons, v)
+	}
+	if c.cfg.History != nil {
+		h, err := c.cfg.History(r.Context())
+		if err != nil {
+			c.cfg.Logger.Warn("console: the guard's history could not be read for the timeline", "review", rv.ID, "err", err)
+			d.ChartProblem = "The guard's history cannot be read now; the server's log says why."
+		} else {
+			d.Chart = buildChart(h, rv, c.cfg.Assets)
+		}
 	}
 	return "review", nil
 }

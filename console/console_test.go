@@ -8,8 +8,10 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"net/http/cookiejar"
@@ -19,6 +21,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,7 +48,7 @@ type rig struct {
 	rpID      string
 }
 
-func newRig(t *testing.T) *rig {
+func newRig(t *testing.T, opts ...func(*console.Config)) *rig {
 	t.Helper()
 	dir := t.TempDir()
 	root, err := confined.OpenRoot(dir)
@@ -72,9 +75,13 @@ func newRig(t *testing.T) *rig {
 	}
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	u, _ := url.Parse("http://localhost:" + port + "/console/")
-	c, err := console.New(console.Config{URL: u, Log: log, Passkeys: pks,
+	cfg := console.Config{URL: u, Log: log, Passkeys: pks,
 		Decider:      engine.PasskeyDecider{Log: log, Chains: chains, Passkeys: pks},
-		PollInterval: 20 * time.Millisecond})
+		PollInterval: 20 * time.Millisecond}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	c, err := console.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -844,5 +851,57 @@ func TestConsoleLiveQueue(t *testing.T) {
 		case <-deadline:
 			t.Fatal("the stream went on after sign-out")
 		}
+	}
+}
+
+// TestConsoleReviewTimeline: a review page draws the guard's recent
+// payments as inline SVG, one titled bar each, with no script or style
+// inline; a history that cannot be read is said, not hidden.
+func TestConsoleReviewTimeline(t *testing.T) {
+	t0 := time.Now().Add(-3 * time.Hour).UTC()
+	ops := []guard.Op{
+		{RunID: "run-1", OperationID: "op-a", FirstEventAt: t0.Format(time.RFC3339Nano), Money: &guard.Money{PayTos: []string{"0xabc"}, Atomic: big.NewInt(100000), Asset: "x:usdc"}},
+		{RunID: "run-1", OperationID: "op-b\u202e", FirstEventAt: t0.Add(time.Hour).Format(time.RFC3339Nano), Open: true, Money: &guard.Money{PayTos: []string{"0xdef"}, Atomic: big.NewInt(300000), Asset: "x:usdc"}},
+	}
+	var broken atomic.Bool
+	g := newRig(t, func(c *console.Config) {
+		c.History = func(context.Context) (guard.History, error) {
+			if broken.Load() {
+				return guard.History{}, errors.New("the index is unreadable")
+			}
+			return guard.History{Ops: ops}, nil
+		}
+		c.Assets = func(a string) (string, int, bool) { return "USDC", 6, a == "x:usdc" }
+	})
+	alice, _ := softauthn.New()
+	b := g.browser()
+	g.enrol(b, "alice", alice)
+	r := g.ask(1).Review
+	if code, res := g.signIn(b, alice); code != 200 {
+		t.Fatalf("sign in: %d %v", code, res)
+	}
+	code, page := b.get("reviews/" + r.ID)
+	if code != 200 {
+		t.Fatal(code)
+	}
+	checkNoInline(t, "review", page)
+	svg := page[strings.Index(page, "<svg"):]
+	svg = svg[:strings.Index(svg, "</svg>")]
+	for _, want := range []string{`<svg class="timeline" role="img" aria-labelledby="chart-title chart-desc" viewBox="0 0 640 160"`,
+		`<title id="chart-title">Recent payments in the guard&#39;s history</title>`,
+		`2 payments from`, `; 1 open, faulted or reserved; 1 to this review&#39;s counterparty.`,
+		`<rect class="paid same" `, `: 0.1 USDC, settled, to this review&#39;s counterparty (run-1/op-a)</title></rect>`,
+		`<rect class="open" `, `: 0.3 USDC, open (paid, outcome not confirmed) (run-1/op-b\u202e)</title>`,
+		`<line class="opened" `} {
+		if !strings.Contains(svg, want) {
+			t.Fatalf("the chart lacks %q:\n%s", want, svg)
+		}
+	}
+	if n := strings.Count(svg, "<rect "); n != 2 {
+		t.Fatalf("%d bars", n)
+	}
+	broken.Store(true)
+	if _, page := b.get("reviews/" + r.ID); strings.Contains(page, "<svg") || !strings.Contains(page, "The guard&#39;s history cannot be read now") {
+		t.Fatal("an unreadable history is not said")
 	}
 }

@@ -68,6 +68,21 @@ func startConsole(ctx context.Context, cf *consoleFlags, cat *catalog.Catalog, g
 		Explain: func(template string, ref guard.Ref) string { return explainRef(ctx, cat, template, ref) },
 		Logger:  logger,
 		Changes: storeChanges(g.store, logger),
+		History: func(ctx context.Context) (guard.History, error) {
+			eng := g.engine.Load()
+			if eng == nil {
+				return guard.History{}, errors.New("the guard is still starting")
+			}
+			return eng.History(ctx)
+		},
+		Assets: func(asset string) (string, int, bool) {
+			pol := g.policy
+			if eng := g.engine.Load(); eng != nil {
+				pol = eng.Policy() // as SIGHUP last set it
+			}
+			a, ok := pol.Assets.Lookup(asset)
+			return a.Symbol, a.Decimals, ok
+		},
 	})
 	if err != nil {
 		ln.Close()

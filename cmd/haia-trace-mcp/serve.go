@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -105,6 +106,9 @@ type guardSetup struct {
 	payer x402.Signer
 	// tools are the tools to serve (nil: all).
 	tools []string
+	// engine is the guard's engine once started (the console, started
+	// before it, reads its history through it).
+	engine atomic.Pointer[engine.Engine]
 }
 
 // openGuard loads the policy, its custom rules and the signing setup once.
@@ -577,6 +581,7 @@ func openStack(ctx context.Context, dir, tenant string, f *serveFlags, notifier 
 		closeDirs()
 		return nil, err
 	}
+	g.engine.Store(eng)
 	reload := &guardReload{eng: eng, log: g.log, store: g.store, flag: f.guardConfig, rootPath: root.Path(), tenant: tenant, logger: logger}
 	stopHUP := reloadTemplatesOnHUP(ctx, templates, reload, logger)
 	return &stack{root: root, events: events, srv: srv, eng: eng, close: func() { stopConsole(); stopHUP(); closeDirs() }}, nil

@@ -233,6 +233,24 @@ func (e *Engine) Reservations(ctx context.Context) ([]*ReservationInfo, []string
 	return out, problems, nil
 }
 
+// History is the history the guard reads to answer: the operations of
+// every history template, with the reservations of verified allows the
+// Trace does not show yet as Reserved (the reviewer console draws it).
+func (e *Engine) History(ctx context.Context) (guard.History, error) {
+	v, err := e.cfg.Log.Reservations(ctx, e.Policy().ReservationTTL)
+	if err != nil {
+		return guard.History{}, err
+	}
+	hist, err := e.history(ctx)
+	if err != nil {
+		return guard.History{}, err
+	}
+	rs, _, _ := e.verified(v)
+	hist.Reserved = nil
+	hist.Reserve(rs, e.cfg.Now())
+	return hist, nil
+}
+
 // bearsOn says whether a reservation pays the review's counterparty.
 func bearsOn(i *ReservationInfo, r reviewlog.Review) bool {
 	return i.PayTo != "" && (i.PayTo == r.Counterparty || i.PayTo == r.PayTo) || i.Host != "" && i.Host == r.Counterparty
