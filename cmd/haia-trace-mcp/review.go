@@ -124,7 +124,9 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		pageOf = func(id string) string { return console.PageOf(u, id) }
 	}
 
+	tenantLayer := "" // the policy's tenant layer applies with --tenants-dir
 	if *tenantsDir != "" {
+		tenantLayer = *tenant
 		if !receipt.IsSlug(*tenant) {
 			return c.failf("--tenants-dir needs --tenant naming one tenant (a bare slug), got %q", *tenant)
 		}
@@ -176,11 +178,22 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 				reviews[i].ReviewURL = pageOf(reviews[i].ID)
 			}
 		}
+		moot, why := reviewMoot(ctx, g, log, tenantLayer, reviews)
 		if *asJSON {
-			return reviewWriteJSON(stdout, stderr, map[string]any{"reviews": reviews})
+			listed := make([]reviewListed, len(reviews))
+			for i, r := range reviews {
+				listed[i] = reviewListed{Review: r, Moot: moot[r.ID]}
+			}
+			return reviewWriteJSON(stdout, stderr, struct {
+				Reviews       []reviewListed `json:"reviews"`
+				MootNotJudged string         `json:"moot_not_judged,omitempty"`
+			}{listed, why})
 		}
-		reviewPrintList(stdout, reviews, *all, pol.Assets)
-		reviewPrintCaps(stdout, reviews, pol.MaxPendingReviews)
+		reviewPrintList(stdout, reviews, *all, pol.Assets, moot)
+		reviewPrintCaps(stdout, reviews, pol.MaxPendingReviews, moot)
+		if why != "" {
+			fmt.Fprintf(stderr, "haia-trace-mcp review list: note: which pending reviews are moot is not shown: %s\n", why)
+		}
 		return exitOK
 	case "show":
 		r, err := log.Get(ctx, pos[0])
@@ -197,13 +210,16 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return reviewFailed(stderr, verb, err)
 		}
 		bearing := reservationsBearing(rv, r)
+		moot, why := reviewMoot(ctx, g, log, tenantLayer, []reviewlog.Review{r})
 		if *asJSON {
 			return reviewWriteJSON(stdout, stderr, struct {
 				reviewlog.Review
+				Moot                bool                    `json:"moot,omitempty"`
+				MootNotJudged       string                  `json:"moot_not_judged,omitempty"`
 				Reservations        []reviewlog.Reservation `json:"reservations"`
 				ReservedTotal       int                     `json:"reserved_total"`
 				ReservationProblems []string                `json:"reservation_problems,omitempty"`
-			}{r, bearing, len(rv.Held), rv.Problems})
+			}{r, moot[r.ID], why, bearing, len(rv.Held), rv.Problems})
 		}
 		// The evidence is explained through the catalog the server reads,
 		// under the template the guard judged by; a catalog that cannot be
@@ -219,6 +235,12 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		reviewPrintOne(stdout, r, pol.Assets, explain)
 		if r.ReviewURL != "" {
 			fmt.Fprintf(stdout, "console: %s\n", r.ReviewURL)
+		}
+		switch {
+		case moot[r.ID]:
+			fmt.Fprintln(stdout, "MOOT: this question would now be answered without review; it no longer counts towards the caller's pending reviews, and you may still decide it.")
+		case why != "":
+			fmt.Fprintf(stdout, "moot: not judged here: %s\n", why)
 		}
 		reviewPrintReservations(stdout, bearing, rv)
 		return exitOK
@@ -314,7 +336,15 @@ func reviewWriteJSON(stdout, stderr io.Writer, v any) int {
 	return exitOK
 }
 
-func reviewPrintList(w io.Writer, reviews []reviewlog.Review, all bool, assets guard.Registry) {
+// reviewListed is a review as review list --json prints it.
+type reviewListed struct {
+	reviewlog.Review
+	// Moot: pending, but its question would now be answered without
+	// review (see reviewMoot).
+	Moot bool `json:"moot,omitempty"`
+}
+
+func reviewPrintList(w io.Writer, reviews []reviewlog.Review, all bool, assets guard.Registry, moot map[string]bool) {
 	if len(reviews) == 0 {
 		if all {
 			fmt.Fprintln(w, "no reviews")
@@ -330,7 +360,7 @@ func reviewPrintList(w io.Writer, reviews []reviewlog.Review, all bool, assets g
 	} else {
 		fmt.Fprintln(tw, "REVIEW ID\tSTATUS\tCREATED\tCALLER\tCOUNTERPARTY\tAMOUNT\tASSET\tRESOURCE\tRULES")
 	}
-	tampered := 0
+	tampered, moots := 0, 0
 	for _, r := range reviews {
 		status := r.Status
 		if r.Tampered {
@@ -338,6 +368,10 @@ func reviewPrintList(w io.Writer, reviews []reviewlog.Review, all bool, assets g
 			tampered++
 		} else if r.TermsReceipt == "" {
 			status += " UNSIGNED"
+		}
+		if moot[r.ID] {
+			status += " MOOT"
+			moots++
 		}
 		t := reviewTermsOf(r)
 		resource := t.Resource
@@ -352,6 +386,9 @@ func reviewPrintList(w io.Writer, reviews []reviewlog.Review, all bool, assets g
 		fmt.Fprintln(tw)
 	}
 	tw.Flush()
+	if moots > 0 {
+		fmt.Fprintf(w, "%d pending reviews are MOOT: their question would now be answered without review; they do not count towards the caller's pending reviews, and you may still decide them\n", moots)
+	}
 	if tampered > 0 {
 		fmt.Fprintf(w, "%d reviews read TAMPERED: their log lines disagree with what the server or a reviewer signed; they cannot be decided (review show says how; audit lists every disagreement)\n", tampered)
 	}

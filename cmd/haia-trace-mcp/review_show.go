@@ -62,11 +62,12 @@ func openCatalog(root *confined.Dir, templatesDir string, logger *slog.Logger) (
 
 // reviewPrintCaps tells the reviewer which callers are at or near the cap
 // on pending reviews, past which their questions are blocked
-// (review_queue_full) instead of queued.
-func reviewPrintCaps(w io.Writer, reviews []reviewlog.Review, max int) {
+// (review_queue_full) instead of queued. Moot reviews do not count, as
+// they do not for the guard.
+func reviewPrintCaps(w io.Writer, reviews []reviewlog.Review, max int, moot map[string]bool) {
 	count := map[string]int{}
 	for _, r := range reviews {
-		if r.Status == reviewlog.Pending && r.Caller != "" {
+		if r.Status == reviewlog.Pending && r.Caller != "" && !moot[r.ID] {
 			count[r.Caller]++
 		}
 	}

@@ -376,15 +376,29 @@ func TestMootReviewsDoNotCountTowardsTheCap(t *testing.T) {
 	if full := check(t, e, "bot", Question{Counterparty: sellerA, Amount: "1.02"}); full.Decision != guard.Block || reasonOf(full, RuleQueueFull) == "" {
 		t.Fatalf("the cap of 1: %+v", full)
 	}
+	// Moot over a listing judges each review as ReviewStatus does.
+	listed := func(want bool) {
+		t.Helper()
+		reviews, err := e.cfg.Log.List(context.Background(), true)
+		if err != nil || len(reviews) != 1 {
+			t.Fatalf("list: %+v %v", reviews, err)
+		}
+		moot, problems, err := e.Moot(context.Background(), reviews)
+		if err != nil || len(problems) != 0 || moot[first.ReviewID] != want || len(moot) > 1 {
+			t.Fatalf("Moot over the listing: %v %v %v, want %s moot: %v", moot, problems, err, first.ReviewID, want)
+		}
+	}
 	st, err := e.ReviewStatus(context.Background(), first.ReviewID)
 	if err != nil || st.Moot || len(st.Reservations) != 1 || st.ReservedTotal != 1 {
 		t.Fatalf("status while the reservation holds: %+v %v", st, err)
 	}
+	listed(false)
 	f.advance(31 * time.Minute) // the velocity window passes: the review is moot
 	st, err = e.ReviewStatus(context.Background(), first.ReviewID)
 	if err != nil || !st.Moot || st.Status != reviewlog.Pending {
 		t.Fatalf("status once moot: %+v %v", st, err)
 	}
+	listed(true)
 	next := check(t, e, "bot", Question{Counterparty: sellerB, Amount: "6.00"})
 	if next.Decision != guard.Review || next.ReviewID == "" {
 		t.Fatalf("a moot review still counted towards the cap: %+v", next)

@@ -57,16 +57,10 @@ func (e *Engine) ReviewStatus(ctx context.Context, id string) (ReviewStatus, err
 // bearing adds what bears on a review now: the reservations, and whether
 // its question would now be answered without review.
 func (e *Engine) bearing(ctx context.Context, st *ReviewStatus) error {
-	v, err := e.cfg.Log.Reservations(ctx, e.Policy().ReservationTTL)
+	judged, v, now, err := e.judgedNow(ctx)
 	if err != nil {
 		return err
 	}
-	hist, err := e.history(ctx)
-	if err != nil {
-		return err
-	}
-	now := e.cfg.Now()
-	judged := e.withReservations(hist, v, now)
 	open := map[string]bool{}
 	for _, o := range judged.Reserved {
 		open[o.OperationID] = true
