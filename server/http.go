@@ -90,6 +90,10 @@ type HTTPConfig struct {
 	Tenants map[string]*Server
 	// Logger receives one line per request.
 	Logger *slog.Logger
+	// Console, when set, is the reviewer console, served under /console/
+	// behind the same Host and Origin guard as /mcp; it authenticates its
+	// own users (passkeys), never with the MCP endpoint's tokens.
+	Console http.Handler
 }
 
 // HTTP is the Streamable HTTP front of a Server: a router with /mcp, the
@@ -286,6 +290,9 @@ func (s *Server) NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 	endpoint = limitBody(cfg.MaxBodyBytes, endpoint)
 	endpoint = auth.OriginGuard(cfg.AllowedHosts, cfg.AllowedOrigins, cfg.HostsHint, endpoint)
 	r.Handle("/mcp", endpoint)
+	if cfg.Console != nil {
+		r.Handle("/console/*", auth.OriginGuard(cfg.AllowedHosts, cfg.AllowedOrigins, cfg.HostsHint, cfg.Console))
+	}
 	h.handler = r
 	return h, nil
 }

@@ -27,11 +27,17 @@ type consoleFlags struct {
 	addr        string
 	url         string
 	allowRemote *bool // --http-allow-remote, shared with the MCP endpoint
+	// http is the --http flags: without --console-addr, the console is
+	// served on the --http listener (its handler handed to runHTTP).
+	http *httpFlags
 }
 
+// defaultConsoleAddr is the console's own listener without --http.
+const defaultConsoleAddr = "127.0.0.1:8787"
+
 func (c *consoleFlags) register(fs *flag.FlagSet) {
-	fs.BoolVar(&c.on, "console", false, "serve the reviewer console (passkey sign-in and decisions) on --console-addr")
-	fs.StringVar(&c.addr, "console-addr", "127.0.0.1:8787", "the console's listen address (loopback unless --http-allow-remote)")
+	fs.BoolVar(&c.on, "console", false, "serve the reviewer console (passkey sign-in and decisions): on the --http listener, or on --console-addr")
+	fs.StringVar(&c.addr, "console-addr", "", "the console's own listen address (loopback unless --http-allow-remote); default: the --http listener, else "+defaultConsoleAddr)
 	fs.StringVar(&c.url, "console-url", "", "the console's address as people open it, ending in /console/ (default http://localhost:PORT/console/; https behind TLS off loopback)")
 }
 
@@ -40,25 +46,45 @@ func (c *consoleFlags) register(fs *flag.FlagSet) {
 // reads it at every use, so an edit (or the operator's passkey add) takes
 // effect at once.
 func startConsole(ctx context.Context, cf *consoleFlags, cat *catalog.Catalog, g *guardSetup, logger *slog.Logger) (stop func(), reviewURL func(string) string, err error) {
-	host, _, err := net.SplitHostPort(cf.addr)
-	if err != nil {
-		return nil, nil, fmt.Errorf("--console-addr %q: want HOST:PORT such as 127.0.0.1:8787: %w", cf.addr, err)
-	}
-	if !isLoopbackHost(host) && (cf.allowRemote == nil || !*cf.allowRemote) {
-		return nil, nil, fmt.Errorf("--console-addr %q is not a loopback address: add --http-allow-remote to listen beyond this machine (and serve it behind TLS, --console-url https://…)", cf.addr)
-	}
-	ln, err := net.Listen("tcp", cf.addr)
-	if err != nil {
-		return nil, nil, fmt.Errorf("console: listen on %s: %w", cf.addr, err)
-	}
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	mounted := cf.addr == "" && cf.http != nil && cf.http.addr != ""
+	var ln net.Listener
 	raw := cf.url
-	if raw == "" {
-		raw = "http://localhost:" + port + "/console/"
+	if mounted {
+		// On the --http listener: its loopback and --http-allow-remote rules
+		// were checked with it; the console's address is the MCP server's.
+		if raw == "" {
+			if raw, err = consoleURLOfHTTP(cf.http); err != nil {
+				return nil, nil, err
+			}
+		}
+	} else {
+		addr := cf.addr
+		if addr == "" {
+			addr = defaultConsoleAddr
+		}
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--console-addr %q: want HOST:PORT such as %s: %w", addr, defaultConsoleAddr, err)
+		}
+		if !isLoopbackHost(host) && (cf.allowRemote == nil || !*cf.allowRemote) {
+			return nil, nil, fmt.Errorf("--console-addr %q is not a loopback address: add --http-allow-remote to listen beyond this machine (and serve it behind TLS, --console-url https://…)", addr)
+		}
+		if ln, err = net.Listen("tcp", addr); err != nil {
+			return nil, nil, fmt.Errorf("console: listen on %s: %w", addr, err)
+		}
+		_, port, _ := net.SplitHostPort(ln.Addr().String())
+		if raw == "" {
+			raw = "http://localhost:" + port + "/console/"
+		}
+	}
+	closeLn := func() {
+		if ln != nil {
+			ln.Close()
+		}
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		ln.Close()
+		closeLn()
 		return nil, nil, fmt.Errorf("--console-url %q: %w", raw, err)
 	}
 	passkeys := func() (reviewlog.Passkeys, error) { return reviewlog.LoadPasskeys(g.reviewersPath) }
@@ -85,16 +111,21 @@ func startConsole(ctx context.Context, cf *consoleFlags, cat *catalog.Catalog, g
 		},
 	})
 	if err != nil {
-		ln.Close()
+		closeLn()
 		return nil, nil, fmt.Errorf("--console-url: %w", err)
 	}
 	if _, err := passkeys(); err != nil && !errors.Is(err, os.ErrNotExist) {
 		logger.Warn("console: the trusted reviewers file's passkeys cannot be read; nobody can sign in until it is fixed", "reviewers", g.reviewersPath, "err", err)
 	}
-	hs := &http.Server{Handler: c.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
-		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 32 << 10}
 	cctx, cancelRun := context.WithCancel(ctx)
 	go c.Run(cctx)
+	if mounted {
+		cf.http.console = c.Handler()
+		logger.Info("serving the reviewer console on the --http listener", "url", strings.TrimSuffix(u.String(), "/")+"/", "rp_id", c.RPID())
+		return cancelRun, c.ReviewURL, nil
+	}
+	hs := &http.Server{Handler: c.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 32 << 10}
 	go func() {
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("console stopped", "err", err)
@@ -126,4 +157,21 @@ func storeChanges(st reviewlog.Store, logger *slog.Logger) func(context.Context,
 	return func(ctx context.Context, wake func()) {
 		pg.Listen(ctx, pgstore.ChannelLog, console.DefaultPollInterval*5, wake, logger)
 	}
+}
+
+// consoleURLOfHTTP is the console's address on the --http listener: under
+// --public-url when given, else http://localhost:PORT/console/.
+func consoleURLOfHTTP(h *httpFlags) (string, error) {
+	if h.publicURL != "" {
+		u, err := url.Parse(h.publicURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return "", fmt.Errorf("--public-url %q: want an absolute http(s) URL such as https://mcp.example.com", h.publicURL)
+		}
+		return u.Scheme + "://" + u.Host + strings.TrimSuffix(u.Path, "/") + "/console/", nil
+	}
+	_, port, err := net.SplitHostPort(h.addr)
+	if err != nil || port == "" || port == "0" {
+		return "", fmt.Errorf("--console on the --http listener %q needs its port, or --console-url (or --console-addr for a listener of its own)", h.addr)
+	}
+	return "http://localhost:" + port + "/console/", nil
 }

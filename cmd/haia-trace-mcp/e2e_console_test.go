@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -273,5 +275,112 @@ func TestConsoleAsksClientToShowLink(t *testing.T) {
 				t.Fatalf("the engine was not asked exactly once, or the kept answer was not used:\n%s", serverErr.String())
 			}
 		})
+	}
+}
+
+// enrolThroughCommand runs `reviewer passkey add` for id against the
+// console at base, registers a fresh software passkey through the printed
+// link and returns a browser holding it.
+func enrolThroughCommand(t *testing.T, base, reviewers, id string) *softauthn.Browser {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	add := exec.CommandContext(ctx, binPath, "reviewer", "passkey", "add", "--id", id, "--console-url", base, "--reviewers", reviewers, "--yes", "--wait", "1m")
+	stdout, err := add.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var addErr lockedBuffer
+	add.Stderr = &addErr
+	if err := add.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stdout)
+	var link string
+	var out strings.Builder
+	for sc.Scan() {
+		out.WriteString(sc.Text() + "\n")
+		if strings.HasPrefix(sc.Text(), base+"enrol?t=") {
+			link = sc.Text()
+			break
+		}
+	}
+	if link == "" {
+		t.Fatalf("no link printed: %s %s", out.String(), addErr.String())
+	}
+	a, _ := softauthn.New()
+	b, err := softauthn.NewBrowser(base, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := link[strings.Index(link, "t=")+2:]
+	if _, err := b.Enrol(strings.ReplaceAll(token, "%2F", "/")); err != nil {
+		t.Fatal(err)
+	}
+	for sc.Scan() {
+		out.WriteString(sc.Text() + "\n")
+	}
+	if err := add.Wait(); err != nil || !strings.Contains(out.String(), "(added") {
+		t.Fatalf("passkey add: %v\n%s\n%s", err, out.String(), addErr.String())
+	}
+	return b
+}
+
+// TestConsoleOnHTTPListener: with --http and no --console-addr the console
+// is served on the MCP server's own listener, behind its Host guard; the
+// review answers over HTTP link to it; a reviewer decides there.
+func TestConsoleOnHTTPListener(t *testing.T) {
+	root := loopRoot(t)
+	reviewers := filepath.Join(t.TempDir(), "reviewers.json")
+	port := freePort(t)
+	base := "http://localhost:" + port + "/console/"
+	p := startHTTPCommand(t, "--http", "127.0.0.1:"+port, "--http-insecure-no-auth", "--dir", root, "--key-file", filepath.Join(t.TempDir(), "signing.pem"),
+		"--agent-id", "loop-agent", "--reviewers", reviewers, "--console")
+	if !strings.Contains(p.logs(), "serving the reviewer console on the --http listener") {
+		t.Fatalf("no console on the listener:\n%s", p.logs())
+	}
+	resp, err := http.Get(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "Sign in with passkey") || !strings.Contains(resp.Header.Get("Content-Security-Policy"), "script-src 'self'") {
+		t.Fatalf("console on the listener: %d %v %s", resp.StatusCode, resp.Header, body)
+	}
+	// The listener's DNS-rebinding guard covers the console too.
+	req, _ := http.NewRequest("GET", base, nil)
+	req.Host = "evil.example:" + port
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("a foreign Host reached the console: %v %v", resp, err)
+	}
+
+	b := enrolThroughCommand(t, base, reviewers, "pat")
+	cs, err := httpSession(t, p.resource, func() string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a map[string]any
+	decodeStructured(t, callTool(t, cs, "check_before_pay", map[string]any{"counterparty": sellerB, "amount": "0.1"}), &a)
+	id, _ := a["review_id"].(string)
+	if a["decision"] != "review" || a["review_url"] != base+"reviews/"+id {
+		t.Fatalf("answer over HTTP: %v", a)
+	}
+	if err := b.SignIn(); err != nil {
+		t.Fatalf("sign in: %v\n%s", err, p.logs())
+	}
+	if res, err := b.Decide(id, "approved", "from the console on the MCP listener"); err != nil || res["status"] != "approved" {
+		t.Fatalf("approve: %v %v", res, err)
+	}
+	decodeStructured(t, callTool(t, cs, "check_before_pay", map[string]any{"counterparty": sellerB, "amount": "0.1"}), &a)
+	if a["decision"] != "allow" {
+		t.Fatalf("the approved question: %v", a)
+	}
+
+	// On --http port 0 the console's address cannot be known: refused.
+	cmd := exec.Command(binPath, "--http", "127.0.0.1:0", "--http-insecure-no-auth", "--dir", root, "--key-file", filepath.Join(t.TempDir(), "k.pem"), "--console")
+	out, _ := cmd.CombinedOutput()
+	if cmd.ProcessState.ExitCode() == 0 || !strings.Contains(string(out), "--console-url") {
+		t.Fatalf("console on port 0: %d %s", cmd.ProcessState.ExitCode(), out)
 	}
 }

@@ -660,6 +660,7 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	var h httpFlags
 	h.register(c.fs)
 	f.console.allowRemote = &h.allowRemote
+	f.console.http = &h
 	pos, code, ok := c.parse(args)
 	if !ok {
 		return code

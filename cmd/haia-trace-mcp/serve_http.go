@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -23,6 +24,9 @@ import (
 
 // httpFlags are the serve flags for Streamable HTTP.
 type httpFlags struct {
+	// console is the reviewer console to serve under /console/ (set when
+	// --console is given without --console-addr).
+	console      http.Handler
 	addr         string
 	publicURL    string
 	issuer       string
@@ -267,6 +271,7 @@ func runHTTP(ctx context.Context, servers map[string]*server.Server, h *httpFlag
 		RateBurst:      h.burst(),
 		Tenants:        tenants,
 		Logger:         logger,
+		Console:        h.console,
 	})
 	if err != nil {
 		ln.Close()
