@@ -35,6 +35,10 @@ type Config struct {
 	// MaxBytes bounds the memory of the run index (0: runindex's default).
 	MaxBytes int64
 	Logger   *slog.Logger
+	// Progress, when set, is told how a refresh of the run index that
+	// must read runs goes (a cold index reads them all): runindex's
+	// Options.Progress.
+	Progress func(done, total int)
 }
 
 // Catalog reads the operations of one Trace root. It is safe for
@@ -80,6 +84,7 @@ func New(cfg Config) (*Catalog, error) {
 		Facet:       func(s *Summary) string { return s.Completeness },
 		OperationID: func(s *Summary) string { return s.OperationID },
 		Logger:      cfg.Logger,
+		Progress:    cfg.Progress,
 	})
 	return c, nil
 }

@@ -21,6 +21,9 @@ type progress struct {
 	tty     bool
 	started time.Time
 	shown   bool
+	// drawn is when runs last drew the line (it redraws at most every
+	// 100 ms, so a root of many runs costs the terminal little).
+	drawn time.Time
 }
 
 func newProgress(w io.Writer, name string) *progress {
@@ -86,4 +89,27 @@ func (p *progress) during(what string, fn func() error) error {
 	wg.Wait()
 	p.done()
 	return err
+}
+
+// runs shows how far a run index refresh is: "index: 12 of 60 runs read".
+// It is a catalog's Progress; the line clears when the last run is read,
+// so a refresh that reads one run shows nothing.
+func (p *progress) runs(done, total int) {
+	if !p.tty {
+		return
+	}
+	if done >= total {
+		p.done()
+		return
+	}
+	p.mu.Lock()
+	now := time.Now()
+	draw := done == 1 || now.Sub(p.drawn) >= 100*time.Millisecond
+	if draw {
+		p.drawn = now
+	}
+	p.mu.Unlock()
+	if draw {
+		p.step(fmt.Sprintf("%d of %d runs read", done, total))
+	}
 }

@@ -178,7 +178,7 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 				reviews[i].ReviewURL = pageOf(reviews[i].ID)
 			}
 		}
-		moot, why := reviewMoot(ctx, g, log, tenantLayer, reviews)
+		moot, why := reviewMoot(ctx, g, log, tenantLayer, reviews, newProgress(stderr, "review list: index"))
 		if *asJSON {
 			listed := make([]reviewListed, len(reviews))
 			for i, r := range reviews {
@@ -210,7 +210,7 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return reviewFailed(stderr, verb, err)
 		}
 		bearing := reservationsBearing(rv, r)
-		moot, why := reviewMoot(ctx, g, log, tenantLayer, []reviewlog.Review{r})
+		moot, why := reviewMoot(ctx, g, log, tenantLayer, []reviewlog.Review{r}, newProgress(stderr, "review show: index"))
 		if *asJSON {
 			return reviewWriteJSON(stdout, stderr, struct {
 				reviewlog.Review
@@ -225,7 +225,7 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		// under the template the guard judged by; a catalog that cannot be
 		// opened leaves the review itself readable.
 		var explain func(guard.Ref) string
-		cat, closeCat, err := openCatalog(root, "", slog.New(slog.DiscardHandler))
+		cat, closeCat, err := openCatalog(root, "", slog.New(slog.DiscardHandler), nil)
 		if err != nil {
 			explain = func(guard.Ref) string { return fmt.Sprintf("(no explanation: %v)", err) }
 		} else {

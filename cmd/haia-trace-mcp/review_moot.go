@@ -27,7 +27,7 @@ import (
 // process, else derived from signing-key.pem); the judgement stands only
 // under a key that verifies every reservation held (with none held, the
 // key does not matter).
-func reviewMoot(ctx context.Context, g *cliGuard, log *reviewlog.Log, tenant string, reviews []reviewlog.Review) (map[string]bool, string) {
+func reviewMoot(ctx context.Context, g *cliGuard, log *reviewlog.Log, tenant string, reviews []reviewlog.Review, progress *progress) (map[string]bool, string) {
 	pending := false
 	for _, r := range reviews {
 		pending = pending || r.Status == reviewlog.Pending
@@ -47,7 +47,7 @@ func reviewMoot(ctx context.Context, g *cliGuard, log *reviewlog.Log, tenant str
 	if err != nil {
 		return nil, err.Error()
 	}
-	cat, closeCat, err := openCatalog(g.root, "", quiet)
+	cat, closeCat, err := openCatalog(g.root, "", quiet, progress.runs)
 	if err != nil {
 		return nil, err.Error()
 	}

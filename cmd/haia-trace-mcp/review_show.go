@@ -41,8 +41,9 @@ func explainRef(ctx context.Context, cat *catalog.Catalog, template string, ref 
 
 // openCatalog opens the catalog of a Trace root as the server reads it: its
 // events/ (which may not exist yet) and the operator's templates beside the
-// bundled ones. close releases the events directory.
-func openCatalog(root *confined.Dir, templatesDir string, logger *slog.Logger) (cat *catalog.Catalog, close func(), err error) {
+// bundled ones; progress, when set, follows the runs a listing must read.
+// close releases the events directory.
+func openCatalog(root *confined.Dir, templatesDir string, logger *slog.Logger, progress func(done, total int)) (cat *catalog.Catalog, close func(), err error) {
 	events, err := root.OpenDirLazy("events")
 	if err != nil {
 		return nil, nil, fmt.Errorf("trace root %s: events directory: %w", root.Path(), err)
@@ -52,7 +53,7 @@ func openCatalog(root *confined.Dir, templatesDir string, logger *slog.Logger) (
 		events.Close()
 		return nil, nil, err
 	}
-	cat, err = catalog.New(catalog.Config{Root: root, Events: events, Templates: templates, Limits: receipt.DefaultLimits(), Logger: logger})
+	cat, err = catalog.New(catalog.Config{Root: root, Events: events, Templates: templates, Limits: receipt.DefaultLimits(), Logger: logger, Progress: progress})
 	if err != nil {
 		events.Close()
 		return nil, nil, err

@@ -40,6 +40,9 @@ const maxTemplateBytes = 1 << 20
 
 // serveFlags are the flags of the default (serve) command.
 type serveFlags struct {
+	// progressTo, when set, shows a cold run index being read (on a
+	// terminal only; see progress).
+	progressTo   io.Writer
 	dir          string
 	templatesDir string
 	logLevel     string
@@ -522,8 +525,16 @@ func openStack(ctx context.Context, dir, tenant string, f *serveFlags, notifier 
 	closeDirs := func() { events.Close(); root.Close() }
 	// One catalog per root: the read tools, the engine's history and the
 	// console's explanations all read runs through it.
+	var progress func(done, total int)
+	if f.progressTo != nil {
+		name := "index"
+		if tenant != "" {
+			name += " of tenant " + tenant
+		}
+		progress = newProgress(f.progressTo, name).runs
+	}
 	cat, err := catalog.New(catalog.Config{Root: root, Events: events, Templates: templates,
-		Limits: receipt.DefaultLimits(), MaxBytes: f.indexMaxMB << 20, Logger: logger})
+		Limits: receipt.DefaultLimits(), MaxBytes: f.indexMaxMB << 20, Logger: logger, Progress: progress})
 	if err != nil {
 		closeDirs()
 		return nil, err
@@ -673,6 +684,7 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
 		return exitUsage
 	}
+	f.progressTo = stderr
 	if f.readOnly {
 		var guardFlags []string
 		c.fs.Visit(func(fl *flag.Flag) {

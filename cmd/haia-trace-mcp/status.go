@@ -207,7 +207,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 
 	// Runs and open payments, read as the server reads them.
 	progress.step("reading the runs under events/")
-	if err := statusRunsOf(ctx, g, *templatesDir, &rep); err != nil {
+	if err := statusRunsOf(ctx, g, *templatesDir, &rep, func(done, total int) {
+		progress.step(fmt.Sprintf("reading the runs under events/ (%d of %d)", done, total))
+	}); err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp status: %s\n", termsafe.String(err.Error()))
 		return exitFail
 	}
@@ -318,9 +320,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // statusRunsOf reads every run under the policy's history templates the
 // way the server does (its own index) and fills the runs, the unreadable
 // runs and the open payments.
-func statusRunsOf(ctx context.Context, g *cliGuard, templatesDir string, rep *statusReport) error {
+func statusRunsOf(ctx context.Context, g *cliGuard, templatesDir string, rep *statusReport, progress func(done, total int)) error {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cat, closeCat, err := openCatalog(g.root, templatesDir, quiet)
+	cat, closeCat, err := openCatalog(g.root, templatesDir, quiet, progress)
 	if err != nil {
 		return err
 	}

@@ -69,6 +69,12 @@ type Options[T, F any] struct {
 	OperationID func(*T) string
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
+	// Progress, when set, is told how a refresh that must read runs goes:
+	// after each run it reads (a new or changed file, or one whose events
+	// were dropped), how many of the runs it must read are done, of how
+	// many. A cold index reads every run; a warm one reads only what
+	// changed. Calls come one at a time, done counting up from 1.
+	Progress func(done, total int)
 }
 
 // maxEventGuess caps the room reserved for a run's events before they are
@@ -313,6 +319,14 @@ func (ix *Index[T, F]) ListAt(ctx context.Context, t *receipt.Template, at map[s
 		}
 	}
 	// Read what changed, then bring each run's view up to date, in parallel.
+	toRead := 0
+	for _, sl := range slots {
+		if sl.r != nil && sl.work != nil {
+			toRead++
+		}
+	}
+	var progress sync.Mutex
+	read := 0
 	ix.parallel(ctx, len(slots), func(k int) {
 		sl := &slots[k]
 		if sl.r == nil {
@@ -320,6 +334,12 @@ func (ix *Index[T, F]) ListAt(ctx context.Context, t *receipt.Template, at map[s
 		}
 		if sl.work != nil {
 			sl.work()
+			if ix.opt.Progress != nil {
+				progress.Lock()
+				read++
+				ix.opt.Progress(read, toRead)
+				progress.Unlock()
+			}
 		}
 		if sl.r.err != nil {
 			return

@@ -6,7 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -337,4 +339,75 @@ func TestViewsStayValidWhileTheIndexUpdates(t *testing.T) {
 		}
 	}
 	<-done
+}
+
+// Progress counts the runs a refresh reads: every run when the index is
+// cold, nothing when nothing changed, the one run that grew after an
+// append.
+func TestProgressCountsTheRunsRead(t *testing.T) {
+	dir := t.TempDir()
+	d, err := confined.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	tmpl, err := receipt.Resolver{}.Resolve("x402-buyer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var calls [][2]int
+	ix := New(Options[item, string]{
+		Events: d,
+		Limits: receipt.DefaultLimits(),
+		Summarize: func(_ string, r *receipt.Receipt, _ func(*receipt.Event) string) item {
+			return item{op: r.Operation.OperationID}
+		},
+		Progress: func(done, total int) {
+			mu.Lock()
+			defer mu.Unlock()
+			calls = append(calls, [2]int{done, total})
+		},
+	})
+	for i := range 5 {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("r%d.ndjson", i)), []byte(line("a", 1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refresh := func() [][2]int {
+		t.Helper()
+		mu.Lock()
+		calls = nil
+		mu.Unlock()
+		if got, bad := ops(t, ix, tmpl); len(got) != 5 || len(bad) != 0 {
+			t.Fatalf("listing: %v %v", got, bad)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(calls) // in order: one call at a time
+
+	}
+	for _, tc := range []struct {
+		name   string
+		before func()
+		want   [][2]int
+	}{
+		{name: "cold: every run", want: [][2]int{{1, 5}, {2, 5}, {3, 5}, {4, 5}, {5, 5}}},
+		{name: "warm: nothing read", want: nil},
+		{name: "one run grew", before: func() {
+			f, err := os.OpenFile(filepath.Join(dir, "r3.ndjson"), os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprint(f, line("a", 2))
+			f.Close()
+		}, want: [][2]int{{1, 1}}},
+	} {
+		if tc.before != nil {
+			tc.before()
+		}
+		if got := refresh(); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: progress %v, want %v", tc.name, got, tc.want)
+		}
+	}
 }
