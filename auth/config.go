@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// Defaults and bounds for the tunable limits. They are stated in the README.
+// Defaults and bounds for the tunable limits. They are stated in docs/http.md.
 const (
 	DefaultLeeway        = 30 * time.Second
 	MaxLeeway            = 5 * time.Minute

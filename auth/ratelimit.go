@@ -15,7 +15,7 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// Defaults of the per-caller rate limit; they are stated in the README.
+// Defaults of the per-caller rate limit; they are stated in docs/http.md.
 // The bucket size defaults to the rate (see BurstFor).
 const (
 	DefaultRateLimit   = 50.0  // requests per second per caller (--rate-limit)

@@ -460,7 +460,7 @@ func (c *Config) readAssets(raw json.RawMessage) error {
 }
 
 // ConfigKeys lists the top-level keys of the policy file, in the order the
-// README documents them.
+// policy reference (docs/rules.md) documents them.
 func ConfigKeys() []string {
 	return []string{"allowlist", "denylist", "perCounterpartyLimit", "maxOpenPartialPerCounterparty", "totalLimit", "velocity",
 		"duplicatePayment", "reviewAbove", "agents", "tenants", "defaultAsset", "assets", "policy", "historyTemplates", "unreadableHistory",

@@ -26,7 +26,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 )
 
-// Defaults of the HTTP transport's bounds; all are stated in the README.
+// Defaults of the HTTP transport's bounds; all are stated in docs/http.md.
 const (
 	DefaultHTTPMaxBody      = 1 << 20
 	DefaultHTTPMaxSessions  = 10000

@@ -47,7 +47,7 @@ func applyRules(rules *policy.Policy, dec *guard.Decision, req guard.Request) *n
 }
 
 // ruleSnapshot is the flat set of scalars custom rules read. Every key is
-// documented in the README.
+// documented in docs/rules.md (custom rules).
 func ruleSnapshot(req guard.Request, dec *guard.Decision) (policy.Snapshot, error) {
 	f := dec.Figures
 	snap := policy.Snapshot{
