@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -12,10 +13,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
 
-const auditUsage = `usage:
-  haia-trace-mcp audit [--dir .trace] [--reviewers F] [--keyring K] [--guard-config C]
-
-Verifies every decision chain under the Trace root and cross-checks the review
+const auditDetails = `Verifies every decision chain under the Trace root and cross-checks the review
 log against the signatures: every opened review has the terms the server signed
 and its DEFERRED receipt, every decision a receipt signed by a trusted reviewer
 (--reviewers, default reviewers.json in the user configuration directory) over
@@ -29,9 +27,6 @@ line was never written (an opening, a decision, a use). Those are listed as
 INCOMPLETE, with their own exit code: nothing was forged, and the guard reads
 such a review as the receipts say.
 
-  --keyring K   keys that verify the chains (default: the store's keyring, guard/keyring.json for files)
-  --store URL   the guard's store: file: (default) or postgres://… (default $HAIA_STORE)
-
 exit codes: 0 CONSISTENT, 2 INCONSISTENT (a disagreement only tampering makes, or a chain that
 does not verify; also usage), 3 MALFORMED (a chain cannot be read), 4 INCOMPLETE (only what a
 crash leaves), 1 error
@@ -40,30 +35,30 @@ crash leaves), 1 error
 // auditExitIncomplete: only what a crash can leave was found.
 const auditExitIncomplete = 4
 
-func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	c := newCommand("audit", auditUsage, stdout, stderr)
-	dir := c.fs.String("dir", ".trace", "the Trace root")
-	reviewers := c.fs.String("reviewers", "", "the trusted reviewers file (default: reviewers.json in the user configuration directory)")
-	keyringPath := c.fs.String("keyring", "", "keys that verify the chains (default: the Trace root's guard/keyring.json)")
-	guardConfig := c.fs.String("guard-config", "", "the guard policy, for reviewTtlMinutes (default: the policy the server recorded in the store; a different file is refused)")
-	storeFlag := addStoreFlag(c.fs)
-	pos, code, ok := c.parse(args)
-	if !ok {
-		return code
+// defineAudit is `audit`: every chain verified, the review log
+// cross-checked against the signatures.
+func defineAudit(fs *flag.FlagSet) runFunc {
+	dir := dirFlag(fs)
+	reviewers := reviewersFlag(fs)
+	keyringPath := keyringFlag(fs)
+	guardConfig := guardConfigFlag(fs)
+	storeFlag := storeFlag(fs)
+	return func(ctx context.Context, env *cmdEnv, _ []string) error {
+		return runAudit(ctx, env.stdout, env.stderr, dir, reviewers, keyringPath, guardConfig, storeFlag)
 	}
-	if code, ok := c.wantArgs(pos, 0, 0, "no arguments"); !ok {
-		return code
-	}
+}
+
+func runAudit(ctx context.Context, stdout, stderr io.Writer, dir, reviewers, keyringPath, guardConfig, storeFlag *string) error {
 	g, code := openCLIGuard(ctx, "audit", *dir, *storeFlag, *reviewers, *guardConfig, stderr)
 	if g == nil {
-		return code
+		return exitCode(code)
 	}
 	defer g.Close()
 	st := g.store
 	trusted, err := g.loadReviewers()
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		fmt.Fprintf(stderr, "haia-trace-mcp audit: %v\n", err)
-		return exitFail
+		return exitCode(exitFail)
 	}
 	var kr noa.Keyring
 	if *keyringPath != "" {
@@ -73,7 +68,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		if err != nil {
 			fmt.Fprintf(stderr, "haia-trace-mcp audit: --keyring: %v\n", err)
-			return exitFail
+			return exitCode(exitFail)
 		}
 	} else {
 		err := st.View(ctx, func(r reviewlog.Reader) (err error) {
@@ -82,7 +77,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		})
 		if err != nil {
 			fmt.Fprintf(stderr, "haia-trace-mcp audit: %v\n", err)
-			return exitFail
+			return exitCode(exitFail)
 		}
 	}
 	if kr == nil {
@@ -113,9 +108,9 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp audit: %s\n", termsafe.String(err.Error()))
 		if errors.Is(err, reviewlog.ErrCorrupt) {
-			return exitUsage
+			return exitCode(exitUsage)
 		}
-		return exitFail
+		return exitCode(exitFail)
 	}
 	for _, f := range rep.Findings {
 		fmt.Fprintln(stdout, termsafe.String(f))
@@ -126,14 +121,14 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	switch {
 	case rep.Malformed:
 		fmt.Fprintf(stdout, "MALFORMED: %d chains, %d receipts, %d reviews; %d findings, %d incomplete\n", rep.Chains, rep.Receipts, rep.Reviews, len(rep.Findings), len(rep.Incomplete))
-		return 3
+		return exitCode(3)
 	case len(rep.Findings) > 0:
 		fmt.Fprintf(stdout, "INCONSISTENT: %d chains, %d receipts, %d reviews; %d findings, %d incomplete; records disagree with the signed receipts in ways only tampering makes\n", rep.Chains, rep.Receipts, rep.Reviews, len(rep.Findings), len(rep.Incomplete))
-		return 2
+		return exitCode(2)
 	case len(rep.Incomplete) > 0:
 		fmt.Fprintf(stdout, "INCOMPLETE: %d chains, %d receipts, %d reviews; %d leftovers of writes a crash cut short (a receipt whose log line was never written), no sign of tampering\n", rep.Chains, rep.Receipts, rep.Reviews, len(rep.Incomplete))
-		return auditExitIncomplete
+		return exitCode(auditExitIncomplete)
 	}
 	fmt.Fprintf(stdout, "CONSISTENT: %d chains, %d receipts, %d reviews; every review matches its signed receipts\n", rep.Chains, rep.Receipts, rep.Reviews)
-	return exitOK
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math/big"
@@ -24,15 +25,13 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
 
-const authorizationUsage = `usage:
-  haia-trace-mcp authorization show NONCE|RECEIPT_ID [--dir .trace] [--store …] [--keyring K] [--reviewers F] [--json]
-      one x402 authorization the guard signed: the signed decision that
-      allowed it, the human approval it used (if any), the authorization
-      (payer, payee, value, validity, nonce, signature), the receipt that
-      records it, and the Trace operation that used it when the recorder
-      wrote it. Each part is checked against the signed receipts: the
-      review log's copy of the terms is unsigned, the receipts are not.
-      RECEIPT_ID is the decision's receipt or the authorization's own.
+const authorizationDetails = `show prints one x402 authorization the guard signed: the signed decision
+that allowed it, the human approval it used (if any), the authorization
+(payer, payee, value, validity, nonce, signature), the receipt that records
+it, and the Trace operation that used it when the recorder wrote it. Each
+part is checked against the signed receipts: the review log's copy of the
+terms is unsigned, the receipts are not. RECEIPT_ID is the decision's
+receipt or the authorization's own.
 exit codes: 0 shown and consistent, 1 failure, 2 usage, 3 no such
 authorization, 4 the terms and the signed receipts disagree (TAMPERED)
 `
@@ -61,38 +60,30 @@ type authorizationReview struct {
 	Note      string `json:"note,omitempty"`
 }
 
-func runAuthorization(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if isHelp(args) {
-		fmt.Fprint(stdout, authorizationUsage)
-		return exitOK
+// defineAuthorizationShow is `authorization show NONCE|RECEIPT_ID`.
+func defineAuthorizationShow(fs *flag.FlagSet) runFunc {
+	dir := dirFlag(fs)
+	asJSON := jsonFlag(fs)
+	keyringFile := keyringFlag(fs)
+	reviewers := reviewersFlag(fs)
+	storeFlag := storeFlag(fs)
+	return func(ctx context.Context, env *cmdEnv, pos []string) error {
+		return runAuthorizationShow(ctx, env.stdout, env.stderr, pos, dir, keyringFile, reviewers, storeFlag, asJSON)
 	}
-	if len(args) == 0 || args[0] != "show" {
-		return newCommand("authorization", authorizationUsage, stdout, stderr).failf("name a subcommand: show")
-	}
-	c := newCommand("authorization show", authorizationUsage, stdout, stderr)
-	dir := c.fs.String("dir", ".trace", "the Trace root")
-	asJSON := c.fs.Bool("json", false, "print JSON")
-	keyringFile := c.fs.String("keyring", "", "trust only the keys of this keyring file (default: the keyring the store holds)")
-	reviewers := c.fs.String("reviewers", "", "the trusted reviewers file (default: reviewers.json in the user configuration directory)")
-	storeFlag := addStoreFlag(c.fs)
-	pos, code, ok := c.parse(args[1:])
-	if !ok {
-		return code
-	}
-	if code, ok := c.wantArgs(pos, 1, 1, "one nonce (0x and 64 hex digits) or receipt id"); !ok {
-		return code
-	}
+}
+
+func runAuthorizationShow(ctx context.Context, stdout, stderr io.Writer, pos []string, dir, keyringFile, reviewers, storeFlag *string, asJSON *bool) error {
 	want := pos[0]
 	g, code := openCLIGuard(ctx, "authorization show", *dir, *storeFlag, *reviewers, "", stderr)
 	if g == nil {
-		return code
+		return exitCode(code)
 	}
 	defer g.Close()
 	log := reviewlog.OpenStore(g.store, reviewlog.Options{Reviewers: g.loadReviewers, Passkeys: g.loadPasskeys})
 	all, err := log.Authorizations(ctx)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp authorization show: %s\n", termsafe.String(err.Error()))
-		return exitFail
+		return exitCode(exitFail)
 	}
 	var found *reviewlog.AuthorizedLine
 	for i := range all {
@@ -106,14 +97,14 @@ func runAuthorization(ctx context.Context, args []string, stdout, stderr io.Writ
 		// record: that is no unknown authorization, it is a missing one.
 		if rc, ok, err := signedAuthorization(ctx, g.store, want); err != nil {
 			fmt.Fprintf(stderr, "haia-trace-mcp authorization show: %s\n", termsafe.String(err.Error()))
-			return exitFail
+			return exitCode(exitFail)
 		} else if ok {
 			fmt.Fprintf(stdout, "authorization %s\n  MISSING: the decision chain holds its signed receipt %s (%s), but the review log has no record of its terms\n",
 				termsafe.String(strings.TrimPrefix(rc.Action.ID, "x402-authorization:")), termsafe.String(rc.ID), termsafe.String(rc.Action.ParamsHash))
-			return authExitTampered
+			return exitCode(authExitTampered)
 		}
 		fmt.Fprintf(stderr, "haia-trace-mcp authorization show: no authorization with nonce or receipt %q in %s\n", termsafe.String(want), termsafe.String(log.Path()))
-		return authExitUnknown
+		return exitCode(authExitUnknown)
 	}
 	v := authorizationView{AuthorizedLine: *found, Trace: []traceUse{}, Findings: []string{}}
 	var keyring noa.Keyring
@@ -124,7 +115,7 @@ func runAuthorization(ctx context.Context, args []string, stdout, stderr io.Writ
 		}
 		if err != nil {
 			fmt.Fprintf(stderr, "haia-trace-mcp authorization show: --keyring: %s\n", termsafe.String(err.Error()))
-			return exitUsage
+			return exitCode(exitUsage)
 		}
 		v.KeyringSource = *keyringFile
 	} else {
@@ -134,14 +125,14 @@ func runAuthorization(ctx context.Context, args []string, stdout, stderr io.Writ
 		})
 		if err != nil {
 			fmt.Fprintf(stderr, "haia-trace-mcp authorization show: keyring: %s\n", termsafe.String(err.Error()))
-			return exitFail
+			return exitCode(exitFail)
 		}
 		v.KeyringSource = "the store's keyring (pass --keyring to trust only your own copy)"
 	}
 	receipts, err := findReceipts(ctx, g.store, found.DecisionReceipt, found.Receipt)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp authorization show: %s\n", termsafe.String(err.Error()))
-		return exitFail
+		return exitCode(exitFail)
 	}
 	v.Findings = checkAuthorization(found.Authorized, receipts, keyring, &v)
 	if found.ReviewID != "" {
@@ -162,15 +153,15 @@ func runAuthorization(ctx context.Context, args []string, stdout, stderr io.Writ
 	v.Consistent = len(v.Findings) == 0
 	if *asJSON {
 		if code := reviewWriteJSON(stdout, stderr, v); code != exitOK {
-			return code
+			return exitCode(code)
 		}
 	} else {
 		printAuthorization(stdout, v)
 	}
 	if !v.Consistent {
-		return authExitTampered
+		return exitCode(authExitTampered)
 	}
-	return exitOK
+	return nil
 }
 
 // findReceipts reads, from every decision chain, the receipts with these ids.

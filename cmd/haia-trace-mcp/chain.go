@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	iofs "io/fs"
@@ -18,60 +19,40 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
 
-const chainUsage = `usage:
-  haia-trace-mcp chain list [--dir .trace]                 one line a chain: id, path, receipts, head hash, segments (tab-separated)
-  haia-trace-mcp chain export ID [--dir .trace]            one chain file (a segment) as a NOA JSON array on stdout
-  haia-trace-mcp chain export ID --all --out DIR [--dir .trace]
-                                                           every segment of ID's chain, each as DIR/<segment>.json
-  haia-trace-mcp chain checkpoint ID [--dir .trace] [--key-file K | --signer unix:PATH]
-                                                           a signed noa.checkpoint/0.1 for the head of the chain's
-                                                           last segment (its tail) on stdout
-  ID is a chain id, a segment id (<chain>.<k>), or the path chain list prints.
-  --store URL (default $HAIA_STORE, else file:) reads the chains of a PostgreSQL store.
+const chainDetails = `list prints one line a chain: id, path, receipts, head hash, segments
+(tab-separated). export prints one chain file (a segment) as a NOA JSON
+array on stdout; with --all --out DIR, every segment of ID's chain, each as
+DIR/<segment>.json. checkpoint prints a signed noa.checkpoint/0.1 for the
+head of the chain's last segment (its tail).
+ID is a chain id, a segment id (<chain>.<k>), or the path chain list prints.
+--store URL (default $HAIA_STORE, else file:) reads the chains of a PostgreSQL store.
 `
 
-func runChain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if isHelp(args) {
-		fmt.Fprint(stdout, chainUsage)
-		return exitOK
+// defineChain is `chain list|export|checkpoint` (verb).
+func defineChain(verb string) func(fs *flag.FlagSet) runFunc {
+	return func(fs *flag.FlagSet) runFunc {
+		dir := dirFlag(fs)
+		storeFlag := storeFlag(fs)
+		signing := new(signingFlags)
+		var all *bool
+		var out *string
+		switch verb {
+		case "export":
+			all = fs.Bool("all", false, "export every segment of the chain (needs --out)")
+			out = fs.String("out", "", "directory `DIR` that --all writes one <segment>.json a segment into")
+		case "checkpoint":
+			signing.register(fs)
+		}
+		return func(ctx context.Context, env *cmdEnv, pos []string) error {
+			return runChain(ctx, env.stdout, env.stderr, verb, pos, dir, storeFlag, out, all, signing)
+		}
 	}
-	if len(args) == 0 {
-		return newCommand("chain", chainUsage, stdout, stderr).failf("name a subcommand: list, export or checkpoint")
-	}
-	verb := args[0]
-	c := newCommand("chain "+verb, chainUsage, stdout, stderr)
-	fs := c.fs
-	dir := fs.String("dir", ".trace", "the Trace root")
-	storeFlag := addStoreFlag(fs)
-	var signing signingFlags
-	var all *bool
-	var out *string
-	wantArgs := 1
-	switch verb {
-	case "list":
-		wantArgs = 0
-	case "export":
-		all = fs.Bool("all", false, "export every segment of the chain (needs --out)")
-		out = fs.String("out", "", "directory `DIR` that --all writes one <segment>.json a segment into")
-	case "checkpoint":
-		signing.register(fs)
-	default:
-		return newCommand("chain", chainUsage, stdout, stderr).failf("unknown subcommand %q", verb)
-	}
-	pos, code, ok := c.parse(args[1:])
-	if !ok {
-		return code
-	}
-	what := "one chain ID"
-	if wantArgs == 0 {
-		what = "no arguments"
-	}
-	if code, ok := c.wantArgs(pos, wantArgs, wantArgs, what); !ok {
-		return code
-	}
+}
+
+func runChain(ctx context.Context, stdout, stderr io.Writer, verb string, pos []string, dir, storeFlag, out *string, all *bool, signing *signingFlags) error {
 	spec := storeSpec(*storeFlag)
 	if err := checkStoreSpec(spec); err != nil {
-		return c.failf("%v", err)
+		return usageErrorf("%v", err)
 	}
 	// The file store's chains are under --dir's guard/: --dir must be a
 	// Trace root (exit 2 otherwise), whose guard/ holds no chain until the
@@ -80,26 +61,26 @@ func runChain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if isFileStore(spec) {
 		var code int
 		if root, code = openCLIRoot("chain "+verb, *dir, stderr); root == nil {
-			return code
+			return exitCode(code)
 		}
 		defer root.Close()
 	}
 	st, err := openStore(ctx, root, spec)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp chain: %s\n", termsafe.String(err.Error()))
-		return exitFail
+		return exitCode(exitFail)
 	}
 	defer st.Close()
-	code = exitFail
+	code := exitFail
 	err = st.View(ctx, func(g reviewlog.Reader) error {
-		code = chainIn(ctx, g, st, verb, pos, all, out, &signing, stdout, stderr)
+		code = chainIn(ctx, g, st, verb, pos, all, out, signing, stdout, stderr)
 		return nil
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp chain %s: %s\n", verb, termsafe.String(err.Error()))
-		return exitFail
+		return exitCode(exitFail)
 	}
-	return code
+	return exitCode(code)
 }
 
 // chainIn runs one chain subcommand over a store's reader.
@@ -130,7 +111,7 @@ func chainIn(ctx context.Context, g reviewlog.Reader, st reviewlog.Store, verb s
 	}
 	if verb == "export" {
 		if *all != (*out != "") {
-			fmt.Fprintf(stderr, "haia-trace-mcp chain export: --all and --out DIR go together\n\n%s", chainUsage)
+			fmt.Fprintln(stderr, "haia-trace-mcp chain export: --all and --out DIR go together (see haia-trace-mcp chain export --help)")
 			return exitUsage
 		}
 		if *all {

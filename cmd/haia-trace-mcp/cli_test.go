@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,60 +20,6 @@ func runIn(args ...string) (string, string, int) {
 	return out.String(), errb.String(), code
 }
 
-// Every command has the same grammar: --help and -h exit 0 and show the
-// flags with their defaults on stdout; an unknown flag is one line on
-// stderr that names it and points at --help, exit 2 (verify: 4).
-func TestEveryCommandHasOneGrammar(t *testing.T) {
-	commands := [][]string{
-		{}, {"build"}, {"policy", "check"}, {"policy", "eval"}, {"verify"}, {"signer"}, {"review", "list"}, {"review", "show"},
-		{"review", "approve"}, {"review", "reject"}, {"review", "watch"}, {"review", "archive"}, {"reviewer", "init"}, {"audit"}, {"init"},
-		{"chain", "list"}, {"chain", "export"}, {"chain", "checkpoint"}, {"healthcheck"}, {"proxy"}, {"demo"}, {"version"}, {"completion"},
-		{"payer", "address"}, {"authorization", "show"},
-	}
-	oneLine := regexp.MustCompile(`^haia-trace-mcp[a-z ]*: .*\(see haia-trace-mcp[a-z ]* --help\)\n$`)
-	for _, cmd := range commands {
-		name := strings.Join(cmd, " ")
-		for _, h := range []string{"--help", "-h"} {
-			out, errOut, code := runIn(append(append([]string{}, cmd...), h)...)
-			if code != 0 || !strings.Contains(out, "usage") || errOut != "" {
-				t.Errorf("%q %s: exit %d, stdout %q, stderr %q", name, h, code, clipText(out), errOut)
-			}
-		}
-		want := exitUsage
-		if len(cmd) > 0 && cmd[0] == "verify" {
-			want = exitVerifyUsage
-		}
-		_, errOut, code := runIn(append(append([]string{}, cmd...), "--no-such-flag")...)
-		if code != want || !oneLine.MatchString(errOut) || !strings.Contains(errOut, "no-such-flag") {
-			t.Errorf("%q --no-such-flag: exit %d (want %d), stderr %q", name, code, want, errOut)
-		}
-	}
-	// Flags show their defaults.
-	if out, _, _ := runIn("review", "approve", "--help"); !strings.Contains(out, "-lock-wait duration") || !strings.Contains(out, `(default 5s)`) {
-		t.Errorf("review approve --help lacks --lock-wait and its default:\n%s", out)
-	}
-	if out, _, _ := runIn("--help"); !strings.Contains(out, "-http string") || !strings.Contains(out, "haia-trace-mcp review") {
-		t.Errorf("--help lacks the commands or the server flags:\n%s", clipText(out))
-	}
-	// help, --help, version and --version agree.
-	a, _, _ := runIn("help")
-	b, _, _ := runIn("--help")
-	if a != b {
-		t.Error("help and --help differ")
-	}
-	v1, _, c1 := runIn("version")
-	v2, _, c2 := runIn("--version")
-	if v1 != v2 || c1 != 0 || c2 != 0 || !strings.HasPrefix(v1, "haia-trace-mcp ") {
-		t.Errorf("version %q (%d) and --version %q (%d) disagree", v1, c1, v2, c2)
-	}
-	// Commands without their subcommand, or with an unknown one, are usage errors.
-	for _, cmd := range [][]string{{"review"}, {"chain"}, {"policy"}, {"reviewer"}, {"review", "bogus"}, {"chain", "bogus"}, {"nosuchcommand"}} {
-		if _, errOut, code := runIn(cmd...); code != exitUsage || !oneLine.MatchString(errOut) {
-			t.Errorf("%v: exit %d, stderr %q", cmd, code, errOut)
-		}
-	}
-}
-
 func clipText(s string) string {
 	if len(s) > 300 {
 		return s[:300] + "…"
@@ -79,100 +27,343 @@ func clipText(s string) string {
 	return s
 }
 
-// The command table and run's dispatch agree; the top-level help names
-// every command; each table entry and subcommand answers --help; the
-// completion scripts offer every flag of every command (read from the
-// commands' own flag sets), and bash can read its script.
-func TestCommandsTable(t *testing.T) {
-	src, err := os.ReadFile("main.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dispatched := map[string]bool{}
-	for _, m := range regexp.MustCompile(`case "([a-z]+)":`).FindAllStringSubmatch(string(src), -1) {
-		dispatched[m[1]] = true
-	}
-	names := commandNames()
-	for name := range dispatched {
-		if !slices.Contains(names, name) {
-			t.Errorf("command %s is dispatched but missing from the command table", name)
+// tableCommand is one command of the table that runs, with the flags its
+// own flag set declares.
+type tableCommand struct {
+	path  []string
+	spec  *cmdSpec
+	flags []string // names, without dashes
+}
+
+// tableCommands lists the root (serving) and every command that runs,
+// each with its flags read by flag.VisitAll from a flag set built apart
+// from the help and completion code.
+func tableCommands(t *testing.T) []tableCommand {
+	t.Helper()
+	root := commandTable()
+	paths := append([][]string{{}}, leafPaths(root, nil)...)
+	var out []tableCommand
+	for _, p := range paths {
+		c := root.find(p)
+		if c == nil || c.define == nil {
+			t.Fatalf("%v: in leafPaths but not a command that runs", p)
 		}
+		fs := flag.NewFlagSet("probe", flag.ContinueOnError)
+		c.define(fs)
+		var names []string
+		fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+		out = append(out, tableCommand{path: p, spec: c, flags: names})
 	}
-	top, _, _ := runIn("--help")
-	words := completionWords()
-	for _, c := range commands {
-		if !dispatched[c.name] {
-			t.Errorf("command %s is in the table but run does not dispatch it", c.name)
-		}
-		if !strings.Contains(top, "haia-trace-mcp "+c.name) {
-			t.Errorf("--help does not list %s", c.name)
-		}
-		paths := [][]string{{c.name}}
-		if len(c.subs) > 0 && c.name != "completion" {
-			paths = nil
-			for _, s := range c.subs {
-				paths = append(paths, []string{c.name, s})
+	if len(out) < 30 {
+		t.Fatalf("the table lists only %d commands", len(out))
+	}
+	return out
+}
+
+// Every command in the table has one grammar: --help and -h exit 0, print
+// the usage on stdout and list every flag the command takes; an unknown
+// flag is one line on stderr that names the flag and the command and
+// points at --help, with the command's usage exit code (verify: 4).
+func TestEveryCommandHelpListsItsFlags(t *testing.T) {
+	oneLine := regexp.MustCompile(`^haia-trace-mcp[a-z ]*: .*\(see haia-trace-mcp[a-z ]* --help\)\n$`)
+	for _, c := range tableCommands(t) {
+		name := strings.Join(c.path, " ")
+		t.Run(strings.ReplaceAll("cmd "+name, " ", "_"), func(t *testing.T) {
+			for _, h := range []string{"--help", "-h"} {
+				out, errOut, code := runIn(append(slices.Clone(c.path), h)...)
+				if code != 0 || errOut != "" || !strings.HasPrefix(out, "usage:\n  haia-trace-mcp "+name) {
+					t.Fatalf("%s: exit %d, stdout %q, stderr %q", h, code, clipText(out), errOut)
+				}
+				_, flagPart, _ := strings.Cut(out, "\nflags:\n")
+				for _, f := range c.flags {
+					if !regexp.MustCompile(`(?m)^  -` + regexp.QuoteMeta(f) + `( |$)`).MatchString(flagPart) {
+						t.Errorf("%s does not list --%s", h, f)
+					}
+				}
+				if !strings.Contains(out, c.spec.summary) {
+					t.Errorf("%s does not show the summary %q", h, c.spec.summary)
+				}
 			}
-		}
-		for _, p := range paths {
-			out, errOut, code := runIn(append(slices.Clone(p), "--help")...)
-			if code != 0 || errOut != "" {
-				t.Errorf("%v --help: exit %d %q", p, code, errOut)
+			want := exitUsage
+			if name == "verify" {
+				want = exitVerifyUsage
 			}
-			if c.name == "help" || c.name == "version" {
+			_, errOut, code := runIn(append(slices.Clone(c.path), "--no-such-flag")...)
+			if code != want || !oneLine.MatchString(errOut) || !strings.Contains(errOut, "-no-such-flag") ||
+				!strings.HasPrefix(errOut, strings.TrimSpace("haia-trace-mcp "+name)+": ") {
+				t.Errorf("--no-such-flag: exit %d (want %d), stderr %q", code, want, errOut)
+			}
+		})
+	}
+	// A flag's bad value is named with the command.
+	if _, errOut, code := runIn("healthcheck", "--timeout", "soon"); code != exitUsage ||
+		errOut != "haia-trace-mcp healthcheck: invalid value \"soon\" for flag -timeout: parse error (see haia-trace-mcp healthcheck --help)\n" {
+		t.Errorf("healthcheck --timeout soon: exit %d, %q", code, errOut)
+	}
+	// A run function's usage error names the command, as a parse error does.
+	if _, errOut, code := runIn("policy", "eval", "p.json"); code != exitUsage ||
+		errOut != "haia-trace-mcp policy eval: --input INPUT.json is required (see haia-trace-mcp policy eval --help)\n" {
+		t.Errorf("policy eval without --input: exit %d, %q", code, errOut)
+	}
+	// Flags show their defaults.
+	if out, _, _ := runIn("review", "approve", "--help"); !strings.Contains(out, "-lock-wait duration") || !strings.Contains(out, `(default 5s)`) {
+		t.Errorf("review approve --help lacks --lock-wait and its default:\n%s", out)
+	}
+	// help, --help, version and --version agree; help CMD is CMD --help.
+	a, _, _ := runIn("help")
+	b, _, _ := runIn("--help")
+	if a != b || !strings.Contains(a, "-http string") || !strings.Contains(a, "review approve") {
+		t.Errorf("help and --help differ, or lack the commands or the server flags:\n%s", clipText(a))
+	}
+	c1, _, _ := runIn("help", "review", "approve")
+	c2, _, _ := runIn("review", "approve", "--help")
+	if c1 != c2 {
+		t.Error("help review approve and review approve --help differ")
+	}
+	v1, _, code1 := runIn("version")
+	v2, _, code2 := runIn("--version")
+	if v1 != v2 || code1 != 0 || code2 != 0 || !strings.HasPrefix(v1, "haia-trace-mcp ") {
+		t.Errorf("version %q (%d) and --version %q (%d) disagree", v1, code1, v2, code2)
+	}
+}
+
+// A group (review, chain, ...) answers --help, -h and help with every
+// subcommand and its summary; without a subcommand, or with an unknown
+// one, it is a usage error naming the group.
+func TestGroupsHelpAndUsage(t *testing.T) {
+	oneLine := regexp.MustCompile(`^haia-trace-mcp[a-z ]*: .*\(see haia-trace-mcp[a-z ]* --help\)\n$`)
+	root := commandTable()
+	var walk func(c *cmdSpec, path []string)
+	groups := 0
+	walk = func(c *cmdSpec, path []string) {
+		for _, s := range c.subs {
+			p := append(slices.Clone(path), s.name)
+			walk(s, p)
+			if s.define != nil {
 				continue
 			}
-			// Every flag the help shows is offered for the command.
-			_, flagPart, _ := strings.Cut(out, "\nflags:\n")
-			for _, m := range regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`).FindAllStringSubmatch(flagPart, -1) {
-				if !slices.Contains(words[c.name], "--"+m[1]) {
-					t.Errorf("completion for %s does not offer --%s (%v takes it)", c.name, m[1], p)
+			groups++
+			name := strings.Join(p, " ")
+			for _, h := range []string{"--help", "-h", "help"} {
+				out, errOut, code := runIn(append(slices.Clone(p), h)...)
+				if code != 0 || errOut != "" {
+					t.Errorf("%s %s: exit %d %q", name, h, code, errOut)
 				}
+				for _, sub := range s.subs {
+					if !strings.Contains(out, "haia-trace-mcp "+name+" "+sub.name) || !strings.Contains(out, sub.summary) {
+						t.Errorf("%s %s does not show %s and its summary:\n%s", name, h, sub.name, out)
+					}
+				}
+			}
+			_, errOut, code := runIn(p...)
+			if code != exitUsage || !oneLine.MatchString(errOut) || !strings.Contains(errOut, "name a subcommand: ") {
+				t.Errorf("%s alone: exit %d %q", name, code, errOut)
+			}
+			_, errOut, code = runIn(append(slices.Clone(p), "bogus")...)
+			if code != exitUsage || !oneLine.MatchString(errOut) || !strings.HasPrefix(errOut, "haia-trace-mcp "+name+": unknown subcommand \"bogus\"") {
+				t.Errorf("%s bogus: exit %d %q", name, code, errOut)
 			}
 		}
 	}
-	// What the hand-kept lists used to miss.
-	for cmd, flag := range map[string]string{"review": "--tenants-dir", "verify": "--store", "audit": "--store", "": "--http", "chain": "--store"} {
-		if !slices.Contains(words[cmd], flag) {
-			t.Errorf("completion for %q does not offer %s", cmd, flag)
+	walk(root, nil)
+	if groups < 8 {
+		t.Fatalf("only %d groups in the table", groups)
+	}
+}
+
+// A flag the help prose names (a synopsis, the details) is one the command
+// takes, or the server's: the prose cannot drift from the flag sets.
+func TestHelpNamesOnlyRealFlags(t *testing.T) {
+	cmds := tableCommands(t)
+	server := map[string]bool{}
+	for _, f := range cmds[0].flags {
+		server[f] = true
+	}
+	mention := regexp.MustCompile(`--([a-z][a-z0-9-]+)`)
+	// A group's details, which its subcommands show, may name the flags of
+	// any of them.
+	family := map[string]map[string]bool{}
+	for _, c := range cmds[1:] {
+		if family[c.path[0]] == nil {
+			family[c.path[0]] = map[string]bool{}
+		}
+		for _, f := range c.flags {
+			family[c.path[0]][f] = true
 		}
 	}
-	for _, w := range []string{"completion", "archive"} {
-		if !strings.Contains(top, w) {
-			t.Errorf("--help does not mention %s", w)
+	for _, c := range cmds[1:] {
+		own := map[string]bool{"help": true, "version": c.path[0] == "version"}
+		for _, f := range c.flags {
+			own[f] = true
 		}
-	}
-	for _, shell := range []string{"bash", "zsh", "fish"} {
-		out, errOut, code := runIn("completion", shell)
-		if code != 0 || !strings.Contains(out, "review") || !(strings.Contains(out, "--tenants-dir") || strings.Contains(out, "-l tenants-dir")) {
-			t.Errorf("completion %s: %d %q %q", shell, code, clipText(out), errOut)
-		}
-		if shell == "bash" {
-			if bash, err := exec.LookPath("bash"); err == nil {
-				cmd := exec.Command(bash, "-n")
-				cmd.Stdin = strings.NewReader(out)
-				if msg, err := cmd.CombinedOutput(); err != nil {
-					t.Errorf("bash -n on the completion script: %v %s", err, msg)
-				}
+		out, _, _ := runIn(append(slices.Clone(c.path), "--help")...)
+		prose, _, _ := strings.Cut(out, "\nflags:\n")
+		for _, m := range mention.FindAllStringSubmatch(c.spec.synopsis, -1) {
+			if !own[m[1]] {
+				t.Errorf("%v: the synopsis names --%s, which the command does not take", c.path, m[1])
 			}
 		}
+		for _, m := range mention.FindAllStringSubmatch(prose, -1) {
+			if !own[m[1]] && !server[m[1]] && !family[c.path[0]][m[1]] {
+				t.Errorf("%v: the help names --%s, which neither the command nor the server takes", c.path, m[1])
+			}
+		}
+	}
+}
+
+// A mistyped command or subcommand names the nearest one; a word far from
+// every command gets no guess.
+func TestUnknownCommandSuggests(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		name string // the command the error names
+		want string // the suggestion, "" for none
+	}{
+		{[]string{"reveiw"}, "haia-trace-mcp", "review"},
+		{[]string{"verfy"}, "haia-trace-mcp", "verify"},
+		{[]string{"chian"}, "haia-trace-mcp", "chain"},
+		{[]string{"complet"}, "haia-trace-mcp", "completion"},
+		{[]string{"xyzzy"}, "haia-trace-mcp", ""},
+		{[]string{"review", "aprove"}, "haia-trace-mcp review", "approve"},
+		{[]string{"chain", "exprot", "x"}, "haia-trace-mcp chain", "export"},
+		{[]string{"reviewer", "passkey", "rm"}, "haia-trace-mcp reviewer passkey", ""},
+		{[]string{"store", "mig"}, "haia-trace-mcp store", "migrate"},
+	} {
+		typed := tc.args[len(tc.args)-1]
+		if tc.args[0] == "chain" {
+			typed = tc.args[1]
+		}
+		_, errOut, code := runIn(tc.args...)
+		what := "subcommand"
+		if len(tc.args) == 1 {
+			what = "command"
+		}
+		if code != exitUsage || !strings.HasPrefix(errOut, fmt.Sprintf("%s: unknown %s %q", tc.name, what, typed)) {
+			t.Errorf("%v: exit %d %q", tc.args, code, errOut)
+		}
+		if got := strings.Contains(errOut, "did you mean"); got != (tc.want != "") || (tc.want != "" && !strings.Contains(errOut, `"`+tc.want+`"?`)) {
+			t.Errorf("%v: %q, want a suggestion of %q", tc.args, errOut, tc.want)
+		}
+	}
+}
+
+// The completion scripts offer every command and every flag each command
+// takes. bash runs its script: at each command path, with flags and their
+// values typed before, the words it offers are compared with the flags
+// flag.VisitAll finds on the command's flag set. zsh loads the same script
+// through bashcompinit; fish's lines are checked one by one.
+func TestCompletionOffersEveryCommandAndFlag(t *testing.T) {
+	cmds := tableCommands(t)
+	root := commandTable()
+	bashScript, errOut, code := runIn("completion", "bash")
+	if code != 0 || errOut != "" {
+		t.Fatalf("completion bash: %d %q", code, errOut)
+	}
+	zsh, _, code := runIn("completion", "zsh")
+	if code != 0 || !strings.HasSuffix(zsh, bashScript) || !strings.HasPrefix(zsh, "#compdef haia-trace-mcp\n") {
+		t.Errorf("completion zsh: %d, not the bash script behind bashcompinit", code)
+	}
+	fish, _, code := runIn("completion", "fish")
+	if code != 0 {
+		t.Fatalf("completion fish: %d", code)
 	}
 	if _, _, code := runIn("completion", "tcsh"); code != exitUsage {
 		t.Errorf("completion tcsh: exit %d", code)
 	}
-}
 
-// A mistyped command names the nearest one; a word far from every
-// command gets no guess.
-func TestUnknownCommandSuggests(t *testing.T) {
-	for typed, want := range map[string]string{"reveiw": "review", "verfy": "verify", "chian": "chain", "complet": "completion", "xyzzy": ""} {
-		_, errOut, code := runIn(typed)
-		if code != exitUsage || !strings.Contains(errOut, `unknown command "`+typed+`"`) {
-			t.Errorf("%s: exit %d %q", typed, code, errOut)
+	// What each path must offer: its subcommands, its argument's values,
+	// its flags.
+	want := map[string][]string{}
+	var walk func(c *cmdSpec, path []string)
+	walk = func(c *cmdSpec, path []string) {
+		key := strings.Join(path, " ")
+		want[key] = append(c.subNames(), c.argWords...)
+		for _, s := range c.subs {
+			walk(s, append(slices.Clone(path), s.name))
 		}
-		if got := strings.Contains(errOut, "did you mean"); got != (want != "") || (want != "" && !strings.Contains(errOut, `"`+want+`"`)) {
-			t.Errorf("%s: %q, want a suggestion of %q", typed, errOut, want)
+	}
+	walk(root, nil)
+	for _, c := range cmds {
+		key := strings.Join(c.path, " ")
+		for _, f := range c.flags {
+			want[key] = append(want[key], "--"+f)
 		}
+	}
+
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash to run the completion script")
+	}
+	// One bash process asks the completion function at every path, with a
+	// flag and its value typed first (they must be skipped), and prints
+	// "path<TAB>offered words".
+	var probe strings.Builder
+	probe.WriteString(bashScript)
+	keys := make([]string, 0, len(want))
+	for k := range want {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		words := append([]string{"haia-trace-mcp"}, strings.Fields(k)...)
+		if k != "" {
+			words = append(words[:2], append([]string{"--dir", "x"}, words[2:]...)...)
+		}
+		words = append(words, "")
+		quoted := make([]string, len(words))
+		for i, w := range words {
+			quoted[i] = fmt.Sprintf("%q", w)
+		}
+		fmt.Fprintf(&probe, "COMP_WORDS=(%s); COMP_CWORD=%d; _haia_trace_mcp; printf '%%s\\t%%s\\n' %q \"${COMPREPLY[*]}\"\n",
+			strings.Join(quoted, " "), len(words)-1, k)
+	}
+	cmd := exec.Command(bash, "--norc", "--noprofile")
+	cmd.Stdin = strings.NewReader(probe.String())
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("bash on the completion script: %v\n%s", err, out)
+	}
+	offered := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
+		k, words, ok := strings.Cut(line, "\t")
+		if !ok {
+			t.Fatalf("bash printed %q", line)
+		}
+		offered[k] = strings.Fields(words)
+	}
+	for _, k := range keys {
+		got, ok := offered[k]
+		if !ok {
+			t.Errorf("bash: nothing for %q", k)
+			continue
+		}
+		for _, w := range append(want[k], "--help") {
+			if !slices.Contains(got, w) {
+				t.Errorf("bash completion after %q does not offer %s (offers %v)", k, w, got)
+			}
+		}
+		for _, w := range got {
+			if !slices.Contains(want[k], w) && w != "--help" && w != "--version" {
+				t.Errorf("bash completion after %q offers %s, which it does not take", k, w)
+			}
+		}
+		// fish offers the same words at the same path.
+		for _, w := range want[k] {
+			line := fmt.Sprintf("-n \"test (__haia_trace_mcp_path) = '%s'\" -a %s\n", k, w)
+			if name, isFlag := strings.CutPrefix(w, "--"); isFlag {
+				line = fmt.Sprintf("-n \"test (__haia_trace_mcp_path) = '%s'\" -l %s\n", k, name)
+			}
+			if !strings.Contains(fish, line) {
+				t.Errorf("fish completion does not offer %s after %q", w, k)
+			}
+		}
+	}
+	// A flag value that happens to be a command's name does not move the
+	// path: after "review --dir chain", review's subcommands are offered.
+	cmd = exec.Command(bash, "--norc", "--noprofile")
+	cmd.Stdin = strings.NewReader(bashScript + `COMP_WORDS=(haia-trace-mcp review list --dir review ""); COMP_CWORD=5; _haia_trace_mcp; echo "${COMPREPLY[*]}"` + "\n")
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "--all") {
+		t.Errorf("after review list --dir review: %v %q", err, out)
 	}
 }
 
@@ -204,5 +395,29 @@ func TestChainListAndMissingRoot(t *testing.T) {
 		if code == 0 || strings.Contains(errOut, "lstat") || !strings.Contains(errOut, "haia-trace-mcp init") || !strings.Contains(errOut, "--dir") {
 			t.Errorf("%v without a Trace root: exit %d %q", args, code, errOut)
 		}
+	}
+}
+
+// docs/cli.md lists every command of the table, and no command the table
+// does not have.
+func TestCLIPageListsEveryCommand(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "docs", "cli.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `haia-trace-mcp ([a-z ]+)` \\|").FindAllStringSubmatch(string(data), -1) {
+		listed[m[1]] = true
+	}
+	root := commandTable()
+	for _, p := range leafPaths(root, nil) {
+		name := strings.Join(p, " ")
+		if !listed[name] {
+			t.Errorf("docs/cli.md does not list %s", name)
+		}
+		delete(listed, name)
+	}
+	for name := range listed {
+		t.Errorf("docs/cli.md lists %s, which is no command", name)
 	}
 }

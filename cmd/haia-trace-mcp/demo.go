@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -28,10 +29,7 @@ const (
 	demoSellerSilent  = "0x5e11e4000000000000000000000000000000b002"
 )
 
-const demoUsage = `usage:
-  haia-trace-mcp demo [--keep DIR]
-
-Plays the whole story on a simulated Trace root and prints a transcript: an
+const demoDetails = `Plays the whole story on a simulated Trace root and prints a transcript: an
 agent pays two sellers, one never settles; check_before_pay says review; a
 human rejects it with a key of their own; the rejection holds; the agent,
 which holds no wallet key, pays through authorize_payment, which signs only
@@ -40,36 +38,34 @@ simulated.
 exit codes: 0 the story held, 1 it did not, 2 usage
 `
 
-// runDemo plays the product's story on a fresh, simulated Trace root: only
-// the money is simulated; the recorder lines, the server, the MCP client,
-// the review CLI and the verifier are the real ones.
-func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	c := newCommand("demo", demoUsage, stdout, stderr)
-	keep := c.fs.String("keep", "", "build the demo in `DIR` (must not exist) and keep it afterwards")
-	pos, code, ok := c.parse(args)
-	if !ok {
-		return code
+// defineDemo plays the product's story on a fresh, simulated Trace root:
+// only the money is simulated; the recorder lines, the server, the MCP
+// client, the review CLI and the verifier are the real ones.
+func defineDemo(fs *flag.FlagSet) runFunc {
+	keep := fs.String("keep", "", "build the demo in `DIR` (must not exist) and keep it afterwards")
+	return func(ctx context.Context, env *cmdEnv, _ []string) error {
+		return runDemo(ctx, env.stdout, env.stderr, keep)
 	}
-	if code, ok := c.wantArgs(pos, 0, 0, "no arguments"); !ok {
-		return code
-	}
+}
+
+func runDemo(ctx context.Context, stdout, stderr io.Writer, keep *string) error {
 	base := *keep
 	if base == "" {
 		dir, err := os.MkdirTemp("", "haia-trace-demo-")
 		if err != nil {
 			fmt.Fprintf(stderr, "demo: %v\n", err)
-			return exitFail
+			return exitCode(exitFail)
 		}
 		defer os.RemoveAll(dir)
 		base = dir
 	} else if err := os.Mkdir(base, 0o700); err != nil {
 		fmt.Fprintf(stderr, "demo: --keep %s: %v (choose a directory that does not exist yet)\n", base, err)
-		return exitFail
+		return exitCode(exitFail)
 	}
 	self, err := os.Executable()
 	if err != nil {
 		fmt.Fprintf(stderr, "demo: cannot find this program's path to start the server: %v\n", err)
-		return exitFail
+		return exitCode(exitFail)
 	}
 	d := &demo{
 		self: self, out: stdout,
@@ -80,12 +76,12 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if err := d.run(ctx); err != nil {
 		fmt.Fprintf(stdout, "\nDEMO FAILED: %v\n", err)
-		return exitFail
+		return exitCode(exitFail)
 	}
 	if *keep != "" {
 		fmt.Fprintf(stdout, "\nThe demo's files are kept in %s (Trace root %s, signing key %s).\n", base, d.root, d.key)
 	}
-	return exitOK
+	return nil
 }
 
 type demo struct {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -9,44 +10,36 @@ import (
 	"time"
 )
 
-const healthcheckUsage = `usage:
-  haia-trace-mcp healthcheck [--url http://127.0.0.1:3000/healthz] [--timeout 3s]
-
-Probes a running server's /healthz, for a container HEALTHCHECK.
+const healthcheckDetails = `Probes a running server's /healthz, for a container HEALTHCHECK.
 exit codes: 0 healthy, 1 not, 2 usage
 `
 
-// runHealthcheck probes a running server's /healthz, for a container
+// defineHealthcheck probes a running server's /healthz, for a container
 // HEALTHCHECK: exit 0 when it answers 200 within the timeout, 1 otherwise.
-func runHealthcheck(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	c := newCommand("healthcheck", healthcheckUsage, stdout, stderr)
-	target := c.fs.String("url", "http://127.0.0.1:3000/healthz", "the URL to probe")
-	timeout := c.fs.Duration("timeout", 3*time.Second, "how long to wait for the answer")
-	pos, code, ok := c.parse(args)
-	if !ok {
-		return code
+func defineHealthcheck(fs *flag.FlagSet) runFunc {
+	target := fs.String("url", "http://127.0.0.1:3000/healthz", "the `URL` to probe")
+	timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for the answer")
+	return func(ctx context.Context, env *cmdEnv, _ []string) error {
+		return runHealthcheck(ctx, env.stdout, *target, *timeout)
 	}
-	if code, ok := c.wantArgs(pos, 0, 0, "no arguments"); !ok {
-		return code
-	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
+}
+
+func runHealthcheck(ctx context.Context, stdout io.Writer, target string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, *target, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
-		fmt.Fprintf(stderr, "healthcheck: --url %q: %v\n", *target, err)
-		return exitUsage
+		return usageErrorf("--url %q: %v", target, err)
 	}
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err := client.Do(req)
 	if err != nil {
-		fmt.Fprintf(stderr, "healthcheck: %v\n", err)
-		return exitFail
+		return err
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	if resp.StatusCode != http.StatusOK {
-		fmt.Fprintf(stderr, "healthcheck: %s answered %s\n", *target, resp.Status)
-		return exitFail
+		return fmt.Errorf("%s answered %s", target, resp.Status)
 	}
 	fmt.Fprintln(stdout, "ok")
 	// A server that signs x402 payments names its payer address.
@@ -55,7 +48,7 @@ func runHealthcheck(ctx context.Context, args []string, stdout, stderr io.Writer
 			fmt.Fprintln(stdout, "payer "+addr)
 		}
 	}
-	return exitOK
+	return nil
 }
 
 func isHexString(s string) bool {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -14,22 +15,13 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
 
-const initUsage = `usage:
-  haia-trace-mcp init [DIR] [--config F] [--key-file K] [--reviewer-id ID] [--reviewer-key K] [--reviewers F]
-
-Makes a Trace root from nothing: DIR (default .trace) with events/ (where recorders
+const initDetails = `Makes a Trace root from nothing: DIR (default .trace) with events/ (where recorders
 write), templates/ (the operator's own templates) and guard/ (0700, the server's
 state); the server's signing key and a reviewer key in their default places (the
 user configuration directory, or $HAIA_CONFIG_DIR), the reviewer trusted; and an
 example guard policy with every key at its default. Nothing that exists is
 overwritten: existing keys are reused, an existing policy file is left alone.
 Prints what it made and the next two commands.
-
-  --config F         the example policy file (default: haia-guard.config.json beside DIR)
-  --key-file K       the server's signing key (default: signing-key.pem in the configuration directory)
-  --reviewer-id ID   the first reviewer's id (default: the OS user name)
-  --reviewer-key K   that reviewer's key (default: reviewer-key.pem in the configuration directory)
-  --reviewers F      the trusted reviewers file (default: reviewers.json in the configuration directory)
 
 exit codes: 0 done, 1 error, 2 usage
 `
@@ -53,27 +45,26 @@ const exampleConfig = `{
 }
 `
 
-func runInit(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	c := newCommand("init", initUsage, stdout, stderr)
-	config := c.fs.String("config", "", "the example policy file (default: haia-guard.config.json beside DIR)")
-	keyFile := c.fs.String("key-file", "", "the server's signing key (default: signing-key.pem in the configuration directory)")
-	reviewerID := c.fs.String("reviewer-id", "", "the first reviewer's id (default: the OS user name)")
-	reviewerKey := c.fs.String("reviewer-key", "", "that reviewer's key (default: reviewer-key.pem in the configuration directory)")
-	reviewers := c.fs.String("reviewers", "", "the trusted reviewers file (default: reviewers.json in the configuration directory)")
-	pos, code, ok := c.parse(args)
-	if !ok {
-		return code
+// defineInit is `init [DIR]`: a Trace root from nothing.
+func defineInit(fs *flag.FlagSet) runFunc {
+	config := fs.String("config", "", "the example policy `FILE` (default: haia-guard.config.json beside DIR)")
+	keyFile := fs.String("key-file", "", "the server's signing key `FILE` (default: signing-key.pem in the configuration directory)")
+	reviewerID := fs.String("reviewer-id", "", "the first reviewer's id (default: the OS user name)")
+	reviewerKey := fs.String("reviewer-key", "", "that reviewer's key `FILE` (default: reviewer-key.pem in the configuration directory)")
+	reviewers := reviewersFlag(fs)
+	return func(_ context.Context, env *cmdEnv, pos []string) error {
+		return runInit(env.stdout, env.stderr, pos, config, keyFile, reviewerID, reviewerKey, reviewers)
 	}
-	if code, ok := c.wantArgs(pos, 0, 1, "at most one DIR"); !ok {
-		return code
-	}
+}
+
+func runInit(stdout, stderr io.Writer, pos []string, config, keyFile, reviewerID, reviewerKey, reviewers *string) error {
 	dir := ".trace"
 	if len(pos) == 1 {
 		dir = pos[0]
 	}
-	fail := func(err error) int {
+	fail := func(err error) error {
 		fmt.Fprintf(stderr, "haia-trace-mcp init: %s\n", termsafe.String(err.Error()))
-		return exitFail
+		return exitCode(exitFail)
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -137,7 +128,7 @@ func runInit(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if err := reviewlog.CheckReviewerID(id); err != nil {
-		return c.failf("--reviewer-id: %v", err)
+		return usageErrorf("--reviewer-id: %v", err)
 	}
 	if created {
 		made = append(made, "reviewer key "+rkey+" (0600) for "+id)
@@ -186,5 +177,5 @@ func runInit(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintln(stdout, "next:")
 	fmt.Fprintf(stdout, "  haia-trace-mcp %s     # serve MCP over stdio (what an agent host runs)\n", shellJoin(serve))
 	fmt.Fprintf(stdout, "  haia-trace-mcp %s     # the reviews waiting for %s\n", shellJoin(review), id)
-	return exitOK
+	return nil
 }

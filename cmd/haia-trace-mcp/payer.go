@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 
@@ -70,53 +69,33 @@ func parseTools(v string) []string {
 	return out
 }
 
-const payerUsage = `usage:
-  haia-trace-mcp payer address (--payer-key K [--payer-key-password-file P] | --payer-signer unix:PATH)
-      print the address x402 payments are signed from (never the key)
-`
-
-// runPayer is the payer command.
-func runPayer(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	c := newCommand("payer", payerUsage, stdout, stderr)
+// definePayerAddress is `payer address`: the address x402 payments
+// are signed from, never the key.
+func definePayerAddress(fs *flag.FlagSet) runFunc {
 	var p payerFlags
-	p.register(c.fs)
-	pos, code, ok := c.parse(args)
-	if !ok {
-		return code
+	p.register(fs)
+	return func(ctx context.Context, env *cmdEnv, _ []string) error {
+		if !p.set() {
+			return usageErrorf("give --payer-key or --payer-signer")
+		}
+		s, err := p.open(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(env.stdout, s.Address().Hex())
+		return nil
 	}
-	if code, ok := c.wantArgs(pos, 1, 1, "one subcommand: address"); !ok {
-		return code
-	}
-	if pos[0] != "address" {
-		return c.failf("unknown subcommand %q (want address)", pos[0])
-	}
-	if !p.set() {
-		return c.failf("give --payer-key or --payer-signer")
-	}
-	s, err := p.open(ctx)
-	if err != nil {
-		fmt.Fprintf(stderr, "payer: %v\n", err)
-		return exitFail
-	}
-	fmt.Fprintln(stdout, s.Address().Hex())
-	return exitOK
 }
 
 // servePayerSigner is the signer command with --payer-key.
-func servePayerSigner(ctx context.Context, p payerFlags, path string, log *slog.Logger, stderr io.Writer) int {
+func servePayerSigner(ctx context.Context, p payerFlags, path string, log *slog.Logger) error {
 	key, err := x402.LoadKeyFile(p.keyFile, p.passwordFile)
 	if err != nil {
-		fmt.Fprintf(stderr, "signer: --payer-key: %v\n", err)
-		return exitFail
+		return fmt.Errorf("--payer-key: %w", err)
 	}
 	ln, err := listenSigner(path)
 	if err != nil {
-		fmt.Fprintf(stderr, "signer: %v\n", err)
-		return exitFail
+		return err
 	}
-	if err := x402.ServePayer(ctx, ln, x402.NewKeySigner(key), log); err != nil {
-		fmt.Fprintf(stderr, "signer: %v\n", err)
-		return exitFail
-	}
-	return exitOK
+	return x402.ServePayer(ctx, ln, x402.NewKeySigner(key), log)
 }

@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
-	"io"
 	"log"
 	"os"
 	"strings"
@@ -18,14 +18,11 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/server"
 )
 
-const proxyUsage = `usage:
-  haia-trace-mcp proxy --guard-map FILE [--dir .trace] [--guard-config FILE] [flags] -- UPSTREAM_COMMAND [ARGS…]
-  haia-trace-mcp proxy --guard-map FILE --upstream-url URL [--upstream-token-file FILE] [flags]
-
-Serves another MCP server's tools through the pre-payment guard: a tool the
+const proxyDetails = `Serves another MCP server's tools through the pre-payment guard: a tool the
 guard map names as paying is forwarded only when the guard allows the
 payment it would make. Stdio by default; --http serves Streamable HTTP with
-the server's authentication, tenants and limits.
+the server's authentication, tenants and limits. The upstream is either a
+command after -- or --upstream-url URL (with --upstream-token-file FILE).
 `
 
 func proxyInstructions(on bool) string {
@@ -45,60 +42,54 @@ type proxyFlags struct {
 	callTimeout time.Duration
 }
 
-func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	c := newCommand("proxy", proxyUsage, stdout, stderr)
+// defineProxy is the guard proxy: another MCP server's tools through the
+// pre-payment guard.
+func defineProxy(fs *flag.FlagSet) runFunc {
 	var f serveFlags
-	f.register(c.fs)
+	f.register(fs)
 	f.proxy = true
 	var h httpFlags
-	h.register(c.fs)
+	h.register(fs)
 	var pf proxyFlags
-	c.fs.StringVar(&pf.guardMap, "guard-map", "", "the guard map: which upstream tools pay and where the payment is in their arguments (required)")
-	c.fs.StringVar(&pf.url, "upstream-url", "", "a Streamable HTTP upstream, instead of a command after --")
-	c.fs.StringVar(&pf.tokenFile, "upstream-token-file", "", "a file holding the bearer token sent to --upstream-url")
-	c.fs.BoolVar(&pf.restart, "upstream-restart", true, "restart a stdio upstream that exits, with backoff (0.5 s doubling to 30 s)")
-	c.fs.DurationVar(&pf.callTimeout, "upstream-timeout", proxy.DefaultCallTimeout, "how long a forwarded call may take")
-	// Everything after the first -- is the upstream's command line, never
-	// this command's flags.
-	var upstreamCmd []string
-	for i, a := range args {
-		if a == "--" {
-			args, upstreamCmd = args[:i], args[i+1:]
-			break
-		}
+	fs.StringVar(&pf.guardMap, "guard-map", "", "the guard map `FILE`: which upstream tools pay and where the payment is in their arguments (required)")
+	fs.StringVar(&pf.url, "upstream-url", "", "a Streamable HTTP upstream `URL`, instead of a command after --")
+	fs.StringVar(&pf.tokenFile, "upstream-token-file", "", "a `FILE` holding the bearer token sent to --upstream-url")
+	fs.BoolVar(&pf.restart, "upstream-restart", true, "restart a stdio upstream that exits, with backoff (0.5 s doubling to 30 s)")
+	fs.DurationVar(&pf.callTimeout, "upstream-timeout", proxy.DefaultCallTimeout, "how long a forwarded call may take")
+	return func(ctx context.Context, env *cmdEnv, _ []string) error {
+		return runProxy(ctx, env, f, h, pf)
 	}
-	pos, code, ok := c.parse(args)
-	if !ok {
-		return code
-	}
-	if len(pos) > 0 {
-		return c.failf("unexpected argument %q (the upstream command goes after --)", pos[0])
-	}
-	pos = upstreamCmd
+}
+
+// runProxy runs the proxy; everything after the first -- (env.tail) is
+// the upstream's command line, never this command's flags.
+func runProxy(ctx context.Context, env *cmdEnv, f serveFlags, h httpFlags, pf proxyFlags) error {
+	stdin, stdout, stderr := env.stdin, env.stdout, env.stderr
+	pos := env.tail
 	if pf.guardMap == "" {
-		return c.failf("--guard-map is required")
+		return usageErrorf("--guard-map is required")
 	}
 	if f.readOnly {
-		return c.failf("--read-only serves no guard, and the proxy is the guard in front of another server")
+		return usageErrorf("--read-only serves no guard, and the proxy is the guard in front of another server")
 	}
 	if (len(pos) == 0) == (pf.url == "") {
-		return c.failf("name the upstream: either a command after -- or --upstream-url, not both")
+		return usageErrorf("name the upstream: either a command after -- or --upstream-url, not both")
 	}
 	if pf.tokenFile != "" && pf.url == "" {
-		return c.failf("--upstream-token-file goes with --upstream-url")
+		return usageErrorf("--upstream-token-file goes with --upstream-url")
 	}
 	if pf.callTimeout <= 0 {
-		return c.failf("--upstream-timeout must be positive")
+		return usageErrorf("--upstream-timeout must be positive")
 	}
 	logger, err := newLogger(stderr, f.logLevel)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
-		return exitUsage
+		return exitCode(exitUsage)
 	}
 	gmap, err := proxy.LoadMap(pf.guardMap)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp: --guard-map: %v\n", err)
-		return exitUsage
+		return exitCode(exitUsage)
 	}
 	uc := proxy.UpstreamConfig{URL: pf.url, Restart: pf.restart, Stderr: stderr, Version: versionString(), Logger: logger.With("upstream", true)}
 	if len(pos) > 0 {
@@ -108,12 +99,12 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		tok, err := os.ReadFile(pf.tokenFile)
 		if err != nil {
 			fmt.Fprintf(stderr, "haia-trace-mcp: --upstream-token-file: %v\n", err)
-			return exitUsage
+			return exitCode(exitUsage)
 		}
 		uc.Token = strings.TrimSpace(string(tok))
 		if uc.Token == "" || strings.ContainsAny(uc.Token, "\r\n\t ") {
 			fmt.Fprintf(stderr, "haia-trace-mcp: --upstream-token-file %s holds no single token\n", pf.tokenFile)
-			return exitUsage
+			return exitCode(exitUsage)
 		}
 	}
 
@@ -121,7 +112,7 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	notifier, err := notify.New(f.notify, notify.Options{Logger: logger, Metrics: notifyMetrics})
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
-		return exitUsage
+		return exitCode(exitUsage)
 	}
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -147,32 +138,32 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	}
 	if f.tenantsDir != "" {
 		if h.addr == "" || h.insecure || h.tenantClaim == "" {
-			return c.failf("--tenants-dir serves tenants over --http with authentication, the tenant named by --tenant-claim")
+			return usageErrorf("--tenants-dir serves tenants over --http with authentication, the tenant named by --tenant-claim")
 		}
 		stacks, closeAll, err := openTenantStacks(ctx, &f, notifier, notifyMetrics, logger)
 		if err != nil {
 			fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
-			return exitFail
+			return exitCode(exitFail)
 		}
 		defer closeAll()
 		for name, st := range stacks {
 			servers[name] = st.srv
 			if err := addProxy(st.srv, st); err != nil {
 				fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
-				return exitFail
+				return exitCode(exitFail)
 			}
 		}
 	} else {
 		st, err := openStack(ctx, f.dir, "", &f, notifier, notifyMetrics, newIntegrityCounter(), logger)
 		if err != nil {
 			fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
-			return exitFail
+			return exitCode(exitFail)
 		}
 		defer st.close()
 		servers[""] = st.srv
 		if err := addProxy(st.srv, st); err != nil {
 			fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
-			return exitFail
+			return exitCode(exitFail)
 		}
 	}
 	// Every proxy hears the upstream; each routes only its own progress.
@@ -194,17 +185,17 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	up, err := proxy.StartUpstream(ctx, uc)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
-		return exitFail
+		return exitCode(exitFail)
 	}
 	defer up.Close()
 	for _, p := range proxies {
 		if err := p.Attach(ctx, up); err != nil {
 			fmt.Fprintf(stderr, "haia-trace-mcp: the upstream does not match the guard map, refusing to start: %v\n", err)
-			return exitFail
+			return exitCode(exitFail)
 		}
 	}
 	if h.addr != "" {
-		return runHTTP(ctx, servers, &h, logger, stderr)
+		return exitCode(runHTTP(ctx, servers, &h, logger, stderr))
 	}
 	srv := servers[""]
 	logger.Info("serving the guard proxy over stdio", "upstream", upstreamName(uc))
@@ -213,10 +204,10 @@ func runProxy(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	stdio.SetContextFunc(out.Session)
 	if err := stdio.Listen(ctx, stdin, out); err != nil && !errors.Is(err, context.Canceled) && !isEOF(err) {
 		logger.Error("stdio transport stopped", "err", err)
-		return exitFail
+		return exitCode(exitFail)
 	}
 	logger.Info("stdin closed; stopping")
-	return exitOK
+	return nil
 }
 
 func upstreamName(uc proxy.UpstreamConfig) string {

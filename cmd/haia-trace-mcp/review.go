@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -33,19 +34,11 @@ const (
 	reviewExitTampered  = 8 // the log disagrees with the terms the server signed
 )
 
-const reviewUsage = `usage:
-  haia-trace-mcp review list [--dir .trace] [--all] [--json] [--console-url U] [--reviewers F] [--guard-config C]
-  haia-trace-mcp review show <review_id> [--dir .trace] [--json] [--console-url U] [--reviewers F] [--guard-config C]
-  haia-trace-mcp review approve <review_id> [--note "…"] [--terms HASH] [--reviewer-key K] [--by ID] [--reviewers F] [--dir .trace] [--json]
-  haia-trace-mcp review reject  <review_id> [--note "…"] [--terms HASH] [--reviewer-key K] [--by ID] [--reviewers F] [--dir .trace] [--json]
-  haia-trace-mcp review watch [--dir .trace] [--json] [--interval 1s]
-  haia-trace-mcp review archive [--older-than 2160h] [--dir .trace] [--guard-config C]
-
-A decision is signed with the reviewer's own key (made by "haia-trace-mcp reviewer init");
+const reviewDetails = `A decision is signed with the reviewer's own key (made by "haia-trace-mcp reviewer init");
 the key must be in the trusted reviewers file, and --by (default: the key's reviewer id) must
-name it. Every command takes --lock-wait D (default 5s). A status reads approved or rejected
-only where a trusted reviewer's signed receipt says so; a decision the log alone claims reads
-unverified, and a pending review past reviewTtlMinutes reads expired.
+name it. A status reads approved or rejected only where a trusted reviewer's signed receipt
+says so; a decision the log alone claims reads unverified, and a pending review past
+reviewTtlMinutes reads expired.
 
 What a review asks — caller, tenant, counterparty, amount, asset, resource, template and
 the rules that asked — is shown as the server signed it when it opened the review; where an
@@ -59,67 +52,57 @@ exit codes: 0 done, 1 error, 2 usage (or --dir is not a Trace root), 3 unknown r
 8 tampered (the log disagrees with the signed terms; nothing was written)
 `
 
-// runReview is the human's side of the guard: list the reviews the guard
-// opened and approve or reject them. No MCP tool can do this.
-func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if isHelp(args) {
-		fmt.Fprint(stdout, reviewUsage)
-		return exitOK
+// reviewFlags are the review subcommands' flags; a pointer is nil where
+// the subcommand does not take the flag.
+type reviewFlags struct {
+	dir, reviewers, guardConfig, tenant, tenantsDir, storeFlag *string
+	note, by, reviewerKey, expectTerms, consoleURL             *string
+	asJSON, all                                                *bool
+	lockWait, olderThan                                        *time.Duration
+}
+
+// defineReview is the human's side of the guard: list the reviews the
+// guard opened and approve or reject them (verb). No MCP tool can do this.
+func defineReview(verb string) func(fs *flag.FlagSet) runFunc {
+	return func(fs *flag.FlagSet) runFunc {
+		var o reviewFlags
+		o.dir = dirFlag(fs)
+		o.asJSON = jsonFlag(fs)
+		o.lockWait = lockWaitFlag(fs)
+		o.reviewers = reviewersFlag(fs)
+		o.guardConfig = guardConfigFlag(fs)
+		o.tenant = fs.String("tenant", "", "the tenant: with --tenants-dir its root is DIR/<tenant>; written as scope.tenant into decision receipts (default haia-trace-mcp)")
+		o.tenantsDir = new(string)
+		tenantsDirFlagVar(fs, o.tenantsDir)
+		o.storeFlag = storeFlag(fs)
+		switch verb {
+		case "archive":
+			o.olderThan = fs.Duration("older-than", 90*24*time.Hour, "archive final reviews whose last line is older than this")
+		case "list":
+			o.all = fs.Bool("all", false, "include decided reviews")
+			o.consoleURL = fs.String("console-url", "", "the reviewer console's `URL`, as the server's --console-url: print each review's console page (review_url)")
+		case "show":
+			o.consoleURL = fs.String("console-url", "", "the reviewer console's `URL`, as the server's --console-url: print each review's console page (review_url)")
+		case "approve", "reject":
+			o.note = fs.String("note", "", "why (kept in the log)")
+			o.by = fs.String("by", "", "who decides (default, and it must be: the reviewer id of --reviewer-key)")
+			o.reviewerKey = fs.String("reviewer-key", "", "the reviewer's signing key `FILE` (default: reviewer-key.pem in the user configuration directory)")
+			o.expectTerms = fs.String("terms", "", "the terms `HASH` review show printed: decide only if the signed terms are still those")
+		}
+		return func(ctx context.Context, env *cmdEnv, pos []string) error {
+			return runReview(ctx, env.stdout, env.stderr, verb, pos, o)
+		}
 	}
-	if len(args) == 0 {
-		fmt.Fprintln(stderr, "haia-trace-mcp review: name a subcommand: list, show, approve, reject or watch (see haia-trace-mcp review --help)")
-		return exitUsage
-	}
-	verb, rest := args[0], args[1:]
-	if verb == "watch" {
-		return runReviewWatch(ctx, rest, stdout, stderr)
-	}
-	c := newCommand("review "+verb, reviewUsage, stdout, stderr)
-	fs := c.fs
-	dir := fs.String("dir", ".trace", "the Trace root")
-	asJSON := fs.Bool("json", false, "print JSON")
-	lockWait := fs.Duration("lock-wait", 5*time.Second, "how long to wait for the review log's lock")
-	var all *bool
-	var note, by, reviewerKey, expectTerms, consoleURL *string
-	reviewers := fs.String("reviewers", "", "the trusted reviewers file (default: reviewers.json in the user configuration directory)")
-	guardConfig := fs.String("guard-config", "", "the guard policy, for reviewTtlMinutes (default: the policy the server recorded in the store; a different file is refused)")
-	tenant := fs.String("tenant", "", "the tenant: with --tenants-dir its root is DIR/<tenant>; written as scope.tenant into decision receipts (default haia-trace-mcp)")
-	tenantsDir := fs.String("tenants-dir", "", "the directory of tenants' Trace roots (as the server's --tenants-dir); needs --tenant")
-	storeFlag := addStoreFlag(fs)
-	var olderThan *time.Duration
-	switch verb {
-	case "archive":
-		olderThan = fs.Duration("older-than", 90*24*time.Hour, "archive final reviews whose last line is older than this")
-	case "list":
-		all = fs.Bool("all", false, "include decided reviews")
-		consoleURL = fs.String("console-url", "", "the reviewer console's address, as the server's --console-url: list each review's page (review_url)")
-	case "show":
-		consoleURL = fs.String("console-url", "", "the reviewer console's address, as the server's --console-url: show the review's page (review_url)")
-	case "approve", "reject":
-		note = fs.String("note", "", "why (kept in the log)")
-		by = fs.String("by", "", "who decides (default, and it must be: the reviewer id of --reviewer-key)")
-		reviewerKey = fs.String("reviewer-key", "", "the reviewer's signing key (default: reviewer-key.pem in the user configuration directory)")
-		expectTerms = fs.String("terms", "", "the terms hash review show printed: decide only if the signed terms are still those")
-	default:
-		return newCommand("review", reviewUsage, stdout, stderr).failf("unknown subcommand %q", verb)
-	}
-	pos, code, ok := c.parse(rest)
-	if !ok {
-		return code
-	}
-	wantArgs := 1
-	what := "one review id"
-	if verb == "list" || verb == "archive" {
-		wantArgs, what = 0, "no arguments"
-	}
-	if code, ok := c.wantArgs(pos, wantArgs, wantArgs, what); !ok {
-		return code
-	}
+}
+
+func runReview(ctx context.Context, stdout, stderr io.Writer, verb string, pos []string, o reviewFlags) error {
+	dir, asJSON, lockWait, all, note, by, reviewerKey, expectTerms := o.dir, o.asJSON, o.lockWait, o.all, o.note, o.by, o.reviewerKey, o.expectTerms
+	reviewers, guardConfig, tenant, tenantsDir, storeFlag, olderThan, consoleURL := o.reviewers, o.guardConfig, o.tenant, o.tenantsDir, o.storeFlag, o.olderThan, o.consoleURL
 	var pageOf func(id string) string
 	if consoleURL != nil && *consoleURL != "" {
 		u, err := console.ParseURL(*consoleURL)
 		if err != nil {
-			return c.failf("--console-url: %v", err)
+			return usageErrorf("--console-url: %v", err)
 		}
 		pageOf = func(id string) string { return console.PageOf(u, id) }
 	}
@@ -128,7 +111,7 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if *tenantsDir != "" {
 		tenantLayer = *tenant
 		if !receipt.IsSlug(*tenant) {
-			return c.failf("--tenants-dir needs --tenant naming one tenant (a bare slug), got %q", *tenant)
+			return usageErrorf("--tenants-dir needs --tenant naming one tenant (a bare slug), got %q", *tenant)
 		}
 		*dir = filepath.Join(*tenantsDir, *tenant)
 	}
@@ -137,13 +120,13 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	g, code := openCLIGuard(ctx, "review "+verb, *dir, *storeFlag, *reviewers, *guardConfig, stderr)
 	if g == nil {
-		return code
+		return exitCode(code)
 	}
 	defer g.Close()
 	if !g.policyKnown {
 		if verb == "approve" || verb == "reject" || verb == "archive" {
 			fmt.Fprintf(stderr, "haia-trace-mcp review %s: cannot decide: %s\n", verb, errPolicyUnknown)
-			return exitFail
+			return exitCode(exitFail)
 		}
 		fmt.Fprintln(stderr, "haia-trace-mcp review "+verb+": note: the policy the server runs with is not recorded in the guard's store; expiry is judged under the built-in reviewTtlMinutes")
 	}
@@ -153,25 +136,25 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	switch verb {
 	case "archive":
 		if *olderThan <= 0 {
-			return c.failf("--older-than must be positive")
+			return usageErrorf("--older-than must be positive")
 		}
 		res, err := log.Archive(ctx, time.Now().Add(-*olderThan))
 		if err != nil {
-			return reviewFailed(stderr, verb, err)
+			return exitCode(reviewFailed(stderr, verb, err))
 		}
 		if *asJSON {
-			return reviewWriteJSON(stdout, stderr, res)
+			return exitCode(reviewWriteJSON(stdout, stderr, res))
 		}
 		if res.Reviews == 0 {
 			fmt.Fprintf(stdout, "nothing to archive: no final review is older than %s\n", *olderThan)
-			return exitOK
+			return nil
 		}
 		fmt.Fprintf(stdout, "archived %d reviews (%d lines) to %s/%s/%s; audit still checks them\n", res.Reviews, res.Lines, root.Path(), reviewlog.DirName, res.File)
-		return exitOK
+		return nil
 	case "list":
 		reviews, err := log.List(ctx, *all)
 		if err != nil {
-			return reviewFailed(stderr, verb, err)
+			return exitCode(reviewFailed(stderr, verb, err))
 		}
 		if pageOf != nil {
 			for i := range reviews {
@@ -184,21 +167,21 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			for i, r := range reviews {
 				listed[i] = reviewListed{Review: r, Moot: moot[r.ID]}
 			}
-			return reviewWriteJSON(stdout, stderr, struct {
+			return exitCode(reviewWriteJSON(stdout, stderr, struct {
 				Reviews       []reviewListed `json:"reviews"`
 				MootNotJudged string         `json:"moot_not_judged,omitempty"`
-			}{listed, why})
+			}{listed, why}))
 		}
 		reviewPrintList(stdout, reviews, *all, pol.Assets, moot)
 		reviewPrintCaps(stdout, reviews, pol.MaxPendingReviews, moot)
 		if why != "" {
 			fmt.Fprintf(stderr, "haia-trace-mcp review list: note: which pending reviews are moot is not shown: %s\n", why)
 		}
-		return exitOK
+		return nil
 	case "show":
 		r, err := log.Get(ctx, pos[0])
 		if err != nil {
-			return reviewFailed(stderr, verb, err)
+			return exitCode(reviewFailed(stderr, verb, err))
 		}
 		if pageOf != nil {
 			r.ReviewURL = pageOf(r.ID)
@@ -207,19 +190,19 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		// hold, as the log records them and the signed chain backs them.
 		rv, err := log.Reservations(ctx, pol.ReservationTTL)
 		if err != nil {
-			return reviewFailed(stderr, verb, err)
+			return exitCode(reviewFailed(stderr, verb, err))
 		}
 		bearing := reservationsBearing(rv, r)
 		moot, why := reviewMoot(ctx, g, log, tenantLayer, []reviewlog.Review{r}, newProgress(stderr, "review show: index"))
 		if *asJSON {
-			return reviewWriteJSON(stdout, stderr, struct {
+			return exitCode(reviewWriteJSON(stdout, stderr, struct {
 				reviewlog.Review
 				Moot                bool                    `json:"moot,omitempty"`
 				MootNotJudged       string                  `json:"moot_not_judged,omitempty"`
 				Reservations        []reviewlog.Reservation `json:"reservations"`
 				ReservedTotal       int                     `json:"reserved_total"`
 				ReservationProblems []string                `json:"reservation_problems,omitempty"`
-			}{r, moot[r.ID], why, bearing, len(rv.Held), rv.Problems})
+			}{r, moot[r.ID], why, bearing, len(rv.Held), rv.Problems}))
 		}
 		// The evidence is explained through the catalog the server reads,
 		// under the template the guard judged by; a catalog that cannot be
@@ -243,7 +226,7 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			fmt.Fprintf(stdout, "moot: not judged here: %s\n", why)
 		}
 		reviewPrintReservations(stdout, bearing, rv)
-		return exitOK
+		return nil
 	}
 
 	// The reviewer's own key signs the decision; it must be trusted, and
@@ -253,28 +236,28 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		var err error
 		if keyPath, err = defaultKeyPath("--reviewer-key", "reviewer-key.pem"); err != nil {
 			fmt.Fprintf(stderr, "haia-trace-mcp review %s: %v; pass --reviewer-key\n", verb, err)
-			return exitFail
+			return exitCode(exitFail)
 		}
 	}
 	key, err := noa.LoadKeyFile(keyPath)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp review %s: --reviewer-key: %v (create one with: haia-trace-mcp reviewer init --id YOUR-ID)\n", verb, err)
-		return exitFail
+		return exitCode(exitFail)
 	}
 	trusted, err := g.loadReviewers()
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp review %s: %v (haia-trace-mcp reviewer init adds a reviewer to it)\n", verb, err)
-		return reviewExitUntrusted
+		return exitCode(reviewExitUntrusted)
 	}
 	signer := noa.NewKeySigner(key)
 	id, ok := trusted.IDOf(signer.PublicKey())
 	if !ok {
 		fmt.Fprintf(stderr, "haia-trace-mcp review %s: the key %s (kid %s) is not in the trusted reviewers file %s; nothing was written\n", verb, keyPath, signer.KeyID(), g.reviewersPath)
-		return reviewExitUntrusted
+		return exitCode(reviewExitUntrusted)
 	}
 	if *by != "" && *by != id {
 		fmt.Fprintf(stderr, "haia-trace-mcp review %s: --by %s, but the key %s belongs to reviewer %s; nothing was written\n", verb, termsafe.String(*by), keyPath, termsafe.String(id))
-		return reviewExitUntrusted
+		return exitCode(reviewExitUntrusted)
 	}
 	status := reviewlog.Approved
 	if verb == "reject" {
@@ -285,15 +268,15 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	chains := &reviewlog.Chains{Signer: signer, Tenant: *tenant}
 	r, err := engine.Decider{Log: log, Chains: chains, ExpectTermsHash: *expectTerms}.Decide(ctx, pos[0], status, *note, id)
 	if err != nil {
-		return reviewFailed(stderr, verb, err)
+		return exitCode(reviewFailed(stderr, verb, err))
 	}
 	if *asJSON {
-		return reviewWriteJSON(stdout, stderr, r)
+		return exitCode(reviewWriteJSON(stdout, stderr, r))
 	}
 	fmt.Fprintf(stdout, "review %s %s by %s at %s\n", r.ID, r.Status, r.DecidedBy, r.DecidedAt)
 	fmt.Fprintf(stdout, "signed: %s\n", reviewQuestion(r, pol.Assets))
 	fmt.Fprintf(stdout, "terms %s (signed by the server in receipt %s)\n", r.TermsHash, r.TermsReceipt)
-	return exitOK
+	return nil
 }
 
 // reviewFailed prints err and maps it to the documented exit code.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -12,10 +13,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/pgstore"
 )
 
-const reviewWatchUsage = `usage:
-  haia-trace-mcp review watch [--dir .trace] [--json] [--interval 1s]
-
-Prints the reviews already pending, then one line per review as it opens and
+const reviewWatchDetails = `Prints the reviews already pending, then one line per review as it opens and
 as it is decided, until interrupted. --json prints one JSON object per line:
 {"time", "event", "review"}. Events: review.pending (waiting when the watch
 started), review.opened, review.decided, review.changed (any other change of
@@ -36,29 +34,26 @@ const (
 	watchMaxInterval = time.Hour
 )
 
-// runReviewWatch polls the review log and prints what changed.
-func runReviewWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	c := newCommand("review watch", reviewWatchUsage, stdout, stderr)
-	fs := c.fs
-	dir := fs.String("dir", ".trace", "the Trace root")
+// defineReviewWatch polls the review log and prints what changed.
+func defineReviewWatch(fs *flag.FlagSet) runFunc {
+	dir := dirFlag(fs)
 	asJSON := fs.Bool("json", false, "print one JSON object per line")
 	interval := fs.Duration("interval", time.Second, "how often to read the review log")
-	reviewers := fs.String("reviewers", "", "the trusted reviewers file (default: reviewers.json in the user configuration directory)")
-	guardConfig := fs.String("guard-config", "", "the guard policy, for reviewTtlMinutes (default: the policy the server recorded in the store; a different file is refused)")
-	storeFlag := addStoreFlag(fs)
-	pos, code, ok := c.parse(args)
-	if !ok {
-		return code
+	reviewers := reviewersFlag(fs)
+	guardConfig := guardConfigFlag(fs)
+	storeFlag := storeFlag(fs)
+	return func(ctx context.Context, env *cmdEnv, _ []string) error {
+		return runReviewWatch(ctx, env.stdout, env.stderr, dir, reviewers, guardConfig, storeFlag, asJSON, interval)
 	}
-	if code, ok := c.wantArgs(pos, 0, 0, "no arguments"); !ok {
-		return code
-	}
+}
+
+func runReviewWatch(ctx context.Context, stdout, stderr io.Writer, dir, reviewers, guardConfig, storeFlag *string, asJSON *bool, interval *time.Duration) error {
 	if *interval < watchMinInterval || *interval > watchMaxInterval {
-		return c.failf("--interval %s is outside %s to %s", *interval, watchMinInterval, watchMaxInterval)
+		return usageErrorf("--interval %s is outside %s to %s", *interval, watchMinInterval, watchMaxInterval)
 	}
 	g, code := openCLIGuard(ctx, "review watch", *dir, *storeFlag, *reviewers, *guardConfig, stderr)
 	if g == nil {
-		return code
+		return exitCode(code)
 	}
 	defer g.Close()
 	st := g.store
@@ -81,7 +76,7 @@ func runReviewWatch(ctx context.Context, args []string, stdout, stderr io.Writer
 			}
 		}, nil)
 	}
-	return w.run(ctx, *interval)
+	return exitCode(w.run(ctx, *interval))
 }
 
 type reviewWatcher struct {

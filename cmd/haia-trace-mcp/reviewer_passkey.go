@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,11 +21,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/passkey"
 )
 
-const reviewerPasskeyUsage = `usage:
-  haia-trace-mcp reviewer passkey add --id ID [--console-url URL] [--reviewers F] [--yes] [--wait 10m]
-  haia-trace-mcp reviewer passkey remove --id ID [--credential CRED_ID] [--reviewers F]
-
-add prints a one-time link (valid 10 minutes) for the reviewer to open in
+const reviewerPasskeyDetails = `add prints a one-time link (valid 10 minutes) for the reviewer to open in
 the console and register a passkey, and waits. It then shows the passkey's
 fingerprint, which the reviewer's page shows too; once you confirm they
 match (a prompt on a terminal, or --yes for scripts) it writes the public
@@ -32,63 +29,57 @@ key into the trusted reviewers file beside the reviewer's key. The server
 never writes that file. remove takes the reviewer's passkeys (or one) out.
 `
 
-func runReviewerPasskey(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	c := newCommand("reviewer passkey", reviewerPasskeyUsage, stdout, stderr)
-	id := c.fs.String("id", "", "the reviewer's id (required)")
-	consoleURL := c.fs.String("console-url", "http://localhost:8787/console/", "add: the console's address as the server's --console-url gives it")
-	reviewers := c.fs.String("reviewers", "", "the trusted reviewers file (default: reviewers.json in the user configuration directory)")
-	yes := c.fs.Bool("yes", false, "add: write the passkey without asking (for scripts; compare the fingerprint yourself)")
-	wait := c.fs.Duration("wait", console.EnrolTTL, "add: how long to wait for the reviewer to register (at most 10m)")
-	credential := c.fs.String("credential", "", "remove: the credential id to remove (default: every passkey of --id)")
-	if len(args) == 0 || (args[0] != "add" && args[0] != "remove" && !isHelp(args)) {
-		name := ""
-		if len(args) > 0 {
-			name = args[0]
+// defineReviewerPasskey is `reviewer passkey add|remove` (verb).
+func defineReviewerPasskey(verb string) func(fs *flag.FlagSet) runFunc {
+	return func(fs *flag.FlagSet) runFunc {
+		id := fs.String("id", "", "the reviewer's id (required)")
+		reviewers := reviewersFlag(fs)
+		consoleURL, yes, wait, credential := new(string), new(bool), new(time.Duration), new(string)
+		if verb == "add" {
+			fs.StringVar(consoleURL, "console-url", "http://localhost:8787/console/", "the console's address `URL` as the server's --console-url gives it")
+			fs.BoolVar(yes, "yes", false, "write the passkey without asking (for scripts; compare the fingerprint yourself)")
+			fs.DurationVar(wait, "wait", console.EnrolTTL, "how long to wait for the reviewer to register (at most 10m)")
+		} else {
+			fs.StringVar(credential, "credential", "", "the credential `ID` to remove (default: every passkey of --id)")
 		}
-		return c.failf("unknown subcommand %q; the subcommands are add and remove", name)
+		return func(ctx context.Context, env *cmdEnv, _ []string) error {
+			return runReviewerPasskey(ctx, env.stdin, env.stdout, env.stderr, verb, id, reviewers, consoleURL, credential, yes, wait)
+		}
 	}
-	verb := "help"
-	if !isHelp(args) {
-		verb, args = args[0], args[1:]
-	}
-	pos, code, ok := c.parse(args)
-	if !ok {
-		return code
-	}
-	if code, ok := c.wantArgs(pos, 0, 0, "no arguments"); !ok {
-		return code
-	}
+}
+
+func runReviewerPasskey(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, verb string, id, reviewers, consoleURL, credential *string, yes *bool, wait *time.Duration) error {
 	if err := reviewlog.CheckReviewerID(*id); err != nil {
-		return c.failf("--id: %v", err)
+		return usageErrorf("--id: %v", err)
 	}
 	path, err := reviewersFile(*reviewers)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp reviewer passkey: %v\n", err)
-		return exitFail
+		return exitCode(exitFail)
 	}
 	if verb == "remove" {
 		n, err := reviewlog.RemovePasskeys(path, *id, *credential)
 		if err != nil {
 			fmt.Fprintf(stderr, "haia-trace-mcp reviewer passkey remove: %v\n", err)
-			return exitFail
+			return exitCode(exitFail)
 		}
 		if n == 0 {
 			fmt.Fprintf(stderr, "haia-trace-mcp reviewer passkey remove: %s lists no such passkey for %s; nothing changed\n", path, termsafe.String(*id))
-			return exitFail
+			return exitCode(exitFail)
 		}
 		fmt.Fprintf(stdout, "removed %d passkey(s) of %s from %s\n", n, termsafe.String(*id), path)
-		return exitOK
+		return nil
 	}
 	if *wait <= 0 || *wait > console.EnrolTTL {
-		return c.failf("--wait must be above zero and at most %s (the link's life)", console.EnrolTTL)
+		return usageErrorf("--wait must be above zero and at most %s (the link's life)", console.EnrolTTL)
 	}
 	u, err := url.Parse(*consoleURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || !strings.HasSuffix(u.Path, "/console/") {
-		return c.failf("--console-url %q: want the console's absolute URL ending in /console/", *consoleURL)
+		return usageErrorf("--console-url %q: want the console's absolute URL ending in /console/", *consoleURL)
 	}
 	token, err := console.NewEnrolToken(*id, time.Now())
 	if err != nil {
-		return c.failf("--id: %v", err)
+		return usageErrorf("--id: %v", err)
 	}
 	origin := u.Scheme + "://" + u.Host
 	fmt.Fprintf(stdout, "Open this one-time link (valid %s) where %s registers a passkey:\n", console.EnrolTTL, termsafe.String(*id))
@@ -97,15 +88,15 @@ func runReviewerPasskey(ctx context.Context, args []string, stdin io.Reader, std
 	cred, err := collectEnrolment(ctx, u.ResolveReference(&url.URL{Path: "api/enrol/collect"}).String(), token, *wait)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp reviewer passkey add: %v; nothing was written\n", err)
-		return exitFail
+		return exitCode(exitFail)
 	}
 	if cred.RPID != u.Hostname() || cred.Origin != origin {
 		fmt.Fprintf(stderr, "haia-trace-mcp reviewer passkey add: the console registered the passkey for %s (relying party %s), not %s; nothing was written\n", termsafe.String(cred.Origin), termsafe.String(cred.RPID), origin)
-		return exitFail
+		return exitCode(exitFail)
 	}
 	if err := cred.Check(); err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp reviewer passkey add: %v; nothing was written\n", err)
-		return exitFail
+		return exitCode(exitFail)
 	}
 	fp, _ := passkey.Fingerprint(cred.PublicKey)
 	fmt.Fprintf(stdout, "registered: passkey %s for %s\n", cred.ID, termsafe.String(*id))
@@ -113,26 +104,26 @@ func runReviewerPasskey(ctx context.Context, args []string, stdin io.Reader, std
 	if !*yes {
 		if !stdinIsTerminal(stdin) {
 			fmt.Fprintf(stderr, "haia-trace-mcp reviewer passkey add: no terminal to confirm on; compare the fingerprint and pass --yes; nothing was written\n")
-			return exitFail
+			return exitCode(exitFail)
 		}
 		fmt.Fprintf(stdout, "Does the reviewer's page show the same fingerprint? Trust this passkey for %s? [y/N] ", termsafe.String(*id))
 		line, _ := bufio.NewReader(stdin).ReadString('\n')
 		if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
 			fmt.Fprintln(stdout, "not confirmed; nothing was written")
-			return exitFail
+			return exitCode(exitFail)
 		}
 	}
 	added, err := reviewlog.AddPasskey(path, *id, cred)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp reviewer passkey add: %v\n", err)
-		return exitFail
+		return exitCode(exitFail)
 	}
 	if added {
 		fmt.Fprintf(stdout, "trusted in: %s (added; the server reads it at the next sign-in)\n", path)
 	} else {
 		fmt.Fprintf(stdout, "trusted in: %s (already listed)\n", path)
 	}
-	return exitOK
+	return nil
 }
 
 // collectEnrolment polls the console until the reviewer has registered,

@@ -66,24 +66,24 @@ type serveFlags struct {
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.dir, "dir", ".trace", "the Trace root (events/, templates/, guard/)")
+	dirFlagVar(fs, &f.dir)
 	f.console.register(fs)
-	fs.StringVar(&f.templatesDir, "templates-dir", "", "the operator's templates directory (default: <dir>/templates)")
+	templatesDirFlagVar(fs, &f.templatesDir)
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level on stderr: debug, info, warn, error")
 	fs.Int64Var(&f.indexMaxMB, "index-max-mb", 256, "memory budget of the run index, in MiB")
-	fs.StringVar(&f.guardConfig, "guard-config", "", "the guard policy; reloaded on SIGHUP (default: haia-guard.config.json beside --dir when it exists, else built-in defaults)")
+	guardConfigFlagVar(fs, &f.guardConfig)
 	fs.StringVar(&f.agentID, "agent-id", "local-agent", "who the caller is over stdio, for decision receipts (over HTTP the token's subject is used)")
 	f.signing.register(fs)
-	fs.StringVar(&f.reviewers, "reviewers", "", "the trusted reviewers file; the server only reads it (default: reviewers.json in the user configuration directory)")
+	reviewersFlagVar(fs, &f.reviewers)
 	fs.StringVar(&f.notify.Command, "notify-command", "", "run this program (no shell) for each opened review, the review as JSON on stdin; 10 s timeout")
 	fs.Var((*listFlag)(&f.notify.Env), "notify-env", "NAME: pass this variable of the server's environment to --notify-command (repeatable); the hook otherwise gets only its own variables and PATH")
 	fs.StringVar(&f.notify.URL, "notify-url", "", "POST each opened review to this http(s) URL (opt-in outbound network), signed with --notify-secret-file")
 	fs.StringVar(&f.notify.SecretFile, "notify-secret-file", "", "the HMAC-SHA256 key of --notify-url (X-Haia-Signature)")
-	fs.StringVar(&f.store, "store", "", storeFlagHelp)
+	storeFlagVar(fs, &f.store)
 	fs.BoolVar(&f.readOnly, "read-only", false, "serve the tools that read the Trace alone (list_operations, get_receipt, explain): no guard, nothing signed or written")
 	f.payer.register(fs)
 	fs.StringVar(&f.tools, "tools", "", "serve only these tools, comma-separated (default: all); e.g. leave check_before_pay out so that an agent with authorize_payment has one way to pay")
-	fs.StringVar(&f.tenantsDir, "tenants-dir", "", "serve one Trace root per tenant, DIR/<tenant>/, over --http; the token's --tenant-claim names the tenant")
+	tenantsDirFlagVar(fs, &f.tenantsDir)
 }
 
 // guardSetup is what the guard is built from, loaded once at start.
@@ -658,36 +658,34 @@ func openTenantStacks(ctx context.Context, f *serveFlags, notifier *notify.Group
 	return out, closeAll, nil
 }
 
-// serveCommand is the grammar of serving: the top-level usage (every
-// command) and the server's own flags.
-func serveCommand(stdout, stderr io.Writer) *command {
-	return newCommand("", topUsage(), stdout, stderr)
+// defineServe is serving MCP: what an agent host launches, the command
+// with no name.
+func defineServe(fs *flag.FlagSet) runFunc {
+	var f serveFlags
+	f.register(fs)
+	var h httpFlags
+	h.register(fs)
+	return func(ctx context.Context, env *cmdEnv, pos []string) error {
+		if len(pos) != 0 {
+			return usageErrorf("unknown command %q", pos[0])
+		}
+		return runServe(ctx, env, f, h)
+	}
 }
 
-func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	c := serveCommand(stdout, stderr)
-	var f serveFlags
-	f.register(c.fs)
-	var h httpFlags
-	h.register(c.fs)
+func runServe(ctx context.Context, env *cmdEnv, f serveFlags, h httpFlags) error {
+	stdin, stdout, stderr := env.stdin, env.stdout, env.stderr
 	f.console.allowRemote = &h.allowRemote
 	f.console.http = &h
-	pos, code, ok := c.parse(args)
-	if !ok {
-		return code
-	}
-	if len(pos) != 0 {
-		return c.failf("unknown command %q", pos[0])
-	}
 	logger, err := newLogger(stderr, f.logLevel)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
-		return exitUsage
+		return exitCode(exitUsage)
 	}
 	f.progressTo = stderr
 	if f.readOnly {
 		var guardFlags []string
-		c.fs.Visit(func(fl *flag.Flag) {
+		env.fs.Visit(func(fl *flag.Flag) {
 			switch fl.Name {
 			case "guard-config", "agent-id", "reviewers", "notify-command", "notify-env", "notify-url", "notify-secret-file", "store", "key-file", "signer", "params-key-file",
 				"payer-key", "payer-key-password-file", "payer-signer", "console", "console-addr", "console-url":
@@ -695,14 +693,14 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			}
 		})
 		if len(guardFlags) > 0 {
-			return c.failf("--read-only serves no guard, so %s would do nothing; drop them or --read-only", strings.Join(guardFlags, ", "))
+			return usageErrorf("--read-only serves no guard, so %s would do nothing; drop them or --read-only", strings.Join(guardFlags, ", "))
 		}
 	}
 	notifyMetrics := notify.NewMetrics()
 	notifier, err := notify.New(f.notify, notify.Options{Logger: logger, Metrics: notifyMetrics})
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
-		return exitUsage
+		return exitCode(exitUsage)
 	}
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -711,35 +709,35 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	}()
 	if f.tenantsDir != "" {
 		if h.addr == "" || h.insecure || h.tenantClaim == "" {
-			return c.failf("--tenants-dir serves tenants over --http with authentication, the tenant named by --tenant-claim")
+			return usageErrorf("--tenants-dir serves tenants over --http with authentication, the tenant named by --tenant-claim")
 		}
 		tenants, closeAll, err := openTenants(ctx, &f, notifier, notifyMetrics, logger)
 		if err != nil {
 			fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
-			return exitFail
+			return exitCode(exitFail)
 		}
 		defer closeAll()
-		return runHTTP(ctx, tenants, &h, logger, stderr)
+		return exitCode(runHTTP(ctx, tenants, &h, logger, stderr))
 	}
 	st, err := openStack(ctx, f.dir, "", &f, notifier, notifyMetrics, newIntegrityCounter(), logger)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
-		return exitFail
+		return exitCode(exitFail)
 	}
 	defer st.close()
 	srv := st.srv
 	if h.addr != "" {
-		return runHTTP(ctx, map[string]*server.Server{"": srv}, &h, logger, stderr)
+		return exitCode(runHTTP(ctx, map[string]*server.Server{"": srv}, &h, logger, stderr))
 	}
 	logger.Info("serving MCP over stdio", "root", st.root.Path())
 	stdio := mcpserver.NewStdioServer(srv.MCP())
 	stdio.SetErrorLogger(log.New(stderr, "mcp: ", log.LstdFlags))
 	if err := stdio.Listen(ctx, stdin, stdout); err != nil && !errors.Is(err, context.Canceled) && !isEOF(err) {
 		logger.Error("stdio transport stopped", "err", err)
-		return exitFail
+		return exitCode(exitFail)
 	}
 	logger.Info("stdin closed; stopping")
-	return exitOK
+	return nil
 }
 
 func isEOF(err error) bool {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -24,19 +25,13 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
 
-const statusUsage = `usage:
-  haia-trace-mcp status [--dir .trace] [--store URL] [--guard-config C] [--reviewers F] [--json]
-
-The state at a glance, for a person or a monitoring script: runs and their
+const statusDetails = `The state at a glance, for a person or a monitoring script: runs and their
 operations (full or partial), open payments by counterparty, pending reviews
 by age, reservations, every decision chain's head and whether it verifies
-(against the store's keyring), the policy this command reads (its source and
-SHA-256) and the trusted reviewers. Nothing is written.
-
-  --guard-config C  the policy to report (default: haia-guard.config.json beside
-                    the Trace root, as init writes it, else the built-in defaults);
-                    the server reports the policy it runs with in its own log
-  --json            one JSON object on stdout
+(against the store's keyring), the policy in force (the one the server
+recorded in the store; its source and SHA-256), a policy file on disk that
+is not it, and the trusted reviewers. Nothing is written. --json prints one
+JSON object.
 
 exit codes: 0 everything verifies, 1 error, 2 usage, 3 a chain does not verify,
 a run cannot be read, a reservation is unverified or the policy on disk is not
@@ -132,21 +127,29 @@ var statusAges = []struct {
 	upTo  time.Duration
 }{{"< 1h", time.Hour}, {"1h–24h", 24 * time.Hour}, {"1d–7d", 7 * 24 * time.Hour}, {"> 7d", 0}}
 
-func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	c := newCommand("status", statusUsage, stdout, stderr)
-	dir := c.fs.String("dir", ".trace", "the Trace root")
-	reviewers := c.fs.String("reviewers", "", "the trusted reviewers file (default: reviewers.json in the user configuration directory)")
-	guardConfig := c.fs.String("guard-config", "", "the policy to report (default: haia-guard.config.json beside the Trace root, else built-in defaults)")
-	templatesDir := c.fs.String("templates-dir", "", "the operator's templates (default: the Trace root's templates/)")
-	asJSON := c.fs.Bool("json", false, "print one JSON object")
-	storeFlag := addStoreFlag(c.fs)
-	pos, code, ok := c.parse(args)
-	if !ok {
-		return code
+// defineStatus is `status`: the state at a glance.
+func defineStatus(flags *flag.FlagSet) runFunc {
+	var o statusFlags
+	o.dir = dirFlag(flags)
+	o.reviewers = reviewersFlag(flags)
+	o.guardConfig = guardConfigFlag(flags)
+	o.templatesDir = new(string)
+	templatesDirFlagVar(flags, o.templatesDir)
+	o.asJSON = jsonFlag(flags)
+	o.store = storeFlag(flags)
+	return func(ctx context.Context, env *cmdEnv, _ []string) error {
+		return runStatus(ctx, env.stdout, env.stderr, o)
 	}
-	if code, ok := c.wantArgs(pos, 0, 0, "no arguments"); !ok {
-		return code
-	}
+}
+
+// statusFlags are status's flags.
+type statusFlags struct {
+	dir, reviewers, guardConfig, templatesDir, store *string
+	asJSON                                           *bool
+}
+
+func runStatus(ctx context.Context, stdout, stderr io.Writer, o statusFlags) error {
+	dir, reviewers, guardConfig, templatesDir, asJSON, storeFlag := o.dir, o.reviewers, o.guardConfig, o.templatesDir, o.asJSON, o.store
 	policyPath, policySource := *guardConfig, "--guard-config "+*guardConfig
 	if policyPath == "" {
 		beside := filepath.Join(filepath.Dir(filepath.Clean(*dir)), "haia-guard.config.json")
@@ -158,7 +161,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	// a file on disk is reported against it, never taken in its place.
 	g, code := openCLIGuard(ctx, "status", *dir, *storeFlag, *reviewers, "", stderr)
 	if g == nil {
-		return code
+		return exitCode(code)
 	}
 	defer g.Close()
 	rep := statusReport{Root: g.root.Path(), Store: g.store.Describe(), GeneratedAt: time.Now().UTC().Format(time.RFC3339),
@@ -192,13 +195,13 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		pol, err := guard.LoadConfig(policyPath)
 		if err != nil {
 			fmt.Fprintf(stderr, "haia-trace-mcp status: %v\n", err)
-			return exitFail
+			return exitCode(exitFail)
 		}
 		g.policy = pol
 		data, err := os.ReadFile(policyPath)
 		if err != nil {
 			fmt.Fprintf(stderr, "haia-trace-mcp status: %v\n", err)
-			return exitFail
+			return exitCode(exitFail)
 		}
 		sum := sha256.Sum256(data)
 		rep.Policy = statusPolicy{Source: policySource, SHA256: hex.EncodeToString(sum[:])}
@@ -211,7 +214,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		progress.step(fmt.Sprintf("reading the runs under events/ (%d of %d)", done, total))
 	}); err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp status: %s\n", termsafe.String(err.Error()))
-		return exitFail
+		return exitCode(exitFail)
 	}
 
 	// Pending reviews by age.
@@ -220,7 +223,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	pending, err := log.List(ctx, false)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp status: the review log: %s\n", termsafe.String(err.Error()))
-		return exitFail
+		return exitCode(exitFail)
 	}
 	rep.Reviews = statusPending(pending, time.Now())
 
@@ -229,7 +232,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	rv, err := log.Reservations(ctx, g.policy.ReservationTTL)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp status: the reservations: %s\n", termsafe.String(err.Error()))
-		return exitFail
+		return exitCode(exitFail)
 	}
 	rep.Reservations = statusReserved{Held: len(rv.Held), Items: []statusReservation{}, Problems: []string{}}
 	for _, x := range rv.Held {
@@ -281,7 +284,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp status: %s\n", termsafe.String(err.Error()))
-		return exitFail
+		return exitCode(exitFail)
 	}
 
 	// The trusted reviewers.
@@ -306,15 +309,15 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		enc.SetEscapeHTML(false)
 		if err := enc.Encode(rep); err != nil {
 			fmt.Fprintf(stderr, "haia-trace-mcp status: %v\n", err)
-			return exitFail
+			return exitCode(exitFail)
 		}
 	} else {
 		printStatus(stdout, rep)
 	}
 	if len(rep.Problems) > 0 {
-		return 3
+		return exitCode(3)
 	}
-	return exitOK
+	return nil
 }
 
 // statusRunsOf reads every run under the policy's history templates the

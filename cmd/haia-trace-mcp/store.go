@@ -23,10 +23,6 @@ import (
 // storeEnv names the store when --store is not given.
 const storeEnv = "HAIA_STORE"
 
-const storeFlagHelp = "where the guard's state lives: `URL` file: (the Trace root's guard/, the default) or postgres://user@host/db (default: $" + storeEnv + ")"
-
-func addStoreFlag(fs *flag.FlagSet) *string { return fs.String("store", "", storeFlagHelp) }
-
 // storeSpec is --store, else $HAIA_STORE, else file:.
 func storeSpec(flagValue string) string {
 	if flagValue != "" {
@@ -217,90 +213,76 @@ func (g *cliGuard) loadPasskeys() (reviewlog.Passkeys, error) {
 	return reviewlog.LoadPasskeys(g.reviewersPath)
 }
 
-const storeUsage = `usage:
-  haia-trace-mcp store migrate --store postgres://…
-      apply the schema migrations this binary carries (safe to run from
-      every replica at once: they take turns); refuses a schema ahead of
-      the binary
-  haia-trace-mcp store import --dir .trace --store postgres://…
-      copy the file store under the Trace root's guard/ into an empty
-      PostgreSQL store; every chain is verified before and after, and the
-      copy is byte for byte
-  haia-trace-mcp store export --store postgres://… --dir OUT
-      write the PostgreSQL store back out as the file layout under
-      OUT/guard/ (which must be empty or absent)
-  --store defaults to $HAIA_STORE. Exit codes: 0 done, 1 error, 2 usage,
-  3 a chain does not verify (nothing was copied)
+const storeDetails = `migrate applies the schema migrations this binary carries (safe to run from
+every replica at once: they take turns) and refuses a schema ahead of the
+binary. import copies the file store under the Trace root's guard/ into an
+empty PostgreSQL store; every chain is verified before and after, and the
+copy is byte for byte. export writes the PostgreSQL store back out as the
+file layout under OUT/guard/ (which must be empty or absent).
+--store defaults to $HAIA_STORE. Exit codes: 0 done, 1 error, 2 usage,
+3 a chain does not verify (nothing was copied)
 `
 
-func runStore(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if isHelp(args) {
-		fmt.Fprint(stdout, storeUsage)
-		return exitOK
+// defineStore is `store migrate|import|export` (verb).
+func defineStore(verb string) func(fs *flag.FlagSet) runFunc {
+	return func(fs *flag.FlagSet) runFunc {
+		storeFlag := storeFlag(fs)
+		var dir *string
+		switch verb {
+		case "import":
+			dir = fs.String("dir", "", "the Trace root `DIR` whose guard/ is copied from (required)")
+		case "export":
+			dir = fs.String("dir", "", "the `DIR` whose guard/ the store is written to, as the file layout (required)")
+		}
+		return func(ctx context.Context, env *cmdEnv, _ []string) error {
+			return runStore(ctx, env.stdout, env.stderr, verb, storeFlag, dir)
+		}
 	}
-	if len(args) == 0 {
-		return newCommand("store", storeUsage, stdout, stderr).failf("name a subcommand: migrate, import or export")
-	}
-	verb := args[0]
-	c := newCommand("store "+verb, storeUsage, stdout, stderr)
-	storeFlag := addStoreFlag(c.fs)
-	var dir *string
-	switch verb {
-	case "migrate":
-	case "import", "export":
-		dir = c.fs.String("dir", "", "the Trace root `DIR` whose guard/ is copied from (import) or to (export)")
-	default:
-		return newCommand("store", storeUsage, stdout, stderr).failf("unknown subcommand %q", verb)
-	}
-	pos, code, ok := c.parse(args[1:])
-	if !ok {
-		return code
-	}
-	if code, ok := c.wantArgs(pos, 0, 0, "no arguments"); !ok {
-		return code
-	}
+}
+
+func runStore(ctx context.Context, stdout, stderr io.Writer, verb string, storeFlag, dir *string) error {
 	spec := storeSpec(*storeFlag)
 	if !pgstore.IsURL(spec) {
-		return c.failf("--store (or $%s) must be a postgres:// URL", storeEnv)
+		return usageErrorf("--store (or $%s) must be a postgres:// URL", storeEnv)
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	if verb == "migrate" {
 		before, after, err := pgstore.Migrate(ctx, spec, logger)
 		if err != nil {
 			fmt.Fprintf(stderr, "haia-trace-mcp store migrate: %s\n", termsafe.String(err.Error()))
-			return exitFail
+			return exitCode(exitFail)
 		}
 		if before.Database == after.Database {
 			fmt.Fprintf(stdout, "%s: schema version %d, already this binary's\n", pgstore.Redact(spec), after.Database)
 		} else {
 			fmt.Fprintf(stdout, "%s: schema version %d → %d\n", pgstore.Redact(spec), before.Database, after.Database)
 		}
-		return exitOK
+		return nil
 	}
 	if *dir == "" {
-		return c.failf("--dir names the Trace root to %s", map[string]string{"import": "import from", "export": "export to"}[verb])
+		return usageErrorf("--dir names the Trace root to %s", map[string]string{"import": "import from", "export": "export to"}[verb])
 	}
 	pg, err := pgstore.Open(ctx, spec)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp store %s: %s\n", verb, termsafe.String(err.Error()))
-		return exitFail
+		return exitCode(exitFail)
 	}
 	defer pg.Close()
 	var root *confined.Dir
 	if verb == "import" {
 		r, code := openCLIRoot("store import", *dir, stderr)
 		if r == nil {
-			return code
+			return exitCode(code)
 		}
 		root = r
 	} else {
 		if err := os.MkdirAll(*dir, 0o755); err != nil {
 			fmt.Fprintf(stderr, "haia-trace-mcp store export: --dir: %v\n", err)
-			return exitFail
+			return exitCode(exitFail)
 		}
 		if root, err = confined.OpenRoot(*dir); err != nil {
 			fmt.Fprintf(stderr, "haia-trace-mcp store export: --dir: %v\n", err)
-			return exitFail
+			return exitCode(exitFail)
 		}
 	}
 	defer root.Close()
@@ -317,13 +299,13 @@ func runStore(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp store %s: %s\n", verb, termsafe.String(err.Error()))
 		if errors.Is(err, reviewlog.ErrChainInvalid) {
-			return 3
+			return exitCode(3)
 		}
-		return exitFail
+		return exitCode(exitFail)
 	}
 	fmt.Fprintf(stdout, "%s %s → %s: %d review log lines, %d archives, %d chains (%d receipts, every one VALID before and after), %d keys\n",
 		verb, src.Describe(), dst.Describe(), rep.LogLines, rep.Archives, rep.Chains, rep.Receipts, rep.Keys)
-	return exitOK
+	return nil
 }
 
 // replicaName names this process in the notification outbox's claims.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -14,22 +15,19 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/pgstore"
 )
 
-const verifyUsage = `usage:
-  haia-trace-mcp verify CHAIN [KEYRING] [--keyring K] [--checkpoint C] [--identity M] [--follow] [--store URL]
-      verify a NOA receipt v0.1 chain offline: the NOA JSON-array form or
-      this product's chain file (one receipt per line, verified as it is
-      read, in bounded memory). KEYRING may be given as a second argument,
-      as the NOA reference verifier accepts it.
-      --follow: CHAIN is one segment file of a segmented chain
-      (<chain>.ndjson, <chain>.<k>.ndjson); verify every segment from 0
-      and the signed link between each two, end to end; --checkpoint is
-      then held against the last segment.
-      --store postgres://…: CHAIN is a chain id in that store; every
-      segment and link is verified as --follow does, against the store's
-      keyring unless --keyring names another.
-      Prints one line (verdict: reason) on stdout, warnings on stderr.
-      exit 0 VALID, 1 UNVERIFIED (no keyring), 2 TAMPERED, 3 MALFORMED,
-      4 usage or unreadable file, 5 UNTRUSTED (identity manifest)
+const verifyDetails = `Verifies the NOA JSON-array form or this product's chain file (one receipt
+per line, verified as it is read, in bounded memory). KEYRING may be given
+as a second argument, as the NOA reference verifier accepts it.
+--follow: CHAIN is one segment file of a segmented chain (<chain>.ndjson,
+<chain>.<k>.ndjson); verify every segment from 0 and the signed link
+between each two, end to end; --checkpoint is then held against the last
+segment.
+--store postgres://…: CHAIN is a chain id in that store; every segment and
+link is verified as --follow does, against the store's keyring unless
+--keyring names another.
+Prints one line (verdict: reason) on stdout, warnings on stderr.
+exit 0 VALID, 1 UNVERIFIED (no keyring), 2 TAMPERED, 3 MALFORMED,
+4 usage or unreadable file, 5 UNTRUSTED (identity manifest)
 `
 
 // exitVerifyUsage is the NOA verifier's usage exit code; 2 means TAMPERED.
@@ -38,26 +36,22 @@ const exitVerifyUsage = 4
 // maxTrustFileBytes bounds a keyring, checkpoint or identity file.
 const maxTrustFileBytes = 4 << 20
 
-// runVerify is `haia-trace-mcp verify`.
-func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	c := newCommand("verify", verifyUsage, stdout, stderr)
-	c.usageCode = exitVerifyUsage // 2 is TAMPERED, as in the NOA verifier
-	fs := c.fs
+// defineVerify is `haia-trace-mcp verify`, the NOA verifier.
+func defineVerify(fs *flag.FlagSet) runFunc {
 	keyring := fs.String("keyring", "", "keyring file `K` ({kid: base64 SPKI})")
 	checkpoint := fs.String("checkpoint", "", "signed checkpoint file `C` (noa.checkpoint/0.1)")
 	identity := fs.String("identity", "", "identity manifest `M` ({agent.id: [kid]})")
 	follow := fs.Bool("follow", false, "verify every segment of CHAIN's chain and the links between them")
 	storeFlag := fs.String("store", "", "verify chain id CHAIN, every segment, in this PostgreSQL store (`URL`; default $"+storeEnv+" when it is a postgres:// URL)")
-	pos, code, ok := c.parse(args)
-	if !ok {
-		return code
+	return func(ctx context.Context, env *cmdEnv, pos []string) error {
+		return runVerify(ctx, env.stdout, env.stderr, pos, keyring, checkpoint, identity, storeFlag, follow)
 	}
-	if code, ok := c.wantArgs(pos, 1, 2, "CHAIN and at most one KEYRING"); !ok {
-		return code
-	}
+}
+
+func runVerify(ctx context.Context, stdout, stderr io.Writer, pos []string, keyring, checkpoint, identity, storeFlag *string, follow *bool) error {
 	if len(pos) == 2 {
 		if *keyring != "" {
-			return c.failf("the keyring is given twice (argument and --keyring)")
+			return usageErrorf("the keyring is given twice (argument and --keyring)")
 		}
 		*keyring = pos[1]
 	}
@@ -73,7 +67,7 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		b, err := readBounded(in.path, maxTrustFileBytes)
 		if err != nil {
 			fmt.Fprintf(stderr, "verify: %v\n", err)
-			return exitVerifyUsage
+			return exitCode(exitVerifyUsage)
 		}
 		*in.dst = b
 	}
@@ -85,18 +79,18 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if spec != "" && !isFileStore(spec) {
 		var code int
 		if res, code = verifyInStore(ctx, spec, pos[0], docs, stderr); code >= 0 {
-			return code
+			return exitCode(code)
 		}
 	} else if *follow {
 		var code int
 		if res, code = verifyFollow(pos[0], docs, stderr); code >= 0 {
-			return code
+			return exitCode(code)
 		}
 	} else {
 		f, err := os.Open(pos[0])
 		if err != nil {
 			fmt.Fprintf(stderr, "verify: %v\n", err)
-			return exitVerifyUsage
+			return exitCode(exitVerifyUsage)
 		}
 		defer f.Close()
 		docs.Chain = f
@@ -112,7 +106,7 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "warning: %s\n", w)
 	}
 	fmt.Fprintln(stdout, res.Line())
-	return res.Verdict.ExitCode()
+	return exitCode(res.Verdict.ExitCode())
 }
 
 // chainSegmentsAt lists the segment numbers of the chain the file at path

@@ -1,25 +1,20 @@
 package main
 
 import (
+	"context"
+	"flag"
 	"fmt"
-	"io"
 	"runtime/debug"
 	"strings"
 )
 
-// runVersion prints one line naming the version, the VCS revision and the
-// Go toolchain, so an operator can tell exactly which build is running.
-func runVersion(args []string, stdout, stderr io.Writer) int {
-	c := newCommand("version", "usage:\n  haia-trace-mcp version     (or haia-trace-mcp --version)\n\nPrints the version, the VCS revision and the Go toolchain.\n", stdout, stderr)
-	pos, code, ok := c.parse(args)
-	if !ok {
-		return code
+// defineVersion prints one line naming the version, the VCS revision and
+// the Go toolchain, so an operator can tell exactly which build is running.
+func defineVersion(*flag.FlagSet) runFunc {
+	return func(_ context.Context, env *cmdEnv, _ []string) error {
+		fmt.Fprintln(env.stdout, versionSentence(readBuild()))
+		return nil
 	}
-	if code, ok := c.wantArgs(pos, 0, 0, "no arguments"); !ok {
-		return code
-	}
-	fmt.Fprintln(stdout, versionSentence(readBuild()))
-	return exitOK
 }
 
 // buildFacts is what the build info says about this binary.

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"strings"
+)
+
+// commandTable is the whole command line: serving MCP (the command with no
+// name) and every command under it, in the order the top-level help lists
+// them. run dispatches through it; --help, usage errors and the completion
+// scripts are generated from it.
+func commandTable() *cmdSpec {
+	return &cmdSpec{
+		summary:  "serve MCP over stdio (Streamable HTTP with --http)",
+		synopsis: "[--dir .trace] [flags]",
+		args:     argSpec{max: -1},
+		define:   defineServe,
+		subs: []*cmdSpec{
+			{name: "build", summary: "assemble one run file against a template, as the reference assembler does",
+				synopsis: "RUN_FILE [--template NAME|PATH] [--templates-dir DIR]", details: buildDetails,
+				args: oneArg("one RUN_FILE"), define: defineBuild},
+			{name: "policy", summary: "check or evaluate a noa.policy/0.2 file", details: policyDetails, subs: []*cmdSpec{
+				{name: "check", summary: "validate a policy file; print its policyHash and readSetHash",
+					synopsis: "FILE", args: oneArg("exactly one FILE"), define: definePolicyCheck},
+				{name: "eval", summary: "evaluate a policy over an input snapshot; print the verdict and the rule that fired",
+					synopsis: "FILE --input INPUT.json", args: oneArg("exactly one FILE"), define: definePolicyEval},
+			}},
+			{name: "verify", summary: "verify a NOA receipt v0.1 chain offline (or every segment of a chain in a store)",
+				synopsis: "CHAIN [KEYRING] [--keyring K] [--checkpoint C] [--identity M] [--follow] [--store URL]",
+				details:  verifyDetails, usageCode: exitVerifyUsage,
+				args: argSpec{min: 1, max: 2, what: "CHAIN and at most one KEYRING"}, define: defineVerify},
+			{name: "signer", summary: "hold a signing key (or the x402 payer key) in a process of its own, signing over a unix socket",
+				synopsis: "--key-file K --listen unix:PATH | --payer-key K --listen unix:PATH", details: signerDetails,
+				define: defineSigner},
+			{name: "payer", summary: "the x402 payer", subs: []*cmdSpec{
+				{name: "address", summary: "print the address x402 payments are signed from (never the key)",
+					synopsis: "--payer-key K [--payer-key-password-file P] | --payer-signer unix:PATH",
+					define:   definePayerAddress},
+			}},
+			{name: "authorization", summary: "the x402 authorizations the guard signed", details: authorizationDetails, subs: []*cmdSpec{
+				{name: "show", summary: "one authorization, checked against the signed receipts",
+					synopsis: "NONCE|RECEIPT_ID [--dir .trace] [--json]",
+					args:     oneArg("one nonce (0x and 64 hex digits) or receipt id"), define: defineAuthorizationShow},
+			}},
+			{name: "review", summary: "the human's side of the guard: list, show and decide reviews", details: reviewDetails, subs: []*cmdSpec{
+				{name: "list", summary: "the pending reviews (--all: every review)",
+					synopsis: "[--dir .trace] [--all] [--json]", define: defineReview("list")},
+				{name: "show", summary: "one review: what it asks, as the server signed it, and its terms hash",
+					synopsis: "<review_id> [--dir .trace] [--json]", args: oneArg("one review id"), define: defineReview("show")},
+				{name: "approve", summary: "approve a review, signed with the reviewer's own key",
+					synopsis: `<review_id> [--note "…"] [--terms HASH] [--reviewer-key K]`, args: oneArg("one review id"), define: defineReview("approve")},
+				{name: "reject", summary: "reject a review, signed with the reviewer's own key",
+					synopsis: `<review_id> [--note "…"] [--terms HASH] [--reviewer-key K]`, args: oneArg("one review id"), define: defineReview("reject")},
+				{name: "watch", summary: "print reviews as they open and are decided, until interrupted",
+					synopsis: "[--dir .trace] [--json] [--interval 1s]", details: reviewWatchDetails, define: defineReviewWatch},
+				{name: "archive", summary: "move final reviews older than --older-than out of the live log",
+					synopsis: "[--older-than 2160h] [--dir .trace]", define: defineReview("archive")},
+			}},
+			{name: "init", summary: "a Trace root from nothing: layout, keys, a reviewer, an example policy",
+				synopsis: "[DIR]", details: initDetails, args: argSpec{max: 1, what: "at most one DIR"}, define: defineInit},
+			{name: "reviewer", summary: "the trusted reviewers: keys and passkeys", details: reviewerDetails, subs: []*cmdSpec{
+				{name: "init", summary: "create a reviewer's key and trust it",
+					synopsis: "--id ID [--key-file K] [--reviewers F]", define: defineReviewerInit},
+				{name: "passkey", summary: "a reviewer's passkeys for the console", details: reviewerPasskeyDetails, subs: []*cmdSpec{
+					{name: "add", summary: "enrol a passkey through the console and trust it",
+						synopsis: "--id ID [--console-url URL] [--yes] [--wait 10m]", define: defineReviewerPasskey("add")},
+					{name: "remove", summary: "take a reviewer's passkeys (or one) out of the trusted reviewers file",
+						synopsis: "--id ID [--credential CRED_ID]", define: defineReviewerPasskey("remove")},
+				}},
+			}},
+			{name: "audit", summary: "verify every decision chain and cross-check the review log against the signatures",
+				synopsis: "[--dir .trace]", details: auditDetails, define: defineAudit},
+			{name: "status", summary: "the state at a glance: runs, payments, reviews, reservations, chains, policy",
+				synopsis: "[--dir .trace] [--json]", details: statusDetails, define: defineStatus},
+			{name: "store", summary: "the PostgreSQL store: schema and copies to and from files", details: storeDetails, subs: []*cmdSpec{
+				{name: "migrate", summary: "apply the schema migrations this binary carries",
+					synopsis: "--store postgres://…", define: defineStore("migrate")},
+				{name: "import", summary: "copy the file store into an empty PostgreSQL store, verifying every chain",
+					synopsis: "--dir .trace --store postgres://…", define: defineStore("import")},
+				{name: "export", summary: "write the PostgreSQL store out as the file layout",
+					synopsis: "--store postgres://… --dir OUT", define: defineStore("export")},
+			}},
+			{name: "chain", summary: "the decision chains: list, export, checkpoint", details: chainDetails, subs: []*cmdSpec{
+				{name: "list", summary: "one line a chain: id, path, receipts, head hash, segments",
+					synopsis: "[--dir .trace]", define: defineChain("list")},
+				{name: "export", summary: "a chain segment as a NOA JSON array (--all --out DIR: every segment)",
+					synopsis: "ID [--all --out DIR] [--dir .trace]", args: oneArg("one chain ID"), define: defineChain("export")},
+				{name: "checkpoint", summary: "a signed noa.checkpoint/0.1 for the head of a chain",
+					synopsis: "ID [--key-file K | --signer unix:PATH] [--dir .trace]", args: oneArg("one chain ID"), define: defineChain("checkpoint")},
+			}},
+			{name: "proxy", summary: "serve another MCP server's tools through the pre-payment guard",
+				synopsis: "--guard-map FILE [--dir .trace] [flags] -- UPSTREAM_COMMAND [ARGS…] | --upstream-url URL",
+				details:  proxyDetails, dashTail: true, args: argSpec{max: 0, what: "the upstream command"}, define: defineProxy},
+			{name: "healthcheck", summary: "probe a running server's /healthz (for a container HEALTHCHECK)",
+				synopsis: "[--url http://127.0.0.1:3000/healthz] [--timeout 3s]", details: healthcheckDetails, define: defineHealthcheck},
+			{name: "demo", summary: "the whole story on a simulated Trace root", synopsis: "[--keep DIR]",
+				details: demoDetails, define: defineDemo},
+			{name: "completion", summary: "a shell completion script", synopsis: "bash|zsh|fish",
+				details:  "Prints a shell completion script, e.g. source <(haia-trace-mcp completion bash).\n",
+				argWords: []string{"bash", "zsh", "fish"}, args: oneArg("one shell: bash, zsh or fish"), define: defineCompletion},
+			{name: "version", summary: "the version, the VCS revision and the Go toolchain (also --version)",
+				define: defineVersion},
+			{name: "help", summary: "this text (also --help); help COMMAND… is that command's",
+				synopsis: "[COMMAND [SUBCOMMAND]]", args: argSpec{max: -1}, define: defineHelp},
+		},
+	}
+}
+
+// defineHelp is `help [COMMAND…]`: the help of the command named, else the
+// top-level one.
+func defineHelp(*flag.FlagSet) runFunc {
+	return func(_ context.Context, env *cmdEnv, pos []string) error {
+		root := commandTable()
+		if root.find(pos) == nil {
+			return usageErrorf("no command %q", strings.Join(pos, " "))
+		}
+		writeHelp(env.stdout, root, pos)
+		return nil
+	}
+}
