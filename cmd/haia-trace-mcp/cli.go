@@ -54,8 +54,6 @@ type runFunc func(ctx context.Context, env *cmdEnv, args []string) error
 type cmdEnv struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
-	// name is the command's path, "review approve".
-	name string
 	// fs is the command's parsed flag set (to tell which flags were set).
 	fs *flag.FlagSet
 	// tail is what followed "--" for a dashTail command.
@@ -217,7 +215,7 @@ func dispatch(ctx context.Context, root *cmdSpec, args []string, stdin io.Reader
 		}
 		return usageErr(cmd, "want %s, got %d argument(s)", a.what, len(pos))
 	}
-	env := &cmdEnv{stdin: stdin, stdout: stdout, stderr: stderr, name: name, fs: fs, tail: tail}
+	env := &cmdEnv{stdin: stdin, stdout: stdout, stderr: stderr, fs: fs, tail: tail}
 	return exitCodeOf(runCmd(ctx, env, pos), func(msg string) int { return usageErr(cmd, "%s", msg) }, name, stderr)
 }
 
