@@ -137,8 +137,10 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 	d.payerKey = payerKey
+	// The reviewer console serves beside the guard, on a free loopback
+	// port: every review answer links to its page there.
 	serverArgs := []string{"--dir", d.root, "--key-file", d.key, "--reviewers", d.reviewers, "--agent-id", "demo-agent", "--log-level", "warn",
-		"--payer-key", payerKey}
+		"--payer-key", payerKey, "--console", "--console-addr", "127.0.0.1:0"}
 	d.say("  $ haia-trace-mcp %s", shellJoin(serverArgs))
 	client, err := mcpclient.NewStdioMCPClient(d.self, os.Environ(), serverArgs...)
 	if err != nil {
@@ -195,6 +197,7 @@ func (d *demo) run(ctx context.Context) error {
 			Detail string `json:"detail"`
 		} `json:"reasons"`
 		ReviewID  string `json:"review_id"`
+		ReviewURL string `json:"review_url"`
 		ReceiptID string `json:"receipt_id"`
 	}
 	if err := d.call(ctx, "check_before_pay", map[string]any{"counterparty": demoSellerSilent, "amount": "0.40", "asset": "USDC"}, &check); err != nil {
@@ -207,9 +210,16 @@ func (d *demo) run(ctx context.Context) error {
 	if check.Decision != "review" || check.ReviewID == "" {
 		return fmt.Errorf("expected a review for the silent seller, got %q", check.Decision)
 	}
+	consoleURL, ok := strings.CutSuffix(check.ReviewURL, "reviews/"+check.ReviewID)
+	if !ok {
+		return fmt.Errorf("expected the review's console page in review_url, got %q", check.ReviewURL)
+	}
+	d.say("  review_url: %s", check.ReviewURL)
+	d.say("  (the reviewer console: a reviewer whose passkey the operator enrolled — haia-trace-mcp reviewer passkey add —")
+	d.say("   signs in there and approves or rejects with the passkey; docs/console.md. This demo decides with a key.)")
 
 	d.heading("A human reviews it from the command line and rejects it")
-	if _, err := d.cli(ctx, "review", "list", "--dir", d.root, "--reviewers", d.reviewers); err != nil {
+	if _, err := d.cli(ctx, "review", "list", "--dir", d.root, "--reviewers", d.reviewers, "--console-url", consoleURL); err != nil {
 		return err
 	}
 	if _, err := d.cli(ctx, "review", "show", check.ReviewID, "--dir", d.root, "--reviewers", d.reviewers); err != nil {
