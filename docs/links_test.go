@@ -3,6 +3,7 @@ package docs
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -189,5 +190,48 @@ func TestSlug(t *testing.T) {
 		if got := slug(in); got != want {
 			t.Errorf("slug(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// The README opens with the two commands a newcomer runs — the demo and the
+// tests — and the test command is the one CI runs (with the race detector).
+func TestReadmeOpensWithTheTwoCommands(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(data), "\n")
+	var block []string
+	for i, l := range lines {
+		if strings.HasPrefix(l, "```") {
+			for _, b := range lines[i+1:] {
+				if strings.HasPrefix(b, "```") {
+					break
+				}
+				block = append(block, strings.Fields(strings.SplitN(b, "#", 2)[0])...)
+				block = append(block, "\n")
+			}
+			break
+		}
+		if strings.TrimSpace(l) != "" && !strings.HasPrefix(l, "# ") {
+			t.Fatalf("README line %d comes before the two commands: %q", i+1, l)
+		}
+	}
+	if got := strings.Join(block, " "); got != "go run ./cmd/haia-trace-mcp demo \n go test ./... \n" {
+		t.Fatalf("the README's first block is %q, not the demo and the test command", got)
+	}
+	ci, err := os.ReadFile(filepath.Join("..", ".ci", "run"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, l := range strings.Split(string(ci), "\n") {
+		f := strings.Fields(l)
+		if len(f) > 2 && f[0] == "go" && f[1] == "test" && slices.Contains(f, "-race") && f[len(f)-1] == "./..." {
+			found = true
+		}
+	}
+	if !found {
+		t.Error(".ci/run does not run the README's test command (go test … ./...) with -race")
 	}
 }
