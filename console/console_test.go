@@ -31,6 +31,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/softauthn"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/filestore"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/passkey"
 )
@@ -67,7 +68,7 @@ func newRig(t *testing.T, opts ...func(*console.Config)) *rig {
 		}
 		return pk, err
 	}
-	log := reviewlog.Open(root, reviewlog.Options{Reviewers: func() (reviewlog.Reviewers, error) { return reviewlog.Reviewers{}, nil }, Passkeys: pks})
+	log := reviewlog.OpenStore(filestore.New(root), reviewlog.Options{Reviewers: func() (reviewlog.Reviewers, error) { return reviewlog.Reviewers{}, nil }, Passkeys: pks})
 	chains := &reviewlog.Chains{Signer: noa.NewKeySigner(key), Tenant: "t1"}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

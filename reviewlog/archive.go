@@ -7,16 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 	"time"
-
-	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 )
 
 // Archive files sit beside the log: guard/decisions.archive-<stamp>.ndjson.
 const (
-	archivePrefix = "decisions.archive-"
+	// ArchivePrefix begins the name of every archive (IsArchiveName).
+	ArchivePrefix = "decisions.archive-"
 	archiveSuffix = ".ndjson"
 )
 
@@ -94,7 +92,7 @@ func (l *Log) Archive(ctx context.Context, before time.Time) (ArchiveResult, err
 				return fmt.Errorf("read %s: %w", l.Path(), err)
 			}
 		}
-		res.File = archivePrefix + at.UTC().Format("20060102T150405.000Z") + archiveSuffix
+		res.File = ArchivePrefix + at.UTC().Format("20060102T150405.000Z") + archiveSuffix
 		if err := g.ReplaceLog(ctx, res.File, out.Bytes(), keep.Bytes()); err != nil {
 			return err
 		}
@@ -104,20 +102,10 @@ func (l *Log) Archive(ctx context.Context, before time.Time) (ArchiveResult, err
 	return res, err
 }
 
-// archives lists the archive files under g, oldest first.
-func archives(g *confined.Dir) ([]string, error) {
-	entries, err := g.ReadDir()
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, e := range entries {
-		if e.Regular() && strings.HasPrefix(e.Name, archivePrefix) && strings.HasSuffix(e.Name, archiveSuffix) {
-			out = append(out, e.Name)
-		}
-	}
-	sort.Strings(out)
-	return out, nil
+// IsArchiveName says whether name is the name of an archive of the review
+// log (ArchivePrefix<stamp>.ndjson), as every store names them.
+func IsArchiveName(name string) bool {
+	return strings.HasPrefix(name, ArchivePrefix) && strings.HasSuffix(name, archiveSuffix)
 }
 
 // foldArchive folds one archive (read whole: archives are the old,

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
 
@@ -23,7 +22,6 @@ const (
 	// headWindow is how much of a chain file's end is read to find its
 	// head; one receipt line is far smaller.
 	headWindow = 64 << 10
-	maxKeyring = 1 << 20
 )
 
 // Limits of one chain segment.
@@ -289,22 +287,6 @@ func (c *Chains) ensureKeyring(ctx context.Context, w Writer) error {
 		return nil
 	}
 	return w.AddKey(ctx, kid, spki)
-}
-
-// ReadKeyring reads guard/keyring.json (empty when absent).
-func ReadKeyring(g *confined.Dir) (noa.Keyring, error) {
-	data, err := fs.ReadFile(g.FS(maxKeyring), KeyringFile)
-	if errors.Is(err, fs.ErrNotExist) {
-		return noa.Keyring{}, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", KeyringFile, err)
-	}
-	kr, err := noa.ParseKeyring(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", KeyringFile, err)
-	}
-	return kr, nil
 }
 
 // ChainInfo describes one chain, all its segments together.

@@ -1,10 +1,7 @@
 package reviewlog
 
 import (
-	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -98,43 +95,6 @@ func equalInts(a, b []int) bool {
 	return true
 }
 
-// A writer that finds a torn tail starts on a new line, records the repair,
-// and the log folds cleanly afterwards.
-func TestWriterRepairsTornTail(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, DirName), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	torn := openedA + "\n" + `{"type":"decided","review_id":"` + idA
-	if err := os.WriteFile(filepath.Join(dir, DirName, FileName), []byte(torn), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	l, alice := newSignedLog(t, dir, nil)
-	ctx := context.Background()
-	if r, err := l.Get(ctx, idA); err != nil || r.Status != Pending {
-		t.Fatalf("reader over a torn tail: %+v %v", r, err)
-	}
-	// The legacy review carries no signed terms: it cannot be decided,
-	// and the refusal writes nothing, not even the repair.
-	if _, err := l.DecideReview(ctx, idA, Approved, "ok", "alice", alice.sign(t)); !errors.Is(err, ErrTampered) {
-		t.Fatalf("deciding a review without signed terms: %v", err)
-	}
-	if text := readFile(t, dir); text != torn {
-		t.Fatalf("a refused decision wrote:\n%s", text)
-	}
-	if _, _, err := l.OpenReview(ctx, q1, reasons, signTerms(t)); err != nil {
-		t.Fatal(err)
-	}
-	text := readFile(t, dir)
-	lines := strings.Split(strings.TrimSuffix(text, "\n"), "\n")
-	if len(lines) != 4 || !strings.HasPrefix(lines[2], `{"type":"repair"`) || !strings.Contains(lines[2], `"lines":[2]`) || !strings.HasPrefix(lines[3], `{"type":"opened"`) {
-		t.Fatalf("log after repair:\n%s", text)
-	}
-	if r, err := l.Get(ctx, idA); err != nil || r.Status != Pending {
-		t.Errorf("after repair: %+v %v", r, err)
-	}
-}
-
 // FuzzFold: the log reader never panics on arbitrary bytes, and anything it
 // accepts can be appended to and read again.
 func FuzzFold(f *testing.F) {
@@ -179,6 +139,48 @@ func FuzzFold(f *testing.F) {
 		}
 		if after.byID[id] == nil || len(after.entries) != len(st.entries)+1 || len(after.tailLines()) != 0 {
 			t.Fatalf("append lost: %d → %d reviews, tail %v", len(st.entries), len(after.entries), after.tailLines())
+		}
+	})
+}
+
+// ParseLineHead is the log's own strict reading: a store indexes a line's
+// type and review only when the log reads it as a record.
+func TestParseLineHead(t *testing.T) {
+	for _, c := range []struct {
+		name, line string
+		want       LineHead
+		ok, opens  bool
+	}{
+		{"opened", openedA + "\n", LineHead{Type: typeOpened, ReviewID: idA}, true, true},
+		{"opened without newline", openedA, LineHead{Type: typeOpened, ReviewID: idA}, true, true},
+		{"decided", decideA, LineHead{Type: typeDecided, ReviewID: idA}, true, false},
+		{"repair", `{"type":"repair","at":"2026-07-25T12:06:00.000Z","lines":[2]}`, LineHead{Type: typeRepair}, true, false},
+		{"torn", openedA[:40], LineHead{}, false, false},
+		{"unknown field", strings.TrimSuffix(openedA, "}") + `,"x":1}`, LineHead{}, false, false},
+		{"field of another case", strings.Replace(openedA, `"type"`, `"Type"`, 1), LineHead{}, false, false},
+		{"bad id", strings.ReplaceAll(openedA, idA, "not-an-id"), LineHead{}, false, false},
+		{"not JSON", "x", LineHead{}, false, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h, ok := ParseLineHead([]byte(c.line))
+			if h != c.want || ok != c.ok || h.Opens() != c.opens {
+				t.Fatalf("ParseLineHead = %+v, %v (opens %v); want %+v, %v (opens %v)", h, ok, h.Opens(), c.want, c.ok, c.opens)
+			}
+		})
+	}
+}
+
+// FuzzParseLineHead: any bytes give a head only when the fold reads them
+// as a record of that type and review.
+func FuzzParseLineHead(f *testing.F) {
+	for _, s := range []string{openedA, decideA, openedA[:40], "{}", `{"type":"used"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		h, ok := ParseLineHead(line)
+		r, err := decodeRecord(line)
+		if ok != (err == nil) || (ok && (h.Type != r.Type || h.ReviewID != r.ReviewID)) || (!ok && h != LineHead{}) {
+			t.Fatalf("head %+v %v, record %+v %v", h, ok, r, err)
 		}
 	})
 }

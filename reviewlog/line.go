@@ -185,6 +185,28 @@ func decodeRecord(b []byte) (record, error) {
 	return r, nil
 }
 
+// LineHead is what a store may index of one line of the review log: the
+// line's type and the review it concerns ("" for none).
+type LineHead struct {
+	Type     string
+	ReviewID string
+}
+
+// ParseLineHead reads the head of one line of the review log (with or
+// without its newline), by the log's own strict reading: ok is false for
+// a line the log does not read as a record (a store keeps such a line,
+// unindexed; the fold reports it).
+func ParseLineHead(line []byte) (h LineHead, ok bool) {
+	r, err := decodeRecord(line)
+	if err != nil {
+		return LineHead{}, false
+	}
+	return LineHead{Type: r.Type, ReviewID: r.ReviewID}, true
+}
+
+// Opens says whether the line opens a review (ReviewID names it).
+func (h LineHead) Opens() bool { return h.Type == typeOpened && h.ReviewID != "" }
+
 // plainJSONError keeps encoding/json's message but not its Go type names.
 func plainJSONError(err error) string {
 	var ute *json.UnmarshalTypeError

@@ -1,11 +1,13 @@
-// Package reviewlog keeps guard/decisions.ndjson, the append-only log of
-// reviews the guard opened and the decisions humans made on them. The state
-// of a review is the fold of its lines; the file is the audit trail.
+// Package reviewlog keeps the review log (guard/decisions.ndjson in the
+// file store), the append-only log of reviews the guard opened and the
+// decisions humans made on them, and the signed chains beside it. The state
+// of a review is the fold of its lines; the log is the audit trail. The
+// line format lives here (line.go), for every Store.
 //
-// Every append happens under an exclusive flock(2) on guard/decisions.lock,
-// which holds across processes sharing the Trace root. The locked section is
-// a small transaction: read the log, decide, run the caller's hook (where
-// the signed decision receipt is appended), then write one whole line.
+// Every append happens under the store's write lock (Store.Locked), which
+// holds across the processes, or replicas, sharing the store. The locked
+// section is a small transaction: read the log, run the caller's hook
+// (where the signed decision receipt is appended), then write whole lines.
 package reviewlog
 
 import (
@@ -21,10 +23,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
-	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
 
@@ -133,13 +132,6 @@ func (l *Log) ttl() time.Duration { return time.Duration(l.reviewTTL.Load()) }
 // SetReviewTTL changes how long a pending review lives, for a server that
 // re-read its policy; answers given from then on use it.
 func (l *Log) SetReviewTTL(d time.Duration) { l.reviewTTL.Store(int64(d)) }
-
-// Open returns the review log of a Trace root opened with confined.OpenRoot,
-// kept in the file store under its guard/. Nothing is created until the
-// first append.
-func Open(root *confined.Dir, opts Options) *Log {
-	return OpenStore(NewFileStore(root), opts)
-}
 
 // OpenStore returns the review log kept in s.
 func OpenStore(s Store, opts Options) *Log {
@@ -474,30 +466,6 @@ func (l *Log) acquire(ctx context.Context, deadline time.Time) (func(), error) {
 		return nil, ctx.Err()
 	case <-t.C:
 		return nil, fmt.Errorf("%s: %w within %s (another caller in this process holds it)", l.Path(), ErrLockTimeout, l.lockWait)
-	}
-}
-
-// flockWait takes an exclusive flock, polling with a growing pause until
-// the deadline (wait is only for the message).
-func flockWait(ctx context.Context, fd int, deadline time.Time, wait time.Duration) error {
-	pause := time.Millisecond
-	for {
-		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
-			return fmt.Errorf("lock: %w", err)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%w within %s (another process holds it)", ErrLockTimeout, wait)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(pause):
-		}
-		pause = min(pause*2, 50*time.Millisecond)
 	}
 }
 

@@ -1,10 +1,13 @@
-package reviewlog
+package reviewlog_test
 
 import (
 	"context"
 	"errors"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/filestore"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -29,23 +32,32 @@ func (c *clock) add(d time.Duration) {
 	c.mu.Unlock()
 }
 
-func newLog(t *testing.T, dir string, c *clock) *Log {
+func newLog(t *testing.T, dir string, c *clock) *reviewlog.Log {
+	t.Helper()
+	opts := reviewlog.Options{LockWait: 2 * time.Second}
+	if c != nil {
+		opts.Now = c.now
+	}
+	return openLog(t, dir, opts)
+}
+
+// openLog is the review log in the file store under the Trace root dir.
+func openLog(t *testing.T, dir string, opts reviewlog.Options) *reviewlog.Log {
 	t.Helper()
 	root, err := confined.OpenRoot(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { root.Close() })
-	opts := Options{LockWait: 2 * time.Second}
-	if c != nil {
-		opts.Now = c.now
-	}
-	return Open(root, opts)
+	return reviewlog.OpenStore(filestore.New(root), opts)
 }
+
+// reviewID is a lower-case RFC 9562 version 4 UUID, as review ids are.
+var reviewID = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
 
 // newSignedLog is newLog with a trusted reviewer "alice" whose sign hook
 // makes her decisions read as decided.
-func newSignedLog(t *testing.T, dir string, c *clock) (*Log, *reviewer) {
+func newSignedLog(t *testing.T, dir string, c *clock) (*reviewlog.Log, *reviewer) {
 	t.Helper()
 	root, err := confined.OpenRoot(dir)
 	if err != nil {
@@ -53,11 +65,11 @@ func newSignedLog(t *testing.T, dir string, c *clock) (*Log, *reviewer) {
 	}
 	t.Cleanup(func() { root.Close() })
 	alice := newReviewer(t, "alice")
-	opts := Options{LockWait: 2 * time.Second, Reviewers: trust(alice)}
+	opts := reviewlog.Options{LockWait: 2 * time.Second, Reviewers: trust(alice)}
 	if c != nil {
 		opts.Now = c.now
 	}
-	return Open(root, opts), alice
+	return reviewlog.OpenStore(filestore.New(root), opts), alice
 }
 
 var (
@@ -67,7 +79,7 @@ var (
 
 func readFile(t *testing.T, dir string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, DirName, FileName))
+	b, err := os.ReadFile(filepath.Join(dir, reviewlog.DirName, reviewlog.FileName))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,9 +92,9 @@ func TestOpenDecideGetList(t *testing.T) {
 	l, alice := newSignedLog(t, dir, c)
 	ctx := context.Background()
 
-	var seen []Tx
+	var seen []reviewlog.Tx
 	terms := signTerms(t)
-	hook := func(tx Tx) error {
+	hook := func(tx reviewlog.Tx) error {
 		seen = append(seen, tx)
 		if tx.Kind == "decided" {
 			return alice.sign(t)(tx)
@@ -90,7 +102,7 @@ func TestOpenDecideGetList(t *testing.T) {
 		return terms(tx)
 	}
 	r1, created, err := l.OpenReview(ctx, q1, reasons, hook)
-	if err != nil || !created || r1.Status != Pending || r1.CreatedAt != "2026-07-25T12:00:00.000Z" || checkID(r1.ID) != nil {
+	if err != nil || !created || r1.Status != reviewlog.Pending || r1.CreatedAt != "2026-07-25T12:00:00.000Z" || !reviewID.MatchString(r1.ID) {
 		t.Fatalf("open: %+v %v %v", r1, created, err)
 	}
 	if len(seen) != 1 || seen[0].Kind != "opened" || seen[0].Review.ID != r1.ID || seen[0].Store == nil {
@@ -98,7 +110,7 @@ func TestOpenDecideGetList(t *testing.T) {
 	}
 
 	// Same question within the window → the same review.
-	c.add(IdempotencyWindow)
+	c.add(reviewlog.IdempotencyWindow)
 	r2, created, err := l.OpenReview(ctx, q1, nil, hook)
 	if err != nil || created || r2.ID != r1.ID {
 		t.Fatalf("repeat within the window: %+v %v %v", r2, created, err)
@@ -120,21 +132,21 @@ func TestOpenDecideGetList(t *testing.T) {
 		t.Fatalf("past the window: %+v %v %v", r4, created, err)
 	}
 
-	d, err := l.DecideReview(ctx, r1.ID, Rejected, "seller B never settled\nsee op-2", "alice", hook)
-	if err != nil || d.Status != Rejected || d.DecidedBy != "alice" || d.Note != "seller B never settled\nsee op-2" || d.DecidedAt == "" {
+	d, err := l.DecideReview(ctx, r1.ID, reviewlog.Rejected, "seller B never settled\nsee op-2", "alice", hook)
+	if err != nil || d.Status != reviewlog.Rejected || d.DecidedBy != "alice" || d.Note != "seller B never settled\nsee op-2" || d.DecidedAt == "" {
 		t.Fatalf("decide: %+v %v", d, err)
 	}
-	if last := seen[len(seen)-1]; last.Kind != "decided" || last.Review.Status != Rejected {
+	if last := seen[len(seen)-1]; last.Kind != "decided" || last.Review.Status != reviewlog.Rejected {
 		t.Errorf("hook saw %+v", last)
 	}
-	if _, err := l.DecideReview(ctx, r1.ID, Approved, "", "bob", nil); !errors.Is(err, ErrAlreadyDecided) || !strings.Contains(err.Error(), "rejected by alice") {
+	if _, err := l.DecideReview(ctx, r1.ID, reviewlog.Approved, "", "bob", nil); !errors.Is(err, reviewlog.ErrAlreadyDecided) || !strings.Contains(err.Error(), "rejected by alice") {
 		t.Errorf("second decision: %v", err)
 	}
 	// A decided review no longer answers a repeated question.
 	q3 := q1
 	q3.Counterparty = "api.example.com"
 	r5, _, _ := l.OpenReview(ctx, q3, reasons, signTerms(t))
-	if _, err := l.DecideReview(ctx, r5.ID, Approved, "", "bob", nil); err != nil {
+	if _, err := l.DecideReview(ctx, r5.ID, reviewlog.Approved, "", "bob", nil); err != nil {
 		t.Fatal(err)
 	}
 	if r, created, err := l.OpenReview(ctx, q3, reasons, signTerms(t)); err != nil || !created || r.ID == r5.ID {
@@ -142,7 +154,7 @@ func TestOpenDecideGetList(t *testing.T) {
 	}
 
 	got, err := l.Get(ctx, r1.ID)
-	if err != nil || got.Status != Rejected || got.Counterparty != q1.Counterparty || len(got.Reasons) != 2 || got.Reasons[0].Evidence[0].OperationID != "op-2" {
+	if err != nil || got.Status != reviewlog.Rejected || got.Counterparty != q1.Counterparty || len(got.Reasons) != 2 || got.Reasons[0].Evidence[0].OperationID != "op-2" {
 		t.Errorf("get: %+v %v", got, err)
 	}
 	pending, _ := l.List(ctx, false)
@@ -151,30 +163,30 @@ func TestOpenDecideGetList(t *testing.T) {
 		t.Errorf("list: %d pending, %d all", len(pending), len(all))
 	}
 
-	if _, err := l.Get(ctx, "1b4e28ba-2fa1-4d2c-883f-0016d3cca427"); !errors.Is(err, ErrUnknownReview) {
+	if _, err := l.Get(ctx, "1b4e28ba-2fa1-4d2c-883f-0016d3cca427"); !errors.Is(err, reviewlog.ErrUnknownReview) {
 		t.Errorf("unknown: %v", err)
 	}
-	if _, err := l.DecideReview(ctx, "1b4e28ba-2fa1-4d2c-883f-0016d3cca427", Approved, "", "bob", nil); !errors.Is(err, ErrUnknownReview) {
+	if _, err := l.DecideReview(ctx, "1b4e28ba-2fa1-4d2c-883f-0016d3cca427", reviewlog.Approved, "", "bob", nil); !errors.Is(err, reviewlog.ErrUnknownReview) {
 		t.Errorf("unknown decide: %v", err)
 	}
 	for _, id := range []string{"", "x", "1B4E28BA-2FA1-4D2C-883F-0016D3CCA427", "1b4e28ba-2fa1-1d2c-883f-0016d3cca427", "../../etc/passwd"} {
-		if _, err := l.Get(ctx, id); !errors.Is(err, ErrBadID) {
+		if _, err := l.Get(ctx, id); !errors.Is(err, reviewlog.ErrBadID) {
 			t.Errorf("Get(%q): %v", id, err)
 		}
 	}
 	for _, bad := range []struct{ status, note, by string }{
-		{"maybe", "", "bob"}, {Approved, "", ""}, {Approved, "", "bo\x00b"}, {Approved, strings.Repeat("n", 5000), "bob"}, {Approved, "bell\a", "bob"},
+		{"maybe", "", "bob"}, {reviewlog.Approved, "", ""}, {reviewlog.Approved, "", "bo\x00b"}, {reviewlog.Approved, strings.Repeat("n", 5000), "bob"}, {reviewlog.Approved, "bell\a", "bob"},
 	} {
-		if _, err := l.DecideReview(ctx, r4.ID, bad.status, bad.note, bad.by, nil); !errors.Is(err, ErrBadInput) {
+		if _, err := l.DecideReview(ctx, r4.ID, bad.status, bad.note, bad.by, nil); !errors.Is(err, reviewlog.ErrBadInput) {
 			t.Errorf("DecideReview(%q, %q, %q): %v", bad.status, bad.note, bad.by, err)
 		}
 	}
 
-	info, err := os.Stat(filepath.Join(dir, DirName))
+	info, err := os.Stat(filepath.Join(dir, reviewlog.DirName))
 	if err != nil || info.Mode().Perm() != 0o700 {
 		t.Errorf("guard dir mode %v %v", info.Mode(), err)
 	}
-	info, err = os.Stat(filepath.Join(dir, DirName, FileName))
+	info, err = os.Stat(filepath.Join(dir, reviewlog.DirName, reviewlog.FileName))
 	if err != nil || info.Mode().Perm() != 0o600 {
 		t.Errorf("log mode %v %v", info.Mode(), err)
 	}
@@ -188,7 +200,7 @@ func TestHookErrorAborts(t *testing.T) {
 	dir := t.TempDir()
 	l := newLog(t, dir, nil)
 	boom := errors.New("signer unavailable")
-	if _, _, err := l.OpenReview(context.Background(), q1, reasons, func(Tx) error { return boom }); !errors.Is(err, boom) {
+	if _, _, err := l.OpenReview(context.Background(), q1, reasons, func(reviewlog.Tx) error { return boom }); !errors.Is(err, boom) {
 		t.Fatalf("got %v", err)
 	}
 	if text := readFile(t, dir); text != "" {
@@ -198,14 +210,14 @@ func TestHookErrorAborts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.DecideReview(context.Background(), r.ID, Approved, "", "bob", func(Tx) error { return boom }); !errors.Is(err, boom) {
+	if _, err := l.DecideReview(context.Background(), r.ID, reviewlog.Approved, "", "bob", func(reviewlog.Tx) error { return boom }); !errors.Is(err, boom) {
 		t.Fatalf("got %v", err)
 	}
-	if got, _ := l.Get(context.Background(), r.ID); got.Status != Pending {
+	if got, _ := l.Get(context.Background(), r.ID); got.Status != reviewlog.Pending {
 		t.Errorf("decision written despite the hook error: %+v", got)
 	}
 	called := false
-	if err := l.WithLock(context.Background(), func(tx Tx) error { called = tx.Store != nil; return nil }); err != nil || !called {
+	if err := l.WithLock(context.Background(), func(tx reviewlog.Tx) error { called = tx.Store != nil; return nil }); err != nil || !called {
 		t.Errorf("WithLock: %v %v", err, called)
 	}
 }
@@ -216,7 +228,7 @@ func TestEmptyRoot(t *testing.T) {
 	if err != nil || len(list) != 0 {
 		t.Errorf("%v %v", list, err)
 	}
-	if _, err := l.Get(context.Background(), "1b4e28ba-2fa1-4d2c-883f-0016d3cca427"); !errors.Is(err, ErrUnknownReview) {
+	if _, err := l.Get(context.Background(), "1b4e28ba-2fa1-4d2c-883f-0016d3cca427"); !errors.Is(err, reviewlog.ErrUnknownReview) {
 		t.Errorf("%v", err)
 	}
 }
@@ -224,7 +236,7 @@ func TestEmptyRoot(t *testing.T) {
 func TestSymlinksRefused(t *testing.T) {
 	dir := t.TempDir()
 	elsewhere := t.TempDir()
-	if err := os.Symlink(elsewhere, filepath.Join(dir, DirName)); err != nil {
+	if err := os.Symlink(elsewhere, filepath.Join(dir, reviewlog.DirName)); err != nil {
 		t.Fatal(err)
 	}
 	l := newLog(t, dir, nil)
@@ -236,10 +248,10 @@ func TestSymlinksRefused(t *testing.T) {
 	}
 
 	dir2 := t.TempDir()
-	if err := os.Mkdir(filepath.Join(dir2, DirName), 0o700); err != nil {
+	if err := os.Mkdir(filepath.Join(dir2, reviewlog.DirName), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(filepath.Join(elsewhere, "x"), filepath.Join(dir2, DirName, FileName)); err != nil {
+	if err := os.Symlink(filepath.Join(elsewhere, "x"), filepath.Join(dir2, reviewlog.DirName, reviewlog.FileName)); err != nil {
 		t.Fatal(err)
 	}
 	l2 := newLog(t, dir2, nil)
@@ -254,11 +266,10 @@ func TestSymlinksRefused(t *testing.T) {
 func TestLockTimeout(t *testing.T) {
 	dir := t.TempDir()
 	l := newLog(t, dir, nil)
-	l.lockWait = 100 * time.Millisecond
 	if _, _, err := l.OpenReview(context.Background(), q1, reasons, signTerms(t)); err != nil { // creates guard/ and the lock file
 		t.Fatal(err)
 	}
-	f, err := os.OpenFile(filepath.Join(dir, DirName, LockName), os.O_RDWR, 0)
+	f, err := os.OpenFile(filepath.Join(dir, reviewlog.DirName, reviewlog.LockName), os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +279,7 @@ func TestLockTimeout(t *testing.T) {
 	}
 	q := q1
 	q.Amount = "9"
-	if _, _, err := l.OpenReview(context.Background(), q, reasons, signTerms(t)); !errors.Is(err, ErrLockTimeout) {
+	if _, _, err := l.OpenReview(context.Background(), q, reasons, signTerms(t)); !errors.Is(err, reviewlog.ErrLockTimeout) {
 		t.Errorf("got %v, want ErrLockTimeout", err)
 	}
 	// Readers do not need the lock.
@@ -308,5 +319,44 @@ func TestGoroutinesOpenOnce(t *testing.T) {
 	}
 	if n := strings.Count(readFile(t, dir), `"type":"opened"`); n != 1 {
 		t.Errorf("%d opened lines", n)
+	}
+}
+
+// A writer that finds a torn tail starts on a new line, records the repair,
+// and the log folds cleanly afterwards.
+func TestWriterRepairsTornTail(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, reviewlog.DirName), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	const idA = "1b4e28ba-2fa1-4d2c-883f-0016d3cca427"
+	const openedA = `{"type":"opened","review_id":"` + idA + `","at":"2026-07-25T12:00:00.000Z","counterparty":"api.example.com","amount":"1","asset":"a","reasons":[]}`
+	torn := openedA + "\n" + `{"type":"decided","review_id":"` + idA
+	if err := os.WriteFile(filepath.Join(dir, reviewlog.DirName, reviewlog.FileName), []byte(torn), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l, alice := newSignedLog(t, dir, nil)
+	ctx := context.Background()
+	if r, err := l.Get(ctx, idA); err != nil || r.Status != reviewlog.Pending {
+		t.Fatalf("reader over a torn tail: %+v %v", r, err)
+	}
+	// The legacy review carries no signed terms: it cannot be decided,
+	// and the refusal writes nothing, not even the repair.
+	if _, err := l.DecideReview(ctx, idA, reviewlog.Approved, "ok", "alice", alice.sign(t)); !errors.Is(err, reviewlog.ErrTampered) {
+		t.Fatalf("deciding a review without signed terms: %v", err)
+	}
+	if text := readFile(t, dir); text != torn {
+		t.Fatalf("a refused decision wrote:\n%s", text)
+	}
+	if _, _, err := l.OpenReview(ctx, q1, reasons, signTerms(t)); err != nil {
+		t.Fatal(err)
+	}
+	text := readFile(t, dir)
+	lines := strings.Split(strings.TrimSuffix(text, "\n"), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[2], `{"type":"repair"`) || !strings.Contains(lines[2], `"lines":[2]`) || !strings.HasPrefix(lines[3], `{"type":"opened"`) {
+		t.Fatalf("log after repair:\n%s", text)
+	}
+	if r, err := l.Get(ctx, idA); err != nil || r.Status != reviewlog.Pending {
+		t.Errorf("after repair: %+v %v", r, err)
 	}
 }

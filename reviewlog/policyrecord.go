@@ -1,13 +1,9 @@
 package reviewlog
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
-
-	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 )
 
 // PolicyFile is where the file store records the policy in effect, under
@@ -47,39 +43,4 @@ func ParsePolicyRecord(data []byte) (PolicyRecord, error) {
 		return PolicyRecord{}, errors.New("the recorded policy lacks its source, time, text or hash")
 	}
 	return rec, nil
-}
-
-// readPolicyRecord reads guard/policy-in-effect.json; ok is false when it
-// does not exist.
-func readPolicyRecord(g *confined.Dir) (PolicyRecord, bool, error) {
-	data, err := fs.ReadFile(g.FS(MaxPolicyRecord+1), PolicyFile)
-	if errors.Is(err, fs.ErrNotExist) {
-		return PolicyRecord{}, false, nil
-	}
-	if err != nil {
-		return PolicyRecord{}, false, fmt.Errorf("%s: %w", PolicyFile, err)
-	}
-	rec, err := ParsePolicyRecord(data)
-	if err != nil {
-		return PolicyRecord{}, false, fmt.Errorf("%s: %w", PolicyFile, err)
-	}
-	return rec, true, nil
-}
-
-func (r *fileReader) Policy(ctx context.Context) (PolicyRecord, bool, error) {
-	if r.g == nil {
-		return PolicyRecord{}, false, nil
-	}
-	return readPolicyRecord(r.g)
-}
-
-func (w *fileWriter) SetPolicy(ctx context.Context, rec PolicyRecord) error {
-	data, err := json.Marshal(rec)
-	if err != nil {
-		return err
-	}
-	if err := w.g.WriteFileAtomic(PolicyFile, data, 0o644); err != nil {
-		return fmt.Errorf("record the policy in effect in %s: %w", w.Locate(PolicyFile), err)
-	}
-	return nil
 }

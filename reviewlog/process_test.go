@@ -1,10 +1,12 @@
-package reviewlog
+package reviewlog_test
 
 import (
 	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/filestore"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,7 +43,7 @@ func helper(mode, dir, id string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return helperFail
 	}
-	l := Open(root, Options{LockWait: 20 * time.Second})
+	l := reviewlog.OpenStore(filestore.New(root), reviewlog.Options{LockWait: 20 * time.Second})
 	ctx := context.Background()
 	signed, err := termsSigner()
 	if err != nil {
@@ -72,11 +74,11 @@ func helper(mode, dir, id string) int {
 		wg.Wait()
 		return code
 	case "decide":
-		_, err := l.DecideReview(ctx, id, Approved, "", fmt.Sprintf("pid-%d", os.Getpid()), nil)
+		_, err := l.DecideReview(ctx, id, reviewlog.Approved, "", fmt.Sprintf("pid-%d", os.Getpid()), nil)
 		switch {
 		case err == nil:
 			return helperOK
-		case errors.Is(err, ErrAlreadyDecided):
+		case errors.Is(err, reviewlog.ErrAlreadyDecided):
 			return helperDecided
 		}
 		fmt.Fprintln(os.Stderr, err)
@@ -84,15 +86,15 @@ func helper(mode, dir, id string) int {
 	case "torn":
 		// Take the lock as a writer would, write half a line, then wait to
 		// be killed.
-		g, err := root.MkdirAll(DirName, 0o700)
+		g, err := root.MkdirAll(reviewlog.DirName, 0o700)
 		if err != nil {
 			return helperFail
 		}
-		lock, err := g.OpenFile(LockName, os.O_RDWR|os.O_CREATE, 0o600)
+		lock, err := g.OpenFile(reviewlog.LockName, os.O_RDWR|os.O_CREATE, 0o600)
 		if err != nil || unix.Flock(int(lock.Fd()), unix.LOCK_EX) != nil {
 			return helperFail
 		}
-		f, err := g.OpenFile(FileName, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
+		f, err := g.OpenFile(reviewlog.FileName, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
 		if err != nil {
 			return helperFail
 		}
@@ -137,8 +139,7 @@ func TestProcessesOpenOnce(t *testing.T) {
 			results[i] = result{out, err}
 		}()
 	}
-	l := newLog(t, dir, nil)
-	l.lockWait = 20 * time.Second
+	l := openLog(t, dir, reviewlog.Options{LockWait: 20 * time.Second})
 	local := make([]string, 4)
 	for i := range local {
 		wg.Add(1)
@@ -253,20 +254,20 @@ func TestKilledWriter(t *testing.T) {
 	if !strings.HasSuffix(readFile(t, dir), `"at":"2026-07-25T1`) {
 		t.Fatalf("the helper did not leave a torn line")
 	}
-	if got, err := l.Get(context.Background(), r.ID); err != nil || got.Status != Pending {
+	if got, err := l.Get(context.Background(), r.ID); err != nil || got.Status != reviewlog.Pending {
 		t.Fatalf("read after the kill: %+v %v", got, err)
 	}
-	if _, err := l.DecideReview(context.Background(), r.ID, Rejected, "after a crash", "alice", alice.sign(t)); err != nil {
+	if _, err := l.DecideReview(context.Background(), r.ID, reviewlog.Rejected, "after a crash", "alice", alice.sign(t)); err != nil {
 		t.Fatalf("append after the kill: %v", err)
 	}
 	lines := strings.Split(strings.TrimSuffix(readFile(t, dir), "\n"), "\n")
 	if len(lines) != 4 || !strings.HasSuffix(lines[1], `"at":"2026-07-25T1`) || !strings.HasPrefix(lines[2], `{"type":"repair"`) || !strings.HasPrefix(lines[3], `{"type":"decided"`) {
 		t.Fatalf("log after the kill:\n%s", strings.Join(lines, "\n"))
 	}
-	if got, err := l.Get(context.Background(), r.ID); err != nil || got.Status != Rejected || got.Note != "after a crash" {
+	if got, err := l.Get(context.Background(), r.ID); err != nil || got.Status != reviewlog.Rejected || got.Note != "after a crash" {
 		t.Errorf("after the repair: %+v %v", got, err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, DirName, LockName)); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, reviewlog.DirName, reviewlog.LockName)); err != nil {
 		t.Errorf("lock file: %v", err)
 	}
 }

@@ -1,10 +1,12 @@
-package reviewlog
+package reviewlog_test
 
 import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/filestore"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,7 +23,7 @@ import (
 type reviewer struct {
 	id     string
 	key    ed25519.PrivateKey
-	chains *Chains
+	chains *reviewlog.Chains
 }
 
 func newReviewer(t testing.TB, id string) *reviewer {
@@ -30,12 +32,12 @@ func newReviewer(t testing.TB, id string) *reviewer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &reviewer{id: id, key: key, chains: &Chains{Signer: noa.NewKeySigner(key), Tenant: "test"}}
+	return &reviewer{id: id, key: key, chains: &reviewlog.Chains{Signer: noa.NewKeySigner(key), Tenant: "test"}}
 }
 
-func trust(rs ...*reviewer) func() (Reviewers, error) {
-	return func() (Reviewers, error) {
-		out := Reviewers{}
+func trust(rs ...*reviewer) func() (reviewlog.Reviewers, error) {
+	return func() (reviewlog.Reviewers, error) {
+		out := reviewlog.Reviewers{}
 		for _, r := range rs {
 			out[r.id] = r.key.Public().(ed25519.PublicKey)
 		}
@@ -44,25 +46,25 @@ func trust(rs ...*reviewer) func() (Reviewers, error) {
 }
 
 // sign is a DecideReview hook that appends the reviewer's HUMAN receipt.
-func (rv *reviewer) sign(t testing.TB) Hook {
-	return func(tx Tx) error {
+func (rv *reviewer) sign(t testing.TB) reviewlog.Hook {
+	return func(tx reviewlog.Tx) error {
 		at, err := time.Parse(time.RFC3339Nano, tx.Review.DecidedAt)
 		if err != nil {
 			return err
 		}
 		verdict := noa.VerdictBlocked
-		if tx.Review.Status == Approved {
+		if tx.Review.Status == reviewlog.Approved {
 			verdict = noa.VerdictAllowed
 		}
-		rule := RuleHumanReview
-		ph, err := DecisionParamsHash(tx.Review, tx.Review.Status)
+		rule := reviewlog.RuleHumanReview
+		ph, err := reviewlog.DecisionParamsHash(tx.Review, tx.Review.Status)
 		if err != nil {
 			return err
 		}
 		_, err = rv.chains.Append(t.Context(), tx.Store, noa.Draft{
 			TS:     at,
 			Agent:  noa.Agent{ID: rv.id, Principal: noa.PrincipalHuman},
-			Action: noa.Action{ID: ActionID(tx.Review.ID), Canonical: "x402.payment", RiskClass: "IRREVERSIBLE", ParamsHash: ph},
+			Action: noa.Action{ID: reviewlog.ActionID(tx.Review.ID), Canonical: "x402.payment", RiskClass: "IRREVERSIBLE", ParamsHash: ph},
 			Governance: noa.Governance{Mode: "approvals_on", Verdict: verdict, RuleID: &rule,
 				Approval: &noa.Approval{By: rv.id, At: noa.FormatTS(at)}},
 		})
@@ -77,26 +79,26 @@ func TestRepairCannotReopenADecision(t *testing.T) {
 	l, alice := newSignedLog(t, dir, nil)
 	ctx := t.Context()
 	terms := signTerms(t)
-	out, err := l.Ask(ctx, AskRequest{Caller: "agent", Question: q1, Decision: "review", ParamsHash: "hmac-sha256:" + strings.Repeat("0", 64), Reasons: reasons},
-		func(tx Tx, _ AskOutcome) error { return terms(tx) })
+	out, err := l.Ask(ctx, reviewlog.AskRequest{Caller: "agent", Question: q1, Decision: "review", ParamsHash: "hmac-sha256:" + strings.Repeat("0", 64), Reasons: reasons},
+		func(tx reviewlog.Tx, _ reviewlog.AskOutcome) error { return terms(tx) })
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := out.Review.ID
-	if _, err := l.DecideReview(ctx, id, Approved, "", "alice", alice.sign(t)); err != nil {
+	if _, err := l.DecideReview(ctx, id, reviewlog.Approved, "", "alice", alice.sign(t)); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(dir, DirName, FileName)
+	path := filepath.Join(dir, reviewlog.DirName, reviewlog.FileName)
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.WriteString(`{"type":"repair","at":"2026-07-25T12:06:00.000Z","lines":[2]}` + "\n")
 	f.Close()
-	if r, err := l.Get(ctx, id); err != nil || r.Status != Approved {
+	if r, err := l.Get(ctx, id); err != nil || r.Status != reviewlog.Approved {
 		t.Fatalf("after the forged repair: %+v %v", r, err)
 	}
-	if _, err := l.DecideReview(ctx, id, Rejected, "", "alice", alice.sign(t)); !errors.Is(err, ErrAlreadyDecided) {
+	if _, err := l.DecideReview(ctx, id, reviewlog.Rejected, "", "alice", alice.sign(t)); !errors.Is(err, reviewlog.ErrAlreadyDecided) {
 		t.Fatalf("second decision: %v, want ErrAlreadyDecided", err)
 	}
 	findings, _ := l.Findings(ctx)
@@ -130,7 +132,7 @@ func TestIncrementalFoldFollowsAppendsAndRewrites(t *testing.T) {
 		t.Fatalf("read back from its line: %+v %v", got, err)
 	}
 	// Replace the log with one that holds only the second review.
-	path := filepath.Join(dir, DirName, FileName)
+	path := filepath.Join(dir, reviewlog.DirName, reviewlog.FileName)
 	data, _ := os.ReadFile(path)
 	lines := strings.SplitAfter(string(data), "\n")
 	if err := os.WriteFile(path+".new", []byte(lines[1]), 0o600); err != nil {
@@ -161,11 +163,11 @@ func TestArchiveKeepsEverythingVerifiable(t *testing.T) {
 	defer root.Close()
 	alice := newReviewer(t, "alice")
 	server := newReviewer(t, "server")
-	l := Open(root, Options{Now: c.now, Reviewers: trust(alice)})
+	l := reviewlog.OpenStore(filestore.New(root), reviewlog.Options{Now: c.now, Reviewers: trust(alice)})
 	ctx := t.Context()
-	deferHook := func(tx Tx, out AskOutcome) error {
-		if out.Kind == AskOpened {
-			d, err := TermsDraft(out.Review, tx.At)
+	deferHook := func(tx reviewlog.Tx, out reviewlog.AskOutcome) error {
+		if out.Kind == reviewlog.AskOpened {
+			d, err := reviewlog.TermsDraft(out.Review, tx.At)
 			if err != nil {
 				return err
 			}
@@ -174,7 +176,7 @@ func TestArchiveKeepsEverythingVerifiable(t *testing.T) {
 			}
 		}
 		_, err := server.chains.Append(ctx, tx.Store, noa.Draft{TS: tx.At, Agent: noa.Agent{ID: "agent", Principal: noa.PrincipalService},
-			Action:     noa.Action{ID: ActionID(out.Review.ID), Canonical: "x402.payment", RiskClass: "IRREVERSIBLE", ParamsHash: "hmac-sha256:" + strings.Repeat("0", 64)},
+			Action:     noa.Action{ID: reviewlog.ActionID(out.Review.ID), Canonical: "x402.payment", RiskClass: "IRREVERSIBLE", ParamsHash: "hmac-sha256:" + strings.Repeat("0", 64)},
 			Governance: noa.Governance{Mode: "approvals_on", Verdict: noa.VerdictDeferred}})
 		return err
 	}
@@ -182,14 +184,14 @@ func TestArchiveKeepsEverythingVerifiable(t *testing.T) {
 	for _, amount := range []string{"0.01", "0.02", "0.03"} {
 		q := q1
 		q.Amount = amount
-		out, err := l.Ask(ctx, AskRequest{Caller: "agent", Question: q, Decision: "review", ParamsHash: "hmac-sha256:" + strings.Repeat("0", 64), Reasons: reasons, Tenant: "test"}, deferHook)
+		out, err := l.Ask(ctx, reviewlog.AskRequest{Caller: "agent", Question: q, Decision: "review", ParamsHash: "hmac-sha256:" + strings.Repeat("0", 64), Reasons: reasons, Tenant: "test"}, deferHook)
 		if err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, out.Review.ID)
 	}
 	for _, id := range ids[:2] {
-		if _, err := l.DecideReview(ctx, id, Rejected, "old", "alice", alice.sign(t)); err != nil {
+		if _, err := l.DecideReview(ctx, id, reviewlog.Rejected, "old", "alice", alice.sign(t)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -202,13 +204,13 @@ func TestArchiveKeepsEverythingVerifiable(t *testing.T) {
 		t.Fatalf("archive: %+v %v", res, err)
 	}
 	// An id the guard gave out stays answerable, from the archive.
-	if r, err := l.Get(ctx, ids[0]); err != nil || r.Status != Rejected || r.Tampered || r.TermsReceipt == "" {
+	if r, err := l.Get(ctx, ids[0]); err != nil || r.Status != reviewlog.Rejected || r.Tampered || r.TermsReceipt == "" {
 		t.Errorf("an archived review: %+v %v, want it read from the archive, rejected", r, err)
 	}
 	if list, err := l.List(ctx, true); err != nil || len(list) != 1 {
 		t.Errorf("the log still lists %d reviews (%v), want the pending one", len(list), err)
 	}
-	if r, err := l.Get(ctx, ids[2]); err != nil || r.Status != Pending {
+	if r, err := l.Get(ctx, ids[2]); err != nil || r.Status != reviewlog.Pending {
 		t.Errorf("the pending review did not stay: %+v %v", r, err)
 	}
 	rep, err := l.Audit(ctx, kr)
@@ -222,9 +224,9 @@ func TestArchiveKeepsEverythingVerifiable(t *testing.T) {
 	// integrity warning, the note as decided.
 	q := q1
 	q.Amount = "0.01"
-	held, err := l.Ask(ctx, AskRequest{Caller: "agent", Question: q, Decision: "allow", ParamsHash: "hmac-sha256:" + strings.Repeat("0", 64),
+	held, err := l.Ask(ctx, reviewlog.AskRequest{Caller: "agent", Question: q, Decision: "allow", ParamsHash: "hmac-sha256:" + strings.Repeat("0", 64),
 		Reasons: reasons, Tenant: "test", RejectionHold: 365 * 24 * time.Hour}, deferHook)
-	if err != nil || held.Kind != AskRejected || len(held.Review.Integrity) != 0 || held.Review.Note != "old" {
+	if err != nil || held.Kind != reviewlog.AskRejected || len(held.Review.Integrity) != 0 || held.Review.Note != "old" {
 		t.Fatalf("the archived rejection: %+v %v", held, err)
 	}
 	// The log still takes appends, and folds.
@@ -238,7 +240,7 @@ func q2Of(q guard.Question) guard.Question { q.Amount = "0.09"; return q }
 // signTerms is an OpenReview hook that signs an opened review's terms, as
 // the engine's does, with a server key of its own (its chain and keyring
 // entry are made on the first append).
-func signTerms(tb testing.TB) Hook {
+func signTerms(tb testing.TB) reviewlog.Hook {
 	tb.Helper()
 	h, err := termsSigner()
 	if err != nil {
@@ -247,17 +249,17 @@ func signTerms(tb testing.TB) Hook {
 	return h
 }
 
-func termsSigner() (Hook, error) {
+func termsSigner() (reviewlog.Hook, error) {
 	_, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		return nil, err
 	}
-	chains := &Chains{Signer: noa.NewKeySigner(key), Tenant: ""}
-	return func(tx Tx) error {
+	chains := &reviewlog.Chains{Signer: noa.NewKeySigner(key), Tenant: ""}
+	return func(tx reviewlog.Tx) error {
 		if tx.Kind != "opened" {
 			return nil
 		}
-		d, err := TermsDraft(tx.Review, tx.At)
+		d, err := reviewlog.TermsDraft(tx.Review, tx.At)
 		if err != nil {
 			return err
 		}

@@ -20,9 +20,11 @@ import (
 // together where the store can (PostgreSQL: one transaction), in order
 // where it cannot (files: the receipt is synced before the log line).
 //
-// Two implementations exist: FileStore (guard/ under a Trace root, the
-// default) and the PostgreSQL store in reviewlog/pgstore. The contract
-// tests in reviewlog/storetest run against both.
+// Two implementations exist, each in its own package: reviewlog/filestore
+// (guard/ under a Trace root, the default) and reviewlog/pgstore
+// (PostgreSQL). Both keep the log's lines as this package writes them and
+// read no more of a line than ParseLineHead gives. The contract tests in
+// reviewlog/storetest run against both.
 type Store interface {
 	// Describe names the store in messages (never with a password).
 	Describe() string

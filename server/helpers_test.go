@@ -15,6 +15,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
 	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/filestore"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
 
@@ -62,7 +63,7 @@ func newPolicyServer(t testing.TB, dir string, indexBytes int64, pol *guard.Conf
 		Policy:    pol,
 		Templates: receipt.Resolver{},
 		History:   cat,
-		Log:       reviewlog.Open(root, reviewlog.Options{}),
+		Log:       reviewlog.OpenStore(filestore.New(root), reviewlog.Options{}),
 		Chains:    &reviewlog.Chains{Signer: noa.NewKeySigner(key), Tenant: "test"},
 		ParamsKey: engine.ParamsKeyFrom(key.Seed()),
 	})

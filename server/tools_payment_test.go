@@ -16,6 +16,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/simrec"
 	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/filestore"
 )
 
 type authorizeAnswer struct {
@@ -145,7 +146,7 @@ func TestAuthorizePaymentDecisions(t *testing.T) {
 		t.Fatalf("block: %+v", k)
 	}
 	// The log holds exactly the one authorization, bound to its receipts.
-	auths, err := reviewlog.Open(openRoot(t, dir), reviewlog.Options{}).Authorizations(context.Background())
+	auths, err := reviewlog.OpenStore(filestore.New(openRoot(t, dir)), reviewlog.Options{}).Authorizations(context.Background())
 	if err != nil || len(auths) != 1 || auths[0].DecisionReceipt != a.ReceiptID || auths[0].Receipt != a.Authorization.ReceiptID {
 		t.Fatalf("authorizations %+v (%v)", auths, err)
 	}
@@ -187,7 +188,7 @@ func TestAuthorizePaymentRefusals(t *testing.T) {
 			}
 		})
 	}
-	auths, _ := reviewlog.Open(openRoot(t, dir), reviewlog.Options{}).Authorizations(context.Background())
+	auths, _ := reviewlog.OpenStore(filestore.New(openRoot(t, dir)), reviewlog.Options{}).Authorizations(context.Background())
 	if len(auths) != 0 {
 		t.Fatalf("a refused call left %d authorizations", len(auths))
 	}
@@ -226,7 +227,7 @@ func TestAuthorizePaymentConcurrent(t *testing.T) {
 		}
 		seen[nc] = true
 	}
-	auths, err := reviewlog.Open(openRoot(t, dir), reviewlog.Options{}).Authorizations(context.Background())
+	auths, err := reviewlog.OpenStore(filestore.New(openRoot(t, dir)), reviewlog.Options{}).Authorizations(context.Background())
 	if err != nil || len(auths) != len(seen) {
 		t.Fatalf("%d signed, %d recorded (%v)", len(seen), len(auths), err)
 	}

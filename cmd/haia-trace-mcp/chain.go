@@ -16,6 +16,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/filestore"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
 
@@ -173,7 +174,7 @@ func chainArg(g reviewlog.Reader, st reviewlog.Store, arg string) (string, error
 		name = arg
 	}
 	if strings.ContainsRune(arg, '/') {
-		fst, ok := st.(*reviewlog.FileStore)
+		fst, ok := st.(*filestore.Store)
 		if !ok {
 			return "", fmt.Errorf("%s is a path, and the store is %s: give the chain id", arg, st.Describe())
 		}

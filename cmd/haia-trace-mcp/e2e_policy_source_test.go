@@ -13,6 +13,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/simrec"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/filestore"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/pgstore"
 )
 
@@ -38,7 +39,7 @@ func fileStoreAt(t *testing.T, root string) reviewlog.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close() })
-	return reviewlog.NewFileStore(r)
+	return filestore.New(r)
 }
 
 // TestOnePolicySourceEndToEnd: the policy init writes beside the Trace root

@@ -17,6 +17,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/filestore"
 )
 
 // reviewRoot makes a Trace root with n pending reviews and returns it with their ids.
@@ -29,12 +30,12 @@ func reviewRoot(t *testing.T, n int) (string, []string) {
 	}
 	defer root.Close()
 	// As a server does when it starts: record the policy it runs with.
-	if err := reviewlog.NewFileStore(root).Locked(context.Background(), time.Second, func(w reviewlog.Writer) error {
+	if err := filestore.New(root).Locked(context.Background(), time.Second, func(w reviewlog.Writer) error {
 		return w.SetPolicy(context.Background(), policyToRecord(guard.DefaultConfig(), time.Now()))
 	}); err != nil {
 		t.Fatal(err)
 	}
-	l := reviewlog.Open(root, reviewlog.Options{})
+	l := reviewlog.OpenStore(filestore.New(root), reviewlog.Options{})
 	terms := serverTerms(t, "")
 	var ids []string
 	for i := range n {
@@ -192,7 +193,7 @@ func TestAuditTellsCrashFromTampering(t *testing.T) {
 	defer root.Close()
 	const lost = "0b7e3f2a-9c4d-4e5f-a6b7-c8d9e0f1a2b3"
 	terms := serverTerms(t, "")
-	err = reviewlog.Open(root, reviewlog.Options{}).WithLock(context.Background(), func(tx reviewlog.Tx) error {
+	err = reviewlog.OpenStore(filestore.New(root), reviewlog.Options{}).WithLock(context.Background(), func(tx reviewlog.Tx) error {
 		tr := reviewlog.Terms{ReviewID: lost, Caller: "agent-1", Counterparty: "0xb0b0000000000000000000000000000000000002", Amount: "9",
 			Asset: guard.USDCBase, Template: "x402-buyer", Rules: []string{"open_partial"}, ParamsHash: "hmac-sha256:" + strings.Repeat("ab", 32)}
 		return terms(tx, reviewlog.AskOutcome{Kind: reviewlog.AskOpened, Review: reviewlog.Review{ID: lost, Terms: &tr}})

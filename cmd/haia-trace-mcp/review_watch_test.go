@@ -15,6 +15,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/filestore"
 )
 
 // watchSession runs `review watch` in a goroutine through run and hands
@@ -99,7 +100,7 @@ func TestReviewWatch(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer root.Close()
-			l := reviewlog.Open(root, reviewlog.Options{})
+			l := reviewlog.OpenStore(filestore.New(root), reviewlog.Options{})
 			ctx := context.Background()
 			terms := serverTerms(t, "")
 			open := func(counterparty, amount string) reviewlog.Review {

@@ -17,6 +17,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/filestore"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/pgstore"
 )
 
@@ -56,7 +57,7 @@ func openStore(ctx context.Context, root *confined.Dir, spec string) (reviewlog.
 		return nil, err
 	}
 	if isFileStore(spec) {
-		return reviewlog.NewFileStore(root), nil
+		return filestore.New(root), nil
 	}
 	return pgstore.Open(ctx, spec)
 }
@@ -286,7 +287,7 @@ func runStore(ctx context.Context, stdout, stderr io.Writer, verb string, storeF
 		}
 	}
 	defer root.Close()
-	files := reviewlog.NewFileStore(root)
+	files := filestore.New(root)
 	src, dst := reviewlog.Store(files), reviewlog.Store(pg)
 	if verb == "export" {
 		src, dst = pg, files

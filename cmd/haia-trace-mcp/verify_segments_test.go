@@ -11,6 +11,7 @@ import (
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/filestore"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
 
@@ -40,7 +41,7 @@ func newSegmentedRoot(t *testing.T, decisions, segment int) segmentedRoot {
 		t.Fatal(err)
 	}
 	defer root.Close()
-	store := reviewlog.NewFileStore(root)
+	store := filestore.New(root)
 	c := &reviewlog.Chains{Signer: noa.NewKeySigner(key), Tenant: "ops", SegmentReceipts: segment}
 	t0 := time.Date(2026, 7, 24, 9, 0, 0, 0, time.UTC)
 	for i := range decisions {

@@ -17,6 +17,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/simrec"
 	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/filestore"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
 
@@ -72,7 +73,7 @@ func newFixture(t testing.TB, dir, policyJSON string) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := reviewlog.Open(root, reviewlog.Options{})
+	log := reviewlog.OpenStore(filestore.New(root), reviewlog.Options{})
 	eng, err := New(Config{
 		Policy:    pol,
 		Templates: set,
@@ -338,7 +339,7 @@ func TestUnknownHistoryTemplateRefusedAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
-	_, err = New(Config{Policy: pol, Templates: receipt.Resolver{}, History: ScanHistory{}, Log: reviewlog.Open(root, reviewlog.Options{}),
+	_, err = New(Config{Policy: pol, Templates: receipt.Resolver{}, History: ScanHistory{}, Log: reviewlog.OpenStore(filestore.New(root), reviewlog.Options{}),
 		Chains: &reviewlog.Chains{Signer: noa.NewKeySigner(key)}, ParamsKey: []byte("k")})
 	if err == nil || !strings.Contains(err.Error(), "x402-buyr") {
 		t.Fatalf("err %v, want one naming the template", err)

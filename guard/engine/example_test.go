@@ -15,6 +15,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/simrec"
 	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/filestore"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
 
@@ -38,7 +39,7 @@ func Example() {
 		Policy:    guard.DefaultConfig(),
 		Templates: receipt.Resolver{}, // the bundled templates
 		History:   engine.ScanHistory{Events: events},
-		Log:       reviewlog.Open(root, reviewlog.Options{}),
+		Log:       reviewlog.OpenStore(filestore.New(root), reviewlog.Options{}),
 		Chains:    &reviewlog.Chains{Signer: noa.NewKeySigner(key), Tenant: "example"},
 		ParamsKey: engine.ParamsKeyFrom(key.Seed()),
 	})

@@ -17,6 +17,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/simrec"
 	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/filestore"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
 
@@ -48,7 +49,7 @@ func growthEngine(b *testing.B, dir string, empty bool) (*Engine, *reviewlog.Log
 		b.Fatal(err)
 	}
 	pol := guard.DefaultConfig()
-	log := reviewlog.Open(cr, reviewlog.Options{ReviewTTL: pol.ReviewTTL, Reviewers: func() (reviewlog.Reviewers, error) { return trusted, nil }})
+	log := reviewlog.OpenStore(filestore.New(cr), reviewlog.Options{ReviewTTL: pol.ReviewTTL, Reviewers: func() (reviewlog.Reviewers, error) { return trusted, nil }})
 	eng, err := New(Config{Policy: pol, Templates: receipt.Resolver{}, History: ScanHistory{Events: events}, Log: log,
 		Chains: &reviewlog.Chains{Signer: noa.NewKeySigner(key), Tenant: "haia-trace-mcp"}, ParamsKey: ParamsKeyFrom(ed25519.PrivateKey(key).Seed())})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/simrec"
 	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/filestore"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
 
@@ -59,7 +60,7 @@ func newLoop(t *testing.T, policyJSON string) *loop {
 	_, aliceKey, _ := ed25519.GenerateKey(rand.Reader)
 	l := &loop{now: start.Add(time.Hour), dir: dir}
 	trusted := reviewlog.Reviewers{"alice": aliceKey.Public().(ed25519.PublicKey)}
-	l.log = reviewlog.Open(root, reviewlog.Options{Now: l.clock, ReviewTTL: pol.ReviewTTL,
+	l.log = reviewlog.OpenStore(filestore.New(root), reviewlog.Options{Now: l.clock, ReviewTTL: pol.ReviewTTL,
 		Reviewers: func() (reviewlog.Reviewers, error) { return trusted, nil }})
 	l.eng, err = New(Config{Policy: pol, Templates: receipt.Resolver{}, History: ScanHistory{Events: events}, Log: l.log,
 		Chains: &reviewlog.Chains{Signer: noa.NewKeySigner(serverKey)}, ParamsKey: ParamsKeyFrom(serverKey.Seed()), Now: l.clock})
@@ -206,7 +207,7 @@ func TestApprovalSignedAfterExpiryIsNotHonoured(t *testing.T) {
 	first := l.ask(t, "agent-1")
 	l.advance(2 * time.Hour)
 	root, _ := openTestRoot(t, l.dir)
-	lenient := reviewlog.Open(root, reviewlog.Options{Now: l.clock, ReviewTTL: 48 * time.Hour,
+	lenient := reviewlog.OpenStore(filestore.New(root), reviewlog.Options{Now: l.clock, ReviewTTL: 48 * time.Hour,
 		Reviewers: func() (reviewlog.Reviewers, error) { return l.trusted, nil }})
 	late := Decider{Log: lenient, Chains: l.decider.Chains}
 	if _, err := late.Decide(context.Background(), first.ReviewID, reviewlog.Approved, "late", "alice"); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/simrec"
 	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/filestore"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/pgstore"
 )
@@ -96,7 +97,7 @@ func newFleet(t *testing.T, kind storeKind, n int, policyJSON string) *fleet {
 	}
 	for range n {
 		root, events := openTestRoot(t, dir)
-		var st reviewlog.Store = reviewlog.NewFileStore(root)
+		var st reviewlog.Store = filestore.New(root)
 		if kind == pgKind {
 			s, err := pgstore.Open(t.Context(), dsn)
 			if err != nil {

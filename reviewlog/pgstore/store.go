@@ -302,11 +302,22 @@ func (r *reader) Policy(ctx context.Context) (reviewlog.PolicyRecord, bool, erro
 }
 
 func (r *reader) Archives(ctx context.Context) ([]string, error) {
-	rows, err := r.q.Query(ctx, "SELECT name FROM guard_streams WHERE starts_with(name, 'decisions.archive-') ORDER BY name")
+	rows, err := r.q.Query(ctx, "SELECT name FROM guard_streams WHERE starts_with(name, $1) ORDER BY name", reviewlog.ArchivePrefix)
 	if err != nil {
 		return nil, fmt.Errorf("PostgreSQL at %s: archives: %w", r.s.describe, scrub(err))
 	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("PostgreSQL at %s: archives: %w", r.s.describe, scrub(err))
+	}
+	// Only what the log names an archive is one.
+	out := names[:0]
+	for _, n := range names {
+		if reviewlog.IsArchiveName(n) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
 }
 
 func (r *reader) Archive(ctx context.Context, name string) (reviewlog.Stream, error) {
@@ -314,12 +325,6 @@ func (r *reader) Archive(ctx context.Context, name string) (reviewlog.Stream, er
 }
 
 type writer struct{ reader }
-
-// lineInfo is what the schema indexes of a review log line.
-type lineInfo struct {
-	Type     string `json:"type"`
-	ReviewID string `json:"review_id"`
-}
 
 func splitLines(data []byte) ([][]byte, error) {
 	if len(data) == 0 || data[len(data)-1] != '\n' {
@@ -368,18 +373,19 @@ func (w *writer) insertLines(ctx context.Context, stream string, off int64, line
 	var opened []string
 	b := &pgx.Batch{}
 	for _, line := range lines {
-		var li lineInfo
-		_ = json.Unmarshal(line, &li) // what cannot be read is kept unindexed
+		// The schema indexes a line's head; a line the log cannot read
+		// is kept, unindexed, for the fold to report.
+		h, _ := reviewlog.ParseLineHead(line)
 		var kind, id *string
-		if li.Type != "" {
-			kind = &li.Type
+		if h.Type != "" {
+			kind = &h.Type
 		}
-		if li.ReviewID != "" {
-			id = &li.ReviewID
+		if h.ReviewID != "" {
+			id = &h.ReviewID
 		}
 		b.Queue("INSERT INTO review_lines (stream, off, line, kind, review_id) VALUES ($1, $2, $3, $4, $5)", stream, off, line, kind, id)
-		if li.Type == "opened" && li.ReviewID != "" {
-			opened = append(opened, li.ReviewID)
+		if h.Opens() {
+			opened = append(opened, h.ReviewID)
 		}
 		off += int64(len(line))
 	}
@@ -503,7 +509,7 @@ func (w *writer) SettleNotifications(ctx context.Context) error {
 // ReplaceLog moves archived lines into a new archive stream and rewrites
 // the log as kept, under a new generation, in the same transaction.
 func (w *writer) ReplaceLog(ctx context.Context, name string, archived, kept []byte) error {
-	if !strings.HasPrefix(name, "decisions.archive-") {
+	if !reviewlog.IsArchiveName(name) {
 		return fmt.Errorf("archive %q: not an archive name", name)
 	}
 	al, err := splitLines(archived)

@@ -1,10 +1,11 @@
-package reviewlog
+package filestore
 
 import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,6 +30,9 @@ func segDraft(i int) noa.Draft {
 	}
 }
 
+// The chains of the review log, kept in the file store: segments, heads,
+// listing and verification over guard/receipts.
+
 // segGuard is a guard/ directory and a signer.
 type segGuard struct {
 	path string
@@ -48,21 +52,23 @@ func newSegGuard(t *testing.T) segGuard {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { root.Close() })
-	g, err := root.MkdirAll(DirName, 0o700)
+	g, err := root.MkdirAll(reviewlog.DirName, 0o700)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { g.Close() })
-	return segGuard{path: filepath.Join(dir, DirName), g: g, s: noa.NewKeySigner(key)}
+	return segGuard{path: filepath.Join(dir, reviewlog.DirName), g: g, s: noa.NewKeySigner(key)}
 }
 
-func (sg segGuard) r() Reader {
-	return &fileReader{s: NewFileStore(nil), g: sg.g}
+func (sg segGuard) r() reviewlog.Reader {
+	return &fileReader{s: New(nil), g: sg.g}
 }
 
-func (sg segGuard) w() Writer { return &fileWriter{fileReader{s: NewFileStore(nil), g: sg.g}} }
+func (sg segGuard) w() reviewlog.Writer {
+	return &fileWriter{fileReader{s: New(nil), g: sg.g}}
+}
 
-func (sg segGuard) appendN(t *testing.T, c *Chains, from, n int) {
+func (sg segGuard) appendN(t *testing.T, c *reviewlog.Chains, from, n int) {
 	t.Helper()
 	for i := from; i < from+n; i++ {
 		if _, err := c.Append(context.Background(), sg.w(), segDraft(i)); err != nil {
@@ -80,13 +86,13 @@ func (sg segGuard) keyring(t *testing.T) noa.Keyring {
 	return kr
 }
 
-func (sg segGuard) file(c *Chains, k int) string {
-	return filepath.Join(sg.path, ReceiptsDir, SegmentFile(c.ChainID(), k))
+func (sg segGuard) file(c *reviewlog.Chains, k int) string {
+	return filepath.Join(sg.path, reviewlog.ReceiptsDir, reviewlog.SegmentFile(c.ChainID(), k))
 }
 
 func TestAppendSplitsIntoSegments(t *testing.T) {
 	sg := newSegGuard(t)
-	c := &Chains{Signer: sg.s, Tenant: "ops", SegmentReceipts: 4}
+	c := &reviewlog.Chains{Signer: sg.s, Tenant: "ops", SegmentReceipts: 4}
 	sg.appendN(t, c, 0, 10)
 	kr := sg.keyring(t)
 
@@ -117,7 +123,7 @@ func TestAppendSplitsIntoSegments(t *testing.T) {
 		t.Fatalf("a fourth segment exists: %v", err)
 	}
 
-	list, err := ListChains(context.Background(), sg.r())
+	list, err := reviewlog.ListChains(context.Background(), sg.r())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +132,7 @@ func TestAppendSplitsIntoSegments(t *testing.T) {
 		t.Fatalf("ListChains: %+v", list)
 	}
 
-	res, err := VerifySegments(context.Background(), sg.r(), c.ChainID(), noa.Options{Keyring: kr})
+	res, err := reviewlog.VerifySegments(context.Background(), sg.r(), c.ChainID(), noa.Options{Keyring: kr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +141,7 @@ func TestAppendSplitsIntoSegments(t *testing.T) {
 	}
 
 	var seen, decisions int
-	err = EachReceipt(context.Background(), sg.r(), c.ChainID()+".2", func(s Segment, off int64, r *noa.Receipt) error {
+	err = reviewlog.EachReceipt(context.Background(), sg.r(), c.ChainID()+".2", func(s reviewlog.Segment, off int64, r *noa.Receipt) error {
 		data, err := os.ReadFile(s.Path)
 		if err != nil {
 			return err
@@ -152,7 +158,7 @@ func TestAppendSplitsIntoSegments(t *testing.T) {
 	if err != nil || seen != 12 || decisions != 10 {
 		t.Fatalf("EachReceipt: %d receipts, %d decisions, %v", seen, decisions, err)
 	}
-	head, err := ChainHead(context.Background(), sg.r(), c.ChainID())
+	head, err := reviewlog.ChainHead(context.Background(), sg.r(), c.ChainID())
 	if err != nil || head == nil || head.Chain.Hash != list[0].Head || head.Scope.Chain != c.ChainID()+".2" {
 		t.Fatalf("ChainHead: %+v %v", head, err)
 	}
@@ -160,16 +166,16 @@ func TestAppendSplitsIntoSegments(t *testing.T) {
 
 func TestChainHeadSkipsAnUnstartedSegment(t *testing.T) {
 	sg := newSegGuard(t)
-	c := &Chains{Signer: sg.s, SegmentReceipts: 3}
+	c := &reviewlog.Chains{Signer: sg.s, SegmentReceipts: 3}
 	sg.appendN(t, c, 0, 5)
-	want, err := ChainHead(context.Background(), sg.r(), c.ChainID())
+	want, err := reviewlog.ChainHead(context.Background(), sg.r(), c.ChainID())
 	if err != nil || want == nil {
 		t.Fatal(want, err)
 	}
 	if err := os.WriteFile(sg.file(c, 2), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	got, err := ChainHead(context.Background(), sg.r(), c.ChainID())
+	got, err := reviewlog.ChainHead(context.Background(), sg.r(), c.ChainID())
 	if err != nil || got == nil || got.Chain.Hash != want.Chain.Hash {
 		t.Fatalf("ChainHead with an empty last segment: %+v %v", got, err)
 	}
@@ -177,9 +183,9 @@ func TestChainHeadSkipsAnUnstartedSegment(t *testing.T) {
 
 func TestAppendSegmentByBytes(t *testing.T) {
 	sg := newSegGuard(t)
-	c := &Chains{Signer: sg.s, SegmentBytes: 3000}
+	c := &reviewlog.Chains{Signer: sg.s, SegmentBytes: 3000}
 	sg.appendN(t, c, 0, 12)
-	list, err := ListChains(context.Background(), sg.r())
+	list, err := reviewlog.ListChains(context.Background(), sg.r())
 	if err != nil || len(list) != 1 {
 		t.Fatalf("%+v %v", list, err)
 	}
@@ -195,7 +201,7 @@ func TestAppendSegmentByBytes(t *testing.T) {
 			t.Errorf("segment %d is %d bytes, over the 3000-byte limit", k, st.Size())
 		}
 	}
-	res, err := VerifySegments(context.Background(), sg.r(), c.ChainID(), noa.Options{Keyring: sg.keyring(t)})
+	res, err := reviewlog.VerifySegments(context.Background(), sg.r(), c.ChainID(), noa.Options{Keyring: sg.keyring(t)})
 	if err != nil || res.Verdict != noa.Valid || res.Count != list[0].Length {
 		t.Fatalf("%s %v", res.Line(), err)
 	}
@@ -208,13 +214,13 @@ func TestAppendRestartsATornSegment(t *testing.T) {
 	for name, content := range map[string]string{"empty": "", "torn": `{"action":{"canon`} {
 		t.Run(name, func(t *testing.T) {
 			sg := newSegGuard(t)
-			c := &Chains{Signer: sg.s, SegmentReceipts: 3}
+			c := &reviewlog.Chains{Signer: sg.s, SegmentReceipts: 3}
 			sg.appendN(t, c, 0, 5) // segments 0 and 1 full (3 decisions; a continuation and 2)
 			if err := os.WriteFile(sg.file(c, 2), []byte(content), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			sg.appendN(t, c, 5, 2)
-			res, err := VerifySegments(context.Background(), sg.r(), c.ChainID(), noa.Options{Keyring: sg.keyring(t)})
+			res, err := reviewlog.VerifySegments(context.Background(), sg.r(), c.ChainID(), noa.Options{Keyring: sg.keyring(t)})
 			if err != nil || res.Verdict != noa.Valid || res.Segments != 3 {
 				t.Fatalf("%s %v", res.Line(), err)
 			}
@@ -225,44 +231,44 @@ func TestAppendRestartsATornSegment(t *testing.T) {
 func TestVerifySegmentsCatchesBrokenLinks(t *testing.T) {
 	cases := []struct {
 		name   string
-		mutate func(t *testing.T, sg segGuard, c *Chains)
+		mutate func(t *testing.T, sg segGuard, c *reviewlog.Chains)
 		want   noa.Verdict
 		reason string
 	}{
-		{"intact", func(*testing.T, segGuard, *Chains) {}, noa.Valid, "12 receipts in 3 segments"},
-		{"segment 0 tail cut", func(t *testing.T, sg segGuard, c *Chains) {
+		{"intact", func(*testing.T, segGuard, *reviewlog.Chains) {}, noa.Valid, "12 receipts in 3 segments"},
+		{"segment 0 tail cut", func(t *testing.T, sg segGuard, c *reviewlog.Chains) {
 			cutLastLine(t, sg.file(c, 0))
 		}, noa.Tampered, "segment 1"},
-		{"segment 1 replaced by segment 2", func(t *testing.T, sg segGuard, c *Chains) {
+		{"segment 1 replaced by segment 2", func(t *testing.T, sg segGuard, c *reviewlog.Chains) {
 			data, _ := os.ReadFile(sg.file(c, 2))
 			os.WriteFile(sg.file(c, 1), data, 0o600)
 		}, noa.Tampered, "partition"},
-		{"continuation removed", func(t *testing.T, sg segGuard, c *Chains) {
+		{"continuation removed", func(t *testing.T, sg segGuard, c *reviewlog.Chains) {
 			data, _ := os.ReadFile(sg.file(c, 1))
 			_, rest, _ := bytes.Cut(data, []byte("\n"))
 			os.WriteFile(sg.file(c, 1), rest, 0o600)
 		}, noa.Tampered, "segment 1"},
-		{"middle segment deleted", func(t *testing.T, sg segGuard, c *Chains) {
+		{"middle segment deleted", func(t *testing.T, sg segGuard, c *reviewlog.Chains) {
 			os.Remove(sg.file(c, 1))
 		}, noa.Tampered, "segment 1"},
-		{"first segment deleted", func(t *testing.T, sg segGuard, c *Chains) {
+		{"first segment deleted", func(t *testing.T, sg segGuard, c *reviewlog.Chains) {
 			os.Remove(sg.file(c, 0))
 		}, noa.Tampered, "segment 0"},
-		{"an empty next segment (its first write did not finish)", func(t *testing.T, sg segGuard, c *Chains) {
+		{"an empty next segment (its first write did not finish)", func(t *testing.T, sg segGuard, c *reviewlog.Chains) {
 			os.WriteFile(sg.file(c, 3), []byte(`{"act`), 0o600)
 		}, noa.Valid, "12 receipts in 3 segments"},
-		{"tenant changes in a later segment", func(t *testing.T, sg segGuard, c *Chains) {
-			other := &Chains{Signer: sg.s, Tenant: "other", SegmentReceipts: 4}
+		{"tenant changes in a later segment", func(t *testing.T, sg segGuard, c *reviewlog.Chains) {
+			other := &reviewlog.Chains{Signer: sg.s, Tenant: "other", SegmentReceipts: 4}
 			sg.appendN(t, other, 10, 2) // fills segment 2, starts segment 3
 		}, noa.Tampered, "tenant"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			sg := newSegGuard(t)
-			c := &Chains{Signer: sg.s, Tenant: "ops", SegmentReceipts: 4}
+			c := &reviewlog.Chains{Signer: sg.s, Tenant: "ops", SegmentReceipts: 4}
 			sg.appendN(t, c, 0, 10)
 			tc.mutate(t, sg, c)
-			res, err := VerifySegments(context.Background(), sg.r(), c.ChainID(), noa.Options{Keyring: sg.keyring(t)})
+			res, err := reviewlog.VerifySegments(context.Background(), sg.r(), c.ChainID(), noa.Options{Keyring: sg.keyring(t)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -287,10 +293,10 @@ func cutLastLine(t *testing.T, path string) {
 
 func TestSegmentLimitsAndNames(t *testing.T) {
 	sg := newSegGuard(t)
-	for _, c := range []*Chains{
+	for _, c := range []*reviewlog.Chains{
 		{Signer: sg.s, SegmentReceipts: 1},
 		{Signer: sg.s, SegmentReceipts: noa.MaxReceipts + 1},
-		{Signer: sg.s, SegmentBytes: MaxSegmentBytes + 1},
+		{Signer: sg.s, SegmentBytes: reviewlog.MaxSegmentBytes + 1},
 		{Signer: sg.s, SegmentBytes: -1},
 	} {
 		if _, err := c.Append(context.Background(), sg.w(), segDraft(0)); err == nil || !strings.Contains(err.Error(), "segment size") {
@@ -311,12 +317,12 @@ func TestSegmentLimitsAndNames(t *testing.T) {
 		{"x.json", "", 0, false},
 		{".ndjson", "", 0, false},
 	} {
-		chain, k, ok := ParseSegmentFile(tc.name)
+		chain, k, ok := reviewlog.ParseSegmentFile(tc.name)
 		if chain != tc.chain || k != tc.k || ok != tc.ok {
 			t.Errorf("ParseSegmentFile(%q) = %q %d %v", tc.name, chain, k, ok)
 		}
-		if ok && SegmentFile(chain, k) != tc.name {
-			t.Errorf("SegmentFile(%q, %d) = %q", chain, k, SegmentFile(chain, k))
+		if ok && reviewlog.SegmentFile(chain, k) != tc.name {
+			t.Errorf("SegmentFile(%q, %d) = %q", chain, k, reviewlog.SegmentFile(chain, k))
 		}
 	}
 }

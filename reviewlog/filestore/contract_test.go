@@ -1,4 +1,4 @@
-package reviewlog_test
+package filestore_test
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/filestore"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/storetest"
 )
 
@@ -15,7 +16,7 @@ import (
 // FileStore on the same Trace root, as separate processes are.
 func TestFileStoreContract(t *testing.T) { storetest.Run(t, fileStores) }
 
-// BenchmarkFileStoreAsk: go test -bench FileStoreAsk ./reviewlog/
+// BenchmarkFileStoreAsk: go test -bench FileStoreAsk ./reviewlog/filestore/
 func BenchmarkFileStoreAsk(b *testing.B) { storetest.Bench(b, fileStores, 1) }
 
 func fileStores(t testing.TB) (reviewlog.Store, func() reviewlog.Store, storetest.Tamperer) {
@@ -26,7 +27,7 @@ func fileStores(t testing.TB) (reviewlog.Store, func() reviewlog.Store, storetes
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { root.Close() })
-		return reviewlog.NewFileStore(root)
+		return filestore.New(root)
 	}
 	return open(), open, volumeWriter(filepath.Join(dir, reviewlog.DirName, reviewlog.FileName))
 }

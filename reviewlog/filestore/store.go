@@ -1,22 +1,33 @@
-package reviewlog
+// Package filestore keeps the guard's state in files under guard/ of a
+// Trace root: the embedded default for one host. It implements
+// reviewlog.Store; the PostgreSQL store beside it (reviewlog/pgstore)
+// implements the same contract, and reviewlog/storetest runs the same
+// cases against both.
+package filestore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
+	"sort"
 	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
 
-// FileStore keeps the guard's state under guard/ of a Trace root, the
+// maxKeyring bounds guard/keyring.json.
+const maxKeyring = 1 << 20
+
+// Store keeps the guard's state under guard/ of a Trace root, the
 // layout every earlier version wrote: decisions.ndjson, receipts/*.ndjson,
 // keyring.json, decisions.archive-*.ndjson. Its write lock is an exclusive
 // flock(2) on guard/decisions.lock, which holds across the processes of one
@@ -24,26 +35,25 @@ import (
 // job). A locked section's writes are not one transaction: the receipt is
 // synced before the log line, so a crash between the two leaves a receipt
 // of a review the log never opened (audit reports it), never the reverse.
-type FileStore struct {
+type Store struct {
 	root *confined.Dir
 }
 
-// NewFileStore is the store under root's guard/ (created on the first
-// write).
-func NewFileStore(root *confined.Dir) *FileStore { return &FileStore{root: root} }
+// New is the store under root's guard/ (created on the first write).
+func New(root *confined.Dir) *Store { return &Store{root: root} }
 
 // Describe is the guard/ directory's path.
-func (s *FileStore) Describe() string { return s.root.Path() + "/" + DirName }
+func (s *Store) Describe() string { return s.root.Path() + "/" + reviewlog.DirName }
 
 // Close releases nothing: the root belongs to the caller.
-func (s *FileStore) Close() error { return nil }
+func (s *Store) Close() error { return nil }
 
 // View runs fn over guard/ as it is (an empty store when it is absent).
-func (s *FileStore) View(ctx context.Context, fn func(r Reader) error) error {
+func (s *Store) View(ctx context.Context, fn func(r reviewlog.Reader) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	g, err := s.root.OpenDir(DirName)
+	g, err := s.root.OpenDir(reviewlog.DirName)
 	if errors.Is(err, fs.ErrNotExist) {
 		return fn(&fileReader{s: s})
 	}
@@ -56,22 +66,22 @@ func (s *FileStore) View(ctx context.Context, fn func(r Reader) error) error {
 
 // Locked takes the flock on guard/decisions.lock and runs fn with the log
 // open for appending.
-func (s *FileStore) Locked(ctx context.Context, wait time.Duration, fn func(w Writer) error) error {
+func (s *Store) Locked(ctx context.Context, wait time.Duration, fn func(w reviewlog.Writer) error) error {
 	deadline := time.Now().Add(wait)
-	g, err := s.root.MkdirAll(DirName, 0o700)
+	g, err := s.root.MkdirAll(reviewlog.DirName, 0o700)
 	if err != nil {
 		return fmt.Errorf("open the review log directory %s (it must be a real directory, not a symbolic link): %w", s.Describe(), err)
 	}
 	defer g.Close()
-	lock, err := g.OpenFile(LockName, os.O_RDWR|os.O_CREATE, 0o600)
+	lock, err := g.OpenFile(reviewlog.LockName, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return fmt.Errorf("open the review log lock: %w", err)
 	}
 	defer lock.Close() // closing the descriptor releases the flock
 	if err := flockWait(ctx, int(lock.Fd()), deadline, wait); err != nil {
-		return fmt.Errorf("%s/%s: %w", s.Describe(), FileName, err)
+		return fmt.Errorf("%s/%s: %w", s.Describe(), reviewlog.FileName, err)
 	}
-	f, err := g.OpenFile(FileName, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
+	f, err := g.OpenFile(reviewlog.FileName, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("open the review log: %w", err)
 	}
@@ -81,8 +91,8 @@ func (s *FileStore) Locked(ctx context.Context, wait time.Duration, fn func(w Wr
 
 // Ready checks, without writing, that the log can be appended to: guard/
 // exists or can be made, and the log opens for appending.
-func (s *FileStore) Ready(ctx context.Context) error {
-	g, err := s.root.MkdirAll(DirName, 0o700)
+func (s *Store) Ready(ctx context.Context) error {
+	g, err := s.root.MkdirAll(reviewlog.DirName, 0o700)
 	if err != nil {
 		return fmt.Errorf("the review log directory: %w", err)
 	}
@@ -92,7 +102,7 @@ func (s *FileStore) Ready(ctx context.Context) error {
 	if err := g.Writable(); err != nil {
 		return fmt.Errorf("the review log directory: %w", err)
 	}
-	f, err := g.OpenFile(FileName, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	f, err := g.OpenFile(reviewlog.FileName, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("the review log: %w", err)
 	}
@@ -100,7 +110,7 @@ func (s *FileStore) Ready(ctx context.Context) error {
 }
 
 type fileReader struct {
-	s   *FileStore
+	s   *Store
 	g   *confined.Dir // nil: no guard/ yet
 	log *os.File      // the log opened by Locked, or nil
 }
@@ -112,14 +122,14 @@ func (r *fileReader) Locate(name string) string {
 	return r.s.Describe() + "/" + name
 }
 
-func (r *fileReader) Log(ctx context.Context) (Stream, error) {
+func (r *fileReader) Log(ctx context.Context) (reviewlog.Stream, error) {
 	if r.log != nil {
 		return newFileStream(r.log, false)
 	}
 	if r.g == nil {
 		return emptyStream{}, nil
 	}
-	f, err := r.g.Open(FileName)
+	f, err := r.g.Open(reviewlog.FileName)
 	if errors.Is(err, fs.ErrNotExist) {
 		return emptyStream{}, nil
 	}
@@ -129,11 +139,11 @@ func (r *fileReader) Log(ctx context.Context) (Stream, error) {
 	return newFileStream(f, true)
 }
 
-func (r *fileReader) Segments(ctx context.Context) ([]StreamInfo, error) {
+func (r *fileReader) Segments(ctx context.Context) ([]reviewlog.StreamInfo, error) {
 	if r.g == nil {
 		return nil, nil
 	}
-	dir, err := r.g.OpenDir(ReceiptsDir)
+	dir, err := r.g.OpenDir(reviewlog.ReceiptsDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -145,20 +155,20 @@ func (r *fileReader) Segments(ctx context.Context) ([]StreamInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []StreamInfo
+	var out []reviewlog.StreamInfo
 	for _, e := range entries {
-		if _, _, ok := ParseSegmentFile(e.Name); ok && e.Regular() {
-			out = append(out, StreamInfo{Name: e.Name, Identity: fileIdentity(e.Dev, e.Ino), Size: e.Size, Version: strconv.FormatInt(e.ModTime.UnixNano(), 10)})
+		if _, _, ok := reviewlog.ParseSegmentFile(e.Name); ok && e.Regular() {
+			out = append(out, reviewlog.StreamInfo{Name: e.Name, Identity: fileIdentity(e.Dev, e.Ino), Size: e.Size, Version: strconv.FormatInt(e.ModTime.UnixNano(), 10)})
 		}
 	}
 	return out, nil
 }
 
-func (r *fileReader) Segment(ctx context.Context, file string) (Stream, error) {
+func (r *fileReader) Segment(ctx context.Context, file string) (reviewlog.Stream, error) {
 	if r.g == nil {
 		return nil, fmt.Errorf("chain file %s: %w", file, fs.ErrNotExist)
 	}
-	dir, err := r.g.OpenDir(ReceiptsDir)
+	dir, err := r.g.OpenDir(reviewlog.ReceiptsDir)
 	if err != nil {
 		return nil, err
 	}
@@ -184,7 +194,7 @@ func (r *fileReader) Archives(ctx context.Context) ([]string, error) {
 	return archives(r.g)
 }
 
-func (r *fileReader) Archive(ctx context.Context, name string) (Stream, error) {
+func (r *fileReader) Archive(ctx context.Context, name string) (reviewlog.Stream, error) {
 	if r.g == nil {
 		return nil, fmt.Errorf("archive %s: %w", name, fs.ErrNotExist)
 	}
@@ -201,16 +211,16 @@ func (w *fileWriter) AppendLog(ctx context.Context, data []byte) error {
 	// One write of whole lines: a reader never sees half of it except as
 	// a torn tail, which the fold skips.
 	if _, err := w.log.Write(data); err != nil {
-		return fmt.Errorf("append to %s: %w", w.Locate(FileName), err)
+		return fmt.Errorf("append to %s: %w", w.Locate(reviewlog.FileName), err)
 	}
 	if err := w.log.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", w.Locate(FileName), err)
+		return fmt.Errorf("sync %s: %w", w.Locate(reviewlog.FileName), err)
 	}
 	return nil
 }
 
 func (w *fileWriter) AppendSegment(ctx context.Context, file string, end int64, data []byte) error {
-	dir, err := w.g.MkdirAll(ReceiptsDir, 0o700)
+	dir, err := w.g.MkdirAll(reviewlog.ReceiptsDir, 0o700)
 	if err != nil {
 		return fmt.Errorf("receipts directory: %w", err)
 	}
@@ -243,7 +253,7 @@ func (w *fileWriter) AddKey(ctx context.Context, kid, spki string) error {
 	if err != nil {
 		return err
 	}
-	return w.g.WriteFileAtomic(KeyringFile, data, 0o644)
+	return w.g.WriteFileAtomic(reviewlog.KeyringFile, data, 0o644)
 }
 
 // ReplaceLog writes the archive, synced, before the log is replaced, so a
@@ -253,8 +263,8 @@ func (w *fileWriter) ReplaceLog(ctx context.Context, name string, archived, kept
 	if err := w.g.WriteFileAtomic(name, archived, 0o600); err != nil {
 		return fmt.Errorf("write the archive %s: %w", name, err)
 	}
-	if err := w.g.WriteFileAtomic(FileName, kept, 0o600); err != nil {
-		return fmt.Errorf("rewrite %s without the archived reviews: %w", w.Locate(FileName), err)
+	if err := w.g.WriteFileAtomic(reviewlog.FileName, kept, 0o600); err != nil {
+		return fmt.Errorf("rewrite %s without the archived reviews: %w", w.Locate(reviewlog.FileName), err)
 	}
 	return nil
 }
@@ -300,3 +310,94 @@ func (emptyStream) ReadAt(p []byte, off int64) (int, error) { return 0, io.EOF }
 func (emptyStream) Size() int64                             { return 0 }
 func (emptyStream) Identity() string                        { return "" }
 func (emptyStream) Close() error                            { return nil }
+
+// ReadKeyring reads guard/keyring.json under g (empty when absent).
+func ReadKeyring(g *confined.Dir) (noa.Keyring, error) {
+	data, err := fs.ReadFile(g.FS(maxKeyring), reviewlog.KeyringFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return noa.Keyring{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", reviewlog.KeyringFile, err)
+	}
+	kr, err := noa.ParseKeyring(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", reviewlog.KeyringFile, err)
+	}
+	return kr, nil
+}
+
+// archives lists the archive files under g, oldest first.
+func archives(g *confined.Dir) ([]string, error) {
+	entries, err := g.ReadDir()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		if e.Regular() && reviewlog.IsArchiveName(e.Name) {
+			out = append(out, e.Name)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// readPolicyRecord reads guard/policy-in-effect.json; ok is false when it
+// does not exist.
+func readPolicyRecord(g *confined.Dir) (reviewlog.PolicyRecord, bool, error) {
+	data, err := fs.ReadFile(g.FS(reviewlog.MaxPolicyRecord+1), reviewlog.PolicyFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return reviewlog.PolicyRecord{}, false, nil
+	}
+	if err != nil {
+		return reviewlog.PolicyRecord{}, false, fmt.Errorf("%s: %w", reviewlog.PolicyFile, err)
+	}
+	rec, err := reviewlog.ParsePolicyRecord(data)
+	if err != nil {
+		return reviewlog.PolicyRecord{}, false, fmt.Errorf("%s: %w", reviewlog.PolicyFile, err)
+	}
+	return rec, true, nil
+}
+
+func (r *fileReader) Policy(ctx context.Context) (reviewlog.PolicyRecord, bool, error) {
+	if r.g == nil {
+		return reviewlog.PolicyRecord{}, false, nil
+	}
+	return readPolicyRecord(r.g)
+}
+
+func (w *fileWriter) SetPolicy(ctx context.Context, rec reviewlog.PolicyRecord) error {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	if err := w.g.WriteFileAtomic(reviewlog.PolicyFile, data, 0o644); err != nil {
+		return fmt.Errorf("record the policy in effect in %s: %w", w.Locate(reviewlog.PolicyFile), err)
+	}
+	return nil
+}
+
+// flockWait takes an exclusive flock, polling with a growing pause until
+// the deadline (wait is only for the message).
+func flockWait(ctx context.Context, fd int, deadline time.Time, wait time.Duration) error {
+	pause := time.Millisecond
+	for {
+		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
+			return fmt.Errorf("lock: %w", err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w within %s (another process holds it)", reviewlog.ErrLockTimeout, wait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pause):
+		}
+		pause = min(pause*2, 50*time.Millisecond)
+	}
+}
