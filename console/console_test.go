@@ -110,7 +110,7 @@ func (g *rig) askAs(caller string, q guard.Question, reasons []guard.Reason, n i
 	g.t.Helper()
 	ctx := context.Background()
 	ph := fmt.Sprintf("hmac-sha256:%064x", n)
-	out, err := g.log.Ask(ctx, reviewlog.AskRequest{Caller: caller, Question: q, ParamsHash: ph, Decision: guard.Review,
+	out, err := engine.Ask(ctx, g.log, engine.AskRequest{Caller: caller, Question: q, ParamsHash: ph, Decision: guard.Review,
 		Reasons: reasons, ApprovalTTL: time.Hour, RejectionHold: time.Hour,
 		MaxPending: 50, Tenant: "t1"},
 		func(tx reviewlog.Tx, out reviewlog.AskOutcome) error {

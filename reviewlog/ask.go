@@ -10,7 +10,8 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 )
 
-// What Ask did.
+// What an answer records. The decision engine (guard/engine) chooses one
+// for each question; the log records it.
 const (
 	// AskPlain: nothing about a review; the guard's own answer stands.
 	AskPlain = "plain"
@@ -18,56 +19,50 @@ const (
 	// caller's pending one for the same question).
 	AskOpened = "opened"
 	AskReused = "reused"
-	// AskApproved: a trusted reviewer approved this caller's identical
-	// question; the approval is used now, once.
+	// AskApproved: a trusted reviewer's approval of this caller's
+	// identical question is used now, once (a used record).
 	AskApproved = "approved"
-	// AskRejected: a trusted reviewer rejected it, and the hold holds.
+	// AskRejected: a trusted reviewer's rejection holds.
 	AskRejected = "rejected"
 	// AskQueueFull: the caller holds too many pending reviews to open one.
 	AskQueueFull = "queue_full"
 )
 
-// AskRequest is one answered question, for the locked part of answering.
+// AskRequest is one question to answer under the lock: what the records of
+// its answer are made of. What the answer is, the decide function of Ask
+// says.
 type AskRequest struct {
 	Caller     string
 	Question   guard.Question
 	ParamsHash string
-	// Decision is the guard's own answer (after custom rules).
-	Decision string
-	// Reasons go into a review that is opened.
-	Reasons                    []guard.Reason
-	ApprovalTTL, RejectionHold time.Duration
-	// MaxPending caps the caller's pending reviews (no cap when 0).
-	MaxPending int
-	// ExactParams honours an approval only for a review opened with this
-	// very ParamsHash: a proxied tool call's hash covers the exact
-	// arguments forwarded, so an approval is spent on that call alone.
-	// (The terms carry the ParamsHash, so every approval is bound to it.)
-	ExactParams bool
 	// Tenant, Resource (canonical URL, or "") and AmountAtomic (the
 	// amount in atomic units, "" when it cannot be read) complete the
 	// terms of a review (see Terms).
 	Tenant, Resource, AmountAtomic string
-
-	// Judge, when set, decides inside the lock, from the reservations that
-	// hold now, and replaces Decision and Reasons: so that what earlier
-	// allows reserved is counted by the next question whichever process
-	// or replica answers it.
-	Judge func(v ReservationView) (decision string, reasons []guard.Reason, err error)
-	// ReservationTTL is the policy's reservationMinutes: the allows of the
-	// chain younger than it must each have a reservation record.
-	ReservationTTL time.Duration
-	// Reserve, when set, is called after the hook of an answer that
-	// allows (the guard's own allow, or an approval used) and gives the
-	// reservation recorded with it, in the same commit.
+	// Reserve gives the reservation recorded with an answer whose plan
+	// says Reserve, in the same commit; it runs after the hook.
 	Reserve func(tx Tx) (*Reservation, error)
-	// Moot, when set, says whether one of the caller's pending reviews
-	// would now be answered without review; a moot review does not count
-	// towards MaxPending.
-	Moot func(r Review) bool
 	// DryRun: decide and run the hook, but append nothing (the hook must
 	// write nothing either).
 	DryRun bool
+}
+
+// AskPlan is the answer the decide function of Ask chose, for the log to
+// record.
+type AskPlan struct {
+	// Kind is one of the Ask* constants.
+	Kind string
+	// Review is the review that answers, for AskReused, AskApproved and
+	// AskRejected: one the AskView gave.
+	Review Review
+	// Reasons are the reasons an AskOpened review is opened for; its
+	// terms cover their rules.
+	Reasons []guard.Reason
+	// Pending is how many pending reviews the caller holds, before an
+	// AskOpened review (which counts one more).
+	Pending int
+	// Reserve records the request's reservation with this answer.
+	Reserve bool
 }
 
 // AskOutcome says what answered the question.
@@ -79,23 +74,18 @@ type AskOutcome struct {
 	Pending int
 }
 
-// Ask is the locked part of answering a question: it honours a trusted
-// approval of this caller's identical question (once), holds a trusted
-// rejection, reuses the caller's pending review, opens a new one, or
-// records the guard's own answer. hook runs before anything is appended and
-// writes the answer's receipt; when it fails, nothing is written.
-//
-// A block is never turned into anything else; an approval only turns a
-// review into an allow.
-func (l *Log) Ask(ctx context.Context, req AskRequest, hook func(tx Tx, out AskOutcome) error) (AskOutcome, error) {
+// Ask is the locked part of answering a question. Inside the store's lock,
+// decide reads what bears on the question through an AskView and chooses
+// the answer; hook then runs before anything is appended and writes the
+// answer's receipt, and the log appends the answer's records (a review
+// opened, an approval used, a reservation). When decide or hook fails,
+// nothing is written. The log decides nothing: it records, once, what
+// decide chose, and refuses only what would break its records (a second
+// use of one approval, a review it does not hold).
+func (l *Log) Ask(ctx context.Context, req AskRequest, decide func(v *AskView) (AskPlan, error), hook func(tx Tx, out AskOutcome) error) (AskOutcome, error) {
 	if req.Caller == "" {
 		return AskOutcome{}, fmt.Errorf("%w: the caller must be named", ErrBadInput)
 	}
-	return l.ask(ctx, req, hook)
-}
-
-// ask is Ask for any caller, also none (OpenReview's reviews).
-func (l *Log) ask(ctx context.Context, req AskRequest, hook func(tx Tx, out AskOutcome) error) (AskOutcome, error) {
 	q := req.Question
 	if q.Counterparty == "" {
 		return AskOutcome{}, fmt.Errorf("%w: the counterparty is empty", ErrBadInput)
@@ -106,167 +96,63 @@ func (l *Log) ask(ctx context.Context, req AskRequest, hook func(tx Tx, out AskO
 			return AskOutcome{}, fmt.Errorf("%w: %s is longer than %d bytes or not UTF-8", ErrBadInput, name, maxFieldBytes)
 		}
 	}
-	caller := req.Caller
-	// The terms this question would be asked under; an approval is
-	// honoured, and a pending review reused, only for these.
-	want := Terms{Caller: caller, Tenant: req.Tenant, Counterparty: q.Counterparty, Amount: q.Amount, AmountAtomic: req.AmountAtomic,
-		Asset: q.Asset, Resource: req.Resource, Template: q.Template, Rules: ReviewRules(req.Reasons), ParamsHash: req.ParamsHash}
 	var out AskOutcome
 	err := l.transactAll(ctx, func(g Writer, st *state, at time.Time) ([]record, error) {
-		var v *verifier
-		if req.Judge != nil {
-			var err error
-			if v, err = l.newVerifier(ctx, g); err != nil {
+		view := &AskView{l: l, ctx: ctx, g: g, st: st, at: at, req: &req}
+		plan, err := decide(view)
+		if err != nil {
+			return nil, err
+		}
+		var rec *record
+		r := plan.Review
+		switch plan.Kind {
+		case AskPlain, AskQueueFull:
+			r = Review{}
+		case AskReused, AskRejected:
+		case AskApproved:
+			e := st.byID[r.ID]
+			if e == nil {
+				return nil, fmt.Errorf("%w: review %s, whose approval was to be used, is not in %s", ErrUnknownReview, r.ID, l.Path())
+			}
+			if e.used >= 0 {
+				return nil, fmt.Errorf("%w: the approval of review %s is used already; it is used once", ErrAlreadyDecided, r.ID)
+			}
+			r.UsedAt = formatTime(at)
+			rec = &record{Type: typeUsed, ReviewID: r.ID, At: r.UsedAt, By: req.Caller}
+		case AskOpened:
+			if r, rec, err = view.opening(plan.Reasons); err != nil {
 				return nil, err
 			}
-			view, err := l.reservationView(st, at, req.ReservationTTL)
+			plan.Pending++
+		default:
+			return nil, fmt.Errorf("%w: unknown answer kind %q", ErrBadInput, clip(plan.Kind))
+		}
+		out = AskOutcome{Kind: plan.Kind, Review: r, Pending: plan.Pending}
+		txKind := plan.Kind
+		if plan.Kind == AskApproved {
+			txKind = typeUsed
+		}
+		tx := Tx{Store: g, At: at, Kind: txKind, Review: r}
+		if err := hook(tx, out); err != nil {
+			return nil, err
+		}
+		if req.DryRun {
+			return nil, nil
+		}
+		var recs []record
+		if rec != nil {
+			recs = append(recs, *rec)
+		}
+		if plan.Reserve && req.Reserve != nil {
+			res, err := req.Reserve(tx)
 			if err != nil {
 				return nil, err
 			}
-			if req.Decision, req.Reasons, err = req.Judge(view); err != nil {
-				return nil, err
-			}
-			want.Rules = ReviewRules(req.Reasons)
-		}
-		run := func(kind string, r Review, rec *record) ([]record, error) {
-			out = AskOutcome{Kind: kind, Review: r, Pending: out.Pending}
-			txKind := kind
-			if kind == AskApproved {
-				txKind = "used"
-			}
-			tx := Tx{Store: g, At: at, Kind: txKind, Review: r}
-			if err := hook(tx, out); err != nil {
-				return nil, err
-			}
-			if req.DryRun {
-				return nil, nil
-			}
-			var recs []record
-			if rec != nil {
-				recs = append(recs, *rec)
-			}
-			if req.Reserve != nil && (kind == AskApproved || (kind == AskPlain && req.Decision == guard.Allow)) {
-				res, err := req.Reserve(tx)
-				if err != nil {
-					return nil, err
-				}
-				if res != nil {
-					recs = append(recs, reservationRecord(at, res))
-				}
-			}
-			return recs, nil
-		}
-		// The caller's reviews of this very question, newest first; the
-		// index keeps them, so this costs the same at any size of log.
-		list := st.byKey[questionKey(caller, q, req.Resource)]
-		var resolved []Review
-		if v == nil && (len(list) > 0 || (req.ParamsHash != "" && req.Decision != guard.Block)) {
-			var err error
-			if v, err = l.newVerifier(ctx, g); err != nil {
-				return nil, err
+			if res != nil {
+				recs = append(recs, reservationRecord(at, res))
 			}
 		}
-		if len(list) > 0 {
-			for i := len(list) - 1; i >= 0; i-- {
-				r, err := st.review(list[i])
-				if err != nil {
-					return nil, err
-				}
-				vr, _, err := v.resolve(&r)
-				if err != nil {
-					return nil, err
-				}
-				resolved = append(resolved, vr)
-			}
-		}
-		// The newest decision a trusted reviewer signed speaks first.
-		if req.Decision != guard.Block {
-			for _, r := range resolved {
-				if r.Status != Approved && r.Status != Rejected {
-					continue
-				}
-				decided, err := time.Parse(time.RFC3339Nano, r.DecidedAt)
-				if err != nil {
-					break
-				}
-				if r.Status == Rejected && at.Before(decided.Add(req.RejectionHold)) {
-					return run(AskRejected, r, nil)
-				}
-				// An approval answers only the terms it signed: the same
-				// caller, tenant, counterparty, amount, asset and resource,
-				// and no reason to review that the reviewer did not see.
-				if r.Status == Approved && r.UsedAt == "" && req.Decision == guard.Review && at.Before(decided.Add(req.ApprovalTTL)) && r.answers(want) &&
-					(!req.ExactParams || r.ParamsHash == req.ParamsHash) {
-					r.UsedAt = formatTime(at)
-					return run(AskApproved, r, &record{Type: typeUsed, ReviewID: r.ID, At: formatTime(at), By: caller})
-				}
-				break
-			}
-			// A rejection the chains hold for this very question holds
-			// whatever the log says of the review, or where it lost it (a
-			// volume writer can edit the log, not forge a signature): the
-			// server's own receipts name the caller and the question's
-			// keyed hash. Approvals are honoured only through the log, where
-			// their one use is recorded, and only for the terms they sign.
-			if r, ok, err := l.heldByChain(v, st, caller, req, at); err != nil {
-				return nil, err
-			} else if ok {
-				return run(AskRejected, r, nil)
-			}
-		}
-		if req.Decision != guard.Review {
-			return run(AskPlain, Review{}, nil)
-		}
-		since := at.Add(-IdempotencyWindow)
-		for _, r := range resolved {
-			if t, err := parseTime(r.CreatedAt); r.Status == Pending && err == nil && !t.Before(since) && r.answers(want) {
-				return run(AskReused, r, nil)
-			}
-		}
-		var live []*entry
-		for _, e := range st.pendingOf(caller) {
-			if ttl := l.ttl(); ttl <= 0 || at.Before(e.created.Add(ttl)) {
-				live = append(live, e)
-			}
-		}
-		out.Pending = len(live)
-		if req.MaxPending > 0 && out.Pending >= req.MaxPending && req.Moot != nil {
-			// A review the question would no longer need does not count.
-			for _, e := range live {
-				r, err := st.review(e)
-				if err != nil {
-					return nil, err
-				}
-				if req.Moot(r) {
-					out.Pending--
-				}
-			}
-		}
-		if req.MaxPending > 0 && out.Pending >= req.MaxPending {
-			return run(AskQueueFull, Review{}, nil)
-		}
-		id, err := newID()
-		if err != nil {
-			return nil, err
-		}
-		reasons := req.Reasons
-		if reasons == nil {
-			reasons = []guard.Reason{}
-		}
-		amount := q.Amount
-		terms := want
-		terms.ReviewID = id
-		th, err := TermsHash(terms)
-		if err != nil {
-			return nil, err
-		}
-		rec := &record{Type: typeOpened, ReviewID: id, At: formatTime(at), Counterparty: q.Counterparty, Amount: &amount,
-			Asset: q.Asset, Template: q.Template, Reasons: reasons, Caller: caller, ParamsHash: req.ParamsHash, Terms: &terms, PayTo: q.PayTo}
-		r := Review{ID: id, Status: Pending, CreatedAt: rec.At, Counterparty: q.Counterparty, Amount: q.Amount,
-			Asset: q.Asset, Template: q.Template, Reasons: reasons, Caller: caller, ParamsHash: req.ParamsHash,
-			Tenant: terms.Tenant, Resource: terms.Resource, Terms: &terms, TermsHash: th, PayTo: q.PayTo}
-		out.Pending++
-		return run(AskOpened, r, rec)
+		return recs, nil
 	})
 	if err != nil {
 		return AskOutcome{}, err
@@ -274,28 +160,104 @@ func (l *Log) ask(ctx context.Context, req AskRequest, hook func(tx Tx, out AskO
 	return out, nil
 }
 
-// heldByChain finds, among the reviews the chains say answered the caller's
-// question but the log does not hold, one a trusted reviewer rejected
-// within the hold.
-func (l *Log) heldByChain(v *verifier, st *state, caller string, req AskRequest, at time.Time) (Review, bool, error) {
-	if v == nil || req.ParamsHash == "" {
-		return Review{}, false, nil
+// AskView is what the log holds about one question, read inside the lock
+// of Ask; it is valid only while decide runs.
+type AskView struct {
+	l   *Log
+	ctx context.Context
+	g   Writer
+	st  *state
+	at  time.Time
+	req *AskRequest
+	v   *verifier
+	// reviews is Reviews' answer once read.
+	reviews     []Review
+	reviewsRead bool
+}
+
+// At is the time of this answer: the time stamp of what it records.
+func (a *AskView) At() time.Time { return a.at }
+
+// verifier brings the receipt index up to date once, for every query.
+func (a *AskView) verifier() (*verifier, error) {
+	if a.v == nil {
+		v, err := a.l.newVerifier(a.ctx, a.g)
+		if err != nil {
+			return nil, err
+		}
+		a.v = v
 	}
-	actions := v.rx.reviewsOf(caller, req.ParamsHash)
+	return a.v, nil
+}
+
+// Reservations are the reservations that may hold now (ttl is the policy's
+// reservationMinutes), checked against the decision chain.
+func (a *AskView) Reservations(ttl time.Duration) (ReservationView, error) {
+	if _, err := a.verifier(); err != nil {
+		return ReservationView{}, err
+	}
+	return a.l.reservationView(a.st, a.at, ttl)
+}
+
+// Reviews are the caller's reviews of this very question (the same
+// counterparty, amount, asset, template, resource and payee), newest
+// first, as the signatures prove them. The index keeps them, so this costs
+// the same at any size of log.
+func (a *AskView) Reviews() ([]Review, error) {
+	if a.reviewsRead {
+		return a.reviews, nil
+	}
+	list := a.st.byKey[questionKey(a.req.Caller, a.req.Question, a.req.Resource)]
+	var out []Review
+	for i := len(list) - 1; i >= 0; i-- {
+		v, err := a.verifier()
+		if err != nil {
+			return nil, err
+		}
+		r, err := a.st.review(list[i])
+		if err != nil {
+			return nil, err
+		}
+		vr, _, err := v.resolve(&r)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, vr)
+	}
+	a.reviews, a.reviewsRead = out, true
+	return out, nil
+}
+
+// ChainReviews calls fn, newest first, with each review that the server's
+// own signed receipts say asked this caller's question (the question's
+// keyed ParamsHash), whatever the log says of it or whether it holds it at
+// all: inLog is false when neither the log nor an archive holds it, and
+// the review is then what the receipts say, resolved by the signatures. It
+// stops when fn returns false. A question without a ParamsHash has none.
+func (a *AskView) ChainReviews(fn func(r Review, inLog bool) bool) error {
+	if a.req.ParamsHash == "" {
+		return nil
+	}
+	v, err := a.verifier()
+	if err != nil {
+		return err
+	}
+	caller, q := a.req.Caller, a.req.Question
+	actions := v.rx.reviewsOf(caller, a.req.ParamsHash)
 	for i := len(actions) - 1; i >= 0; i-- {
 		id := strings.TrimPrefix(actions[i], "review:")
 		// Whatever the log says of it (an edited caller or question) or
 		// whether it holds it at all, the server signed that this review
 		// asked this caller's question.
-		r := Review{ID: id, Status: Pending, Caller: caller, ParamsHash: req.ParamsHash,
-			Counterparty: req.Question.Counterparty, Amount: req.Question.Amount, Asset: req.Question.Asset}
+		r := Review{ID: id, Status: Pending, Caller: caller, ParamsHash: a.req.ParamsHash,
+			Counterparty: q.Counterparty, Amount: q.Amount, Asset: q.Asset}
 		inLog := false
-		src, e := st, st.byID[id]
+		src, e := a.st, a.st.byID[id]
 		if e == nil {
 			// Archived: read from its archive, as the log held it.
-			ast, err := l.findArchived(v.ctx, v.r, id)
+			ast, err := a.l.findArchived(v.ctx, v.r, id)
 			if err != nil {
-				return Review{}, false, err
+				return err
 			}
 			if ast != nil {
 				src, e = ast, ast.byID[id]
@@ -304,39 +266,100 @@ func (l *Log) heldByChain(v *verifier, st *state, caller string, req AskRequest,
 		if e != nil {
 			lr, err := src.review(e)
 			if err != nil {
-				return Review{}, false, err
+				return err
 			}
 			r, inLog = lr, true
 		}
 		vr, _, err := v.resolve(&r)
 		if err != nil {
-			return Review{}, false, err
+			return err
 		}
-		if vr.Status != Rejected {
-			continue
-		}
-		decided, err := time.Parse(time.RFC3339Nano, vr.DecidedAt)
-		if err == nil && at.Before(decided.Add(req.RejectionHold)) {
-			if !inLog {
-				vr.Integrity = append(vr.Integrity, "neither the review log nor an archive holds this review, but a trusted reviewer's signed rejection of it does, and holds")
-			}
-			return vr, true, nil
+		if !fn(vr, inLog) {
+			return nil
 		}
 	}
-	return Review{}, false, nil
+	return nil
 }
 
-// answers says whether review r (as resolved) can answer a question asked
-// under want: its terms are signed and untouched, ask the same question of
-// the same caller, and cover every rule that now asks for a review. An
-// approved review must moreover be bound: its trusted approval signs these
-// very terms.
-func (r Review) answers(want Terms) bool {
-	if r.Terms == nil || r.Tampered || r.TermsReceipt == "" {
-		return false
+// Pending is how many reviews the caller holds that the log calls pending
+// and that have not expired.
+func (a *AskView) Pending() int { return len(a.livePending()) }
+
+// PendingReviews are those reviews, as the log holds them.
+func (a *AskView) PendingReviews() ([]Review, error) {
+	var out []Review
+	for _, e := range a.livePending() {
+		r, err := a.st.review(e)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
 	}
-	if r.Status == Approved && !r.bound {
-		return false
+	return out, nil
+}
+
+func (a *AskView) livePending() []*entry {
+	var live []*entry
+	for _, e := range a.st.pendingOf(a.req.Caller) {
+		if ttl := a.l.ttl(); ttl <= 0 || a.at.Before(e.created.Add(ttl)) {
+			live = append(live, e)
+		}
 	}
-	return r.Terms.sameQuestion(want) && r.Terms.covers(want.Rules)
+	return live
+}
+
+// Terms are the terms this question is asked under, for a review opened
+// for reasons: a review answers it again, and an approval is honoured,
+// only under these (Review.SignedTerms, Terms.SameQuestion, Terms.Covers).
+func (a *AskView) Terms(reasons []guard.Reason) Terms {
+	q := a.req.Question
+	return Terms{Caller: a.req.Caller, Tenant: a.req.Tenant, Counterparty: q.Counterparty, Amount: q.Amount, AmountAtomic: a.req.AmountAtomic,
+		Asset: q.Asset, Resource: a.req.Resource, Template: q.Template, Rules: ReviewRules(reasons), ParamsHash: a.req.ParamsHash}
+}
+
+// opening is a new review of the question, and its opened record.
+func (a *AskView) opening(reasons []guard.Reason) (Review, *record, error) {
+	id, err := newID()
+	if err != nil {
+		return Review{}, nil, err
+	}
+	if reasons == nil {
+		reasons = []guard.Reason{}
+	}
+	q, req := a.req.Question, a.req
+	amount := q.Amount
+	terms := a.Terms(reasons)
+	terms.ReviewID = id
+	th, err := TermsHash(terms)
+	if err != nil {
+		return Review{}, nil, err
+	}
+	rec := &record{Type: typeOpened, ReviewID: id, At: formatTime(a.at), Counterparty: q.Counterparty, Amount: &amount,
+		Asset: q.Asset, Template: q.Template, Reasons: reasons, Caller: req.Caller, ParamsHash: req.ParamsHash, Terms: &terms, PayTo: q.PayTo}
+	r := Review{ID: id, Status: Pending, CreatedAt: rec.At, Counterparty: q.Counterparty, Amount: q.Amount,
+		Asset: q.Asset, Template: q.Template, Reasons: reasons, Caller: req.Caller, ParamsHash: req.ParamsHash,
+		Tenant: terms.Tenant, Resource: terms.Resource, Terms: &terms, TermsHash: th, PayTo: q.PayTo}
+	return r, rec, nil
+}
+
+// SignedTerms says whether the review's terms are signed by the server
+// and untouched since.
+func (r Review) SignedTerms() bool { return r.Terms != nil && !r.Tampered && r.TermsReceipt != "" }
+
+// Bound says whether the review's trusted decision signs its signed terms
+// and note (so an approval answers those terms alone).
+func (r Review) Bound() bool { return r.bound }
+
+// Created is when the review was opened (false when the log's time cannot
+// be read).
+func (r Review) Created() (time.Time, bool) {
+	t, err := parseTime(r.CreatedAt)
+	return t, err == nil
+}
+
+// Decided is when the review was decided, by the time its decision carries
+// (false when undecided or unreadable).
+func (r Review) Decided() (time.Time, bool) {
+	t, err := time.Parse(time.RFC3339Nano, r.DecidedAt)
+	return t, err == nil
 }

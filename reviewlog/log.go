@@ -23,7 +23,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
 
@@ -33,10 +32,6 @@ const (
 	FileName = "decisions.ndjson"
 	LockName = "decisions.lock"
 )
-
-// IdempotencyWindow: the same question asked again within it returns the
-// pending review that already exists.
-const IdempotencyWindow = 10 * time.Minute
 
 // Bounds.
 const (
@@ -170,25 +165,6 @@ type Tx struct {
 // Hook runs inside the lock before the line is written; an error aborts the
 // append and is returned to the caller.
 type Hook func(tx Tx) error
-
-// OpenReviewCaller is the caller OpenReview opens reviews for.
-const OpenReviewCaller = "reviewlog.OpenReview"
-
-// OpenReview opens a review, for caller OpenReviewCaller, for a question
-// the guard answered with "review", or returns the pending one for the same
-// (counterparty, amount, asset, template) opened within IdempotencyWindow.
-// created says which. The engine uses Ask, which knows the caller; this
-// remains for tools and tests that open reviews directly. hook must sign
-// the terms of an opened review (TermsDraft), as the engine's does, or the
-// review cannot be decided.
-func (l *Log) OpenReview(ctx context.Context, q guard.Question, reasons []guard.Reason, hook Hook) (Review, bool, error) {
-	out, err := l.ask(ctx, AskRequest{Caller: OpenReviewCaller, Question: q, Decision: guard.Review, Reasons: reasons},
-		func(tx Tx, _ AskOutcome) error { return runHook(hook, tx) })
-	if err != nil {
-		return Review{}, false, err
-	}
-	return out.Review, out.Kind == AskOpened, nil
-}
 
 // DecideReview records a human decision (status Approved or Rejected) on a
 // pending review. A review is decided once: a second decision fails with

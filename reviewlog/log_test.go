@@ -3,8 +3,6 @@ package reviewlog_test
 import (
 	"context"
 	"errors"
-	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
-	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/filestore"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -16,7 +14,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/filestore"
 )
 
 // clock is a settable test clock.
@@ -101,7 +102,7 @@ func TestOpenDecideGetList(t *testing.T) {
 		}
 		return terms(tx)
 	}
-	r1, created, err := l.OpenReview(ctx, q1, reasons, hook)
+	r1, created, err := engine.OpenReview(ctx, l, q1, reasons, hook)
 	if err != nil || !created || r1.Status != reviewlog.Pending || r1.CreatedAt != "2026-07-25T12:00:00.000Z" || !reviewID.MatchString(r1.ID) {
 		t.Fatalf("open: %+v %v %v", r1, created, err)
 	}
@@ -110,8 +111,8 @@ func TestOpenDecideGetList(t *testing.T) {
 	}
 
 	// Same question within the window → the same review.
-	c.add(reviewlog.IdempotencyWindow)
-	r2, created, err := l.OpenReview(ctx, q1, nil, hook)
+	c.add(engine.IdempotencyWindow)
+	r2, created, err := engine.OpenReview(ctx, l, q1, nil, hook)
 	if err != nil || created || r2.ID != r1.ID {
 		t.Fatalf("repeat within the window: %+v %v %v", r2, created, err)
 	}
@@ -121,13 +122,13 @@ func TestOpenDecideGetList(t *testing.T) {
 	// A different amount is a different question.
 	q2 := q1
 	q2.Amount = "0.06"
-	r3, created, err := l.OpenReview(ctx, q2, reasons, signTerms(t))
+	r3, created, err := engine.OpenReview(ctx, l, q2, reasons, signTerms(t))
 	if err != nil || !created || r3.ID == r1.ID {
 		t.Fatalf("other amount: %+v %v %v", r3, created, err)
 	}
 	// Past the window → a new review.
 	c.add(time.Millisecond)
-	r4, created, err := l.OpenReview(ctx, q1, reasons, signTerms(t))
+	r4, created, err := engine.OpenReview(ctx, l, q1, reasons, signTerms(t))
 	if err != nil || !created || r4.ID == r1.ID {
 		t.Fatalf("past the window: %+v %v %v", r4, created, err)
 	}
@@ -145,11 +146,11 @@ func TestOpenDecideGetList(t *testing.T) {
 	// A decided review no longer answers a repeated question.
 	q3 := q1
 	q3.Counterparty = "api.example.com"
-	r5, _, _ := l.OpenReview(ctx, q3, reasons, signTerms(t))
+	r5, _, _ := engine.OpenReview(ctx, l, q3, reasons, signTerms(t))
 	if _, err := l.DecideReview(ctx, r5.ID, reviewlog.Approved, "", "bob", nil); err != nil {
 		t.Fatal(err)
 	}
-	if r, created, err := l.OpenReview(ctx, q3, reasons, signTerms(t)); err != nil || !created || r.ID == r5.ID {
+	if r, created, err := engine.OpenReview(ctx, l, q3, reasons, signTerms(t)); err != nil || !created || r.ID == r5.ID {
 		t.Errorf("a decided review was reused: %v %v", created, err)
 	}
 
@@ -200,13 +201,13 @@ func TestHookErrorAborts(t *testing.T) {
 	dir := t.TempDir()
 	l := newLog(t, dir, nil)
 	boom := errors.New("signer unavailable")
-	if _, _, err := l.OpenReview(context.Background(), q1, reasons, func(reviewlog.Tx) error { return boom }); !errors.Is(err, boom) {
+	if _, _, err := engine.OpenReview(context.Background(), l, q1, reasons, func(reviewlog.Tx) error { return boom }); !errors.Is(err, boom) {
 		t.Fatalf("got %v", err)
 	}
 	if text := readFile(t, dir); text != "" {
 		t.Errorf("the log was written: %q", text)
 	}
-	r, _, err := l.OpenReview(context.Background(), q1, reasons, signTerms(t))
+	r, _, err := engine.OpenReview(context.Background(), l, q1, reasons, signTerms(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +241,7 @@ func TestSymlinksRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := newLog(t, dir, nil)
-	if _, _, err := l.OpenReview(context.Background(), q1, reasons, signTerms(t)); err == nil || !errors.Is(err, confined.ErrSymlink) {
+	if _, _, err := engine.OpenReview(context.Background(), l, q1, reasons, signTerms(t)); err == nil || !errors.Is(err, confined.ErrSymlink) {
 		t.Errorf("symlinked guard dir: %v", err)
 	}
 	if _, err := l.List(context.Background(), true); err == nil {
@@ -255,7 +256,7 @@ func TestSymlinksRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	l2 := newLog(t, dir2, nil)
-	if _, _, err := l2.OpenReview(context.Background(), q1, reasons, signTerms(t)); err == nil || !errors.Is(err, confined.ErrSymlink) {
+	if _, _, err := engine.OpenReview(context.Background(), l2, q1, reasons, signTerms(t)); err == nil || !errors.Is(err, confined.ErrSymlink) {
 		t.Errorf("symlinked log: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(elsewhere, "x")); err == nil {
@@ -266,7 +267,7 @@ func TestSymlinksRefused(t *testing.T) {
 func TestLockTimeout(t *testing.T) {
 	dir := t.TempDir()
 	l := newLog(t, dir, nil)
-	if _, _, err := l.OpenReview(context.Background(), q1, reasons, signTerms(t)); err != nil { // creates guard/ and the lock file
+	if _, _, err := engine.OpenReview(context.Background(), l, q1, reasons, signTerms(t)); err != nil { // creates guard/ and the lock file
 		t.Fatal(err)
 	}
 	f, err := os.OpenFile(filepath.Join(dir, reviewlog.DirName, reviewlog.LockName), os.O_RDWR, 0)
@@ -279,7 +280,7 @@ func TestLockTimeout(t *testing.T) {
 	}
 	q := q1
 	q.Amount = "9"
-	if _, _, err := l.OpenReview(context.Background(), q, reasons, signTerms(t)); !errors.Is(err, reviewlog.ErrLockTimeout) {
+	if _, _, err := engine.OpenReview(context.Background(), l, q, reasons, signTerms(t)); !errors.Is(err, reviewlog.ErrLockTimeout) {
 		t.Errorf("got %v, want ErrLockTimeout", err)
 	}
 	// Readers do not need the lock.
@@ -287,7 +288,7 @@ func TestLockTimeout(t *testing.T) {
 		t.Errorf("list under a held lock: %v %v", list, err)
 	}
 	unix.Flock(int(f.Fd()), unix.LOCK_UN)
-	if _, _, err := l.OpenReview(context.Background(), q, reasons, signTerms(t)); err != nil {
+	if _, _, err := engine.OpenReview(context.Background(), l, q, reasons, signTerms(t)); err != nil {
 		t.Errorf("after unlock: %v", err)
 	}
 }
@@ -307,7 +308,7 @@ func TestGoroutinesOpenOnce(t *testing.T) {
 			if i%2 == 1 {
 				lg = l2
 			}
-			r, _, err := lg.OpenReview(context.Background(), q1, reasons, signTerms(t))
+			r, _, err := engine.OpenReview(context.Background(), lg, q1, reasons, signTerms(t))
 			ids[i], errs[i] = r.ID, err
 		}()
 	}
@@ -348,7 +349,7 @@ func TestWriterRepairsTornTail(t *testing.T) {
 	if text := readFile(t, dir); text != torn {
 		t.Fatalf("a refused decision wrote:\n%s", text)
 	}
-	if _, _, err := l.OpenReview(ctx, q1, reasons, signTerms(t)); err != nil {
+	if _, _, err := engine.OpenReview(ctx, l, q1, reasons, signTerms(t)); err != nil {
 		t.Fatal(err)
 	}
 	text := readFile(t, dir)
@@ -358,5 +359,66 @@ func TestWriterRepairsTornTail(t *testing.T) {
 	}
 	if r, err := l.Get(ctx, idA); err != nil || r.Status != reviewlog.Pending {
 		t.Errorf("after repair: %+v %v", r, err)
+	}
+}
+
+// The log records what the decider chose and refuses only what would break
+// its records: a review it does not hold, a second use of one approval, an
+// answer of no known kind. A refusal writes nothing.
+func TestAskRefusesWhatBreaksTheRecords(t *testing.T) {
+	dir := t.TempDir()
+	l, alice := newSignedLog(t, dir, nil)
+	ctx := t.Context()
+	r, _, err := engine.OpenReview(ctx, l, q1, reasons, signTerms(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.DecideReview(ctx, r.ID, reviewlog.Approved, "", "alice", alice.sign(t)); err != nil {
+		t.Fatal(err)
+	}
+	req := reviewlog.AskRequest{Caller: engine.OpenReviewCaller, Question: q1}
+	plan := func(p reviewlog.AskPlan) func(*reviewlog.AskView) (reviewlog.AskPlan, error) {
+		return func(*reviewlog.AskView) (reviewlog.AskPlan, error) { return p, nil }
+	}
+	noHook := func(reviewlog.Tx, reviewlog.AskOutcome) error { return nil }
+	used, err := l.Ask(ctx, req, plan(reviewlog.AskPlan{Kind: reviewlog.AskApproved, Review: r}), noHook)
+	if err != nil || used.Kind != reviewlog.AskApproved || used.Review.UsedAt == "" {
+		t.Fatalf("first use: %+v %v", used, err)
+	}
+	before := readFile(t, dir)
+	for _, c := range []struct {
+		name string
+		plan reviewlog.AskPlan
+		want error
+	}{
+		{"a second use", reviewlog.AskPlan{Kind: reviewlog.AskApproved, Review: r}, reviewlog.ErrAlreadyDecided},
+		{"an unknown review", reviewlog.AskPlan{Kind: reviewlog.AskApproved, Review: reviewlog.Review{ID: "2c5f39cb-3ab2-4e3d-994a-1127e4ddb538"}}, reviewlog.ErrUnknownReview},
+		{"an unknown kind", reviewlog.AskPlan{Kind: "allow_anyway"}, reviewlog.ErrBadInput},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			hooked := false
+			_, err := l.Ask(ctx, req, plan(c.plan), func(reviewlog.Tx, reviewlog.AskOutcome) error { hooked = true; return nil })
+			if !errors.Is(err, c.want) || hooked {
+				t.Fatalf("Ask = %v (hook ran: %v), want %v and no hook", err, hooked, c.want)
+			}
+			if after := readFile(t, dir); after != before {
+				t.Fatalf("a refused answer wrote:\n%s", strings.TrimPrefix(after, before))
+			}
+		})
+	}
+	// What the decider reads, it reads inside the lock: the review and
+	// its one use.
+	_, err = l.Ask(ctx, req, func(v *reviewlog.AskView) (reviewlog.AskPlan, error) {
+		list, err := v.Reviews()
+		if err != nil || len(list) != 1 || list[0].ID != r.ID || list[0].Status != reviewlog.Approved || list[0].UsedAt == "" || !list[0].Bound() || !list[0].SignedTerms() {
+			t.Errorf("Reviews = %+v, %v", list, err)
+		}
+		if n := v.Pending(); n != 0 {
+			t.Errorf("Pending = %d", n)
+		}
+		return reviewlog.AskPlan{Kind: reviewlog.AskPlain}, nil
+	}, noHook)
+	if err != nil {
+		t.Fatal(err)
 	}
 }

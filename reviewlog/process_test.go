@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
-	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/filestore"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +16,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/filestore"
 )
 
 // The test binary doubles as the other processes of the concurrency tests:
@@ -60,7 +61,7 @@ func helper(mode, dir, id string) int {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				r, _, err := l.OpenReview(ctx, q1, reasons, signed)
+				r, _, err := engine.OpenReview(ctx, l, q1, reasons, signed)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
@@ -145,7 +146,7 @@ func TestProcessesOpenOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, _, err := l.OpenReview(context.Background(), q1, reasons, signTerms(t))
+			r, _, err := engine.OpenReview(context.Background(), l, q1, reasons, signTerms(t))
 			if err != nil {
 				t.Error(err)
 			}
@@ -180,7 +181,7 @@ func TestProcessesOpenOnce(t *testing.T) {
 func TestProcessesDecideOnce(t *testing.T) {
 	dir := t.TempDir()
 	l := newLog(t, dir, nil)
-	r, _, err := l.OpenReview(context.Background(), q1, reasons, signTerms(t))
+	r, _, err := engine.OpenReview(context.Background(), l, q1, reasons, signTerms(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +230,7 @@ func TestProcessesDecideOnce(t *testing.T) {
 func TestKilledWriter(t *testing.T) {
 	dir := t.TempDir()
 	l, alice := newSignedLog(t, dir, nil)
-	r, _, err := l.OpenReview(context.Background(), q1, reasons, signTerms(t))
+	r, _, err := engine.OpenReview(context.Background(), l, q1, reasons, signTerms(t))
 	if err != nil {
 		t.Fatal(err)
 	}

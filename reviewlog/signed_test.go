@@ -5,8 +5,6 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
-	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
-	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/filestore"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,7 +12,10 @@ import (
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/filestore"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
 
@@ -79,7 +80,7 @@ func TestRepairCannotReopenADecision(t *testing.T) {
 	l, alice := newSignedLog(t, dir, nil)
 	ctx := t.Context()
 	terms := signTerms(t)
-	out, err := l.Ask(ctx, reviewlog.AskRequest{Caller: "agent", Question: q1, Decision: "review", ParamsHash: "hmac-sha256:" + strings.Repeat("0", 64), Reasons: reasons},
+	out, err := engine.Ask(ctx, l, engine.AskRequest{Caller: "agent", Question: q1, Decision: "review", ParamsHash: "hmac-sha256:" + strings.Repeat("0", 64), Reasons: reasons},
 		func(tx reviewlog.Tx, _ reviewlog.AskOutcome) error { return terms(tx) })
 	if err != nil {
 		t.Fatal(err)
@@ -114,13 +115,13 @@ func TestIncrementalFoldFollowsAppendsAndRewrites(t *testing.T) {
 	l, _ := newSignedLog(t, dir, nil)
 	other, _ := newSignedLog(t, dir, nil) // another process appending
 	ctx := t.Context()
-	first, _, err := l.OpenReview(ctx, q1, reasons, signTerms(t))
+	first, _, err := engine.OpenReview(ctx, l, q1, reasons, signTerms(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	q2 := q1
 	q2.Amount = "0.07"
-	second, _, err := other.OpenReview(ctx, q2, reasons, signTerms(t))
+	second, _, err := engine.OpenReview(ctx, other, q2, reasons, signTerms(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +185,7 @@ func TestArchiveKeepsEverythingVerifiable(t *testing.T) {
 	for _, amount := range []string{"0.01", "0.02", "0.03"} {
 		q := q1
 		q.Amount = amount
-		out, err := l.Ask(ctx, reviewlog.AskRequest{Caller: "agent", Question: q, Decision: "review", ParamsHash: "hmac-sha256:" + strings.Repeat("0", 64), Reasons: reasons, Tenant: "test"}, deferHook)
+		out, err := engine.Ask(ctx, l, engine.AskRequest{Caller: "agent", Question: q, Decision: "review", ParamsHash: "hmac-sha256:" + strings.Repeat("0", 64), Reasons: reasons, Tenant: "test"}, deferHook)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -224,13 +225,13 @@ func TestArchiveKeepsEverythingVerifiable(t *testing.T) {
 	// integrity warning, the note as decided.
 	q := q1
 	q.Amount = "0.01"
-	held, err := l.Ask(ctx, reviewlog.AskRequest{Caller: "agent", Question: q, Decision: "allow", ParamsHash: "hmac-sha256:" + strings.Repeat("0", 64),
+	held, err := engine.Ask(ctx, l, engine.AskRequest{Caller: "agent", Question: q, Decision: "allow", ParamsHash: "hmac-sha256:" + strings.Repeat("0", 64),
 		Reasons: reasons, Tenant: "test", RejectionHold: 365 * 24 * time.Hour}, deferHook)
 	if err != nil || held.Kind != reviewlog.AskRejected || len(held.Review.Integrity) != 0 || held.Review.Note != "old" {
 		t.Fatalf("the archived rejection: %+v %v", held, err)
 	}
 	// The log still takes appends, and folds.
-	if _, _, err := l.OpenReview(ctx, q2Of(q1), reasons, signTerms(t)); err != nil {
+	if _, _, err := engine.OpenReview(ctx, l, q2Of(q1), reasons, signTerms(t)); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -106,16 +106,16 @@ func (t Terms) check() error {
 	return nil
 }
 
-// sameQuestion says whether two terms ask the same question of the same
+// SameQuestion says whether two terms ask the same question of the same
 // caller (every member but the review id and the rules).
-func (t Terms) sameQuestion(o Terms) bool {
+func (t Terms) SameQuestion(o Terms) bool {
 	return t.Caller == o.Caller && t.Tenant == o.Tenant && t.Counterparty == o.Counterparty && t.Amount == o.Amount &&
 		t.AmountAtomic == o.AmountAtomic && t.Asset == o.Asset && t.Resource == o.Resource && t.Template == o.Template &&
 		t.ParamsHash == o.ParamsHash
 }
 
-// covers says whether every rule of want is among t's rules.
-func (t Terms) covers(want []string) bool {
+// Covers says whether every rule of want is among t's rules.
+func (t Terms) Covers(want []string) bool {
 	for _, r := range want {
 		if !slices.Contains(t.Rules, r) {
 			return false

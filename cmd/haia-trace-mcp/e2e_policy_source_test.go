@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/simrec"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
@@ -23,7 +25,7 @@ func openedAgo(t *testing.T, st reviewlog.Store, ago time.Duration, amount strin
 	t.Helper()
 	l := reviewlog.OpenStore(st, reviewlog.Options{Now: func() time.Time { return time.Now().Add(-ago) }})
 	q := guard.Question{Counterparty: sellerB, Amount: amount, Asset: guard.USDCBase, Template: "x402-buyer"}
-	out, err := l.Ask(context.Background(), reviewlog.AskRequest{Caller: "agent-1", Question: q, Decision: guard.Review,
+	out, err := engine.Ask(context.Background(), l, engine.AskRequest{Caller: "agent-1", Question: q, Decision: guard.Review,
 		ParamsHash: "hmac-sha256:" + strings.Repeat("cd", 32), Reasons: []guard.Reason{{Rule: "review_above", Detail: "above"}, {Rule: "history", Detail: "read"}}},
 		serverTerms(t, ""))
 	if err != nil {

@@ -15,6 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/filestore"
@@ -40,7 +42,7 @@ func reviewRoot(t *testing.T, n int) (string, []string) {
 	var ids []string
 	for i := range n {
 		q := guard.Question{Counterparty: "0xb0b0000000000000000000000000000000000002", Amount: strings.Repeat("1", i+1), Asset: guard.USDCBase, Template: "x402-buyer"}
-		out, err := l.Ask(context.Background(), reviewlog.AskRequest{Caller: "agent-1", Question: q, Decision: guard.Review,
+		out, err := engine.Ask(context.Background(), l, engine.AskRequest{Caller: "agent-1", Question: q, Decision: guard.Review,
 			ParamsHash: "hmac-sha256:" + strings.Repeat("ab", 32), Reasons: []guard.Reason{
 				{Rule: "open_partial", Detail: "1 partial operation\nwith a line break", Evidence: []guard.Ref{{RunID: "run-1", OperationID: "op-2"}}},
 				{Rule: "history", Detail: "read 3 operations"},

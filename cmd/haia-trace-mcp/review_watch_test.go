@@ -105,7 +105,7 @@ func TestReviewWatch(t *testing.T) {
 			terms := serverTerms(t, "")
 			open := func(counterparty, amount string) reviewlog.Review {
 				t.Helper()
-				out, err := l.Ask(ctx, reviewlog.AskRequest{Caller: "agent-1", Decision: guard.Review, ParamsHash: "hmac-sha256:" + strings.Repeat("cd", 32),
+				out, err := engine.Ask(ctx, l, engine.AskRequest{Caller: "agent-1", Decision: guard.Review, ParamsHash: "hmac-sha256:" + strings.Repeat("cd", 32),
 					Question: guard.Question{Counterparty: counterparty, Amount: amount, Asset: guard.USDCBase},
 					Reasons:  []guard.Reason{{Rule: "open_partial", Detail: "x"}}}, terms)
 				if err != nil {

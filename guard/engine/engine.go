@@ -280,7 +280,7 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 		judged guard.History
 		ans    Answer
 	)
-	out, err := e.cfg.Log.Ask(ctx, reviewlog.AskRequest{
+	out, err := Ask(ctx, e.cfg.Log, AskRequest{
 		Caller: caller, Question: req.Question(), ParamsHash: paramsHash,
 		ApprovalTTL: pol.ApprovalTTL, RejectionHold: pol.RejectionHold, MaxPending: pol.MaxPendingReviews,
 		ExactParams: call != nil,

@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/pgtest"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
@@ -175,7 +177,7 @@ func TestAGapInTheLogFailsClosed(t *testing.T) {
 	defer st.Close()
 	l := reviewlog.OpenStore(st, reviewlog.Options{})
 	for _, amount := range []string{"0.01", "0.02", "0.03"} {
-		if _, _, err := l.OpenReview(t.Context(), guard.Question{Counterparty: "0xabc", Amount: amount, Asset: "USDC", Template: "x402-buyer"}, nil, nil); err != nil {
+		if _, _, err := engine.OpenReview(t.Context(), l, guard.Question{Counterparty: "0xabc", Amount: amount, Asset: "USDC", Template: "x402-buyer"}, nil, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -186,7 +188,7 @@ func TestAGapInTheLogFailsClosed(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "does not follow the one before") {
 		t.Fatalf("listing a log with a gap: %v, want the gap named", err)
 	}
-	_, _, err = reviewlog.OpenStore(fresh, reviewlog.Options{}).OpenReview(t.Context(), guard.Question{Counterparty: "0xabc", Amount: "0.04", Asset: "USDC"}, nil, nil)
+	_, _, err = engine.OpenReview(t.Context(), reviewlog.OpenStore(fresh, reviewlog.Options{}), guard.Question{Counterparty: "0xabc", Amount: "0.04", Asset: "USDC"}, nil, nil)
 	if err == nil {
 		t.Fatal("a review was opened over a log with a gap")
 	}
@@ -249,7 +251,7 @@ func TestADeletedTailIsNoCrash(t *testing.T) {
 	defer st.Close()
 	l := reviewlog.OpenStore(st, reviewlog.Options{})
 	for _, amount := range []string{"0.01", "0.02"} {
-		if _, _, err := l.OpenReview(t.Context(), guard.Question{Counterparty: "0xabc", Amount: amount, Asset: "USDC", Template: "x402-buyer"}, nil, nil); err != nil {
+		if _, _, err := engine.OpenReview(t.Context(), l, guard.Question{Counterparty: "0xabc", Amount: amount, Asset: "USDC", Template: "x402-buyer"}, nil, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
@@ -115,7 +117,7 @@ func (f *fixture) ask(ctx context.Context, l *reviewlog.Log, caller string, n in
 
 // askWhy is ask with the reasons the guard gave.
 func (f *fixture) askWhy(ctx context.Context, l *reviewlog.Log, caller string, n int, decision string, reasons []guard.Reason) (reviewlog.AskOutcome, error) {
-	return l.Ask(ctx, reviewlog.AskRequest{Caller: caller, Question: question(n), ParamsHash: paramsHash(n), Decision: decision, Reasons: reasons,
+	return engine.Ask(ctx, l, engine.AskRequest{Caller: caller, Question: question(n), ParamsHash: paramsHash(n), Decision: decision, Reasons: reasons,
 		ApprovalTTL: time.Hour, RejectionHold: time.Hour, MaxPending: 50, Tenant: tenant},
 		func(tx reviewlog.Tx, out reviewlog.AskOutcome) error {
 			if out.Kind == reviewlog.AskOpened {
@@ -515,7 +517,7 @@ func testFailedHook(t *testing.T, f *fixture) {
 	ctx := t.Context()
 	l := f.log(0)
 	boom := errors.New("the signer is down")
-	_, err := l.Ask(ctx, reviewlog.AskRequest{Caller: "agent-1", Question: question(9), ParamsHash: paramsHash(9), Decision: guard.Review, Reasons: reasons},
+	_, err := engine.Ask(ctx, l, engine.AskRequest{Caller: "agent-1", Question: question(9), ParamsHash: paramsHash(9), Decision: guard.Review, Reasons: reasons},
 		func(reviewlog.Tx, reviewlog.AskOutcome) error { return boom })
 	if !errors.Is(err, boom) {
 		t.Fatalf("Ask with a failing hook: %v", err)
