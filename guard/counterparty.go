@@ -34,7 +34,7 @@ func (c Counterparty) String() string { return c.Value }
 // ErrCounterparty marks a counterparty that cannot be read.
 var ErrCounterparty = errors.New("unreadable counterparty")
 
-const maxCounterpartyText = 2048
+const maxCounterpartyText = MaxCounterpartyBytes
 
 // ParseCounterparty reads a counterparty: a 0x address (40 hex digits, any
 // case), a host name, or an http(s) URL whose host is used.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/big"
 	"strings"
-	"unicode/utf8"
 )
 
 // DefaultTemplate is the template a request is judged under when it names none.
@@ -49,8 +48,6 @@ type Request struct {
 	PayTo string
 }
 
-const maxFieldText = 2048
-
 // ErrRequest marks a request that cannot be judged at all.
 var ErrRequest = errors.New("bad request")
 
@@ -60,13 +57,8 @@ func ParseRequest(raw RawRequest, cfg *Config) (Request, error) {
 	if err != nil {
 		return Request{}, fmt.Errorf("%w: counterparty: %w", ErrRequest, err)
 	}
-	for name, v := range map[string]string{"amount": raw.Amount, "asset": raw.Asset, "template": raw.Template, "resource": raw.Resource, "pay_to": raw.PayTo} {
-		if len(v) > maxFieldText {
-			return Request{}, fmt.Errorf("%w: %s is %d bytes long; at most %d are accepted", ErrRequest, name, len(v), maxFieldText)
-		}
-		if !utf8.ValidString(v) {
-			return Request{}, fmt.Errorf("%w: %s is not valid UTF-8", ErrRequest, name)
-		}
+	if err := raw.checkText(); err != nil {
+		return Request{}, err
 	}
 	tmpl := raw.Template
 	if tmpl == "" {

@@ -143,7 +143,23 @@ func (r *resolved) str(args map[string]any, f Field, name string) (string, error
 	if !ok || s == "" {
 		return "", argErrorf("paying tool %s: the %s (argument %q) must be a non-empty string; nothing was forwarded", r.tool, name, p)
 	}
+	if err := r.guardCheck(name, p, s); err != nil {
+		return "", err
+	}
 	return s, nil
+}
+
+// guardCheck holds a mapped argument to the guard's own checks of the
+// question's argument called name (guard.Arg), as check_before_pay does.
+func (r *resolved) guardCheck(name, path, text string) error {
+	arg, ok := guard.QuestionArg(name)
+	if !ok {
+		return fmt.Errorf("proxy: %s is not an argument of a guard question", name)
+	}
+	if msg := arg.Check(text, true); msg != "" {
+		return argErrorf("paying tool %s: argument %q: %s; nothing was forwarded", r.tool, path, msg)
+	}
+	return nil
 }
 
 // amount reads the mapped amount as the engine's display decimal.
@@ -157,6 +173,9 @@ func (r *resolved) amount(args map[string]any, asset string, pol *guard.Config) 
 		s, ok := v.(string)
 		if !ok {
 			return "", argErrorf("paying tool %s: the amount (argument %q) must be a decimal string such as \"1.50\"; a JSON number is refused (it may be read as a float), so nothing was forwarded", r.tool, p)
+		}
+		if err := r.guardCheck("amount", p, s); err != nil {
+			return "", err
 		}
 		if err := guard.CheckAmountSyntax(s); err != nil {
 			return "", argErrorf("paying tool %s: the amount (argument %q) %q is not a plain decimal; nothing was forwarded", r.tool, p, s)

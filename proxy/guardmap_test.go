@@ -134,6 +134,9 @@ func TestReadArguments(t *testing.T) {
 		{"atomic negative", atom, `{"nested":{"to":"` + a + `","amount":-5}}`, "", "", "negative"},
 		{"atomic bool", atom, `{"nested":{"to":"` + a + `","amount":true}}`, "", "", "integer count"},
 		{"too large", disp, `{"to":"` + a + `","amount":"1","memo":"` + strings.Repeat("x", maxArgBytes) + `"}`, "", "", "at most"},
+		// The guard's own checks of a question's arguments (guard.Arg).
+		{"counterparty past the guard's bound", disp, `{"to":"` + strings.Repeat("a", guard.MaxCounterpartyBytes+1) + `","amount":"1"}`, "", "", `argument "to": counterparty is longer than 2048 bytes; nothing was forwarded`},
+		{"display amount past the guard's bound", disp, `{"to":"` + a + `","amount":"` + strings.Repeat("1", guard.MaxAmountBytes+1) + `"}`, "", "", `argument "amount": amount is longer than 64 bytes`},
 		{"escaped key spelled the same", disp, `{"t\u006f":"` + a + `","amount":"1"}`, "1", `{"amount":"1","to":"` + a + `"}`, ""},
 	}
 	for _, c := range cases {

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 )
 
 // args reads a tool's arguments with messages an agent (or its operator)
@@ -80,32 +82,50 @@ func (a *args) str(key string, required bool, def string, maxLen int) string {
 	return s
 }
 
-// decimal returns the decimal argument key as text: a JSON string, or a
-// JSON number taken exactly as the client wrote it (0.30 stays "0.30"; an
+// question reads an argument of a guard question by the guard's own
+// checks (guard.Arg): a JSON string, or, for the decimal amount, a JSON
+// number taken exactly as the client wrote it (0.30 stays "0.30"; an
 // exponent or a sign is left for the amount's own check to refuse, with its
-// message). A number that reached the server only as a float (an in-process
-// call) is refused, since its text is lost.
-func (a *args) decimal(key string, required bool, maxLen int) string {
-	if n, ok := a.m[key].(json.Number); ok {
-		s := n.String()
-		if maxLen > 0 && len(s) > maxLen {
-			a.errs = append(a.errs, fmt.Sprintf("%s is longer than %d characters", key, maxLen))
+// message). A number that reached the server only as a float (an
+// in-process call) is refused, since its text is lost.
+func (a *args) question(arg guard.Arg) string {
+	v, present := a.m[arg.Name]
+	var text string
+	switch x := v.(type) {
+	case nil:
+		present = false
+	case string:
+		text = x
+	case json.Number:
+		if !arg.Decimal {
+			a.errs = append(a.errs, fmt.Sprintf("%s must be a string", arg.Name))
 			return ""
 		}
-		return s
-	}
-	if _, ok := a.m[key].(float64); ok {
-		a.errs = append(a.errs, fmt.Sprintf("%s must be a decimal string such as \"0.25\" (its exact text is not known)", key))
+		if msg := arg.CheckNumber(x.String()); msg != "" {
+			a.errs = append(a.errs, msg)
+			return ""
+		}
+		return x.String()
+	case float64:
+		if arg.Decimal {
+			a.errs = append(a.errs, fmt.Sprintf("%s must be a decimal string such as \"0.25\" (its exact text is not known)", arg.Name))
+		} else {
+			a.errs = append(a.errs, fmt.Sprintf("%s must be a string", arg.Name))
+		}
+		return ""
+	default:
+		if arg.Decimal {
+			a.errs = append(a.errs, fmt.Sprintf("%s must be a decimal string such as \"0.25\" or a JSON number", arg.Name))
+		} else {
+			a.errs = append(a.errs, fmt.Sprintf("%s must be a string", arg.Name))
+		}
 		return ""
 	}
-	v, present := a.m[key]
-	if present && v != nil {
-		if _, isString := v.(string); !isString {
-			a.errs = append(a.errs, fmt.Sprintf("%s must be a decimal string such as \"0.25\" or a JSON number", key))
-			return ""
-		}
+	if msg := arg.Check(text, present); msg != "" {
+		a.errs = append(a.errs, msg)
+		return ""
 	}
-	return a.str(key, required, "", maxLen)
+	return text
 }
 
 // oneOf checks that a string argument, when present, is one of the choices.

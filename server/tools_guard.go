@@ -82,14 +82,10 @@ func (s *Server) callerID(ctx context.Context) string {
 }
 
 func (s *Server) checkBeforePay(ctx context.Context, raw any) (*mcp.CallToolResult, error) {
-	a := newArgs(raw, "counterparty", "amount", "asset", "template", "resource", "pay_to", "dry_run")
-	q := engine.Question{
-		Counterparty: a.str("counterparty", true, "", 2048),
-		Amount:       a.decimal("amount", true, 64),
-		Asset:        a.str("asset", false, "", 200),
-		Template:     a.str("template", false, "", 64),
-		Resource:     a.str("resource", false, "", 2048),
-		PayTo:        a.str("pay_to", false, "", 200),
+	a := newArgs(raw, append(guard.QuestionArgNames(), "dry_run")...)
+	var q engine.Question
+	for _, arg := range guard.QuestionArgs() {
+		*q.Field(arg.Name) = a.question(arg)
 	}
 	dry := a.boolean("dry_run")
 	if msg := a.err(); msg != "" {

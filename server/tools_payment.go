@@ -46,7 +46,7 @@ func (s *Server) authorizePayment(ctx context.Context, raw any) (*mcp.CallToolRe
 	default:
 		a.errs = append(a.errs, "payment_required must be the seller's PaymentRequired object or the base64 value of its PAYMENT-REQUIRED header")
 	}
-	resource := a.str("resource", false, "", 2048)
+	resource := a.question(resourceArg())
 	if msg := a.err(); msg != "" {
 		return nil, userErrorf("%s", msg)
 	}
@@ -67,6 +67,12 @@ func (s *Server) authorizePayment(ctx context.Context, raw any) (*mcp.CallToolRe
 		return s.askToShowLink(ctx, "authorize_payment", res.ReviewID, res.ReviewURL, retried, out), nil
 	}
 	return out, nil
+}
+
+// resourceArg is the resource argument, as check_before_pay reads it.
+func resourceArg() guard.Arg {
+	arg, _ := guard.QuestionArg("resource")
+	return arg
 }
 
 func renderAuthorize(res payment.Result) string {
