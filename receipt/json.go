@@ -9,144 +9,103 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/jsjson"
 )
 
-// out writes hand-built JSON in the layout of JSON.stringify(v, null, indent).
+// out writes a build's JSON in the layout of JSON.stringify(v, null,
+// indent), through the one JSON printer (jsjson.Indenter), with the
+// member names and helpers of a receipt.
 type out struct {
-	dst    []byte
-	indent string
-	line   []byte // "\n" + current indentation
-	pr     jsjson.Printer
-	fold   *foldBuf // reused by WriteBuild's printers
+	jsjson.Indenter
+	fold *foldBuf // reused by WriteBuild's printers
 }
 
 func newOut(dst []byte, prefix, indent string) *out {
-	o := &out{dst: dst, indent: indent}
-	o.line = append(append(o.line, '\n'), prefix...)
+	o := &out{}
+	o.Reset(dst, prefix, indent)
 	return o
 }
 
-func (o *out) open(c byte) {
-	o.dst = append(o.dst, c)
-	o.line = append(o.line, o.indent...)
-}
-
-func (o *out) close(c byte) {
-	o.line = o.line[:len(o.line)-len(o.indent)]
-	if o.indent != "" {
-		o.dst = append(o.dst, o.line...)
-	}
-	o.dst = append(o.dst, c)
-}
-
-// item starts the n-th element of a container.
-func (o *out) item(n int) {
-	if n > 0 {
-		o.dst = append(o.dst, ',')
-	}
-	if o.indent != "" {
-		o.dst = append(o.dst, o.line...)
-	}
-}
-
-// key starts the n-th member of an object. Keys are this package's own
-// member names, which need no escaping.
-func (o *out) key(n int, k string) {
-	o.item(n)
-	o.dst = append(o.dst, '"')
-	o.dst = append(o.dst, k...)
-	o.dst = append(o.dst, '"', ':')
-	if o.indent != "" {
-		o.dst = append(o.dst, ' ')
-	}
-}
-
-func (o *out) str(s string) { o.dst = jsjson.AppendString(o.dst, s) }
+func (o *out) str(s string) { o.Buf = jsjson.AppendString(o.Buf, s) }
 
 func (o *out) boolean(b bool) {
 	if b {
-		o.dst = append(o.dst, "true"...)
+		o.Buf = append(o.Buf, "true"...)
 	} else {
-		o.dst = append(o.dst, "false"...)
+		o.Buf = append(o.Buf, "false"...)
 	}
 }
 
 // array writes items as a JSON array ("[]" when empty), each through write.
 func array[E any](o *out, items []E, write func(*E)) {
 	if len(items) == 0 {
-		o.dst = append(o.dst, '[', ']')
+		o.Buf = append(o.Buf, '[', ']')
 		return
 	}
-	o.open('[')
+	o.Open('[')
 	for i := range items {
-		o.item(i)
+		o.Item(i)
 		write(&items[i])
 	}
-	o.close(']')
+	o.Close(']')
 }
 
 func (o *out) strings(list []string) { array(o, list, func(s *string) { o.str(*s) }) }
 
-// raw writes a parsed value at the current indentation.
-func (o *out) raw(v jsjson.Value) {
-	o.dst = o.pr.AppendIndent(o.dst, v, string(o.line[1:]), o.indent)
-}
-
-func (o *out) events(list []Event) { array(o, list, func(e *Event) { o.raw(e.Raw) }) }
+func (o *out) events(list []Event) { array(o, list, func(e *Event) { o.Value(e.Raw) }) }
 
 func (o *out) receipt(r *Receipt) {
-	o.open('{')
-	o.key(0, "operation")
-	o.open('{')
-	o.key(0, "template")
+	o.Open('{')
+	o.Key(0, "operation")
+	o.Open('{')
+	o.Key(0, "template")
 	o.str(r.Operation.Template)
-	o.key(1, "version")
-	o.dst = jsjson.AppendNumber(o.dst, r.Operation.Version)
-	o.key(2, "operation_id")
+	o.Key(1, "version")
+	o.Buf = jsjson.AppendNumber(o.Buf, r.Operation.Version)
+	o.Key(2, "operation_id")
 	o.str(r.Operation.OperationID)
-	o.close('}')
-	o.key(1, "completeness")
+	o.Close('}')
+	o.Key(1, "completeness")
 	o.str(r.Completeness)
 
-	o.key(2, "stages")
+	o.Key(2, "stages")
 	array(o, r.Stages, func(s *StageResult) {
-		o.open('{')
-		o.key(0, "id")
+		o.Open('{')
+		o.Key(0, "id")
 		o.str(s.ID)
-		o.key(1, "required")
+		o.Key(1, "required")
 		o.boolean(s.Required)
-		o.key(2, "state")
+		o.Key(2, "state")
 		o.str(s.State)
-		o.key(3, "events")
+		o.Key(3, "events")
 		o.strings(s.Events)
-		o.close('}')
+		o.Close('}')
 	})
 
-	o.key(3, "missing")
+	o.Key(3, "missing")
 	array(o, r.Missing, func(m *Missing) {
-		o.open('{')
-		o.key(0, "stage")
+		o.Open('{')
+		o.Key(0, "stage")
 		o.str(m.Stage)
-		o.key(1, "expected_events")
+		o.Key(1, "expected_events")
 		o.strings(m.ExpectedEvents)
 		if m.Why != "" {
-			o.key(2, "why")
+			o.Key(2, "why")
 			o.str(m.Why)
 		}
-		o.close('}')
+		o.Close('}')
 	})
 
-	o.key(4, "exceptions")
+	o.Key(4, "exceptions")
 	array(o, r.Exceptions, func(f *Fault) {
-		o.open('{')
-		o.key(0, "event_type")
+		o.Open('{')
+		o.Key(0, "event_type")
 		o.str(f.EventType)
-		o.key(1, "event_id")
+		o.Key(1, "event_id")
 		o.str(f.EventID)
-		o.close('}')
+		o.Close('}')
 	})
 
-	o.key(5, "events")
+	o.Key(5, "events")
 	o.events(r.Events)
-	o.close('}')
+	o.Close('}')
 }
 
 // AppendJSON appends the receipt exactly as the reference's JSON.stringify
@@ -155,7 +114,7 @@ func (o *out) receipt(r *Receipt) {
 func (r *Receipt) AppendJSON(dst []byte, prefix, indent string) []byte {
 	o := newOut(dst, prefix, indent)
 	o.receipt(r)
-	return o.dst
+	return o.Buf
 }
 
 // AppendJSON appends {"receipts": [...], "unassigned": [...]} indented by two
@@ -226,31 +185,31 @@ func writeDoc(w io.Writer, hasReceipts bool, receipts func(prefix string, write 
 		}
 		return werr == nil
 	}
-	o.open('{')
-	o.key(0, "receipts")
+	o.Open('{')
+	o.Key(0, "receipts")
 	if !hasReceipts {
-		o.dst = append(o.dst, '[', ']')
+		o.Buf = append(o.Buf, '[', ']')
 	} else {
-		o.open('[')
-		write(o.dst)
-		o.dst = o.dst[:0]
-		receipts(string(o.line[1:]), write)
-		o.close(']')
+		o.Open('[')
+		write(o.Buf)
+		o.Buf = o.Buf[:0]
+		receipts(o.Prefix(), write)
+		o.Close(']')
 	}
-	o.key(1, "unassigned")
+	o.Key(1, "unassigned")
 	if len(unassigned) == 0 {
-		o.dst = append(o.dst, '[', ']')
+		o.Buf = append(o.Buf, '[', ']')
 	} else {
-		o.open('[')
-		write(o.dst)
-		o.dst = o.dst[:0]
-		printBatches(unassigned, string(o.line[1:]), func(*Event) int { return 1 },
-			func(o *out, e *Event) { o.raw(e.Raw) }, write)
-		o.close(']')
+		o.Open('[')
+		write(o.Buf)
+		o.Buf = o.Buf[:0]
+		printBatches(unassigned, o.Prefix(), func(*Event) int { return 1 },
+			func(o *out, e *Event) { o.Value(e.Raw) }, write)
+		o.Close(']')
 	}
-	o.close('}')
-	o.dst = append(o.dst, '\n')
-	write(o.dst)
+	o.Close('}')
+	o.Buf = append(o.Buf, '\n')
+	write(o.Buf)
 	return werr
 }
 
@@ -275,10 +234,10 @@ func printBatches[E any](items []E, prefix string, events func(*E) int, print fu
 	render := func(b *batch) {
 		o := newOut(b.buf[:0], prefix, "  ")
 		for i := b.lo; i < b.hi; i++ {
-			o.item(i)
+			o.Item(i)
 			print(o, &items[i])
 		}
-		b.buf = o.dst
+		b.buf = o.Buf
 	}
 	// Cut the batches lazily, so only those in flight exist.
 	next := 0

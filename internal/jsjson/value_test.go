@@ -177,6 +177,34 @@ func TestAppendIndentPrefix(t *testing.T) {
 	}
 }
 
+// A document built by hand around parsed values is laid out exactly as
+// the whole document parsed and printed: one printer for both.
+func TestIndenterHandBuilt(t *testing.T) {
+	inner, _ := ParseString(`{"x":[1,{"y":"\u2028"}],"e":{}}`)
+	plain, _ := ParseString(`[true,null,"s"]`)
+	whole, _ := ParseString(`{"a":{"x":[1,{"y":"\u2028"}],"e":{}},"b\"":[],"c":[2.5,[true,null,"s"]]}`)
+	for _, indent := range []string{"", "  ", "\t"} {
+		var w Indenter
+		w.Reset([]byte("> "), "  ", indent)
+		w.Open('{')
+		w.Key(0, "a")
+		w.Value(inner)
+		w.Key(1, `b"`)
+		w.Buf = append(w.Buf, '[', ']')
+		w.Key(2, "c")
+		w.Open('[')
+		w.Item(0)
+		w.Buf = AppendNumber(w.Buf, 2.5)
+		w.Item(1)
+		w.Value(plain)
+		w.Close(']')
+		w.Close('}')
+		if want := string(AppendIndent([]byte("> "), whole, "  ", indent)); string(w.Buf) != want {
+			t.Errorf("indent %q:\ngot  %q\nwant %q", indent, w.Buf, want)
+		}
+	}
+}
+
 func TestKindString(t *testing.T) {
 	for k, want := range map[Kind]string{Null: "null", Bool: "boolean", Number: "number", String: "string", Array: "array", Object: "object", 9: "kind(9)"} {
 		if k.String() != want {

@@ -78,108 +78,129 @@ func AppendNumber(dst []byte, f float64) []byte {
 // indentation, for values nested in hand-written output). An empty indent
 // gives the compact form.
 func AppendIndent(dst []byte, v Value, prefix, indent string) []byte {
-	var p Printer
-	return p.AppendIndent(dst, v, prefix, indent)
+	var w Indenter
+	w.Reset(dst, prefix, indent)
+	w.Value(v)
+	return w.Buf
 }
 
-// Printer is AppendIndent with its working memory kept between calls, for a
-// caller that prints many values. The zero Printer is ready; it is not safe
-// for concurrent use.
-type Printer struct{ line []byte }
-
-// AppendIndent is the package-level AppendIndent.
-func (p *Printer) AppendIndent(dst []byte, v Value, prefix, indent string) []byte {
-	w := writer{dst: dst, indent: indent, line: append(append(p.line[:0], '\n'), prefix...)}
-	w.value(v)
-	p.line = w.line
-	return w.dst
-}
-
-type writer struct {
-	dst    []byte
+// Indenter writes JSON in the layout of JSON.stringify(v, null, indent),
+// piece by piece: a document a caller builds by hand (Open, Key, Item,
+// Close, and scalars appended to Buf with AppendString or AppendNumber)
+// and the parsed values it holds (Value) are laid out by this one printer.
+// Reset starts a document; the Indenter keeps its working memory between
+// documents. It is not safe for concurrent use.
+type Indenter struct {
+	// Buf is what has been written. A caller appends scalars to it, and
+	// may hand it on and truncate it between pieces.
+	Buf    []byte
 	indent string
-	line   []byte // "\n" + current indentation
+	line   []byte // "\n" + the current indentation
 }
 
-func (w *writer) value(v Value) {
+// Reset starts a document in dst, indented by indent per level (the
+// compact form when empty), every line after the first starting with
+// prefix.
+func (w *Indenter) Reset(dst []byte, prefix, indent string) {
+	w.Buf, w.indent = dst, indent
+	w.line = append(append(w.line[:0], '\n'), prefix...)
+}
+
+// Prefix is the current indentation.
+func (w *Indenter) Prefix() string { return string(w.line[1:]) }
+
+// Open starts an object ('{') or an array ('[') with at least one
+// element; an empty one is written whole ("{}", "[]").
+func (w *Indenter) Open(c byte) {
+	w.Buf = append(w.Buf, c)
+	w.line = append(w.line, w.indent...)
+}
+
+// Close ends what Open started ('}' or ']').
+func (w *Indenter) Close(c byte) {
+	w.line = w.line[:len(w.line)-len(w.indent)]
+	if w.indent != "" {
+		w.Buf = append(w.Buf, w.line...)
+	}
+	w.Buf = append(w.Buf, c)
+}
+
+// Item starts the n-th element (from 0) of an array.
+func (w *Indenter) Item(n int) {
+	if n > 0 {
+		w.Buf = append(w.Buf, ',')
+	}
+	if w.indent != "" {
+		w.Buf = append(w.Buf, w.line...)
+	}
+}
+
+// Key starts the n-th member (from 0) of an object: its name, and the
+// value comes next.
+func (w *Indenter) Key(n int, key string) {
+	w.Item(n)
+	w.Buf = AppendString(w.Buf, key)
+	w.Buf = append(w.Buf, ':')
+	if w.indent != "" {
+		w.Buf = append(w.Buf, ' ')
+	}
+}
+
+// Value writes a parsed value at the current indentation.
+func (w *Indenter) Value(v Value) {
 	if v.d != nil && v.d.text {
 		w.text(v.textSrc())
 		return
 	}
 	switch v.Kind() {
 	case Null:
-		w.dst = append(w.dst, "null"...)
+		w.Buf = append(w.Buf, "null"...)
 	case Bool:
 		if b, _ := v.Bool(); b {
-			w.dst = append(w.dst, "true"...)
+			w.Buf = append(w.Buf, "true"...)
 		} else {
-			w.dst = append(w.dst, "false"...)
+			w.Buf = append(w.Buf, "false"...)
 		}
 	case Number:
 		f, _ := v.Num()
-		w.dst = AppendNumber(w.dst, f)
+		w.Buf = AppendNumber(w.Buf, f)
 	case String:
 		s, _ := v.Str()
-		w.dst = AppendString(w.dst, s)
+		w.Buf = AppendString(w.Buf, s)
 	case Array:
 		if v.e().b == 0 {
-			w.dst = append(w.dst, '[', ']')
+			w.Buf = append(w.Buf, '[', ']')
 			return
 		}
-		w.dst = append(w.dst, '[')
-		first := true
-		w.open()
+		w.Open('[')
+		n := 0
 		v.eachRaw(func(i uint32) bool {
-			w.sep(&first)
-			w.value(Value{v.d, i})
+			w.Item(n)
+			n++
+			w.Value(Value{v.d, i})
 			return true
 		})
-		w.close(']')
+		w.Close(']')
 	case Object:
 		if v.e().b == 0 {
-			w.dst = append(w.dst, '{', '}')
+			w.Buf = append(w.Buf, '{', '}')
 			return
 		}
-		w.dst = append(w.dst, '{')
-		first := true
-		w.open()
+		w.Open('{')
+		n := 0
 		v.eachMember(func(key string, val Value) {
-			w.sep(&first)
-			w.dst = AppendString(w.dst, key)
-			w.dst = append(w.dst, ':')
-			if w.indent != "" {
-				w.dst = append(w.dst, ' ')
-			}
-			w.value(val)
+			w.Key(n, key)
+			n++
+			w.Value(val)
 		})
-		w.close('}')
+		w.Close('}')
 	}
-}
-
-func (w *writer) open() { w.line = append(w.line, w.indent...) }
-
-func (w *writer) sep(first *bool) {
-	if !*first {
-		w.dst = append(w.dst, ',')
-	}
-	*first = false
-	if w.indent != "" {
-		w.dst = append(w.dst, w.line...)
-	}
-}
-
-func (w *writer) close(c byte) {
-	w.line = w.line[:len(w.line)-len(w.indent)]
-	if w.indent != "" {
-		w.dst = append(w.dst, w.line...)
-	}
-	w.dst = append(w.dst, c)
 }
 
 // text writes a plain document (see Value.Plain) from its text: tokens are
 // copied and only whitespace is rewritten. Plain strings hold no escapes, so
 // each ends at the next '"'.
-func (w *writer) text(s string) {
+func (w *Indenter) text(s string) {
 	for i := 0; i < len(s); {
 		switch c := s[i]; c {
 		case ' ', '\t', '\n', '\r':
@@ -190,41 +211,35 @@ func (w *writer) text(s string) {
 				j++
 			}
 			if j < len(s) && (s[j] == '}' || s[j] == ']') {
-				w.dst = append(w.dst, c, s[j])
+				w.Buf = append(w.Buf, c, s[j])
 				i = j + 1
 				continue
 			}
-			w.dst = append(w.dst, c)
-			w.open()
-			if w.indent != "" {
-				w.dst = append(w.dst, w.line...)
-			}
+			w.Open(c)
+			w.Item(0)
 			i = j
 		case '}', ']':
-			w.close(c)
+			w.Close(c)
 			i++
 		case ',':
-			w.dst = append(w.dst, ',')
-			if w.indent != "" {
-				w.dst = append(w.dst, w.line...)
-			}
+			w.Item(1)
 			i++
 		case ':':
-			w.dst = append(w.dst, ':')
+			w.Buf = append(w.Buf, ':')
 			if w.indent != "" {
-				w.dst = append(w.dst, ' ')
+				w.Buf = append(w.Buf, ' ')
 			}
 			i++
 		case '"':
 			end := i + 1 + strings.IndexByte(s[i+1:], '"')
-			w.dst = append(w.dst, s[i:end+1]...)
+			w.Buf = append(w.Buf, s[i:end+1]...)
 			i = end + 1
 		default: // a number or a literal
 			j := i + 1
 			for j < len(s) && !delimiter(s[j]) {
 				j++
 			}
-			w.dst = append(w.dst, s[i:j]...)
+			w.Buf = append(w.Buf, s[i:j]...)
 			i = j
 		}
 	}
