@@ -1,9 +1,10 @@
 // Package storetest is the contract every reviewlog.Store keeps, as one
 // test suite: the file store's tests and the PostgreSQL store's tests run
 // the same cases. It drives the review log the way the decision engine
-// does (Ask with a hook that seals the answer's receipt, DecideReview with
-// a reviewer's signature), through several handles on one store at once,
-// as replicas would.
+// does (engine.Ask, the engine's review outcome policy over the log, with a
+// hook that seals the answer's receipt; DecideReview with a reviewer's
+// signature), through several handles on one store at once, as replicas
+// would.
 package storetest
 
 import (
