@@ -91,6 +91,10 @@ type Config struct {
 	// decimals for it.
 	History func(ctx context.Context) (guard.History, error)
 	Assets  AssetInfo
+	// SessionKey MACs the session cookies and sign-in challenges (at
+	// least 32 bytes): replicas given the same key share sessions. Random
+	// when nil (one process).
+	SessionKey []byte
 }
 
 // Console serves /console/.
@@ -104,8 +108,9 @@ type Console struct {
 	pages  *template.Template
 
 	mu         sync.Mutex
-	sessions   map[string]session
-	logins     map[string]time.Time // login challenge (base64url) → expiry
+	signedOut  map[string]time.Time // session MACs signed out here → expiry
+	sessionKey []byte
+	logins     map[string]time.Time // login challenges used here (base64url) → expiry
 	enrolments map[string]*enrolment
 	limits     map[string]*rate.Limiter
 	feed       feed
@@ -115,11 +120,6 @@ type Console struct {
 	// per credential id (trusted credentials only, so bounded by the
 	// reviewers file).
 	counts map[string]uint32
-}
-
-type session struct {
-	reviewer string
-	expires  time.Time
 }
 
 // enrolment is one one-time link's state: begun, then registered, then
@@ -183,6 +183,9 @@ func New(cfg Config) (*Console, error) {
 	if cfg.AssetSymbol == nil {
 		cfg.AssetSymbol = func(string) string { return "" }
 	}
+	if cfg.SessionKey != nil && len(cfg.SessionKey) < minSessionKey {
+		return nil, fmt.Errorf("console: the session key must be at least %d bytes", minSessionKey)
+	}
 	if cfg.Assets == nil {
 		cfg.Assets = func(string) (string, int, bool) { return "", 0, false }
 	}
@@ -207,9 +210,16 @@ func New(cfg Config) (*Console, error) {
 		return nil, fmt.Errorf("console: templates: %w", err)
 	}
 	c := &Console{cfg: cfg, wa: wa, rpID: host, origin: origin, base: cfg.URL.Path, secure: cfg.URL.Scheme == "https",
-		pages: pages, sessions: map[string]session{}, logins: map[string]time.Time{}, enrolments: map[string]*enrolment{},
+		pages: pages, signedOut: map[string]time.Time{}, logins: map[string]time.Time{}, enrolments: map[string]*enrolment{},
 		limits: map[string]*rate.Limiter{}, counts: map[string]uint32{},
 		feed: feed{ch: make(chan struct{})}, done: make(chan struct{})}
+	c.sessionKey = cfg.SessionKey
+	if c.sessionKey == nil {
+		c.sessionKey = make([]byte, minSessionKey)
+		if _, err := rand.Read(c.sessionKey); err != nil {
+			return nil, fmt.Errorf("console: session key: %w", err)
+		}
+	}
 	if c.cfg.Decider.SeenCount == nil {
 		c.cfg.Decider.SeenCount = c.seenCount
 	}
@@ -359,22 +369,15 @@ func (c *Console) reviewer(r *http.Request) string {
 	if err != nil {
 		return ""
 	}
-	now := c.cfg.Now()
-	c.mu.Lock()
-	s, ok := c.sessions[ck.Value]
-	if ok && !now.Before(s.expires) {
-		delete(c.sessions, ck.Value)
-		ok = false
-	}
-	c.mu.Unlock()
+	who, ok := c.openSession(ck.Value, c.cfg.Now())
 	if !ok {
 		return ""
 	}
 	pks, err := c.cfg.Passkeys()
-	if err != nil || len(pks[s.reviewer]) == 0 {
+	if err != nil || len(pks[who]) == 0 {
 		return ""
 	}
-	return s.reviewer
+	return who
 }
 
 // csrfToken returns the request's CSRF token, setting a new one when it
@@ -525,20 +528,7 @@ func readAssertion(raw json.RawMessage) (passkey.Assertion, error) {
 }
 
 func (c *Console) loginBegin(_ http.ResponseWriter, _ *http.Request, _ []byte) (any, error) {
-	ch := make([]byte, 32)
-	if _, err := rand.Read(ch); err != nil {
-		return nil, err
-	}
-	now := c.cfg.Now()
-	c.mu.Lock()
-	c.sweep(now)
-	if len(c.logins) >= maxPending {
-		c.mu.Unlock()
-		return nil, fail(http.StatusServiceUnavailable, "too many sign-ins in progress; try again in a minute")
-	}
-	c.logins[base64.RawURLEncoding.EncodeToString(ch)] = now.Add(ceremonyTTL)
-	c.mu.Unlock()
-	return c.requestOptions(ch, nil), nil
+	return c.requestOptions(c.newChallenge(c.cfg.Now()), nil), nil
 }
 
 // sweep drops expired ceremonies, sessions and enrolments; c.mu is held.
@@ -548,9 +538,9 @@ func (c *Console) sweep(now time.Time) {
 			delete(c.logins, k)
 		}
 	}
-	for k, s := range c.sessions {
-		if !now.Before(s.expires) {
-			delete(c.sessions, k)
+	for k, exp := range c.signedOut {
+		if !now.Before(exp) {
+			delete(c.signedOut, k)
 		}
 	}
 	for k, e := range c.enrolments {
@@ -584,14 +574,10 @@ func (c *Console) loginFinish(w http.ResponseWriter, r *http.Request, body []byt
 		return nil, err
 	}
 	now := c.cfg.Now()
-	c.mu.Lock()
-	exp, issued := c.logins[cd]
-	delete(c.logins, cd) // one use, whatever the outcome
-	c.mu.Unlock()
-	if !issued || !now.Before(exp) {
-		return nil, fail(http.StatusForbidden, "this sign-in's challenge was not issued here, was used already, or expired")
+	ch, err := base64.RawURLEncoding.DecodeString(cd)
+	if err != nil || !c.checkChallenge(ch, now) {
+		return nil, fail(http.StatusForbidden, "this sign-in's challenge was not issued by this console, was used already, or expired")
 	}
-	ch, _ := base64.RawURLEncoding.DecodeString(cd)
 	if err := passkey.Verify(cred, a, ch); err != nil {
 		return nil, fail(http.StatusForbidden, "sign-in refused: %v", err)
 	}
@@ -600,11 +586,7 @@ func (c *Console) loginFinish(w http.ResponseWriter, r *http.Request, body []byt
 		return nil, err
 	}
 	c.sawCount(cred.ID, n)
-	tok := randomToken()
-	c.mu.Lock()
-	c.sessions[tok] = session{reviewer: who, expires: now.Add(sessionTTL)}
-	c.mu.Unlock()
-	c.setCookie(w, sessionCookie, tok, int(sessionTTL/time.Second))
+	c.setCookie(w, sessionCookie, c.newSession(who, now.Add(sessionTTL)), int(sessionTTL/time.Second))
 	c.cfg.Logger.Info("console: reviewer signed in", "reviewer", who)
 	return map[string]string{"reviewer": who}, nil
 }
@@ -626,9 +608,7 @@ func clientChallenge(a passkey.Assertion) (string, error) {
 
 func (c *Console) logout(w http.ResponseWriter, r *http.Request, _ []byte) (any, error) {
 	if ck, err := r.Cookie(sessionCookie); err == nil {
-		c.mu.Lock()
-		delete(c.sessions, ck.Value)
-		c.mu.Unlock()
+		c.signOut(ck.Value, c.cfg.Now())
 	}
 	c.setCookie(w, sessionCookie, "", -1)
 	return map[string]string{}, nil

@@ -51,6 +51,14 @@ type rig struct {
 
 func newRig(t *testing.T, opts ...func(*console.Config)) *rig {
 	t.Helper()
+	return newReplicas(t, 1, opts...)
+}
+
+// newReplicas is a rig of n consoles, each with its own review log over
+// the one store (as replicas are), behind one address that sends each
+// request to the next console in turn.
+func newReplicas(t *testing.T, n int, opts ...func(*console.Config)) *rig {
+	t.Helper()
 	dir := t.TempDir()
 	root, err := confined.OpenRoot(dir)
 	if err != nil {
@@ -68,7 +76,10 @@ func newRig(t *testing.T, opts ...func(*console.Config)) *rig {
 		}
 		return pk, err
 	}
-	log := reviewlog.OpenStore(filestore.New(root), reviewlog.Options{Reviewers: func() (reviewlog.Reviewers, error) { return reviewlog.Reviewers{}, nil }, Passkeys: pks})
+	openLog := func() *reviewlog.Log {
+		return reviewlog.OpenStore(filestore.New(root), reviewlog.Options{Reviewers: func() (reviewlog.Reviewers, error) { return reviewlog.Reviewers{}, nil }, Passkeys: pks})
+	}
+	log := openLog()
 	chains := &reviewlog.Chains{Signer: noa.NewKeySigner(key), Tenant: "t1"}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -76,21 +87,32 @@ func newRig(t *testing.T, opts ...func(*console.Config)) *rig {
 	}
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	u, _ := url.Parse("http://localhost:" + port + "/console/")
-	cfg := console.Config{URL: u, Log: log, Passkeys: pks,
-		Decider:      engine.PasskeyDecider{Log: log, Chains: chains, Passkeys: pks},
-		PollInterval: 20 * time.Millisecond}
-	for _, o := range opts {
-		o(&cfg)
+	var handlers []http.Handler
+	for i := range n {
+		l := log
+		if i > 0 {
+			l = openLog()
+		}
+		cfg := console.Config{URL: u, Log: l, Passkeys: pks,
+			Decider:      engine.PasskeyDecider{Log: l, Chains: &reviewlog.Chains{Signer: chains.Signer, Tenant: "t1"}, Passkeys: pks},
+			PollInterval: 20 * time.Millisecond}
+		for _, o := range opts {
+			o(&cfg)
+		}
+		c, err := console.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		ran := make(chan struct{})
+		go func() { c.Run(ctx); close(ran) }()
+		t.Cleanup(func() { cancel(); <-ran })
+		handlers = append(handlers, c.Handler())
 	}
-	c, err := console.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan struct{})
-	go func() { c.Run(ctx); close(ran) }()
-	t.Cleanup(func() { cancel(); <-ran })
-	srv := httptest.NewUnstartedServer(c.Handler())
+	var next atomic.Uint64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		handlers[int(next.Add(1)-1)%len(handlers)].ServeHTTP(w, r)
+	}))
 	srv.Listener.Close()
 	srv.Listener = ln
 	srv.Start()
@@ -905,4 +927,99 @@ func TestConsoleReviewTimeline(t *testing.T) {
 	if _, page := b.get("reviews/" + r.ID); strings.Contains(page, "<svg") || !strings.Contains(page, "The guard&#39;s history cannot be read now") {
 		t.Fatal("an unreadable history is not said")
 	}
+}
+
+// TestConsoleSessionsAcrossReplicas: two consoles given one session key,
+// behind one address taking turns: a sign-in begun on one finishes on the
+// other, the session reads the queue on both, and a decision is made
+// through either. A cookie edited to name another reviewer, or one made
+// with another key, is no session.
+func TestConsoleSessionsAcrossReplicas(t *testing.T) {
+	key := bytes.Repeat([]byte{7}, 32)
+	g := newReplicas(t, 2, func(c *console.Config) { c.SessionKey = key })
+	alice, _ := softauthn.New()
+	b := g.browser()
+	// Enrolment is held by the replica that served the link (the
+	// operator's command collects from it): enrol on a console of one,
+	// then trust the credential in the replicas' reviewers file.
+	one := newRig(t, func(c *console.Config) { c.SessionKey = key })
+	cred := one.enrol(one.browser(), "alice", alice)
+	if _, err := reviewlog.AddPasskey(g.reviewers, "alice", passkey.Credential{ID: cred.ID, PublicKey: cred.PublicKey, RPID: g.rpID, Origin: g.origin}); err != nil {
+		t.Fatal(err)
+	}
+	r := g.ask(1).Review
+	for i := range 3 { // begin and finish land on different replicas
+		if code, res := g.signIn(b, alice); code != 200 {
+			t.Fatalf("sign in %d across replicas: %d %v", i, code, res)
+		}
+	}
+	for i := range 4 {
+		if code, page := b.get(""); code != 200 || !strings.Contains(page, r.ID) {
+			t.Fatalf("queue %d on a replica: %d", i, code)
+		}
+	}
+	if _, code, res := g.decide(b, r.ID, "approved", "", alice); code != 200 {
+		t.Fatalf("decide across replicas: %d %v", code, res)
+	}
+	// An edited cookie: the payload names bob, the MAC is alice's.
+	u, _ := url.Parse(g.base)
+	var session *http.Cookie
+	for _, ck := range b.c.Jar.Cookies(u) {
+		if ck.Name == "haia_console" {
+			session = ck
+		}
+	}
+	if session == nil {
+		t.Fatal("no session cookie")
+	}
+	payload, mac, _ := strings.Cut(session.Value, ".")
+	raw, _ := base64.RawURLEncoding.DecodeString(payload)
+	forged := strings.Replace(string(raw), `"r":"alice"`, `"r":"bob"`, 1)
+	for name, v := range map[string]string{
+		"edited payload": base64.RawURLEncoding.EncodeToString([]byte(forged)) + "." + mac,
+		"no MAC":         payload,
+		"another key":    otherKeyCookie(t, one, alice),
+	} {
+		req, _ := http.NewRequest("GET", g.base, nil)
+		req.AddCookie(&http.Cookie{Name: "haia_console", Value: v})
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(body), "Sign in with passkey") {
+			t.Errorf("%s: the cookie was taken as a session", name)
+		}
+	}
+	// A sign-in challenge of another key is not this console's.
+	code, opts := newRig(t).browser().post("api/login/begin", map[string]any{})
+	if code != 200 {
+		t.Fatal(code)
+	}
+	x, _ := alice.Assert(g.rpID, g.origin, challengeOf(t, opts))
+	j, _ := x.JSON()
+	if code, res := b.post("api/login/finish", map[string]any{"credential": json.RawMessage(j)}); code != http.StatusForbidden {
+		t.Fatalf("a challenge of another console: %d %v", code, res)
+	}
+}
+
+// otherKeyCookie signs in on a console with a random session key and
+// returns its session cookie.
+func otherKeyCookie(t *testing.T, _ *rig, a *softauthn.Authenticator) string {
+	t.Helper()
+	o := newRig(t)
+	ob := o.browser()
+	o.enrol(ob, "alice", a)
+	if code, res := o.signIn(ob, a); code != 200 {
+		t.Fatalf("sign in: %d %v", code, res)
+	}
+	u, _ := url.Parse(o.base)
+	for _, ck := range ob.c.Jar.Cookies(u) {
+		if ck.Name == "haia_console" {
+			return ck.Value
+		}
+	}
+	t.Fatal("no session cookie")
+	return ""
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"errors"
 	"flag"
 	"fmt"
@@ -94,6 +96,9 @@ func startConsole(ctx context.Context, cf *consoleFlags, cat *catalog.Catalog, g
 		Explain: func(template string, ref guard.Ref) string { return explainRef(ctx, cat, template, ref) },
 		Logger:  logger,
 		Changes: storeChanges(g.store, logger),
+		// Replicas of one guard share its params key, so they share the
+		// console's sessions and sign-in challenges.
+		SessionKey: consoleSessionKey(g.paramsKey),
 		History: func(ctx context.Context) (guard.History, error) {
 			eng := g.engine.Load()
 			if eng == nil {
@@ -174,4 +179,15 @@ func consoleURLOfHTTP(h *httpFlags) (string, error) {
 		return "", fmt.Errorf("--console on the --http listener %q needs its port, or --console-url (or --console-addr for a listener of its own)", h.addr)
 	}
 	return "http://localhost:" + port + "/console/", nil
+}
+
+// consoleSessionKey derives the console's session key from the guard's
+// params key (nil without one: the console makes a random key).
+func consoleSessionKey(paramsKey []byte) []byte {
+	if len(paramsKey) == 0 {
+		return nil
+	}
+	m := hmac.New(sha256.New, paramsKey)
+	m.Write([]byte("haia-trace-mcp console session key v1"))
+	return m.Sum(nil)
 }
