@@ -95,9 +95,6 @@ func exitCode(code int) error {
 	return &exitError{code: code}
 }
 
-// failWith is err, to be printed, with its exit code.
-func failWith(code int, err error) error { return &exitError{code: code, err: err} }
-
 // usageError is a usage error: printed in one line naming the command and
 // pointing at its --help, with the command's usage exit code.
 type usageError struct{ msg string }

@@ -421,3 +421,24 @@ func TestCLIPageListsEveryCommand(t *testing.T) {
 		t.Errorf("docs/cli.md lists %s, which is no command", name)
 	}
 }
+
+// What a command's error carries from its arguments (a path, a word) is
+// printed with terminal controls escaped, whether it is a usage error or a
+// failure, so a hostile file name cannot clear or rewrite the terminal.
+func TestCLIErrorsEscapeTerminalControls(t *testing.T) {
+	hostile := "a\x1b[2Jb\u202e"
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"build", filepath.Join(dir, hostile)},                   // a failure naming the file
+		{"review", hostile},                                      // an unknown subcommand
+		{"healthcheck", "--url", "http://" + hostile + ":1/x"},   // a usage error from the run function
+		{"policy", "check", filepath.Join(dir, hostile+".json")}, // a failure naming the file
+	} {
+		_, errOut, code := runIn(args...)
+		// %q already escapes ("\x1b"); what is not quoted is escaped by
+		// termsafe ("\u001b").
+		if code == 0 || strings.ContainsAny(errOut, "\x1b\u202e") || !(strings.Contains(errOut, `\u001b[2Jb`) || strings.Contains(errOut, `x1b[2Jb`)) {
+			t.Errorf("%q: exit %d, stderr %q", args, code, errOut)
+		}
+	}
+}
