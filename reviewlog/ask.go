@@ -45,6 +45,12 @@ type AskRequest struct {
 	// DryRun: decide and run the hook, but append nothing (the hook must
 	// write nothing either).
 	DryRun bool
+	// Totals: the answer reads sums over every counterparty (the caller's
+	// policy sets a total limit or a total velocity, or custom rules read
+	// those figures), so it waits for every other allow of the tenant;
+	// otherwise only for those of the same caller, counterparty or
+	// resource (see Scope).
+	Totals bool
 }
 
 // AskPlan is the answer the decide function of Ask chose, for the log to
@@ -82,9 +88,22 @@ type AskOutcome struct {
 // nothing is written. The log decides nothing: it records, once, what
 // decide chose, and refuses only what would break its records (a second
 // use of one approval, a review it does not hold).
+//
+// On a store that locks scopes (ScopedStore) the section holds only the
+// question's scopes, and a process answers up to Options.Parallel
+// questions at once, each in a lane with its own fold, as replicas would.
 func (l *Log) Ask(ctx context.Context, req AskRequest, decide func(v *AskView) (AskPlan, error), hook func(tx Tx, out AskOutcome) error) (AskOutcome, error) {
 	if req.Caller == "" {
 		return AskOutcome{}, fmt.Errorf("%w: the caller must be named", ErrBadInput)
+	}
+	if l.lanes != nil {
+		sub, err := l.lane(ctx)
+		if err != nil {
+			return AskOutcome{}, err
+		}
+		defer func() { l.lanes <- sub }()
+		sub.warm(ctx)
+		return sub.Ask(ctx, req, decide, hook)
 	}
 	q := req.Question
 	if q.Counterparty == "" {
@@ -97,8 +116,9 @@ func (l *Log) Ask(ctx context.Context, req AskRequest, decide func(v *AskView) (
 		}
 	}
 	var out AskOutcome
-	err := l.transactAll(ctx, func(g Writer, st *state, at time.Time) ([]record, error) {
-		view := &AskView{l: l, ctx: ctx, g: g, st: st, at: at, req: &req}
+	err := l.transactAll(ctx, req.scopes(), func(g Writer, st *state, at time.Time) ([]record, error) {
+		_, scoped := g.(ScopedWriter)
+		view := &AskView{l: l, ctx: ctx, g: g, st: st, at: at, req: &req, scoped: scoped}
 		plan, err := decide(view)
 		if err != nil {
 			return nil, err
@@ -173,6 +193,21 @@ type AskView struct {
 	// reviews is Reviews' answer once read.
 	reviews     []Review
 	reviewsRead bool
+	// scoped: the section holds the question's scopes only.
+	scoped bool
+}
+
+// Whole makes sure the answer is chosen holding the whole store's lock:
+// decide calls it before it reads what the question's scopes do not
+// guard (whether another of the caller's pending reviews is moot depends
+// on that review's counterparty). In a section that holds only scopes it
+// returns an error that decide must return as is; Ask then runs the
+// question again under the whole store's lock, where Whole returns nil.
+func (a *AskView) Whole() error {
+	if a.scoped {
+		return errWiden
+	}
+	return nil
 }
 
 // At is the time of this answer: the time stamp of what it records.

@@ -65,8 +65,19 @@ type Chains struct {
 	SegmentBytes int64
 }
 
-// ChainID names the chain this signer appends to.
+// ChainID names the chain this signer appends to (in lane 0: see
+// ChainLaner).
 func (c *Chains) ChainID() string { return "decisions-" + c.Signer.KeyID() }
+
+// LaneChainID is the chain of lane k of chain: chain itself for lane 0,
+// "<chain>-lane<k>" otherwise. Each lane is a chain of its own, signed by
+// the same key and verified as any other.
+func LaneChainID(chain string, k int) string {
+	if k <= 0 {
+		return chain
+	}
+	return chain + "-lane" + strconv.Itoa(k)
+}
 
 func (c *Chains) limits() (int64, int64, error) {
 	n, b := int64(c.SegmentReceipts), c.SegmentBytes
@@ -112,6 +123,9 @@ func ParseSegmentFile(name string) (chain string, k int, ok bool) {
 // linear when several processes append.
 func (c *Chains) Append(ctx context.Context, w Writer, d noa.Draft) (noa.Receipt, error) {
 	base := c.ChainID()
+	if l, ok := w.(ChainLaner); ok {
+		base = LaneChainID(base, l.ChainLane())
+	}
 	d.Tenant = c.Tenant
 	maxN, maxB, err := c.limits()
 	if err != nil {

@@ -75,7 +75,16 @@ type Options struct {
 	// ServerKeys verify the terms the server signed; nil reads the
 	// store's keyring each time.
 	ServerKeys noa.Keyring
+	// Parallel is how many questions this process answers at once on a
+	// store that locks scopes (ScopedStore: PostgreSQL), each in a lane
+	// of its own that keeps its own fold of the log in memory (so the
+	// log's memory is that many times one fold's). 0: DefaultParallel;
+	// 1: one at a time. Stores that lock everything answer one at a time.
+	Parallel int
 }
+
+// DefaultParallel is Options.Parallel's default.
+const DefaultParallel = 4
 
 // Log is the review log under one Trace root. It is safe for concurrent use.
 //
@@ -110,6 +119,12 @@ type Log struct {
 	lastArchive     *state
 	lastArchiveName string
 	rx              receiptIndex
+	// lanes, on a store that locks scopes, are further logs over the same
+	// store, each with its own fold and its own turn, that answer
+	// questions side by side as replicas would; subs lists them (nil:
+	// this log answers every question itself).
+	lanes chan *Log
+	subs  []*Log
 }
 
 // cachedState is the fold of the log with the identity it was read from.
@@ -126,7 +141,12 @@ func (l *Log) ttl() time.Duration { return time.Duration(l.reviewTTL.Load()) }
 
 // SetReviewTTL changes how long a pending review lives, for a server that
 // re-read its policy; answers given from then on use it.
-func (l *Log) SetReviewTTL(d time.Duration) { l.reviewTTL.Store(int64(d)) }
+func (l *Log) SetReviewTTL(d time.Duration) {
+	l.reviewTTL.Store(int64(d))
+	for _, sub := range l.subs {
+		sub.SetReviewTTL(d)
+	}
+}
 
 // OpenStore returns the review log kept in s.
 func OpenStore(s Store, opts Options) *Log {
@@ -138,7 +158,55 @@ func OpenStore(s Store, opts Options) *Log {
 	if l.lockWait <= 0 {
 		l.lockWait = defaultLockWait
 	}
+	if _, ok := s.(ScopedStore); ok {
+		n := opts.Parallel
+		if n == 0 {
+			n = DefaultParallel
+		}
+		if n > 1 {
+			one := opts
+			one.Parallel = 1
+			l.lanes = make(chan *Log, n)
+			for range n {
+				sub := OpenStore(s, one)
+				l.subs = append(l.subs, sub)
+				l.lanes <- sub
+			}
+		}
+	}
 	return l
+}
+
+// warm folds the log and indexes the chains of a lane that has not read
+// them yet, outside any lock, so that its first question does not hold its
+// scopes' locks while it reads everything. What it cannot read now is read
+// again under the lock, where a failure counts.
+func (l *Log) warm(ctx context.Context) {
+	l.mu.Lock()
+	cold := l.cache == nil
+	l.mu.Unlock()
+	if !cold {
+		return
+	}
+	_ = l.view(ctx, func(r Reader, _ *state) error {
+		_, err := l.newVerifier(ctx, r)
+		return err
+	})
+}
+
+// lane takes a free lane for one question, waiting at most the lock wait;
+// put it back when done.
+func (l *Log) lane(ctx context.Context) (*Log, error) {
+	t := time.NewTimer(l.lockWait)
+	defer t.Stop()
+	select {
+	case sub := <-l.lanes:
+		return sub, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-t.C:
+		return nil, fmt.Errorf("%s: %w within %s (every lane of this process is answering)", l.Path(), ErrLockTimeout, l.lockWait)
+	}
 }
 
 // Path is where the log lives, for messages.
@@ -359,24 +427,34 @@ func anchorHolds(s io.ReaderAt, c *cachedState) bool {
 type step func(w Writer, st *state, at time.Time) (*record, error)
 
 // locked runs fn with the store's write lock held (across processes, and
-// for a database across hosts) and the log's fold up to date.
-func (l *Log) locked(ctx context.Context, fn func(w Writer, st *state, at time.Time) error) error {
+// for a database across hosts) and the log's fold up to date. With
+// scopes, a store that can (ScopedStore) locks only those: fn must then
+// depend on nothing outside them, or return errWiden to be run again
+// under the whole lock.
+func (l *Log) locked(ctx context.Context, scopes []Scope, fn func(w Writer, st *state, at time.Time) error) error {
 	deadline := time.Now().Add(l.lockWait)
 	release, err := l.acquire(ctx, deadline)
 	if err != nil {
 		return err
 	}
 	defer release()
-	return l.store.Locked(ctx, max(time.Until(deadline), time.Millisecond), func(w Writer) error {
+	section := func(w Writer) error {
 		return l.withFold(ctx, w, func(st *state) error { return fn(w, st, l.now()) })
-	})
+	}
+	if ss, ok := l.store.(ScopedStore); ok && len(scopes) > 0 {
+		err := ss.LockedScopes(ctx, max(time.Until(deadline), time.Millisecond), scopes, section)
+		if !errors.Is(err, errWiden) {
+			return err
+		}
+	}
+	return l.store.Locked(ctx, max(time.Until(deadline), time.Millisecond), section)
 }
 
 // transact is the locked section: lock, bring the fold up to date, let fn
 // decide (and run its hook), then append fn's record — preceded, when the
 // log ends in a torn tail, by a newline and a repair record.
 func (l *Log) transact(ctx context.Context, fn step) error {
-	return l.transactAll(ctx, func(w Writer, st *state, at time.Time) ([]record, error) {
+	return l.transactAll(ctx, nil, func(w Writer, st *state, at time.Time) ([]record, error) {
 		rec, err := fn(w, st, at)
 		if err != nil || rec == nil {
 			return nil, err
@@ -386,9 +464,9 @@ func (l *Log) transact(ctx context.Context, fn step) error {
 }
 
 // transactAll is transact for a step that appends several records, in one
-// write.
-func (l *Log) transactAll(ctx context.Context, fn func(w Writer, st *state, at time.Time) ([]record, error)) error {
-	return l.locked(ctx, func(w Writer, st *state, at time.Time) error {
+// write, locking only scopes where the store can (nil: everything).
+func (l *Log) transactAll(ctx context.Context, scopes []Scope, fn func(w Writer, st *state, at time.Time) ([]record, error)) error {
+	return l.locked(ctx, scopes, func(w Writer, st *state, at time.Time) error {
 		recs, err := fn(w, st, at)
 		if err != nil || len(recs) == 0 {
 			return err

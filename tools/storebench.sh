@@ -8,9 +8,20 @@
 #      spread evenly over them).
 # Each configuration starts from an empty store. After each run every
 # decision chain is exported and verified with the store's keyring (VALID
-# expected). Prints one table: store, replicas, req/s, p50, p99, errors.
+# expected). Prints one table: store, shape, replicas, req/s, p50, p99,
+# errors, and the CPU seconds the servers and PostgreSQL's backends spent
+# per 1000 answers.
 #
 #   HAIA_BENCH_POSTGRES=postgres://user:pw@127.0.0.1:5432/db tools/storebench.sh [DURATION=20s]
+#
+# Shapes (SHAPES, default "distinct shared"): distinct gives each caller a
+# counterparty pair of its own (one payee it is allowed to pay, one that
+# goes to review), so no two callers' questions bear on each other; shared
+# gives every caller the same pair. HAIA_BENCH_BIN runs a haia-trace-mcp
+# binary built elsewhere (another version, side by side) instead of
+# building this checkout's; LABEL names it in the table. MIXED_BIN runs
+# every second replica from that binary instead (a rolling upgrade: old
+# and new replicas on one database at once).
 #
 # HAIA_BENCH_POSTGRES is any database the role can connect to; the role must
 # be allowed to CREATE DATABASE: the benchmark drops and creates its own
@@ -22,6 +33,8 @@ set -euo pipefail
 duration=${1:-20s}
 clients=${CLIENTS:-16}
 replica_counts=${REPLICAS:-"1 2 3"}
+shapes=${SHAPES:-"distinct shared"}
+label=${LABEL:-this}
 pg_admin=${HAIA_BENCH_POSTGRES:-}
 bench_db=${HAIA_BENCH_DB:-haia_bench}
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -63,17 +76,29 @@ for tool in jq psql; do
 	fi
 done
 
-(cd "$repo" && go build -o "$work/haia-trace-mcp" ./cmd/haia-trace-mcp && go build -o "$work/loadtest" ./tools/loadtest)
-bin=$work/haia-trace-mcp
+for shape in $shapes; do
+	if [[ $shape != distinct && $shape != shared ]]; then
+		echo "storebench: SHAPES holds distinct and/or shared (got $shape)" >&2
+		exit 2
+	fi
+done
+(cd "$repo" && go build -o "$work/loadtest" ./tools/loadtest)
+if [[ -n ${HAIA_BENCH_BIN:-} ]]; then
+	bin=$HAIA_BENCH_BIN
+else
+	(cd "$repo" && go build -o "$work/haia-trace-mcp" ./cmd/haia-trace-mcp)
+	bin=$work/haia-trace-mcp
+fi
 
 # The Trace root: 50 runs, each with settled payments to the clean payees
 # and a payment to each open payee that was submitted and never answered
 # (an open partial operation: the guard sends such a counterparty to
 # review). The questions: each payee once, half allow, half review.
-clean=(0xC1EA000000000000000000000000000000000001 0xC1EA000000000000000000000000000000000002
-	0xC1EA000000000000000000000000000000000003 0xC1EA000000000000000000000000000000000004)
-open=(0x09E0000000000000000000000000000000000001 0x09E0000000000000000000000000000000000002
-	0x09E0000000000000000000000000000000000003 0x09E0000000000000000000000000000000000004)
+clean=() open=()
+for i in $(seq 1 "$clients"); do
+	clean+=("$(printf '0xC1EA%036x' "$i")")
+	open+=("$(printf '0x09E0%036x' "$i")")
+done
 asset=0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913
 event() { # run op seq type payee [settle]
 	local where
@@ -103,9 +128,12 @@ for r in $(seq 1 50); do
 		done
 	} >"$work/events/run-$(printf %02d "$r").ndjson"
 done
-for p in "${clean[@]}" "${open[@]}"; do
-	printf '{"counterparty":"%s","amount":"0.01"}\n' "$p"
-done >"$work/questions.ndjson"
+# Each caller asks of its pair in turn: client i of pair i (distinct), or
+# every client of pair 0 (shared).
+for i in "${!clean[@]}"; do
+	printf '{"counterparty":"%s","amount":"0.01"}\n{"counterparty":"%s","amount":"0.01"}\n' "${clean[i]}" "${open[i]}"
+done >"$work/questions-distinct.ndjson"
+head -2 "$work/questions-distinct.ndjson" >"$work/questions-shared.ndjson"
 
 # Authentication with HS256 tokens, one subject a client: the caller is the
 # token's subject, so the 16 callers are distinct (each its own reviews and
@@ -114,11 +142,11 @@ head -c 48 /dev/urandom | base64 | tr -d '\n' >"$work/secret"
 issuer=http://127.0.0.1/storebench-as
 
 addr=
-start_server() { # root store log; sets addr (not in a subshell: the server stays this shell's child)
+start_server() { # root store log [binary]; sets addr (not in a subshell: the server stays this shell's child)
 	local args=(--dir "$1" --key-file "$work/signing.pem" --http 127.0.0.1:0 --rate-limit 1000000 --rate-burst 1000000
 		--auth-issuer "$issuer" --auth-hmac-secret "$work/secret" --auth-scope trace:read --auth-tool-scope check_before_pay=trace:guard)
 	[[ -n $2 ]] && args+=(--store "$2")
-	"$bin" "${args[@]}" >/dev/null 2>"$3" &
+	"${4:-$bin}" "${args[@]}" >/dev/null 2>"$3" &
 	pids+=($!)
 	addr=
 	for _ in $(seq 1 200); do
@@ -166,13 +194,36 @@ verify_chains() { # keyring store
 }
 
 status=0
-run_row() { # store-name replicas store-url
-	local name=$1 replicas=$2 store=$3 urls=() i
-	root=$work/root-$name-$replicas
+# cpu_ticks: "pid:ticks" for each process, its user+system CPU so far.
+cpu_ticks() {
+	local pid f
+	for pid in "$@"; do
+		[[ -r /proc/$pid/stat ]] || continue
+		read -ra f <"/proc/$pid/stat" || continue
+		echo "$pid:$((f[13] + f[14]))"
+	done
+}
+
+# cpu_used: the ticks the processes of after ("pid:ticks" lines) used
+# since before (a process not in before counts from zero).
+cpu_used() { # before after
+	awk -F: 'NR == FNR { t[$1] = $2; next } { sum += $2 - ($1 in t ? t[$1] : 0) } END { print sum + 0 }' <(echo "$1") <(echo "$2")
+}
+
+pg_backends() {
+	[[ -n $pg_admin ]] || return 0
+	psql "$pg_admin" -AtX -c "SELECT pid FROM pg_stat_activity WHERE datname = '$bench_db'"
+}
+
+run_row() { # store-name shape replicas store-url
+	local name=$1 shape=$2 replicas=$3 store=$4 urls=() i
+	root=$work/root-$name-$shape-$replicas
 	mkdir -p "$root"
 	cp -r "$work/events" "$root/events"
 	for i in $(seq 1 "$replicas"); do
-		start_server "$root" "$store" "$work/server-$name-$replicas-$i.log" || exit 1
+		local b=$bin
+		[[ -n ${MIXED_BIN:-} && $((i % 2)) == 0 ]] && b=$MIXED_BIN
+		start_server "$root" "$store" "$work/server-$name-$shape-$replicas-$i.log" "$b" || exit 1
 		urls+=("http://$addr/mcp")
 	done
 	local tokens=()
@@ -181,39 +232,57 @@ run_row() { # store-name replicas store-url
 			--scope "trace:read trace:guard" --sub "$(printf 'bench-agent-%02d' "$i")" >"$work/token-$i"
 		tokens+=("$work/token-$i")
 	done
-	local json
+	local json pg_pids=() cpu0 pgcpu0 cpu1 pgcpu1 ticks
+	ticks=$(getconf CLK_TCK)
+	[[ -n $store ]] && mapfile -t pg_pids < <(pg_backends)
+	cpu0=$(cpu_ticks "${pids[@]}")
+	pgcpu0=$(cpu_ticks "${pg_pids[@]}")
 	json=$("$work/loadtest" --url "$(IFS=,; echo "${urls[*]}")" --token-file "$(IFS=,; echo "${tokens[*]}")" \
-		--duration "$duration" --clients "$clients" --tool check_before_pay --args-file "$work/questions.ndjson" --json) || status=1
+		--duration "$duration" --clients "$clients" --tool check_before_pay --args-file "$work/questions-$shape.ndjson" --args-per-client 2 --json) || status=1
+	[[ -n $store ]] && mapfile -t pg_pids < <(pg_backends)
+	cpu1=$(cpu_ticks "${pids[@]}")
+	pgcpu1=$(cpu_ticks "${pg_pids[@]}")
 	stop_servers
 	local keyring=$root/guard/keyring.json chains
 	if [[ -n $store ]]; then
-		"$bin" store export --store "$store" --dir "$work/export-$replicas" >/dev/null
-		keyring=$work/export-$replicas/guard/keyring.json
+		"$bin" store export --store "$store" --dir "$work/export-$shape-$replicas" >/dev/null
+		keyring=$work/export-$shape-$replicas/guard/keyring.json
 	fi
 	chains=$(verify_chains "$keyring" "$store") || status=1
 	# Idempotency: each caller's identical question opens one review, however
 	# often it is asked and of whichever replica.
-	local reviews want=$((clients * ${#open[@]}))
+	local reviews want=$clients
 	local sargs=()
 	[[ -n $store ]] && sargs=(--store "$store")
 	reviews=$("$bin" review list --all --json "${sargs[@]}" --dir "$root" | jq '.reviews | length')
 	if ((reviews != want)); then
-		echo "storebench: $name with $replicas replica(s) opened $reviews reviews, want $want ($clients callers x ${#open[@]} review questions)" >&2
+		echo "storebench: $name $shape with $replicas replica(s) opened $reviews reviews, want $want ($clients callers x 1 review question)" >&2
 		status=1
 	fi
-	local rps p50 p99 errs answers
+	local rps p50 p99 errs answers requests srv pg
 	rps=$(jq -r '.rps | floor' <<<"$json")
+	requests=$(jq -r '.requests' <<<"$json")
+	srv=$(jq -nr --argjson u "$(cpu_used "$cpu0" "$cpu1")" --argjson t "$ticks" --argjson n "$requests" '$u / $t / ($n / 1000) | . * 100 | round / 100')
+	pg=-
+	if [[ -n $store ]]; then
+		pg=$(jq -nr --argjson u "$(cpu_used "$pgcpu0" "$pgcpu1")" --argjson t "$ticks" --argjson n "$requests" '$u / $t / ($n / 1000) | . * 100 | round / 100')
+	fi
 	p50=$(jq -r '.p50_ns / 1e6 | . * 100 | round / 100' <<<"$json")
 	p99=$(jq -r '.p99_ns / 1e6 | . * 100 | round / 100' <<<"$json")
 	errs=$(jq -r '.errors | to_entries | map("\(.key)=\(.value)") | join(",") | if . == "" then "0" else . end' <<<"$json")
 	answers=$(jq -r '.decisions | to_entries | map("\(.key)=\(.value)") | join(",")' <<<"$json")
 	[[ $errs == 0 ]] || status=1
-	printf '%-10s %8s %9s %8s %8s %-12s %-26s %7s  %s\n' "$name" "$replicas" "$rps" "$p50" "$p99" "$errs" "$answers" "$reviews" "$chains"
+	printf '%-6s %-10s %-9s %8s %7s %7s %7s %6s %5s %-8s %-24s %7s  %s\n' "$label" "$name" "$shape" "$replicas" "$rps" "$p50" "$p99" "$srv" "$pg" "$errs" "$answers" "$reviews" "$chains"
 }
 
-echo "check_before_pay, $clients callers, $duration a row, $(nproc) cores; questions: ${#clean[@]} allow, ${#open[@]} review"
-printf '%-10s %8s %9s %8s %8s %-12s %-26s %7s  %s\n' store replicas 'req/s' 'p50 ms' 'p99 ms' errors answers reviews chains
-run_row file 1 ""
+echo "check_before_pay, $clients callers, $duration a row, $(nproc) cores; each caller asks of one payee allowed and one sent to review"
+echo "cpu: CPU seconds per 1000 answers (srv: the servers; pg: PostgreSQL's backends of the benchmark's database)"
+printf '%-6s %-10s %-9s %8s %7s %7s %7s %6s %5s %-8s %-24s %7s  %s\n' build store shape replicas 'req/s' 'p50 ms' 'p99 ms' 'srv' 'pg' errors answers reviews chains
+if [[ -z ${SKIP_FILE:-} ]]; then
+	for shape in $shapes; do
+		run_row file "$shape" 1 ""
+	done
+fi
 if [[ -z $pg_admin ]]; then
 	echo "(PostgreSQL rows skipped: set HAIA_BENCH_POSTGRES to a postgres:// URL whose role may CREATE DATABASE)"
 else
@@ -223,9 +292,11 @@ else
 	[[ $pg_admin == *\?* ]] && query="?${pg_admin#*\?}"
 	bench_url="${base%/*}/$bench_db$query"
 	for n in $replica_counts; do
-		psql "$pg_admin" -qX -v ON_ERROR_STOP=1 -c "DROP DATABASE IF EXISTS $bench_db WITH (FORCE)" -c "CREATE DATABASE $bench_db" >/dev/null
-		"$bin" store migrate --store "$bench_url" >/dev/null 2>"$work/migrate.log" || { cat "$work/migrate.log" >&2; exit 1; }
-		run_row postgres "$n" "$bench_url"
+		for shape in $shapes; do
+			psql "$pg_admin" -qX -v ON_ERROR_STOP=1 -c "DROP DATABASE IF EXISTS $bench_db WITH (FORCE)" -c "CREATE DATABASE $bench_db" >/dev/null
+			"$bin" store migrate --store "$bench_url" >/dev/null 2>"$work/migrate.log" || { cat "$work/migrate.log" >&2; exit 1; }
+			run_row postgres "$shape" "$n" "$bench_url"
+		done
 	done
 	psql "$pg_admin" -qX -c "DROP DATABASE IF EXISTS $bench_db WITH (FORCE)" >/dev/null || true
 fi

@@ -105,7 +105,9 @@ func noteRotation(ctx context.Context, st reviewlog.Store, chains *reviewlog.Cha
 	current := chains.ChainID()
 	var others []string
 	for _, c := range list {
-		if c.ID == current {
+		if c.ID == current || strings.HasPrefix(c.ID, current+"-lane") {
+			// This key's chain, or one of its lanes (a database's
+			// sections of other scopes append side by side).
 			return
 		}
 		others = append(others, c.ID)

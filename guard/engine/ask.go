@@ -55,6 +55,9 @@ type AskRequest struct {
 	// DryRun: decide and run the hook, but append nothing (the hook must
 	// write nothing either).
 	DryRun bool
+	// Totals: the answer reads sums over every counterparty (see
+	// reviewlog.AskRequest.Totals).
+	Totals bool
 }
 
 // Ask is the review outcome policy, applied under the log's lock: it
@@ -68,7 +71,7 @@ type AskRequest struct {
 // review into an allow.
 func Ask(ctx context.Context, log *reviewlog.Log, req AskRequest, hook func(tx reviewlog.Tx, out reviewlog.AskOutcome) error) (reviewlog.AskOutcome, error) {
 	rec := reviewlog.AskRequest{Caller: req.Caller, Question: req.Question, ParamsHash: req.ParamsHash,
-		Tenant: req.Tenant, Resource: req.Resource, AmountAtomic: req.AmountAtomic, Reserve: req.Reserve, DryRun: req.DryRun}
+		Tenant: req.Tenant, Resource: req.Resource, AmountAtomic: req.AmountAtomic, Reserve: req.Reserve, DryRun: req.DryRun, Totals: req.Totals}
 	return log.Ask(ctx, rec, func(v *reviewlog.AskView) (reviewlog.AskPlan, error) { return settle(v, req) }, hook)
 }
 
@@ -140,6 +143,11 @@ func settle(v *reviewlog.AskView, req AskRequest) (reviewlog.AskPlan, error) {
 	}
 	pending := v.Pending()
 	if req.MaxPending > 0 && pending >= req.MaxPending && req.Moot != nil {
+		// Whether another pending review is moot depends on its own
+		// counterparty, which the question's scopes do not hold.
+		if err := v.Whole(); err != nil {
+			return reviewlog.AskPlan{}, err
+		}
 		// A review the question would no longer need does not count.
 		live, err := v.PendingReviews()
 		if err != nil {

@@ -286,6 +286,7 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 		ExactParams: call != nil,
 		Tenant:      e.cfg.Chains.Tenant, Resource: req.Resource, AmountAtomic: atomicText(req),
 		ReservationTTL: e.Policy().ReservationTTL, DryRun: opts.DryRun,
+		Totals: readsTotals(pol, e.judged.Load().rules != nil),
 		Judge: func(v reviewlog.ReservationView) (string, []guard.Reason, error) {
 			judged = e.withReservations(hist, v, now)
 			dec = e.decide(req, judged, pol, now, &draft)
@@ -364,6 +365,16 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 	}
 	e.cfg.Logger.Info("check_before_pay", "decision", ans.Decision, "outcome", out.Kind, "review_id", ans.ReviewID, "receipt_id", ans.ReceiptID, "caller", caller)
 	return ans, nil
+}
+
+// readsTotals says whether an answer under pol reads what every
+// counterparty was paid or reserved (so it waits for every other allow of
+// the tenant): a total limit or total velocity, or custom rules, which see
+// the figures over every counterparty (the total in the window, the
+// payments without a resource). The duplicate window reads only its
+// resource's payments, which the resource's scope guards.
+func readsTotals(pol *guard.Config, customRules bool) bool {
+	return customRules || pol.TotalLimit != nil || pol.Velocity.Total != nil
 }
 
 // parse reads a question under the caller's policy.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -159,6 +160,68 @@ func TestReservationsHoldUnderConcurrency(t *testing.T) {
 				got = g.askAll(t, 10, Question{Counterparty: sellerA, Amount: "1.00"})
 				if got[guard.Allow] != 5 || got[guard.Review] != 5 {
 					t.Fatalf("limits 5.00: %v, want 5 allow and 5 review", got)
+				}
+			})
+		}
+	}
+}
+
+// Many replicas at once, each caller on either of two counterparties:
+// where the policy judges each counterparty alone, their decisions run
+// side by side and each counterparty still lets exactly its limit
+// through; where it judges the total, the total holds across both.
+func TestLimitsExactAcrossManyReplicas(t *testing.T) {
+	tests := []struct {
+		name   string
+		policy string
+		// resource every question pays for ("" none)
+		resource string
+		// allows per counterparty (A, B) and in all
+		perCP, total int
+	}{
+		{"velocity per counterparty", `{"reviewAbove": "1000", "velocity": {"perCounterparty": {"count": 3, "windowMinutes": 60}}}`, "", 3, 6},
+		{"limit per counterparty", `{"reviewAbove": "1000", "perCounterpartyLimit": {"amount": "4.00"}}`, "", 4, 8},
+		{"total limit", `{"reviewAbove": "1000", "perCounterpartyLimit": {"amount": "5.00"}, "totalLimit": {"amount": "5.00"}}`, "", -1, 5},
+		{"total velocity", `{"reviewAbove": "1000", "velocity": {"total": {"count": 4, "windowMinutes": 60}}}`, "", -1, 4},
+		// One resource paid for at two counterparties: the first allow
+		// makes every other a duplicate, whoever is paid.
+		{"duplicate window", `{"reviewAbove": "1000", "duplicatePayment": {"windowMinutes": 60}}`, "https://api.example.com/report", -1, 1},
+	}
+	for _, kind := range stores(t) {
+		for _, tc := range tests {
+			t.Run(string(kind)+"/"+tc.name, func(t *testing.T) {
+				f := newFleet(t, kind, 6, tc.policy)
+				var wg sync.WaitGroup
+				var mu sync.Mutex
+				allows := map[string]int{}
+				for i := range 24 {
+					seller := sellerA
+					if i%2 == 1 {
+						seller = sellerB
+					}
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						a, err := f.engines[i%len(f.engines)].Check(context.Background(), fmt.Sprintf("agent-%02d", i), Question{Counterparty: seller, Amount: "1.00", Resource: tc.resource})
+						mu.Lock()
+						defer mu.Unlock()
+						if err != nil {
+							t.Errorf("Check: %v", err)
+							return
+						}
+						if a.Decision == guard.Allow {
+							allows[seller]++
+						} else if a.Decision != guard.Review {
+							t.Errorf("%s: %s, want allow or review", seller, a.Decision)
+						}
+					}()
+				}
+				wg.Wait()
+				if tc.perCP >= 0 && (allows[sellerA] != tc.perCP || allows[sellerB] != tc.perCP) {
+					t.Fatalf("allows %v, want %d to each counterparty", allows, tc.perCP)
+				}
+				if allows[sellerA]+allows[sellerB] != tc.total {
+					t.Fatalf("allows %v, want %d in all", allows, tc.total)
 				}
 			})
 		}

@@ -17,7 +17,7 @@ import (
 func TestFileStoreContract(t *testing.T) { storetest.Run(t, fileStores) }
 
 // BenchmarkFileStoreAsk: go test -bench FileStoreAsk ./reviewlog/filestore/
-func BenchmarkFileStoreAsk(b *testing.B) { storetest.Bench(b, fileStores, 1) }
+func BenchmarkFileStoreAsk(b *testing.B) { storetest.Bench(b, fileStores, 1, false, nil) }
 
 func fileStores(t testing.TB) (reviewlog.Store, func() reviewlog.Store, storetest.Tamperer) {
 	dir := t.TempDir()

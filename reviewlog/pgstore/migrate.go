@@ -69,7 +69,7 @@ func binaryVersion(p *goose.Provider) int64 {
 // Migrate brings the schema to the version this binary carries and says
 // where it started and ended. It refuses a schema ahead of the binary.
 func Migrate(ctx context.Context, dsn string, logger *slog.Logger) (Versions, Versions, error) {
-	pool, err := connect(ctx, dsn)
+	pool, err := connect(ctx, dsn, nil)
 	if err != nil {
 		return Versions{}, Versions{}, err
 	}

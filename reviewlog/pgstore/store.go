@@ -21,9 +21,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -56,6 +58,39 @@ type Store struct {
 	describe string
 	// schema is the schema version this binary carries.
 	schema int64
+	// heads keeps the last row of each chain segment this store read or
+	// committed, so that sealing the next receipt does not read it again
+	// while the segment is still as long (and of the same generation).
+	heads heads
+}
+
+// heads is the last rows of segments, by stream name.
+type heads struct {
+	mu sync.Mutex
+	m  map[string]head
+}
+
+// head is a segment's last row as of its size and generation.
+type head struct {
+	gen       string
+	size, off int64
+	line      []byte
+}
+
+func (h *heads) get(name, gen string, size int64) (head, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e, ok := h.m[name]
+	return e, ok && e.gen == gen && e.size == size
+}
+
+func (h *heads) put(name string, e head) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil {
+		h.m = map[string]head{}
+	}
+	h.m[name] = e
 }
 
 // IsURL says whether s names a PostgreSQL store.
@@ -78,7 +113,7 @@ func Redact(dsn string) string {
 	return u.String()
 }
 
-func connect(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
+func connect(ctx context.Context, dsn string, counter *Counter) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		// pgx's message may quote the URL: never echo a password.
@@ -94,6 +129,9 @@ func connect(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
 		cfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.Itoa(int(statementTimeout / time.Millisecond))
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = "haia-trace-mcp"
+	if counter != nil {
+		cfg.ConnConfig.Tracer = counter
+	}
 	cfg.HealthCheckPeriod = 5 * time.Second
 	if !strings.Contains(dsn, "pool_max_conns") {
 		// Connections LISTEN for good (the notifier, the console's live
@@ -109,8 +147,12 @@ func connect(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
 
 // Open connects to the database at dsn and checks that its schema is the
 // one this binary carries (ErrSchema, saying what to run, otherwise).
-func Open(ctx context.Context, dsn string) (*Store, error) {
-	pool, err := connect(ctx, dsn)
+func Open(ctx context.Context, dsn string) (*Store, error) { return OpenCounted(ctx, dsn, nil) }
+
+// OpenCounted is Open with every statement and round trip counted in c
+// (nil: none).
+func OpenCounted(ctx context.Context, dsn string, c *Counter) (*Store, error) {
+	pool, err := connect(ctx, dsn, c)
 	if err != nil {
 		return nil, err
 	}
@@ -192,12 +234,14 @@ func (s *Store) Locked(ctx context.Context, wait time.Duration, fn func(w review
 		}
 		return fmt.Errorf("PostgreSQL at %s: take the guard lock: %w", s.describe, scrub(err))
 	}
-	if err := fn(&writer{reader{s: s, q: tx}}); err != nil {
+	w := &writer{reader{s: s, q: tx}}
+	if err := fn(w); err != nil {
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("PostgreSQL at %s: commit: %w", s.describe, scrub(err))
 	}
+	w.committed()
 	return nil
 }
 
@@ -219,11 +263,96 @@ type querier interface {
 type reader struct {
 	s *Store
 	q querier
+	// snap, when set, is every stream's size and generation at one moment
+	// (a scoped section's), read by the first read that needs it; reads
+	// go no further than it. nil: each read asks the database.
+	snap *snapshot
+	// keyring is the keyring as first read in this transaction, with what
+	// it added since (the keyring only grows).
+	keyring noa.Keyring
+	// written is the last row this transaction appended to each segment;
+	// the store remembers them once it commits.
+	written map[string]head
+}
+
+// head is the last row of a segment as this transaction sees it.
+func (r *reader) head(name, gen string, size int64) (head, bool) {
+	if h, ok := r.written[name]; ok {
+		return h, h.gen == gen && h.size == size
+	}
+	return r.s.heads.get(name, gen, size)
+}
+
+// committed remembers what the transaction appended, now that it is in
+// the database.
+func (r *reader) committed() {
+	for name, h := range r.written {
+		r.s.heads.put(name, h)
+	}
+}
+
+// snapshot is the guard_streams of one moment.
+type snapshot struct {
+	taken   bool
+	streams map[string]streamInfo
+}
+
+type streamInfo struct {
+	size int64
+	gen  string
+}
+
+// take reads every stream's size in one statement: the streams of one
+// commit are all in it or none, so a reader of the log and the chains sees
+// each decision's line and receipts together or not at all.
+func (r *reader) take(ctx context.Context) error {
+	if r.snap == nil || r.snap.taken {
+		return nil
+	}
+	rows, err := r.q.Query(ctx, snapshotSQL)
+	if err != nil {
+		return fmt.Errorf("PostgreSQL at %s: streams: %w", r.s.describe, scrub(err))
+	}
+	return r.readSnapshot(rows)
+}
+
+const snapshotSQL = "SELECT name, size, generation FROM guard_streams"
+
+// readSnapshot keeps the rows of snapshotSQL as the snapshot.
+func (r *reader) readSnapshot(rows pgx.Rows) error {
+	defer rows.Close()
+	m := map[string]streamInfo{}
+	for rows.Next() {
+		var name string
+		var si streamInfo
+		if err := rows.Scan(&name, &si.size, &si.gen); err != nil {
+			return fmt.Errorf("PostgreSQL at %s: streams: %w", r.s.describe, err)
+		}
+		m[name] = si
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("PostgreSQL at %s: streams: %w", r.s.describe, scrub(err))
+	}
+	r.snap.streams, r.snap.taken = m, true
+	return nil
 }
 
 func (r *reader) Locate(name string) string { return r.s.describe + "#" + name }
 
 func (r *reader) stream(ctx context.Context, name, table string, mustExist bool) (reviewlog.Stream, error) {
+	if r.snap != nil {
+		if err := r.take(ctx); err != nil {
+			return nil, err
+		}
+		si, ok := r.snap.streams[name]
+		if !ok {
+			if mustExist {
+				return nil, fmt.Errorf("%s: %w", name, fs.ErrNotExist)
+			}
+			return &stream{ctx: ctx, q: r.q, name: name, table: table, r: r}, nil
+		}
+		return &stream{ctx: ctx, q: r.q, name: name, table: table, size: si.size, identity: si.gen, r: r}, nil
+	}
 	var size int64
 	var gen string
 	err := r.q.QueryRow(ctx, "SELECT size, generation FROM guard_streams WHERE name = $1", name).Scan(&size, &gen)
@@ -231,12 +360,12 @@ func (r *reader) stream(ctx context.Context, name, table string, mustExist bool)
 		if mustExist {
 			return nil, fmt.Errorf("%s: %w", name, fs.ErrNotExist)
 		}
-		return &stream{ctx: ctx, q: r.q, name: name, table: table}, nil
+		return &stream{ctx: ctx, q: r.q, name: name, table: table, r: r}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("PostgreSQL at %s: stream %s: %w", r.s.describe, name, scrub(err))
 	}
-	return &stream{ctx: ctx, q: r.q, name: name, table: table, size: size, identity: gen}, nil
+	return &stream{ctx: ctx, q: r.q, name: name, table: table, size: size, identity: gen, r: r}, nil
 }
 
 func (r *reader) Log(ctx context.Context) (reviewlog.Stream, error) {
@@ -248,6 +377,18 @@ func (r *reader) Segment(ctx context.Context, file string) (reviewlog.Stream, er
 }
 
 func (r *reader) Segments(ctx context.Context) ([]reviewlog.StreamInfo, error) {
+	if r.snap != nil {
+		if err := r.take(ctx); err != nil {
+			return nil, err
+		}
+		var out []reviewlog.StreamInfo
+		for name, si := range r.snap.streams {
+			if file, ok := strings.CutPrefix(name, receiptsPrefix); ok {
+				out = append(out, reviewlog.StreamInfo{Name: file, Identity: si.gen, Size: si.size, Version: strconv.FormatInt(si.size, 10)})
+			}
+		}
+		return out, nil
+	}
 	rows, err := r.q.Query(ctx, "SELECT name, size, generation FROM guard_streams WHERE starts_with(name, $1)", receiptsPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("PostgreSQL at %s: list chain segments: %w", r.s.describe, scrub(err))
@@ -266,6 +407,18 @@ func (r *reader) Segments(ctx context.Context) ([]reviewlog.StreamInfo, error) {
 }
 
 func (r *reader) Keyring(ctx context.Context) (noa.Keyring, error) {
+	if r.keyring != nil {
+		return maps.Clone(r.keyring), nil
+	}
+	kr, err := r.readKeyring(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.keyring = kr
+	return maps.Clone(kr), nil
+}
+
+func (r *reader) readKeyring(ctx context.Context) (noa.Keyring, error) {
 	rows, err := r.q.Query(ctx, "SELECT kid, spki FROM keyring")
 	if err != nil {
 		return nil, fmt.Errorf("PostgreSQL at %s: keyring: %w", r.s.describe, scrub(err))
@@ -326,6 +479,29 @@ func (r *reader) Archive(ctx context.Context, name string) (reviewlog.Stream, er
 
 type writer struct{ reader }
 
+// indexed is what the schema indexes of one line: its type and review id
+// (nil when it has none), and the review it opens ("" when none). A line
+// the log cannot read is kept, unindexed, for the fold to report.
+type indexed struct {
+	kind, id *string
+	opened   string
+}
+
+func indexLine(line []byte) indexed {
+	h, _ := reviewlog.ParseLineHead(line)
+	var out indexed
+	if h.Type != "" {
+		out.kind = &h.Type
+	}
+	if h.ReviewID != "" {
+		out.id = &h.ReviewID
+	}
+	if h.Opens() {
+		out.opened = h.ReviewID
+	}
+	return out
+}
+
 func splitLines(data []byte) ([][]byte, error) {
 	if len(data) == 0 || data[len(data)-1] != '\n' {
 		return nil, errors.New("an append must be whole lines")
@@ -339,20 +515,26 @@ func splitLines(data []byte) ([][]byte, error) {
 	return out, nil
 }
 
+// growSQL moves stream $1 from size $2 to $3 (= $2 + $4), creating it
+// when $2 is 0; no row changes when the stream is not $2 bytes long.
+const growSQL = `INSERT INTO guard_streams (name, size, generation)
+		SELECT $1, $3, value FROM guard_meta
+		WHERE key = 'generation' AND ($2 = 0 OR EXISTS (SELECT 1 FROM guard_streams WHERE name = $1))
+		ON CONFLICT (name) DO UPDATE SET size = guard_streams.size + $4 WHERE guard_streams.size = $2
+		RETURNING generation`
+
 // grow moves a stream's size from want to want+n, creating it; a size
 // other than want means the caller's view is not the stream's.
 func (w *writer) grow(ctx context.Context, name string, want, n int64) error {
 	// A new stream starts at 0; an existing one grows only from the size
 	// its writer read.
-	tag, err := w.q.Exec(ctx, `INSERT INTO guard_streams (name, size, generation)
-		SELECT $1, $3, value FROM guard_meta
-		WHERE key = 'generation' AND ($2 = 0 OR EXISTS (SELECT 1 FROM guard_streams WHERE name = $1))
-		ON CONFLICT (name) DO UPDATE SET size = guard_streams.size + $4 WHERE guard_streams.size = $2`, name, want, want+n, n)
+	var gen string
+	err := w.q.QueryRow(ctx, growSQL, name, want, want+n, n).Scan(&gen)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("stream %s is not %d bytes long as its writer read it; refusing to append", name, want)
+	}
 	if err != nil {
 		return fmt.Errorf("PostgreSQL at %s: stream %s: %w", w.s.describe, name, scrub(err))
-	}
-	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("stream %s is not %d bytes long as its writer read it; refusing to append", name, want)
 	}
 	return nil
 }
@@ -373,19 +555,10 @@ func (w *writer) insertLines(ctx context.Context, stream string, off int64, line
 	var opened []string
 	b := &pgx.Batch{}
 	for _, line := range lines {
-		// The schema indexes a line's head; a line the log cannot read
-		// is kept, unindexed, for the fold to report.
-		h, _ := reviewlog.ParseLineHead(line)
-		var kind, id *string
-		if h.Type != "" {
-			kind = &h.Type
-		}
-		if h.ReviewID != "" {
-			id = &h.ReviewID
-		}
-		b.Queue("INSERT INTO review_lines (stream, off, line, kind, review_id) VALUES ($1, $2, $3, $4, $5)", stream, off, line, kind, id)
-		if h.Opens() {
-			opened = append(opened, h.ReviewID)
+		li := indexLine(line)
+		b.Queue("INSERT INTO review_lines (stream, off, line, kind, review_id) VALUES ($1, $2, $3, $4, $5)", stream, off, line, li.kind, li.id)
+		if li.opened != "" {
+			opened = append(opened, li.opened)
 		}
 		off += int64(len(line))
 	}
@@ -397,7 +570,9 @@ func (w *writer) insertLines(ctx context.Context, stream string, off int64, line
 
 // send runs a batch of statements in one round trip.
 func (w *writer) send(ctx context.Context, b *pgx.Batch) error {
-	tx, ok := w.q.(pgx.Tx)
+	tx, ok := w.q.(interface {
+		SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+	})
 	if !ok {
 		return errors.New("a write outside a transaction")
 	}
@@ -448,15 +623,27 @@ func (w *writer) AppendSegment(ctx context.Context, file string, end int64, data
 		return fmt.Errorf("chain %s: %w", file, err)
 	}
 	// A row is a whole receipt or nothing: there is never a torn tail to
-	// cut, so end must be the stream's size (grow checks it).
-	if err := w.grow(ctx, name, end, int64(len(data))); err != nil {
-		return err
-	}
-	off := end
+	// cut, so end must be the stream's size (the first statement checks
+	// it), all in one round trip.
 	b := &pgx.Batch{}
+	n := int64(len(data))
+	var gen string
+	b.Queue(growSQL, name, end, end+n, n).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(&gen)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("%w: stream %s is not %d bytes long as its writer read it; refusing to append", errNotAsRead, name, end)
+		}
+		return err
+	})
+	off := end
 	for _, line := range lines {
 		rc, err := noa.ParseReceipt(bytes.TrimRight(line, "\r\n"))
 		if err != nil {
+			// A writer whose idea of the segment's length is wrong hears
+			// that first.
+			if gerr := w.grow(ctx, name, end, n); gerr != nil {
+				return gerr
+			}
 			return fmt.Errorf("chain %s: the receipt to append cannot be read: %w", file, err)
 		}
 		b.Queue("INSERT INTO receipts (stream, off, seq, action_id, verdict, line) VALUES ($1, $2, $3, $4, $5, $6)",
@@ -464,10 +651,24 @@ func (w *writer) AppendSegment(ctx context.Context, file string, end int64, data
 		off += int64(len(line))
 	}
 	if err := w.send(ctx, b); err != nil {
+		if errors.Is(err, errNotAsRead) {
+			return err
+		}
 		return fmt.Errorf("PostgreSQL at %s: append to chain %s: %w", w.s.describe, file, err)
 	}
+	if w.snap != nil && w.snap.taken {
+		w.snap.streams[name] = streamInfo{size: end + n, gen: gen}
+	}
+	if w.written == nil {
+		w.written = map[string]head{}
+	}
+	last := lines[len(lines)-1]
+	w.written[name] = head{gen: gen, size: end + n, off: end + n - int64(len(last)), line: bytes.Clone(last)}
 	return nil
 }
+
+// errNotAsRead: a stream is not as long as its writer read it.
+var errNotAsRead = errors.New("stream changed under its writer")
 
 func (w *writer) AddKey(ctx context.Context, kid, spki string) error {
 	tag, err := w.q.Exec(ctx, "INSERT INTO keyring (kid, spki) VALUES ($1, $2) ON CONFLICT (kid) DO NOTHING", kid, spki)
@@ -482,6 +683,9 @@ func (w *writer) AddKey(ctx context.Context, kid, spki string) error {
 		if cur != spki {
 			return fmt.Errorf("keyring: key id %s is recorded with another public key", kid)
 		}
+	}
+	if w.keyring != nil {
+		w.keyring[kid] = spki
 	}
 	return nil
 }
@@ -542,8 +746,10 @@ func (w *writer) ReplaceLog(ctx context.Context, name string, archived, kept []b
 // stream reads one stream's rows at byte offsets. It keeps the rows it
 // fetched last, since readers often read forward in small steps.
 type stream struct {
-	ctx         context.Context
-	q           querier
+	ctx context.Context
+	q   querier
+	// r is the reader that opened it (its transaction's heads).
+	r           *reader
 	name, table string
 	size        int64
 	identity    string
@@ -596,6 +802,9 @@ func (s *stream) LastLine() (int64, []byte, error) {
 	if s.size == 0 {
 		return 0, nil, nil
 	}
+	if h, ok := s.r.head(s.name, s.identity, s.size); ok {
+		return h.off, bytes.Clone(h.line), nil
+	}
 	var off int64
 	var line []byte
 	err := s.q.QueryRow(s.ctx, `SELECT off, line FROM `+s.table+` WHERE stream = $1 ORDER BY off DESC LIMIT 1`, s.name).Scan(&off, &line)
@@ -607,6 +816,9 @@ func (s *stream) LastLine() (int64, []byte, error) {
 	}
 	if off+int64(len(line)) != s.size {
 		return 0, nil, fmt.Errorf("stream %s: its last row ends at byte %d, but the stream is %d bytes long", s.name, off+int64(len(line)), s.size)
+	}
+	if s.table == "receipts" && s.identity != "" {
+		s.r.s.heads.put(s.name, head{gen: s.identity, size: s.size, off: off, line: bytes.Clone(line)})
 	}
 	return off, line, nil
 }

@@ -55,9 +55,30 @@ func pgStores(t testing.TB) (reviewlog.Store, func() reviewlog.Store, storetest.
 }
 
 // BenchmarkPostgresStoreAsk: HAIA_TEST_POSTGRES=… go test -bench PostgresStoreAsk ./reviewlog/pgstore/
+//
+// 16 callers (8 a CPU on 2 CPUs) each asking of a counterparty of its
+// own (distinct) or all of one (shared), over 1 and 3 handles (replicas).
+// Besides decisions/s it reports the statements and round trips one
+// decision sends to the database.
 func BenchmarkPostgresStoreAsk(b *testing.B) {
-	for _, handles := range []int{1, 2, 3} {
-		b.Run(fmt.Sprintf("replicas=%d", handles), func(b *testing.B) { storetest.Bench(b, pgStores, handles) })
+	for _, handles := range []int{1, 3} {
+		for _, shape := range []string{"distinct", "shared"} {
+			b.Run(fmt.Sprintf("replicas=%d/counterparties=%s", handles, shape), func(b *testing.B) {
+				var c pgstore.Counter
+				counted := func(t testing.TB) (reviewlog.Store, func() reviewlog.Store, storetest.Tamperer) {
+					dsn := freshStore(t, true)
+					openCounted := func() reviewlog.Store {
+						s, err := pgstore.OpenCounted(t.Context(), dsn, &c)
+						if err != nil {
+							t.Fatal(err)
+						}
+						return s
+					}
+					return openCounted(), openCounted, databaseWriter(dsn)
+				}
+				storetest.Bench(b, counted, handles, shape == "shared", func() (int64, int64) { return c.Statements.Load(), c.RoundTrips.Load() })
+			})
+		}
 	}
 }
 
@@ -291,4 +312,86 @@ func TestConcurrentMigrations(t *testing.T) {
 		}
 	}
 	open(t, dsn).Close()
+}
+
+// A section holds only its scopes' locks: while one holds a tenant's
+// counterparty, the same counterparty of another tenant, and another
+// counterparty of the same tenant, are taken at once; the same
+// counterparty waits (and times out); the whole store's lock waits for the
+// section too, and a scope waits for it.
+func TestScopedLocksIsolate(t *testing.T) {
+	dsn := freshStore(t, true)
+	a, b := open(t, dsn), open(t, dsn)
+	defer a.Close()
+	defer b.Close()
+	scope := func(tenant, cp string) []reviewlog.Scope {
+		return []reviewlog.Scope{{Kind: reviewlog.ScopeCounterparty, Tenant: tenant, Key: cp}, {Kind: reviewlog.ScopeTotals, Tenant: tenant, Shared: true}}
+	}
+	held, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- a.LockedScopes(t.Context(), time.Second, scope("acme", "0xabc"), func(w reviewlog.Writer) error {
+			close(held)
+			<-release
+			return nil
+		})
+	}()
+	<-held
+	const wait = 300 * time.Millisecond
+	tests := []struct {
+		name    string
+		scopes  []reviewlog.Scope
+		waits   bool
+		wholeTx bool
+	}{
+		{"the same counterparty of another tenant", scope("globex", "0xabc"), false, false},
+		{"another counterparty of the same tenant", scope("acme", "0xdef"), false, false},
+		{"the same counterparty in another case", scope("acme", "0xABC"), true, false},
+		{"the tenant's totals, read", []reviewlog.Scope{{Kind: reviewlog.ScopeTotals, Tenant: "acme"}}, true, false},
+		{"another tenant's totals, read", []reviewlog.Scope{{Kind: reviewlog.ScopeTotals, Tenant: "globex"}}, false, false},
+		{"the whole store", nil, true, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			begun := time.Now()
+			var err error
+			if tc.wholeTx {
+				err = b.Locked(t.Context(), wait, func(reviewlog.Writer) error { return nil })
+			} else {
+				err = b.LockedScopes(t.Context(), wait, tc.scopes, func(reviewlog.Writer) error { return nil })
+			}
+			took := time.Since(begun)
+			if tc.waits {
+				if !errors.Is(err, reviewlog.ErrLockTimeout) {
+					t.Fatalf("%v after %s, want ErrLockTimeout: the section's lock is shared", err, took)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("%v after %s, want the lock at once", err, took)
+			}
+		})
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// Held alone, the whole store's lock keeps every scope out.
+	held, release = make(chan struct{}), make(chan struct{})
+	go func() {
+		done <- a.Locked(t.Context(), time.Second, func(reviewlog.Writer) error {
+			close(held)
+			<-release
+			return nil
+		})
+	}()
+	<-held
+	err := b.LockedScopes(t.Context(), wait, scope("globex", "0x123"), func(reviewlog.Writer) error { return nil })
+	if !errors.Is(err, reviewlog.ErrLockTimeout) {
+		t.Fatalf("a scope while the whole store is held: %v, want ErrLockTimeout", err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }

@@ -102,8 +102,11 @@ func (f *fixture) log(ttl time.Duration) *reviewlog.Log {
 		Reviewers: func() (reviewlog.Reviewers, error) { return f.trusted, nil }})
 }
 
-func question(n int) guard.Question {
-	return guard.Question{Counterparty: "0xabc", Amount: fmt.Sprintf("0.%02d", n), Asset: "USDC", Template: "x402-buyer"}
+func question(n int) guard.Question { return questionTo("0xabc", n) }
+
+// questionTo is question n asked of counterparty cp.
+func questionTo(cp string, n int) guard.Question {
+	return guard.Question{Counterparty: cp, Amount: fmt.Sprintf("0.%02d", n), Asset: "USDC", Template: "x402-buyer"}
 }
 
 func paramsHash(n int) string { return fmt.Sprintf("hmac-sha256:%064x", n) }
@@ -118,8 +121,18 @@ func (f *fixture) ask(ctx context.Context, l *reviewlog.Log, caller string, n in
 
 // askWhy is ask with the reasons the guard gave.
 func (f *fixture) askWhy(ctx context.Context, l *reviewlog.Log, caller string, n int, decision string, reasons []guard.Reason) (reviewlog.AskOutcome, error) {
-	return engine.Ask(ctx, l, engine.AskRequest{Caller: caller, Question: question(n), ParamsHash: paramsHash(n), Decision: decision, Reasons: reasons,
-		ApprovalTTL: time.Hour, RejectionHold: time.Hour, MaxPending: 50, Tenant: tenant},
+	return f.askOf(ctx, l, caller, "0xabc", n, decision, reasons)
+}
+
+// askOf is askWhy asked of counterparty cp.
+func (f *fixture) askOf(ctx context.Context, l *reviewlog.Log, caller, cp string, n int, decision string, reasons []guard.Reason) (reviewlog.AskOutcome, error) {
+	return f.askCapped(ctx, l, caller, cp, n, decision, reasons, 50)
+}
+
+// askCapped is askOf with the caller's pending reviews capped at maxPending.
+func (f *fixture) askCapped(ctx context.Context, l *reviewlog.Log, caller, cp string, n int, decision string, reasons []guard.Reason, maxPending int) (reviewlog.AskOutcome, error) {
+	return engine.Ask(ctx, l, engine.AskRequest{Caller: caller, Question: questionTo(cp, n), ParamsHash: paramsHash(n), Decision: decision, Reasons: reasons,
+		ApprovalTTL: time.Hour, RejectionHold: time.Hour, MaxPending: maxPending, Tenant: tenant},
 		func(tx reviewlog.Tx, out reviewlog.AskOutcome) error {
 			if out.Kind == reviewlog.AskOpened {
 				d, err := reviewlog.TermsDraft(out.Review, tx.At)
@@ -228,6 +241,7 @@ func Run(t *testing.T, factory Factory) {
 	t.Run("ReadersBesideWritersSeeNoRewrite", func(t *testing.T) { testReadersBesideWriters(t, newFixture(t, factory)) })
 	t.Run("ForgedDecisionReadsUnverified", func(t *testing.T) { testForgedDecision(t, newFixture(t, factory)) })
 	t.Run("RejectionSurvivesAnEmptiedLog", func(t *testing.T) { testRejectionSurvives(t, newFixture(t, factory)) })
+	t.Run("ExactAcrossManyReplicas", func(t *testing.T) { testManyReplicas(t, newFixture(t, factory)) })
 	runAdversary(t, factory)
 }
 
@@ -587,8 +601,11 @@ func testReadersBesideWriters(t *testing.T, f *fixture) {
 // Bench measures answering check_before_pay through the store: 8
 // goroutines a CPU, each a caller of its own asking 8 questions in turn
 // (half allow, half review: a pending review reused after its first
-// answer), spread over handles handles on the store (replicas).
-func Bench(b *testing.B, factory Factory, handles int) {
+// answer), spread over handles handles on the store (replicas). With
+// shared, every caller asks of one counterparty; otherwise each caller
+// asks of its own. count, when set, says how many statements and round
+// trips the store has sent so far; the bench reports them per decision.
+func Bench(b *testing.B, factory Factory, handles int, shared bool, count func() (statements, trips int64)) {
 	f := newFixture(b, factory)
 	logs := make([]*reviewlog.Log, handles)
 	for i := range logs {
@@ -598,21 +615,162 @@ func Bench(b *testing.B, factory Factory, handles int) {
 	var next atomic.Int64
 	b.SetParallelism(8)
 	b.ReportAllocs()
+	var stmts0, trips0 int64
+	if count != nil {
+		stmts0, trips0 = count()
+	}
 	b.ResetTimer()
+	start := time.Now()
 	b.RunParallel(func(pb *testing.PB) {
 		i := int(next.Add(1))
 		l, caller := logs[i%handles], fmt.Sprintf("bench-%d", i)
+		cp := fmt.Sprintf("0x%040x", i)
+		if shared {
+			cp = "0xabc"
+		}
 		for k := 0; pb.Next(); k++ {
 			decision := guard.Allow
 			if k%2 == 1 {
 				decision = guard.Review
 			}
-			if _, err := f.ask(ctx, l, caller, k%8, decision); err != nil {
+			if _, err := f.askOf(ctx, l, caller, cp, k%8, decision, reasons); err != nil {
 				b.Error(err)
 				return
 			}
 		}
 	})
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "decisions/s")
 	b.StopTimer()
+	if count != nil {
+		stmts, trips := count()
+		b.ReportMetric(float64(stmts-stmts0)/float64(b.N), "stmts/decision")
+		b.ReportMetric(float64(trips-trips0)/float64(b.N), "trips/decision")
+	}
 	f.verifyAll(ctx)
+}
+
+// Every commitment holds when many replicas answer many callers at once,
+// each on its own counterparty (so that a store with finer locks runs
+// them side by side): a question asked of every replica at once opens one
+// review; an approval is used once; a rejection holds for every retry;
+// the pending cap lets exactly the cap through. Every chain verifies.
+func testManyReplicas(t *testing.T, f *fixture) {
+	ctx := t.Context()
+	const replicas, callers, rounds = 6, 4, 6
+	logs := make([]*reviewlog.Log, replicas)
+	for i := range logs {
+		logs[i] = f.log(0)
+	}
+	cp := func(c int) string { return fmt.Sprintf("0x%040x", c+1) }
+	who := func(c int) string { return fmt.Sprintf("agent-%d", c) }
+	// For each caller: question 20 approved, question 21 rejected.
+	approved := make([]string, callers)
+	for c := range callers {
+		for n, status := range map[int]string{20: reviewlog.Approved, 21: reviewlog.Rejected} {
+			out, err := f.askOf(ctx, logs[c%replicas], who(c), cp(c), n, guard.Review, reasons)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.decide(ctx, logs[(c+1)%replicas], out.Review.ID, status); err != nil {
+				t.Fatal(err)
+			}
+			if status == reviewlog.Approved {
+				approved[c] = out.Review.ID
+			}
+		}
+	}
+	type result struct {
+		caller, n int
+		out       reviewlog.AskOutcome
+		err       error
+	}
+	var mu sync.Mutex
+	var results []result
+	var wg sync.WaitGroup
+	for c := range callers {
+		for r := range rounds {
+			for _, n := range []int{20, 21, 22} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					out, err := f.askOf(ctx, logs[(c+r+n)%replicas], who(c), cp(c), n, guard.Review, reasons)
+					mu.Lock()
+					results = append(results, result{c, n, out, err})
+					mu.Unlock()
+				}()
+			}
+			// The cap: a caller of its own asks distinct questions with at
+			// most 3 pending.
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out, err := f.askCapped(ctx, logs[(c+r)%replicas], "capped-"+who(c), cp(c), 30+r, guard.Review, reasons, 3)
+				mu.Lock()
+				results = append(results, result{c, 30, out, err})
+				mu.Unlock()
+			}()
+		}
+	}
+	wg.Wait()
+	type tally struct{ used, rejected, opened, reused, full int }
+	per := make([]tally, callers)
+	pending := map[int]map[string]bool{}
+	for _, r := range results {
+		if r.err != nil {
+			t.Fatalf("caller %d question %d: %v", r.caller, r.n, r.err)
+		}
+		tl := &per[r.caller]
+		switch {
+		case r.n == 20 && r.out.Kind == reviewlog.AskApproved:
+			if r.out.Review.ID != approved[r.caller] {
+				t.Fatalf("caller %d used review %s, not its approval %s", r.caller, r.out.Review.ID, approved[r.caller])
+			}
+			tl.used++
+		case r.n == 21:
+			if r.out.Kind != reviewlog.AskRejected {
+				t.Fatalf("caller %d: the rejected question answered %s, want the rejection to hold", r.caller, r.out.Kind)
+			}
+			tl.rejected++
+		case r.n == 30 && r.out.Kind == reviewlog.AskQueueFull:
+			tl.full++
+		case r.out.Kind == reviewlog.AskOpened:
+			tl.opened++
+			if r.n == 22 {
+				if pending[r.caller] == nil {
+					pending[r.caller] = map[string]bool{}
+				}
+				pending[r.caller][r.out.Review.ID] = true
+			}
+		case r.out.Kind == reviewlog.AskReused:
+			tl.reused++
+		default:
+			t.Fatalf("caller %d question %d: %s", r.caller, r.n, r.out.Kind)
+		}
+	}
+	for c, tl := range per {
+		// Question 20: one use of the approval, then a review opened
+		// once and reused; question 22: opened once and reused; the
+		// capped caller: 3 opened, the rest refused.
+		if tl.used != 1 {
+			t.Errorf("caller %d used its approval %d times, want once", c, tl.used)
+		}
+		if tl.rejected != rounds {
+			t.Errorf("caller %d: the rejection held %d times, want %d", c, tl.rejected, rounds)
+		}
+		if tl.opened != 2+3 || tl.reused != 2*rounds-1-2 || tl.full != rounds-3 {
+			t.Errorf("caller %d: %d opened, %d reused, %d refused by the cap; want 5 (questions 20 and 22, and 3 under the cap), %d and %d", c, tl.opened, tl.reused, tl.full, 2*rounds-1-2, rounds-3)
+		}
+		if len(pending[c]) > 1 {
+			t.Errorf("caller %d: question 22 opened %d reviews, want 1", c, len(pending[c]))
+		}
+	}
+	n := f.verifyAll(ctx)
+	var chains []reviewlog.ChainInfo
+	if err := logs[0].Store().View(ctx, func(r reviewlog.Reader) (err error) {
+		chains, err = reviewlog.ListChains(ctx, r)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d receipts in %d chains", n, len(chains))
 }

@@ -48,6 +48,7 @@ type config struct {
 	tool      string
 	args      string
 	argsFile  string
+	perClient int
 	jsonOut   bool
 	row       bool
 }
@@ -66,6 +67,7 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.tool, "tool", "list_operations", "the tool to call")
 	fs.StringVar(&c.args, "args", "", "tool arguments as JSON (default: a fitting example for list_operations and check_before_pay)")
 	fs.StringVar(&c.argsFile, "args-file", "", "file of tool arguments, one JSON object a line, taken in turn (instead of --args)")
+	fs.IntVar(&c.perClient, "args-per-client", 0, "give client i only the lines i*N to i*N+N-1 (modulo their number) of --args-file, walked in turn (0: every client walks every line)")
 	fs.BoolVar(&c.jsonOut, "json", false, "print the report as one JSON object")
 	fs.BoolVar(&c.row, "row", false, "print one table row: req/s p50 p99 errors")
 	if err := fs.Parse(argv); err != nil {
@@ -73,6 +75,10 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	}
 	if c.clients < 1 || c.clients > 4096 || c.duration <= 0 || c.duration > time.Hour {
 		fmt.Fprintln(stderr, "loadtest: --clients must be 1..4096 and --duration 0..1h")
+		return 2
+	}
+	if c.perClient < 0 || c.perClient > 0 && c.argsFile == "" {
+		fmt.Fprintln(stderr, "loadtest: --args-per-client must be positive and needs --args-file")
 		return 2
 	}
 	if c.args != "" && c.argsFile != "" {
@@ -98,7 +104,7 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 		}
 		tokens = append(tokens, strings.TrimSpace(string(b)))
 	}
-	rep, err := load(ctx, c, plan{urls: urls, tokens: tokens, args: argsList})
+	rep, err := load(ctx, c, plan{urls: urls, tokens: tokens, args: argsList, perClient: c.perClient})
 	if err != nil {
 		fmt.Fprintf(stderr, "loadtest: %v\n", err)
 		return 1
@@ -144,11 +150,21 @@ type report struct {
 }
 
 // plan is who each client is: client i posts to urls[i%len(urls)] with
-// tokens[i%len(tokens)] (none when empty) and walks args from line i.
+// tokens[i%len(tokens)] (none when empty) and walks args from line i, or,
+// with perClient N, walks only lines i*N to i*N+N-1 (modulo len(args)).
 type plan struct {
-	urls   []string
-	tokens []string
-	args   []string
+	urls      []string
+	tokens    []string
+	args      []string
+	perClient int
+}
+
+// argsOf is the arguments client i sends in its call n (from 1).
+func (p plan) argsOf(i, n int) string {
+	if p.perClient > 0 {
+		return p.args[(i*p.perClient+(n-1)%p.perClient)%len(p.args)]
+	}
+	return p.args[(i+n-1)%len(p.args)]
 }
 
 // splitList is the non-empty, trimmed items of a comma-separated list.
@@ -291,7 +307,7 @@ func load(ctx context.Context, c config, p plan) (report, error) {
 			defer wg.Done()
 			r := result{errors: map[string]int{}, decisions: map[string]int{}}
 			for n := 1; ctx.Err() == nil; n++ {
-				args := p.args[(i+n-1)%len(p.args)]
+				args := p.argsOf(i, n)
 				body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":%q,"arguments":%s}}`, n, c.tool, args)
 				t0 := time.Now()
 				st, b, err := cl.post(ctx, []byte(body))

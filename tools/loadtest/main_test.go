@@ -84,3 +84,28 @@ func TestDecisionOf(t *testing.T) {
 		}
 	}
 }
+
+func TestArgsOf(t *testing.T) {
+	args := []string{"c0", "o0", "c1", "o1", "c2", "o2"}
+	tests := []struct {
+		name      string
+		perClient int
+		client    int
+		want      []string // calls 1, 2, 3, 4
+	}{
+		{"every line from its own", 0, 1, []string{"o0", "c1", "o1", "c2"}},
+		{"its own pair", 2, 1, []string{"c1", "o1", "c1", "o1"}},
+		{"pairs wrap around", 2, 4, []string{"c1", "o1", "c1", "o1"}},
+		{"one line each", 1, 5, []string{"o2", "o2", "o2", "o2"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := plan{args: args, perClient: tc.perClient}
+			for n, want := range tc.want {
+				if got := p.argsOf(tc.client, n+1); got != want {
+					t.Errorf("client %d call %d: %s, want %s", tc.client, n+1, got, want)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,195 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+)
+
+const (
+	// chainLanes is how many chains of one signing key the fleet's scoped
+	// sections append to at once, each held by one section until it
+	// commits (lane 0 is the key's own chain).
+	chainLanes = 16
+	// laneClass is the first key of the lanes' two-key advisory locks.
+	laneClass = 0x48434c4e // "HCLN"
+)
+
+// LockedScopes runs fn in one READ COMMITTED transaction holding the
+// guard's lock shared (so that Locked, which takes it alone, still
+// excludes every section, and a replica of a binary that only knows
+// Locked still waits for this one), the advisory lock of each scope in
+// key order (shared or alone as the scope says), and one chain lane. All
+// are taken, and every stream's size read, in one round trip. fn reads
+// the streams as that one statement saw them: later than the last commit
+// of every scope it holds, and the same moment for the log and every
+// chain.
+func (s *Store) LockedScopes(ctx context.Context, wait time.Duration, scopes []reviewlog.Scope, fn func(w reviewlog.Writer) error) error {
+	if reviewlog.IsBulk(ctx) {
+		return errors.New("a bulk copy locks the whole store")
+	}
+	var cancel context.CancelFunc
+	ctx, cancel = context.WithTimeout(ctx, wait+3*statementTimeout)
+	defer cancel()
+	order := reviewlog.LockOrder(scopes)
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("PostgreSQL at %s: connect: %w", s.describe, scrub(err))
+	}
+	defer conn.Release()
+	w := &scopedWriter{writer: writer{reader{s: s, q: conn, snap: &snapshot{}}}, scopes: order}
+	open := false
+	defer func() {
+		if open {
+			// A connection still in a transaction after this (its
+			// rollback failed) is closed on release, never reused.
+			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+	}()
+	// One round trip: begin, bound the wait, take the guard's lock shared
+	// and each scope's lock in order, try the lanes, then read every
+	// stream's size — a statement of its own, after every lock is held.
+	lane := -1
+	b := &pgx.Batch{}
+	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
+	// Integers formatted here, never input.
+	b.Queue(fmt.Sprintf("SET LOCAL lock_timeout = %d", max(wait.Milliseconds(), 1)))
+	b.Queue(lockStatement(order))
+	b.Queue("SELECT l FROM generate_series(0, $1::int - 1) AS l WHERE pg_try_advisory_xact_lock($2::int, l) LIMIT 1", chainLanes, laneClass).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(&lane)
+		if errors.Is(err, pgx.ErrNoRows) {
+			lane = -1 // every lane is busy
+			return nil
+		}
+		return err
+	})
+	b.Queue(snapshotSQL).Query(func(rows pgx.Rows) error { return w.readSnapshot(rows) })
+	open = true
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return s.lockError(err, wait)
+	}
+	if lane < 0 {
+		// Wait for one lane: after the scopes, so no two sections wait for
+		// each other in a cycle; and read the sizes again once it is held.
+		lane = rand.IntN(chainLanes)
+		if _, err := conn.Exec(ctx, "SELECT pg_advisory_xact_lock($1::int, $2::int)", laneClass, lane); err != nil {
+			return s.lockError(err, wait)
+		}
+		w.snap.taken = false
+		if err := w.take(ctx); err != nil {
+			return err
+		}
+	}
+	w.lane = lane
+	if err := fn(w); err != nil {
+		return err
+	}
+	tag, err := conn.Exec(ctx, "COMMIT")
+	if err != nil {
+		return fmt.Errorf("PostgreSQL at %s: commit: %w", s.describe, scrub(err))
+	}
+	if tag.String() != "COMMIT" {
+		// A transaction a statement failed in ends rolled back.
+		return fmt.Errorf("PostgreSQL at %s: commit: the transaction was rolled back (%s)", s.describe, tag.String())
+	}
+	open = false
+	w.committed()
+	return nil
+}
+
+// lockStatement takes the guard's lock shared, then each scope's lock in
+// order.
+func lockStatement(order []reviewlog.Scope) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "SELECT pg_advisory_xact_lock_shared(%d)", int64(lockKey))
+	for _, sc := range order {
+		fn := "pg_advisory_xact_lock"
+		if sc.Shared {
+			fn = "pg_advisory_xact_lock_shared"
+		}
+		fmt.Fprintf(&b, ", %s(%d)", fn, sc.LockKey())
+	}
+	return b.String()
+}
+
+func (s *Store) lockError(err error, wait time.Duration) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "55P03" {
+		return fmt.Errorf("%s: %w within %s (another decision of the same scope holds it)", s.describe, reviewlog.ErrLockTimeout, wait)
+	}
+	return fmt.Errorf("PostgreSQL at %s: take the scopes' locks: %w", s.describe, scrub(err))
+}
+
+// scopedWriter is the Writer of a scoped section.
+type scopedWriter struct {
+	writer
+	scopes []reviewlog.Scope
+	lane   int
+}
+
+func (w *scopedWriter) Scopes() []reviewlog.Scope { return w.scopes }
+func (w *scopedWriter) ChainLane() int            { return w.lane }
+
+// AppendLog appends the lines at the end of the review log as it is now,
+// in one statement with the outbox and the notifications: sections of
+// other scopes append to the same log, and the log's row keeps them in
+// line (its update waits for the one before to commit).
+func (w *scopedWriter) AppendLog(ctx context.Context, data []byte) error {
+	lines, err := splitLines(data)
+	if err != nil {
+		return fmt.Errorf("append to %s: %w", logStream, err)
+	}
+	rel := make([]int64, len(lines))
+	kinds := make([]*string, len(lines))
+	ids := make([]*string, len(lines))
+	var off int64
+	var opened []string
+	for i, line := range lines {
+		rel[i] = off
+		off += int64(len(line))
+		li := indexLine(line)
+		kinds[i], ids[i] = li.kind, li.id
+		if li.opened != "" {
+			opened = append(opened, li.opened)
+		}
+	}
+	b := &pgx.Batch{}
+	var base int64
+	b.Queue(`WITH g AS (
+			INSERT INTO guard_streams (name, size, generation) SELECT $1, $2, value FROM guard_meta WHERE key = 'generation'
+			ON CONFLICT (name) DO UPDATE SET size = guard_streams.size + $2
+			RETURNING size - $2 AS base),
+		i AS (INSERT INTO review_lines (stream, off, line, kind, review_id)
+			SELECT $1, g.base + x.rel, x.line, x.kind, x.rid FROM g, unnest($3::bigint[], $4::bytea[], $5::text[], $6::text[]) AS x (rel, line, kind, rid))
+		SELECT base FROM g`, logStream, off, rel, lines, kinds, ids).QueryRow(func(row pgx.Row) error { return row.Scan(&base) })
+	for _, id := range opened {
+		// Delivered at commit, to every replica listening.
+		b.Queue("INSERT INTO notify_outbox (review_id) VALUES ($1) ON CONFLICT DO NOTHING", id)
+		b.Queue("SELECT pg_notify($1, $2)", Channel, id)
+	}
+	b.Queue("SELECT pg_notify($1, '')", ChannelLog)
+	if err := w.send(ctx, b); err != nil {
+		return fmt.Errorf("PostgreSQL at %s: append to %s: %w", w.s.describe, logStream, err)
+	}
+	if w.snap.taken {
+		// Every row before base is committed: its writer held the log's
+		// row until it did.
+		si := w.snap.streams[logStream]
+		si.size = base + off
+		w.snap.streams[logStream] = si
+	}
+	return nil
+}
+
+// The scoped writer appends at the log's end; the rest must not rewrite it.
+func (w *scopedWriter) ReplaceLog(context.Context, string, []byte, []byte) error {
+	return errors.New("the review log is rewritten holding the whole store's lock, not a scope's")
+}
