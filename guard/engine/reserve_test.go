@@ -426,46 +426,53 @@ func TestAuthorizationHoldsAsOpen(t *testing.T) {
 
 // A pending review that would now be answered without review is moot: it
 // is shown so, and does not count towards the caller's pending cap.
+//
+// On PostgreSQL the judgement of another review's counterparty is made
+// under the whole store's lock (the question's scopes do not hold it).
 func TestMootReviewsDoNotCountTowardsTheCap(t *testing.T) {
-	f := newFleet(t, fileKind, 1, `{"reviewAbove": "1000", "perCounterpartyLimit": {"amount": "5.00"}, "maxPendingReviewsPerCaller": 1,
-		"velocity": {"perCounterparty": {"count": 1, "windowMinutes": 30}}}`)
-	e := f.engines[0]
-	if a := check(t, e, "bot", Question{Counterparty: sellerA, Amount: "1.00"}); a.Decision != guard.Allow {
-		t.Fatalf("first: %+v", a)
-	}
-	first := check(t, e, "bot", Question{Counterparty: sellerA, Amount: "1.01"})
-	if first.Decision != guard.Review {
-		t.Fatalf("second: %+v", first)
-	}
-	if full := check(t, e, "bot", Question{Counterparty: sellerA, Amount: "1.02"}); full.Decision != guard.Block || reasonOf(full, RuleQueueFull) == "" {
-		t.Fatalf("the cap of 1: %+v", full)
-	}
-	// Moot over a listing judges each review as ReviewStatus does.
-	listed := func(want bool) {
-		t.Helper()
-		reviews, err := e.cfg.Log.List(context.Background(), true)
-		if err != nil || len(reviews) != 1 {
-			t.Fatalf("list: %+v %v", reviews, err)
-		}
-		moot, problems, err := e.Moot(context.Background(), reviews)
-		if err != nil || len(problems) != 0 || moot[first.ReviewID] != want || len(moot) > 1 {
-			t.Fatalf("Moot over the listing: %v %v %v, want %s moot: %v", moot, problems, err, first.ReviewID, want)
-		}
-	}
-	st, err := e.ReviewStatus(context.Background(), first.ReviewID)
-	if err != nil || st.Moot || len(st.Reservations) != 1 || st.ReservedTotal != 1 {
-		t.Fatalf("status while the reservation holds: %+v %v", st, err)
-	}
-	listed(false)
-	f.advance(31 * time.Minute) // the velocity window passes: the review is moot
-	st, err = e.ReviewStatus(context.Background(), first.ReviewID)
-	if err != nil || !st.Moot || st.Status != reviewlog.Pending {
-		t.Fatalf("status once moot: %+v %v", st, err)
-	}
-	listed(true)
-	next := check(t, e, "bot", Question{Counterparty: sellerB, Amount: "6.00"})
-	if next.Decision != guard.Review || next.ReviewID == "" {
-		t.Fatalf("a moot review still counted towards the cap: %+v", next)
+	for _, kind := range stores(t) {
+		t.Run(string(kind), func(t *testing.T) {
+			f := newFleet(t, kind, 1, `{"reviewAbove": "1000", "perCounterpartyLimit": {"amount": "5.00"}, "maxPendingReviewsPerCaller": 1,
+			"velocity": {"perCounterparty": {"count": 1, "windowMinutes": 30}}}`)
+			e := f.engines[0]
+			if a := check(t, e, "bot", Question{Counterparty: sellerA, Amount: "1.00"}); a.Decision != guard.Allow {
+				t.Fatalf("first: %+v", a)
+			}
+			first := check(t, e, "bot", Question{Counterparty: sellerA, Amount: "1.01"})
+			if first.Decision != guard.Review {
+				t.Fatalf("second: %+v", first)
+			}
+			if full := check(t, e, "bot", Question{Counterparty: sellerA, Amount: "1.02"}); full.Decision != guard.Block || reasonOf(full, RuleQueueFull) == "" {
+				t.Fatalf("the cap of 1: %+v", full)
+			}
+			// Moot over a listing judges each review as ReviewStatus does.
+			listed := func(want bool) {
+				t.Helper()
+				reviews, err := e.cfg.Log.List(context.Background(), true)
+				if err != nil || len(reviews) != 1 {
+					t.Fatalf("list: %+v %v", reviews, err)
+				}
+				moot, problems, err := e.Moot(context.Background(), reviews)
+				if err != nil || len(problems) != 0 || moot[first.ReviewID] != want || len(moot) > 1 {
+					t.Fatalf("Moot over the listing: %v %v %v, want %s moot: %v", moot, problems, err, first.ReviewID, want)
+				}
+			}
+			st, err := e.ReviewStatus(context.Background(), first.ReviewID)
+			if err != nil || st.Moot || len(st.Reservations) != 1 || st.ReservedTotal != 1 {
+				t.Fatalf("status while the reservation holds: %+v %v", st, err)
+			}
+			listed(false)
+			f.advance(31 * time.Minute) // the velocity window passes: the review is moot
+			st, err = e.ReviewStatus(context.Background(), first.ReviewID)
+			if err != nil || !st.Moot || st.Status != reviewlog.Pending {
+				t.Fatalf("status once moot: %+v %v", st, err)
+			}
+			listed(true)
+			next := check(t, e, "bot", Question{Counterparty: sellerB, Amount: "6.00"})
+			if next.Decision != guard.Review || next.ReviewID == "" {
+				t.Fatalf("a moot review still counted towards the cap: %+v", next)
+			}
+		})
 	}
 }
 
