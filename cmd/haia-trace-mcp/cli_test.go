@@ -442,3 +442,56 @@ func TestCLIErrorsEscapeTerminalControls(t *testing.T) {
 		}
 	}
 }
+
+// A flag name means one thing: every command that takes it shows the same
+// help text, declared once in flags.go. The few names that mean another
+// thing on some command are listed here with those commands; a new
+// difference fails until it is shared or listed.
+func TestSharedFlagsHaveOneHelpText(t *testing.T) {
+	// name → the commands whose flag of that name is their own.
+	own := map[string][]string{
+		"dir":                     {"store import", "store export"},
+		"store":                   {"verify"},
+		"keyring":                 {"verify"},
+		"templates-dir":           {"build"},
+		"key-file":                {"reviewer init", "signer"},
+		"payer-key":               {"signer"},
+		"payer-key-password-file": {"signer"},
+		"tenant":                  {"review list", "review show", "review approve", "review reject", "review archive"},
+		"console-url":             {"review list", "review show", "reviewer passkey add"},
+		"id":                      {"reviewer init", "reviewer passkey add", "reviewer passkey remove"},
+		"all":                     {"chain export"},
+	}
+	help := map[string]map[string]string{} // name → usage → first command
+	for _, c := range tableCommands(t) {
+		name := strings.Join(c.path, " ")
+		fs := flag.NewFlagSet("probe", flag.ContinueOnError)
+		c.spec.define(fs)
+		fs.VisitAll(func(f *flag.Flag) {
+			if slices.Contains(own[f.Name], name) {
+				return
+			}
+			if help[f.Name] == nil {
+				help[f.Name] = map[string]string{}
+			}
+			if _, ok := help[f.Name][f.Usage]; !ok {
+				help[f.Name][f.Usage] = name
+			}
+		})
+	}
+	for name, texts := range help {
+		if len(texts) > 1 {
+			var where []string
+			for usage, cmd := range texts {
+				where = append(where, fmt.Sprintf("%q (%s)", usage, cmd))
+			}
+			slices.Sort(where)
+			t.Errorf("--%s has %d help texts: %s", name, len(texts), strings.Join(where, "; "))
+		}
+	}
+	for _, name := range []string{"dir", "store", "reviewers", "guard-config", "json"} {
+		if len(help[name]) != 1 {
+			t.Errorf("--%s: %d help texts", name, len(help[name]))
+		}
+	}
+}

@@ -10,7 +10,8 @@ import (
 // own: store import/export's --dir (required: the root to copy from or
 // to), verify's --store and --keyring (the NOA verifier's, with no Trace
 // root behind them), reviewer init's --key-file (the reviewer's key, not
-// the server's) and build's --templates-dir (no Trace root either).
+// the server's), build's --templates-dir (no Trace root either), and the
+// few TestSharedFlagsHaveOneHelpText lists.
 
 // dirFlag is --dir, the Trace root a command reads or serves.
 func dirFlag(fs *flag.FlagSet) *string {
@@ -80,6 +81,15 @@ func jsonFlag(fs *flag.FlagSet) *bool {
 // verify the signed receipts against instead of the store's.
 func keyringFlag(fs *flag.FlagSet) *string {
 	return fs.String("keyring", "", "verify the signed receipts against the keys of this keyring `FILE` ({kid: base64 SPKI}) only (default: the keyring the store holds, guard/keyring.json for files)")
+}
+
+// keyFileFlagHelp is the server's --key-file, which init creates.
+const keyFileFlagHelp = "the Ed25519 signing key `FILE` for decision receipts (PKCS#8 PEM, mode 0600; created when absent)\n(default: $HAIA_CONFIG_DIR/signing-key.pem, else $XDG_CONFIG_HOME/haia-trace-mcp/signing-key.pem; never the Trace root)"
+
+// reviewerKeyFlag is --reviewer-key, the key a reviewer signs decisions
+// with.
+func reviewerKeyFlag(fs *flag.FlagSet) *string {
+	return fs.String("reviewer-key", "", "the reviewer's signing key `FILE` (default: reviewer-key.pem in the user configuration directory)")
 }
 
 // lockWaitFlag is --lock-wait, how long a writer waits for the review

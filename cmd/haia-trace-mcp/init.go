@@ -48,9 +48,9 @@ const exampleConfig = `{
 // defineInit is `init [DIR]`: a Trace root from nothing.
 func defineInit(fs *flag.FlagSet) runFunc {
 	config := fs.String("config", "", "the example policy `FILE` (default: haia-guard.config.json beside DIR)")
-	keyFile := fs.String("key-file", "", "the server's signing key `FILE` (default: signing-key.pem in the configuration directory)")
+	keyFile := fs.String("key-file", "", keyFileFlagHelp)
 	reviewerID := fs.String("reviewer-id", "", "the first reviewer's id (default: the OS user name)")
-	reviewerKey := fs.String("reviewer-key", "", "that reviewer's key `FILE` (default: reviewer-key.pem in the configuration directory)")
+	reviewerKey := reviewerKeyFlag(fs)
 	reviewers := reviewersFlag(fs)
 	return func(_ context.Context, env *cmdEnv, pos []string) error {
 		return runInit(env.stdout, env.stderr, pos, config, keyFile, reviewerID, reviewerKey, reviewers)

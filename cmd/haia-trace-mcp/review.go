@@ -86,7 +86,7 @@ func defineReview(verb string) func(fs *flag.FlagSet) runFunc {
 		case "approve", "reject":
 			o.note = fs.String("note", "", "why (kept in the log)")
 			o.by = fs.String("by", "", "who decides (default, and it must be: the reviewer id of --reviewer-key)")
-			o.reviewerKey = fs.String("reviewer-key", "", "the reviewer's signing key `FILE` (default: reviewer-key.pem in the user configuration directory)")
+			o.reviewerKey = reviewerKeyFlag(fs)
 			o.expectTerms = fs.String("terms", "", "the terms `HASH` review show printed: decide only if the signed terms are still those")
 		}
 		return func(ctx context.Context, env *cmdEnv, pos []string) error {

@@ -37,7 +37,7 @@ const (
 // defineReviewWatch polls the review log and prints what changed.
 func defineReviewWatch(fs *flag.FlagSet) runFunc {
 	dir := dirFlag(fs)
-	asJSON := fs.Bool("json", false, "print one JSON object per line")
+	asJSON := jsonFlag(fs)
 	interval := fs.Duration("interval", time.Second, "how often to read the review log")
 	reviewers := reviewersFlag(fs)
 	guardConfig := guardConfigFlag(fs)

@@ -29,7 +29,7 @@ type signingFlags struct {
 }
 
 func (s *signingFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&s.keyFile, "key-file", "", "Ed25519 signing key for decision receipts (PKCS#8 PEM, mode 0600; created when absent)\n(default: $HAIA_CONFIG_DIR/signing-key.pem, else $XDG_CONFIG_HOME/haia-trace-mcp/signing-key.pem; never the Trace root)")
+	fs.StringVar(&s.keyFile, "key-file", "", keyFileFlagHelp)
 	fs.StringVar(&s.signer, "signer", "", "sign through a signer process at unix:PATH instead of holding the key (see the signer command)")
 	fs.StringVar(&s.paramsKeyFile, "params-key-file", "", "secret for the keyed paramsHash of receipts (PEM key file, 0600; created when absent)\n(default: derived from --key-file; with --signer: $HAIA_CONFIG_DIR/params-key.pem, else $XDG_CONFIG_HOME/haia-trace-mcp/params-key.pem)")
 	fs.StringVar(&s.tenant, "tenant", "haia-trace-mcp", "scope.tenant written into decision receipts")
