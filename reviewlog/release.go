@@ -79,12 +79,7 @@ func (l *Log) Release(ctx context.Context, receiptID string, hook func(tx Tx, he
 			if e.receiptID != receiptID || (!e.until.IsZero() && !at.Before(e.until)) {
 				continue
 			}
-			rec, err := st.recordAt(e.off)
-			if err != nil {
-				return nil, err
-			}
-			r := *rec.Reservation
-			r.At = rec.At
+			r := e.res
 			held = &r
 			break
 		}

@@ -156,11 +156,15 @@ func (a *allowIndex) get(id string) (allowedReceipt, bool) {
 	return a.list[i], true
 }
 
-// resEntry is what the fold keeps of one reservation record.
+// resEntry is what the fold keeps of one reservation record: the record
+// itself, as it was folded, so that a question reads the reservations that
+// hold without reading and decoding each line again (a reservation lapses
+// within a day, and only holds stay, so this is bounded by what holds).
 type resEntry struct {
 	off       int64
 	receiptID string
 	until     time.Time // zero: a hold
+	res       Reservation
 }
 
 // reservationView reads the reservations that may hold at now (ttl is the
@@ -175,12 +179,8 @@ func (l *Log) reservationView(st *state, at time.Time, ttl time.Duration) (Reser
 			continue // lapsed: forgotten
 		}
 		kept = append(kept, e)
-		rec, err := st.recordAt(e.off)
-		if err != nil {
-			return ReservationView{}, err
-		}
-		r := *rec.Reservation
-		r.At = rec.At
+		r := e.res
+		r.Releases = nil
 		for _, off := range st.releases[r.ReceiptID] {
 			rel, err := st.recordAt(off)
 			if err != nil {
@@ -293,7 +293,8 @@ func checkReservation(r record) error {
 
 // applyReservation folds a reserved record in.
 func (st *state) applyReservation(rec record, off int64) {
-	e := resEntry{off: off, receiptID: rec.Reservation.ReceiptID}
+	e := resEntry{off: off, receiptID: rec.Reservation.ReceiptID, res: *rec.Reservation}
+	e.res.At, e.res.Releases = rec.At, nil
 	if rec.Reservation.Until != "" {
 		e.until, _ = parseTime(rec.Reservation.Until)
 	}

@@ -77,6 +77,8 @@ type Engine struct {
 	// judged is the policy and custom rules in force; SetPolicy swaps them
 	// whole (cfg.Policy and cfg.Rules are only the first ones).
 	judged atomic.Pointer[judged]
+	// seals are the reservation records whose seal verified.
+	seals sealCache
 }
 
 // judged is a policy with its custom rules, swapped together.

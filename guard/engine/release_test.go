@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 )
 
 // releasePolicy lets 2.00 go to one counterparty; a call of 1.50 reserves
@@ -210,4 +211,39 @@ func replaceMAC(l string) string {
 		c = '1'
 	}
 	return l[:i] + string(c) + l[i+1:]
+}
+
+// The seal cache answers only for the very record that verified: any
+// field changed, or another seal, is checked afresh and refused.
+func TestSealCacheChecksEveryField(t *testing.T) {
+	key := []byte("0123456789abcdef0123456789abcdef")
+	r := reviewlog.Reservation{ReceiptID: "rcpt_1", Caller: "bot", PayTo: "0xabc", Atomic: "1500000", Asset: "usdc", Until: "2026-07-24T10:15:00.000Z", At: "2026-07-24T10:00:00.000Z"}
+	r.MAC = reservationMAC(key, &r, r.At)
+	var c sealCache
+	for range 2 { // a miss, then a hit
+		if !c.check(key, &r) {
+			t.Fatal("a sealed record did not verify")
+		}
+	}
+	for name, edit := range map[string]func(*reviewlog.Reservation){
+		"amount":   func(x *reviewlog.Reservation) { x.Atomic = "1" },
+		"payee":    func(x *reviewlog.Reservation) { x.PayTo = "0xdef" },
+		"caller":   func(x *reviewlog.Reservation) { x.Caller = "other" },
+		"until":    func(x *reviewlog.Reservation) { x.Until = "2026-07-24T10:01:00.000Z" },
+		"at":       func(x *reviewlog.Reservation) { x.At = "2026-07-24T09:00:00.000Z" },
+		"open":     func(x *reviewlog.Reservation) { x.Open = true },
+		"seal":     func(x *reviewlog.Reservation) { x.MAC = strings.Repeat("0", 64) },
+		"receipt":  func(x *reviewlog.Reservation) { x.ReceiptID = "rcpt_2" },
+		"resource": func(x *reviewlog.Reservation) { x.Resource = "https://x.example/" },
+	} {
+		x := r
+		edit(&x)
+		if c.check(key, &x) {
+			t.Errorf("%s changed: the cache verified it", name)
+		}
+	}
+	c.trim(0)
+	if len(c.ok) > 256 {
+		t.Fatalf("the cache kept %d records", len(c.ok))
+	}
 }

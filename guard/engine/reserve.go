@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math/big"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
@@ -47,10 +48,21 @@ func (i *ReservationInfo) reason(pol *guard.Config) guard.Reason {
 func reservationMAC(key []byte, r *reviewlog.Reservation, at string) string {
 	m := hmac.New(sha256.New, key)
 	m.Write([]byte("haia-trace-mcp/reservation/v1"))
-	for _, f := range []string{r.ReceiptID, r.Caller, r.PayTo, r.Host, r.Resource, r.Atomic, r.Asset, r.Until, strconv.FormatBool(r.Open), r.ReviewID, at} {
-		fmt.Fprintf(m, "\x00%d:%s", len(f), f)
-	}
+	m.Write([]byte(sealedText(r, at)))
 	return hex.EncodeToString(m.Sum(nil))
+}
+
+// sealedText is what reservationMAC seals after its label: every field,
+// each as NUL, its length, a colon and its bytes.
+func sealedText(r *reviewlog.Reservation, at string) string {
+	var b []byte
+	for _, f := range []string{r.ReceiptID, r.Caller, r.PayTo, r.Host, r.Resource, r.Atomic, r.Asset, r.Until, strconv.FormatBool(r.Open), r.ReviewID, at} {
+		b = append(b, 0)
+		b = strconv.AppendInt(b, int64(len(f)), 10)
+		b = append(b, ':')
+		b = append(b, f...)
+	}
+	return string(b)
 }
 
 // releaseMAC seals a released record with the server's key, bound to the
@@ -152,13 +164,13 @@ func info(g guard.Reservation, r reviewlog.Reservation, at string, decimals int)
 
 // verified turns the log's reservation records into reservations, checking
 // each record's seal; a record that does not verify is a problem, never a
-// reservation to drop silently.
-func (e *Engine) verified(v reviewlog.ReservationView) ([]guard.Reservation, []*ReservationInfo, []string) {
+// reservation to drop silently. infos are built only when asked for.
+func (e *Engine) verified(v reviewlog.ReservationView, wantInfos bool) ([]guard.Reservation, []*ReservationInfo, []string) {
 	problems := append([]string(nil), v.Problems...)
 	var rs []guard.Reservation
 	var infos []*ReservationInfo
 	for _, r := range v.Held {
-		if !hmac.Equal([]byte(reservationMAC(e.cfg.ParamsKey, &r, r.At)), []byte(r.MAC)) {
+		if !e.seals.check(e.cfg.ParamsKey, &r) {
 			problems = append(problems, fmt.Sprintf("the reservation record of receipt %s is not sealed by this server's key (altered or forged)", r.ReceiptID))
 			continue
 		}
@@ -173,18 +185,62 @@ func (e *Engine) verified(v reviewlog.ReservationView) ([]guard.Reservation, []*
 			continue
 		}
 		rs = append(rs, g)
+		if !wantInfos {
+			continue
+		}
 		decimals := -1
 		if a, ok := e.Policy().Assets.Lookup(r.Asset); ok {
 			decimals = a.Decimals
 		}
 		infos = append(infos, info(g, r, r.At, decimals))
 	}
+	e.seals.trim(len(v.Held))
 	return rs, infos, problems
+}
+
+// sealCache remembers the reservation records whose seal verified, by
+// their every sealed field: a question reads every reservation that holds,
+// and computing each one's HMAC again on every question would make its cost
+// grow with them. A record whose fields differ in any byte is another key
+// and is checked afresh.
+type sealCache struct {
+	mu sync.Mutex
+	ok map[string]bool
+}
+
+func (c *sealCache) check(key []byte, r *reviewlog.Reservation) bool {
+	k := sealedText(r, r.At) + "\x00" + r.MAC
+	c.mu.Lock()
+	hit := c.ok[k]
+	c.mu.Unlock()
+	if hit {
+		return true
+	}
+	if !hmac.Equal([]byte(reservationMAC(key, r, r.At)), []byte(r.MAC)) {
+		return false
+	}
+	c.mu.Lock()
+	if c.ok == nil {
+		c.ok = map[string]bool{}
+	}
+	c.ok[k] = true
+	c.mu.Unlock()
+	return true
+}
+
+// trim forgets every record when the cache holds far more than holds now
+// (lapsed reservations); the next question checks the live ones again.
+func (c *sealCache) trim(live int) {
+	c.mu.Lock()
+	if len(c.ok) > 2*live+256 {
+		c.ok = nil
+	}
+	c.mu.Unlock()
 }
 
 // withReservations is history with what earlier allows still reserve.
 func (e *Engine) withReservations(h guard.History, v reviewlog.ReservationView, now time.Time) guard.History {
-	rs, _, problems := e.verified(v)
+	rs, _, problems := e.verified(v, false)
 	h.Reserved, h.ReservationProblems = nil, problems
 	h.Reserve(rs, now)
 	return h
@@ -216,7 +272,7 @@ func (e *Engine) Reservations(ctx context.Context) ([]*ReservationInfo, []string
 	if err != nil {
 		return nil, nil, err
 	}
-	rs, infos, problems := e.verified(v)
+	rs, infos, problems := e.verified(v, true)
 	// Only those the Trace does not show yet still count.
 	hist.Reserved = nil
 	hist.Reserve(rs, e.cfg.Now())
@@ -245,7 +301,7 @@ func (e *Engine) History(ctx context.Context) (guard.History, error) {
 	if err != nil {
 		return guard.History{}, err
 	}
-	rs, _, _ := e.verified(v)
+	rs, _, _ := e.verified(v, false)
 	hist.Reserved = nil
 	hist.Reserve(rs, e.cfg.Now())
 	return hist, nil

@@ -65,7 +65,7 @@ func (e *Engine) bearing(ctx context.Context, st *ReviewStatus) error {
 	for _, o := range judged.Reserved {
 		open[o.OperationID] = true
 	}
-	_, infos, problems := e.verified(v)
+	_, infos, problems := e.verified(v, true)
 	st.ReservationProblems = problems
 	for _, i := range infos {
 		if !open[i.ReceiptID] {
