@@ -67,6 +67,15 @@ type Proxy struct {
 
 	progress sync.Map // upstream progress token → progressRoute
 	tokens   atomic.Int64
+
+	// inflight are the forwarded calls waiting for the upstream (call
+	// number → the caller's context), to find the host an upstream's
+	// request is for.
+	inflight sync.Map
+	// extrasOnce declares, once, what the upstream offers besides tools;
+	// caps is what it declared.
+	extrasOnce sync.Once
+	caps       mcp.ServerCapabilities
 }
 
 type progressRoute struct {
@@ -109,13 +118,22 @@ func (p *Proxy) Reconnected() {
 	if err := p.Sync(ctx); err != nil {
 		p.cfg.Logger.Error("the restarted upstream's tools do not match the guard map; every upstream call is refused until they do", "err", err)
 	}
+	if err := p.syncExtras(ctx, p.caps); err != nil {
+		p.cfg.Logger.Error("the restarted upstream's resources or prompts could not be read", "err", err)
+	}
 }
 
 // Attach reads the upstream's tools, checks the guard map against them
 // and serves them. An error here stops the proxy's start.
 func (p *Proxy) Attach(ctx context.Context, up *Upstream) error {
 	p.up = up
-	return p.Sync(ctx)
+	if err := p.Sync(ctx); err != nil {
+		return err
+	}
+	if err := p.attachExtras(ctx); err != nil {
+		return fmt.Errorf("the upstream's resources or prompts: %w", err)
+	}
+	return nil
 }
 
 // Sync reads the upstream's tools again, checks the map and the names, and
@@ -351,6 +369,9 @@ func (p *Proxy) call(ctx context.Context, req mcp.CallToolRequest, name string, 
 	}
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
 	defer cancel()
+	id := p.tokens.Add(1)
+	p.inflight.Store(id, ctx)
+	defer p.inflight.Delete(id)
 	res, err := p.up.CallTool(cctx, name, args, meta)
 	switch {
 	case err == nil && res.IsError:
@@ -437,6 +458,13 @@ func (p *Proxy) onNotification(n mcp.JSONRPCNotification) {
 		if err := srv.SendNotificationToClient(route.ctx, n.Method, params); err != nil {
 			p.cfg.Logger.Debug("progress not passed on", "err", err)
 		}
+	case string(mcp.MethodNotificationResourcesListChanged):
+		// The server tells its clients once the list is served again.
+		p.resync("resources", func(ctx context.Context) error {
+			return errors.Join(p.syncResources(ctx), p.syncTemplates(ctx))
+		})
+	case string(mcp.MethodNotificationPromptsListChanged):
+		p.resync("prompts", p.syncPrompts)
 	case string(mcp.MethodNotificationToolsListChanged):
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -22,6 +22,16 @@ type StdioOut struct {
 	mu      sync.Mutex
 	w       io.Writer
 	session mcpserver.ClientSession
+	// ready: the client said notifications/initialized (the session is
+	// initialized when it asks initialize, before it has the answer).
+	ready bool
+}
+
+// initialized is the handler of the client's notifications/initialized.
+func (o *StdioOut) initialized(context.Context, mcp.JSONRPCNotification) {
+	o.mu.Lock()
+	o.ready = true
+	o.mu.Unlock()
 }
 
 // NewStdioOut writes to w.
@@ -46,13 +56,20 @@ func (o *StdioOut) Session(ctx context.Context) context.Context {
 	return ctx
 }
 
+// client is the one client session, once it initialized (nil before).
+func (o *StdioOut) client() mcpserver.ClientSession {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.session == nil || !o.ready || !o.session.Initialized() {
+		return nil
+	}
+	return o.session
+}
+
 // notify writes a notification now. It reports false when the client has
 // not initialized yet (nothing is written).
 func (o *StdioOut) notify(method string, params map[string]any) (bool, error) {
-	o.mu.Lock()
-	s := o.session
-	o.mu.Unlock()
-	if s == nil || !s.Initialized() {
+	if o.client() == nil {
 		return false, nil
 	}
 	n := mcp.JSONRPCNotification{JSONRPC: mcp.JSONRPC_VERSION, Notification: mcp.Notification{Method: method, Params: mcp.NotificationParams{AdditionalFields: params}}}

@@ -46,6 +46,17 @@ type UpstreamConfig struct {
 	// OnDisconnect is called when a stdio upstream exits, before any
 	// restart: nothing is forwarded until its tools are checked again.
 	OnDisconnect func(error)
+	// Asks, when set, answers the upstream's requests to the client
+	// (sampling, elicitation, roots) by asking the host; the upstream
+	// client then declares those capabilities.
+	Asks Asker
+}
+
+// Asker answers the requests an upstream sends its client.
+type Asker interface {
+	CreateMessage(ctx context.Context, req mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error)
+	Elicit(ctx context.Context, req mcp.ElicitationRequest) (*mcp.ElicitationResult, error)
+	ListRoots(ctx context.Context, req mcp.ListRootsRequest) (*mcp.ListRootsResult, error)
 }
 
 // ErrUpstreamDown means the upstream is not connected now.
@@ -66,7 +77,9 @@ type Upstream struct {
 }
 
 type conn struct {
-	c    *client.Client
+	c *client.Client
+	// caps are what the upstream declared when it initialized.
+	caps mcp.ServerCapabilities
 	cmd  *exec.Cmd
 	dead chan struct{}
 	// pid is the upstream process, for the operator's log.
@@ -151,23 +164,32 @@ func (u *Upstream) connect(ctx context.Context) (*conn, error) {
 	// (progress, tools/list_changed, log messages) and cancellation pass
 	// through on the session, as every upstream speaks it today.
 	//lint:ignore SA1019 the session protocol is what passes notifications through; revisit when upstreams speak 2026-07-28
-	c.c = client.NewClient(tr, client.WithLegacyProtocolOnly())
+	opts := []client.ClientOption{client.WithLegacyProtocolOnly()}
+	if u.cfg.Asks != nil {
+		opts = append(opts, client.WithSamplingHandler(u.cfg.Asks), client.WithElicitationHandler(u.cfg.Asks), client.WithRootsHandler(u.cfg.Asks))
+	}
+	c.c = client.NewClient(tr, opts...)
 	if u.cfg.OnNotification != nil {
 		c.c.OnNotification(u.cfg.OnNotification)
 	}
 	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := c.c.Start(ictx); err != nil {
+	// The transport keeps the context it is started with for the requests
+	// the upstream sends (sampling, elicitation, roots): the connection's
+	// own, not the handshake's.
+	if err := c.c.Start(u.ctx); err != nil {
 		u.kill(c)
 		return nil, fmt.Errorf("upstream: start: %w", err)
 	}
 	init := mcp.InitializeRequest{}
 	init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
 	init.Params.ClientInfo = mcp.Implementation{Name: "haia-trace-mcp-proxy", Version: u.cfg.Version}
-	if _, err := c.c.Initialize(ictx, init); err != nil {
+	ir, err := c.c.Initialize(ictx, init)
+	if err != nil {
 		u.kill(c)
 		return nil, fmt.Errorf("upstream: the MCP handshake failed: %w", err)
 	}
+	c.caps = ir.Capabilities
 	u.cfg.Logger.Info("upstream connected", "upstream", u.describe(), "pid", c.pid)
 	return c, nil
 }
@@ -264,6 +286,12 @@ func (u *Upstream) conn() (*conn, error) {
 // ListTools reads every page of the upstream's tools/list and returns each
 // tool as the upstream wrote it.
 func (u *Upstream) ListTools(ctx context.Context) ([]json.RawMessage, error) {
+	return u.ListAll(ctx, string(mcp.MethodToolsList), "tools")
+}
+
+// ListAll reads every page of a list method (tools/list, resources/list,
+// …) and returns each item of the result's key as the upstream wrote it.
+func (u *Upstream) ListAll(ctx context.Context, method, key string) ([]json.RawMessage, error) {
 	c, err := u.conn()
 	if err != nil {
 		return nil, err
@@ -273,7 +301,7 @@ func (u *Upstream) ListTools(ctx context.Context) ([]json.RawMessage, error) {
 	cursor := ""
 	for page := 0; ; page++ {
 		if page > 1000 {
-			return nil, errors.New("upstream tools/list: more than 1000 pages")
+			return nil, fmt.Errorf("upstream %s: more than 1000 pages", method)
 		}
 		params := map[string]any{}
 		if cursor != "" {
@@ -281,31 +309,94 @@ func (u *Upstream) ListTools(ctx context.Context) ([]json.RawMessage, error) {
 		}
 		res, err := c.c.GetTransport().SendRequest(ctx, transport.JSONRPCRequest{
 			JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId("haia-proxy-" + strconv.FormatInt(u.ids.Add(1), 10)),
-			Method: string(mcp.MethodToolsList), Params: params,
+			Method: method, Params: params,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("upstream tools/list: %w", err)
+			return nil, fmt.Errorf("upstream %s: %w", method, err)
 		}
 		if res.Error != nil {
-			return nil, fmt.Errorf("upstream tools/list: %w", res.Error.AsError())
+			return nil, fmt.Errorf("upstream %s: %w", method, res.Error.AsError())
 		}
 		var page struct {
-			Tools      []json.RawMessage `json:"tools"`
-			NextCursor string            `json:"nextCursor"`
+			NextCursor string `json:"nextCursor"`
 		}
+		var items map[string]json.RawMessage
 		if err := json.Unmarshal(res.Result, &page); err != nil {
-			return nil, fmt.Errorf("upstream tools/list: %w", err)
+			return nil, fmt.Errorf("upstream %s: %w", method, err)
 		}
-		out = append(out, page.Tools...)
+		if err := json.Unmarshal(res.Result, &items); err != nil {
+			return nil, fmt.Errorf("upstream %s: %w", method, err)
+		}
+		var list []json.RawMessage
+		if raw, ok := items[key]; ok && string(raw) != "null" {
+			if err := json.Unmarshal(raw, &list); err != nil {
+				return nil, fmt.Errorf("upstream %s: %s: %w", method, key, err)
+			}
+		}
+		out = append(out, list...)
 		if page.NextCursor == "" {
 			return out, nil
 		}
 		if seen[page.NextCursor] {
-			return nil, errors.New("upstream tools/list: a cursor repeats")
+			return nil, fmt.Errorf("upstream %s: a cursor repeats", method)
 		}
 		seen[page.NextCursor] = true
 		cursor = page.NextCursor
 	}
+}
+
+// Capabilities are what the upstream connected now declared.
+func (u *Upstream) Capabilities() (mcp.ServerCapabilities, error) {
+	c, err := u.conn()
+	if err != nil {
+		return mcp.ServerCapabilities{}, err
+	}
+	return c.caps, nil
+}
+
+// Request sends one request to the upstream and returns its result as the
+// upstream wrote it; a JSON-RPC error answer is an *UpstreamError.
+func (u *Upstream) Request(ctx context.Context, method string, params any) (json.RawMessage, error) {
+	c, err := u.conn()
+	if err != nil {
+		return nil, err
+	}
+	res, err := c.c.GetTransport().SendRequest(ctx, transport.JSONRPCRequest{
+		JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId("haia-proxy-" + strconv.FormatInt(u.ids.Add(1), 10)),
+		Method: method, Params: params,
+	})
+	if err != nil {
+		select {
+		case <-c.dead:
+			return nil, fmt.Errorf("%w: it exited during the request: %w", ErrUpstreamDown, err)
+		default:
+		}
+		return nil, fmt.Errorf("upstream %s: %w", method, err)
+	}
+	if res.Error != nil {
+		return nil, &UpstreamError{Method: method, Code: res.Error.Code, Message: res.Error.Message, Data: res.Error.Data}
+	}
+	return res.Result, nil
+}
+
+// UpstreamError is the upstream's JSON-RPC error answer to a request.
+type UpstreamError struct {
+	Method  string
+	Code    int
+	Message string
+	Data    any
+}
+
+func (e *UpstreamError) Error() string { return e.Message }
+
+// Notify sends the upstream a notification.
+func (u *Upstream) Notify(ctx context.Context, method string, params map[string]any) error {
+	c, err := u.conn()
+	if err != nil {
+		return err
+	}
+	return c.c.GetTransport().SendNotification(ctx, mcp.JSONRPCNotification{JSONRPC: mcp.JSONRPC_VERSION,
+		Notification: mcp.Notification{Method: method, Params: mcp.NotificationParams{AdditionalFields: params}}})
 }
 
 // CallTool forwards one call. args are sent byte for byte.

@@ -752,16 +752,19 @@ func TestProxyEverythingPassesThrough(t *testing.T) {
 		defer cancel()
 		cs, err := client.Connect(cctx, &mcp.CommandTransport{Command: cmd}, nil)
 		if err != nil {
-			t.Fatalf("connect %v: %v", cmd.Args, err)
+			t.Fatalf("connect %v: %v (stderr: %v)", cmd.Args, err, cmd.Stderr)
 		}
 		t.Cleanup(func() { cs.Close() })
 		return cs
 	}
-	direct := connect(exec.Command(node, entry, "stdio"), nil)
+	// Both clients declare sampling, elicitation and roots, as the proxy's
+	// upstream client does, so server-everything offers both the same.
+	var host everythingHost
+	direct := connect(exec.Command(node, entry, "stdio"), host.options())
 	e := newProxyEnv(t, `{"tools": {}, "unmapped": "forward"}`, "")
 	cmd := exec.Command(binPath, append(e.args(), "--", node, entry, "stdio")...)
 	cmd.Stderr = e.stderr
-	proxied := connect(cmd, nil)
+	proxied := connect(cmd, host.options())
 
 	// The same tools with the same schemas, plus this product's read tools.
 	want, err := direct.ListTools(ctx, nil)
@@ -776,15 +779,7 @@ func TestProxyEverythingPassesThrough(t *testing.T) {
 	for _, tool := range got.Tools {
 		gotBy[tool.Name] = tool
 	}
-	// server-everything offers the tools that ask the client for roots,
-	// sampling or elicitation only to a client that declares them; the
-	// proxy's upstream client declares none (see docs/proxy.md).
-	var wantTools []*mcp.Tool
-	for _, w := range want.Tools {
-		if w.Name != "get-roots-list" && !strings.HasPrefix(w.Name, "trigger-sampling") && !strings.HasPrefix(w.Name, "trigger-elicitation") {
-			wantTools = append(wantTools, w)
-		}
-	}
+	wantTools := want.Tools
 	if len(got.Tools) != len(wantTools)+4 {
 		t.Errorf("%d tools through the proxy, want %d upstream + 4", len(got.Tools), len(wantTools))
 	}
@@ -830,7 +825,7 @@ func TestProxyEverythingPassesThrough(t *testing.T) {
 	wcmd := exec.Command(binPath, append(e.args(), "--", node, entry, "stdio")...)
 	wcmd.Stderr = e.stderr
 	w := startWire(t, wcmd)
-	w.initialize(t, nil)
+	w.initialize(t, map[string]any{"roots": map[string]any{"listChanged": true}})
 	for i := range 3 {
 		token := "everything-" + strconv.Itoa(i)
 		before, res := w.request(t, "tools/call", map[string]any{"name": "trigger-long-running-operation",
@@ -852,6 +847,8 @@ func TestProxyEverythingPassesThrough(t *testing.T) {
 	if err := proxied.Ping(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
+	everythingExtras(t, direct, proxied, &host)
+	everythingWire(t, w)
 }
 
 // Ten paying calls of 1.00 at once under a per-counterparty limit of 5.00:

@@ -23,6 +23,8 @@ type wireClient struct {
 	// elicitation, roots) with a result; nil answers nothing.
 	answer func(method string, params map[string]any) any
 	ids    int
+	// stderr is the process's, for failures.
+	stderr io.Writer
 }
 
 func startWire(t *testing.T, cmd *exec.Cmd) *wireClient {
@@ -38,7 +40,7 @@ func startWire(t *testing.T, cmd *exec.Cmd) *wireClient {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	w := &wireClient{in: in, msgs: make(chan map[string]any, 1024)}
+	w := &wireClient{in: in, msgs: make(chan map[string]any, 1024), stderr: cmd.Stderr}
 	go func() {
 		defer close(w.msgs)
 		sc := bufio.NewScanner(out)
@@ -113,7 +115,7 @@ func (w *wireClient) requestRaw(t *testing.T, method string, params any) ([]map[
 		select {
 		case m, ok := <-w.msgs:
 			if !ok {
-				t.Fatalf("%s: the process closed its output", method)
+				t.Fatalf("%s: the process closed its output; its stderr:\n%v", method, w.stderr)
 			}
 			if m["id"] == id && m["method"] == nil {
 				return before, m
@@ -132,6 +134,35 @@ func (w *wireClient) requestRaw(t *testing.T, method string, params any) ([]map[
 			before = append(before, m)
 		case <-timeout:
 			t.Fatalf("%s: no response in a minute", method)
+		}
+	}
+}
+
+// waitFor reads what the process writes (answering its requests) until a
+// notification of method comes, and returns it.
+func (w *wireClient) waitFor(t *testing.T, method string, within time.Duration) map[string]any {
+	t.Helper()
+	timeout := time.After(within)
+	for {
+		select {
+		case m, ok := <-w.msgs:
+			if !ok {
+				t.Fatalf("waiting for %s: the process closed its output; its stderr:\n%v", method, w.stderr)
+			}
+			if meth, _ := m["method"].(string); meth != "" && m["id"] != nil {
+				var result any = map[string]any{}
+				if w.answer != nil {
+					p, _ := m["params"].(map[string]any)
+					result = w.answer(meth, p)
+				}
+				w.send(t, map[string]any{"jsonrpc": "2.0", "id": m["id"], "result": result})
+				continue
+			}
+			if m["method"] == method {
+				return m
+			}
+		case <-timeout:
+			t.Fatalf("no %s within %s", method, within)
 		}
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/proxy"
@@ -167,11 +166,9 @@ func runProxy(ctx context.Context, env *cmdEnv, f serveFlags, h httpFlags, pf pr
 		}
 	}
 	// Every proxy hears the upstream; each routes only its own progress.
-	uc.OnNotification = func(n mcp.JSONRPCNotification) {
-		for _, p := range proxies {
-			p.Notify(n)
-		}
-	}
+	// The upstream's requests go to the host of the calls in flight.
+	uc.OnNotification = proxy.Group(proxies).Notify
+	uc.Asks = proxy.Group(proxies)
 	uc.OnDisconnect = func(why error) {
 		for _, p := range proxies {
 			p.Disconnected(why)
