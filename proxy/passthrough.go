@@ -165,6 +165,7 @@ func (p *Proxy) resync(what string, fn func(context.Context) error) {
 }
 
 func (p *Proxy) readResource(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+	p.cfg.Stdio.markReady()
 	raw, err := p.up.Request(ctx, string(mcp.MethodResourcesRead), map[string]any{"uri": req.Params.URI})
 	if err != nil {
 		return nil, err
@@ -177,6 +178,7 @@ func (p *Proxy) readResource(ctx context.Context, req mcp.ReadResourceRequest) (
 }
 
 func (p *Proxy) getPrompt(ctx context.Context, req mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+	p.cfg.Stdio.markReady()
 	params := map[string]any{"name": req.Params.Name}
 	if req.Params.Arguments != nil {
 		params["arguments"] = req.Params.Arguments

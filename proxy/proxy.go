@@ -266,6 +266,7 @@ type Decision struct {
 
 func (p *Proxy) handler(name string) mcpserver.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		p.cfg.Stdio.markReady()
 		p.mu.Lock()
 		broken, r := p.broken, p.mapped[name]
 		p.mu.Unlock()
@@ -450,7 +451,7 @@ func (p *Proxy) onNotification(n mcp.JSONRPCNotification) {
 		route := v.(progressRoute)
 		params["progressToken"] = route.token
 		if p.cfg.Stdio != nil {
-			if _, err := p.cfg.Stdio.notify(n.Method, params); err != nil {
+			if _, err := p.cfg.Stdio.notify(n.Method, params, true); err != nil {
 				p.cfg.Logger.Debug("progress not passed on", "err", err)
 			}
 			return
@@ -475,7 +476,7 @@ func (p *Proxy) onNotification(n mcp.JSONRPCNotification) {
 		}()
 	default:
 		if p.cfg.Stdio != nil {
-			if _, err := p.cfg.Stdio.notify(n.Method, params); err != nil {
+			if _, err := p.cfg.Stdio.notify(n.Method, params, false); err != nil {
 				p.cfg.Logger.Debug("notification not passed on", "method", n.Method, "err", err)
 			}
 			return

@@ -28,7 +28,15 @@ type StdioOut struct {
 }
 
 // initialized is the handler of the client's notifications/initialized.
-func (o *StdioOut) initialized(context.Context, mcp.JSONRPCNotification) {
+func (o *StdioOut) initialized(context.Context, mcp.JSONRPCNotification) { o.markReady() }
+
+// markReady records that the client is past its handshake: it said
+// notifications/initialized, or sent a request the proxy serves (a client
+// of protocol 2026-07-28 has no handshake).
+func (o *StdioOut) markReady() {
+	if o == nil {
+		return
+	}
 	o.mu.Lock()
 	o.ready = true
 	o.mu.Unlock()
@@ -67,8 +75,12 @@ func (o *StdioOut) client() mcpserver.ClientSession {
 }
 
 // notify writes a notification now. It reports false when the client has
-// not initialized yet (nothing is written).
-func (o *StdioOut) notify(method string, params map[string]any) (bool, error) {
+// not initialized yet (nothing is written); inCall says the notification
+// belongs to a call the client made, which it may always receive.
+func (o *StdioOut) notify(method string, params map[string]any, inCall bool) (bool, error) {
+	if inCall {
+		o.markReady()
+	}
 	if o.client() == nil {
 		return false, nil
 	}
