@@ -207,6 +207,9 @@ func ParseLineHead(line []byte) (h LineHead, ok bool) {
 // Opens says whether the line opens a review (ReviewID names it).
 func (h LineHead) Opens() bool { return h.Type == typeOpened && h.ReviewID != "" }
 
+// Uses says whether the line uses the approval of review h.ReviewID.
+func (h LineHead) Uses() bool { return h.Type == typeUsed && h.ReviewID != "" }
+
 // plainJSONError keeps encoding/json's message but not its Go type names.
 func plainJSONError(err error) string {
 	var ute *json.UnmarshalTypeError

@@ -151,7 +151,7 @@ func (w *scopedWriter) AppendLog(ctx context.Context, data []byte) error {
 	kinds := make([]*string, len(lines))
 	ids := make([]*string, len(lines))
 	var off int64
-	var opened []string
+	var opened, used []string
 	for i, line := range lines {
 		rel[i] = off
 		off += int64(len(line))
@@ -159,6 +159,9 @@ func (w *scopedWriter) AppendLog(ctx context.Context, data []byte) error {
 		kinds[i], ids[i] = li.kind, li.id
 		if li.opened != "" {
 			opened = append(opened, li.opened)
+		}
+		if li.used != "" {
+			used = append(used, li.used)
 		}
 	}
 	b := &pgx.Batch{}
@@ -170,6 +173,9 @@ func (w *scopedWriter) AppendLog(ctx context.Context, data []byte) error {
 		i AS (INSERT INTO review_lines (stream, off, line, kind, review_id)
 			SELECT $1, g.base + x.rel, x.line, x.kind, x.rid FROM g, unnest($3::bigint[], $4::bytea[], $5::text[], $6::text[]) AS x (rel, line, kind, rid))
 		SELECT base FROM g`, logStream, off, rel, lines, kinds, ids).QueryRow(func(row pgx.Row) error { return row.Scan(&base) })
+	for _, id := range used {
+		queueUse(ctx, b, id, false)
+	}
 	for _, id := range opened {
 		// Delivered at commit, to every replica listening.
 		b.Queue("INSERT INTO notify_outbox (review_id) VALUES ($1) ON CONFLICT DO NOTHING", id)
@@ -177,6 +183,9 @@ func (w *scopedWriter) AppendLog(ctx context.Context, data []byte) error {
 	}
 	b.Queue("SELECT pg_notify($1, '')", ChannelLog)
 	if err := w.send(ctx, b); err != nil {
+		if errors.Is(err, reviewlog.ErrAlreadyDecided) {
+			return err
+		}
 		return fmt.Errorf("PostgreSQL at %s: append to %s: %w", w.s.describe, logStream, err)
 	}
 	if w.snap.taken {

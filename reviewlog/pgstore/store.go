@@ -485,6 +485,8 @@ type writer struct{ reader }
 type indexed struct {
 	kind, id *string
 	opened   string
+	// used names the review whose approval the line uses ("" when none).
+	used string
 }
 
 func indexLine(line []byte) indexed {
@@ -499,7 +501,32 @@ func indexLine(line []byte) indexed {
 	if h.Opens() {
 		out.opened = h.ReviewID
 	}
+	if h.Uses() {
+		out.used = h.ReviewID
+	}
 	return out
+}
+
+// queueUse records one use of an approval. A decision's use is refused by
+// the primary key when the approval is used already (the transaction then
+// fails and nothing is written); an archive or an import moves uses that
+// are recorded already.
+func queueUse(ctx context.Context, b *pgx.Batch, id string, moving bool) {
+	if moving || reviewlog.IsBulk(ctx) {
+		b.Queue("INSERT INTO review_uses (review_id) VALUES ($1) ON CONFLICT DO NOTHING", id)
+		return
+	}
+	b.Queue("INSERT INTO review_uses (review_id) VALUES ($1)", id)
+}
+
+// useRefused turns the database's refusal of a second use into what it
+// means.
+func useRefused(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "review_uses_pkey" {
+		return fmt.Errorf("%w: the database refuses a second use of one approval (review_uses); nothing was written", reviewlog.ErrAlreadyDecided)
+	}
+	return nil
 }
 
 func splitLines(data []byte) ([][]byte, error) {
@@ -551,12 +578,18 @@ func (w *writer) size(ctx context.Context, name string) (int64, error) {
 	return size, nil
 }
 
-func (w *writer) insertLines(ctx context.Context, stream string, off int64, lines [][]byte) ([]string, error) {
+// insertLines writes lines at off of stream; moving says they are lines
+// recorded before (an archive run rewriting the log), whose approvals'
+// uses are recorded already.
+func (w *writer) insertLines(ctx context.Context, stream string, off int64, lines [][]byte, moving bool) ([]string, error) {
 	var opened []string
 	b := &pgx.Batch{}
 	for _, line := range lines {
 		li := indexLine(line)
 		b.Queue("INSERT INTO review_lines (stream, off, line, kind, review_id) VALUES ($1, $2, $3, $4, $5)", stream, off, line, li.kind, li.id)
+		if li.used != "" {
+			queueUse(ctx, b, li.used, moving)
+		}
 		if li.opened != "" {
 			opened = append(opened, li.opened)
 		}
@@ -580,6 +613,9 @@ func (w *writer) send(ctx context.Context, b *pgx.Batch) error {
 		return nil
 	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		if u := useRefused(err); u != nil {
+			return u
+		}
 		return scrub(err)
 	}
 	return nil
@@ -597,7 +633,7 @@ func (w *writer) AppendLog(ctx context.Context, data []byte) error {
 	if err := w.grow(ctx, logStream, off, int64(len(data))); err != nil {
 		return err
 	}
-	opened, err := w.insertLines(ctx, logStream, off, lines)
+	opened, err := w.insertLines(ctx, logStream, off, lines, false)
 	if err != nil {
 		return err
 	}
@@ -723,7 +759,7 @@ func (w *writer) ReplaceLog(ctx context.Context, name string, archived, kept []b
 	if err := w.grow(ctx, name, 0, int64(len(archived))); err != nil {
 		return err
 	}
-	if _, err := w.insertLines(ctx, name, 0, al); err != nil {
+	if _, err := w.insertLines(ctx, name, 0, al, true); err != nil {
 		return err
 	}
 	if _, err := w.q.Exec(ctx, "DELETE FROM review_lines WHERE stream = $1", logStream); err != nil {
@@ -739,7 +775,7 @@ func (w *writer) ReplaceLog(ctx context.Context, name string, archived, kept []b
 	if err != nil {
 		return fmt.Errorf("%s: %w", logStream, err)
 	}
-	_, err = w.insertLines(ctx, logStream, 0, kl)
+	_, err = w.insertLines(ctx, logStream, 0, kl, true)
 	return err
 }
 

@@ -394,3 +394,84 @@ func TestScopedLocksIsolate(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An approval is used once, and the database refuses a second use
+// whatever the code above it does: the second used line is refused at
+// commit and nothing of its transaction is written. An archive run moves
+// the line without using the approval again.
+func TestApprovalUsedOnceByTheDatabase(t *testing.T) {
+	st := open(t, freshStore(t, true))
+	defer st.Close()
+	id := "6f1c2d3e-4a5b-4c6d-8e7f-0a1b2c3d4e5f"
+	used := []byte(`{"type":"used","review_id":"` + id + `","at":"2026-12-01T09:00:00.000Z","by":"agent-1"}` + "\n")
+	appendLog := func(w reviewlog.Writer) error { return w.AppendLog(t.Context(), used) }
+	if err := st.Locked(t.Context(), time.Second, appendLog); err != nil {
+		t.Fatal(err)
+	}
+	for name, lock := range map[string]func() error{
+		"the whole store": func() error { return st.Locked(t.Context(), time.Second, appendLog) },
+		"a scoped section": func() error {
+			return st.LockedScopes(t.Context(), time.Second, []reviewlog.Scope{{Kind: reviewlog.ScopeCaller, Tenant: "t", Key: "agent-1"}}, appendLog)
+		},
+	} {
+		if err := lock(); !errors.Is(err, reviewlog.ErrAlreadyDecided) {
+			t.Fatalf("a second use in %s: %v, want ErrAlreadyDecided", name, err)
+		}
+	}
+	var size int64
+	if err := st.View(t.Context(), func(r reviewlog.Reader) error {
+		s, err := r.Log(t.Context())
+		if err != nil {
+			return err
+		}
+		size = s.Size()
+		return s.Close()
+	}); err != nil || size != int64(len(used)) {
+		t.Fatalf("the log after the refused uses: %d bytes (%v), want the one line of %d", size, err, len(used))
+	}
+	if err := st.Locked(t.Context(), time.Second, func(w reviewlog.Writer) error {
+		return w.ReplaceLog(t.Context(), "decisions.archive-20261201T090000Z.ndjson", used, used)
+	}); err != nil {
+		t.Fatalf("an archive run that moves the used line: %v", err)
+	}
+}
+
+// A database an older release wrote (schema 1) moves forward: the uses of
+// approvals its log holds become rows, and a second use of one is refused
+// from then on.
+func TestMigrationMovesUsesForward(t *testing.T) {
+	dsn := freshStore(t, false)
+	if err := pgstore.MigrateTo(t.Context(), dsn, 1); err != nil {
+		t.Fatal(err)
+	}
+	d := databaseWriter(dsn)
+	d.exec(t, `INSERT INTO guard_streams (name, size, generation) VALUES ('decisions.ndjson', 0, 'g1')`)
+	ids := []string{"11111111-1111-4111-8111-111111111111", "22222222-2222-4222-8222-222222222222"}
+	for _, id := range ids {
+		d.AppendLogLine(t, []byte(`{"type":"used","review_id":"`+id+`","at":"2026-12-01T09:00:00.000Z","by":"agent-1"}`))
+		d.exec(t, `UPDATE review_lines SET kind = 'used', review_id = $1 WHERE review_id IS NULL`, id)
+	}
+	if _, err := pgstore.Open(t.Context(), dsn); !errors.Is(err, pgstore.ErrSchema) {
+		t.Fatalf("this binary on the older schema: %v, want ErrSchema (run store migrate)", err)
+	}
+	if _, _, err := pgstore.Migrate(t.Context(), dsn, nil); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var n int
+	if err := conn.QueryRow(t.Context(), "SELECT count(*) FROM review_uses WHERE review_id = ANY($1)", ids).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("uses moved forward: %d (%v), want 2", n, err)
+	}
+	st := open(t, dsn)
+	defer st.Close()
+	err = st.Locked(t.Context(), time.Second, func(w reviewlog.Writer) error {
+		return w.AppendLog(t.Context(), []byte(`{"type":"used","review_id":"`+ids[0]+`","at":"2026-12-01T10:00:00.000Z","by":"agent-1"}`+"\n"))
+	})
+	if !errors.Is(err, reviewlog.ErrAlreadyDecided) {
+		t.Fatalf("a second use of an approval used before the migration: %v, want ErrAlreadyDecided", err)
+	}
+}
