@@ -972,3 +972,13 @@ func readAgentLayers(raw json.RawMessage, where, naming string) ([]layer, error)
 func ValidAgentID(s string) bool {
 	return s != "" && len(s) <= maxAgentIDBytes && utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl)
 }
+
+// QuestionTemplate is the template a question that names none is judged
+// under: DefaultTemplate when the policy reads history under it, else the
+// first template it does.
+func (c *Config) QuestionTemplate() string {
+	if c == nil || len(c.HistoryTemplates) == 0 || slices.Contains(c.HistoryTemplates, DefaultTemplate) {
+		return DefaultTemplate
+	}
+	return c.HistoryTemplates[0]
+}

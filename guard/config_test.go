@@ -223,3 +223,37 @@ func TestParseConfigSafetyKeys(t *testing.T) {
 		}
 	}
 }
+
+func TestQuestionTemplate(t *testing.T) {
+	reading := func(names ...string) *Config {
+		c := DefaultConfig()
+		c.HistoryTemplates = names
+		return c
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  *Config
+		want string
+	}{
+		{"no policy", nil, DefaultTemplate},
+		{"the defaults", DefaultConfig(), DefaultTemplate},
+		{"the default among others", reading("x402-seller", DefaultTemplate), DefaultTemplate},
+		{"history under others only", reading("x402-seller", "escrow-arc"), "x402-seller"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.cfg.QuestionTemplate(); got != tc.want {
+				t.Fatalf("QuestionTemplate() = %q, want %q", got, tc.want)
+			}
+			if tc.cfg == nil {
+				return
+			}
+			req, err := ParseRequest(RawRequest{Counterparty: "0x" + strings.Repeat("1", 40), Amount: "0.10"}, tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if req.Template != tc.want {
+				t.Fatalf("a question naming no template is judged under %q, want %q", req.Template, tc.want)
+			}
+		})
+	}
+}

@@ -7,7 +7,10 @@ import (
 	"strings"
 )
 
-// DefaultTemplate is the template a request is judged under when it names none.
+// DefaultTemplate is the one default template: the template the read tools
+// assemble receipts under, and a question is judged under, when none is
+// named (see Config.QuestionTemplate for a policy that does not read
+// history under it).
 const DefaultTemplate = "x402-buyer"
 
 // RawRequest is a check_before_pay question as a caller sends it.
@@ -62,7 +65,7 @@ func ParseRequest(raw RawRequest, cfg *Config) (Request, error) {
 	}
 	tmpl := raw.Template
 	if tmpl == "" {
-		tmpl = DefaultTemplate
+		tmpl = cfg.QuestionTemplate()
 	}
 	req := Request{Counterparty: cp, AmountText: raw.Amount, AssetText: raw.Asset, Template: tmpl}
 	if raw.Resource != "" {

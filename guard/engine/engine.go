@@ -382,7 +382,7 @@ func readsTotals(pol *guard.Config, customRules bool) bool {
 // parse reads a question under the caller's policy.
 func (e *Engine) parse(pol *guard.Config, q Question) (guard.Request, error) {
 	if q.Template == "" {
-		q.Template = defaultTemplate(pol)
+		q.Template = pol.QuestionTemplate()
 	} else if !slices.Contains(pol.HistoryTemplates, q.Template) {
 		return guard.Request{}, refusedf("template %q cannot be used here: the guard reads history under the policy's history templates (%s), so template may only name one of them",
 			clipText(q.Template), strings.Join(pol.HistoryTemplates, ", "))
@@ -478,13 +478,6 @@ const RuleCustom = ruleCustom
 // RuleQueueFull names the block given when a caller holds too many pending
 // reviews to open another.
 const RuleQueueFull = "review_queue_full"
-
-func defaultTemplate(pol *guard.Config) string {
-	if slices.Contains(pol.HistoryTemplates, guard.DefaultTemplate) {
-		return guard.DefaultTemplate
-	}
-	return pol.HistoryTemplates[0]
-}
 
 // history reads past operations under every template the policy names and
 // merges them, worst case first.
