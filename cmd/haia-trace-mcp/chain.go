@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/app"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
@@ -52,21 +53,21 @@ func defineChain(verb string) func(fs *flag.FlagSet) runFunc {
 
 func runChain(ctx context.Context, stdout, stderr io.Writer, verb string, pos []string, dir, storeFlag, out *string, all *bool, signing *signingFlags) error {
 	spec := storeSpec(*storeFlag)
-	if err := checkStoreSpec(spec); err != nil {
+	if err := app.CheckStoreSpec(spec); err != nil {
 		return usageErrorf("%v", err)
 	}
 	// The file store's chains are under --dir's guard/: --dir must be a
 	// Trace root (exit 2 otherwise), whose guard/ holds no chain until the
 	// first decision (an empty list). A database needs no Trace root.
 	var root *confined.Dir
-	if isFileStore(spec) {
+	if app.IsFileStore(spec) {
 		var code int
 		if root, code = openCLIRoot("chain "+verb, *dir, stderr); root == nil {
 			return exitCode(code)
 		}
 		defer root.Close()
 	}
-	st, err := openStore(ctx, root, spec)
+	st, err := app.OpenStore(ctx, root, spec)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp chain: %s\n", termsafe.String(err.Error()))
 		return exitCode(exitFail)

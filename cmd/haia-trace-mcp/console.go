@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/haia-trace-mcp/haia-trace-mcp/app/catalog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/app"
 	"github.com/haia-trace-mcp/haia-trace-mcp/console"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
@@ -47,7 +47,7 @@ func (c *consoleFlags) register(fs *flag.FlagSet) {
 // guard until ctx ends. The server never writes the reviewers file; it
 // reads it at every use, so an edit (or the operator's passkey add) takes
 // effect at once.
-func startConsole(ctx context.Context, cf *consoleFlags, cat *catalog.Catalog, g *guardSetup, logger *slog.Logger) (stop func(), reviewURL func(string) string, err error) {
+func startConsole(ctx context.Context, cf *consoleFlags, st *app.Stack, logger *slog.Logger) (stop func(), reviewURL func(string) string, err error) {
 	mounted := cf.addr == "" && cf.http != nil && cf.http.addr != ""
 	var ln net.Listener
 	raw := cf.url
@@ -89,29 +89,19 @@ func startConsole(ctx context.Context, cf *consoleFlags, cat *catalog.Catalog, g
 		closeLn()
 		return nil, nil, fmt.Errorf("--console-url %q: %w", raw, err)
 	}
-	passkeys := func() (reviewlog.Passkeys, error) { return reviewlog.LoadPasskeys(g.reviewersPath) }
+	passkeys := func() (reviewlog.Passkeys, error) { return reviewlog.LoadPasskeys(st.ReviewersPath()) }
 	c, err := console.New(console.Config{
-		URL: u, Log: g.log, Passkeys: passkeys,
-		Decider: engine.PasskeyDecider{Log: g.log, Chains: g.chains, Passkeys: passkeys},
-		Explain: func(template string, ref guard.Ref) string { return explainRef(ctx, cat, template, ref) },
+		URL: u, Log: st.Log(), Passkeys: passkeys,
+		Decider: engine.PasskeyDecider{Log: st.Log(), Chains: st.Chains(), Passkeys: passkeys},
+		Explain: func(template string, ref guard.Ref) string { return explainRef(ctx, st.Catalog(), template, ref) },
 		Logger:  logger,
-		Changes: storeChanges(g.store, logger),
+		Changes: storeChanges(st.Store(), logger),
 		// Replicas of one guard share its params key, so they share the
 		// console's sessions and sign-in challenges.
-		SessionKey: consoleSessionKey(g.paramsKey),
-		History: func(ctx context.Context) (guard.History, error) {
-			eng := g.engine.Load()
-			if eng == nil {
-				return guard.History{}, errors.New("the guard is still starting")
-			}
-			return eng.History(ctx)
-		},
+		SessionKey: consoleSessionKey(st.ParamsKey()),
+		History:    st.Engine().History,
 		Assets: func(asset string) (string, int, bool) {
-			pol := g.policy
-			if eng := g.engine.Load(); eng != nil {
-				pol = eng.Policy() // as SIGHUP last set it
-			}
-			a, ok := pol.Assets.Lookup(asset)
+			a, ok := st.Engine().Policy().Assets.Lookup(asset) // as SIGHUP last set it
 			return a.Symbol, a.Decimals, ok
 		},
 	})
@@ -120,7 +110,7 @@ func startConsole(ctx context.Context, cf *consoleFlags, cat *catalog.Catalog, g
 		return nil, nil, fmt.Errorf("--console-url: %w", err)
 	}
 	if _, err := passkeys(); err != nil && !errors.Is(err, os.ErrNotExist) {
-		logger.Warn("console: the trusted reviewers file's passkeys cannot be read; nobody can sign in until it is fixed", "reviewers", g.reviewersPath, "err", err)
+		logger.Warn("console: the trusted reviewers file's passkeys cannot be read; nobody can sign in until it is fixed", "reviewers", st.ReviewersPath(), "err", err)
 	}
 	cctx, cancelRun := context.WithCancel(ctx)
 	go c.Run(cctx)

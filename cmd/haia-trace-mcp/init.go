@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/app"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
@@ -141,7 +142,7 @@ func runInit(stdout, stderr io.Writer, pos []string, config, keyFile, reviewerID
 
 	configPath := *config
 	if configPath == "" {
-		configPath = defaultPolicyFile(abs)
+		configPath = app.PolicyFileBeside(abs)
 	}
 	if _, err := os.Lstat(configPath); errors.Is(err, os.ErrNotExist) {
 		if _, err := guard.ParseConfig([]byte(exampleConfig), ""); err != nil {

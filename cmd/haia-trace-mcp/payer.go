@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/app"
 	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
 )
 
@@ -40,7 +41,7 @@ func (p *payerFlags) open(ctx context.Context) (x402.Signer, error) {
 		if !ok || path == "" {
 			return nil, fmt.Errorf("--payer-signer %q: want unix:PATH", p.signer)
 		}
-		s, err := x402.DialPayer(ctx, path, signerTimeout)
+		s, err := x402.DialPayer(ctx, path, app.SignerTimeout)
 		if err != nil {
 			return nil, fmt.Errorf("--payer-signer: %w", err)
 		}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/proxy"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/notify"
-	"github.com/haia-trace-mcp/haia-trace-mcp/server"
 )
 
 const proxyDetails = `Serves another MCP server's tools through the pre-payment guard: a tool the
@@ -121,49 +120,27 @@ func runProxy(ctx context.Context, env *cmdEnv, f serveFlags, h httpFlags, pf pr
 
 	// One stack per tenant (or one), each with its own proxy over the one
 	// upstream.
-	servers := map[string]*server.Server{}
-	var proxies []*proxy.Proxy
 	var out *proxy.StdioOut
 	if h.addr == "" {
 		out = proxy.NewStdioOut(stdout)
 	}
-	addProxy := func(srv *server.Server, st *stack) error {
-		p, err := proxy.New(proxy.Config{Server: srv, Engine: st.eng, Map: gmap, CallTimeout: pf.callTimeout, Logger: logger, Stdio: out})
+	if f.tenantsDir != "" && (h.addr == "" || h.insecure || h.tenantClaim == "") {
+		return usageErrorf("--tenants-dir serves tenants over --http with authentication, the tenant named by --tenant-claim")
+	}
+	servers, ready, closeAll, err := openServed(ctx, &f, notifier, notifyMetrics, logger)
+	if err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
+		return exitCode(exitFail)
+	}
+	defer closeAll()
+	var proxies []*proxy.Proxy
+	for _, s := range servers {
+		p, err := proxy.New(proxy.Config{Server: s.srv, Engine: s.st.Engine(), Map: gmap, CallTimeout: pf.callTimeout, Logger: logger, Stdio: out})
 		if err != nil {
-			return err
+			fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
+			return exitCode(exitFail)
 		}
 		proxies = append(proxies, p)
-		return nil
-	}
-	if f.tenantsDir != "" {
-		if h.addr == "" || h.insecure || h.tenantClaim == "" {
-			return usageErrorf("--tenants-dir serves tenants over --http with authentication, the tenant named by --tenant-claim")
-		}
-		stacks, closeAll, err := openTenantStacks(ctx, &f, notifier, notifyMetrics, logger)
-		if err != nil {
-			fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
-			return exitCode(exitFail)
-		}
-		defer closeAll()
-		for name, st := range stacks {
-			servers[name] = st.srv
-			if err := addProxy(st.srv, st); err != nil {
-				fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
-				return exitCode(exitFail)
-			}
-		}
-	} else {
-		st, err := openStack(ctx, f.dir, "", &f, notifier, notifyMetrics, newIntegrityCounter(), logger)
-		if err != nil {
-			fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
-			return exitCode(exitFail)
-		}
-		defer st.close()
-		servers[""] = st.srv
-		if err := addProxy(st.srv, st); err != nil {
-			fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
-			return exitCode(exitFail)
-		}
 	}
 	// Every proxy hears the upstream; each routes only its own progress.
 	// The upstream's requests go to the host of the calls in flight.
@@ -192,9 +169,9 @@ func runProxy(ctx context.Context, env *cmdEnv, f serveFlags, h httpFlags, pf pr
 		}
 	}
 	if h.addr != "" {
-		return exitCode(runHTTP(ctx, servers, &h, logger, stderr))
+		return exitCode(runHTTP(ctx, servers, ready, &h, logger, stderr))
 	}
-	srv := servers[""]
+	srv := servers[""].srv
 	logger.Info("serving the guard proxy over stdio", "upstream", upstreamName(uc))
 	stdio := mcpserver.NewStdioServer(srv.MCP())
 	stdio.SetErrorLogger(log.New(stderr, "mcp: ", log.LstdFlags))

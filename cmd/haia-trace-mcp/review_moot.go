@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/app"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
@@ -43,7 +44,7 @@ func reviewMoot(ctx context.Context, g *cliGuard, log *reviewlog.Log, tenant str
 		pol = pol.ForTenant(tenant)
 	}
 	quiet := slog.New(slog.DiscardHandler)
-	rules, err := loadRules(pol, "cannot judge", quiet)
+	rules, err := app.LoadRules(pol, "cannot judge", quiet)
 	if err != nil {
 		return nil, err.Error()
 	}

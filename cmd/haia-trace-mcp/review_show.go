@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"sort"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/app"
 	"github.com/haia-trace-mcp/haia-trace-mcp/app/catalog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
@@ -42,23 +43,22 @@ func explainRef(ctx context.Context, cat *catalog.Catalog, template string, ref 
 // openCatalog opens the catalog of a Trace root as the server reads it: its
 // events/ (which may not exist yet) and the operator's templates beside the
 // bundled ones; progress, when set, follows the runs a listing must read.
-// close releases the events directory.
+// close releases what it opened (not root).
 func openCatalog(root *confined.Dir, templatesDir string, logger *slog.Logger, progress func(done, total int)) (cat *catalog.Catalog, close func(), err error) {
-	events, err := root.OpenDirLazy("events")
+	r, err := app.RootOf(root)
 	if err != nil {
-		return nil, nil, fmt.Errorf("trace root %s: events directory: %w", root.Path(), err)
-	}
-	templates, err := openTemplates(root, templatesDir, logger)
-	if err != nil {
-		events.Close()
 		return nil, nil, err
 	}
-	cat, err = catalog.New(catalog.Config{Root: root, Events: events, Templates: templates, Limits: receipt.DefaultLimits(), Logger: logger, Progress: progress})
+	templates, err := r.Templates(templatesDir, logger)
 	if err != nil {
-		events.Close()
+		r.Close()
 		return nil, nil, err
 	}
-	return cat, func() { events.Close() }, nil
+	if cat, err = r.Catalog(templates, 0, logger, progress); err != nil {
+		r.Close()
+		return nil, nil, err
+	}
+	return cat, r.Close, nil
 }
 
 // reviewPrintCaps tells the reviewer which callers are at or near the cap

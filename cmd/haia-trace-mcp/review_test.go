@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/app"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
@@ -32,7 +33,7 @@ func reviewRoot(t *testing.T, n int) (string, []string) {
 	defer root.Close()
 	// As a server does when it starts: record the policy it runs with.
 	if err := filestore.New(root).Locked(context.Background(), time.Second, func(w reviewlog.Writer) error {
-		return w.SetPolicy(context.Background(), policyToRecord(guard.DefaultConfig(), time.Now()))
+		return w.SetPolicy(context.Background(), app.PolicyRecord(guard.DefaultConfig(), time.Now()))
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -8,9 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/app"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
-	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 )
 
 // openCLIRoot opens --dir for a command-line tool and checks that it is a
@@ -23,26 +23,28 @@ func openCLIRoot(command, dir string, stderr io.Writer) (*confined.Dir, int) {
 		fmt.Fprintf(stderr, "haia-trace-mcp %s: %s\n", command, rootOpenProblem(dir, err))
 		return nil, exitUsage
 	}
-	found := false
-	for _, name := range []string{"events", reviewlog.DirName} {
-		d, err := root.OpenDir(name)
-		if err == nil {
-			d.Close()
-			found = true
-			continue
-		}
-		if !errors.Is(err, fs.ErrNotExist) {
-			root.Close()
-			fmt.Fprintf(stderr, "haia-trace-mcp %s: %s/%s: %s\n", command, termsafe.String(root.Path()), name, termsafe.String(err.Error()))
-			return nil, exitFail
-		}
+	r, err := app.RootOf(root)
+	if err == nil {
+		err = r.Check()
+		r.Close()
 	}
-	if !found {
+	var ce *app.CheckError
+	switch {
+	case err == nil:
+	case errors.Is(err, app.ErrNotTraceRoot):
 		fmt.Fprintf(stderr, "haia-trace-mcp %s: %s is not a Trace root: it holds neither events/ nor guard/ "+
 			"(a Trace root holds events/<run_id>.ndjson from the recorders and guard/ with the review log); pass --dir with the Trace root\n",
 			command, termsafe.String(root.Path()))
 		root.Close()
 		return nil, exitUsage
+	case errors.As(err, &ce):
+		fmt.Fprintf(stderr, "haia-trace-mcp %s: %s/%s: %s\n", command, termsafe.String(root.Path()), ce.Name, termsafe.String(ce.Err.Error()))
+		root.Close()
+		return nil, exitFail
+	default:
+		fmt.Fprintf(stderr, "haia-trace-mcp %s: %s\n", command, termsafe.String(err.Error()))
+		root.Close()
+		return nil, exitFail
 	}
 	return root, exitOK
 }

@@ -6,37 +6,20 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"log"
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	mcpserver "github.com/mark3labs/mcp-go/server"
-	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/haia-trace-mcp/haia-trace-mcp/app/catalog"
-	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
-	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
-	"github.com/haia-trace-mcp/haia-trace-mcp/guard/policy"
-	"github.com/haia-trace-mcp/haia-trace-mcp/payment"
-	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
-	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/app"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/notify"
-	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/pgstore"
-
-	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
-	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 	"github.com/haia-trace-mcp/haia-trace-mcp/server"
 )
-
-// maxTemplateBytes bounds what one operator template file may cost.
-const maxTemplateBytes = 1 << 20
 
 // serveFlags are the flags of the default (serve) command.
 type serveFlags struct {
@@ -86,388 +69,124 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	tenantsDirFlagVar(fs, &f.tenantsDir)
 }
 
-// guardSetup is what the guard is built from, loaded once at start.
-type guardSetup struct {
-	// reviewURL is the console's page of a review (nil without --console).
-	reviewURL func(id string) string
-	policy    *guard.Config
-	rules     *policy.Policy
-	log       *reviewlog.Log
-	chains    *reviewlog.Chains
-	paramsKey []byte
-	// reviewersPath is the trusted reviewers file (read, never written).
-	reviewersPath string
-	notifier      *notify.Group
-	notifyMetrics *notify.Metrics
-	// integrity counts integrity warnings, one counter for every tenant.
-	integrity prometheus.Counter
-	// tenant names the tenant this guard serves ("" without tenants).
-	tenant string
-	// store holds the review log and the chains; closed with the stack.
-	store reviewlog.Store
-	// payer signs the x402 payments the engine allows (nil: none).
-	payer x402.Signer
-	// tools are the tools to serve (nil: all).
-	tools []string
-	// engine is the guard's engine once started (the console, started
-	// before it, reads its history through it).
-	engine atomic.Pointer[engine.Engine]
-}
-
-// openGuard loads the policy, its custom rules and the signing setup once.
-func openGuard(ctx context.Context, root *confined.Dir, f *serveFlags, logger *slog.Logger) (*guardSetup, error) {
-	cfg, err := loadServerPolicy(f.guardConfig, root.Path(), logger)
-	if err != nil {
-		return nil, err
+// appConfig turns the serve flags into the application's configuration:
+// default key and reviewers paths resolved, the payer opened.
+func (f *serveFlags) appConfig(ctx context.Context, notifier *notify.Group, logger *slog.Logger) (app.Config, error) {
+	cfg := app.Config{
+		Dir:           f.dir,
+		TemplatesDir:  f.templatesDir,
+		IndexMaxBytes: f.indexMaxMB << 20,
+		ReadOnly:      f.readOnly,
+		GuardConfig:   f.guardConfig,
+		Store:         storeSpec(f.store),
+		Notifier:      notifier,
+		Replica:       replicaName(),
+		Logger:        logger,
 	}
-	rules, err := loadRules(cfg, "refusing to start", logger)
-	if err != nil {
-		return nil, err
-	}
-	signer, paramsKey, err := f.signing.open(logger)
-	if err != nil {
-		return nil, err
-	}
-	chains := &reviewlog.Chains{Signer: signer, Tenant: f.signing.tenant}
-	reviewersPath, err := reviewersFile(f.reviewers)
-	if err != nil {
-		return nil, err
-	}
-	store, err := openStore(ctx, root, storeSpec(f.store))
-	if err != nil {
-		return nil, err
-	}
-	logger.Info("guard store", "store", store.Describe())
-	if err := recordPolicy(ctx, store, cfg, time.Now(), logger); err != nil {
-		store.Close()
-		return nil, err
-	}
-	noteRotation(ctx, store, chains, logger)
-	if _, err := reviewlog.LoadReviewers(reviewersPath); err != nil {
-		// Not fatal: a root from nothing has no reviewer yet. Every human
-		// decision reads unverified until one is trusted.
-		logger.Warn("no trusted reviewers: human decisions will read unverified until one is added (haia-trace-mcp reviewer init)", "reviewers", reviewersPath, "err", err)
-	} else {
-		logger.Info("trusted reviewers file", "reviewers", reviewersPath)
-	}
-	payer, err := f.payer.open(ctx)
-	if err != nil {
-		store.Close()
-		return nil, err
-	}
-	if payer != nil {
-		logger.Info("x402 payments are signed here (authorize_payment)", "payer", payer.Address().Hex(), "max_authorization_seconds", cfg.MaxAuthorizationSeconds)
-	}
-	log := reviewlog.OpenStore(store, reviewlog.Options{ReviewTTL: cfg.ReviewTTL,
-		Reviewers: func() (reviewlog.Reviewers, error) { return reviewlog.LoadReviewers(reviewersPath) },
-		Passkeys:  func() (reviewlog.Passkeys, error) { return reviewlog.LoadPasskeys(reviewersPath) }})
-	return &guardSetup{policy: cfg, rules: rules, log: log, chains: chains, paramsKey: paramsKey, reviewersPath: reviewersPath, store: store,
-		payer: payer, tools: parseTools(f.tools)}, nil
-}
-
-// DefaultPolicyName is the policy file init writes beside a Trace root,
-// where the server and the review commands look when --guard-config is not
-// given.
-const DefaultPolicyName = "haia-guard.config.json"
-
-// defaultPolicyFile is init's policy file for the Trace root at rootPath.
-func defaultPolicyFile(rootPath string) string {
-	return filepath.Join(filepath.Dir(rootPath), DefaultPolicyName)
-}
-
-// loadServerPolicy reads --guard-config, else the policy init wrote beside
-// the root when there is one, else takes the built-in defaults; it says
-// which in the log.
-func loadServerPolicy(flagPath, rootPath string, logger *slog.Logger) (*guard.Config, error) {
-	path := flagPath
-	if path == "" {
-		if _, err := os.Lstat(defaultPolicyFile(rootPath)); err == nil {
-			path = defaultPolicyFile(rootPath)
-			logger.Info("guard policy: no --guard-config, using the one beside the Trace root", "path", path)
+	if f.progressTo != nil {
+		cfg.ProgressOf = func(tenant string) func(done, total int) {
+			name := "index"
+			if tenant != "" {
+				name += " of tenant " + tenant
+			}
+			return newProgress(f.progressTo, name).runs
 		}
 	}
-	cfg, err := guard.LoadConfig(path)
-	if err != nil {
-		if flagPath == "" {
-			return nil, fmt.Errorf("the guard policy beside the Trace root: %w", err)
-		}
-		return nil, fmt.Errorf("--guard-config: %w", err)
+	if f.readOnly {
+		return cfg, nil
+	}
+	var err error
+	if cfg.Signing, err = f.signing.config(); err != nil {
+		return cfg, err
+	}
+	if cfg.ReviewersPath, err = reviewersFile(f.reviewers); err != nil {
+		return cfg, err
+	}
+	if cfg.Payer, err = f.payer.open(ctx); err != nil {
+		return cfg, err
 	}
 	return cfg, nil
 }
 
-// loadRules reads the custom rules the policy names ("policy"), or none.
-// outcome says what a bad file means ("refusing to start").
-func loadRules(cfg *guard.Config, outcome string, logger *slog.Logger) (*policy.Policy, error) {
-	if cfg.PolicyFile == "" {
-		return nil, nil
+// openApp opens the stack the serve flags describe and reports a Trace
+// root that cannot be opened the way a person can act on.
+func openApp(ctx context.Context, cfg app.Config) (*app.Stack, error) {
+	st, err := app.Open(ctx, cfg)
+	var re *app.RootError
+	if errors.As(err, &re) {
+		return nil, errors.New(rootOpenProblem(re.Dir, re.Err))
 	}
-	data, err := os.ReadFile(cfg.PolicyFile)
-	if err != nil {
-		return nil, fmt.Errorf("custom rules: %w", err)
-	}
-	rules, err := policy.Parse(data)
-	if err != nil {
-		return nil, fmt.Errorf("custom rules %s are invalid, %s: %w", cfg.PolicyFile, outcome, err)
-	}
-	logger.Info("custom rules loaded", "policy", rules.ID(), "policy_hash", rules.Hash())
-	return rules, nil
+	return st, err
 }
 
-// guardReload re-reads one stack's guard policy on SIGHUP, the way the
-// server read it at start (--guard-config, else the file beside the root,
-// else the built-in defaults; the tenant's layers; its custom rules).
-type guardReload struct {
-	eng            *engine.Engine
-	log            *reviewlog.Log
-	store          reviewlog.Store
-	flag, rootPath string
-	tenant         string
-	logger         *slog.Logger
+// served is one stack with the MCP server that adapts it.
+type served struct {
+	st    *app.Stack
+	srv   *server.Server
+	close func()
 }
 
-// reload validates the new policy completely before anything changes: a
-// file that does not load, custom rules that do not parse, or a history
-// template that does not exist keep the running policy, and the log says
-// why. A valid one is recorded in the store, then put in force.
-func (r *guardReload) reload(ctx context.Context) {
-	fail := func(err error) {
-		r.logger.Error("SIGHUP: guard policy not reloaded; the running policy stays in force", "running_source", r.eng.Policy().Source, "running_sha256", r.eng.Policy().Hash, "err", err)
+// serveStack builds the MCP server of one stack (and its console): the
+// read tools over the stack's catalog and, unless read-only, the guard's
+// tools over its engine.
+func serveStack(ctx context.Context, st *app.Stack, f *serveFlags, nm *notify.Metrics, logger *slog.Logger) (*served, error) {
+	if t := st.Tenant(); t != "" {
+		logger = logger.With("tenant", t)
 	}
-	cfg, err := loadServerPolicy(r.flag, r.rootPath, r.logger)
-	if err != nil {
-		fail(err)
-		return
-	}
-	rules, err := loadRules(cfg, "keeping the running policy", r.logger)
-	if err != nil {
-		fail(err)
-		return
-	}
-	if r.tenant != "" {
-		cfg = cfg.ForTenant(r.tenant)
-	}
-	if err := r.eng.CheckPolicy(cfg); err != nil {
-		fail(err)
-		return
-	}
-	if err := recordPolicy(ctx, r.store, cfg, time.Now(), r.logger); err != nil {
-		fail(err)
-		return
-	}
-	if err := r.eng.SetPolicy(cfg, rules); err != nil {
-		fail(err) // checked above; kept for safety
-		return
-	}
-	r.log.SetReviewTTL(cfg.ReviewTTL)
-	r.logger.Info("SIGHUP: guard policy reloaded", "source", cfg.Source, "sha256", cfg.Hash, "review_ttl", cfg.ReviewTTL.String())
-}
+	srv, err := server.New(server.Config{
+		Catalog: st.Catalog(),
+		Version: versionString(),
+		Logger:  logger,
 
-// recordPolicy records the policy this server runs with in its store, for
-// the review commands to decide under the same one. Another policy recorded
-// there (another replica's, or this server's before a change) is replaced,
-// and the log says so.
-func recordPolicy(ctx context.Context, store reviewlog.Store, cfg *guard.Config, now time.Time, logger *slog.Logger) error {
-	rec := policyToRecord(cfg, now)
-	err := store.Locked(ctx, 30*time.Second, func(w reviewlog.Writer) error {
-		prev, ok, err := w.Policy(ctx)
-		if err != nil {
-			logger.Warn("the policy recorded in the store cannot be read; recording this one", "err", err)
-		} else if ok && prev.SHA256 != rec.SHA256 {
-			logger.Warn("the store recorded another policy in effect; this server's replaces it (every replica should run the same one)",
-				"previous_source", prev.Source, "previous_sha256", prev.SHA256, "previous_at", prev.At, "source", rec.Source, "sha256", rec.SHA256)
-		}
-		return w.SetPolicy(ctx, rec)
-	})
-	if err != nil {
-		return fmt.Errorf("record the guard policy in effect in %s: %w", store.Describe(), err)
-	}
-	logger.Info("guard policy recorded in the store", "source", rec.Source, "sha256", rec.SHA256)
-	return nil
-}
-
-func newIntegrityCounter() prometheus.Counter {
-	return prometheus.NewCounter(prometheus.CounterOpts{Name: "haia_review_integrity_warnings_total",
-		Help: "Times a review's log lines and its signed receipts disagreed (an unverified decision, a contradicting line)."})
-}
-
-// startGuard builds the decision engine over the server's run index and
-// registers the guard's tools.
-func startGuard(ctx context.Context, srv *server.Server, cat *catalog.Catalog, g *guardSetup, templates *receipt.TemplateSet, agentID string, noCheckTool bool, logger *slog.Logger) (*engine.Engine, error) {
-	var onOpen func(reviewlog.Review)
-	if g.notifier != nil && g.notifier.Len() > 0 {
-		onOpen = func(r reviewlog.Review) {
-			// The reviewer must know which tenant's queue the review is in.
-			m, err := notify.NewMessage(notify.EventOpened, struct {
-				reviewlog.Review
-				Tenant string `json:"tenant,omitempty"`
-			}{r, g.tenant})
-			if err != nil {
-				logger.Error("notification not sent", "review_id", r.ID, "err", err)
-				return
-			}
-			g.notifier.Notify(m)
-		}
-		if pg, ok := g.store.(*pgstore.Store); ok {
-			// Replicas share the store: the outbox, not the replica that
-			// opened a review, decides who notifies it (once across the
-			// fleet, and still after that replica died).
-			deliver := onOpen
-			go pg.DispatchOpened(ctx, replicaName(), func(ctx context.Context, id string) error {
-				r, err := g.log.Get(ctx, id)
-				if err != nil {
-					return err
-				}
-				if a, ok := g.policy.Assets.Lookup(r.Asset); ok {
-					r.AssetSymbol = a.Symbol
-				}
-				if g.reviewURL != nil {
-					r.ReviewURL = g.reviewURL(r.ID)
-				}
-				deliver(r)
-				return nil
-			}, logger)
-			onOpen = nil
-		}
-	}
-	integrity := g.integrity
-	if integrity == nil {
-		integrity = newIntegrityCounter()
-	}
-	srv.AddMetrics(integrity)
-	if g.notifyMetrics != nil {
-		srv.AddMetrics(g.notifyMetrics)
-	}
-	eng, err := engine.New(engine.Config{
-		Notify:      onOpen,
-		ReviewURL:   g.reviewURL,
-		OnIntegrity: integrity.Inc,
-		Policy:      g.policy,
-		Rules:       g.rules,
-		Templates:   templates,
-		History:     cat,
-		Log:         g.log,
-		Chains:      g.chains,
-		ParamsKey:   g.paramsKey,
-		Logger:      logger,
+		ToolsListChanged: f.proxy,
+		Instructions:     proxyInstructions(f.proxy),
 	})
 	if err != nil {
 		return nil, err
 	}
-	logger.Info("guard policy loaded", "source", g.policy.Source, "history_templates", strings.Join(g.policy.HistoryTemplates, ","),
-		"unreadable_history", g.policy.UnreadableHistory, "unattributable_history", g.policy.UnattributableHistory)
-	gd := &server.Guard{Engine: eng, AgentID: agentID, NoCheckTool: noCheckTool}
-	if g.payer != nil {
-		if gd.Payments, err = payment.New(payment.Config{Engine: eng, Signer: g.payer}); err != nil {
-			return nil, err
-		}
-	}
-	if err := srv.EnableGuard(gd); err != nil {
-		return nil, err
-	}
-	if g.tools != nil {
-		if err := srv.KeepTools(g.tools); err != nil {
-			return nil, err
-		}
-		logger.Info("serving only the tools --tools names", "tools", strings.Join(g.tools, ","))
-	}
-	return eng, nil
-}
-
-func newLogger(stderr io.Writer, level string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
-	}
-	return slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: l})), nil
-}
-
-// openTrace opens the Trace root, its events/ directory and the templates,
-// all confined to real paths resolved once. The templates are loaded now and
-// stay fixed until SIGHUP.
-func openTrace(dir, templatesDir string, logger *slog.Logger) (root, events *confined.Dir, set *receipt.TemplateSet, err error) {
-	root, err = confined.OpenRoot(dir)
-	if err != nil {
-		return nil, nil, nil, errors.New(rootOpenProblem(dir, err))
-	}
-	// A root from nothing has no events/ until a recorder first writes:
-	// the server lists nothing until then and picks the runs up after.
-	events, err = root.OpenDirLazy("events")
-	if err != nil {
-		root.Close()
-		return nil, nil, nil, fmt.Errorf("trace root %s: events directory: %w", root.Path(), err)
-	}
-	if !events.Exists() {
-		logger.Info("events/ does not exist yet: nothing to list until a recorder creates it", "root", root.Path())
-	}
-	set, err = openTemplates(root, templatesDir, logger)
-	if err != nil {
-		root.Close()
-		events.Close()
-		return nil, nil, nil, err
-	}
-	return root, events, set, nil
-}
-
-// openTemplates loads the operator's templates and the bundled ones, and
-// logs each with its SHA-256; an operator file that replaces a bundled
-// template is allowed (it is the operator's choice) and logged as such.
-func openTemplates(root *confined.Dir, templatesDir string, logger *slog.Logger) (*receipt.TemplateSet, error) {
-	var tdir *confined.Dir
-	var err error
-	name := "templates"
-	if templatesDir != "" {
-		if tdir, err = confined.OpenRoot(templatesDir); err != nil {
-			return nil, fmt.Errorf("--templates-dir: %w", err)
-		}
-		name = tdir.Path()
-	} else if tdir, err = root.OpenDir("templates"); err != nil {
-		if !errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("trace root %s: templates directory: %w", root.Path(), err)
-		}
-		tdir = nil
-	}
-	load := func() (*receipt.Registry, []error) {
-		if tdir == nil {
-			return receipt.LoadRegistry(nil, "", nil)
-		}
-		entries, err := tdir.ReadDir()
-		if err != nil {
-			return nil, []error{fmt.Errorf("templates directory: %w", err)}
-		}
-		var names []string
-		for _, e := range entries {
-			if e.Regular() {
-				names = append(names, e.Name)
+	if st.Engine() == nil {
+		// No guard: no policy, key, store or reviewers are opened, and
+		// nothing is written; only the tools that read the Trace exist.
+		if tools := parseTools(f.tools); tools != nil {
+			if err := srv.KeepTools(tools); err != nil {
+				return nil, err
 			}
 		}
-		return receipt.LoadRegistry(tdir.FS(maxTemplateBytes), name, names)
+		logger.Info("read-only: serving the Trace read tools alone; the guard is not started", "tools", strings.Join(srv.ToolNames(), ","))
+		return &served{st: st, srv: srv, close: func() {}}, nil
 	}
-	set, errs := receipt.NewTemplateSet(load)
-	if set == nil {
-		return nil, errors.Join(errs...)
-	}
-	logTemplates(set.Current(), errs, logger, "templates loaded")
-	return set, nil
-}
-
-func logTemplates(r *receipt.Registry, errs []error, logger *slog.Logger, msg string) {
-	for _, l := range r.Loaded() {
-		if l.Overrides {
-			logger.Warn(msg+": an operator template replaces the bundled one", "template", l.Name, "source", l.Source, "sha256", l.SHA256)
-			continue
+	stopConsole := func() {}
+	if f.console.on {
+		if st.Tenant() != "" {
+			return nil, errors.New("--console serves one guard; with --tenants-dir it is not supported yet")
 		}
-		logger.Info(msg, "template", l.Name, "source", l.Source, "sha256", l.SHA256)
+		var reviewURL func(string) string
+		if stopConsole, reviewURL, err = startConsole(ctx, &f.console, st, logger); err != nil {
+			return nil, err
+		}
+		st.SetReviewURL(reviewURL)
 	}
-	for _, err := range errs {
-		logger.Error(msg+": a template could not be loaded and cannot be used until it is fixed and the server reloaded (SIGHUP)", "err", err)
+	srv.AddMetrics(st.Metrics()...)
+	if nm != nil {
+		srv.AddMetrics(nm)
 	}
+	if err := srv.EnableGuard(&server.Guard{Engine: st.Engine(), AgentID: f.agentID, Payments: st.Payments(), NoCheckTool: f.proxy}); err != nil {
+		stopConsole()
+		return nil, err
+	}
+	if tools := parseTools(f.tools); tools != nil {
+		if err := srv.KeepTools(tools); err != nil {
+			stopConsole()
+			return nil, err
+		}
+		logger.Info("serving only the tools --tools names", "tools", strings.Join(tools, ","))
+	}
+	return &served{st: st, srv: srv, close: stopConsole}, nil
 }
 
-// reloadTemplatesOnHUP re-reads the templates on SIGHUP. A set in which a
-// template the policy reads history under cannot be used is refused, and
-// the previous set stays in force.
-func reloadTemplatesOnHUP(ctx context.Context, set *receipt.TemplateSet, g *guardReload, logger *slog.Logger) func() {
+// reloadOnHUP has every stack re-read its templates and guard policy on
+// SIGHUP (see app.Stack.Reload).
+func reloadOnHUP(ctx context.Context, stacks []*app.Stack) func() {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	go func() {
@@ -476,26 +195,8 @@ func reloadTemplatesOnHUP(ctx context.Context, set *receipt.TemplateSet, g *guar
 			case <-ctx.Done():
 				return
 			case <-hup:
-				var historyTemplates []string
-				if g != nil {
-					historyTemplates = g.eng.Policy().HistoryTemplates
-				}
-				r, errs := set.Reload(func(r *receipt.Registry) error {
-					for _, n := range historyTemplates {
-						if _, err := r.Resolve(n); err != nil {
-							return fmt.Errorf("history template %s: %w", n, err)
-						}
-					}
-					return nil
-				})
-				if r == nil {
-					logger.Error("SIGHUP: templates not reloaded", "err", errors.Join(errs...))
-				} else {
-					logTemplates(r, errs, logger, "SIGHUP: templates reloaded")
-				}
-				// Then the policy, checked against the templates now in force.
-				if g != nil {
-					g.reload(ctx)
+				for _, st := range stacks {
+					st.Reload(ctx)
 				}
 			}
 		}
@@ -503,159 +204,63 @@ func reloadTemplatesOnHUP(ctx context.Context, set *receipt.TemplateSet, g *guar
 	return func() { signal.Stop(hup) }
 }
 
-// stack is one Trace root served: its directories, templates, guard and
-// server.
-type stack struct {
-	root, events *confined.Dir
-	srv          *server.Server
-	eng          *engine.Engine
-	close        func()
-}
-
-// openStack opens dir as a Trace root and builds its server and guard;
-// tenant, when set, names the tenant (its policy overrides, scope.tenant).
-func openStack(ctx context.Context, dir, tenant string, f *serveFlags, notifier *notify.Group, nm *notify.Metrics, integrity prometheus.Counter, logger *slog.Logger) (*stack, error) {
-	if tenant != "" {
-		logger = logger.With("tenant", tenant)
-	}
-	root, events, templates, err := openTrace(dir, f.templatesDir, logger)
+// openServed opens what the serve flags describe: one stack, or one per
+// tenant under --tenants-dir, each with its MCP server. ready asks every
+// stack (naming the tenant that is not ready).
+func openServed(ctx context.Context, f *serveFlags, notifier *notify.Group, nm *notify.Metrics, logger *slog.Logger) (servers map[string]*served, ready func(context.Context) error, closeAll func(), err error) {
+	cfg, err := f.appConfig(ctx, notifier, logger)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
-	closeDirs := func() { events.Close(); root.Close() }
-	// One catalog per root: the read tools, the engine's history and the
-	// console's explanations all read runs through it.
-	var progress func(done, total int)
-	if f.progressTo != nil {
-		name := "index"
-		if tenant != "" {
-			name += " of tenant " + tenant
+	servers = map[string]*served{}
+	var stacks []*app.Stack
+	var closeStacks func()
+	if f.tenantsDir != "" {
+		ts, err := app.OpenTenants(ctx, f.tenantsDir, cfg)
+		if err != nil {
+			return nil, nil, nil, err
 		}
-		progress = newProgress(f.progressTo, name).runs
-	}
-	cat, err := catalog.New(catalog.Config{Root: root, Events: events, Templates: templates,
-		Limits: receipt.DefaultLimits(), MaxBytes: f.indexMaxMB << 20, Logger: logger, Progress: progress})
-	if err != nil {
-		closeDirs()
-		return nil, err
-	}
-	srv, err := server.New(server.Config{
-		Catalog: cat,
-		Version: versionString(),
-		Logger:  logger,
-
-		ToolsListChanged: f.proxy,
-		Instructions:     proxyInstructions(f.proxy),
-	})
-	if err != nil {
-		closeDirs()
-		return nil, err
-	}
-	if f.readOnly {
-		// No guard: no policy, key, store or reviewers are opened, and
-		// nothing is written; only the tools that read the Trace exist.
-		if tools := parseTools(f.tools); tools != nil {
-			if err := srv.KeepTools(tools); err != nil {
-				closeDirs()
-				return nil, err
-			}
+		for _, name := range ts.Names() {
+			stacks = append(stacks, ts.Stack(name))
 		}
-		logger.Info("read-only: serving the Trace read tools alone; the guard is not started", "tools", strings.Join(srv.ToolNames(), ","))
-		stopHUP := reloadTemplatesOnHUP(ctx, templates, nil, logger)
-		return &stack{root: root, events: events, srv: srv, close: func() { stopHUP(); closeDirs() }}, nil
-	}
-	g, err := openGuard(ctx, root, f, logger)
-	if err != nil {
-		closeDirs()
-		return nil, err
-	}
-	closeDirs = func() { g.store.Close(); events.Close(); root.Close() }
-	if tenant != "" {
-		g.policy = g.policy.ForTenant(tenant)
-		g.chains.Tenant = tenant
-	}
-	g.notifier, g.notifyMetrics, g.integrity, g.tenant = notifier, nm, integrity, tenant
-	stopConsole := func() {}
-	if f.console.on {
-		if tenant != "" {
-			closeDirs()
-			return nil, errors.New("--console serves one guard; with --tenants-dir it is not supported yet")
+		ready, closeStacks = ts.Ready, ts.Close
+	} else {
+		st, err := openApp(ctx, cfg)
+		if err != nil {
+			return nil, nil, nil, err
 		}
-		if stopConsole, g.reviewURL, err = startConsole(ctx, &f.console, cat, g, logger); err != nil {
-			closeDirs()
-			return nil, err
-		}
+		stacks = []*app.Stack{st}
+		ready, closeStacks = st.Ready, st.Close
 	}
-	eng, err := startGuard(ctx, srv, cat, g, templates, f.agentID, f.proxy, logger)
-	if err != nil {
-		stopConsole()
-		closeDirs()
-		return nil, err
-	}
-	g.engine.Store(eng)
-	reload := &guardReload{eng: eng, log: g.log, store: g.store, flag: f.guardConfig, rootPath: root.Path(), tenant: tenant, logger: logger}
-	stopHUP := reloadTemplatesOnHUP(ctx, templates, reload, logger)
-	return &stack{root: root, events: events, srv: srv, eng: eng, close: func() { stopConsole(); stopHUP(); closeDirs() }}, nil
-}
-
-// openTenants serves every tenant under --tenants-dir: each subdirectory
-// named by a bare slug is a tenant's Trace root, with its own index, review
-// log and decision chain. The set is read at start.
-func openTenants(ctx context.Context, f *serveFlags, notifier *notify.Group, nm *notify.Metrics, logger *slog.Logger) (map[string]*server.Server, func(), error) {
-	stacks, closeAll, err := openTenantStacks(ctx, f, notifier, nm, logger)
-	if err != nil {
-		return nil, nil, err
-	}
-	out := map[string]*server.Server{}
-	for name, st := range stacks {
-		out[name] = st.srv
-	}
-	return out, closeAll, nil
-}
-
-// openTenantStacks opens one stack per tenant under --tenants-dir.
-func openTenantStacks(ctx context.Context, f *serveFlags, notifier *notify.Group, nm *notify.Metrics, logger *slog.Logger) (map[string]*stack, func(), error) {
-	if !isFileStore(storeSpec(f.store)) {
-		// One database would mix the tenants' reviews and chains.
-		return nil, nil, errors.New("--tenants-dir keeps each tenant's guard state under its own root: it needs the file store (--store file:); a PostgreSQL store per tenant is not supported yet")
-	}
-	integrity := newIntegrityCounter()
-	dir, err := confined.OpenRoot(f.tenantsDir)
-	if err != nil {
-		return nil, nil, fmt.Errorf("--tenants-dir: %w", err)
-	}
-	entries, err := dir.ReadDir()
-	dir.Close()
-	if err != nil {
-		return nil, nil, fmt.Errorf("--tenants-dir: %w", err)
-	}
-	out := map[string]*stack{}
-	var stacks []*stack
-	closeAll := func() {
-		for _, s := range stacks {
+	closeAll = func() {
+		for _, s := range servers {
 			s.close()
 		}
+		closeStacks()
 	}
-	for _, e := range entries {
-		if e.Type&fs.ModeDir == 0 || !receipt.IsSlug(e.Name) {
-			if e.Type&fs.ModeSymlink != 0 {
-				logger.Warn("--tenants-dir: a symbolic link is no tenant root; skipped", "name", e.Name)
-			}
-			continue
-		}
-		st, err := openStack(ctx, filepath.Join(dir.Path(), e.Name), e.Name, f, notifier, nm, integrity, logger)
+	for _, st := range stacks {
+		s, err := serveStack(ctx, st, f, nm, logger)
 		if err != nil {
 			closeAll()
-			return nil, nil, fmt.Errorf("tenant %s: %w", e.Name, err)
+			if st.Tenant() != "" {
+				return nil, nil, nil, fmt.Errorf("tenant %s: %w", st.Tenant(), err)
+			}
+			return nil, nil, nil, err
 		}
-		stacks = append(stacks, st)
-		out[e.Name] = st
-		logger.Info("tenant served", "tenant", e.Name, "root", st.root.Path())
+		servers[st.Tenant()] = s
 	}
-	if len(out) == 0 {
-		return nil, nil, fmt.Errorf("--tenants-dir %s holds no tenant (a subdirectory named by [A-Za-z0-9_-] per tenant)", f.tenantsDir)
+	stopHUP := reloadOnHUP(ctx, stacks)
+	closeStacksAndHUP := closeAll
+	closeAll = func() { stopHUP(); closeStacksAndHUP() }
+	return servers, ready, closeAll, nil
+}
+
+func newLogger(stderr io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
 	}
-	return out, closeAll, nil
+	return slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: l})), nil
 }
 
 // defineServe is serving MCP: what an agent host launches, the command
@@ -707,29 +312,20 @@ func runServe(ctx context.Context, env *cmdEnv, f serveFlags, h httpFlags) error
 		defer cancel()
 		_ = notifier.Close(ctx)
 	}()
-	if f.tenantsDir != "" {
-		if h.addr == "" || h.insecure || h.tenantClaim == "" {
-			return usageErrorf("--tenants-dir serves tenants over --http with authentication, the tenant named by --tenant-claim")
-		}
-		tenants, closeAll, err := openTenants(ctx, &f, notifier, notifyMetrics, logger)
-		if err != nil {
-			fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
-			return exitCode(exitFail)
-		}
-		defer closeAll()
-		return exitCode(runHTTP(ctx, tenants, &h, logger, stderr))
+	if f.tenantsDir != "" && (h.addr == "" || h.insecure || h.tenantClaim == "") {
+		return usageErrorf("--tenants-dir serves tenants over --http with authentication, the tenant named by --tenant-claim")
 	}
-	st, err := openStack(ctx, f.dir, "", &f, notifier, notifyMetrics, newIntegrityCounter(), logger)
+	servers, ready, closeAll, err := openServed(ctx, &f, notifier, notifyMetrics, logger)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
 		return exitCode(exitFail)
 	}
-	defer st.close()
-	srv := st.srv
+	defer closeAll()
 	if h.addr != "" {
-		return exitCode(runHTTP(ctx, map[string]*server.Server{"": srv}, &h, logger, stderr))
+		return exitCode(runHTTP(ctx, servers, ready, &h, logger, stderr))
 	}
-	logger.Info("serving MCP over stdio", "root", st.root.Path())
+	srv := servers[""].srv
+	logger.Info("serving MCP over stdio", "root", servers[""].st.Root().Path())
 	stdio := mcpserver.NewStdioServer(srv.MCP())
 	stdio.SetErrorLogger(log.New(stderr, "mcp: ", log.LstdFlags))
 	if err := stdio.Listen(ctx, stdin, stdout); err != nil && !errors.Is(err, context.Canceled) && !isEOF(err) {

@@ -221,18 +221,21 @@ func (h *httpFlags) resourceAndHosts(p httpPlan, port string) (string, []string,
 }
 
 // runHTTP serves servers over Streamable HTTP: one server under the key
-// "", or one per tenant.
-func runHTTP(ctx context.Context, servers map[string]*server.Server, h *httpFlags, logger *slog.Logger, stderr io.Writer) int {
-	srv := servers[""]
+// "", or one per tenant. ready is the stacks' readiness (/readyz).
+func runHTTP(ctx context.Context, servers map[string]*served, ready func(context.Context) error, h *httpFlags, logger *slog.Logger, stderr io.Writer) int {
+	var srv *server.Server
 	var tenants map[string]*server.Server
-	if srv == nil {
-		tenants = servers
+	if s := servers[""]; s != nil {
+		srv = s.srv
+	} else {
+		tenants = map[string]*server.Server{}
 		names := make([]string, 0, len(servers))
-		for name := range servers {
+		for name, s := range servers {
 			names = append(names, name)
+			tenants[name] = s.srv
 		}
 		sort.Strings(names)
-		srv = servers[names[0]]
+		srv = tenants[names[0]]
 	}
 	p, err := h.plan()
 	if err == nil && p.auth != nil {
@@ -270,6 +273,7 @@ func runHTTP(ctx context.Context, servers map[string]*server.Server, h *httpFlag
 		RateLimit:      h.rateLimit,
 		RateBurst:      h.burst(),
 		Tenants:        tenants,
+		Ready:          ready,
 		Logger:         logger,
 		Console:        h.console,
 	})

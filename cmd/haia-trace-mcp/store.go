@@ -11,8 +11,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"time"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/app"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
@@ -35,38 +35,11 @@ func storeSpec(flagValue string) string {
 	return "file:"
 }
 
-// isFileStore says whether spec names the file store.
-func isFileStore(spec string) bool { return spec == "file:" || spec == "file" }
-
-// checkStoreSpec refuses what is neither store, naming both.
-func checkStoreSpec(spec string) error {
-	if isFileStore(spec) || pgstore.IsURL(spec) {
-		return nil
-	}
-	shown := spec
-	if len(shown) > 16 {
-		shown = shown[:16] + "…"
-	}
-	return fmt.Errorf("--store %q: want file: (the Trace root's guard/) or a postgres:// URL", shown)
-}
-
-// openStore opens the guard's store: the file store under root, or the
-// PostgreSQL store at spec.
-func openStore(ctx context.Context, root *confined.Dir, spec string) (reviewlog.Store, error) {
-	if err := checkStoreSpec(spec); err != nil {
-		return nil, err
-	}
-	if isFileStore(spec) {
-		return filestore.New(root), nil
-	}
-	return pgstore.Open(ctx, spec)
-}
-
 // openCLIStore opens --dir (a Trace root, see openCLIRoot) and the store
 // for a command-line tool. With the PostgreSQL store, guard/ need not exist
 // under the root.
 func openCLIStore(ctx context.Context, command, dir, spec string, stderr io.Writer) (*confined.Dir, reviewlog.Store, int) {
-	if err := checkStoreSpec(spec); err != nil {
+	if err := app.CheckStoreSpec(spec); err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp %s: %v\n", command, err)
 		return nil, nil, exitUsage
 	}
@@ -74,7 +47,7 @@ func openCLIStore(ctx context.Context, command, dir, spec string, stderr io.Writ
 	if root == nil {
 		return nil, nil, code
 	}
-	st, err := openStore(ctx, root, spec)
+	st, err := app.OpenStore(ctx, root, spec)
 	if err != nil {
 		root.Close()
 		fmt.Fprintf(stderr, "haia-trace-mcp %s: %s\n", command, termsafe.String(err.Error()))
@@ -188,11 +161,6 @@ func policyFromRecord(rec reviewlog.PolicyRecord) (*guard.Config, error) {
 	}
 	pol.Source, pol.Text, pol.Hash = rec.Source+" (as the server recorded it at "+rec.At+")", []byte(rec.Text), rec.SHA256
 	return pol, nil
-}
-
-// policyToRecord is what a server records of the policy it runs with.
-func policyToRecord(pol *guard.Config, now time.Time) reviewlog.PolicyRecord {
-	return reviewlog.PolicyRecord{Source: pol.Source, SHA256: pol.Hash, Text: string(pol.Text), At: now.UTC().Format(time.RFC3339)}
 }
 
 func shortHash(h string) string {

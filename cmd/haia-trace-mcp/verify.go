@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/app"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
@@ -76,7 +77,7 @@ func runVerify(ctx context.Context, stdout, stderr io.Writer, pos []string, keyr
 	if spec == "" && pgstore.IsURL(os.Getenv(storeEnv)) && !fileExists(pos[0]) {
 		spec = os.Getenv(storeEnv)
 	}
-	if spec != "" && !isFileStore(spec) {
+	if spec != "" && !app.IsFileStore(spec) {
 		var code int
 		if res, code = verifyInStore(ctx, spec, pos[0], docs, stderr); code >= 0 {
 			return exitCode(code)
@@ -186,7 +187,7 @@ func fileExists(path string) bool {
 // verifyInStore verifies chain id (every segment and each link) as the
 // store holds it, with the keyring given, else the store's own.
 func verifyInStore(ctx context.Context, spec, id string, docs noa.Documents, stderr io.Writer) (noa.Result, int) {
-	if err := checkStoreSpec(spec); err != nil {
+	if err := app.CheckStoreSpec(spec); err != nil {
 		fmt.Fprintf(stderr, "verify: %v\n", err)
 		return noa.Result{}, exitVerifyUsage
 	}
@@ -194,7 +195,7 @@ func verifyInStore(ctx context.Context, spec, id string, docs noa.Documents, std
 	if bad != nil {
 		return *bad, -1
 	}
-	st, err := openStore(ctx, nil, spec)
+	st, err := app.OpenStore(ctx, nil, spec)
 	if err != nil {
 		fmt.Fprintf(stderr, "verify: %s\n", termsafe.String(err.Error()))
 		return noa.Result{}, exitVerifyUsage

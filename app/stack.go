@@ -1,0 +1,422 @@
+// Package app assembles the product: the Trace root and its catalog, the
+// guard's store, review log and decision chains, the signer, the decision
+// engine with its notifier, the payment authorizer, and tenants. Commands
+// turn their flags into a Config and call Open; the MCP and HTTP adapters,
+// the guard proxy and the reviewer console take what they serve from the
+// Stack it returns.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/app/catalog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard/policy"
+	"github.com/haia-trace-mcp/haia-trace-mcp/payment"
+	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
+	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/notify"
+)
+
+// Config is everything a Stack is assembled from, already chosen: the
+// caller resolves defaults and the environment.
+type Config struct {
+	// Dir is the Trace root.
+	Dir string
+	// Tenant names the tenant this stack serves ("" without tenants): its
+	// policy layers apply and it is scope.tenant in decision receipts.
+	Tenant string
+	// TemplatesDir is the operator's templates ("" : the root's templates/).
+	TemplatesDir string
+	// IndexMaxBytes bounds the run index's memory (0: the default).
+	IndexMaxBytes int64
+	// ProgressOf, when set, gives for a tenant ("" without tenants) what
+	// is told how a refresh of its run index that must read runs goes (a
+	// cold index on a terminal).
+	ProgressOf func(tenant string) func(done, total int)
+	// ReadOnly opens the catalog alone: no policy, key, store or reviewers
+	// are opened, and nothing is written.
+	ReadOnly bool
+	// GuardConfig is the policy file ("": the one beside the root when it
+	// exists, else the built-in defaults).
+	GuardConfig string
+	// Signing says how decisions are signed.
+	Signing Signing
+	// ReviewersPath is the trusted reviewers file (read, never written).
+	ReviewersPath string
+	// Store is where the guard's state lives: "file:" or a postgres:// URL.
+	Store string
+	// Payer, when set, signs the x402 payments the engine allows.
+	Payer x402.Signer
+	// Notifier, when it has members, is told of each opened review.
+	Notifier *notify.Group
+	// Integrity counts integrity warnings; nil gives the stack its own.
+	// Tenants share one.
+	Integrity prometheus.Counter
+	// Replica names this process in the notification outbox's claims.
+	Replica string
+	Logger  *slog.Logger
+	Now     func() time.Time
+}
+
+// Stack is one Trace root served: its catalog, and unless read-only its
+// guard (store, review log, chains, engine, payments).
+type Stack struct {
+	cfg       Config
+	root      *Root
+	templates *receipt.TemplateSet
+	catalog   *catalog.Catalog
+	// The guard; nil when read-only.
+	engine    *engine.Engine
+	payments  *payment.Authorizer
+	log       *reviewlog.Log
+	chains    *reviewlog.Chains
+	store     reviewlog.Store
+	integrity prometheus.Counter
+	paramsKey []byte
+	reviewURL atomic.Pointer[func(string) string]
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+// Open opens cfg.Dir as a Trace root and assembles its stack. On error
+// nothing stays open.
+func Open(ctx context.Context, cfg Config) (st *Stack, err error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Store == "" {
+		cfg.Store = "file:"
+	}
+	logger := cfg.Logger
+	root, err := OpenRoot(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	st = &Stack{cfg: cfg, root: root}
+	defer func() {
+		if err != nil {
+			st.Close()
+			st = nil
+		}
+	}()
+	if !root.Events().Exists() {
+		logger.Info("events/ does not exist yet: nothing to list until a recorder creates it", "root", root.Path())
+	}
+	if st.templates, err = root.Templates(cfg.TemplatesDir, logger); err != nil {
+		return nil, err
+	}
+	// One catalog per root: the read tools, the engine's history and the
+	// console's explanations all read runs through it.
+	var progress func(done, total int)
+	if cfg.ProgressOf != nil {
+		progress = cfg.ProgressOf(cfg.Tenant)
+	}
+	if st.catalog, err = root.Catalog(st.templates, cfg.IndexMaxBytes, logger, progress); err != nil {
+		return nil, err
+	}
+	if cfg.ReadOnly {
+		return st, nil
+	}
+	return st, st.openGuard(ctx)
+}
+
+// openGuard loads the policy, its custom rules and the signing setup, opens
+// the store and builds the engine.
+func (st *Stack) openGuard(ctx context.Context) error {
+	cfg, logger := st.cfg, st.cfg.Logger
+	pol, err := LoadPolicy(cfg.GuardConfig, st.root.Path(), logger)
+	if err != nil {
+		return err
+	}
+	rules, err := LoadRules(pol, "refusing to start", logger)
+	if err != nil {
+		return err
+	}
+	signer, paramsKey, err := cfg.Signing.Open(logger)
+	if err != nil {
+		return err
+	}
+	st.chains = &reviewlog.Chains{Signer: signer, Tenant: cfg.Signing.Tenant}
+	st.paramsKey = paramsKey
+	if st.store, err = OpenStore(ctx, st.root.Dir(), cfg.Store); err != nil {
+		return err
+	}
+	logger.Info("guard store", "store", st.store.Describe())
+	if err := RecordPolicy(ctx, st.store, pol, cfg.Now(), logger); err != nil {
+		return err
+	}
+	noteRotation(ctx, st.store, st.chains, logger)
+	if _, err := reviewlog.LoadReviewers(cfg.ReviewersPath); err != nil {
+		// Not fatal: a root from nothing has no reviewer yet. Every human
+		// decision reads unverified until one is trusted.
+		logger.Warn("no trusted reviewers: human decisions will read unverified until one is added (haia-trace-mcp reviewer init)", "reviewers", cfg.ReviewersPath, "err", err)
+	} else {
+		logger.Info("trusted reviewers file", "reviewers", cfg.ReviewersPath)
+	}
+	if cfg.Payer != nil {
+		logger.Info("x402 payments are signed here (authorize_payment)", "payer", cfg.Payer.Address().Hex(), "max_authorization_seconds", pol.MaxAuthorizationSeconds)
+	}
+	reviewers := cfg.ReviewersPath
+	st.log = reviewlog.OpenStore(st.store, reviewlog.Options{ReviewTTL: pol.ReviewTTL,
+		Reviewers: func() (reviewlog.Reviewers, error) { return reviewlog.LoadReviewers(reviewers) },
+		Passkeys:  func() (reviewlog.Passkeys, error) { return reviewlog.LoadPasskeys(reviewers) }})
+	if cfg.Tenant != "" {
+		pol = pol.ForTenant(cfg.Tenant)
+		st.chains.Tenant = cfg.Tenant
+	}
+	st.integrity = cfg.Integrity
+	if st.integrity == nil {
+		st.integrity = NewIntegrityCounter()
+	}
+	if st.engine, err = engine.New(engine.Config{
+		Notify:      st.notifier(ctx, pol),
+		ReviewURL:   st.reviewPage,
+		OnIntegrity: st.integrity.Inc,
+		Policy:      pol,
+		Rules:       rules,
+		Templates:   st.templates,
+		History:     st.catalog,
+		Log:         st.log,
+		Chains:      st.chains,
+		ParamsKey:   paramsKey,
+		Now:         cfg.Now,
+		Logger:      logger,
+	}); err != nil {
+		return err
+	}
+	logger.Info("guard policy loaded", "source", pol.Source, "history_templates", strings.Join(pol.HistoryTemplates, ","),
+		"unreadable_history", pol.UnreadableHistory, "unattributable_history", pol.UnattributableHistory)
+	if cfg.Payer != nil {
+		if st.payments, err = payment.New(payment.Config{Engine: st.engine, Signer: cfg.Payer}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// notifier is the engine's hook for opened reviews: nil without a
+// notifier; with a store that dispatches through an outbox
+// (OpenedDispatcher), the outbox delivers and the engine's hook is nil.
+func (st *Stack) notifier(ctx context.Context, pol *guard.Config) func(reviewlog.Review) {
+	g, logger, tenant := st.cfg.Notifier, st.cfg.Logger, st.cfg.Tenant
+	if g == nil || g.Len() == 0 {
+		return nil
+	}
+	deliver := func(r reviewlog.Review) {
+		// The reviewer must know which tenant's queue the review is in.
+		m, err := notify.NewMessage(notify.EventOpened, struct {
+			reviewlog.Review
+			Tenant string `json:"tenant,omitempty"`
+		}{r, tenant})
+		if err != nil {
+			logger.Error("notification not sent", "review_id", r.ID, "err", err)
+			return
+		}
+		g.Notify(m)
+	}
+	d, ok := st.store.(OpenedDispatcher)
+	if !ok {
+		return deliver
+	}
+	dctx, cancel := context.WithCancel(ctx)
+	st.cancel = cancel
+	st.wg.Add(1)
+	go func() {
+		defer st.wg.Done()
+		d.DispatchOpened(dctx, st.cfg.Replica, func(ctx context.Context, id string) error {
+			r, err := st.log.Get(ctx, id)
+			if err != nil {
+				return err
+			}
+			if a, ok := pol.Assets.Lookup(r.Asset); ok {
+				r.AssetSymbol = a.Symbol
+			}
+			r.ReviewURL = st.reviewPage(r.ID)
+			deliver(r)
+			return nil
+		}, logger)
+	}()
+	return nil
+}
+
+// reviewPage is the console's page of a review ("" without a console).
+func (st *Stack) reviewPage(id string) string {
+	if f := st.reviewURL.Load(); f != nil {
+		return (*f)(id)
+	}
+	return ""
+}
+
+// SetReviewURL gives the console's page of a review, for review answers,
+// notifications and get_review_status; call it before serving.
+func (st *Stack) SetReviewURL(f func(id string) string) {
+	if f != nil {
+		st.reviewURL.Store(&f)
+	}
+}
+
+// NewIntegrityCounter counts the times a review's log lines and its signed
+// receipts disagreed.
+func NewIntegrityCounter() prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: "haia_review_integrity_warnings_total",
+		Help: "Times a review's log lines and its signed receipts disagreed (an unverified decision, a contradicting line)."})
+}
+
+// Root is the stack's Trace root.
+func (st *Stack) Root() *Root { return st.root }
+
+// Catalog is the stack's read model.
+func (st *Stack) Catalog() *catalog.Catalog { return st.catalog }
+
+// Templates is the template set in force.
+func (st *Stack) Templates() *receipt.TemplateSet { return st.templates }
+
+// Engine is the decision engine (nil when read-only).
+func (st *Stack) Engine() *engine.Engine { return st.engine }
+
+// Payments signs the x402 payments the engine allows (nil without a payer).
+func (st *Stack) Payments() *payment.Authorizer { return st.payments }
+
+// Log is the review log (nil when read-only).
+func (st *Stack) Log() *reviewlog.Log { return st.log }
+
+// Chains signs decisions into the decision chains (nil when read-only).
+func (st *Stack) Chains() *reviewlog.Chains { return st.chains }
+
+// Store is the guard's store (nil when read-only).
+func (st *Stack) Store() reviewlog.Store { return st.store }
+
+// ParamsKey is the key of the receipts' paramsHash (nil when read-only);
+// the console derives its session key from it, so replicas share sessions.
+func (st *Stack) ParamsKey() []byte { return st.paramsKey }
+
+// ReviewersPath is the trusted reviewers file.
+func (st *Stack) ReviewersPath() string { return st.cfg.ReviewersPath }
+
+// Tenant is the tenant the stack serves ("" without tenants).
+func (st *Stack) Tenant() string { return st.cfg.Tenant }
+
+// Metrics are the stack's collectors for /metrics.
+func (st *Stack) Metrics() []prometheus.Collector {
+	if st.integrity == nil {
+		return nil
+	}
+	return []prometheus.Collector{st.integrity}
+}
+
+// Ready says whether the stack can do its work: events/ can be listed (a
+// root that cannot be read serves nothing) and, with the guard, the engine
+// is ready (its signer, its store, the trusted reviewers) and so is the
+// payer. What is not ready is an *engine.NotReadyError.
+func (st *Stack) Ready(ctx context.Context) error {
+	if _, err := st.catalog.Events().ReadDir(); err != nil {
+		return &engine.NotReadyError{Reason: "the events directory cannot be listed", Err: err}
+	}
+	if st.engine == nil {
+		return nil
+	}
+	if err := st.engine.Ready(ctx); err != nil {
+		return err
+	}
+	if st.payments != nil {
+		if err := st.payments.Ready(ctx); err != nil {
+			return &engine.NotReadyError{Reason: "the payer signer does not answer, so no payment can be authorized", Err: err}
+		}
+	}
+	return nil
+}
+
+// Reload re-reads the templates, then the guard policy, the way Open read
+// them (on SIGHUP). A template set in which a template the policy reads
+// history under cannot be used is refused; a policy that does not load,
+// custom rules that do not parse, or a history template that does not
+// exist keep the running policy. The log says what happened.
+func (st *Stack) Reload(ctx context.Context) {
+	logger := st.cfg.Logger
+	var historyTemplates []string
+	if st.engine != nil {
+		historyTemplates = st.engine.Policy().HistoryTemplates
+	}
+	r, errs := st.templates.Reload(func(r *receipt.Registry) error {
+		for _, n := range historyTemplates {
+			if _, err := r.Resolve(n); err != nil {
+				return fmt.Errorf("history template %s: %w", n, err)
+			}
+		}
+		return nil
+	})
+	if r == nil {
+		logger.Error("SIGHUP: templates not reloaded", "err", errors.Join(errs...))
+	} else {
+		LogTemplates(r, errs, logger, "SIGHUP: templates reloaded")
+	}
+	if st.engine != nil {
+		st.reloadPolicy(ctx)
+	}
+}
+
+// reloadPolicy validates the new policy completely before anything
+// changes; a valid one is recorded in the store, then put in force.
+func (st *Stack) reloadPolicy(ctx context.Context) {
+	logger := st.cfg.Logger
+	fail := func(err error) {
+		logger.Error("SIGHUP: guard policy not reloaded; the running policy stays in force", "running_source", st.engine.Policy().Source, "running_sha256", st.engine.Policy().Hash, "err", err)
+	}
+	pol, err := LoadPolicy(st.cfg.GuardConfig, st.root.Path(), logger)
+	if err != nil {
+		fail(err)
+		return
+	}
+	var rules *policy.Policy
+	if rules, err = LoadRules(pol, "keeping the running policy", logger); err != nil {
+		fail(err)
+		return
+	}
+	if st.cfg.Tenant != "" {
+		pol = pol.ForTenant(st.cfg.Tenant)
+	}
+	if err := st.engine.CheckPolicy(pol); err != nil {
+		fail(err)
+		return
+	}
+	if err := RecordPolicy(ctx, st.store, pol, st.cfg.Now(), logger); err != nil {
+		fail(err)
+		return
+	}
+	if err := st.engine.SetPolicy(pol, rules); err != nil {
+		fail(err) // checked above; kept for safety
+		return
+	}
+	st.log.SetReviewTTL(pol.ReviewTTL)
+	logger.Info("SIGHUP: guard policy reloaded", "source", pol.Source, "sha256", pol.Hash, "review_ttl", pol.ReviewTTL.String())
+}
+
+// Close stops the outbox dispatch and closes the store and the root.
+func (st *Stack) Close() {
+	st.closeOnce.Do(func() {
+		if st.cancel != nil {
+			st.cancel()
+		}
+		st.wg.Wait()
+		if st.store != nil {
+			st.store.Close()
+		}
+		st.root.Close()
+	})
+}

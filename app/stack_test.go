@@ -1,0 +1,250 @@
+package app_test
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/app"
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/pgtest"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/pgstore"
+)
+
+// The PostgreSQL store dispatches opened reviews through its outbox; the
+// stack finds that out through the optional interface, not its type.
+var _ app.OpenedDispatcher = (*pgstore.Store)(nil)
+
+// seller is a payee of testdata/guard/buyer-run.ndjson, with payments
+// whose outcome the run never confirmed.
+const seller = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C"
+
+// newTraceRoot makes a Trace root holding the buyer run the guard's tests
+// use, a signing key and a trusted reviewers file, and returns the
+// configuration of a stack over it.
+func newTraceRoot(t *testing.T, dir string) app.Config {
+	t.Helper()
+	run, err := os.ReadFile(filepath.Join("..", "testdata", "guard", "buyer-run.ndjson"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "events"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "events", "buyer.ndjson"), run, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	keys := t.TempDir()
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reviewers := filepath.Join(keys, "reviewers.json")
+	if _, err := reviewlog.AddReviewer(reviewers, "alice", pub); err != nil {
+		t.Fatal(err)
+	}
+	return app.Config{
+		Dir:           dir,
+		Signing:       app.Signing{KeyFile: filepath.Join(keys, "signing-key.pem"), Tenant: "test"},
+		ReviewersPath: reviewers,
+		Store:         "file:",
+		Replica:       "test",
+	}
+}
+
+func open(t *testing.T, cfg app.Config) *app.Stack {
+	t.Helper()
+	st, err := app.Open(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	return st
+}
+
+// ask asks the stack's engine a question and checks the answer is recorded.
+func ask(t *testing.T, st *app.Stack, q engine.Question) engine.Answer {
+	t.Helper()
+	ans, err := st.Engine().CheckWith(t.Context(), "agent-1", q, engine.CheckOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ans.ReceiptID == "" || len(ans.Reasons) == 0 {
+		t.Fatalf("answer %+v: want a signed receipt and its reasons", ans)
+	}
+	return ans
+}
+
+// checkStack asks questions through a stack's engine and its catalog.
+func checkStack(t *testing.T, st *app.Stack) {
+	t.Helper()
+	if err := st.Ready(t.Context()); err != nil {
+		t.Fatalf("a fresh stack is not ready: %v", err)
+	}
+	page, err := st.Catalog().List(t.Context(), catalogQuery())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Operations) == 0 || page.RunsScanned != 1 {
+		t.Fatalf("catalog lists %d operations from %d runs; want the buyer run's", len(page.Operations), page.RunsScanned)
+	}
+	// The run leaves an operation unattributable, so any question is
+	// reviewed; the decision names a review a human decides.
+	ans := ask(t, st, engine.Question{Counterparty: "0x9999999999999999999999999999999999999999", Amount: "0.10"})
+	if ans.Decision != guard.Review || ans.ReviewID == "" {
+		t.Fatalf("a new counterparty: %s (review %q), want a pending review", ans.Decision, ans.ReviewID)
+	}
+	// The store holds it: the review log reads it back.
+	rv, err := st.Log().Get(t.Context(), ans.ReviewID)
+	if err != nil || rv.Status != reviewlog.Pending {
+		t.Fatalf("review %s in the store: %+v, %v", ans.ReviewID, rv, err)
+	}
+	// The history the engine read is the catalog's: the buyer run's open
+	// payments to the seller are the evidence.
+	again := ask(t, st, engine.Question{Counterparty: seller, Amount: "0.10"})
+	found := false
+	for _, r := range again.Reasons {
+		if r.Rule == guard.RuleUnreadable {
+			t.Fatalf("the engine could not read the catalog's history: %+v", r)
+		}
+		if r.Rule == guard.RuleOpenPartial && len(r.Evidence) == 3 && r.Evidence[0].RunID == "buyer" {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("answer %+v: want open_partial resting on the buyer run's three open payments", again.Reasons)
+	}
+}
+
+func TestOpenFileStore(t *testing.T) {
+	st := open(t, newTraceRoot(t, t.TempDir()))
+	checkStack(t, st)
+	if st.Store().Describe() == "" || st.Chains() == nil || st.Payments() != nil {
+		t.Fatal("the stack does not hold its store and chains (or holds a payer it was not given)")
+	}
+}
+
+func TestOpenPostgres(t *testing.T) {
+	dsn := pgtest.Database(t, pgtest.DSN(t))
+	if _, _, err := pgstore.Migrate(t.Context(), dsn, nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg := newTraceRoot(t, t.TempDir())
+	cfg.Store = dsn
+	st := open(t, cfg)
+	checkStack(t, st)
+	if !strings.HasPrefix(st.Store().Describe(), "postgres") {
+		t.Fatalf("store %s, want PostgreSQL", st.Store().Describe())
+	}
+	// The root holds no guard/: the PostgreSQL store is the only state.
+	if _, err := os.Stat(filepath.Join(cfg.Dir, reviewlog.DirName)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("guard/ under the root with the PostgreSQL store: %v", err)
+	}
+}
+
+func TestOpenReadOnly(t *testing.T) {
+	dir := t.TempDir()
+	cfg := newTraceRoot(t, dir)
+	st := open(t, app.Config{Dir: cfg.Dir, ReadOnly: true})
+	if st.Engine() != nil || st.Store() != nil {
+		t.Fatal("a read-only stack opened a guard")
+	}
+	if err := st.Ready(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, reviewlog.DirName)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a read-only stack wrote guard/: %v", err)
+	}
+}
+
+func TestOpenRefusals(t *testing.T) {
+	base := newTraceRoot(t, t.TempDir())
+	for _, tc := range []struct {
+		name string
+		mod  func(*app.Config)
+		want string
+	}{
+		{"no root", func(c *app.Config) { c.Dir = filepath.Join(t.TempDir(), "absent") }, "cannot be opened"},
+		{"a store that is neither", func(c *app.Config) { c.Store = "mysql://x" }, "want file: (the Trace root's guard/) or a postgres:// URL"},
+		{"a policy file that is not there", func(c *app.Config) { c.GuardConfig = filepath.Join(t.TempDir(), "nope.json") }, "--guard-config"},
+		{"a signer address that is not unix:", func(c *app.Config) { c.Signing = app.Signing{Signer: "tcp:1", ParamsKeyFile: "p"} }, "want unix:PATH"},
+		{"a signer beside a key", func(c *app.Config) { c.Signing.Signer = "unix:/nonexistent"; c.Signing.ParamsKeyFile = "p" }, "exclude each other"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := base
+			tc.mod(&cfg)
+			st, err := app.Open(t.Context(), cfg)
+			if err == nil {
+				st.Close()
+				t.Fatal("opened")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %q, want it to say %q", err, tc.want)
+			}
+		})
+	}
+	var re *app.RootError
+	if _, err := app.Open(t.Context(), app.Config{Dir: filepath.Join(t.TempDir(), "absent")}); !errors.As(err, &re) || !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a missing root: %v, want a RootError wrapping ErrNotExist", err)
+	}
+}
+
+// Readiness asks every tenant and names the one that is not ready.
+func TestTenantsReadiness(t *testing.T) {
+	tenants := t.TempDir()
+	var cfg app.Config
+	for _, name := range []string{"acme", "globex"} {
+		cfg = newTraceRoot(t, filepath.Join(tenants, name))
+	}
+	ts, err := app.OpenTenants(t.Context(), tenants, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ts.Close()
+	if got := strings.Join(ts.Names(), ","); got != "acme,globex" {
+		t.Fatalf("tenants %s", got)
+	}
+	if err := ts.Ready(t.Context()); err != nil {
+		t.Fatalf("fresh tenants not ready: %v", err)
+	}
+	for _, name := range ts.Names() {
+		st := ts.Stack(name)
+		if st.Tenant() != name {
+			t.Fatalf("stack of %s serves %q", name, st.Tenant())
+		}
+		ans := ask(t, st, engine.Question{Counterparty: "0x9999999999999999999999999999999999999999", Amount: "0.10"})
+		if _, err := os.Stat(filepath.Join(tenants, name, reviewlog.DirName)); err != nil {
+			t.Fatalf("tenant %s's decision %s is not under its own root: %v", name, ans.ReceiptID, err)
+		}
+	}
+	// globex's guard/ becomes a file: its store cannot take a decision.
+	g := filepath.Join(tenants, "globex", reviewlog.DirName)
+	if err := os.RemoveAll(g); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(g, []byte("not a directory"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err = ts.Ready(t.Context())
+	var nr *engine.NotReadyError
+	if !errors.As(err, &nr) || !strings.Contains(nr.Reason, `tenant "globex"`) || strings.Contains(nr.Reason, "acme") {
+		t.Fatalf("readiness with globex broken: %v, want it to name globex alone", err)
+	}
+	if err := ts.Stack("acme").Ready(t.Context()); err != nil {
+		t.Fatalf("acme is fine: %v", err)
+	}
+}
+
+func TestTenantsNeedTheFileStore(t *testing.T) {
+	cfg := newTraceRoot(t, filepath.Join(t.TempDir(), "acme"))
+	cfg.Store = "postgres://x@localhost/db"
+	if _, err := app.OpenTenants(t.Context(), filepath.Dir(cfg.Dir), cfg); err == nil || !strings.Contains(err.Error(), "file store") {
+		t.Fatalf("err %v", err)
+	}
+}
