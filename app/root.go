@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"os"
 	"path/filepath"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/app/catalog"
@@ -189,4 +190,35 @@ func LogTemplates(r *receipt.Registry, errs []error, logger *slog.Logger, msg st
 // runs a refresh must read.
 func (r *Root) Catalog(templates receipt.TemplateSource, maxBytes int64, logger *slog.Logger, progress func(done, total int)) (*catalog.Catalog, error) {
 	return catalog.New(catalog.Config{Root: r.dir, Events: r.events, Templates: templates, Limits: receipt.DefaultLimits(), MaxBytes: maxBytes, Logger: logger, Progress: progress})
+}
+
+// InitRoot makes the Trace root layout at dir from nothing — dir, events/
+// (where recorders write), templates/ (the operator's templates) and
+// guard/ (0700, the file store) — leaving what exists as it is. It returns
+// what it made, one line each; an entry that exists and is not a
+// directory stops it.
+func InitRoot(dir string) (made []string, err error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{{abs, 0o755}, {filepath.Join(abs, "events"), 0o755}, {filepath.Join(abs, "templates"), 0o755}, {filepath.Join(abs, reviewlog.DirName), 0o700}} {
+		if st, err := os.Lstat(d.path); err == nil {
+			if !st.IsDir() {
+				return made, fmt.Errorf("%s exists and is not a directory", d.path)
+			}
+			continue
+		}
+		if err := os.Mkdir(d.path, d.mode); err != nil {
+			return made, err
+		}
+		if err := os.Chmod(d.path, d.mode); err != nil {
+			return made, err
+		}
+		made = append(made, fmt.Sprintf("directory %s (%o)", d.path, d.mode))
+	}
+	return made, nil
 }

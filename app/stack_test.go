@@ -248,3 +248,43 @@ func TestTenantsNeedTheFileStore(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 }
+
+func TestInitRoot(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), ".trace")
+	made, err := app.InitRoot(dir)
+	if err != nil || len(made) != 4 {
+		t.Fatalf("made %q, %v; want the root and its three directories", made, err)
+	}
+	st, err := os.Stat(filepath.Join(dir, reviewlog.DirName))
+	if err != nil || st.Mode().Perm() != 0o700 {
+		t.Fatalf("guard/: %v, %v; want mode 0700", st, err)
+	}
+	r, err := app.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Check(); err != nil {
+		t.Fatalf("a root init made is no Trace root: %v", err)
+	}
+	r.Close()
+	if made, err := app.InitRoot(dir); err != nil || len(made) != 0 {
+		t.Fatalf("again: made %q, %v; want nothing", made, err)
+	}
+	// An entry in the way stops it, naming it.
+	other := t.TempDir()
+	if err := os.WriteFile(filepath.Join(other, "events"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := app.InitRoot(other); err == nil || !strings.Contains(err.Error(), "events exists and is not a directory") {
+		t.Fatalf("err %v", err)
+	}
+	// A directory that holds neither events/ nor guard/ is no Trace root.
+	empty, err := app.OpenRoot(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer empty.Close()
+	if err := empty.Check(); !errors.Is(err, app.ErrNotTraceRoot) {
+		t.Fatalf("an empty folder: %v", err)
+	}
+}

@@ -71,24 +71,9 @@ func runInit(stdout, stderr io.Writer, pos []string, config, keyFile, reviewerID
 	if err != nil {
 		return fail(err)
 	}
-	var made []string
-	for _, d := range []struct {
-		path string
-		mode os.FileMode
-	}{{abs, 0o755}, {filepath.Join(abs, "events"), 0o755}, {filepath.Join(abs, "templates"), 0o755}, {filepath.Join(abs, reviewlog.DirName), 0o700}} {
-		if st, err := os.Lstat(d.path); err == nil {
-			if !st.IsDir() {
-				return fail(fmt.Errorf("%s exists and is not a directory", d.path))
-			}
-			continue
-		}
-		if err := os.Mkdir(d.path, d.mode); err != nil {
-			return fail(err)
-		}
-		if err := os.Chmod(d.path, d.mode); err != nil {
-			return fail(err)
-		}
-		made = append(made, fmt.Sprintf("directory %s (%o)", d.path, d.mode))
+	made, err := app.InitRoot(abs)
+	if err != nil {
+		return fail(err)
 	}
 
 	signingKey := *keyFile
