@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/app"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
@@ -138,7 +140,27 @@ func TestOpenPostgres(t *testing.T) {
 	cfg := newTraceRoot(t, t.TempDir())
 	cfg.Store = dsn
 	st := open(t, cfg)
+	// The store tells of each append as it happens: after the catch-up
+	// wake at LISTEN, the next wake is the question's review.
+	listen := app.LogChanges(st.Store(), time.Hour, nil)
+	if listen == nil {
+		t.Fatal("the PostgreSQL store offers no way to hear of appends")
+	}
+	wakes := make(chan struct{}, 16)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go listen(ctx, func() { wakes <- struct{}{} })
+	select {
+	case <-wakes:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no catch-up wake at LISTEN")
+	}
 	checkStack(t, st)
+	select {
+	case <-wakes:
+	case <-time.After(10 * time.Second):
+		t.Fatal("an append to the review log was not heard")
+	}
 	if !strings.HasPrefix(st.Store().Describe(), "postgres") {
 		t.Fatalf("store %s, want PostgreSQL", st.Store().Describe())
 	}
@@ -286,5 +308,16 @@ func TestInitRoot(t *testing.T) {
 	defer empty.Close()
 	if err := empty.Check(); !errors.Is(err, app.ErrNotTraceRoot) {
 		t.Fatalf("an empty folder: %v", err)
+	}
+}
+
+// The PostgreSQL store tells of appends as they happen; the file store is
+// polled (no listener).
+var _ app.Listener = (*pgstore.Store)(nil)
+
+func TestLogChangesOfTheFileStore(t *testing.T) {
+	st := open(t, newTraceRoot(t, t.TempDir()))
+	if app.LogChanges(st.Store(), 0, nil) != nil {
+		t.Fatal("the file store offered to tell of appends it cannot hear")
 	}
 }

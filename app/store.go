@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
@@ -45,4 +46,24 @@ func OpenStore(ctx context.Context, root *confined.Dir, spec string) (reviewlog.
 // notified by the engine that opened the review.
 type OpenedDispatcher interface {
 	DispatchOpened(ctx context.Context, owner string, deliver func(ctx context.Context, id string) error, logger *slog.Logger)
+}
+
+// Listener is a store that says when something was written, as it happens
+// (PostgreSQL's NOTIFY, from every replica). A store without one (the file
+// store) is polled.
+type Listener interface {
+	Listen(ctx context.Context, channel string, interval time.Duration, wake func(), logger *slog.Logger)
+}
+
+// LogChanges is how to hear of each append to st's review log: a function
+// that calls wake on every append (and at least every interval) until ctx
+// ends, or nil when st cannot tell (poll it instead).
+func LogChanges(st reviewlog.Store, interval time.Duration, logger *slog.Logger) func(ctx context.Context, wake func()) {
+	l, ok := st.(Listener)
+	if !ok {
+		return nil
+	}
+	return func(ctx context.Context, wake func()) {
+		l.Listen(ctx, pgstore.ChannelLog, interval, wake, logger)
+	}
 }

@@ -20,7 +20,6 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
-	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/pgstore"
 )
 
 // consoleFlags are the serve flags of the reviewer console.
@@ -95,7 +94,7 @@ func startConsole(ctx context.Context, cf *consoleFlags, st *app.Stack, logger *
 		Decider: engine.PasskeyDecider{Log: st.Log(), Chains: st.Chains(), Passkeys: passkeys},
 		Explain: func(template string, ref guard.Ref) string { return explainRef(ctx, st.Catalog(), template, ref) },
 		Logger:  logger,
-		Changes: storeChanges(st.Store(), logger),
+		Changes: app.LogChanges(st.Store(), console.DefaultPollInterval*5, logger),
 		// Replicas of one guard share its params key, so they share the
 		// console's sessions and sign-in challenges.
 		SessionKey: consoleSessionKey(st.ParamsKey()),
@@ -139,19 +138,6 @@ func startConsole(ctx context.Context, cf *consoleFlags, st *app.Stack, logger *
 	}()
 	logger.Info("serving the reviewer console", "addr", ln.Addr().String(), "url", strings.TrimSuffix(u.String(), "/")+"/", "rp_id", c.RPID())
 	return func() { close(done) }, c.ReviewURL, nil
-}
-
-// storeChanges is the store's notification of a changed review log, for
-// the console's live queue: PostgreSQL's NOTIFY on the log channel (every
-// replica's append); nil for the file store, which the console polls.
-func storeChanges(st reviewlog.Store, logger *slog.Logger) func(context.Context, func()) {
-	pg, ok := st.(*pgstore.Store)
-	if !ok {
-		return nil
-	}
-	return func(ctx context.Context, wake func()) {
-		pg.Listen(ctx, pgstore.ChannelLog, console.DefaultPollInterval*5, wake, logger)
-	}
 }
 
 // consoleURLOfHTTP is the console's address on the --http listener: under

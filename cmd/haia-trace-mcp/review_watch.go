@@ -8,9 +8,9 @@ import (
 	"io"
 	"time"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/app"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
-	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/pgstore"
 )
 
 const reviewWatchDetails = `Prints the reviews already pending, then one line per review as it opens and
@@ -66,15 +66,15 @@ func runReviewWatch(ctx context.Context, stdout, stderr io.Writer, dir, reviewer
 		known:  map[string]reviewlog.Review{},
 		now:    time.Now,
 	}
-	if pg, ok := st.(*pgstore.Store); ok {
+	if listen := app.LogChanges(st, *interval, nil); listen != nil {
 		// Every replica's append NOTIFYs: wake on it, not only on the tick.
 		w.wake = make(chan struct{}, 1)
-		go pg.Listen(ctx, pgstore.ChannelLog, *interval, func() {
+		go listen(ctx, func() {
 			select {
 			case w.wake <- struct{}{}:
 			default:
 			}
-		}, nil)
+		})
 	}
 	return exitCode(w.run(ctx, *interval))
 }
