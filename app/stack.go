@@ -154,9 +154,11 @@ func (st *Stack) openGuard(ctx context.Context) error {
 	}
 	st.chains = &reviewlog.Chains{Signer: signer, Tenant: cfg.Signing.Tenant}
 	st.paramsKey = paramsKey
-	if st.store, err = OpenStore(ctx, st.root.Dir(), cfg.Store); err != nil {
+	store, err := OpenStore(ctx, st.root.Dir(), cfg.Store)
+	if err != nil {
 		return err
 	}
+	st.store = store
 	logger.Info("guard store", "store", st.store.Describe())
 	if err := RecordPolicy(ctx, st.store, pol, cfg.Now(), logger); err != nil {
 		return err

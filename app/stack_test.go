@@ -170,6 +170,22 @@ func TestOpenPostgres(t *testing.T) {
 	}
 }
 
+// A database the schema was never applied to is refused with the reason,
+// and nothing stays open.
+func TestOpenPostgresUnmigrated(t *testing.T) {
+	dsn := pgtest.Database(t, pgtest.DSN(t))
+	cfg := newTraceRoot(t, t.TempDir())
+	cfg.Store = dsn
+	st, err := app.Open(t.Context(), cfg)
+	if err == nil {
+		st.Close()
+		t.Fatal("opened on an unmigrated database")
+	}
+	if !strings.Contains(err.Error(), "migrate") {
+		t.Fatalf("err %q: want it to say to migrate", err)
+	}
+}
+
 func TestOpenReadOnly(t *testing.T) {
 	dir := t.TempDir()
 	cfg := newTraceRoot(t, dir)

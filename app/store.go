@@ -36,7 +36,11 @@ func OpenStore(ctx context.Context, root *confined.Dir, spec string) (reviewlog.
 	if IsFileStore(spec) {
 		return filestore.New(root), nil
 	}
-	return pgstore.Open(ctx, spec)
+	pg, err := pgstore.Open(ctx, spec)
+	if err != nil {
+		return nil, err // never a nil *pgstore.Store in a non-nil Store
+	}
+	return pg, nil
 }
 
 // OpenedDispatcher is a store through whose outbox opened reviews are
