@@ -52,6 +52,27 @@ func (p Passkeys) Owner(credID string) (string, passkey.Credential, bool) {
 	return "", passkey.Credential{}, false
 }
 
+// Grants are the tenants each reviewer may decide for when the server
+// serves several (--tenants-dir): reviewer id → tenant slugs. A reviewer
+// absent here decides for no tenant; a single-root server reads no grant.
+type Grants map[string][]string
+
+// Allows reports whether reviewer may decide for tenant.
+func (g Grants) Allows(reviewer, tenant string) bool {
+	for _, t := range g[reviewer] {
+		if t == tenant {
+			return true
+		}
+	}
+	return false
+}
+
+// LoadGrants reads a trusted reviewers file's tenant grants.
+func LoadGrants(path string) (Grants, error) {
+	t, err := loadTrustFile(path)
+	return t.grants, err
+}
+
 // LoadReviewers reads a trusted reviewers file's Ed25519 keys (see
 // ParseTrust for the format).
 func LoadReviewers(path string) (Reviewers, error) {
@@ -65,21 +86,33 @@ func LoadPasskeys(path string) (Passkeys, error) {
 	return pk, err
 }
 
-// LoadTrust reads a trusted reviewers file whole.
+// LoadTrust reads a trusted reviewers file's keys and passkeys.
 func LoadTrust(path string) (Reviewers, Passkeys, error) {
+	t, err := loadTrustFile(path)
+	return t.keys, t.passkeys, err
+}
+
+// trustFile is a trusted reviewers file whole.
+type trustFile struct {
+	keys     Reviewers
+	passkeys Passkeys
+	grants   Grants
+}
+
+func loadTrustFile(path string) (trustFile, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("trusted reviewers file: %w", err)
+		return trustFile{}, fmt.Errorf("trusted reviewers file: %w", err)
 	}
 	defer f.Close()
 	data, err := io.ReadAll(io.LimitReader(f, maxReviewersFile+1))
 	if err != nil {
-		return nil, nil, fmt.Errorf("trusted reviewers file %s: %w", path, err)
+		return trustFile{}, fmt.Errorf("trusted reviewers file %s: %w", path, err)
 	}
 	if len(data) > maxReviewersFile {
-		return nil, nil, fmt.Errorf("trusted reviewers file %s is larger than %d bytes", path, maxReviewersFile)
+		return trustFile{}, fmt.Errorf("trusted reviewers file %s is larger than %d bytes", path, maxReviewersFile)
 	}
-	return ParseTrust(data, path)
+	return parseTrustFile(data, path)
 }
 
 // ParseReviewers parses the Ed25519 keys of a trusted reviewers file.
@@ -89,41 +122,72 @@ func ParseReviewers(data []byte, name string) (Reviewers, error) {
 }
 
 // trustEntry is a reviewer written as an object: an Ed25519 key, passkeys,
-// or both.
+// or both, and the tenants they may decide for.
 type trustEntry struct {
 	Key      string               `json:"key,omitempty"`
 	Passkeys []passkey.Credential `json:"passkeys,omitempty"`
+	Tenants  []string             `json:"tenants,omitempty"`
+}
+
+// maxGrants bounds one reviewer's tenants.
+const maxGrants = 1024
+
+// CheckTenantGrant accepts a tenant slug as --tenants-dir names tenants:
+// 1..64 of [A-Za-z0-9_-].
+func CheckTenantGrant(t string) error {
+	if t == "" || len(t) > 64 {
+		return fmt.Errorf("%w: a tenant is 1 to 64 of [A-Za-z0-9_-] (got %d bytes)", ErrBadInput, len(t))
+	}
+	for _, r := range t {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return fmt.Errorf("%w: tenant %q: a tenant is 1 to 64 of [A-Za-z0-9_-]", ErrBadInput, clip(t))
+		}
+	}
+	return nil
 }
 
 // ParseTrust parses the text of a trusted reviewers file:
 //
-//	{"<id>": "<base64 SPKI>", "<id>": {"key": "<base64 SPKI>", "passkeys": [{"credential_id", "public_key", "rp_id", "origin"}]}}
+//	{"<id>": "<base64 SPKI>", "<id>": {"key": "<base64 SPKI>", "passkeys": [{"credential_id", "public_key", "rp_id", "origin"}], "tenants": ["<tenant>"]}}
 //
 // Duplicate ids, bad ids, keys that do not decode, a credential listed
-// twice and unknown members are refused by name.
+// twice, a bad or repeated tenant and unknown members are refused by name.
 func ParseTrust(data []byte, name string) (Reviewers, Passkeys, error) {
+	t, err := parseTrustFile(data, name)
+	return t.keys, t.passkeys, err
+}
+
+func parseTrustFile(data []byte, name string) (trustFile, error) {
+	rs, pks, gs, err := parseTrust(data, name)
+	if err != nil {
+		return trustFile{}, err
+	}
+	return trustFile{keys: rs, passkeys: pks, grants: gs}, nil
+}
+
+func parseTrust(data []byte, name string) (Reviewers, Passkeys, Grants, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return nil, nil, fmt.Errorf("trusted reviewers file %s must be a JSON object {\"<reviewer id>\": \"<base64 SPKI>\"}", name)
+		return nil, nil, nil, fmt.Errorf("trusted reviewers file %s must be a JSON object {\"<reviewer id>\": \"<base64 SPKI>\"}", name)
 	}
-	out, pks := Reviewers{}, Passkeys{}
+	out, pks, gs := Reviewers{}, Passkeys{}, Grants{}
 	seen := map[string]bool{}
 	creds := map[string]string{}
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return nil, nil, fmt.Errorf("trusted reviewers file %s is not valid JSON: %s", name, plainJSONError(err))
+			return nil, nil, nil, fmt.Errorf("trusted reviewers file %s is not valid JSON: %s", name, plainJSONError(err))
 		}
 		id, _ := tok.(string)
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
-			return nil, nil, fmt.Errorf("trusted reviewers file %s is not valid JSON: %s", name, plainJSONError(err))
+			return nil, nil, nil, fmt.Errorf("trusted reviewers file %s is not valid JSON: %s", name, plainJSONError(err))
 		}
 		if err := CheckReviewerID(id); err != nil {
-			return nil, nil, fmt.Errorf("trusted reviewers file %s: %w", name, err)
+			return nil, nil, nil, fmt.Errorf("trusted reviewers file %s: %w", name, err)
 		}
 		if seen[id] {
-			return nil, nil, fmt.Errorf("trusted reviewers file %s lists %q twice", name, id)
+			return nil, nil, nil, fmt.Errorf("trusted reviewers file %s lists %q twice", name, id)
 		}
 		seen[id] = true
 		var e trustEntry
@@ -132,37 +196,51 @@ func ParseTrust(data []byte, name string) (Reviewers, Passkeys, error) {
 			inner.DisallowUnknownFields()
 			e = trustEntry{}
 			if err := inner.Decode(&e); err != nil {
-				return nil, nil, fmt.Errorf("trusted reviewers file %s: the entry of %q must be a base64 SPKI string or {\"key\", \"passkeys\"} (%s)", name, clip(id), plainJSONError(err))
+				return nil, nil, nil, fmt.Errorf("trusted reviewers file %s: the entry of %q must be a base64 SPKI string or {\"key\", \"passkeys\", \"tenants\"} (%s)", name, clip(id), plainJSONError(err))
 			}
 			if e.Key == "" && len(e.Passkeys) == 0 {
-				return nil, nil, fmt.Errorf("trusted reviewers file %s: the entry of %q has neither a key nor a passkey", name, clip(id))
+				return nil, nil, nil, fmt.Errorf("trusted reviewers file %s: the entry of %q has neither a key nor a passkey", name, clip(id))
 			}
 		}
 		if e.Key != "" {
 			pub, err := noa.DecodeSPKI(e.Key)
 			if err != nil {
-				return nil, nil, fmt.Errorf("trusted reviewers file %s: the key of %q: %w", name, id, err)
+				return nil, nil, nil, fmt.Errorf("trusted reviewers file %s: the key of %q: %w", name, id, err)
 			}
 			out[id] = pub
 		}
 		for i, c := range e.Passkeys {
 			if err := c.Check(); err != nil {
-				return nil, nil, fmt.Errorf("trusted reviewers file %s: passkey %d of %q: %w", name, i+1, clip(id), err)
+				return nil, nil, nil, fmt.Errorf("trusted reviewers file %s: passkey %d of %q: %w", name, i+1, clip(id), err)
 			}
 			if other, dup := creds[c.ID]; dup {
-				return nil, nil, fmt.Errorf("trusted reviewers file %s lists passkey %s twice (for %q and %q)", name, clip(c.ID), clip(other), clip(id))
+				return nil, nil, nil, fmt.Errorf("trusted reviewers file %s lists passkey %s twice (for %q and %q)", name, clip(c.ID), clip(other), clip(id))
 			}
 			creds[c.ID] = id
 			pks[id] = append(pks[id], c)
 		}
+		if len(e.Tenants) > maxGrants {
+			return nil, nil, nil, fmt.Errorf("trusted reviewers file %s: %q is granted more than %d tenants", name, clip(id), maxGrants)
+		}
+		granted := map[string]bool{}
+		for _, t := range e.Tenants {
+			if err := CheckTenantGrant(t); err != nil {
+				return nil, nil, nil, fmt.Errorf("trusted reviewers file %s: the tenants of %q: %w", name, clip(id), err)
+			}
+			if granted[t] {
+				return nil, nil, nil, fmt.Errorf("trusted reviewers file %s: the tenants of %q list %q twice", name, clip(id), t)
+			}
+			granted[t] = true
+			gs[id] = append(gs[id], t)
+		}
 	}
 	if _, err := dec.Token(); err != nil {
-		return nil, nil, fmt.Errorf("trusted reviewers file %s is not valid JSON: %s", name, plainJSONError(err))
+		return nil, nil, nil, fmt.Errorf("trusted reviewers file %s is not valid JSON: %s", name, plainJSONError(err))
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return nil, nil, fmt.Errorf("trusted reviewers file %s has data after the closing brace", name)
+		return nil, nil, nil, fmt.Errorf("trusted reviewers file %s has data after the closing brace", name)
 	}
-	return out, pks, nil
+	return out, pks, gs, nil
 }
 
 // CheckReviewerID accepts 1..128 printable characters with no white space.
@@ -190,62 +268,104 @@ func (rs Reviewers) IDOf(pub ed25519.PublicKey) (string, bool) {
 
 // AddReviewer adds id → pub to the trusted reviewers file at path (created
 // 0600, its directory 0700, when absent), written whole and renamed into
-// place; the passkeys the file lists are kept. An id already listed with
-// another key is refused; with the same key it is a no-op.
-func AddReviewer(path, id string, pub ed25519.PublicKey) (added bool, err error) {
+// place; the passkeys and tenant grants the file lists are kept, and id is
+// granted tenants besides those it has. An id already listed with another
+// key is refused; with the same key and no new tenant it is a no-op.
+// changed reports whether the file was written.
+func AddReviewer(path, id string, pub ed25519.PublicKey, tenants ...string) (changed bool, err error) {
 	if err := CheckReviewerID(id); err != nil {
 		return false, err
 	}
-	rs, pks, err := loadTrustOrEmpty(path)
+	t, err := loadTrustOrEmpty(path)
 	if err != nil {
 		return false, err
 	}
-	if k, ok := rs[id]; ok {
-		if k.Equal(pub) {
-			return false, nil
+	if k, ok := t.keys[id]; ok {
+		if !k.Equal(pub) {
+			return false, fmt.Errorf("%w: %s already lists reviewer %q with another key; remove that entry first if the key really changed", ErrBadInput, path, id)
 		}
-		return false, fmt.Errorf("%w: %s already lists reviewer %q with another key; remove that entry first if the key really changed", ErrBadInput, path, id)
+	} else {
+		if other, ok := t.keys.IDOf(pub); ok {
+			return false, fmt.Errorf("%w: %s already lists this key as reviewer %q; one key is one reviewer", ErrBadInput, path, other)
+		}
+		t.keys[id] = pub
+		changed = true
 	}
-	if other, ok := rs.IDOf(pub); ok {
-		return false, fmt.Errorf("%w: %s already lists this key as reviewer %q; one key is one reviewer", ErrBadInput, path, other)
+	granted, err := t.grant(id, tenants)
+	if err != nil {
+		return false, err
 	}
-	rs[id] = pub
-	return true, writeTrust(path, rs, pks)
+	if !changed && !granted {
+		return false, nil
+	}
+	return true, writeTrust(path, t)
+}
+
+// grant adds tenants to id's grants; it reports whether any was new.
+func (t *trustFile) grant(id string, tenants []string) (bool, error) {
+	added := false
+	for _, tn := range tenants {
+		if err := CheckTenantGrant(tn); err != nil {
+			return false, err
+		}
+		if t.grants.Allows(id, tn) {
+			continue
+		}
+		if len(t.grants[id]) >= maxGrants {
+			return false, fmt.Errorf("%w: reviewer %q would be granted more than %d tenants", ErrBadInput, clip(id), maxGrants)
+		}
+		t.grants[id] = append(t.grants[id], tn)
+		added = true
+	}
+	return added, nil
 }
 
 // AddPasskey adds credential c to reviewer id in the trusted reviewers file
 // at path (beside the reviewer's key, if any). Only the operator's command
 // calls it; the server never writes the file. The same credential already
-// listed for id is a no-op; listed for another reviewer, it is refused.
-func AddPasskey(path, id string, c passkey.Credential) (added bool, err error) {
+// listed for id (and no new tenant) is a no-op; listed for another
+// reviewer, it is refused. id is granted tenants besides those it has; the
+// file's other entries and grants are kept.
+func AddPasskey(path, id string, c passkey.Credential, tenants ...string) (changed bool, err error) {
 	if err := CheckReviewerID(id); err != nil {
 		return false, err
 	}
 	if err := c.Check(); err != nil {
 		return false, err
 	}
-	rs, pks, err := loadTrustOrEmpty(path)
+	t, err := loadTrustOrEmpty(path)
 	if err != nil {
 		return false, err
 	}
-	if owner, have, ok := pks.Owner(c.ID); ok {
-		if owner == id && have == c {
-			return false, nil
+	if owner, have, ok := t.passkeys.Owner(c.ID); ok {
+		if owner != id || have != c {
+			return false, fmt.Errorf("%w: %s already lists passkey %s for reviewer %q", ErrBadInput, path, clip(c.ID), owner)
 		}
-		return false, fmt.Errorf("%w: %s already lists passkey %s for reviewer %q", ErrBadInput, path, clip(c.ID), owner)
+	} else {
+		t.passkeys[id] = append(t.passkeys[id], c)
+		changed = true
 	}
-	pks[id] = append(pks[id], c)
-	return true, writeTrust(path, rs, pks)
+	granted, err := t.grant(id, tenants)
+	if err != nil {
+		return false, err
+	}
+	if !changed && !granted {
+		return false, nil
+	}
+	return true, writeTrust(path, t)
 }
 
 // RemovePasskeys removes reviewer id's passkeys from the file at path: the
 // one whose credential id is credID, or every one when credID is "". It
-// returns how many it removed.
+// returns how many it removed. The reviewer's tenant grants are kept while
+// the entry keeps a key or a passkey; an entry left with neither is gone,
+// grants and all.
 func RemovePasskeys(path, id, credID string) (int, error) {
-	rs, pks, err := LoadTrust(path)
+	t, err := loadTrustFile(path)
 	if err != nil {
 		return 0, err
 	}
+	pks := t.passkeys
 	var kept []passkey.Credential
 	for _, c := range pks[id] {
 		if credID != "" && c.ID != credID {
@@ -258,27 +378,32 @@ func RemovePasskeys(path, id, credID string) (int, error) {
 	}
 	if len(kept) == 0 {
 		delete(pks, id)
+		if _, hasKey := t.keys[id]; !hasKey {
+			delete(t.grants, id)
+		}
 	} else {
 		pks[id] = kept
 	}
-	return n, writeTrust(path, rs, pks)
+	return n, writeTrust(path, t)
 }
 
-func loadTrustOrEmpty(path string) (Reviewers, Passkeys, error) {
-	rs, pks, err := LoadTrust(path)
+func loadTrustOrEmpty(path string) (trustFile, error) {
+	t, err := loadTrustFile(path)
 	switch {
 	case err == nil:
-		return rs, pks, nil
+		return t, nil
 	case errors.Is(err, os.ErrNotExist):
-		return Reviewers{}, Passkeys{}, nil
+		return trustFile{keys: Reviewers{}, passkeys: Passkeys{}, grants: Grants{}}, nil
 	default:
-		return nil, nil, err
+		return trustFile{}, err
 	}
 }
 
 // writeTrust writes the whole trusted reviewers file and renames it into
-// place: a reviewer with a key alone as a string, any other as an object.
-func writeTrust(path string, rs Reviewers, pks Passkeys) error {
+// place: a reviewer with a key alone as a string, any other (passkeys or
+// tenant grants) as an object.
+func writeTrust(path string, t trustFile) error {
+	rs, pks, gs := t.keys, t.passkeys, t.grants
 	idset := map[string]bool{}
 	for k := range rs {
 		idset[k] = true
@@ -295,10 +420,10 @@ func writeTrust(path string, rs Reviewers, pks Passkeys) error {
 	buf.WriteString("{\n")
 	for i, k := range ids {
 		kb, _ := json.Marshal(k)
-		if len(pks[k]) == 0 {
+		if len(pks[k]) == 0 && len(gs[k]) == 0 {
 			fmt.Fprintf(&buf, "  %s: %q", kb, noa.EncodeSPKI(rs[k]))
 		} else {
-			e := trustEntry{Passkeys: pks[k]}
+			e := trustEntry{Passkeys: pks[k], Tenants: gs[k]}
 			if pub, ok := rs[k]; ok {
 				e.Key = noa.EncodeSPKI(pub)
 			}

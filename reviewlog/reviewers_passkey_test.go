@@ -98,6 +98,7 @@ func FuzzParseTrust(f *testing.F) {
 	c := testCredential(f)
 	f.Add([]byte(`{"pat":{"passkeys":[{"credential_id":"` + c.ID + `","public_key":"` + c.PublicKey + `","rp_id":"localhost","origin":"http://localhost:8787"}]}}`))
 	f.Add([]byte(`{"alice":"MCowBQYDK2VwAyEA"}`))
+	f.Add([]byte(`{"alice":{"key":"MCowBQYDK2VwAyEA","tenants":["acme","globex"]}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		rs, pks, err := ParseTrust(data, "fuzz")
 		if err != nil {
@@ -116,6 +117,20 @@ func FuzzParseTrust(f *testing.F) {
 		for id := range rs {
 			if CheckReviewerID(id) != nil {
 				t.Fatalf("accepted reviewer id %q", id)
+			}
+		}
+		tf, err := parseTrustFile(data, "fuzz")
+		if err != nil {
+			t.Fatalf("ParseTrust accepts what parseTrustFile refuses: %v", err)
+		}
+		for id, ts := range tf.grants {
+			if _, ok := rs[id]; !ok && len(pks[id]) == 0 {
+				t.Fatalf("granted %q tenants without a key or passkey", id)
+			}
+			for _, tn := range ts {
+				if CheckTenantGrant(tn) != nil {
+					t.Fatalf("accepted tenant %q", tn)
+				}
 			}
 		}
 	})

@@ -61,10 +61,10 @@ func commandTable() *cmdSpec {
 				synopsis: "[DIR]", details: initDetails, args: argSpec{max: 1, what: "at most one DIR"}, define: defineInit},
 			{name: "reviewer", summary: "the trusted reviewers: keys and passkeys", details: reviewerDetails, subs: []*cmdSpec{
 				{name: "init", summary: "create a reviewer's key and trust it",
-					synopsis: "--id ID [--key-file K] [--reviewers F]", define: defineReviewerInit},
+					synopsis: "--id ID [--key-file K] [--reviewers F] [--tenant NAME]...", define: defineReviewerInit},
 				{name: "passkey", summary: "a reviewer's passkeys for the console", details: reviewerPasskeyDetails, subs: []*cmdSpec{
 					{name: "add", summary: "enrol a passkey through the console and trust it",
-						synopsis: "--id ID [--console-url URL] [--yes] [--wait 10m]", define: defineReviewerPasskey("add")},
+						synopsis: "--id ID [--console-url URL] [--tenant NAME]... [--yes] [--wait 10m]", define: defineReviewerPasskey("add")},
 					{name: "remove", summary: "take a reviewer's passkeys (or one) out of the trusted reviewers file",
 						synopsis: "--id ID [--credential CRED_ID]", define: defineReviewerPasskey("remove")},
 				}},

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/softauthn"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 )
 
 func freePort(t *testing.T) string {
@@ -56,7 +58,8 @@ func TestConsoleEndToEnd(t *testing.T) {
 	// Enrolment: the command prints the link and waits.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	add := exec.CommandContext(ctx, binPath, "reviewer", "passkey", "add", "--id", "pat", "--console-url", base, "--reviewers", reviewers, "--yes", "--wait", "1m")
+	// pat is granted tenant acme; a server of one root reads no grant.
+	add := exec.CommandContext(ctx, binPath, "reviewer", "passkey", "add", "--id", "pat", "--tenant", "acme", "--console-url", base, "--reviewers", reviewers, "--yes", "--wait", "1m")
 	stdout, err := add.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -100,6 +103,9 @@ func TestConsoleEndToEnd(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "fingerprint: "+fp) || !strings.Contains(out.String(), "(added") {
 		t.Fatalf("passkey add did not show the page's fingerprint %s:\n%s", fp, out.String())
+	}
+	if g, err := reviewlog.LoadGrants(reviewers); err != nil || !reflect.DeepEqual(g, reviewlog.Grants{"pat": {"acme"}}) {
+		t.Fatalf("passkey add --tenant acme wrote grants %v (%v)", g, err)
 	}
 
 	// A passkey nobody enrolled cannot sign in.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
@@ -28,14 +29,36 @@ func defineReviewerInit(fs *flag.FlagSet) runFunc {
 	id := fs.String("id", "", "the reviewer's id, written into every decision receipt (required)")
 	keyFile := fs.String("key-file", "", "the reviewer's key `FILE` (default: reviewer-key.pem in the user configuration directory)")
 	reviewers := reviewersFlag(fs)
+	tenants := tenantGrantFlag(fs)
 	return func(_ context.Context, env *cmdEnv, _ []string) error {
-		return runReviewerInit(env.stdout, env.stderr, id, keyFile, reviewers)
+		return runReviewerInit(env.stdout, env.stderr, id, keyFile, reviewers, *tenants)
 	}
 }
 
-func runReviewerInit(stdout, stderr io.Writer, id, keyFile, reviewers *string) error {
+// tenantGrantFlag is --tenant, repeatable: the tenants a reviewer may
+// decide for in the console of a --tenants-dir server.
+func tenantGrantFlag(fs *flag.FlagSet) *listFlag {
+	var l listFlag
+	fs.Var(&l, "tenant", "grant the reviewer a tenant `NAME` of a --tenants-dir server (repeatable; kept with those already granted). Without one, the reviewer decides for no tenant there")
+	return &l
+}
+
+// checkTenantGrants refuses a --tenant that names no tenant.
+func checkTenantGrants(tenants []string) error {
+	for _, t := range tenants {
+		if err := reviewlog.CheckTenantGrant(t); err != nil {
+			return usageErrorf("--tenant: %v", err)
+		}
+	}
+	return nil
+}
+
+func runReviewerInit(stdout, stderr io.Writer, id, keyFile, reviewers *string, tenants []string) error {
 	if err := reviewlog.CheckReviewerID(*id); err != nil {
 		return usageErrorf("--id: %v", err)
+	}
+	if err := checkTenantGrants(tenants); err != nil {
+		return err
 	}
 	keyPath := *keyFile
 	var err error
@@ -59,7 +82,7 @@ func runReviewerInit(stdout, stderr io.Writer, id, keyFile, reviewers *string) e
 		return exitCode(exitFail)
 	}
 	signer := noa.NewKeySigner(key)
-	added, err := reviewlog.AddReviewer(reviewersPath, *id, signer.PublicKey())
+	added, err := reviewlog.AddReviewer(reviewersPath, *id, signer.PublicKey(), tenants...)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp reviewer init: %v\n", err)
 		return exitCode(exitFail)
@@ -74,6 +97,9 @@ func runReviewerInit(stdout, stderr io.Writer, id, keyFile, reviewers *string) e
 		fmt.Fprintf(stdout, "trusted in:      %s (added)\n", reviewersPath)
 	} else {
 		fmt.Fprintf(stdout, "trusted in:      %s (already listed)\n", reviewersPath)
+	}
+	if len(tenants) > 0 {
+		fmt.Fprintf(stdout, "tenants granted: %s\n", strings.Join(tenants, ", "))
 	}
 	fmt.Fprintf(stdout, "give the server: --reviewers %s\n", reviewersPath)
 	return nil

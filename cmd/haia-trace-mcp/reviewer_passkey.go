@@ -35,7 +35,9 @@ func defineReviewerPasskey(verb string) func(fs *flag.FlagSet) runFunc {
 		id := fs.String("id", "", "the reviewer's id (required)")
 		reviewers := reviewersFlag(fs)
 		consoleURL, yes, wait, credential := new(string), new(bool), new(time.Duration), new(string)
+		tenants := new(listFlag)
 		if verb == "add" {
+			tenants = tenantGrantFlag(fs)
 			fs.StringVar(consoleURL, "console-url", "http://localhost:8787/console/", "the console's address `URL` as the server's --console-url gives it")
 			fs.BoolVar(yes, "yes", false, "write the passkey without asking (for scripts; compare the fingerprint yourself)")
 			fs.DurationVar(wait, "wait", console.EnrolTTL, "how long to wait for the reviewer to register (at most 10m)")
@@ -43,14 +45,17 @@ func defineReviewerPasskey(verb string) func(fs *flag.FlagSet) runFunc {
 			fs.StringVar(credential, "credential", "", "the credential `ID` to remove (default: every passkey of --id)")
 		}
 		return func(ctx context.Context, env *cmdEnv, _ []string) error {
-			return runReviewerPasskey(ctx, env.stdin, env.stdout, env.stderr, verb, id, reviewers, consoleURL, credential, yes, wait)
+			return runReviewerPasskey(ctx, env.stdin, env.stdout, env.stderr, verb, id, reviewers, consoleURL, credential, yes, wait, *tenants)
 		}
 	}
 }
 
-func runReviewerPasskey(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, verb string, id, reviewers, consoleURL, credential *string, yes *bool, wait *time.Duration) error {
+func runReviewerPasskey(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, verb string, id, reviewers, consoleURL, credential *string, yes *bool, wait *time.Duration, tenants []string) error {
 	if err := reviewlog.CheckReviewerID(*id); err != nil {
 		return usageErrorf("--id: %v", err)
+	}
+	if err := checkTenantGrants(tenants); err != nil {
+		return err
 	}
 	path, err := reviewersFile(*reviewers)
 	if err != nil {
@@ -113,7 +118,7 @@ func runReviewerPasskey(ctx context.Context, stdin io.Reader, stdout, stderr io.
 			return exitCode(exitFail)
 		}
 	}
-	added, err := reviewlog.AddPasskey(path, *id, cred)
+	added, err := reviewlog.AddPasskey(path, *id, cred, tenants...)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp reviewer passkey add: %v\n", err)
 		return exitCode(exitFail)
