@@ -95,6 +95,10 @@ type Config struct {
 	// least 32 bytes): replicas given the same key share sessions. Random
 	// when nil (one process).
 	SessionKey []byte
+	// Tenant, when set, is the one tenant of a --tenants-dir server this
+	// console serves, under URL + "t/<tenant>/" (its own cookies and
+	// pages). Passkeys must then list only the reviewers granted it.
+	Tenant string
 }
 
 // Console serves /console/.
@@ -147,6 +151,20 @@ func ParseURL(raw string) (*url.URL, error) {
 	return u, nil
 }
 
+// IsConsolePath reports whether p is a console's path: one ending in
+// /console/, or a tenant's console under it, /console/t/<tenant>/.
+func IsConsolePath(p string) bool {
+	if strings.HasSuffix(p, "/console/") {
+		return true
+	}
+	rest, ok := strings.CutSuffix(p, "/")
+	if !ok {
+		return false
+	}
+	i := strings.LastIndex(rest, "/console/t/")
+	return i >= 0 && reviewlog.CheckTenantGrant(rest[i+len("/console/t/"):]) == nil
+}
+
 func checkURL(u *url.URL) error {
 	if u == nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || !strings.HasSuffix(u.Path, "/console/") ||
 		u.User != nil || u.RawQuery != "" || u.Fragment != "" {
@@ -167,6 +185,15 @@ func PageOf(u *url.URL, id string) string {
 func New(cfg Config) (*Console, error) {
 	if err := checkURL(cfg.URL); err != nil {
 		return nil, err
+	}
+	if cfg.Tenant != "" {
+		if err := reviewlog.CheckTenantGrant(cfg.Tenant); err != nil {
+			return nil, fmt.Errorf("console: %w", err)
+		}
+		u := *cfg.URL
+		u.Path += "t/" + cfg.Tenant + "/"
+		u.RawPath = ""
+		cfg.URL = &u
 	}
 	if cfg.Log == nil || cfg.Passkeys == nil || cfg.Decider.Log == nil || cfg.Decider.Chains == nil {
 		return nil, errors.New("console: a review log, the server's chains and the trusted passkeys are required")

@@ -73,6 +73,23 @@ func LoadGrants(path string) (Grants, error) {
 	return t.grants, err
 }
 
+// LoadTenantPasskeys reads the passkeys of the reviewers the file grants
+// tenant, from one reading of the file: the only passkeys a tenant's
+// console trusts. A reviewer granted no tenant has none there.
+func LoadTenantPasskeys(path, tenant string) (Passkeys, error) {
+	t, err := loadTrustFile(path)
+	if err != nil {
+		return nil, err
+	}
+	out := Passkeys{}
+	for id, cs := range t.passkeys {
+		if t.grants.Allows(id, tenant) {
+			out[id] = cs
+		}
+	}
+	return out, nil
+}
+
 // LoadReviewers reads a trusted reviewers file's Ed25519 keys (see
 // ParseTrust for the format).
 func LoadReviewers(path string) (Reviewers, error) {

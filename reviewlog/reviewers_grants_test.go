@@ -98,3 +98,31 @@ func TestWritersKeepGrants(t *testing.T) {
 		t.Fatalf("the file no longer parses: %v", err)
 	}
 }
+
+// A tenant's console trusts the passkeys of the reviewers granted it alone.
+func TestLoadTenantPasskeys(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "reviewers.json")
+	alice, bob := testCredential(t), testCredential(t)
+	if _, err := AddPasskey(path, "alice", alice, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := AddPasskey(path, "bob", bob); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		tenant string
+		want   []string
+	}{{"acme", []string{"alice"}}, {"globex", nil}, {"", nil}} {
+		pks, err := LoadTenantPasskeys(path, tc.tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for id := range pks {
+			got = append(got, id)
+		}
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("tenant %q trusts %v, want %v", tc.tenant, got, tc.want)
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/app"
@@ -31,6 +32,9 @@ type consoleFlags struct {
 	// http is the --http flags: without --console-addr, the console is
 	// served on the --http listener (its handler handed to runHTTP).
 	http *httpFlags
+	// tenants is the console of a --tenants-dir server, which each
+	// tenant's stack joins.
+	tenants *tenantConsoles
 }
 
 // defaultConsoleAddr is the console's own listener without --http.
@@ -42,20 +46,32 @@ func (c *consoleFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.url, "console-url", "", "the console's address as people open it, ending in /console/ (default http://localhost:PORT/console/; https behind TLS off loopback)")
 }
 
-// startConsole listens on --console-addr and serves the console of one
-// guard until ctx ends. The server never writes the reviewers file; it
-// reads it at every use, so an edit (or the operator's passkey add) takes
-// effect at once.
-func startConsole(ctx context.Context, cf *consoleFlags, st *app.Stack, logger *slog.Logger) (stop func(), reviewURL func(string) string, err error) {
+// consoleSite is where the console is served: its URL and its own
+// listener (nil when mounted on the --http listener).
+type consoleSite struct {
+	u  *url.URL
+	ln net.Listener
+}
+
+func (s *consoleSite) close() {
+	if s.ln != nil {
+		s.ln.Close()
+	}
+}
+
+// site resolves --console-url and opens --console-addr's listener (none on
+// the --http listener).
+func (cf *consoleFlags) site() (*consoleSite, error) {
 	mounted := cf.addr == "" && cf.http != nil && cf.http.addr != ""
 	var ln net.Listener
 	raw := cf.url
+	var err error
 	if mounted {
 		// On the --http listener: its loopback and --http-allow-remote rules
 		// were checked with it; the console's address is the MCP server's.
 		if raw == "" {
 			if raw, err = consoleURLOfHTTP(cf.http); err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 		}
 	} else {
@@ -65,39 +81,88 @@ func startConsole(ctx context.Context, cf *consoleFlags, st *app.Stack, logger *
 		}
 		host, _, err := net.SplitHostPort(addr)
 		if err != nil {
-			return nil, nil, fmt.Errorf("--console-addr %q: want HOST:PORT such as %s: %w", addr, defaultConsoleAddr, err)
+			return nil, fmt.Errorf("--console-addr %q: want HOST:PORT such as %s: %w", addr, defaultConsoleAddr, err)
 		}
 		if !isLoopbackHost(host) && (cf.allowRemote == nil || !*cf.allowRemote) {
-			return nil, nil, fmt.Errorf("--console-addr %q is not a loopback address: add --http-allow-remote to listen beyond this machine (and serve it behind TLS, --console-url https://…)", addr)
+			return nil, fmt.Errorf("--console-addr %q is not a loopback address: add --http-allow-remote to listen beyond this machine (and serve it behind TLS, --console-url https://…)", addr)
 		}
 		if ln, err = net.Listen("tcp", addr); err != nil {
-			return nil, nil, fmt.Errorf("console: listen on %s: %w", addr, err)
+			return nil, fmt.Errorf("console: listen on %s: %w", addr, err)
 		}
 		_, port, _ := net.SplitHostPort(ln.Addr().String())
 		if raw == "" {
 			raw = "http://localhost:" + port + "/console/"
 		}
 	}
-	closeLn := func() {
+	u, err := url.Parse(raw)
+	if err != nil {
 		if ln != nil {
 			ln.Close()
 		}
+		return nil, fmt.Errorf("--console-url %q: %w", raw, err)
 	}
-	u, err := url.Parse(raw)
+	return &consoleSite{u: u, ln: ln}, nil
+}
+
+// startConsole listens on --console-addr and serves the console of one
+// guard until ctx ends. The server never writes the reviewers file; it
+// reads it at every use, so an edit (or the operator's passkey add) takes
+// effect at once.
+func startConsole(ctx context.Context, cf *consoleFlags, st *app.Stack, logger *slog.Logger) (stop func(), reviewURL func(string) string, err error) {
+	site, err := cf.site()
 	if err != nil {
-		closeLn()
-		return nil, nil, fmt.Errorf("--console-url %q: %w", raw, err)
+		return nil, nil, err
 	}
 	passkeys := func() (reviewlog.Passkeys, error) { return reviewlog.LoadPasskeys(st.ReviewersPath()) }
+	c, err := newGuardConsole(ctx, site.u, passkeys, st, logger)
+	if err != nil {
+		site.close()
+		return nil, nil, err
+	}
+	cctx, cancelRun := context.WithCancel(ctx)
+	go c.Run(cctx)
+	stop = serveConsole(ctx, cf, site, c.Handler(), c.RPID(), cancelRun, logger)
+	return stop, c.ReviewURL, nil
+}
+
+// tenantConsoles is the console of a --tenants-dir server: one console per
+// tenant under /console/t/<tenant>/, on one listener.
+type tenantConsoles struct {
+	site *consoleSite
+	mux  *http.ServeMux
+	rpID string
+}
+
+// addTenantConsole builds tenant's console on tc's mux. It trusts only
+// the passkeys of the reviewers the trusted reviewers file grants tenant,
+// so a reviewer not granted it can neither sign in there, nor read, nor
+// decide; its sessions are MACed under a key of its own.
+func addTenantConsole(ctx context.Context, tc *tenantConsoles, st *app.Stack, logger *slog.Logger) (stop func(), reviewURL func(string) string, err error) {
+	tenant := st.Tenant()
+	passkeys := func() (reviewlog.Passkeys, error) { return reviewlog.LoadTenantPasskeys(st.ReviewersPath(), tenant) }
+	c, err := newGuardConsole(ctx, tc.site.u, passkeys, st, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	cctx, cancelRun := context.WithCancel(ctx)
+	go c.Run(cctx)
+	tc.mux.Handle(tc.site.u.Path+"t/"+tenant+"/", c.Handler())
+	tc.rpID = c.RPID()
+	return cancelRun, c.ReviewURL, nil
+}
+
+// newGuardConsole builds the console of one stack (of its tenant, when
+// it has one).
+func newGuardConsole(ctx context.Context, u *url.URL, passkeys func() (reviewlog.Passkeys, error), st *app.Stack, logger *slog.Logger) (*console.Console, error) {
 	c, err := console.New(console.Config{
-		URL: u, Log: st.Log(), Passkeys: passkeys,
+		URL: u, Log: st.Log(), Passkeys: passkeys, Tenant: st.Tenant(),
 		Decider: engine.PasskeyDecider{Log: st.Log(), Chains: st.Chains(), Passkeys: passkeys},
 		Explain: func(template string, ref guard.Ref) string { return explainRef(ctx, st.Catalog(), template, ref) },
 		Logger:  logger,
 		Changes: app.LogChanges(st.Store(), console.DefaultPollInterval*5, logger),
 		// Replicas of one guard share its params key, so they share the
 		// console's sessions and sign-in challenges.
-		SessionKey: consoleSessionKey(st.ParamsKey()),
+		SessionKey: consoleSessionKey(st.ParamsKey(), st.Tenant()),
 		History:    st.Engine().History,
 		Assets: func(asset string) (string, int, bool) {
 			a, ok := st.Engine().Policy().Assets.Lookup(asset) // as SIGHUP last set it
@@ -105,20 +170,26 @@ func startConsole(ctx context.Context, cf *consoleFlags, st *app.Stack, logger *
 		},
 	})
 	if err != nil {
-		closeLn()
-		return nil, nil, fmt.Errorf("--console-url: %w", err)
+		return nil, fmt.Errorf("--console-url: %w", err)
 	}
 	if _, err := passkeys(); err != nil && !errors.Is(err, os.ErrNotExist) {
 		logger.Warn("console: the trusted reviewers file's passkeys cannot be read; nobody can sign in until it is fixed", "reviewers", st.ReviewersPath(), "err", err)
 	}
-	cctx, cancelRun := context.WithCancel(ctx)
-	go c.Run(cctx)
-	if mounted {
-		cf.http.console = c.Handler()
-		logger.Info("serving the reviewer console on the --http listener", "url", strings.TrimSuffix(u.String(), "/")+"/", "rp_id", c.RPID())
-		return cancelRun, c.ReviewURL, nil
+	return c, nil
+}
+
+// serveConsole serves h on site: mounted on the --http listener, or on
+// its own until ctx ends or stop. cancelRun ends the consoles' live
+// queues.
+func serveConsole(ctx context.Context, cf *consoleFlags, site *consoleSite, h http.Handler, rpID string, cancelRun func(), logger *slog.Logger) (stop func()) {
+	u := site.u
+	if site.ln == nil {
+		cf.http.console = h
+		logger.Info("serving the reviewer console on the --http listener", "url", strings.TrimSuffix(u.String(), "/")+"/", "rp_id", rpID)
+		return cancelRun
 	}
-	hs := &http.Server{Handler: c.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+	ln := site.ln
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
 		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 32 << 10}
 	go func() {
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -136,8 +207,9 @@ func startConsole(ctx context.Context, cf *consoleFlags, st *app.Stack, logger *
 		defer cancel()
 		_ = hs.Shutdown(sctx)
 	}()
-	logger.Info("serving the reviewer console", "addr", ln.Addr().String(), "url", strings.TrimSuffix(u.String(), "/")+"/", "rp_id", c.RPID())
-	return func() { close(done) }, c.ReviewURL, nil
+	logger.Info("serving the reviewer console", "addr", ln.Addr().String(), "url", strings.TrimSuffix(u.String(), "/")+"/", "rp_id", rpID)
+	var once sync.Once
+	return func() { once.Do(func() { close(done) }) }
 }
 
 // consoleURLOfHTTP is the console's address on the --http listener: under
@@ -158,12 +230,17 @@ func consoleURLOfHTTP(h *httpFlags) (string, error) {
 }
 
 // consoleSessionKey derives the console's session key from the guard's
-// params key (nil without one: the console makes a random key).
-func consoleSessionKey(paramsKey []byte) []byte {
+// params key (nil without one: the console makes a random key); a
+// tenant's console has a key of its own, so no session of one tenant's
+// console is one of another's.
+func consoleSessionKey(paramsKey []byte, tenant string) []byte {
 	if len(paramsKey) == 0 {
 		return nil
 	}
 	m := hmac.New(sha256.New, paramsKey)
 	m.Write([]byte("haia-trace-mcp console session key v1"))
+	if tenant != "" {
+		m.Write([]byte("\x00tenant\x00" + tenant))
+	}
 	return m.Sum(nil)
 }

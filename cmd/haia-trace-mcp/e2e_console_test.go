@@ -286,12 +286,13 @@ func TestConsoleAsksClientToShowLink(t *testing.T) {
 
 // enrolThroughCommand runs `reviewer passkey add` for id against the
 // console at base, registers a fresh software passkey through the printed
-// link and returns a browser holding it.
-func enrolThroughCommand(t *testing.T, base, reviewers, id string) *softauthn.Browser {
+// link (with the command's extra flags) and returns a browser holding it.
+func enrolThroughCommand(t *testing.T, base, reviewers, id string, extra ...string) *softauthn.Browser {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	add := exec.CommandContext(ctx, binPath, "reviewer", "passkey", "add", "--id", id, "--console-url", base, "--reviewers", reviewers, "--yes", "--wait", "1m")
+	args := append([]string{"reviewer", "passkey", "add", "--id", id, "--console-url", base, "--reviewers", reviewers, "--yes", "--wait", "1m"}, extra...)
+	add := exec.CommandContext(ctx, binPath, args...)
 	stdout, err := add.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -79,8 +79,8 @@ func runReviewerPasskey(ctx context.Context, stdin io.Reader, stdout, stderr io.
 		return usageErrorf("--wait must be above zero and at most %s (the link's life)", console.EnrolTTL)
 	}
 	u, err := url.Parse(*consoleURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || !strings.HasSuffix(u.Path, "/console/") {
-		return usageErrorf("--console-url %q: want the console's absolute URL ending in /console/", *consoleURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || !console.IsConsolePath(u.Path) {
+		return usageErrorf("--console-url %q: want the console's absolute URL ending in /console/ (or a tenant's, /console/t/TENANT/)", *consoleURL)
 	}
 	token, err := console.NewEnrolToken(*id, time.Now())
 	if err != nil {

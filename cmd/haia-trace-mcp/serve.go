@@ -8,6 +8,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -157,11 +158,16 @@ func serveStack(ctx context.Context, st *app.Stack, f *serveFlags, nm *notify.Me
 	}
 	stopConsole := func() {}
 	if f.console.on {
-		if st.Tenant() != "" {
-			return nil, errors.New("--console serves one guard; with --tenants-dir it is not supported yet")
-		}
 		var reviewURL func(string) string
-		if stopConsole, reviewURL, err = startConsole(ctx, &f.console, st, logger); err != nil {
+		if st.Tenant() != "" {
+			if f.console.tenants == nil {
+				return nil, errors.New("--console with --tenants-dir: the tenants' console is not set up")
+			}
+			stopConsole, reviewURL, err = addTenantConsole(ctx, f.console.tenants, st, logger)
+		} else {
+			stopConsole, reviewURL, err = startConsole(ctx, &f.console, st, logger)
+		}
+		if err != nil {
 			return nil, err
 		}
 		st.SetReviewURL(reviewURL)
@@ -232,7 +238,19 @@ func openServed(ctx context.Context, f *serveFlags, notifier *notify.Group, nm *
 		stacks = []*app.Stack{st}
 		ready, closeStacks = st.Ready, st.Close
 	}
+	stopConsole := func() {}
+	if f.tenantsDir != "" && f.console.on && len(stacks) > 0 && stacks[0].Engine() != nil {
+		// One console for every tenant, each under /console/t/<tenant>/.
+		site, err := f.console.site()
+		if err != nil {
+			closeStacks()
+			return nil, nil, nil, err
+		}
+		f.console.tenants = &tenantConsoles{site: site, mux: http.NewServeMux()}
+		stopConsole = site.close
+	}
 	closeAll = func() {
+		stopConsole()
 		for _, s := range servers {
 			s.close()
 		}
@@ -248,6 +266,10 @@ func openServed(ctx context.Context, f *serveFlags, notifier *notify.Group, nm *
 			return nil, nil, nil, err
 		}
 		servers[st.Tenant()] = s
+	}
+	if tc := f.console.tenants; tc != nil {
+		stopConsole = serveConsole(ctx, &f.console, tc.site, tc.mux, tc.rpID, func() {}, logger)
+		logger.Info("the reviewer console serves each tenant under its own path", "url", tc.site.u.String()+"t/<tenant>/")
 	}
 	stopHUP := reloadOnHUP(ctx, stacks)
 	closeStacksAndHUP := closeAll

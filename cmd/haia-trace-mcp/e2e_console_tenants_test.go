@@ -1,0 +1,153 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/simrec"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/softauthn"
+)
+
+// The console of a --tenants-dir server, with the real binary: each
+// tenant's console under /console/t/<tenant>/ trusts only the reviewers
+// the trusted reviewers file grants it. alice, granted acme, approves
+// acme's review (written to acme's chain); she cannot sign in at globex's
+// console, and from acme's she can neither read nor decide globex's review
+// (URL tampering, a cookie carried over): it stays pending until bob,
+// granted globex, decides it.
+func TestConsoleTenants(t *testing.T) {
+	tenants := filepath.Join(t.TempDir(), "tenants")
+	for _, name := range []string{"acme", "globex"} {
+		rec, err := simrec.New(filepath.Join(tenants, name), "run-"+name, time.Now().Add(-time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rec.Pay(simrec.Payment{OperationID: "op-" + name, URL: "https://" + name + ".example/x", PayTo: sellerA, Amount: "100000", Outcome: "settled"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	secret := []byte(strings.Repeat("t", 48))
+	secretFile := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secretFile, secret, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	reviewers := filepath.Join(dir, "reviewers.json")
+	port := freePort(t)
+	console := "http://localhost:" + port + "/console/"
+	acmeBase, globexBase := console+"t/acme/", console+"t/globex/"
+	p := startHTTPBinary(t, "--tenants-dir", tenants, "--tenant-claim", "org", "--reviewers", reviewers,
+		"--key-file", filepath.Join(dir, "signing.pem"), "--auth-issuer", "http://127.0.0.1/local-as", "--auth-hmac-secret", secretFile,
+		"--console", "--console-addr", "127.0.0.1:"+port)
+	ask := func(tenant string, amount string) map[string]any {
+		t.Helper()
+		tok := signHS256(t, secret, map[string]any{"iss": "http://127.0.0.1/local-as", "aud": p.resource, "sub": "agent-1", "org": tenant,
+			"exp": time.Now().Add(time.Hour).Unix(), "iat": time.Now().Unix()})
+		cs, err := httpSession(t, p.resource, func() string { return tok })
+		if err != nil {
+			t.Fatalf("connect as %s: %v\n%s", tenant, err, p.logs())
+		}
+		var m map[string]any
+		b, _ := json.Marshal(callTool(t, cs, "check_before_pay", map[string]any{"counterparty": sellerB, "amount": amount}).StructuredContent)
+		json.Unmarshal(b, &m)
+		return m
+	}
+
+	alice := enrolThroughCommand(t, acmeBase, reviewers, "alice", "--tenant", "acme")
+	bob := enrolThroughCommand(t, globexBase, reviewers, "bob", "--tenant", "globex")
+
+	acmeQ, globexQ := ask("acme", "2.50"), ask("globex", "2.50")
+	acmeID, _ := acmeQ["review_id"].(string)
+	globexID, _ := globexQ["review_id"].(string)
+	if acmeQ["decision"] != "review" || globexQ["decision"] != "review" || acmeID == "" || globexID == "" {
+		t.Fatalf("the questions opened no reviews: %v %v\n%s", acmeQ, globexQ, p.logs())
+	}
+	if acmeQ["review_url"] != acmeBase+"reviews/"+acmeID || globexQ["review_url"] != globexBase+"reviews/"+globexID {
+		t.Fatalf("review_url is not the tenant's console: %v %v", acmeQ["review_url"], globexQ["review_url"])
+	}
+
+	if err := alice.SignIn(); err != nil {
+		t.Fatalf("alice signs in at acme: %v\n%s", err, p.logs())
+	}
+	if code, page, _ := alice.Get(""); code != 200 || !strings.Contains(page, acmeID) || strings.Contains(page, globexID) {
+		t.Fatalf("acme's queue for alice: %d, acme's review shown %v, globex's shown %v", code, strings.Contains(page, acmeID), strings.Contains(page, globexID))
+	}
+	// globex's review id under acme's console does not exist there.
+	if code, page, _ := alice.Get("reviews/" + globexID); code == 200 || strings.Contains(page, "Approve") {
+		t.Fatalf("alice read globex's review through acme's console: %d", code)
+	}
+	if res, err := alice.Decide(globexID, "approved", "tampered"); err == nil {
+		t.Fatalf("alice decided globex's review through acme's console: %v", res)
+	}
+	// alice's passkey is no passkey at globex's console.
+	aliceAtGlobex, err := softauthn.NewBrowser(globexBase, alice.Auth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := aliceAtGlobex.SignIn(); err == nil {
+		t.Fatal("alice, granted acme alone, signed in at globex's console")
+	}
+	// Her acme session cookie, carried to globex's console, is no session.
+	au, _ := http.NewRequest(http.MethodGet, acmeBase, nil)
+	var cookies []string
+	for _, ck := range alice.Client.Jar.Cookies(au.URL) {
+		cookies = append(cookies, ck.Name+"="+ck.Value)
+	}
+	for _, path := range []string{"", "reviews/" + globexID} {
+		req, _ := http.NewRequest(http.MethodGet, globexBase+path, nil)
+		req.Header.Set("Cookie", strings.Join(cookies, "; "))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(body), "Approve") || (path == "" && strings.Contains(string(body), globexID)) {
+			t.Fatalf("acme's session cookie read globex's console at %q: %d", path, resp.StatusCode)
+		}
+	}
+	if res, err := aliceAtGlobex.Decide(globexID, "approved", "carried over"); err == nil {
+		t.Fatalf("alice decided globex's review at globex's console: %v", res)
+	}
+
+	// alice approves acme's review; it is written to acme's store and chain.
+	if res, err := alice.Decide(acmeID, "approved", "fine for acme"); err != nil || res["status"] != "approved" || res["decided_by"] != "alice" {
+		t.Fatalf("alice approves acme's review: %v %v", res, err)
+	}
+	if a := ask("acme", "2.50"); a["decision"] != "allow" {
+		t.Fatalf("acme's approved question: %v", a)
+	}
+	if a := ask("globex", "2.50"); a["decision"] == "allow" {
+		t.Fatalf("globex's question was allowed by acme's approval: %v", a)
+	}
+	for name, want := range map[string]bool{"acme": true, "globex": false} {
+		chains, _ := filepath.Glob(filepath.Join(tenants, name, "guard", "receipts", "*.ndjson"))
+		var all strings.Builder
+		for _, c := range chains {
+			data, _ := os.ReadFile(c)
+			all.Write(data)
+		}
+		if got := strings.Contains(all.String(), "webauthn-assertion:"); got != want {
+			t.Errorf("%s's chain holds a passkey decision: %v, want %v", name, got, want)
+		}
+	}
+	if out, errOut, code := runCLI(t, "audit", "--dir", filepath.Join(tenants, "acme"), "--reviewers", reviewers); code != 0 {
+		t.Fatalf("audit acme: %d\n%s\n%s", code, out, errOut)
+	}
+	// globex's review waited for globex's reviewer.
+	if err := bob.SignIn(); err != nil {
+		t.Fatal(err)
+	}
+	if code, page, _ := bob.Get(""); code != 200 || !strings.Contains(page, globexID) || strings.Contains(page, acmeID) {
+		t.Fatalf("globex's queue for bob: %d", code)
+	}
+	if res, err := bob.Decide(globexID, "rejected", "not for globex"); err != nil || res["status"] != "rejected" || res["decided_by"] != "bob" {
+		t.Fatalf("bob rejects globex's review: %v %v", res, err)
+	}
+}
