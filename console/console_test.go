@@ -522,6 +522,23 @@ func TestConsoleHeadersAndCookies(t *testing.T) {
 		Decider: engine.PasskeyDecider{Log: g.log, Chains: g.chains}}); err == nil || !strings.Contains(err.Error(), "TLS") {
 		t.Fatalf("plain http off loopback: %v", err)
 	}
+	// A tenant's console lives under t/<tenant>/; a tenant that is no slug is refused.
+	lu, _ := url.Parse("http://localhost:8787/console/")
+	for _, tc := range []struct{ tenant, want string }{{"acme", "http://localhost:8787/console/t/acme/reviews/r1"}, {"../globex", ""}, {"a/b", ""}} {
+		c, err := console.New(console.Config{URL: lu, Tenant: tc.tenant, Log: g.log, Passkeys: func() (reviewlog.Passkeys, error) { return nil, nil },
+			Decider: engine.PasskeyDecider{Log: g.log, Chains: g.chains}})
+		if tc.want == "" {
+			if err == nil {
+				t.Errorf("tenant %q was accepted", tc.tenant)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("tenant %q: %v", tc.tenant, err)
+		} else if got := c.ReviewURL("r1"); got != tc.want {
+			t.Errorf("tenant %q: review URL %q, want %q", tc.tenant, got, tc.want)
+		}
+	}
 }
 
 // TestConsoleRefusesClonedPasskey: an authenticator whose signature
@@ -1022,4 +1039,25 @@ func otherKeyCookie(t *testing.T, _ *rig, a *softauthn.Authenticator) string {
 	}
 	t.Fatal("no session cookie")
 	return ""
+}
+
+func TestIsConsolePath(t *testing.T) {
+	for _, tc := range []struct {
+		path string
+		want bool
+	}{
+		{"/console/", true},
+		{"/x/console/", true},
+		{"/console/t/acme/", true},
+		{"/console/t/acme", false},
+		{"/console/t/../", false},
+		{"/console/t//", false},
+		{"/console/t/a%2Fb/", false},
+		{"/console/t/acme/reviews/", false},
+		{"/", false},
+	} {
+		if got := console.IsConsolePath(tc.path); got != tc.want {
+			t.Errorf("IsConsolePath(%q) = %v, want %v", tc.path, got, tc.want)
+		}
+	}
 }
