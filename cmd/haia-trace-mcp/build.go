@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 )
 
@@ -19,7 +20,7 @@ exit codes: 0 printed, 1 the run or template cannot be read, 2 usage
 // defineBuild assembles one run file against a template and prints the
 // reference's `build --json` output.
 func defineBuild(fs *flag.FlagSet) runFunc {
-	tmpl := fs.String("template", "x402-buyer", "template `NAME` (bundled or in --templates-dir) or PATH to a template file")
+	tmpl := fs.String("template", guard.DefaultTemplate, "template `NAME` (bundled or in --templates-dir) or PATH to a template file")
 	dir := fs.String("templates-dir", "", "the operator's templates `DIR`, searched before the bundled templates (default: none)")
 	return func(ctx context.Context, env *cmdEnv, pos []string) error {
 		return runBuild(ctx, env.stdout, pos[0], *tmpl, *dir)
