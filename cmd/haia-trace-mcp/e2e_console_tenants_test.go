@@ -20,7 +20,8 @@ import (
 // acme's review (written to acme's chain); she cannot sign in at globex's
 // console, and from acme's she can neither read nor decide globex's review
 // (URL tampering, a cookie carried over): it stays pending until bob,
-// granted globex, decides it.
+// granted globex, decides it. Once the operator withdraws her grant, her
+// session ends.
 func TestConsoleTenants(t *testing.T) {
 	tenants := filepath.Join(t.TempDir(), "tenants")
 	for _, name := range []string{"acme", "globex"} {
@@ -149,5 +150,32 @@ func TestConsoleTenants(t *testing.T) {
 	}
 	if res, err := bob.Decide(globexID, "rejected", "not for globex"); err != nil || res["status"] != "rejected" || res["decided_by"] != "bob" {
 		t.Fatalf("bob rejects globex's review: %v %v", res, err)
+	}
+	// The operator withdraws alice's grant: her acme session ends at the
+	// next request and she cannot sign in again.
+	data, err := os.ReadFile(reviewers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file map[string]map[string]any
+	if err := json.Unmarshal(data, &file); err != nil {
+		t.Fatal(err)
+	}
+	delete(file["alice"], "tenants")
+	if data, err = json.Marshal(file); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(reviewers, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r3 := ask("acme", "2.75")["review_id"].(string)
+	if code, page, _ := alice.Get(""); strings.Contains(page, r3) || strings.Contains(page, acmeID) {
+		t.Fatalf("alice still reads acme's queue after her grant was withdrawn: %d", code)
+	}
+	if res, err := alice.Decide(r3, "approved", "after withdrawal"); err == nil {
+		t.Fatalf("alice decided after her grant was withdrawn: %v", res)
+	}
+	if err := alice.SignIn(); err == nil {
+		t.Fatal("alice signed in at acme after her grant was withdrawn")
 	}
 }

@@ -27,6 +27,10 @@ fingerprint, which the reviewer's page shows too; once you confirm they
 match (a prompt on a terminal, or --yes for scripts) it writes the public
 key into the trusted reviewers file beside the reviewer's key. The server
 never writes that file. remove takes the reviewer's passkeys (or one) out.
+With a --tenants-dir server, enrol at a tenant's console
+(--console-url …/console/t/TENANT/) and grant the tenants the reviewer may
+decide for with --tenant (repeatable); without a grant the reviewer decides
+for no tenant there.
 `
 
 // defineReviewerPasskey is `reviewer passkey add|remove` (verb).
