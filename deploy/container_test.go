@@ -491,7 +491,7 @@ func containerPostgresStore(t *testing.T, p *podman) {
 		args []string
 		want string
 	}{
-		{[]string{"store", "migrate"}, "schema version 0 → 1"},
+		{[]string{"store", "migrate"}, fmt.Sprintf("schema version 0 → %d", latestSchema(t))},
 		{[]string{"store", "migrate"}, "already this binary's"},
 		{[]string{"review", "list", "--dir", "/trace"}, "no pending reviews"},
 		{[]string{"chain", "list"}, ""},
@@ -919,4 +919,24 @@ func callJSON(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]
 	if err := json.Unmarshal(b, v); err != nil {
 		t.Fatalf("%s: %v in %s", tool, err, b)
 	}
+}
+
+// latestSchema is the newest migration this checkout's binary carries: the
+// highest numbered file in reviewlog/pgstore/migrations, so the image's
+// `store migrate` is held to the migrations of the same commit.
+func latestSchema(t *testing.T) int {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("..", "reviewlog", "pgstore", "migrations", "*.sql"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no migrations found under reviewlog/pgstore/migrations (%v)", err)
+	}
+	latest := 0
+	for _, f := range files {
+		var v int
+		if _, err := fmt.Sscanf(filepath.Base(f), "%d_", &v); err != nil {
+			t.Fatalf("migration %s: its name does not start with a version: %v", f, err)
+		}
+		latest = max(latest, v)
+	}
+	return latest
 }
