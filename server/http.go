@@ -506,12 +506,7 @@ func tenantsReady(tenants map[string]*Server) func(context.Context) error {
 			if err == nil {
 				continue
 			}
-			reason := "not ready"
-			var nr *engine.NotReadyError
-			if errors.As(err, &nr) {
-				reason = nr.Reason
-			}
-			return &engine.NotReadyError{Reason: fmt.Sprintf("tenant %q: %s", name, reason), Err: err}
+			return engine.TenantNotReady(name, err)
 		}
 		return nil
 	}

@@ -118,6 +118,18 @@ type NotReadyError struct {
 func (e *NotReadyError) Error() string { return e.Reason + ": " + e.Err.Error() }
 func (e *NotReadyError) Unwrap() error { return e.Err }
 
+// TenantNotReady names the tenant whose readiness check failed with err,
+// keeping the reason err gave (or "not ready"), so every front that serves
+// tenants says the same thing on /readyz.
+func TenantNotReady(tenant string, err error) *NotReadyError {
+	reason := "not ready"
+	var nr *NotReadyError
+	if errors.As(err, &nr) {
+		reason = nr.Reason
+	}
+	return &NotReadyError{Reason: fmt.Sprintf("tenant %q: %s", tenant, reason), Err: err}
+}
+
 // pinger is a signer that can be asked whether it answers (a signer
 // process); a key held in memory always does.
 type pinger interface {
