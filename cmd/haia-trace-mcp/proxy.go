@@ -13,7 +13,6 @@ import (
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/proxy"
-	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/notify"
 )
 
 const proxyDetails = `Serves another MCP server's tools through the pre-payment guard: a tool the
@@ -106,31 +105,15 @@ func runProxy(ctx context.Context, env *cmdEnv, f serveFlags, h httpFlags, pf pr
 		}
 	}
 
-	notifyMetrics := notify.NewMetrics()
-	notifier, err := notify.New(f.notify, notify.Options{Logger: logger, Metrics: notifyMetrics})
-	if err != nil {
-		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
-		return exitCode(exitUsage)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = notifier.Close(ctx)
-	}()
-
 	// One stack per tenant (or one), each with its own proxy over the one
 	// upstream.
 	var out *proxy.StdioOut
 	if h.addr == "" {
 		out = proxy.NewStdioOut(stdout)
 	}
-	if f.tenantsDir != "" && (h.addr == "" || h.insecure || h.tenantClaim == "") {
-		return usageErrorf("--tenants-dir serves tenants over --http with authentication, the tenant named by --tenant-claim")
-	}
-	servers, ready, closeAll, err := openServed(ctx, &f, notifier, notifyMetrics, logger)
+	servers, ready, closeAll, err := openFront(ctx, &f, &h, logger, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
-		return exitCode(exitFail)
+		return err
 	}
 	defer closeAll()
 	var proxies []*proxy.Proxy

@@ -323,24 +323,9 @@ func runServe(ctx context.Context, env *cmdEnv, f serveFlags, h httpFlags) error
 			return usageErrorf("--read-only serves no guard, so %s would do nothing; drop them or --read-only", strings.Join(guardFlags, ", "))
 		}
 	}
-	notifyMetrics := notify.NewMetrics()
-	notifier, err := notify.New(f.notify, notify.Options{Logger: logger, Metrics: notifyMetrics})
+	servers, ready, closeAll, err := openFront(ctx, &f, &h, logger, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
-		return exitCode(exitUsage)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = notifier.Close(ctx)
-	}()
-	if f.tenantsDir != "" && (h.addr == "" || h.insecure || h.tenantClaim == "") {
-		return usageErrorf("--tenants-dir serves tenants over --http with authentication, the tenant named by --tenant-claim")
-	}
-	servers, ready, closeAll, err := openServed(ctx, &f, notifier, notifyMetrics, logger)
-	if err != nil {
-		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
-		return exitCode(exitFail)
+		return err
 	}
 	defer closeAll()
 	if h.addr != "" {
@@ -360,4 +345,33 @@ func runServe(ctx context.Context, env *cmdEnv, f serveFlags, h httpFlags) error
 
 func isEOF(err error) bool {
 	return errors.Is(err, io.EOF) || strings.Contains(err.Error(), "EOF")
+}
+
+// openFront opens what serve and proxy both put in front of their callers:
+// the notifier, the check that tenants are served only over authenticated
+// HTTP, and the stacks (openServed). closeAll closes the stacks, then the
+// notifier. Its error already carries the exit code (and was printed).
+func openFront(ctx context.Context, f *serveFlags, h *httpFlags, logger *slog.Logger, stderr io.Writer) (servers map[string]*served, ready func(context.Context) error, closeAll func(), err error) {
+	notifyMetrics := notify.NewMetrics()
+	notifier, err := notify.New(f.notify, notify.Options{Logger: logger, Metrics: notifyMetrics})
+	if err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
+		return nil, nil, nil, exitCode(exitUsage)
+	}
+	closeNotifier := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = notifier.Close(ctx)
+	}
+	if f.tenantsDir != "" && (h.addr == "" || h.insecure || h.tenantClaim == "") {
+		closeNotifier()
+		return nil, nil, nil, usageErrorf("--tenants-dir serves tenants over --http with authentication, the tenant named by --tenant-claim")
+	}
+	servers, ready, closeServed, err := openServed(ctx, f, notifier, notifyMetrics, logger)
+	if err != nil {
+		closeNotifier()
+		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
+		return nil, nil, nil, exitCode(exitFail)
+	}
+	return servers, ready, func() { closeServed(); closeNotifier() }, nil
 }
