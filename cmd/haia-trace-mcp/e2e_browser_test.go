@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -130,29 +129,8 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	add := exec.CommandContext(ctx, binPath, "reviewer", "passkey", "add", "--id", "pat", "--console-url", base, "--reviewers", reviewers, "--yes", "--wait", "1m")
-	stdout, err := add.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var addErr lockedBuffer
-	add.Stderr = &addErr
-	if err := add.Start(); err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(stdout)
-	var link string
-	var out strings.Builder
-	for sc.Scan() {
-		out.WriteString(sc.Text() + "\n")
-		if strings.HasPrefix(sc.Text(), base+"enrol?t=") {
-			link = sc.Text()
-			break
-		}
-	}
-	if link == "" {
-		t.Fatalf("no link printed: %s %s", out.String(), addErr.String())
-	}
+	en := startEnrol(ctx, t, base, "--id", "pat", "--console-url", base, "--reviewers", reviewers, "--yes", "--wait", "1m")
+	link := en.link
 
 	const width, height = 1200, 900
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
@@ -185,11 +163,8 @@ func TestConsoleInBrowser(t *testing.T) {
 		_ = chromedp.Run(bctx, chromedp.Text(`#status`, &st, chromedp.ByQuery))
 		t.Fatalf("registration did not complete: %q %q", fp, st)
 	}
-	for sc.Scan() {
-		out.WriteString(sc.Text() + "\n")
-	}
-	if err := add.Wait(); err != nil || !strings.Contains(out.String(), "fingerprint: "+fp) {
-		t.Fatalf("passkey add: %v\n%s\n%s", err, out.String(), addErr.String())
+	if err := en.wait(); err != nil || !strings.Contains(en.out.String(), "fingerprint: "+fp) {
+		t.Fatalf("passkey add: %v\n%s\n%s", err, en.out.String(), en.errb.String())
 	}
 
 	ask := func(amount string) checkAnswer {

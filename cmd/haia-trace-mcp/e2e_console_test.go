@@ -59,29 +59,8 @@ func TestConsoleEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// pat is granted tenant acme; a server of one root reads no grant.
-	add := exec.CommandContext(ctx, binPath, "reviewer", "passkey", "add", "--id", "pat", "--tenant", "acme", "--console-url", base, "--reviewers", reviewers, "--yes", "--wait", "1m")
-	stdout, err := add.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var addErr lockedBuffer
-	add.Stderr = &addErr
-	if err := add.Start(); err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(stdout)
-	var link string
-	var out strings.Builder
-	for sc.Scan() {
-		out.WriteString(sc.Text() + "\n")
-		if strings.HasPrefix(sc.Text(), base+"enrol?t=") {
-			link = sc.Text()
-			break
-		}
-	}
-	if link == "" {
-		t.Fatalf("no link printed: %s %s", out.String(), addErr.String())
-	}
+	en := startEnrol(ctx, t, base, "--id", "pat", "--tenant", "acme", "--console-url", base, "--reviewers", reviewers, "--yes", "--wait", "1m")
+	link := en.link
 	pat, _ := softauthn.New()
 	b, err := softauthn.NewBrowser(base, pat)
 	if err != nil {
@@ -95,14 +74,11 @@ func TestConsoleEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for sc.Scan() {
-		out.WriteString(sc.Text() + "\n")
+	if err := en.wait(); err != nil {
+		t.Fatalf("passkey add: %v\n%s\n%s", err, en.out.String(), en.errb.String())
 	}
-	if err := add.Wait(); err != nil {
-		t.Fatalf("passkey add: %v\n%s\n%s", err, out.String(), addErr.String())
-	}
-	if !strings.Contains(out.String(), "fingerprint: "+fp) || !strings.Contains(out.String(), "(added") {
-		t.Fatalf("passkey add did not show the page's fingerprint %s:\n%s", fp, out.String())
+	if !strings.Contains(en.out.String(), "fingerprint: "+fp) || !strings.Contains(en.out.String(), "(added") {
+		t.Fatalf("passkey add did not show the page's fingerprint %s:\n%s", fp, en.out.String())
 	}
 	if g, err := reviewlog.LoadGrants(reviewers); err != nil || !reflect.DeepEqual(g, reviewlog.Grants{"pat": {"acme"}}) {
 		t.Fatalf("passkey add --tenant acme wrote grants %v (%v)", g, err)
@@ -291,30 +267,9 @@ func enrolThroughCommand(t *testing.T, base, reviewers, id string, extra ...stri
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	args := append([]string{"reviewer", "passkey", "add", "--id", id, "--console-url", base, "--reviewers", reviewers, "--yes", "--wait", "1m"}, extra...)
-	add := exec.CommandContext(ctx, binPath, args...)
-	stdout, err := add.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var addErr lockedBuffer
-	add.Stderr = &addErr
-	if err := add.Start(); err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(stdout)
-	var link string
-	var out strings.Builder
-	for sc.Scan() {
-		out.WriteString(sc.Text() + "\n")
-		if strings.HasPrefix(sc.Text(), base+"enrol?t=") {
-			link = sc.Text()
-			break
-		}
-	}
-	if link == "" {
-		t.Fatalf("no link printed: %s %s", out.String(), addErr.String())
-	}
+	args := append([]string{"--id", id, "--console-url", base, "--reviewers", reviewers, "--yes", "--wait", "1m"}, extra...)
+	en := startEnrol(ctx, t, base, args...)
+	link := en.link
 	a, _ := softauthn.New()
 	b, err := softauthn.NewBrowser(base, a)
 	if err != nil {
@@ -324,13 +279,55 @@ func enrolThroughCommand(t *testing.T, base, reviewers, id string, extra ...stri
 	if _, err := b.Enrol(strings.ReplaceAll(token, "%2F", "/")); err != nil {
 		t.Fatal(err)
 	}
-	for sc.Scan() {
-		out.WriteString(sc.Text() + "\n")
-	}
-	if err := add.Wait(); err != nil || !strings.Contains(out.String(), "(added") {
-		t.Fatalf("passkey add: %v\n%s\n%s", err, out.String(), addErr.String())
+	if err := en.wait(); err != nil || !strings.Contains(en.out.String(), "(added") {
+		t.Fatalf("passkey add: %v\n%s\n%s", err, en.out.String(), en.errb.String())
 	}
 	return b
+}
+
+// enrolment is a running `reviewer passkey add` that has printed its
+// one-time link.
+type enrolment struct {
+	cmd  *exec.Cmd
+	sc   *bufio.Scanner
+	out  strings.Builder
+	errb lockedBuffer
+	link string
+}
+
+// startEnrol starts `reviewer passkey add ARGS…` and reads its output up to
+// the enrolment link under base.
+func startEnrol(ctx context.Context, t *testing.T, base string, args ...string) *enrolment {
+	t.Helper()
+	en := &enrolment{cmd: exec.CommandContext(ctx, binPath, append([]string{"reviewer", "passkey", "add"}, args...)...)}
+	stdout, err := en.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	en.cmd.Stderr = &en.errb
+	if err := en.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	en.sc = bufio.NewScanner(stdout)
+	for en.sc.Scan() {
+		en.out.WriteString(en.sc.Text() + "\n")
+		if strings.HasPrefix(en.sc.Text(), base+"enrol?t=") {
+			en.link = en.sc.Text()
+			break
+		}
+	}
+	if en.link == "" {
+		t.Fatalf("no link printed: %s %s", en.out.String(), en.errb.String())
+	}
+	return en
+}
+
+// wait reads the rest of the command's output and waits for it to end.
+func (en *enrolment) wait() error {
+	for en.sc.Scan() {
+		en.out.WriteString(en.sc.Text() + "\n")
+	}
+	return en.cmd.Wait()
 }
 
 // TestConsoleOnHTTPListener: with --http and no --console-addr the console
