@@ -26,6 +26,17 @@ const (
 	UnitAtomic  = "atomic"
 )
 
+// What a paying tool's error answer (isError) says of the payment.
+const (
+	// ErrorsUnknown: an error answer does not say whether the tool paid
+	// before it failed, so the allow's reservation keeps counting until
+	// the Trace shows the payment or the reservation lapses (the default).
+	ErrorsUnknown = "unknown"
+	// ErrorsUnpaid: the operator vouches that the tool's error answers
+	// mean "not paid", so an error answer releases the reservation.
+	ErrorsUnpaid = "unpaid"
+)
+
 // maxMapBytes bounds the guard map file.
 const maxMapBytes = 1 << 20
 
@@ -43,6 +54,9 @@ type ToolMap struct {
 	AmountUnit   string
 	// Asset is absent (IsZero) when the policy's default asset is meant.
 	Asset Field
+	// Errors says what the tool's error answer (isError) means of the
+	// payment: ErrorsUnknown (the default) or ErrorsUnpaid.
+	Errors string
 }
 
 // Field is a dotted path into the arguments, or a fixed value. A plain
@@ -124,9 +138,9 @@ func ParseMap(data []byte) (*Map, error) {
 		}
 		obj, ok := raw.(map[string]any)
 		if !ok {
-			return nil, fmt.Errorf("%s must be an object with counterparty, amount, amountUnit and optionally asset", where)
+			return nil, fmt.Errorf("%s must be an object with counterparty, amount, amountUnit and optionally asset and errors", where)
 		}
-		if err := onlyKeys(obj, where, "counterparty", "amount", "amountUnit", "asset"); err != nil {
+		if err := onlyKeys(obj, where, "counterparty", "amount", "amountUnit", "asset", "errors"); err != nil {
 			return nil, err
 		}
 		var tm ToolMap
@@ -144,6 +158,14 @@ func ParseMap(data []byte) (*Map, error) {
 			return nil, fmt.Errorf("%s.amountUnit must be %q (a decimal such as \"1.50\") or %q (an integer of the asset's smallest unit)", where, UnitDisplay, UnitAtomic)
 		}
 		tm.AmountUnit = unit
+		tm.Errors = ErrorsUnknown
+		if e, ok := obj["errors"]; ok {
+			s, _ := e.(string)
+			if s != ErrorsUnknown && s != ErrorsUnpaid {
+				return nil, fmt.Errorf("%s.errors must be %q (an error answer may follow a payment: the reservation keeps counting; the default) or %q (the tool's error answers mean it did not pay: the reservation is released)", where, ErrorsUnknown, ErrorsUnpaid)
+			}
+			tm.Errors = s
+		}
 		// A plain string is a path for counterparty and amount.
 		for _, f := range []*Field{&tm.Counterparty, &tm.Amount} {
 			if f.Plain != "" {

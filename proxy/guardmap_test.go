@@ -41,6 +41,8 @@ func TestParseMapRefuses(t *testing.T) {
 		{"both path and value", `{"tools":{"a":{"counterparty":{"path":"a","value":"b"},"amount":"y","amountUnit":"atomic"}}}`, "exactly one"},
 		{"number field", `{"tools":{"a":{"counterparty":5,"amount":"y","amountUnit":"atomic"}}}`, "must be a string"},
 		{"empty value", `{"tools":{"a":{"counterparty":{"value":""},"amount":"y","amountUnit":"atomic"}}}`, "non-empty"},
+		{"bad errors", `{"tools":{"a":{"counterparty":"x","amount":"y","amountUnit":"atomic","errors":"paid"}}}`, "tools.a.errors must be"},
+		{"errors not a string", `{"tools":{"a":{"counterparty":"x","amount":"y","amountUnit":"atomic","errors":false}}}`, "tools.a.errors must be"},
 	}
 	for _, c := range cases {
 		_, err := ParseMap([]byte(c.doc))
@@ -54,6 +56,20 @@ func TestParseMapRefuses(t *testing.T) {
 	}
 	if m.Unmapped != UnmappedRefuse || strings.Join(m.Tools["a"].Amount.Path, ".") != "nested.amount" || m.Tools["a"].Asset.Plain != "USDC" {
 		t.Fatalf("parsed %+v", m)
+	}
+	// An error answer may follow a payment unless the map says otherwise.
+	for doc, want := range map[string]string{
+		`{"tools":{"a":{"counterparty":"to","amount":"y","amountUnit":"atomic"}}}`:                    ErrorsUnknown,
+		`{"tools":{"a":{"counterparty":"to","amount":"y","amountUnit":"atomic","errors":"unknown"}}}`: ErrorsUnknown,
+		`{"tools":{"a":{"counterparty":"to","amount":"y","amountUnit":"atomic","errors":"unpaid"}}}`:  ErrorsUnpaid,
+	} {
+		m, err := ParseMap([]byte(doc))
+		if err != nil {
+			t.Fatalf("%s: %v", doc, err)
+		}
+		if got := m.Tools["a"].Errors; got != want {
+			t.Errorf("%s: errors %q, want %q", doc, got, want)
+		}
 	}
 }
 

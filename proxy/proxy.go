@@ -329,6 +329,10 @@ func (p *Proxy) paying(ctx context.Context, req mcp.CallToolRequest, name string
 		return res, nil
 	}
 	res, outcome, err := p.call(ctx, req, name, canon)
+	if outcome == engine.OutcomeToolError && r.m.Errors != ErrorsUnpaid {
+		// Only the operator can say a tool's error means "not paid".
+		outcome = engine.OutcomeToolErrorUnknown
+	}
 	if rec, rerr := p.cfg.Engine.RecordOutcome(context.WithoutCancel(ctx), caller, ans, outcome); rerr != nil {
 		p.cfg.Logger.Error("the outcome of a forwarded call could not be recorded", "tool", name, "decision_receipt", ans.ReceiptID, "outcome", string(outcome), "err", rerr)
 	} else if rec.Released {

@@ -49,7 +49,8 @@ const sellerDenied = "0xDEAD000000000000000000000000000000000003"
 const proxyMapJSON = `{"tools": {
   "send_usdc": {"counterparty": "to", "amount": "amount", "amountUnit": "display", "asset": "USDC"},
   "slow_send": {"counterparty": "to", "amount": "amount", "amountUnit": "display"},
-  "fail_send": {"counterparty": "to", "amount": "amount", "amountUnit": "display"},
+  "fail_send": {"counterparty": "to", "amount": "amount", "amountUnit": "display", "errors": "unpaid"},
+  "pay_then_fail": {"counterparty": "to", "amount": "amount", "amountUnit": "display"},
   "pay_invoice": {"counterparty": "payee.address", "amount": "total.value", "amountUnit": "atomic", "asset": "total.token"}
 }, "unmapped": "forward"}`
 
@@ -524,6 +525,49 @@ func TestProxyUpstreamFailureAndKill(t *testing.T) {
 	data, _ = os.ReadFile(logPath)
 	if n := bytes.Count(data, []byte(`"type":"released"`)); n != 1 {
 		t.Fatalf("%d releases in the log, want only the failed call's", n)
+	}
+}
+
+// A paying tool whose error answers the guard map does not vouch for
+// ("errors" absent, or "unknown") keeps its reservation after an isError
+// answer: pay_then_fail pays and then says it failed, and the next call
+// that fits only without that payment goes to review. The same failure of
+// a tool mapped "errors": "unpaid" releases it (TestProxyUpstreamFailureAndKill).
+func TestProxyToolErrorAfterPayingKeepsTheReservation(t *testing.T) {
+	const sellerE = "0xC0FFEE0000000000000000000000000000000007"
+	gmap := strings.Replace(proxyMapJSON, `"errors": "unpaid"`, `"errors": "unknown"`, 1)
+	e := newProxyEnv(t, gmap, `{"reviewAbove": "100", "perCounterpartyLimit": {"amount": "1.00", "windowHours": 24}, "reservationMinutes": 15}`)
+	e.start(t, nil)
+	logPath := filepath.Join(e.root, "guard", "decisions.ndjson")
+	for i, tool := range []string{"pay_then_fail", "fail_send"} {
+		res := e.callRaw(t, tool, `{"to":"`+sellerE+`","amount":"0.45"}`)
+		if !res.IsError || res.StructuredContent != nil {
+			t.Fatalf("%s: want the upstream's own error answer, got %s", tool, resultText(res))
+		}
+		rs := chainReceipts(t, e.root)
+		last := rs[len(rs)-1]
+		if receiptField(last, "governance", "verdict") != "FAILED" || receiptField(last, "governance", "ruleId") != "upstream_tool_error_unknown" {
+			t.Fatalf("%s: last receipt %v, want FAILED upstream_tool_error_unknown", tool, last)
+		}
+		data, err := os.ReadFile(logPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(data, []byte(`"type":"released"`)) {
+			t.Fatalf("after %s (call %d) a reservation was released:\n%s", tool, i, data)
+		}
+	}
+	// pay_then_fail did pay: the upstream's log shows it.
+	if paid := e.paid(t); len(paid) != 1 || paid[0]["tool"] != "pay_then_fail" {
+		t.Fatalf("the upstream carried out %v, want pay_then_fail once", paid)
+	}
+	// 0.45 + 0.45 held; 0.15 more passes 1.00 and goes to review, where it
+	// would fit had an error answer released either reservation.
+	if d := decisionOf(t, e.callRaw(t, "send_usdc", `{"to":"`+sellerE+`","amount":"0.15"}`)); d.Decision != "review" || !d.has("per_counterparty_limit") {
+		t.Fatalf("the call after two unknown errors: %+v", d)
+	}
+	if res := e.callRaw(t, "send_usdc", `{"to":"`+sellerE+`","amount":"0.10"}`); res.IsError {
+		t.Fatalf("0.10 fits beside the two kept reservations: %s", resultText(res))
 	}
 }
 

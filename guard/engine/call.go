@@ -66,8 +66,14 @@ type Outcome string
 const (
 	// OutcomeExecuted: the upstream answered with a result.
 	OutcomeExecuted Outcome = "upstream_executed"
-	// OutcomeToolError: the upstream answered that the tool failed.
+	// OutcomeToolError: the upstream answered that the tool failed, and
+	// the operator vouches that its errors mean "not paid" (the guard
+	// map's "errors": "unpaid").
 	OutcomeToolError Outcome = "upstream_tool_error"
+	// OutcomeToolErrorUnknown: the upstream answered that the tool failed,
+	// with nothing to say whether it paid first (the guard map's
+	// "errors": "unknown", the default).
+	OutcomeToolErrorUnknown Outcome = "upstream_tool_error_unknown"
 	// OutcomeRefused: the upstream answered with a protocol error (the
 	// call was not run).
 	OutcomeRefused Outcome = "upstream_refused"

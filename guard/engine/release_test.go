@@ -43,6 +43,7 @@ func TestOutcomeReleasesTheReservation(t *testing.T) {
 			released bool
 		}{
 			{OutcomeToolError, true},
+			{OutcomeToolErrorUnknown, false},
 			{OutcomeRefused, true},
 			{OutcomeTimeout, false},
 			{OutcomeLost, false},

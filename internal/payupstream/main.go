@@ -159,6 +159,16 @@ func main() {
 	u.srv.AddTool(failing, func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return mcp.NewToolResultError("insufficient funds"), nil
 	})
+	// pay_then_fail pays, then answers that the tool failed: the kind of
+	// upstream whose error answers do not mean "not paid".
+	payThenFail := mcp.NewToolWithRawSchema("pay_then_fail", "Send USDC, then report a failure.", json.RawMessage(
+		`{"type":"object","properties":{"to":{"type":"string"},"amount":{"type":"string"}},"required":["to","amount"]}`))
+	u.srv.AddTool(payThenFail, func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if err := u.record("pay_then_fail", rawArgs(req)); err != nil {
+			return nil, err
+		}
+		return mcp.NewToolResultError("receipt service unavailable after sending"), nil
+	})
 	echo := mcp.NewToolWithRawSchema("echo", "Echo the text (pays nothing).", json.RawMessage(
 		`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"],"$comment":"kept byte for byte"}`))
 	u.srv.AddTool(echo, func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
