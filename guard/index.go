@@ -1,5 +1,7 @@
 package guard
 
+import "time"
+
 // HistoryIndex partitions a History's operations once, so that a decision
 // touches only the operations with the counterparty asked about and those
 // that cannot be attributed, not every operation ever recorded. A caller
@@ -16,6 +18,20 @@ type HistoryIndex struct {
 	settleUnconfirmed int
 	// open are every open operation, attributed or not.
 	open []int32
+	// paid is, per operation, whether it can show a reservation and the
+	// time of its first event (Op.paidAt), parsed once. latestPayTo and
+	// latestHost are, per counterparty, the latest of those times: a
+	// reservation made after it is shown by none, which Reserve learns
+	// without looking at the operations one by one.
+	paid        []paidTime
+	latestPayTo map[string]time.Time
+	latestHost  map[string]time.Time
+}
+
+// paidTime is Op.paidAt's answer.
+type paidTime struct {
+	at time.Time
+	ok bool
 }
 
 type unattributed struct {
@@ -28,18 +44,27 @@ type unattributed struct {
 
 // BuildIndex indexes h.Ops; h must not change afterwards.
 func (h *History) BuildIndex() {
-	ix := &HistoryIndex{byPayTo: map[string][]int32{}, byHost: map[string][]int32{}, unattributable: map[CounterpartyKind]*unattributed{}}
+	ix := &HistoryIndex{byPayTo: map[string][]int32{}, byHost: map[string][]int32{}, unattributable: map[CounterpartyKind]*unattributed{},
+		paid: make([]paidTime, len(h.Ops)), latestPayTo: map[string]time.Time{}, latestHost: map[string]time.Time{}}
 	for _, k := range []CounterpartyKind{KindAddress, KindHost} {
 		ix.unattributable[k] = &unattributed{why: map[string]int{}}
 	}
 	for i, o := range h.Ops {
 		n := int32(i)
 		if o.Money != nil {
+			at, shows := o.paidAt()
+			ix.paid[i] = paidTime{at: at, ok: shows}
 			for _, p := range o.Money.PayTos {
 				ix.byPayTo[p] = append(ix.byPayTo[p], n)
+				if l, seen := ix.latestPayTo[p]; shows && (!seen || at.After(l)) {
+					ix.latestPayTo[p] = at
+				}
 			}
 			for _, host := range o.Money.Hosts {
 				ix.byHost[host] = append(ix.byHost[host], n)
+				if l, seen := ix.latestHost[host]; shows && (!seen || at.After(l)) {
+					ix.latestHost[host] = at
+				}
 			}
 		}
 		for _, k := range []CounterpartyKind{KindAddress, KindHost} {
@@ -79,4 +104,15 @@ func (ix *HistoryIndex) with(c Counterparty) []int32 {
 		return ix.byHost[c.Value]
 	}
 	return nil
+}
+
+// latest is the time of the latest payment with counterparty c that can
+// show a reservation (Op.paidAt), and whether there is one.
+func (ix *HistoryIndex) latest(c Counterparty) (time.Time, bool) {
+	m := ix.latestHost
+	if c.Kind == KindAddress {
+		m = ix.latestPayTo
+	}
+	t, ok := m[c.Value]
+	return t, ok
 }

@@ -115,27 +115,21 @@ func (h *History) Reserve(rs []Reservation, now time.Time) (shown int) {
 
 // showing finds the recorded payment that shows r, not already used.
 func (h *History) showing(r Reservation, used map[int]bool) (int, bool) {
-	match := func(i int) bool {
-		o := h.Ops[i]
-		if used[i] || !o.Spent || o.Money == nil || o.Money.Atomic == nil || o.Money.Problem != "" {
-			return false
-		}
-		if o.Money.Asset != r.Asset || o.Money.Atomic.Cmp(r.Atomic) != 0 {
+	// terms: operation i pays what r reserves, to whom r pays it; Money
+	// and its amount are known to be read (Op.paidAt).
+	terms := func(i int) bool {
+		m := h.Ops[i].Money
+		if used[i] || m.Asset != r.Asset || m.Atomic.Cmp(r.Atomic) != 0 {
 			return false
 		}
 		if r.PayTo != "" {
-			if !slices.Contains(o.Money.PayTos, r.PayTo) {
-				return false
-			}
-		} else if !slices.Contains(o.Money.Hosts, r.Host) {
-			return false
+			return slices.Contains(m.PayTos, r.PayTo)
 		}
-		t, err := time.Parse(time.RFC3339Nano, o.FirstEventAt)
-		return err == nil && !t.Before(r.At)
+		return slices.Contains(m.Hosts, r.Host)
 	}
 	best, bestAt := -1, ""
-	try := func(i int) {
-		if match(i) && (best < 0 || h.Ops[i].FirstEventAt < bestAt) {
+	try := func(i int, at time.Time) {
+		if !at.Before(r.At) && terms(i) && (best < 0 || h.Ops[i].FirstEventAt < bestAt) {
 			best, bestAt = i, h.Ops[i].FirstEventAt
 		}
 	}
@@ -144,15 +138,43 @@ func (h *History) showing(r Reservation, used map[int]bool) (int, bool) {
 		if r.PayTo != "" {
 			c = Counterparty{Kind: KindAddress, Value: r.PayTo}
 		}
+		// No payment to c at or after r: none shows it (the usual case,
+		// a reservation newer than the Trace), known without a look at each.
+		if l, ok := ix.latest(c); !ok || l.Before(r.At) {
+			return -1, false
+		}
 		for _, i := range ix.with(c) {
-			try(int(i))
+			if p := ix.paid[i]; p.ok {
+				try(int(i), p.at)
+			}
 		}
 	} else {
-		for i := range h.Ops {
-			try(i)
+		for i, o := range h.Ops {
+			if o.shows() && terms(i) {
+				if at, ok := o.paidAt(); ok {
+					try(i, at)
+				}
+			}
 		}
 	}
 	return best, best >= 0
+}
+
+// shows says whether the operation is a payment that can show a
+// reservation: paid, its amount read.
+func (o Op) shows() bool {
+	return o.Spent && o.Money != nil && o.Money.Atomic != nil && o.Money.Problem == ""
+}
+
+// paidAt is the time of the first event of an operation that can show a
+// reservation (shows), and whether it can: one whose time does not parse
+// shows none.
+func (o Op) paidAt() (time.Time, bool) {
+	if !o.shows() {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, o.FirstEventAt)
+	return t, err == nil
 }
 
 // all is every operation Decide counts: the recorded ones and the

@@ -221,9 +221,17 @@ func TestSealCacheChecksEveryField(t *testing.T) {
 	r := reviewlog.Reservation{ReceiptID: "rcpt_1", Caller: "bot", PayTo: "0xabc", Atomic: "1500000", Asset: "usdc", Until: "2026-07-24T10:15:00.000Z", At: "2026-07-24T10:00:00.000Z"}
 	r.MAC = reservationMAC(key, &r, r.At)
 	var c sealCache
+	want, err := toGuard(r, r.At)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for range 2 { // a miss, then a hit
-		if !c.check(key, &r) {
-			t.Fatal("a sealed record did not verify")
+		g, ok, err := c.check(key, &r)
+		if !ok || err != nil {
+			t.Fatalf("a sealed record did not verify: %v %v", ok, err)
+		}
+		if g.ReceiptID != want.ReceiptID || !g.At.Equal(want.At) || !g.Until.Equal(want.Until) || g.Atomic.Cmp(want.Atomic) != 0 || g.PayTo != want.PayTo || g.Caller != want.Caller {
+			t.Fatalf("the cache read %+v, the record reads %+v", g, want)
 		}
 	}
 	for name, edit := range map[string]func(*reviewlog.Reservation){
@@ -236,11 +244,24 @@ func TestSealCacheChecksEveryField(t *testing.T) {
 		"seal":     func(x *reviewlog.Reservation) { x.MAC = strings.Repeat("0", 64) },
 		"receipt":  func(x *reviewlog.Reservation) { x.ReceiptID = "rcpt_2" },
 		"resource": func(x *reviewlog.Reservation) { x.Resource = "https://x.example/" },
+		"host":     func(x *reviewlog.Reservation) { x.Host = "x.example" },
+		"asset":    func(x *reviewlog.Reservation) { x.Asset = "eth" },
+		"review":   func(x *reviewlog.Reservation) { x.ReviewID = "rv_1" },
 	} {
 		x := r
 		edit(&x)
-		if c.check(key, &x) {
+		if _, ok, _ := c.check(key, &x); ok {
 			t.Errorf("%s changed: the cache verified it", name)
+		}
+	}
+	// A sealed record whose amount does not read is no reservation, and
+	// is not remembered as one.
+	bad := r
+	bad.Atomic = "-1"
+	bad.MAC = reservationMAC(key, &bad, bad.At)
+	for range 2 {
+		if _, ok, err := c.check(key, &bad); !ok || err == nil {
+			t.Fatalf("a sealed record of amount -1: ok %v, err %v", ok, err)
 		}
 	}
 	c.trim(0)

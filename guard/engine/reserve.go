@@ -170,11 +170,11 @@ func (e *Engine) verified(v reviewlog.ReservationView, wantInfos bool) ([]guard.
 	var rs []guard.Reservation
 	var infos []*ReservationInfo
 	for _, r := range v.Held {
-		if !e.seals.check(e.cfg.ParamsKey, &r) {
+		g, sealed, err := e.seals.check(e.cfg.ParamsKey, &r)
+		if !sealed {
 			problems = append(problems, fmt.Sprintf("the reservation record of receipt %s is not sealed by this server's key (altered or forged)", r.ReceiptID))
 			continue
 		}
-		g, err := toGuard(r, r.At)
 		if err != nil {
 			problems = append(problems, err.Error())
 			continue
@@ -199,33 +199,49 @@ func (e *Engine) verified(v reviewlog.ReservationView, wantInfos bool) ([]guard.
 }
 
 // sealCache remembers the reservation records whose seal verified, by
-// their every sealed field: a question reads every reservation that holds,
-// and computing each one's HMAC again on every question would make its cost
-// grow with them. A record whose fields differ in any byte is another key
-// and is checked afresh.
+// their every sealed field and seal, with the reservation each one reads
+// as: a question reads every reservation that holds, and computing each
+// one's HMAC (and parsing its times and amount) again on every question
+// would make its cost grow with them. A record whose fields differ in any
+// byte is another key and is checked afresh. The reservations kept share
+// their amounts, which no reader changes.
 type sealCache struct {
 	mu sync.Mutex
-	ok map[string]bool
+	ok map[sealKey]guard.Reservation
 }
 
-func (c *sealCache) check(key []byte, r *reviewlog.Reservation) bool {
-	k := sealedText(r, r.At) + "\x00" + r.MAC
+// sealKey is every field of a reservation record that its seal covers
+// (sealedText), and the seal.
+type sealKey struct {
+	receiptID, caller, payTo, host, resource, atomic, asset, until string
+	open                                                           bool
+	reviewID, at, mac                                              string
+}
+
+// check verifies r's seal, then reads it as a reservation: ok is false
+// when the seal does not verify, err says why a sealed record does not
+// read.
+func (c *sealCache) check(key []byte, r *reviewlog.Reservation) (g guard.Reservation, ok bool, err error) {
+	k := sealKey{r.ReceiptID, r.Caller, r.PayTo, r.Host, r.Resource, r.Atomic, r.Asset, r.Until, r.Open, r.ReviewID, r.At, r.MAC}
 	c.mu.Lock()
-	hit := c.ok[k]
+	g, hit := c.ok[k]
 	c.mu.Unlock()
 	if hit {
-		return true
+		return g, true, nil
 	}
 	if !hmac.Equal([]byte(reservationMAC(key, r, r.At)), []byte(r.MAC)) {
-		return false
+		return g, false, nil
+	}
+	if g, err = toGuard(*r, r.At); err != nil {
+		return g, true, err
 	}
 	c.mu.Lock()
 	if c.ok == nil {
-		c.ok = map[string]bool{}
+		c.ok = map[sealKey]guard.Reservation{}
 	}
-	c.ok[k] = true
+	c.ok[k] = g
 	c.mu.Unlock()
-	return true
+	return g, true, nil
 }
 
 // trim forgets every record when the cache holds far more than holds now
