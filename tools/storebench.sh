@@ -215,6 +215,22 @@ pg_backends() {
 	psql "$pg_admin" -AtX -c "SELECT pid FROM pg_stat_activity WHERE datname = '$bench_db'"
 }
 
+# review_check: the reviews (--slurpfile rv: review list --json) against
+# what the load generator was answered ($run: its --json report); prints
+# "OK <reviews by rules>" or "BAD <what is wrong>".
+read -r -d '' review_check <<'JQ' || true
+	def pair($c; $cp): "\($c) \($cp | ascii_downcase)";
+	($run.questions | map(select(.decisions.review > 0) | pair(.client; .args | fromjson | .counterparty)) | unique) as $must
+	| ($run.questions | map(select(.cut > 0 and (.decisions.review // 0) == 0) | pair(.client; .args | fromjson | .counterparty)) | unique) as $may
+	| ($rv[0].reviews | map((first(.caller // "" | match("bench-agent-([0-9]+)").captures[0].string | tonumber) // "of no bench caller \(.caller)") as $c | pair($c; .counterparty))) as $got
+	| ($got | group_by(.) | map(select(length > 1) | "\(length) reviews of caller/payee \(.[0])")) as $twice
+	| ($must - $got | map("no review of caller/payee \(.) (answered review)")) as $missing
+	| ($got - $must - $may | map("a review of caller/payee \(.) (never answered review)")) as $extra
+	| ($twice + $missing + $extra) as $bad
+	| if ($bad | length) > 0 then "BAD " + ($bad | .[:5] | join("; ")) + (if ($bad | length) > 5 then "; …" else "" end)
+	  else "OK " + ($rv[0].reviews | map([.reasons[]?.rule] | unique | join("+")) | group_by(.) | map("\(.[0]):\(length)") | join(",")) end
+JQ
+
 run_row() { # store-name shape replicas store-url
 	local name=$1 shape=$2 replicas=$3 store=$4 urls=() i
 	root=$work/root-$name-$shape-$replicas
@@ -249,15 +265,26 @@ run_row() { # store-name shape replicas store-url
 		keyring=$work/export-$shape-$replicas/guard/keyring.json
 	fi
 	chains=$(verify_chains "$keyring" "$store") || status=1
-	# Idempotency: each caller's identical question opens one review, however
-	# often it is asked and of whichever replica.
-	local reviews want=$clients
-	local sargs=()
+	# Idempotency: a caller's identical question opens one review, however
+	# often it is asked and of whichever replica. Which questions went to
+	# review is what the load generator was answered, per caller and
+	# question: the payee with an open payment from the first call, and a
+	# payee allowed until then once a rule says so (in the shared shape
+	# the per-counterparty limit, after 500 allows of 0.01 in all). So:
+	# every (caller, payee) answered "review" has exactly one review, and
+	# no other has any — but one whose only call the end of the run cut
+	# short may have one.
+	local reviews sargs=() verdict
 	[[ -n $store ]] && sargs=(--store "$store")
-	reviews=$("$bin" review list --all --json "${sargs[@]}" --dir "$root" | jq '.reviews | length')
-	if ((reviews != want)); then
-		echo "storebench: $name $shape with $replicas replica(s) opened $reviews reviews, want $want ($clients callers x 1 review question)" >&2
+	"$bin" review list --all --json "${sargs[@]}" --dir "$root" >"$work/reviews.json"
+	reviews=$(jq '.reviews | length' "$work/reviews.json")
+	verdict=$(jq -nr --slurpfile rv "$work/reviews.json" --argjson run "$json" "$review_check")
+	if [[ $verdict == BAD* ]]; then
+		echo "storebench: $name $shape with $replicas replica(s): ${verdict#BAD }" >&2
 		status=1
+		reviews="$reviews!"
+	else
+		reviews="$reviews ${verdict#OK }"
 	fi
 	local rps p50 p99 errs answers requests srv pg
 	rps=$(jq -r '.rps | floor' <<<"$json")
@@ -272,12 +299,12 @@ run_row() { # store-name shape replicas store-url
 	errs=$(jq -r '.errors | to_entries | map("\(.key)=\(.value)") | join(",") | if . == "" then "0" else . end' <<<"$json")
 	answers=$(jq -r '.decisions | to_entries | map("\(.key)=\(.value)") | join(",")' <<<"$json")
 	[[ $errs == 0 ]] || status=1
-	printf '%-6s %-10s %-9s %8s %7s %7s %7s %6s %5s %-8s %-24s %7s  %s\n' "$label" "$name" "$shape" "$replicas" "$rps" "$p50" "$p99" "$srv" "$pg" "$errs" "$answers" "$reviews" "$chains"
+	printf '%-6s %-10s %-9s %8s %7s %7s %7s %6s %5s %-8s %-24s %-7s  %s\n' "$label" "$name" "$shape" "$replicas" "$rps" "$p50" "$p99" "$srv" "$pg" "$errs" "$answers" "$chains" "$reviews"
 }
 
 echo "check_before_pay, $clients callers, $duration a row, $(nproc) cores; each caller asks of one payee allowed and one sent to review"
 echo "cpu: CPU seconds per 1000 answers (srv: the servers; pg: PostgreSQL's backends of the benchmark's database)"
-printf '%-6s %-10s %-9s %8s %7s %7s %7s %6s %5s %-8s %-24s %7s  %s\n' build store shape replicas 'req/s' 'p50 ms' 'p99 ms' 'srv' 'pg' errors answers reviews chains
+printf '%-6s %-10s %-9s %8s %7s %7s %7s %6s %5s %-8s %-24s %-7s  %s\n' build store shape replicas 'req/s' 'p50 ms' 'p99 ms' 'srv' 'pg' errors answers chains 'reviews (by rules)'
 if [[ -z ${SKIP_FILE:-} ]]; then
 	for shape in $shapes; do
 		run_row file "$shape" 1 ""

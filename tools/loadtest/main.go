@@ -24,6 +24,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/signal"
@@ -147,6 +148,19 @@ type report struct {
 	// Decisions counts the successful answers by their structured
 	// "decision" (allow, review, block), when the tool gives one.
 	Decisions map[string]int `json:"decisions"`
+	// Questions are the same counts per client and arguments line it
+	// sent, in client then line order: who was answered what.
+	Questions []question `json:"questions"`
+}
+
+// question is what one client was answered to one line of arguments.
+type question struct {
+	Client    int            `json:"client"`
+	Args      string         `json:"args"`
+	Decisions map[string]int `json:"decisions"`
+	// Cut counts the calls the end of the run cut short: the server may
+	// have answered (and recorded) them, the client did not read it.
+	Cut int `json:"cut"`
 }
 
 // plan is who each client is: client i posts to urls[i%len(urls)] with
@@ -160,11 +174,14 @@ type plan struct {
 }
 
 // argsOf is the arguments client i sends in its call n (from 1).
-func (p plan) argsOf(i, n int) string {
+func (p plan) argsOf(i, n int) string { return p.args[p.lineOf(i, n)] }
+
+// lineOf is the index in args of what client i sends in its call n.
+func (p plan) lineOf(i, n int) int {
 	if p.perClient > 0 {
-		return p.args[(i*p.perClient+(n-1)%p.perClient)%len(p.args)]
+		return (i*p.perClient + (n-1)%p.perClient) % len(p.args)
 	}
-	return p.args[(i+n-1)%len(p.args)]
+	return (i + n - 1) % len(p.args)
 }
 
 // splitList is the non-empty, trimmed items of a comma-separated list.
@@ -297,6 +314,7 @@ func load(ctx context.Context, c config, p plan) (report, error) {
 		lat       []time.Duration
 		errors    map[string]int
 		decisions map[string]int
+		questions map[int]*question // by line of args
 	}
 	results := make([]result, c.clients)
 	var wg sync.WaitGroup
@@ -305,15 +323,22 @@ func load(ctx context.Context, c config, p plan) (report, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := result{errors: map[string]int{}, decisions: map[string]int{}}
+			r := result{errors: map[string]int{}, decisions: map[string]int{}, questions: map[int]*question{}}
 			for n := 1; ctx.Err() == nil; n++ {
-				args := p.argsOf(i, n)
+				line := p.lineOf(i, n)
+				args := p.args[line]
+				q := r.questions[line]
+				if q == nil {
+					q = &question{Client: i, Args: args, Decisions: map[string]int{}}
+					r.questions[line] = q
+				}
 				body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":%q,"arguments":%s}}`, n, c.tool, args)
 				t0 := time.Now()
 				st, b, err := cl.post(ctx, []byte(body))
 				switch {
 				case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
 					// the run ended during this call; not an error of the server
+					q.Cut++
 				case err != nil:
 					r.errors["transport"]++
 				case st != http.StatusOK:
@@ -324,6 +349,7 @@ func load(ctx context.Context, c config, p plan) (report, error) {
 					r.lat = append(r.lat, time.Since(t0))
 					if d := decisionOf(b); d != "" {
 						r.decisions[d]++
+						q.Decisions[d]++
 					}
 				}
 			}
@@ -336,6 +362,9 @@ func load(ctx context.Context, c config, p plan) (report, error) {
 		Errors: map[string]int{}, Decisions: map[string]int{}}
 	var all []time.Duration
 	for _, r := range results {
+		for _, line := range slices.Sorted(maps.Keys(r.questions)) {
+			rep.Questions = append(rep.Questions, *r.questions[line])
+		}
 		all = append(all, r.lat...)
 		for k, v := range r.decisions {
 			rep.Decisions[k] += v

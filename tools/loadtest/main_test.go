@@ -1,11 +1,19 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 func TestSplitList(t *testing.T) {
@@ -107,5 +115,61 @@ func TestArgsOf(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// load reports, per client and line of arguments, the decisions each was
+// given: against a server that allows "c" lines and reviews "o" lines
+// after the third call of a client, every client's counts add up to the
+// totals and name only the lines it sent.
+func TestLoadQuestions(t *testing.T) {
+	var mu sync.Mutex
+	calls := map[string]int{} // by session
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		session := r.Header.Get("Mcp-Session-Id")
+		switch {
+		case strings.Contains(string(body), `"initialize"`):
+			mu.Lock()
+			session = fmt.Sprintf("s%d", len(calls))
+			calls[session] = 0
+			mu.Unlock()
+			w.Header().Set("Mcp-Session-Id", session)
+			fmt.Fprint(w, `{"jsonrpc":"2.0","id":0,"result":{}}`)
+		case strings.Contains(string(body), `"notifications/initialized"`):
+			w.WriteHeader(http.StatusAccepted)
+		default:
+			mu.Lock()
+			calls[session]++
+			n := calls[session]
+			mu.Unlock()
+			d := "allow"
+			if strings.Contains(string(body), `"q":"o`) && n > 3 {
+				d = "review"
+			}
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":1,"result":{"structuredContent":{"decision":%q}}}`, d)
+		}
+	}))
+	defer srv.Close()
+	p := plan{urls: []string{srv.URL}, args: []string{`{"q":"c0"}`, `{"q":"o0"}`, `{"q":"c1"}`, `{"q":"o1"}`}, perClient: 2}
+	rep, err := load(context.Background(), config{clients: 3, duration: 300 * time.Millisecond, tool: "check_before_pay"}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := map[string]int{}
+	for _, q := range rep.Questions {
+		own := p.args[(q.Client*2)%4 : (q.Client*2)%4+2]
+		if !slices.Contains(own, q.Args) {
+			t.Errorf("client %d reported %s, which it never sends (%v)", q.Client, q.Args, own)
+		}
+		for d, n := range q.Decisions {
+			sum[d] += n
+		}
+		if strings.Contains(q.Args, `"c`) && q.Decisions["review"] != 0 {
+			t.Errorf("client %d line %s: %v", q.Client, q.Args, q.Decisions)
+		}
+	}
+	if len(rep.Questions) != 6 || !maps.Equal(sum, rep.Decisions) || rep.Decisions["review"] == 0 {
+		t.Fatalf("questions %+v add up to %v; the totals are %v", rep.Questions, sum, rep.Decisions)
 	}
 }
