@@ -2,6 +2,7 @@ package reviewlog
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -143,6 +144,37 @@ func FuzzFold(f *testing.F) {
 	})
 }
 
+const (
+	reservedT = `{"type":"reserved","at":"2026-07-25T12:00:00.000Z","reservation":{"receipt_id":"rx-1","caller":"bot","tenant":"acme","pay_to":"0xb0b","atomic":"100","asset":"usdc","until":"2026-07-25T12:15:00.000Z","mac":"00"}}`
+	releasedT = `{"type":"released","at":"2026-07-25T12:01:00.000Z","release":{"receipt_id":"rx-1","caller":"bot","outcome":"upstream_refused","outcome_receipt":"rx-2","mac":"00"}}`
+)
+
+// A store indexes a reserved line's reservation and a released line's
+// release as the log reads them, at the line's time, and nothing of a
+// line the log refuses.
+func TestParseLineHeadReservations(t *testing.T) {
+	h, ok := ParseLineHead([]byte(reservedT + "\n"))
+	want := Reservation{ReceiptID: "rx-1", Caller: "bot", Tenant: "acme", PayTo: "0xb0b", Atomic: "100", Asset: "usdc", Until: "2026-07-25T12:15:00.000Z", MAC: "00", At: "2026-07-25T12:00:00.000Z"}
+	if !ok || h.Type != typeReserved || h.Reservation == nil || h.Release != nil || fmt.Sprint(*h.Reservation) != fmt.Sprint(want) {
+		t.Fatalf("reserved: %+v %v, want %+v", h, ok, want)
+	}
+	h, ok = ParseLineHead([]byte(releasedT))
+	if !ok || h.Type != typeReleased || h.Release == nil || h.Reservation != nil || h.Release.ReceiptID != "rx-1" || h.Release.At != "2026-07-25T12:01:00.000Z" {
+		t.Fatalf("released: %+v %v", h, ok)
+	}
+	for _, bad := range []string{
+		strings.Replace(reservedT, `"tenant"`, `"Tenant"`, 1),
+		strings.Replace(reservedT, `"mac":"00"`, `"mac":""`, 1),
+		strings.Replace(reservedT, `"until":"2026-07-25T12:15:00.000Z"`, `"until":"tomorrow"`, 1),
+		strings.Replace(reservedT, `"tenant":"acme"`, `"tenant":"`+strings.Repeat("a", 3000)+`"`, 1),
+		strings.Replace(releasedT, `"type":"released"`, `"type":"reserved"`, 1),
+	} {
+		if h, ok := ParseLineHead([]byte(bad)); ok || h.Reservation != nil || h.Release != nil {
+			t.Fatalf("%.120s: %+v %v, want nothing", bad, h, ok)
+		}
+	}
+}
+
 // ParseLineHead is the log's own strict reading: a store indexes a line's
 // type and review only when the log reads it as a record.
 func TestParseLineHead(t *testing.T) {
@@ -173,7 +205,7 @@ func TestParseLineHead(t *testing.T) {
 // FuzzParseLineHead: any bytes give a head only when the fold reads them
 // as a record of that type and review.
 func FuzzParseLineHead(f *testing.F) {
-	for _, s := range []string{openedA, decideA, openedA[:40], "{}", `{"type":"used"}`} {
+	for _, s := range []string{openedA, decideA, openedA[:40], "{}", `{"type":"used"}`, reservedT, releasedT, strings.Replace(reservedT, `"tenant"`, `"Tenant"`, 1)} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, line []byte) {
@@ -181,6 +213,18 @@ func FuzzParseLineHead(f *testing.F) {
 		r, err := decodeRecord(line)
 		if ok != (err == nil) || (ok && (h.Type != r.Type || h.ReviewID != r.ReviewID)) || (!ok && h != LineHead{}) {
 			t.Fatalf("head %+v %v, record %+v %v", h, ok, r, err)
+		}
+		// A reservation or release comes only from the line of that type,
+		// as the record holds it, at the line's time.
+		if (h.Reservation != nil) != (ok && r.Type == typeReserved) || (h.Release != nil) != (ok && r.Type == typeReleased) {
+			t.Fatalf("head %+v of a %q line", h, r.Type)
+		}
+		if h.Reservation != nil && (h.Reservation.At != r.At || h.Reservation.ReceiptID != r.Reservation.ReceiptID || h.Reservation.Atomic != r.Reservation.Atomic ||
+			h.Reservation.Tenant != r.Reservation.Tenant || h.Reservation.PayTo != r.Reservation.PayTo || h.Reservation.Host != r.Reservation.Host) {
+			t.Fatalf("head's reservation %+v, record's %+v", h.Reservation, r.Reservation)
+		}
+		if h.Release != nil && (h.Release.At != r.At || h.Release.ReceiptID != r.Release.ReceiptID) {
+			t.Fatalf("head's release %+v, record's %+v", h.Release, r.Release)
 		}
 	})
 }

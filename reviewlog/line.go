@@ -72,6 +72,30 @@ var knownFields = map[string]bool{"type": true, "review_id": true, "at": true, "
 	"template": true, "reasons": true, "status": true, "by": true, "note": true, "lines": true, "caller": true, "params_hash": true,
 	"authorization": true, "terms": true, "pay_to": true, "reservation": true, "release": true}
 
+var (
+	reservationFields = map[string]bool{"receipt_id": true, "caller": true, "tenant": true, "pay_to": true, "host": true, "resource": true,
+		"atomic": true, "asset": true, "until": true, "open": true, "review_id": true, "mac": true}
+	releaseFields = map[string]bool{"receipt_id": true, "caller": true, "outcome": true, "outcome_receipt": true, "mac": true}
+)
+
+// exactFields refuses an object with a field that is not one of known,
+// spelled exactly (nil or JSON null: nothing to check).
+func exactFields(raw json.RawMessage, known map[string]bool) error {
+	if raw == nil || string(raw) == "null" {
+		return nil
+	}
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &keys); err != nil {
+		return errors.New(plainJSONError(err))
+	}
+	for k := range keys {
+		if !known[k] {
+			return fmt.Errorf("unknown field %q", clip(k))
+		}
+	}
+	return nil
+}
+
 const timeLayout = "2006-01-02T15:04:05.000Z"
 
 func formatTime(t time.Time) string { return t.UTC().Format(timeLayout) }
@@ -101,6 +125,12 @@ func decodeRecord(b []byte) (record, error) {
 	for k := range keys {
 		if !knownFields[k] {
 			return r, fmt.Errorf("not a review log record: unknown field %q", clip(k))
+		}
+	}
+	// The same holds inside a reservation and a release.
+	for name, known := range map[string]map[string]bool{"reservation": reservationFields, "release": releaseFields} {
+		if err := exactFields(keys[name], known); err != nil {
+			return r, fmt.Errorf("not a review log record: %s: %w", name, err)
 		}
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
@@ -186,10 +216,17 @@ func decodeRecord(b []byte) (record, error) {
 }
 
 // LineHead is what a store may index of one line of the review log: the
-// line's type and the review it concerns ("" for none).
+// line's type and the review it concerns ("" for none), and, for a
+// reserved or released line, its reservation or release as the line
+// holds it (unverified: checking the seal is the engine's part).
 type LineHead struct {
 	Type     string
 	ReviewID string
+	// Reservation is a reserved line's reservation, with At set to the
+	// line's time; nil for any other line.
+	Reservation *Reservation
+	// Release is a released line's release, with At set; nil otherwise.
+	Release *Release
 }
 
 // ParseLineHead reads the head of one line of the review log (with or
@@ -201,7 +238,18 @@ func ParseLineHead(line []byte) (h LineHead, ok bool) {
 	if err != nil {
 		return LineHead{}, false
 	}
-	return LineHead{Type: r.Type, ReviewID: r.ReviewID}, true
+	h = LineHead{Type: r.Type, ReviewID: r.ReviewID}
+	if r.Reservation != nil {
+		c := *r.Reservation
+		c.At, c.Releases = r.At, nil
+		h.Reservation = &c
+	}
+	if r.Release != nil {
+		c := *r.Release
+		c.At = r.At
+		h.Release = &c
+	}
+	return h, true
 }
 
 // Opens says whether the line opens a review (ReviewID names it).

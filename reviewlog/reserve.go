@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
@@ -32,6 +33,11 @@ const canonicalPayment = "x402.payment"
 type Reservation struct {
 	ReceiptID string `json:"receipt_id"`
 	Caller    string `json:"caller"`
+	// Tenant is the tenant whose store the record was written to: sealed
+	// with the rest, so a record copied into another tenant's store does
+	// not verify there. A record without it (written by an earlier
+	// version) reads as the store's own tenant's.
+	Tenant string `json:"tenant,omitempty"`
 	// PayTo (canonical address) and Host (canonical host): whom it pays.
 	PayTo    string `json:"pay_to,omitempty"`
 	Host     string `json:"host,omitempty"`
@@ -277,6 +283,9 @@ func checkReservation(r record) error {
 	}
 	if res.ReceiptID == "" || res.Caller == "" || res.Atomic == "" || res.Asset == "" || res.MAC == "" || (res.PayTo == "" && res.Host == "") {
 		return errors.New("a reservation needs receipt_id, caller, pay_to or host, atomic, asset and mac")
+	}
+	if len(res.Tenant) > maxFieldBytes || !utf8.ValidString(res.Tenant) {
+		return fmt.Errorf("a reservation's tenant is longer than %d bytes or not UTF-8", maxFieldBytes)
 	}
 	if res.Until != "" {
 		if _, err := parseTime(res.Until); err != nil {

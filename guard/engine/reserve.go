@@ -53,10 +53,16 @@ func reservationMAC(key []byte, r *reviewlog.Reservation, at string) string {
 }
 
 // sealedText is what reservationMAC seals after its label: every field,
-// each as NUL, its length, a colon and its bytes.
+// each as NUL, its length, a colon and its bytes. The tenant follows the
+// rest when the record names one (records of earlier versions name none,
+// and their seals stay as they were).
 func sealedText(r *reviewlog.Reservation, at string) string {
 	var b []byte
-	for _, f := range []string{r.ReceiptID, r.Caller, r.PayTo, r.Host, r.Resource, r.Atomic, r.Asset, r.Until, strconv.FormatBool(r.Open), r.ReviewID, at} {
+	fields := []string{r.ReceiptID, r.Caller, r.PayTo, r.Host, r.Resource, r.Atomic, r.Asset, r.Until, strconv.FormatBool(r.Open), r.ReviewID, at}
+	if r.Tenant != "" {
+		fields = append(fields, "tenant", r.Tenant)
+	}
+	for _, f := range fields {
 		b = append(b, 0)
 		b = strconv.AppendInt(b, int64(len(f)), 10)
 		b = append(b, ':')
@@ -112,7 +118,7 @@ func (e *Engine) reservation(req guard.Request, caller, receiptID string, tx rev
 	if req.Atomic == nil || req.AssetErr != nil {
 		return nil, nil, errors.New("reserve: an allow whose amount cannot be read cannot be reserved")
 	}
-	r := &reviewlog.Reservation{ReceiptID: receiptID, Caller: caller, Resource: req.Resource, Atomic: req.Atomic.String(), Asset: req.Asset.Key, Open: hold}
+	r := &reviewlog.Reservation{ReceiptID: receiptID, Caller: caller, Tenant: e.cfg.Chains.Tenant, Resource: req.Resource, Atomic: req.Atomic.String(), Asset: req.Asset.Key, Open: hold}
 	switch req.Counterparty.Kind {
 	case guard.KindAddress:
 		r.PayTo = req.Counterparty.Value
@@ -175,6 +181,11 @@ func (e *Engine) verified(v reviewlog.ReservationView, wantInfos bool) ([]guard.
 			problems = append(problems, fmt.Sprintf("the reservation record of receipt %s is not sealed by this server's key (altered or forged)", r.ReceiptID))
 			continue
 		}
+		if r.Tenant != "" && r.Tenant != e.cfg.Chains.Tenant {
+			// Sealed, but for another tenant's store: moved here.
+			problems = append(problems, fmt.Sprintf("the reservation record of receipt %s was written for tenant %q, not this store's %q (moved between tenants' stores)", r.ReceiptID, clipText(r.Tenant), e.cfg.Chains.Tenant))
+			continue
+		}
 		if err != nil {
 			problems = append(problems, err.Error())
 			continue
@@ -216,13 +227,14 @@ type sealKey struct {
 	receiptID, caller, payTo, host, resource, atomic, asset, until string
 	open                                                           bool
 	reviewID, at, mac                                              string
+	tenant                                                         string
 }
 
 // check verifies r's seal, then reads it as a reservation: ok is false
 // when the seal does not verify, err says why a sealed record does not
 // read.
 func (c *sealCache) check(key []byte, r *reviewlog.Reservation) (g guard.Reservation, ok bool, err error) {
-	k := sealKey{r.ReceiptID, r.Caller, r.PayTo, r.Host, r.Resource, r.Atomic, r.Asset, r.Until, r.Open, r.ReviewID, r.At, r.MAC}
+	k := sealKey{r.ReceiptID, r.Caller, r.PayTo, r.Host, r.Resource, r.Atomic, r.Asset, r.Until, r.Open, r.ReviewID, r.At, r.MAC, r.Tenant}
 	c.mu.Lock()
 	g, hit := c.ok[k]
 	c.mu.Unlock()

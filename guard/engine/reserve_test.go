@@ -41,6 +41,24 @@ type fleet struct {
 	// edit rewrites the review log as whoever can write the store's
 	// medium (the volume, the database) can.
 	edit func(t *testing.T, fn func([]byte) []byte)
+	// key and pol are the fleet's signing key and policy (engineFor).
+	key ed25519.PrivateKey
+	pol *guard.Config
+	// dsn is the fleet's database ("" on files).
+	dsn string
+}
+
+// engineFor is another engine over the first replica's log, serving
+// tenant (as a tenant's stack whose store was copied from this one).
+func (f *fleet) engineFor(t *testing.T, tenant string) *Engine {
+	t.Helper()
+	_, events := openTestRoot(t, f.dir)
+	eng, err := New(Config{Policy: f.pol, Templates: receipt.Resolver{}, History: ScanHistory{Events: events}, Log: f.logs[0],
+		Chains: &reviewlog.Chains{Signer: noa.NewKeySigner(f.key), Tenant: tenant}, ParamsKey: ParamsKeyFrom(f.key.Seed()), Now: f.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eng
 }
 
 func (f *fleet) clock() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now }
@@ -76,7 +94,7 @@ func newFleet(t *testing.T, kind storeKind, n int, policyJSON string) *fleet {
 		t.Fatal(err)
 	}
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
-	f := &fleet{now: start.Add(time.Hour), dir: dir}
+	f := &fleet{now: start.Add(time.Hour), dir: dir, key: key, pol: pol}
 	var dsn string
 	if kind == pgKind {
 		dsn = pgtest.Database(t, pgtest.DSN(t))
@@ -84,6 +102,7 @@ func newFleet(t *testing.T, kind storeKind, n int, policyJSON string) *fleet {
 			t.Fatal(err)
 		}
 		f.edit = func(t *testing.T, fn func([]byte) []byte) { pgEditLog(t, dsn, fn) }
+		f.dsn = dsn
 	} else {
 		path := filepath.Join(dir, reviewlog.DirName, reviewlog.FileName)
 		f.edit = func(t *testing.T, fn func([]byte) []byte) {

@@ -95,7 +95,13 @@ func Migrate(ctx context.Context, dsn string, logger *slog.Logger) (Versions, Ve
 		return before, before, fmt.Errorf("apply schema migrations: %w", err)
 	}
 	after, err := versions(ctx, p)
-	return before, after, err
+	if err != nil {
+		return before, after, err
+	}
+	if err := reindexReservations(ctx, pool); err != nil {
+		return before, after, err
+	}
+	return before, after, nil
 }
 
 func versions(ctx context.Context, p *goose.Provider) (Versions, error) {

@@ -152,10 +152,12 @@ func (w *scopedWriter) AppendLog(ctx context.Context, data []byte) error {
 	ids := make([]*string, len(lines))
 	var off int64
 	var opened, used []string
+	var heads []indexed
 	for i, line := range lines {
 		rel[i] = off
 		off += int64(len(line))
 		li := indexLine(line)
+		heads = append(heads, li)
 		kinds[i], ids[i] = li.kind, li.id
 		if li.opened != "" {
 			opened = append(opened, li.opened)
@@ -175,6 +177,9 @@ func (w *scopedWriter) AppendLog(ctx context.Context, data []byte) error {
 		SELECT base FROM g`, logStream, off, rel, lines, kinds, ids).QueryRow(func(row pgx.Row) error { return row.Scan(&base) })
 	for _, id := range used {
 		queueUse(ctx, b, id, false)
+	}
+	for i, li := range heads {
+		queueReservation(b, li, rel[i], true, off, false)
 	}
 	for _, id := range opened {
 		// Delivered at commit, to every replica listening.

@@ -487,6 +487,10 @@ type indexed struct {
 	opened   string
 	// used names the review whose approval the line uses ("" when none).
 	used string
+	// reservation and release are a reserved or released line's record
+	// (nil for any other line).
+	reservation *reviewlog.Reservation
+	release     *reviewlog.Release
 }
 
 func indexLine(line []byte) indexed {
@@ -504,6 +508,7 @@ func indexLine(line []byte) indexed {
 	if h.Uses() {
 		out.used = h.ReviewID
 	}
+	out.reservation, out.release = h.Reservation, h.Release
 	return out
 }
 
@@ -589,6 +594,9 @@ func (w *writer) insertLines(ctx context.Context, stream string, off int64, line
 		b.Queue("INSERT INTO review_lines (stream, off, line, kind, review_id) VALUES ($1, $2, $3, $4, $5)", stream, off, line, li.kind, li.id)
 		if li.used != "" {
 			queueUse(ctx, b, li.used, moving)
+		}
+		if stream == logStream {
+			queueReservation(b, li, off, false, 0, moving || reviewlog.IsBulk(ctx))
 		}
 		if li.opened != "" {
 			opened = append(opened, li.opened)
@@ -761,6 +769,11 @@ func (w *writer) ReplaceLog(ctx context.Context, name string, archived, kept []b
 	}
 	if _, err := w.insertLines(ctx, name, 0, al, true); err != nil {
 		return err
+	}
+	// The kept lines are indexed again at their new offsets; the rows of
+	// the lines archived go (an archive run keeps what may still hold).
+	if _, err := w.q.Exec(ctx, "DELETE FROM reservations"); err != nil {
+		return fmt.Errorf("PostgreSQL at %s: rewrite the reservations: %w", w.s.describe, scrub(err))
 	}
 	if _, err := w.q.Exec(ctx, "DELETE FROM review_lines WHERE stream = $1", logStream); err != nil {
 		return fmt.Errorf("PostgreSQL at %s: rewrite the review log: %w", w.s.describe, scrub(err))
