@@ -175,9 +175,14 @@ func (st *Stack) openGuard(ctx context.Context) error {
 		logger.Info("x402 payments are signed here (authorize_payment)", "payer", cfg.Payer.Address().Hex(), "max_authorization_seconds", pol.MaxAuthorizationSeconds)
 	}
 	reviewers := cfg.ReviewersPath
+	// A tenant's log trusts only the reviewers the file grants the tenant:
+	// a decision by anyone else counts for neither the engine, nor the
+	// console, nor get_review_status.
 	st.log = reviewlog.OpenStore(st.store, reviewlog.Options{ReviewTTL: pol.ReviewTTL,
 		Reviewers: func() (reviewlog.Reviewers, error) { return reviewlog.LoadReviewers(reviewers) },
-		Passkeys:  func() (reviewlog.Passkeys, error) { return reviewlog.LoadPasskeys(reviewers) }})
+		Passkeys:  func() (reviewlog.Passkeys, error) { return reviewlog.LoadPasskeys(reviewers) },
+		Tenant:    cfg.Tenant,
+		Grants:    func() (reviewlog.Grants, error) { return reviewlog.LoadGrants(reviewers) }})
 	if cfg.Tenant != "" {
 		pol = pol.ForTenant(cfg.Tenant)
 		st.chains.Tenant = cfg.Tenant

@@ -69,6 +69,16 @@ type Options struct {
 	// Passkeys reads the trusted reviewers' passkeys each time a decision
 	// is verified; nil trusts no passkey.
 	Passkeys func() (Passkeys, error)
+	// Tenant, when set, is the tenant of a server that serves several
+	// (--tenants-dir) whose log this is: a decision counts only when the
+	// reviewer is granted Tenant (Grants), and a review whose signed
+	// terms name another tenant does not count here. "" is a single root,
+	// where every trusted reviewer decides and no grant is read.
+	Tenant string
+	// Grants reads the trusted reviewers' tenant grants each time a
+	// decision is verified (only with Tenant); nil grants nothing, so no
+	// decision counts.
+	Grants func() (Grants, error)
 	// ReviewTTL: a pending review older than this reads Expired (never
 	// when 0).
 	ReviewTTL time.Duration
@@ -100,6 +110,9 @@ type Log struct {
 	lockWait  time.Duration
 	reviewers func() (Reviewers, error)
 	passkeys  func() (Passkeys, error)
+	// tenant and grants: see Options.Tenant and Options.Grants.
+	tenant string
+	grants func() (Grants, error)
 	// reviewTTL (nanoseconds) can change while the log is in use: the
 	// server re-reads its policy on SIGHUP (SetReviewTTL).
 	reviewTTL atomic.Int64
@@ -150,7 +163,8 @@ func (l *Log) SetReviewTTL(d time.Duration) {
 
 // OpenStore returns the review log kept in s.
 func OpenStore(s Store, opts Options) *Log {
-	l := &Log{store: s, now: opts.Now, lockWait: opts.LockWait, sem: make(chan struct{}, 1), reviewers: opts.Reviewers, passkeys: opts.Passkeys, serverKeys: opts.ServerKeys}
+	l := &Log{store: s, now: opts.Now, lockWait: opts.LockWait, sem: make(chan struct{}, 1), reviewers: opts.Reviewers, passkeys: opts.Passkeys,
+		tenant: opts.Tenant, grants: opts.Grants, serverKeys: opts.ServerKeys}
 	l.reviewTTL.Store(int64(opts.ReviewTTL))
 	if l.now == nil {
 		l.now = time.Now
@@ -252,6 +266,13 @@ func (l *Log) DecideReview(ctx context.Context, id, status, note, by string, hoo
 	}
 	if err := checkText("note", note, maxNoteBytes, true); err != nil {
 		return Review{}, err
+	}
+	// On a tenant's log only a reviewer granted the tenant decides: a
+	// decision by anyone else would not count, so none is written.
+	if ok, err := l.Granted(by); err != nil {
+		return Review{}, fmt.Errorf("%w: %w; nothing was written", ErrUntrusted, err)
+	} else if !ok {
+		return Review{}, fmt.Errorf("%w: the trusted reviewers file does not grant reviewer %q tenant %q; nothing was written (the operator grants it: reviewer init or reviewer passkey add --tenant %s)", ErrUntrusted, clip(by), l.tenant, l.tenant)
 	}
 	var out Review
 	err := l.transact(ctx, func(g Writer, st *state, at time.Time) (*record, error) {

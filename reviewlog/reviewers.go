@@ -53,14 +53,19 @@ func (p Passkeys) Owner(credID string) (string, passkey.Credential, bool) {
 }
 
 // Grants are the tenants each reviewer may decide for when the server
-// serves several (--tenants-dir): reviewer id → tenant slugs. A reviewer
-// absent here decides for no tenant; a single-root server reads no grant.
+// serves several (--tenants-dir): reviewer id → tenant slugs, or AllTenants.
+// A reviewer absent here decides for no tenant; a single-root server reads
+// no grant (every trusted reviewer decides there).
 type Grants map[string][]string
 
-// Allows reports whether reviewer may decide for tenant.
+// AllTenants, in a reviewer's "tenants", grants every tenant.
+const AllTenants = "*"
+
+// Allows reports whether reviewer may decide for tenant: the file grants
+// them tenant by name, or every tenant ("*").
 func (g Grants) Allows(reviewer, tenant string) bool {
 	for _, t := range g[reviewer] {
-		if t == tenant {
+		if t == tenant || t == AllTenants {
 			return true
 		}
 	}
@@ -150,14 +155,17 @@ type trustEntry struct {
 const maxGrants = 1024
 
 // CheckTenantGrant accepts a tenant slug as --tenants-dir names tenants:
-// 1..64 of [A-Za-z0-9_-].
+// 1..64 of [A-Za-z0-9_-], or AllTenants ("*", every tenant).
 func CheckTenantGrant(t string) error {
+	if t == AllTenants {
+		return nil
+	}
 	if t == "" || len(t) > 64 {
-		return fmt.Errorf("%w: a tenant is 1 to 64 of [A-Za-z0-9_-] (got %d bytes)", ErrBadInput, len(t))
+		return fmt.Errorf("%w: a tenant is 1 to 64 of [A-Za-z0-9_-], or \"*\" for every tenant (got %d bytes)", ErrBadInput, len(t))
 	}
 	for _, r := range t {
 		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
-			return fmt.Errorf("%w: tenant %q: a tenant is 1 to 64 of [A-Za-z0-9_-]", ErrBadInput, clip(t))
+			return fmt.Errorf("%w: tenant %q: a tenant is 1 to 64 of [A-Za-z0-9_-], or \"*\" for every tenant", ErrBadInput, clip(t))
 		}
 	}
 	return nil

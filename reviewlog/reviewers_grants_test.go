@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -20,6 +21,8 @@ func TestParseTrustGrants(t *testing.T) {
 	}{
 		{"key alone grants nothing", `{"alice":"` + key + `"}`, "", Grants{}},
 		{"two tenants", `{"alice":{"key":"` + key + `","tenants":["acme","globex"]}}`, "", Grants{"alice": {"acme", "globex"}}},
+		{"every tenant", `{"alice":{"key":"` + key + `","tenants":["*"]}}`, "", Grants{"alice": {"*"}}},
+		{"a pattern is no tenant", `{"alice":{"key":"` + key + `","tenants":["a*"]}}`, "tenants of \"alice\"", nil},
 		{"tenants without key or passkey", `{"alice":{"tenants":["acme"]}}`, "neither a key nor a passkey", nil},
 		{"path in a tenant", `{"alice":{"key":"` + key + `","tenants":["../globex"]}}`, "tenants of \"alice\"", nil},
 		{"empty tenant", `{"alice":{"key":"` + key + `","tenants":[""]}}`, "1 to 64", nil},
@@ -36,6 +39,10 @@ func TestParseTrustGrants(t *testing.T) {
 			}
 			if err != nil || !reflect.DeepEqual(tf.grants, tc.grants) {
 				t.Fatalf("grants %v, %v; want %v", tf.grants, err, tc.grants)
+			}
+			all := slices.Contains(tc.grants["alice"], AllTenants)
+			if tf.grants.Allows("alice", "initech") != all || tf.grants.Allows("bob", "acme") {
+				t.Fatalf("Allows: alice for initech %v (want %v), bob for acme %v (want false)", tf.grants.Allows("alice", "initech"), all, tf.grants.Allows("bob", "acme"))
 			}
 		})
 	}

@@ -35,13 +35,16 @@ type signed struct {
 	terms    *noa.Receipt // the first service receipt of rule review_terms
 	uses     []noa.Receipt
 	problems []string
+	// tenant is the log's tenant ("" on a single root): terms that name
+	// another do not count here.
+	tenant string
 }
 
 // signedFor reads the receipts of review r: its trusted human decision, the
 // server's signed terms, the honoured uses of an approval, and every human
 // receipt that does not hold.
 func signedFor(rcs []noa.Receipt, trusted trustSet) signed {
-	s := signed{receipts: rcs}
+	s := signed{receipts: rcs, tenant: trusted.tenant}
 	for i, rc := range rcs {
 		s.ids = append(s.ids, rc.ID)
 		g := rc.Governance
@@ -76,6 +79,10 @@ type trustSet struct {
 	// server reads the server's keyring (only when a passkey's decision
 	// is to be checked).
 	server func() (noa.Keyring, error)
+	// tenant, when set, is the tenant of a --tenants-dir server whose log
+	// is read: a decision counts only by a reviewer grants allows it.
+	tenant string
+	grants Grants
 }
 
 // humanProblem says why a HUMAN receipt is no trusted decision ("" when it
@@ -95,7 +102,10 @@ func humanProblem(rc noa.Receipt, trusted trustSet) string {
 		return err.Error()
 	}
 	if isPasskey {
-		return passkeyProblem(rc, a, trusted)
+		if why := passkeyProblem(rc, a, trusted); why != "" {
+			return why
+		}
+		return grantProblem(rc.Agent.ID, trusted)
 	}
 	key, ok := trusted.reviewers[rc.Agent.ID]
 	if !ok {
@@ -104,8 +114,38 @@ func humanProblem(rc noa.Receipt, trusted trustSet) string {
 	if err := noa.VerifySignature(rc, key); err != nil {
 		return fmt.Sprintf("not signed by reviewer %q's trusted key (%v)", clip(rc.Agent.ID), err)
 	}
-	return ""
+	return grantProblem(rc.Agent.ID, trusted)
 }
+
+// grantProblem says why reviewer may not decide for the log's tenant (""
+// when they may, or when the log is a single root's).
+func grantProblem(reviewer string, trusted trustSet) string {
+	if trusted.tenant == "" || trusted.grants.Allows(reviewer, trusted.tenant) {
+		return ""
+	}
+	return fmt.Sprintf("reviewer %q is trusted, but the trusted reviewers file does not grant them tenant %q", clip(reviewer), clip(trusted.tenant))
+}
+
+// Granted reports whether reviewer may decide on this log now: always on a
+// single root; with Options.Tenant, when the trusted reviewers file grants
+// them that tenant. A grants file that cannot be read grants nothing.
+func (l *Log) Granted(reviewer string) (bool, error) {
+	if l.tenant == "" {
+		return true, nil
+	}
+	if l.grants == nil {
+		return false, nil
+	}
+	g, err := l.grants()
+	if err != nil {
+		return false, fmt.Errorf("the trusted reviewers file's tenant grants cannot be read: %w", err)
+	}
+	return g.Allows(reviewer, l.tenant), nil
+}
+
+// Tenant is the tenant of a --tenants-dir server whose log this is (""
+// on a single root).
+func (l *Log) Tenant() string { return l.tenant }
 
 // passkeyProblem says why the receipt of a passkey's decision does not
 // hold: the server's keyring must hold the key that sealed it, and the
@@ -208,6 +248,11 @@ func checkTerms(r Review, s signed, keys noa.Keyring) (string, []finding) {
 	}
 	if tenant != t.Tenant {
 		out = append(out, tampered("the terms name tenant %q, the server signed tenant %q (receipt %s)", clip(t.Tenant), clip(tenant), rc.ID)...)
+	}
+	if s.tenant != "" && t.Tenant != s.tenant {
+		// The server signs the same terms for every tenant with one key:
+		// only the tenant they name keeps a review in its own store.
+		out = append(out, tampered("the terms are for tenant %q, but this is tenant %q's review log (a review moved between tenants' stores counts in neither)", clip(t.Tenant), clip(s.tenant))...)
 	}
 	if len(out) > 0 {
 		return "", out
@@ -354,6 +399,20 @@ func (l *Log) newVerifier(ctx context.Context, r Reader) (*verifier, error) {
 			v.trusted.reviewers = Reviewers{}
 		} else {
 			v.trusted.passkeys = pk
+		}
+	}
+	if l.tenant != "" {
+		// A tenant's log trusts only the reviewers granted the tenant;
+		// grants that cannot be read grant no one (fail closed).
+		v.trusted.tenant, v.trusted.grants = l.tenant, Grants{}
+		if l.grants != nil {
+			g, err := l.grants()
+			if err != nil {
+				v.problem = fmt.Sprintf("the trusted reviewers file's tenant grants cannot be read, so no decision can be verified: %v", err)
+				v.trusted.reviewers, v.trusted.passkeys = Reviewers{}, Passkeys{}
+			} else {
+				v.trusted.grants = g
+			}
 		}
 	}
 	return v, nil

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
+	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
@@ -27,6 +29,11 @@ line was never written (an opening, a decision, a use). Those are listed as
 INCOMPLETE, with their own exit code: nothing was forged, and the guard reads
 such a review as the receipts say.
 
+With --tenants-dir DIR --tenant NAME the root is DIR/NAME, read as the server
+serving those tenants reads it: a decision counts only by a reviewer the
+trusted reviewers file grants NAME, and a review whose signed terms name
+another tenant is TAMPERED.
+
 exit codes: 0 CONSISTENT, 2 INCONSISTENT (a disagreement only tampering makes, or a chain that
 does not verify; also usage), 3 MALFORMED (a chain cannot be read), 4 INCOMPLETE (only what a
 crash leaves), 1 error
@@ -43,17 +50,27 @@ func defineAudit(fs *flag.FlagSet) runFunc {
 	keyringPath := keyringFlag(fs)
 	guardConfig := guardConfigFlag(fs)
 	storeFlag := storeFlag(fs)
+	tenant := fs.String("tenant", "", "with --tenants-dir: the tenant `NAME` whose root DIR/NAME is audited, its reviewers' grants applied")
+	tenantsDir := new(string)
+	tenantsDirFlagVar(fs, tenantsDir)
 	return func(ctx context.Context, env *cmdEnv, _ []string) error {
-		return runAudit(ctx, env.stdout, env.stderr, dir, reviewers, keyringPath, guardConfig, storeFlag)
+		if *tenantsDir != "" || *tenant != "" {
+			if *tenantsDir == "" || !receipt.IsSlug(*tenant) {
+				return usageErrorf("--tenants-dir and --tenant go together: --tenant names one tenant (a bare slug) of --tenants-dir, got %q", *tenant)
+			}
+			*dir = filepath.Join(*tenantsDir, *tenant)
+		}
+		return runAudit(ctx, env.stdout, env.stderr, dir, reviewers, keyringPath, guardConfig, storeFlag, *tenant)
 	}
 }
 
-func runAudit(ctx context.Context, stdout, stderr io.Writer, dir, reviewers, keyringPath, guardConfig, storeFlag *string) error {
+func runAudit(ctx context.Context, stdout, stderr io.Writer, dir, reviewers, keyringPath, guardConfig, storeFlag *string, tenant string) error {
 	g, code := openCLIGuard(ctx, "audit", *dir, *storeFlag, *reviewers, *guardConfig, stderr)
 	if g == nil {
 		return exitCode(code)
 	}
 	defer g.Close()
+	g.tenant = tenant
 	st := g.store
 	trusted, err := g.loadReviewers()
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -91,7 +108,7 @@ func runAudit(ctx context.Context, stdout, stderr io.Writer, dir, reviewers, key
 	if !g.policyKnown {
 		fmt.Fprintln(stderr, "haia-trace-mcp audit: note: the policy the server runs with is not recorded in the guard's store; expiry is judged under the built-in reviewTtlMinutes")
 	}
-	log := reviewlog.OpenStore(st, reviewlog.Options{ReviewTTL: g.policy.ReviewTTL, ServerKeys: kr,
+	log := reviewlog.OpenStore(st, g.grantOptions(reviewlog.Options{ReviewTTL: g.policy.ReviewTTL, ServerKeys: kr,
 		Reviewers: func() (reviewlog.Reviewers, error) { return trusted, nil },
 		Passkeys: func() (reviewlog.Passkeys, error) {
 			pk, err := g.loadPasskeys()
@@ -99,7 +116,7 @@ func runAudit(ctx context.Context, stdout, stderr io.Writer, dir, reviewers, key
 				return reviewlog.Passkeys{}, nil // as for the keys: no file trusts no one
 			}
 			return pk, err
-		}})
+		}}))
 	var rep reviewlog.AuditReport
 	err = newProgress(stderr, "audit").during("verifying every chain and the review log against the signatures", func() (err error) {
 		rep, err = log.Audit(ctx, kr)

@@ -457,7 +457,7 @@ func TestSharedFlagsHaveOneHelpText(t *testing.T) {
 		"key-file":                {"reviewer init", "signer"},
 		"payer-key":               {"signer"},
 		"payer-key-password-file": {"signer"},
-		"tenant":                  {"review list", "review show", "review approve", "review reject", "review archive", "reviewer init", "reviewer passkey add"},
+		"tenant":                  {"review list", "review show", "review approve", "review reject", "review archive", "audit", "reviewer init", "reviewer passkey add"},
 		"console-url":             {"review list", "review show", "reviewer passkey add"},
 		"id":                      {"reviewer init", "reviewer passkey add", "reviewer passkey remove"},
 		"all":                     {"chain export"},

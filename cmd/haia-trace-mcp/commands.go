@@ -70,7 +70,7 @@ func commandTable() *cmdSpec {
 				}},
 			}},
 			{name: "audit", summary: "verify every decision chain and cross-check the review log against the signatures",
-				synopsis: "[--dir .trace]", details: auditDetails, define: defineAudit},
+				synopsis: "[--dir .trace | --tenants-dir DIR --tenant NAME]", details: auditDetails, define: defineAudit},
 			{name: "status", summary: "the state at a glance: runs, payments, reviews, reservations, chains, policy",
 				synopsis: "[--dir .trace] [--json]", details: statusDetails, define: defineStatus},
 			{name: "store", summary: "the PostgreSQL store: schema and copies to and from files", details: storeDetails, subs: []*cmdSpec{

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -46,7 +47,7 @@ func TestConsoleTenants(t *testing.T) {
 	p := startHTTPBinary(t, "--tenants-dir", tenants, "--tenant-claim", "org", "--reviewers", reviewers,
 		"--key-file", filepath.Join(dir, "signing.pem"), "--auth-issuer", "http://127.0.0.1/local-as", "--auth-hmac-secret", secretFile,
 		"--console", "--console-addr", "127.0.0.1:"+port)
-	ask := func(tenant string, amount string) map[string]any {
+	call := func(tenant, tool string, args map[string]any) map[string]any {
 		t.Helper()
 		tok := signHS256(t, secret, map[string]any{"iss": "http://127.0.0.1/local-as", "aud": p.resource, "sub": "agent-1", "org": tenant,
 			"exp": time.Now().Add(time.Hour).Unix(), "iat": time.Now().Unix()})
@@ -55,9 +56,13 @@ func TestConsoleTenants(t *testing.T) {
 			t.Fatalf("connect as %s: %v\n%s", tenant, err, p.logs())
 		}
 		var m map[string]any
-		b, _ := json.Marshal(callTool(t, cs, "check_before_pay", map[string]any{"counterparty": sellerB, "amount": amount}).StructuredContent)
+		b, _ := json.Marshal(callTool(t, cs, tool, args).StructuredContent)
 		json.Unmarshal(b, &m)
 		return m
+	}
+	ask := func(tenant string, amount string) map[string]any {
+		t.Helper()
+		return call(tenant, "check_before_pay", map[string]any{"counterparty": sellerB, "amount": amount})
 	}
 
 	alice := enrolThroughCommand(t, acmeBase, reviewers, "alice", "--tenant", "acme")
@@ -177,5 +182,32 @@ func TestConsoleTenants(t *testing.T) {
 	}
 	if err := alice.SignIn(); err == nil {
 		t.Fatal("alice signed in at acme after her grant was withdrawn")
+	}
+
+	// Grants bind decisions, not only the console: her approval of acme's
+	// review no longer counts — get_review_status and the tenant's audit
+	// say so, while the root read alone (no grant) still counts it.
+	if st := call("acme", "get_review_status", map[string]any{"review_id": acmeID}); st["status"] == "approved" || !strings.Contains(fmt.Sprint(st["integrity"]), `does not grant them tenant "acme"`) {
+		t.Fatalf("get_review_status of alice's approval once her grant is gone: %v", st)
+	}
+	if out, _, code := runCLI(t, "audit", "--tenants-dir", tenants, "--tenant", "acme", "--reviewers", reviewers); code != 2 || !strings.Contains(out, `does not grant them tenant "acme"`) {
+		t.Fatalf("audit of acme with alice's grant gone: exit %d\n%s", code, out)
+	}
+	if out, _, code := runCLI(t, "review", "show", acmeID, "--tenants-dir", tenants, "--tenant", "acme", "--reviewers", reviewers); code != 0 || !strings.Contains(out, "status       unverified") || !strings.Contains(out, `does not grant them tenant "acme"`) {
+		t.Fatalf("review show of alice's approval once her grant is gone: exit %d\n%s", code, out)
+	}
+	if out, errOut, code := runCLI(t, "audit", "--dir", filepath.Join(tenants, "globex"), "--reviewers", reviewers); code != 0 {
+		t.Fatalf("audit globex (bob's grant holds): %d\n%s\n%s", code, out, errOut)
+	}
+	// A reviewer key granted no tenant signs nothing for acme.
+	carol := filepath.Join(dir, "carol.pem")
+	if out, errOut, code := runCLI(t, "reviewer", "init", "--id", "carol", "--key-file", carol, "--reviewers", reviewers); code != 0 {
+		t.Fatalf("reviewer init carol: %d\n%s\n%s", code, out, errOut)
+	}
+	if _, errOut, code := runCLI(t, "review", "approve", r3, "--tenants-dir", tenants, "--tenant", "acme", "--reviewers", reviewers, "--reviewer-key", carol); code != reviewExitUntrusted || !strings.Contains(errOut, `tenant "acme"`) {
+		t.Fatalf("carol, granted no tenant, approves acme's review: exit %d\n%s", code, errOut)
+	}
+	if a := ask("acme", "2.75"); a["decision"] != "review" {
+		t.Fatalf("acme's question after carol's refused approval: %v", a)
 	}
 }

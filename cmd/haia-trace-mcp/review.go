@@ -131,7 +131,8 @@ func runReview(ctx context.Context, stdout, stderr io.Writer, verb string, pos [
 		fmt.Fprintln(stderr, "haia-trace-mcp review "+verb+": note: the policy the server runs with is not recorded in the guard's store; expiry is judged under the built-in reviewTtlMinutes")
 	}
 	root, pol := g.root, g.policy
-	log := reviewlog.OpenStore(g.store, reviewlog.Options{LockWait: *lockWait, ReviewTTL: pol.ReviewTTL, Reviewers: g.loadReviewers, Passkeys: g.loadPasskeys})
+	g.tenant = tenantLayer
+	log := reviewlog.OpenStore(g.store, g.grantOptions(reviewlog.Options{LockWait: *lockWait, ReviewTTL: pol.ReviewTTL, Reviewers: g.loadReviewers, Passkeys: g.loadPasskeys}))
 
 	switch verb {
 	case "archive":

@@ -36,10 +36,10 @@ func defineReviewerInit(fs *flag.FlagSet) runFunc {
 }
 
 // tenantGrantFlag is --tenant, repeatable: the tenants a reviewer may
-// decide for in the console of a --tenants-dir server.
+// decide for on a --tenants-dir server.
 func tenantGrantFlag(fs *flag.FlagSet) *listFlag {
 	var l listFlag
-	fs.Var(&l, "tenant", "grant the reviewer a tenant `NAME` of a --tenants-dir server (repeatable; kept with those already granted). Without one, the reviewer decides for no tenant there")
+	fs.Var(&l, "tenant", "grant the reviewer a tenant `NAME` of a --tenants-dir server, or '*' for every tenant (repeatable; kept with those already granted). Without one, the reviewer decides for no tenant there")
 	return &l
 }
 

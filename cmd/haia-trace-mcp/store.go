@@ -63,6 +63,10 @@ type cliGuard struct {
 	store         reviewlog.Store
 	reviewersPath string
 	policy        *guard.Config
+	// tenant is the tenant of a --tenants-dir server whose root this is
+	// ("" for a single root): its review log trusts only the reviewers
+	// the file grants it.
+	tenant string
 	// policyKnown is false when the policy the server runs with could not
 	// be known (nothing recorded in the store, no --guard-config): policy
 	// is then the built-in defaults, fit for listing but not for deciding.
@@ -180,6 +184,18 @@ func (g *cliGuard) loadReviewers() (reviewlog.Reviewers, error) {
 // is verified.
 func (g *cliGuard) loadPasskeys() (reviewlog.Passkeys, error) {
 	return reviewlog.LoadPasskeys(g.reviewersPath)
+}
+
+// grantOptions sets o's tenant and grants as the server reads them: for a
+// tenant of a --tenants-dir server, only the reviewers the file grants it
+// decide; a single root reads no grant.
+func (g *cliGuard) grantOptions(o reviewlog.Options) reviewlog.Options {
+	if g.tenant != "" {
+		path := g.reviewersPath
+		o.Tenant = g.tenant
+		o.Grants = func() (reviewlog.Grants, error) { return reviewlog.LoadGrants(path) }
+	}
+	return o
 }
 
 const storeDetails = `migrate applies the schema migrations this binary carries (safe to run from
