@@ -267,18 +267,18 @@ func (l *Log) DecideReview(ctx context.Context, id, status, note, by string, hoo
 	if err := checkText("note", note, maxNoteBytes, true); err != nil {
 		return Review{}, err
 	}
-	// On a tenant's log only a reviewer granted the tenant decides: a
-	// decision by anyone else would not count, so none is written.
-	if ok, err := l.Granted(by); err != nil {
-		return Review{}, fmt.Errorf("%w: %w; nothing was written", ErrUntrusted, err)
-	} else if !ok {
-		return Review{}, fmt.Errorf("%w: the trusted reviewers file does not grant reviewer %q tenant %q; nothing was written (the operator grants it: reviewer init or reviewer passkey add --tenant %s)", ErrUntrusted, clip(by), l.tenant, l.tenant)
-	}
 	var out Review
 	err := l.transact(ctx, func(g Writer, st *state, at time.Time) (*record, error) {
 		e := st.byID[id]
 		if e == nil {
 			return nil, fmt.Errorf("%w: %s is not in %s", ErrUnknownReview, id, l.Path())
+		}
+		// On a tenant's log only a reviewer granted the tenant decides: a
+		// decision by anyone else would not count, so none is written.
+		if ok, err := l.Granted(by); err != nil {
+			return nil, fmt.Errorf("%w: %w; nothing was written", ErrUntrusted, err)
+		} else if !ok {
+			return nil, fmt.Errorf("%w: the trusted reviewers file does not grant reviewer %q tenant %q; nothing was written (the operator grants it: reviewer init or reviewer passkey add --tenant %s)", ErrUntrusted, clip(by), l.tenant, l.tenant)
 		}
 		r, err := st.review(e)
 		if err != nil {

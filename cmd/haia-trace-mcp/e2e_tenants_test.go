@@ -83,7 +83,25 @@ func TestTenantsAreIsolated(t *testing.T) {
 	if isErr, _, st := globex("get_review_status", map[string]any{"review_id": id}); isErr || st["status"] != "pending" {
 		t.Errorf("globex reading its own review: %v %v", isErr, st)
 	}
-	// The reviewer decides within the tenant; the other tenant's id is unknown there.
+	// The reviewer decides within the tenants the trusted reviewers file
+	// grants them; the other tenant's id is unknown there.
+	if _, errOut, code := runCLI(t, "review", "reject", id, "--tenants-dir", tenants, "--tenant", "globex"); code != reviewExitUntrusted || !strings.Contains(errOut, `tenant "globex"`) {
+		t.Errorf("rejecting globex's review, granted no tenant: %d %s", code, errOut)
+	}
+	// (The trusted reviewers file is the one every test shares: it is
+	// put back as it was.)
+	shared, err := defaultConfigPath("reviewers.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.ReadFile(shared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.WriteFile(shared, before, 0o600) })
+	if out, errOut, code := runCLI(t, "reviewer", "init", "--id", "alice", "--tenant", "globex"); code != 0 {
+		t.Fatalf("grant alice globex: %d %s %s", code, out, errOut)
+	}
 	if _, errOut, code := runCLI(t, "review", "reject", id, "--tenants-dir", tenants, "--tenant", "acme"); code != reviewExitUnknown {
 		t.Errorf("rejecting globex's review in acme: %d %s", code, errOut)
 	}
