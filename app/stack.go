@@ -55,7 +55,8 @@ type Config struct {
 	Signing Signing
 	// ReviewersPath is the trusted reviewers file (read, never written).
 	ReviewersPath string
-	// Store is where the guard's state lives: "file:" or a postgres:// URL.
+	// Store is where the guard's state lives: "file:" or a postgres:// URL
+	// (with Tenant, one naming each tenant's database: TenantStore).
 	Store string
 	// Payer, when set, signs the x402 payments the engine allows.
 	Payer x402.Signer
@@ -154,7 +155,11 @@ func (st *Stack) openGuard(ctx context.Context) error {
 	}
 	st.chains = &reviewlog.Chains{Signer: signer, Tenant: cfg.Signing.Tenant}
 	st.paramsKey = paramsKey
-	store, err := OpenStore(ctx, st.root.Dir(), cfg.Store)
+	spec, err := TenantStore(cfg.Store, cfg.Tenant)
+	if err != nil {
+		return err
+	}
+	store, err := OpenStore(ctx, st.root.Dir(), spec)
 	if err != nil {
 		return err
 	}

@@ -279,11 +279,106 @@ func TestTenantsReadiness(t *testing.T) {
 	}
 }
 
-func TestTenantsNeedTheFileStore(t *testing.T) {
+// TenantStore: the file store is every tenant's; a PostgreSQL URL names
+// each tenant's database by {tenant} in its database name, and only there;
+// no message repeats the URL (it may hold a password).
+func TestTenantStore(t *testing.T) {
+	const pw = "s3cret-pw"
+	for _, tc := range []struct {
+		name, spec, tenant, want, err string
+	}{
+		{"file store, tenant", "file:", "acme", "file:", ""},
+		{"file store, none", "file:", "", "file:", ""},
+		{"one database, no tenant", "postgres://u:" + pw + "@db:5432/haia?sslmode=disable", "", "postgres://u:" + pw + "@db:5432/haia?sslmode=disable", ""},
+		{"a database per tenant", "postgres://u:" + pw + "@db:5432/haia_{tenant}?sslmode=disable", "acme", "postgres://u:" + pw + "@db:5432/haia_acme?sslmode=disable", ""},
+		{"the name is the tenant", "postgresql://u@db/{tenant}", "globex-2", "postgresql://u@db/globex-2", ""},
+		{"one database for every tenant", "postgres://u:" + pw + "@db/haia", "acme", "", "database per tenant"},
+		{"twice", "postgres://u@db/{tenant}_{tenant}", "acme", "", "database per tenant"},
+		{"in the host", "postgres://u@{tenant}.db/haia_{x}", "acme", "", "database per tenant"},
+		{"in the host, not the name", "postgres://u@{tenant}.db/haia", "acme", "", "database per tenant"},
+		{"in the user", "postgres://{tenant}:" + pw + "@db/haia", "acme", "", "database per tenant"},
+		{"in the query", "postgres://u@db/haia?application_name={tenant}", "acme", "", "database per tenant"},
+		{"in a path below the name", "postgres://u@db/haia/{tenant}", "acme", "", "database per tenant"},
+		{"a placeholder and no tenant", "postgres://u:" + pw + "@db/haia_{tenant}", "", "", "give --tenants-dir"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := app.TenantStore(tc.spec, tc.tenant)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("got %q, %v; want an error saying %q", got, err, tc.err)
+				}
+				if strings.Contains(err.Error(), pw) {
+					t.Fatalf("the error repeats the password: %v", err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("got %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+	// One database named for every tenant is refused before any is opened.
 	cfg := newTraceRoot(t, filepath.Join(t.TempDir(), "acme"))
 	cfg.Store = "postgres://x@localhost/db"
-	if _, err := app.OpenTenants(t.Context(), filepath.Dir(cfg.Dir), cfg); err == nil || !strings.Contains(err.Error(), "file store") {
+	if _, err := app.OpenTenants(t.Context(), filepath.Dir(cfg.Dir), cfg); err == nil || !strings.Contains(err.Error(), "database per tenant") {
 		t.Fatalf("err %v", err)
+	}
+	// A store a placeholder names is no store without a tenant.
+	cfg.Store = "postgres://x@localhost/db_{tenant}"
+	if st, err := app.Open(t.Context(), cfg); err == nil || !strings.Contains(err.Error(), "give --tenants-dir") {
+		if st != nil {
+			st.Close()
+		}
+		t.Fatalf("err %v", err)
+	}
+}
+
+// tenantDatabases creates, on the test server, one migrated database per
+// tenant, dropped when the test ends, and returns the --store URL that
+// names them ({tenant}).
+func tenantDatabases(t *testing.T, tenants ...string) string {
+	t.Helper()
+	dbs, store := pgtest.Databases(t, pgtest.DSN(t), app.TenantPlaceholder, tenants...)
+	for _, dsn := range dbs {
+		if _, _, err := pgstore.Migrate(t.Context(), dsn, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return store
+}
+
+// Tenants on one PostgreSQL server, each in its own database: each
+// tenant's review is in its database only, and its stack reads its own.
+func TestTenantsOnPostgres(t *testing.T) {
+	store := tenantDatabases(t, "acme", "globex")
+	dir := t.TempDir()
+	cfg := newTraceRoot(t, filepath.Join(dir, "acme"))
+	newTraceRoot(t, filepath.Join(dir, "globex"))
+	cfg.Store = store
+	ts, err := app.OpenTenants(t.Context(), dir, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ts.Close()
+	if err := ts.Ready(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]string{}
+	for _, name := range ts.Names() {
+		st := ts.Stack(name)
+		if d := st.Store().Describe(); !strings.Contains(d, "_"+name) {
+			t.Fatalf("tenant %s's store is %s", name, d)
+		}
+		ans := ask(t, st, engine.Question{Counterparty: "0x9999999999999999999999999999999999999999", Amount: "0.10"})
+		ids[name] = ans.ReviewID
+	}
+	for _, name := range ts.Names() {
+		for other, id := range ids {
+			_, err := ts.Stack(name).Log().Get(t.Context(), id)
+			if (other == name) != (err == nil) {
+				t.Errorf("tenant %s reading %s's review %s: %v", name, other, id, err)
+			}
+		}
 	}
 }
 

@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -24,12 +23,12 @@ type Tenants struct {
 
 // OpenTenants opens one stack per tenant under dir, each from cfg with its
 // Dir and Tenant set; the set is read once. The tenants share one
-// integrity counter. Each tenant keeps its guard state under its own root,
-// so the file store is required.
+// integrity counter. Each tenant keeps its guard state apart: under its own
+// root with the file store, in its own database with PostgreSQL (the
+// --store URL names it with TenantPlaceholder, see TenantStore).
 func OpenTenants(ctx context.Context, dir string, cfg Config) (*Tenants, error) {
-	if cfg.Store != "" && !IsFileStore(cfg.Store) {
-		// One database would mix the tenants' reviews and chains.
-		return nil, errors.New("--tenants-dir keeps each tenant's guard state under its own root: it needs the file store (--store file:); a PostgreSQL store per tenant is not supported yet")
+	if _, err := TenantStore(cfg.Store, "t"); err != nil {
+		return nil, err
 	}
 	if cfg.Integrity == nil {
 		cfg.Integrity = NewIntegrityCounter()

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -46,23 +45,7 @@ func TestTenantsAreIsolated(t *testing.T) {
 		}
 		return signHS256(t, secret, c)
 	}
-	session := func(tenant string) func(string, map[string]any) (bool, string, map[string]any) {
-		tok := token(map[string]any{"org": tenant})
-		cs, err := httpSession(t, p.resource, func() string { return tok })
-		if err != nil {
-			t.Fatalf("connect as %s: %v\n%s", tenant, err, p.logs())
-		}
-		return func(tool string, args map[string]any) (bool, string, map[string]any) {
-			res := callTool(t, cs, tool, args)
-			var m map[string]any
-			if res.StructuredContent != nil {
-				b, _ := json.Marshal(res.StructuredContent)
-				json.Unmarshal(b, &m)
-			}
-			return res.IsError, resultText(res), m
-		}
-	}
-	acme, globex := session("acme"), session("globex")
+	acme, globex := tenantCaller(t, p, secret, "acme"), tenantCaller(t, p, secret, "globex")
 
 	_, text, _ := acme("list_operations", map[string]any{})
 	if !strings.Contains(text, "op-acme") || strings.Contains(text, "op-globex") {

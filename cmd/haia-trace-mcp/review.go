@@ -15,6 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/app"
 	"github.com/haia-trace-mcp/haia-trace-mcp/console"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
@@ -114,6 +115,12 @@ func runReview(ctx context.Context, stdout, stderr io.Writer, verb string, pos [
 			return usageErrorf("--tenants-dir needs --tenant naming one tenant (a bare slug), got %q", *tenant)
 		}
 		*dir = filepath.Join(*tenantsDir, *tenant)
+		// The tenant's own database, where --store names one per tenant.
+		spec, err := app.TenantStore(storeSpec(*storeFlag), *tenant)
+		if err != nil {
+			return usageErrorf("%v", err)
+		}
+		*storeFlag = spec
 	}
 	if *tenant == "" {
 		*tenant = "haia-trace-mcp"

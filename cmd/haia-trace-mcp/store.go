@@ -43,6 +43,10 @@ func openCLIStore(ctx context.Context, command, dir, spec string, stderr io.Writ
 		fmt.Fprintf(stderr, "haia-trace-mcp %s: %v\n", command, err)
 		return nil, nil, exitUsage
 	}
+	if _, err := app.TenantStore(spec, ""); err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp %s: %v\n", command, err)
+		return nil, nil, exitUsage
+	}
 	root, code := openCLIRoot(command, dir, stderr)
 	if root == nil {
 		return nil, nil, code

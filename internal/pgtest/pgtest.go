@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"net/url"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -36,13 +37,41 @@ func Database(t testing.TB, dsn string) string {
 	if _, err := rand.Read(b[:]); err != nil {
 		t.Fatal(err)
 	}
-	name := "t_" + hex.EncodeToString(b[:])
+	return create(t, dsn, "t_"+hex.EncodeToString(b[:]))
+}
+
+// Databases creates one empty database per name on the server at dsn
+// (prefix_<name>, the prefix fresh), dropped when the test ends, and
+// returns the DSN of each by name and the DSN with the name replaced by
+// placeholder (for a URL that names a database per tenant).
+func Databases(t testing.TB, dsn, placeholder string, names ...string) (map[string]string, string) {
+	t.Helper()
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	prefix := "t_" + hex.EncodeToString(b[:]) + "_"
+	out := map[string]string{}
+	for _, name := range names {
+		out[name] = create(t, dsn, prefix+name)
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatalf("%s: %v", Env, err)
+	}
+	u.Path = "/" + prefix + "PLACEHOLDER"
+	return out, strings.Replace(u.String(), "PLACEHOLDER", placeholder, 1)
+}
+
+// create makes database name (a plain identifier) and returns its DSN.
+func create(t testing.TB, dsn, name string) string {
+	t.Helper()
 	admin, err := pgx.Connect(context.Background(), dsn)
 	if err != nil {
 		t.Fatalf("connect to the test PostgreSQL server: %v", err)
 	}
 	defer admin.Close(context.Background())
-	if _, err := admin.Exec(context.Background(), "CREATE DATABASE "+name); err != nil {
+	if _, err := admin.Exec(context.Background(), "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
 		t.Fatalf("create a test database: %v", err)
 	}
 	t.Cleanup(func() {
@@ -51,7 +80,7 @@ func Database(t testing.TB, dsn string) string {
 			return
 		}
 		defer c.Close(context.Background())
-		c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+		c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
 	})
 	u, err := url.Parse(dsn)
 	if err != nil {
