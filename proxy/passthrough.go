@@ -45,6 +45,14 @@ func (p *Proxy) declare(caps mcp.ServerCapabilities) {
 		mcpserver.WithPromptCompletionProvider(completer{p})(srv)
 		mcpserver.WithResourceCompletionProvider(completer{p})(srv)
 	}
+	taskHooks := false
+	if t := caps.Tasks; t != nil && t.Requests != nil && t.Requests.Tools != nil && t.Requests.Tools.Call != nil {
+		// A task-augmented call of an upstream tool that declares task
+		// support runs as a task of the proxy's server (tasks.go); tasks
+		// are listed and cancelled there.
+		mcpserver.WithTaskCapabilities(true, true, true)(srv)
+		taskHooks = true
+	}
 	// The upstream's requests to its client are sent to the host as
 	// requests of the server, as the session protocol has them.
 	//lint:ignore SA1019 the upstream speaks the session protocol; its requests reach the host the same way
@@ -53,6 +61,16 @@ func (p *Proxy) declare(caps mcp.ServerCapabilities) {
 	if hooks == nil {
 		hooks = &mcpserver.Hooks{}
 		mcpserver.WithHooks(hooks)(srv)
+	}
+	if taskHooks {
+		hooks.AddAfterCallTool(func(_ context.Context, _ any, m *mcp.CallToolRequest, result any) {
+			if cr, ok := result.(*mcp.CreateTaskResult); ok && m.Params.Task != nil {
+				p.taskCreated(m.Params.Task, cr.Task.TaskId)
+			}
+		})
+		hooks.AddAfterCancelTask(func(_ context.Context, _ any, m *mcp.CancelTaskRequest, _ *mcp.CancelTaskResult) {
+			p.taskCancelled(m.Params.TaskId)
+		})
 	}
 	if caps.Logging != nil {
 		// The upstream has one level: the last client to set one sets it.

@@ -76,6 +76,8 @@ type Proxy struct {
 	// caps is what it declared.
 	extrasOnce sync.Once
 	caps       mcp.ServerCapabilities
+	// tasks joins a task's work to its cancellation (tasks.go).
+	tasks taskLinks
 }
 
 type progressRoute struct {
@@ -267,6 +269,12 @@ type Decision struct {
 func (p *Proxy) handler(name string) mcpserver.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		p.cfg.Stdio.markReady()
+		if req.Params.Task != nil {
+			// A task's work outlives the request that created it.
+			var done func()
+			ctx, done = p.taskContext(ctx, req.Params.Task)
+			defer done()
+		}
 		p.mu.Lock()
 		broken, r := p.broken, p.mapped[name]
 		p.mu.Unlock()
@@ -372,32 +380,53 @@ func (p *Proxy) call(ctx context.Context, req mcp.CallToolRequest, name string, 
 			meta.ProgressToken = tok
 		}
 	}
-	cctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
-	defer cancel()
 	id := p.tokens.Add(1)
 	p.inflight.Store(id, ctx)
 	defer p.inflight.Delete(id)
+	if req.Params.Task != nil {
+		return p.callTask(ctx, name, args, meta, req.Params.Task)
+	}
+	cctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
+	defer cancel()
 	res, err := p.up.CallTool(cctx, name, args, meta)
 	switch {
 	case err == nil && res.IsError:
 		return res, engine.OutcomeToolError, nil
 	case err == nil:
 		return res, engine.OutcomeExecuted, nil
+	}
+	o := failure(ctx, cctx, err)
+	if !errors.Is(err, ErrUpstreamDown) && ctx.Err() != nil {
+		err = fmt.Errorf("the caller cancelled the call: %w", ctx.Err())
+	}
+	return nil, o, err
+}
+
+// failure is the outcome of a request to the upstream that had no answer
+// but an error: lost when the upstream went away or the caller cancelled,
+// a timeout when the call's time ran out, refused when the upstream
+// answered with its own JSON-RPC error (it did not run the request).
+func failure(ctx, cctx context.Context, err error) engine.Outcome {
+	switch {
 	case errors.Is(err, ErrUpstreamDown):
-		return nil, engine.OutcomeLost, err
+		return engine.OutcomeLost
 	case ctx.Err() != nil:
-		return nil, engine.OutcomeLost, fmt.Errorf("the caller cancelled the call: %w", ctx.Err())
+		return engine.OutcomeLost
 	case cctx.Err() != nil:
-		return nil, engine.OutcomeTimeout, err
+		return engine.OutcomeTimeout
+	}
+	var ue *UpstreamError
+	if errors.As(err, &ue) {
+		return engine.OutcomeRefused
 	}
 	// The client wraps what went wrong on the way in a transport.Error;
 	// anything else is the upstream's own JSON-RPC error answer, which
 	// means it did not run the call.
 	var te *transport.Error
 	if errors.As(err, &te) {
-		return nil, engine.OutcomeLost, err
+		return engine.OutcomeLost
 	}
-	return nil, engine.OutcomeRefused, err
+	return engine.OutcomeRefused
 }
 
 func describeFailure(o engine.Outcome, err error) string {
@@ -478,6 +507,10 @@ func (p *Proxy) onNotification(n mcp.JSONRPCNotification) {
 				p.cfg.Logger.Error("the upstream's changed tools do not match the guard map; every upstream call is refused until they do", "err", err)
 			}
 		}()
+	case mcp.MethodNotificationTasksStatus:
+		// It names the upstream's task; the host knows only the proxy's,
+		// whose own status notifications the proxy's server sends.
+		return
 	default:
 		if p.cfg.Stdio != nil {
 			if _, err := p.cfg.Stdio.notify(n.Method, params, false); err != nil {

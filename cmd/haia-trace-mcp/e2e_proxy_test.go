@@ -45,7 +45,7 @@ func payUpstream(t testing.TB) string {
 }
 
 // payUpstreamTools is how many tools the test upstream lists.
-const payUpstreamTools = 7
+const payUpstreamTools = 8
 
 const sellerDenied = "0xDEAD000000000000000000000000000000000003"
 
@@ -54,6 +54,7 @@ const proxyMapJSON = `{"tools": {
   "slow_send": {"counterparty": "to", "amount": "amount", "amountUnit": "display"},
   "fail_send": {"counterparty": "to", "amount": "amount", "amountUnit": "display", "errors": "unpaid"},
   "pay_then_fail": {"counterparty": "to", "amount": "amount", "amountUnit": "display"},
+  "task_send": {"counterparty": "to", "amount": "amount", "amountUnit": "display"},
   "pay_invoice": {"counterparty": "payee.address", "amount": "total.value", "amountUnit": "atomic", "asset": "total.token"}
 }, "unmapped": "forward"}`
 
@@ -896,6 +897,11 @@ func TestProxyEverythingPassesThrough(t *testing.T) {
 	}
 	everythingExtras(t, direct, proxied, &host)
 	everythingWire(t, w)
+	dcmd := exec.Command(node, entry, "stdio")
+	dcmd.Stderr = &lockedBuffer{}
+	pcmd := exec.Command(binPath, append(e.args(), "--", node, entry, "stdio")...)
+	pcmd.Stderr = e.stderr
+	everythingTasks(t, startWire(t, dcmd), startWire(t, pcmd))
 }
 
 // Ten paying calls of 1.00 at once under a per-counterparty limit of 5.00:

@@ -11,6 +11,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -26,9 +27,10 @@ import (
 )
 
 type upstream struct {
-	mu  sync.Mutex
-	log string
-	srv *server.MCPServer
+	tasks tasks
+	mu    sync.Mutex
+	log   string
+	srv   *server.MCPServer
 	// out, over stdio, is standard output: progress is written through
 	// it directly, so that it precedes the result on the wire (the
 	// server's notification queue is drained by another goroutine).
@@ -140,10 +142,20 @@ func main() {
 			f.Close()
 		}
 	}
-	opts := []server.ServerOption{server.WithToolCapabilities(true), server.WithLogging()}
+	opts := []server.ServerOption{server.WithToolCapabilities(true), server.WithLogging(), server.WithTaskCapabilities(true, true, true)}
 	if n, err := strconv.Atoi(os.Getenv("PAY_PAGE")); err == nil && n > 0 {
 		opts = append(opts, server.WithPaginationLimit(n))
 	}
+	hooks := &server.Hooks{}
+	hooks.AddAfterCallTool(func(_ context.Context, _ any, m *mcp.CallToolRequest, result any) {
+		if cr, ok := result.(*mcp.CreateTaskResult); ok && m.Params.Task != nil {
+			u.tasks.created(m.Params.Task, cr.Task.TaskId)
+		}
+	})
+	hooks.AddAfterCancelTask(func(_ context.Context, _ any, m *mcp.CancelTaskRequest, _ *mcp.CancelTaskResult) {
+		u.tasks.cancelled(m.Params.TaskId)
+	})
+	opts = append(opts, server.WithHooks(hooks))
 	u.srv = server.NewMCPServer("payupstream", "1", opts...)
 	send := mcp.NewToolWithRawSchema("send_usdc", "Send USDC to an address.", json.RawMessage(
 		`{"type":"object","properties":{"to":{"type":"string"},"amount":{"type":"string","description":"display units"},"memo":{"type":"string"},"options":{"type":"object"}},"required":["to","amount"]}`))
@@ -168,6 +180,34 @@ func main() {
 			return nil, err
 		}
 		return mcp.NewToolResultError("receipt service unavailable after sending"), nil
+	})
+	// task_send runs as a task when asked (tasks/get, tasks/result,
+	// tasks/cancel): it pays after ms milliseconds unless cancelled; with
+	// fail it pays nothing and its task fails.
+	taskSend := mcp.NewToolWithRawSchema("task_send", "Send USDC as a task.", json.RawMessage(
+		`{"type":"object","properties":{"to":{"type":"string"},"amount":{"type":"string"},"ms":{"type":"integer"},"fail":{"type":"boolean"}},"required":["to","amount"]}`))
+	taskSend.Execution = &mcp.ToolExecution{TaskSupport: mcp.TaskSupportOptional}
+	u.srv.AddTool(taskSend, func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if req.Params.Task != nil {
+			// The server hands a task's handler the context of the request
+			// that created it, which ends at once; the task ends when it
+			// is cancelled.
+			var done func()
+			ctx, done = u.tasks.work(ctx, req.Params.Task)
+			defer done()
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Duration(req.GetInt("ms", 0)) * time.Millisecond):
+		}
+		if req.GetBool("fail", false) {
+			return nil, errors.New("the wallet is locked")
+		}
+		if err := u.record("task_send", rawArgs(req)); err != nil {
+			return nil, err
+		}
+		return mcp.NewToolResultStructured(map[string]any{"paid": true, "tool": "task_send"}, fmt.Sprintf("paid by task_send: %s", rawArgs(req))), nil
 	})
 	echo := mcp.NewToolWithRawSchema("echo", "Echo the text (pays nothing).", json.RawMessage(
 		`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"],"$comment":"kept byte for byte"}`))
@@ -238,5 +278,59 @@ func serveHTTP(srv *server.MCPServer, addr string) {
 	if err := hs.Serve(ln); err != nil {
 		fmt.Fprintln(os.Stderr, "payupstream:", err)
 		os.Exit(1)
+	}
+}
+
+// tasks joins a task's work (its handler) to its cancellation, keyed by
+// the call's task parameters, which the handler and the after-call hook
+// share; the hook learns the task's id.
+type tasks struct {
+	mu      sync.Mutex
+	running map[*mcp.TaskParams]context.CancelFunc
+	ids     map[string]*mcp.TaskParams
+	gone    map[*mcp.TaskParams]bool
+}
+
+func (t *tasks) init() {
+	if t.running == nil {
+		t.running, t.ids, t.gone = map[*mcp.TaskParams]context.CancelFunc{}, map[string]*mcp.TaskParams{}, map[*mcp.TaskParams]bool{}
+	}
+}
+
+func (t *tasks) work(ctx context.Context, tp *mcp.TaskParams) (context.Context, func()) {
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	t.mu.Lock()
+	t.init()
+	t.running[tp] = cancel
+	t.mu.Unlock()
+	return wctx, func() {
+		t.mu.Lock()
+		delete(t.running, tp)
+		t.gone[tp] = true
+		t.mu.Unlock()
+		cancel()
+	}
+}
+
+func (t *tasks) created(tp *mcp.TaskParams, id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.init()
+	if t.gone[tp] {
+		delete(t.gone, tp)
+		return
+	}
+	t.ids[id] = tp
+}
+
+func (t *tasks) cancelled(id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.init()
+	if tp := t.ids[id]; tp != nil {
+		delete(t.ids, id)
+		if cancel := t.running[tp]; cancel != nil {
+			cancel()
+		}
 	}
 }
