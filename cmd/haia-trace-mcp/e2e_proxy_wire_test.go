@@ -74,7 +74,7 @@ func (w *wireClient) send(t *testing.T, msg any) {
 		t.Fatal(err)
 	}
 	if _, err := w.in.Write(append(b, '\n')); err != nil {
-		t.Fatalf("write to the process: %v", err)
+		t.Fatalf("write to the process: %v; its stderr:\n%v", err, w.stderr)
 	}
 }
 
