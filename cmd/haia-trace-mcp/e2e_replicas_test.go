@@ -386,7 +386,7 @@ func TestPostgresStoreStartRefusals(t *testing.T) {
 	}
 	_, errOut, code = runCLI(t, "--tenants-dir", tenants, "--tenant-claim", "org", "--store", migrated, "--key-file", key, "--http", "127.0.0.1:0",
 		"--auth-issuer", "http://127.0.0.1/local-as", "--auth-hmac-secret", secretFile)
-	if code == 0 || !strings.Contains(errOut, "--tenants-dir") || !strings.Contains(errOut, "file store") {
+	if code == 0 || !strings.Contains(errOut, "--tenants-dir") || !strings.Contains(errOut, "database per tenant") {
 		t.Fatalf("tenants on one database: exit %d %s", code, errOut)
 	}
 	if _, errOut, code := runCLI(t, "review", "list", "--dir", root, "--store", "mysql://x"); code != 2 || !strings.Contains(errOut, "want file:") {
