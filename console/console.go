@@ -162,7 +162,7 @@ func IsConsolePath(p string) bool {
 		return false
 	}
 	i := strings.LastIndex(rest, "/console/t/")
-	return i >= 0 && reviewlog.CheckTenantGrant(rest[i+len("/console/t/"):]) == nil
+	return i >= 0 && reviewlog.CheckTenant(rest[i+len("/console/t/"):]) == nil
 }
 
 func checkURL(u *url.URL) error {
@@ -187,7 +187,7 @@ func New(cfg Config) (*Console, error) {
 		return nil, err
 	}
 	if cfg.Tenant != "" {
-		if err := reviewlog.CheckTenantGrant(cfg.Tenant); err != nil {
+		if err := reviewlog.CheckTenant(cfg.Tenant); err != nil {
 			return nil, fmt.Errorf("console: %w", err)
 		}
 		u := *cfg.URL

@@ -154,18 +154,27 @@ type trustEntry struct {
 // maxGrants bounds one reviewer's tenants.
 const maxGrants = 1024
 
-// CheckTenantGrant accepts a tenant slug as --tenants-dir names tenants:
-// 1..64 of [A-Za-z0-9_-], or AllTenants ("*", every tenant).
+// CheckTenantGrant accepts what a reviewer's "tenants" may list: a tenant
+// (CheckTenant), or AllTenants ("*", every tenant).
 func CheckTenantGrant(t string) error {
 	if t == AllTenants {
 		return nil
 	}
+	if err := CheckTenant(t); err != nil {
+		return fmt.Errorf("%w, or \"*\" for every tenant", err)
+	}
+	return nil
+}
+
+// CheckTenant accepts a tenant slug as --tenants-dir names tenants: 1..64
+// of [A-Za-z0-9_-].
+func CheckTenant(t string) error {
 	if t == "" || len(t) > 64 {
-		return fmt.Errorf("%w: a tenant is 1 to 64 of [A-Za-z0-9_-], or \"*\" for every tenant (got %d bytes)", ErrBadInput, len(t))
+		return fmt.Errorf("%w: a tenant is 1 to 64 of [A-Za-z0-9_-] (got %d bytes)", ErrBadInput, len(t))
 	}
 	for _, r := range t {
 		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
-			return fmt.Errorf("%w: tenant %q: a tenant is 1 to 64 of [A-Za-z0-9_-], or \"*\" for every tenant", ErrBadInput, clip(t))
+			return fmt.Errorf("%w: tenant %q: a tenant is 1 to 64 of [A-Za-z0-9_-]", ErrBadInput, clip(t))
 		}
 	}
 	return nil

@@ -65,6 +65,20 @@ func TestConsoleTenants(t *testing.T) {
 		return call(tenant, "check_before_pay", map[string]any{"counterparty": sellerB, "amount": amount})
 	}
 
+	// /console/ itself says where each tenant's console is and names none;
+	// a tenant this server does not serve has no console.
+	for path, want := range map[string]int{"": http.StatusOK, "t/initech/": http.StatusNotFound, "reviews/x": http.StatusNotFound} {
+		resp, err := http.Get(console + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want || !strings.Contains(string(body), "/console/t/") || strings.Contains(string(body), "acme") || strings.Contains(string(body), "globex") {
+			t.Fatalf("GET %s: %d %q, want %d saying where a tenant's console is, naming none", console+path, resp.StatusCode, body, want)
+		}
+	}
+
 	alice := enrolThroughCommand(t, acmeBase, reviewers, "alice", "--tenant", "acme")
 	bob := enrolThroughCommand(t, globexBase, reviewers, "bob", "--tenant", "globex")
 

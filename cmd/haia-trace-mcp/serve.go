@@ -18,6 +18,7 @@ import (
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/app"
+	"github.com/haia-trace-mcp/haia-trace-mcp/console"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/notify"
 	"github.com/haia-trace-mcp/haia-trace-mcp/server"
 )
@@ -247,6 +248,8 @@ func openServed(ctx context.Context, f *serveFlags, notifier *notify.Group, nm *
 			return nil, nil, nil, err
 		}
 		f.console.tenants = &tenantConsoles{site: site, mux: http.NewServeMux()}
+		// /console/ itself says where each tenant's console is.
+		f.console.tenants.mux.Handle(site.u.Path, console.TenantsIndex(site.u))
 		stopConsole = site.close
 	}
 	closeAll = func() {
