@@ -231,6 +231,9 @@ func (a *AskView) Reservations(ttl time.Duration) (ReservationView, error) {
 	if _, err := a.verifier(); err != nil {
 		return ReservationView{}, err
 	}
+	if idx, ok := a.g.(ReservationIndex); ok {
+		return a.l.indexedView(a.ctx, idx, a.st, a.req, a.at, ttl)
+	}
 	return a.l.reservationView(a.st, a.at, ttl)
 }
 

@@ -177,14 +177,8 @@ type resEntry struct {
 // policy's reservationMinutes) and checks them against the chain's ALLOWED
 // receipts; the receipt index must be fresh (newVerifier).
 func (l *Log) reservationView(st *state, at time.Time, ttl time.Duration) (ReservationView, error) {
-	var v ReservationView
-	recorded := map[string]bool{}
-	kept := st.reservations[:0]
-	for _, e := range st.reservations {
-		if !e.until.IsZero() && !at.Before(e.until) {
-			continue // lapsed: forgotten
-		}
-		kept = append(kept, e)
+	var held []Reservation
+	for _, e := range st.liveReservations(at) {
 		r := e.res
 		r.Releases = nil
 		for _, off := range st.releases[r.ReceiptID] {
@@ -196,6 +190,45 @@ func (l *Log) reservationView(st *state, at time.Time, ttl time.Duration) (Reser
 			c.At = rel.At
 			r.Releases = append(r.Releases, c)
 		}
+		held = append(held, r)
+	}
+	return l.checkHeld(st, held, at, ttl), nil
+}
+
+// liveReservations forgets the fold's records that lapsed at at, and the
+// releases of records it no longer holds, and returns the rest.
+func (st *state) liveReservations(at time.Time) []resEntry {
+	kept := st.reservations[:0]
+	for _, e := range st.reservations {
+		if !e.until.IsZero() && !at.Before(e.until) {
+			continue // lapsed: forgotten
+		}
+		kept = append(kept, e)
+	}
+	st.reservations = kept
+	// A release outlives nothing it could release.
+	if len(st.releases) > len(kept) {
+		live := make(map[string]bool, len(kept))
+		for _, e := range kept {
+			live[e.receiptID] = true
+		}
+		for id := range st.releases {
+			if !live[id] {
+				delete(st.releases, id)
+			}
+		}
+	}
+	return kept
+}
+
+// checkHeld checks the records held against the chain's ALLOWED receipts:
+// each must name a signed allow of its caller that holds as it says, and
+// each signed allow that still reserves must have a record (one the fold
+// saw, lapsed since or not, or one of held).
+func (l *Log) checkHeld(st *state, held []Reservation, at time.Time, ttl time.Duration) ReservationView {
+	var v ReservationView
+	recorded := map[string]bool{}
+	for _, r := range held {
 		recorded[r.ReceiptID] = true
 		rx, ok := l.rx.allowed.get(r.ReceiptID)
 		switch {
@@ -210,19 +243,6 @@ func (l *Log) reservationView(st *state, at time.Time, ttl time.Duration) (Reser
 			continue
 		}
 		v.Held = append(v.Held, r)
-	}
-	st.reservations = kept
-	// A release outlives nothing it could release.
-	if len(st.releases) > len(kept) {
-		live := make(map[string]bool, len(kept))
-		for _, e := range kept {
-			live[e.receiptID] = true
-		}
-		for id := range st.releases {
-			if !live[id] {
-				delete(st.releases, id)
-			}
-		}
 	}
 	if ttl <= 0 {
 		ttl = time.Minute
@@ -243,7 +263,7 @@ func (l *Log) reservationView(st *state, at time.Time, ttl time.Duration) (Reser
 		v.Problems = append(v.Problems, fmt.Sprintf("%d signed allow receipts that still reserve their payment have no reservation record in %s (%s%s): a record was removed or never written",
 			len(missing), FileName, strings.Join(shown, ", "), moreText(len(missing)-len(shown))))
 	}
-	return v, nil
+	return v
 }
 
 // maxReservationHorizon is the longest a reservation can be configured to

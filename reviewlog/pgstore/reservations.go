@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -133,4 +134,79 @@ func reindexReservations(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("index the reservations: commit: %w", scrub(err))
 	}
 	return nil
+}
+
+// IndexedReservations reads the rows q names, by the indexes of their
+// scopes, each with the lines it points to, in one statement.
+func (w *writer) IndexedReservations(ctx context.Context, q reviewlog.ReservationQuery) ([]reviewlog.IndexedReservation, error) {
+	sql, args := indexedQuery(q)
+	rows, err := w.q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("PostgreSQL at %s: reservations: %w", w.s.describe, scrub(err))
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (reviewlog.IndexedReservation, error) {
+		var x reviewlog.IndexedReservation
+		var payTo, host, resource *string
+		var at time.Time
+		var until *time.Time
+		err := row.Scan(&x.Row.ReceiptID, &x.Row.Tenant, &x.Row.Caller, &payTo, &host, &resource, &x.Row.Atomic, &x.Row.Asset,
+			&at, &until, &x.Row.Open, &x.Off, &x.ReleaseOff, &x.Line, &x.ReleaseLine)
+		x.Row.PayTo, x.Row.Host, x.Row.Resource = deref(payTo), deref(host), deref(resource)
+		x.Row.At = at.UTC().Format(time.RFC3339Nano)
+		if until != nil {
+			x.Row.Until = until.UTC().Format(time.RFC3339Nano)
+		}
+		return x, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("PostgreSQL at %s: reservations: %w", w.s.describe, scrub(err))
+	}
+	return out, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// indexedQuery is the statement of q: one arm a scope, each served by its
+// index (the statement's text differs by which arms q needs, so that each
+// shape's plan uses its indexes).
+func indexedQuery(q reviewlog.ReservationQuery) (string, []any) {
+	args := []any{[]string{q.Tenant, ""}, q.Since, q.Before}
+	where := ""
+	if !q.All {
+		var arms []string
+		if len(q.Keys) > 0 {
+			args = append(args, q.Keys)
+			n := len(args)
+			arms = append(arms, fmt.Sprintf("lower(r.pay_to) = ANY($%d)", n), fmt.Sprintf("lower(r.host) = ANY($%d)", n))
+		}
+		if q.Resource != "" {
+			args = append(args, q.Resource)
+			arms = append(arms, fmt.Sprintf("lower(r.resource) = $%d", len(args)))
+		}
+		if q.NoPayTo {
+			arms = append(arms, "r.pay_to IS NULL")
+		}
+		if q.NoHost {
+			arms = append(arms, "r.host IS NULL")
+		}
+		if q.Open {
+			arms = append(arms, "r.open")
+		}
+		if len(arms) == 0 {
+			arms = append(arms, "false")
+		}
+		where = " AND (" + strings.Join(arms, " OR ") + ")"
+	}
+	return `SELECT r.receipt_id, r.tenant, r.caller, r.pay_to, r.host, r.resource, r.atomic, r.asset, r.at, r.until, r.open, r.off,
+		COALESCE(r.release_off, -1), l.line, rl.line
+		FROM reservations AS r
+		LEFT JOIN review_lines AS l ON l.stream = '` + logStream + `' AND l.off = r.off
+		LEFT JOIN review_lines AS rl ON rl.stream = '` + logStream + `' AND rl.off = r.release_off
+		WHERE r.tenant = ANY($1) AND (r.until IS NULL OR r.until > $2) AND r.off < $3` + where + `
+		ORDER BY r.off`, args
 }

@@ -1,0 +1,236 @@
+package reviewlog
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+)
+
+// ReservationIndex is a Writer that keeps its reservation records in an
+// index as well (the PostgreSQL store's reservations table) and can give
+// a decision the records of its scopes without the log's fold: each row
+// with the lines it points to. A row is an index, never a record: the log
+// reads what each line says, checks the row against it, and the engine
+// verifies each line's seal as it does the fold's.
+//
+// It is one of the optional interfaces a store's Writer may implement
+// (like ScopedWriter and ChainLaner); the log uses it when present.
+type ReservationIndex interface {
+	IndexedReservations(ctx context.Context, q ReservationQuery) ([]IndexedReservation, error)
+}
+
+// ReservationQuery names the reservation records one decision reads: those
+// of its tenant that may hold at Since, and bear on its question. A store
+// may give more (the log keeps only what bears); never fewer.
+type ReservationQuery struct {
+	// Tenant: records that name it, and those that name no tenant (the
+	// store's own tenant's, written by an earlier version).
+	Tenant string
+	// All: every record of the tenant (a decision that reads totals);
+	// the fields below are then not read.
+	All bool
+	// Keys: records whose payee address or host is one of these,
+	// compared without case (lower-cased here).
+	Keys []string
+	// Resource: records of this resource, compared without case ("":
+	// none).
+	Resource string
+	// NoPayTo, NoHost: also every record that names no payee address, or
+	// no host (the guard cannot tell whom those paid, for a question of
+	// that kind); Open: also every record that holds an open payment.
+	NoPayTo, NoHost, Open bool
+	// Since: records whose until is after it, and holds (which have
+	// none).
+	Since time.Time
+	// Before: records whose line starts before this offset of the log
+	// (the log as the decision's moment holds it); later ones are another
+	// decision's, committed since.
+	Before int64
+}
+
+// IndexedReservation is one row of the index as the store holds it, with
+// the lines it points to (nil where the log holds no line at the offset).
+type IndexedReservation struct {
+	// Row is the row's fields (MAC, Releases empty): unverified.
+	Row Reservation
+	// Off is the offset of its reserved line, Line that line.
+	Off  int64
+	Line []byte
+	// ReleaseOff is the offset of its released line (-1: none recorded),
+	// ReleaseLine that line.
+	ReleaseOff  int64
+	ReleaseLine []byte
+}
+
+// reservationQuery is what answering req reads of the reservations at at:
+// the records of its counterparty (and payee), its resource, and those
+// the guard cannot tell apart from them; every record where the answer
+// reads totals or the counterparty cannot be read.
+func (req AskRequest) reservationQuery(at time.Time, before int64) ReservationQuery {
+	q := ReservationQuery{Tenant: req.Tenant, Since: at, Before: before, All: req.Totals}
+	cp, err := guard.ParseCounterparty(req.Question.Counterparty)
+	if err != nil {
+		q.All = true
+		return q
+	}
+	for _, k := range []string{req.Question.Counterparty, req.Question.PayTo} {
+		if k != "" {
+			q.Keys = append(q.Keys, strings.ToLower(k))
+		}
+	}
+	q.Resource = strings.ToLower(req.Resource)
+	// As guard.Decide reads a reservation: with the question's
+	// counterparty, or unattributable for its kind, or open elsewhere for
+	// a host alone.
+	byAddress := cp.Kind == guard.KindAddress || (req.Question.PayTo != "" && req.Question.PayTo != cp.Value)
+	q.NoPayTo = byAddress
+	q.NoHost = !byAddress
+	q.Open = cp.Kind == guard.KindHost && !byAddress
+	return q
+}
+
+// bears says whether q reads record r (the store's filter, done here
+// again for the fold's records).
+// A record of another tenant bears as any other: the store gives it
+// not, and the log reports it.
+func (q ReservationQuery) bears(r *Reservation) bool {
+	if q.All {
+		return true
+	}
+	switch {
+	case r.PayTo != "" && slices.Contains(q.Keys, strings.ToLower(r.PayTo)),
+		r.Host != "" && slices.Contains(q.Keys, strings.ToLower(r.Host)),
+		q.Resource != "" && r.Resource != "" && strings.ToLower(r.Resource) == q.Resource,
+		q.NoPayTo && r.PayTo == "",
+		q.NoHost && r.Host == "",
+		q.Open && r.Open:
+		return true
+	}
+	return false
+}
+
+// indexedView reads the reservations of one decision through the store's
+// index: each row's line (and its release's) read as the log reads it, the
+// row checked against it, and the fold's records that bear on the
+// question checked to have their row. The chain's cross-check is the
+// fold's (reservationView).
+func (l *Log) indexedView(ctx context.Context, idx ReservationIndex, st *state, req *AskRequest, at time.Time, ttl time.Duration) (ReservationView, error) {
+	q := req.reservationQuery(at, st.offset)
+	rows, err := idx.IndexedReservations(ctx, q)
+	if err != nil {
+		return ReservationView{}, err
+	}
+	var held []Reservation
+	var problems []string
+	rowAt := map[string]int64{}
+	for _, row := range rows {
+		id := clip(row.Row.ReceiptID)
+		if row.Off >= q.Before {
+			continue // another decision's, committed since this one's moment
+		}
+		rowAt[row.Row.ReceiptID] = row.Off
+		if row.Line == nil {
+			problems = append(problems, fmt.Sprintf("the reservations index names receipt %s at offset %d of %s, where the log holds no line (removed)", id, row.Off, FileName))
+			continue
+		}
+		h, ok := ParseLineHead(row.Line)
+		if !ok || h.Reservation == nil || h.Reservation.ReceiptID != row.Row.ReceiptID {
+			problems = append(problems, fmt.Sprintf("the reservations index names receipt %s at offset %d of %s, where the log holds no reserved line of that receipt", id, row.Off, FileName))
+			continue
+		}
+		res := *h.Reservation
+		if what := rowDiffers(row.Row, res); what != "" {
+			problems = append(problems, fmt.Sprintf("the reservations index disagrees with the reserved line of receipt %s on its %s (a row edited)", id, what))
+			continue
+		}
+		if !q.bears(&res) {
+			continue // a row the store gave beyond the question
+		}
+		if u := res.Until; u != "" {
+			if t, err := parseTime(u); err == nil && !at.Before(t) {
+				continue // lapsed
+			}
+		}
+		// Its releases: the row's, and every one the fold saw (the engine
+		// honours one only when sealed, and reports any other).
+		if row.ReleaseOff >= 0 && row.ReleaseOff < q.Before {
+			rh, ok := ParseLineHead(row.ReleaseLine)
+			if ok && rh.Release != nil && rh.Release.ReceiptID == row.Row.ReceiptID {
+				res.Releases = append(res.Releases, *rh.Release)
+			}
+			// Anything else releases nothing: the reservation counts.
+		}
+		for _, off := range st.releases[res.ReceiptID] {
+			if off == row.ReleaseOff {
+				continue
+			}
+			rel, err := st.recordAt(off)
+			if err != nil {
+				return ReservationView{}, err
+			}
+			c := *rel.Release
+			c.At = rel.At
+			res.Releases = append(res.Releases, c)
+		}
+		held = append(held, res)
+	}
+	// Every record of the fold that bears on the question has its row, at
+	// its line: a row deleted or moved to another scope leaves its line
+	// here, and the answer cannot count it.
+	for _, e := range st.liveReservations(at) {
+		if !q.bears(&e.res) {
+			continue
+		}
+		if off, ok := rowAt[e.receiptID]; ok && off == e.off {
+			continue
+		}
+		if e.res.Tenant != "" && e.res.Tenant != q.Tenant {
+			problems = append(problems, fmt.Sprintf("the reserved line of receipt %s at offset %d of %s was written for tenant %q, not this store's %q (moved between tenants' stores)", clip(e.receiptID), e.off, FileName, clip(e.res.Tenant), q.Tenant))
+		} else {
+			problems = append(problems, fmt.Sprintf("the reserved line of receipt %s at offset %d of %s has no row in the reservations index (a row removed or edited, or the line written by a server of an earlier release: run store migrate)", clip(e.receiptID), e.off, FileName))
+		}
+	}
+	v := l.checkHeld(st, held, at, ttl)
+	v.Problems = append(problems, v.Problems...)
+	return v, nil
+}
+
+// rowDiffers names the first field of the row that is not the line's ("":
+// none).
+func rowDiffers(row, line Reservation) string {
+	lineAt, err1 := parseTime(line.At)
+	rowAt, err2 := time.Parse(time.RFC3339Nano, row.At)
+	switch {
+	case row.Tenant != line.Tenant:
+		return "tenant"
+	case row.Caller != line.Caller:
+		return "caller"
+	case row.PayTo != line.PayTo:
+		return "payee"
+	case row.Host != line.Host:
+		return "host"
+	case row.Resource != line.Resource:
+		return "resource"
+	case row.Atomic != line.Atomic:
+		return "amount"
+	case row.Asset != line.Asset:
+		return "asset"
+	case row.Open != line.Open:
+		return "open flag"
+	case err1 != nil || err2 != nil || !rowAt.Equal(lineAt):
+		return "time"
+	case (row.Until == "") != (line.Until == ""):
+		return "end"
+	case row.Until != "":
+		ru, err1 := time.Parse(time.RFC3339Nano, row.Until)
+		lu, err2 := parseTime(line.Until)
+		if err1 != nil || err2 != nil || !ru.Equal(lu) {
+			return "end"
+		}
+	}
+	return ""
+}
