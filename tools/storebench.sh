@@ -27,7 +27,9 @@
 # be allowed to CREATE DATABASE: the benchmark drops and creates its own
 # database (HAIA_BENCH_DB, default haia_bench) for each PostgreSQL row.
 # Without HAIA_BENCH_POSTGRES only the file row runs. CLIENTS (default 16)
-# and REPLICAS (default "1 2 3") override the shape.
+# and REPLICAS (default "1 2 3") override the shape. TENANTS=1 adds the
+# tenants' rows: tenant b's CALM callers (default 4) alone and while tenant
+# a's CLIENTS flood one server, each tenant in a database of its own.
 set -euo pipefail
 
 duration=${1:-20s}
@@ -143,18 +145,25 @@ issuer=http://127.0.0.1/storebench-as
 
 addr=
 start_server() { # root store log [binary]; sets addr (not in a subshell: the server stays this shell's child)
-	local args=(--dir "$1" --key-file "$work/signing.pem" --http 127.0.0.1:0 --rate-limit 1000000 --rate-burst 1000000
-		--auth-issuer "$issuer" --auth-hmac-secret "$work/secret" --auth-scope trace:read --auth-tool-scope check_before_pay=trace:guard)
+	local args=(--dir "$1")
 	[[ -n $2 ]] && args+=(--store "$2")
-	"${4:-$bin}" "${args[@]}" >/dev/null 2>"$3" &
+	serve "$3" "${4:-$bin}" "${args[@]}"
+}
+
+serve() { # log binary args...; sets addr
+	local log=$1 b=$2
+	shift 2
+	local args=("$@" --key-file "$work/signing.pem" --http 127.0.0.1:0 --rate-limit 1000000 --rate-burst 1000000
+		--auth-issuer "$issuer" --auth-hmac-secret "$work/secret" --auth-scope trace:read --auth-tool-scope check_before_pay=trace:guard)
+	"$b" "${args[@]}" >/dev/null 2>"$log" &
 	pids+=($!)
 	addr=
 	for _ in $(seq 1 200); do
-		addr=$(sed -n 's/.*"msg":"serving MCP over Streamable HTTP".*"addr":"\([^"]*\)".*/\1/p' "$3" | head -1)
+		addr=$(sed -n 's/.*"msg":"serving MCP over Streamable HTTP".*"addr":"\([^"]*\)".*/\1/p' "$log" | head -1)
 		[[ -n $addr ]] && return 0
 		sleep 0.05
 	done
-	cat "$3" >&2
+	cat "$log" >&2
 	echo "storebench: the server did not start (log above)" >&2
 	return 1
 }
@@ -302,6 +311,61 @@ run_row() { # store-name shape replicas store-url
 	printf '%-6s %-10s %-9s %8s %7s %7s %7s %6s %5s %-8s %-24s %-7s  %s\n' "$label" "$name" "$shape" "$replicas" "$rps" "$p50" "$p99" "$srv" "$pg" "$errs" "$answers" "$chains" "$reviews"
 }
 
+# tenant_rows (TENANTS=1): one server with --tenants-dir, tenants a and b
+# each in a database of its own ({tenant}); tenant b's calm callers
+# (CALM, default 4) alone, then while tenant a's callers (CLIENTS) flood,
+# side by side: b's req/s, p50 and p99 in both, a's flood beside them.
+tenant_rows() {
+	local calm=${CALM:-4} tdir=$work/tenants t i
+	for t in a b; do
+		mkdir -p "$tdir/$t"
+		cp -r "$work/events" "$tdir/$t/events"
+		psql "$pg_admin" -qX -v ON_ERROR_STOP=1 -c "DROP DATABASE IF EXISTS ${bench_db}_$t WITH (FORCE)" -c "CREATE DATABASE ${bench_db}_$t" >/dev/null
+		"$bin" store migrate --store "${base%/*}/${bench_db}_$t$query" >/dev/null 2>"$work/migrate.log" || { cat "$work/migrate.log" >&2; exit 1; }
+	done
+	serve "$work/server-tenants.log" "$bin" --tenants-dir "$tdir" --tenant-claim org --store "${base%/*}/${bench_db}_{tenant}$query" || exit 1
+	local url="http://$addr/mcp" flood=() quiet=()
+	for i in $(seq 0 $((clients - 1))); do
+		"$work/loadtest" mint-hs256 --secret-file "$work/secret" --issuer "$issuer" --audience "$url" --scope "trace:read trace:guard" \
+			--sub "$(printf 'bench-agent-%02d' "$i")" --claim org=a >"$work/token-a-$i"
+		flood+=("$work/token-a-$i")
+	done
+	for i in $(seq 0 $((calm - 1))); do
+		"$work/loadtest" mint-hs256 --secret-file "$work/secret" --issuer "$issuer" --audience "$url" --scope "trace:read trace:guard" \
+			--sub "$(printf 'bench-agent-%02d' "$i")" --claim org=b >"$work/token-b-$i"
+		quiet+=("$work/token-b-$i")
+	done
+	load() { # tokens clients
+		"$work/loadtest" --url "$url" --token-file "$1" --duration "$duration" --clients "$2" --tool check_before_pay \
+			--args-file "$work/questions-distinct.ndjson" --args-per-client 2 --json
+	}
+	local alone during flooding
+	alone=$(load "$(IFS=,; echo "${quiet[*]}")" "$calm") || status=1
+	load "$(IFS=,; echo "${flood[*]}")" "$clients" >"$work/flood.json" &
+	local fpid=$!
+	during=$(load "$(IFS=,; echo "${quiet[*]}")" "$calm") || status=1
+	wait "$fpid" || status=1
+	flooding=$(cat "$work/flood.json")
+	stop_servers
+	echo
+	echo "tenants on one PostgreSQL server, a database each: tenant b ($calm callers) alone, then while tenant a ($clients callers) floods"
+	printf '%-34s %7s %7s %7s %s\n' row 'req/s' 'p50 ms' 'p99 ms' errors
+	local row j
+	for row in "tenant b alone" "tenant b while a floods" "tenant a flooding"; do
+		case $row in
+		"tenant b alone") j=$alone ;;
+		"tenant b while a floods") j=$during ;;
+		*) j=$flooding ;;
+		esac
+		printf '%-34s %7s %7s %7s %s\n' "$row" "$(jq -r '.rps | floor' <<<"$j")" "$(jq -r '.p50_ns / 1e6 | . * 100 | round / 100' <<<"$j")" \
+			"$(jq -r '.p99_ns / 1e6 | . * 100 | round / 100' <<<"$j")" "$(jq -r '.errors | to_entries | map("\(.key)=\(.value)") | join(",") | if . == "" then "0" else . end' <<<"$j")"
+		[[ $(jq -r '.errors | length' <<<"$j") == 0 ]] || status=1
+	done
+	for t in a b; do
+		psql "$pg_admin" -qX -c "DROP DATABASE IF EXISTS ${bench_db}_$t WITH (FORCE)" >/dev/null || true
+	done
+}
+
 echo "check_before_pay, $clients callers, $duration a row, $(nproc) cores; each caller asks of one payee allowed and one sent to review"
 echo "cpu: CPU seconds per 1000 answers (srv: the servers; pg: PostgreSQL's backends of the benchmark's database)"
 printf '%-6s %-10s %-9s %8s %7s %7s %7s %6s %5s %-8s %-24s %-7s  %s\n' build store shape replicas 'req/s' 'p50 ms' 'p99 ms' 'srv' 'pg' errors answers chains 'reviews (by rules)'
@@ -326,5 +390,6 @@ else
 		done
 	done
 	psql "$pg_admin" -qX -c "DROP DATABASE IF EXISTS $bench_db WITH (FORCE)" >/dev/null || true
+	[[ -n ${TENANTS:-} ]] && tenant_rows
 fi
 exit $status

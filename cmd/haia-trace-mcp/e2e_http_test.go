@@ -60,7 +60,13 @@ func startHTTPCommand(t *testing.T, args ...string) *httpProc {
 // environment.
 func startHTTPCommandEnv(t *testing.T, env []string, args ...string) *httpProc {
 	t.Helper()
-	cmd := exec.Command(binPath, args...)
+	return startHTTPBin(t, binPath, env, args...)
+}
+
+// startHTTPBin is startHTTPCommandEnv of the binary at bin (another build).
+func startHTTPBin(t *testing.T, bin string, env []string, args ...string) *httpProc {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
 	if env != nil {
 		cmd.Env = append(os.Environ(), env...)
 	}

@@ -71,9 +71,15 @@ func runCLI(t *testing.T, args ...string) (string, string, int) {
 // runCLIEnv is runCLI with env added to the test's environment.
 func runCLIEnv(t *testing.T, env []string, args ...string) (string, string, int) {
 	t.Helper()
+	return runBinEnv(t, binPath, env, args...)
+}
+
+// runBinEnv is runCLIEnv of the binary at bin (another build).
+func runBinEnv(t *testing.T, bin string, env []string, args ...string) (string, string, int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binPath, args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	if env != nil {
 		cmd.Env = append(os.Environ(), env...)
 	}

@@ -397,6 +397,8 @@ func mint(argv []string, stdout, stderr io.Writer) int {
 	audience := fs.String("audience", "", "aud: the resource URL")
 	scope := fs.String("scope", "", "space-separated scopes")
 	sub := fs.String("sub", "loadtest", "sub")
+	var extra claimList
+	fs.Var(&extra, "claim", "`NAME=VALUE`: one more string claim (a tenant claim, say); repeatable")
 	ttl := fs.Duration("ttl", time.Hour, "lifetime")
 	if err := fs.Parse(argv); err != nil {
 		return 2
@@ -407,8 +409,16 @@ func mint(argv []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	now := time.Now()
-	claims, err := json.Marshal(map[string]any{"iss": *issuer, "aud": *audience, "sub": *sub, "scope": *scope,
-		"iat": now.Unix(), "exp": now.Add(*ttl).Unix()})
+	c := map[string]any{"iss": *issuer, "aud": *audience, "sub": *sub, "scope": *scope, "iat": now.Unix(), "exp": now.Add(*ttl).Unix()}
+	for _, kv := range extra {
+		name, value, _ := strings.Cut(kv, "=")
+		if _, taken := c[name]; taken {
+			fmt.Fprintf(stderr, "mint-hs256: --claim %s: set by its own flag\n", name)
+			return 2
+		}
+		c[name] = value
+	}
+	claims, err := json.Marshal(c)
 	if err != nil {
 		fmt.Fprintf(stderr, "mint-hs256: %v\n", err)
 		return 1
@@ -419,4 +429,17 @@ func mint(argv []string, stdout, stderr io.Writer) int {
 	mac.Write([]byte(input))
 	fmt.Fprintln(stdout, input+"."+enc(mac.Sum(nil)))
 	return 0
+}
+
+// claimList is the repeatable --claim NAME=VALUE.
+type claimList []string
+
+func (l *claimList) String() string { return strings.Join(*l, ",") }
+
+func (l *claimList) Set(v string) error {
+	if name, _, ok := strings.Cut(v, "="); !ok || name == "" {
+		return fmt.Errorf("want NAME=VALUE, got %q", v)
+	}
+	*l = append(*l, v)
+	return nil
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -171,5 +173,33 @@ func TestLoadQuestions(t *testing.T) {
 	}
 	if len(rep.Questions) != 6 || !maps.Equal(sum, rep.Decisions) || rep.Decisions["review"] == 0 {
 		t.Fatalf("questions %+v add up to %v; the totals are %v", rep.Questions, sum, rep.Decisions)
+	}
+}
+
+// mint-hs256 adds each --claim to the token; a claim another flag sets,
+// or one without a value, is refused.
+func TestMintClaims(t *testing.T) {
+	secret := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secret, []byte("0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut strings.Builder
+	if code := mint([]string{"--secret-file", secret, "--sub", "a", "--claim", "org=acme", "--claim", "team=x=y"}, &out, &errOut); code != 0 {
+		t.Fatalf("mint: %d %s", code, errOut.String())
+	}
+	parts := strings.Split(strings.TrimSpace(out.String()), ".")
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claims map[string]any
+	if err := json.Unmarshal(payload, &claims); err != nil || claims["org"] != "acme" || claims["team"] != "x=y" || claims["sub"] != "a" {
+		t.Fatalf("claims %s (%v)", payload, err)
+	}
+	for _, bad := range [][]string{{"--claim", "sub=b"}, {"--claim", "org"}, {"--claim", "=x"}} {
+		errOut.Reset()
+		if code := mint(append([]string{"--secret-file", secret}, bad...), io.Discard, &errOut); code != 2 {
+			t.Errorf("mint %v: exit %d %s, want 2", bad, code, errOut.String())
+		}
 	}
 }
