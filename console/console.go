@@ -99,6 +99,19 @@ type Config struct {
 	// console serves, under URL + "t/<tenant>/" (its own cookies and
 	// pages). Passkeys must then list only the reviewers granted it.
 	Tenant string
+	// SignIns, when set, records the sign-in challenges used for every
+	// replica that shares it (the PostgreSQL store), so an assertion signs
+	// in once whichever replica it reaches; nil remembers them in this
+	// process.
+	SignIns SignIns
+}
+
+// SignIns records used sign-in challenges where every replica reads them.
+type SignIns interface {
+	// UseSignIn records the sign-in challenge whose SHA-256 is id, kept
+	// until expires, and reports whether it was new: false when any
+	// replica recorded it before.
+	UseSignIn(ctx context.Context, id []byte, expires time.Time) (bool, error)
 }
 
 // Console serves /console/.
@@ -602,11 +615,20 @@ func (c *Console) loginFinish(w http.ResponseWriter, r *http.Request, body []byt
 	}
 	now := c.cfg.Now()
 	ch, err := base64.RawURLEncoding.DecodeString(cd)
-	if err != nil || !c.checkChallenge(ch, now) {
-		return nil, fail(http.StatusForbidden, "this sign-in's challenge was not issued by this console, was used already, or expired")
+	exp, ok := c.checkChallenge(ch, now)
+	if err != nil || !ok {
+		return nil, fail(http.StatusForbidden, "this sign-in's challenge was not issued by this console, or expired")
 	}
 	if err := passkey.Verify(cred, a, ch); err != nil {
 		return nil, fail(http.StatusForbidden, "sign-in refused: %v", err)
+	}
+	// Used once, on every replica: recorded only for an assertion that
+	// holds, so a stranger's guesses write nothing.
+	if fresh, err := c.useChallenge(r.Context(), ch, exp, now); err != nil {
+		c.cfg.Logger.Error("console: a sign-in could not be recorded as used; refused", "reviewer", who, "err", err)
+		return nil, fail(http.StatusServiceUnavailable, "sign-in refused: it could not be recorded as used; try again")
+	} else if !fresh {
+		return nil, fail(http.StatusForbidden, "this sign-in was used already; sign in again")
 	}
 	n, err := c.checkCount(r.Context(), who, cred, a)
 	if err != nil {

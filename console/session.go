@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -14,14 +15,13 @@ import (
 // Sessions and sign-in challenges are stateless: each is MACed with the
 // console's session key (Config.SessionKey), so every replica that holds
 // the key accepts what another issued — a sign-in begun on one replica
-// finishes on another, a session cookie reads the queue on any. What stays
-// in one process's memory: that a challenge was used (a replay on the same
-// replica is refused; another replica would accept it once within its 5
-// minutes, but only with the assertion itself, which never leaves the
-// reviewer's TLS connection), sign-outs (the cookie is cleared in the
-// browser; the server refuses it only on the replica that signed it out),
-// and enrolments (the operator's command collects from the replica that
-// served the link).
+// finishes on another, a session cookie reads the queue on any. That a
+// challenge was used is recorded where every replica reads it when the
+// store can (Config.SignIns: PostgreSQL), else in this process's memory
+// (the file store: one host). What stays in one process's memory:
+// sign-outs (the cookie is cleared in the browser; the server refuses it
+// only on the replica that signed it out), and enrolments (the operator's
+// command collects from the replica that served the link).
 
 // minSessionKey is the shortest session key accepted.
 const minSessionKey = 32
@@ -100,22 +100,34 @@ func (c *Console) newChallenge(now time.Time) []byte {
 }
 
 // checkChallenge says whether ch is a sign-in challenge this key issued,
-// not expired, and not used here before (it is marked used).
-func (c *Console) checkChallenge(ch []byte, now time.Time) bool {
+// not expired, and returns its expiry. Whether it was used is
+// useChallenge's.
+func (c *Console) checkChallenge(ch []byte, now time.Time) (time.Time, bool) {
 	if len(ch) != 32 || !hmac.Equal(ch[16:], c.mac("login", ch[:16])[:16]) {
-		return false
+		return time.Time{}, false
 	}
 	exp := time.Unix(int64(binary.BigEndian.Uint64(ch[8:16])), 0)
 	if !now.Before(exp) || exp.After(now.Add(ceremonyTTL+time.Minute)) {
-		return false
+		return time.Time{}, false
+	}
+	return exp, true
+}
+
+// useChallenge marks sign-in challenge ch (expiring at exp) used and
+// reports whether it was not used before: on every replica with
+// Config.SignIns, else in this process.
+func (c *Console) useChallenge(ctx context.Context, ch []byte, exp, now time.Time) (bool, error) {
+	if c.cfg.SignIns != nil {
+		id := sha256.Sum256(ch)
+		return c.cfg.SignIns.UseSignIn(ctx, id[:], exp)
 	}
 	key := base64.RawURLEncoding.EncodeToString(ch)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.sweep(now)
 	if _, used := c.logins[key]; used || len(c.logins) >= 16*maxPending {
-		return false
+		return false, nil
 	}
 	c.logins[key] = exp
-	return true
+	return true, nil
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/app"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
 	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
@@ -59,6 +60,12 @@ func defineAudit(fs *flag.FlagSet) runFunc {
 				return usageErrorf("--tenants-dir and --tenant go together: --tenant names one tenant (a bare slug) of --tenants-dir, got %q", *tenant)
 			}
 			*dir = filepath.Join(*tenantsDir, *tenant)
+			// The tenant's own database, where --store names one per tenant.
+			spec, err := app.TenantStore(storeSpec(*storeFlag), *tenant)
+			if err != nil {
+				return usageErrorf("%v", err)
+			}
+			*storeFlag = spec
 		}
 		return runAudit(ctx, env.stdout, env.stderr, dir, reviewers, keyringPath, guardConfig, storeFlag, *tenant)
 	}

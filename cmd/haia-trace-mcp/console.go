@@ -154,8 +154,12 @@ func addTenantConsole(ctx context.Context, tc *tenantConsoles, st *app.Stack, lo
 // newGuardConsole builds the console of one stack (of its tenant, when
 // it has one).
 func newGuardConsole(ctx context.Context, u *url.URL, passkeys func() (reviewlog.Passkeys, error), st *app.Stack, logger *slog.Logger) (*console.Console, error) {
+	// A store every replica shares (PostgreSQL) records the sign-ins used,
+	// so one assertion signs in once on any replica; the file store is one
+	// host's, and the console remembers them itself.
+	signIns, _ := st.Store().(console.SignIns)
 	c, err := console.New(console.Config{
-		URL: u, Log: st.Log(), Passkeys: passkeys, Tenant: st.Tenant(),
+		URL: u, Log: st.Log(), Passkeys: passkeys, Tenant: st.Tenant(), SignIns: signIns,
 		Decider: engine.PasskeyDecider{Log: st.Log(), Chains: st.Chains(), Passkeys: passkeys},
 		Explain: func(template string, ref guard.Ref) string { return explainRef(ctx, st.Catalog(), template, ref) },
 		Logger:  logger,

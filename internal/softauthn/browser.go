@@ -2,10 +2,12 @@ package softauthn
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
@@ -25,12 +27,28 @@ type Browser struct {
 
 // NewBrowser opens the console's first page (which sets the CSRF cookie).
 func NewBrowser(base string, a *Authenticator) (*Browser, error) {
+	return newBrowser(base, a, &http.Client{})
+}
+
+// NewBrowserThrough is NewBrowser connecting to addr (host:port) whatever
+// base names: one replica of several behind base's address, as a load
+// balancer would pick it.
+func NewBrowserThrough(base, addr string, a *Authenticator) (*Browser, error) {
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}}
+	return newBrowser(base, a, &http.Client{Transport: tr})
+}
+
+func newBrowser(base string, a *Authenticator, client *http.Client) (*Browser, error) {
 	u, err := url.Parse(base)
 	if err != nil {
 		return nil, err
 	}
 	jar, _ := cookiejar.New(nil)
-	b := &Browser{Client: &http.Client{Jar: jar}, Base: base, Origin: u.Scheme + "://" + u.Host, RPID: u.Hostname(), Auth: a}
+	client.Jar = jar
+	b := &Browser{Client: client, Base: base, Origin: u.Scheme + "://" + u.Host, RPID: u.Hostname(), Auth: a}
 	if _, _, err := b.Get(""); err != nil {
 		return nil, err
 	}
