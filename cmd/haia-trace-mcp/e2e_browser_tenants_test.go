@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/webauthn"
+	"github.com/chromedp/chromedp"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/simrec"
+)
+
+// A tenant's console in a real browser (Debian chromium with the DevTools
+// WebAuthn virtual authenticator), served by a --tenants-dir server: the
+// operator enrols pat for acme at /console/t/acme/; pat signs in there,
+// sees acme's review and not globex's, approves it with one assertion, and
+// acme's identical question is honoured; at globex's console the same
+// passkey is refused, and acme's session is none there.
+func TestTenantConsoleInBrowser(t *testing.T) {
+	chromium := browserChromium(t)
+	tenants := filepath.Join(t.TempDir(), "tenants")
+	for _, name := range []string{"acme", "globex"} {
+		rec, err := simrec.New(filepath.Join(tenants, name), "run-"+name, time.Now().Add(-time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rec.Pay(simrec.Payment{OperationID: "op-" + name, URL: "https://" + name + ".example/x", PayTo: sellerA, Amount: "100000", Outcome: "settled"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	secret := []byte(strings.Repeat("t", 48))
+	secretFile := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secretFile, secret, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	reviewers := filepath.Join(dir, "reviewers.json")
+	port := freePort(t)
+	console := "http://localhost:" + port + "/console/"
+	acmeBase, globexBase := console+"t/acme/", console+"t/globex/"
+	p := startHTTPBinary(t, "--tenants-dir", tenants, "--tenant-claim", "org", "--reviewers", reviewers,
+		"--key-file", filepath.Join(dir, "signing.pem"), "--auth-issuer", "http://127.0.0.1/local-as", "--auth-hmac-secret", secretFile,
+		"--console", "--console-addr", "127.0.0.1:"+port)
+	ask := func(tenant, amount string) map[string]any {
+		t.Helper()
+		tok := signHS256(t, secret, map[string]any{"iss": "http://127.0.0.1/local-as", "aud": p.resource, "sub": "agent-1", "org": tenant,
+			"exp": time.Now().Add(time.Hour).Unix(), "iat": time.Now().Unix()})
+		cs, err := httpSession(t, p.resource, func() string { return tok })
+		if err != nil {
+			t.Fatalf("connect as %s: %v\n%s", tenant, err, p.logs())
+		}
+		defer cs.Close()
+		var m map[string]any
+		b, _ := json.Marshal(callTool(t, cs, "check_before_pay", map[string]any{"counterparty": sellerB, "amount": amount}).StructuredContent)
+		json.Unmarshal(b, &m)
+		return m
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	en := startEnrol(ctx, t, acmeBase, "--id", "pat", "--tenant", "acme", "--console-url", acmeBase, "--reviewers", reviewers, "--yes", "--wait", "1m")
+
+	const width, height = 1200, 900
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
+		chromedp.Flag("headless", "new"), chromedp.WindowSize(width, height))
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	defer acancel()
+	bctx, bcancel := chromedp.NewContext(actx)
+	defer bcancel()
+	if err := chromedp.Run(bctx, chromedp.EmulateViewport(width, height), chromedp.Navigate(en.link),
+		chromedp.ActionFunc(func(ctx context.Context) error {
+			if err := webauthn.Enable().Do(ctx); err != nil {
+				return err
+			}
+			_, err := webauthn.AddVirtualAuthenticator(&webauthn.VirtualAuthenticatorOptions{
+				Protocol: webauthn.AuthenticatorProtocolCtap2, Ctap2version: webauthn.Ctap2versionCtap21, Transport: webauthn.AuthenticatorTransportInternal,
+				HasResidentKey: true, HasUserVerification: true, IsUserVerified: true, AutomaticPresenceSimulation: true,
+			}).Do(ctx)
+			return err
+		})); err != nil {
+		t.Fatalf("start chromium with a virtual authenticator: %v", err)
+	}
+	var fp string
+	if err := chromedp.Run(bctx, chromedp.Click(`#register`, chromedp.ByQuery),
+		chromedp.Poll(`document.getElementById("fingerprint").textContent.startsWith("sha256:") || document.getElementById("status").textContent.startsWith("Registration failed")`, nil),
+		chromedp.Text(`#fingerprint`, &fp, chromedp.ByQuery)); err != nil {
+		t.Fatalf("register: %v\n%s", err, p.logs())
+	}
+	if err := en.wait(); err != nil || !strings.HasPrefix(fp, "sha256:") || !strings.Contains(en.out.String(), "fingerprint: "+fp) {
+		t.Fatalf("passkey add for acme: %q %v\n%s\n%s", fp, err, en.out.String(), en.errb.String())
+	}
+
+	acmeQ, globexQ := ask("acme", "2.50"), ask("globex", "2.50")
+	acmeID, _ := acmeQ["review_id"].(string)
+	globexID, _ := globexQ["review_id"].(string)
+	if acmeQ["decision"] != "review" || globexQ["decision"] != "review" || acmeID == "" || globexID == "" {
+		t.Fatalf("the questions opened no reviews: %v %v", acmeQ, globexQ)
+	}
+
+	// Signed in at acme's console: acme's queue, not globex's review.
+	var shot []byte
+	var queue string
+	if err := chromedp.Run(bctx, chromedp.Navigate(acmeBase), chromedp.Click(`#signin`, chromedp.ByQuery),
+		chromedp.WaitVisible(`table[aria-label="Pending reviews"]`, chromedp.ByQuery), chromedp.Text(`main`, &queue, chromedp.ByQuery),
+		chromedp.CaptureScreenshot(&shot)); err != nil {
+		t.Fatalf("sign in at acme: %v\n%s", err, p.logs())
+	}
+	checkScreenshot(t, "tenant-queue", shot, width, height)
+	names, err := accessibleNames(bctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hasName(names, "link", acmeID) || hasName(names, "link", globexID) || strings.Contains(queue, globexID) {
+		t.Fatalf("acme's queue: acme's review linked %v, globex's shown %v", hasName(names, "link", acmeID), strings.Contains(queue, globexID))
+	}
+	// globex's review through acme's console does not exist there.
+	var page string
+	if err := chromedp.Run(bctx, chromedp.Navigate(acmeBase+"reviews/"+globexID), chromedp.Text(`body`, &page, chromedp.ByQuery)); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(page, "Approve") {
+		t.Fatalf("globex's review opened at acme's console: %s", page)
+	}
+
+	// Approve acme's review: one assertion, decided by pat.
+	var status string
+	if err := chromedp.Run(bctx, chromedp.Navigate(acmeBase+"reviews/"+acmeID), chromedp.WaitVisible(`#note`, chromedp.ByQuery),
+		chromedp.SendKeys(`#note`, "approved for acme in the browser", chromedp.ByQuery),
+		chromedp.Click(`button[data-decision="approved"]`, chromedp.ByQuery),
+		chromedp.WaitNotPresent(`#note`, chromedp.ByQuery), chromedp.Text(`main`, &status, chromedp.ByQuery)); err != nil {
+		t.Fatalf("approve at acme: %v\n%s", err, p.logs())
+	}
+	if !strings.Contains(status, "Status: approved by pat") || !strings.Contains(status, "passkey") {
+		t.Fatalf("after Approve the page says: %s", status)
+	}
+	if a := ask("acme", "2.50"); a["decision"] != "allow" {
+		t.Fatalf("acme's approved question: %v", a)
+	}
+
+	// At globex's console: acme's session is none, and the passkey, not
+	// granted globex, cannot sign in.
+	var signin string
+	if err := chromedp.Run(bctx, chromedp.Navigate(globexBase), chromedp.WaitVisible(`#signin`, chromedp.ByQuery),
+		chromedp.Text(`body`, &page, chromedp.ByQuery)); err != nil {
+		t.Fatalf("globex's console: %v", err)
+	}
+	if strings.Contains(page, globexID) || strings.Contains(page, acmeID) {
+		t.Fatal("acme's session read globex's console")
+	}
+	if err := chromedp.Run(bctx, chromedp.Click(`#signin`, chromedp.ByQuery),
+		chromedp.Poll(`document.getElementById("status").textContent.startsWith("Sign-in failed")`, nil),
+		chromedp.Text(`#status`, &signin, chromedp.ByQuery), chromedp.CaptureScreenshot(&shot)); err != nil {
+		t.Fatalf("sign in at globex: %v\n%s", err, p.logs())
+	}
+	checkScreenshot(t, "tenant-refused", shot, width, height)
+	if !strings.Contains(signin, "not in the trusted reviewers file") {
+		t.Fatalf("pat at globex's console: %q, want the server's refusal", signin)
+	}
+	if err := chromedp.Run(bctx, chromedp.Navigate(globexBase+"reviews/"+globexID), chromedp.Text(`body`, &page, chromedp.ByQuery)); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(page, "Approve") || strings.Contains(page, "Signed terms") {
+		t.Fatalf("pat opened globex's review: %s", page)
+	}
+	if a := ask("globex", "2.50"); a["decision"] == "allow" {
+		t.Fatalf("globex's question was allowed: %v", a)
+	}
+}
