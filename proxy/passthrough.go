@@ -80,14 +80,19 @@ func (p *Proxy) declare(caps mcp.ServerCapabilities) {
 	}
 	if caps.Resources != nil && caps.Resources.Subscribe {
 		hooks.AddAfterSubscribe(func(ctx context.Context, _ any, m *mcp.SubscribeRequest, _ *mcp.EmptyResult) {
-			p.forwardAside(ctx, "resources/subscribe", map[string]any{"uri": m.Params.URI})
+			p.legacySubscribe(ctx, m.Params.URI, true)
 		})
 		hooks.AddAfterUnsubscribe(func(ctx context.Context, _ any, m *mcp.UnsubscribeRequest, _ *mcp.EmptyResult) {
-			p.forwardAside(ctx, "resources/unsubscribe", map[string]any{"uri": m.Params.URI})
+			p.legacySubscribe(ctx, m.Params.URI, false)
+		})
+		// Protocol 2026-07-28: the resources a listen stream names.
+		hooks.AddBeforeSubscriptionsListen(func(ctx context.Context, id any, m *mcp.SubscriptionsListenRequest) {
+			p.listen(ctx, id, m.Params.Notifications.ResourceSubscriptions)
 		})
 	}
 	if p.cfg.Stdio != nil {
 		srv.AddNotificationHandler(string(mcp.MethodNotificationInitialized), p.cfg.Stdio.initialized)
+		hooks.AddBeforeAny(p.cfg.Stdio.request)
 	}
 	srv.AddNotificationHandler(string(mcp.MethodNotificationRootsListChanged), func(ctx context.Context, _ mcp.JSONRPCNotification) {
 		if err := p.up.Notify(context.WithoutCancel(ctx), string(mcp.MethodNotificationRootsListChanged), nil); err != nil {

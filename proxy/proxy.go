@@ -78,6 +78,9 @@ type Proxy struct {
 	caps       mcp.ServerCapabilities
 	// tasks joins a task's work to its cancellation (tasks.go).
 	tasks taskLinks
+	// listens bridges the hosts' subscriptions/listen streams (listen.go).
+	listenMu sync.Mutex
+	listens  listens
 }
 
 type progressRoute struct {
@@ -507,17 +510,36 @@ func (p *Proxy) onNotification(n mcp.JSONRPCNotification) {
 				p.cfg.Logger.Error("the upstream's changed tools do not match the guard map; every upstream call is refused until they do", "err", err)
 			}
 		}()
+	case mcp.MethodNotificationResourceUpdated:
+		// On the listen streams that name the resource; below, to the
+		// session-protocol clients as every other notification.
+		p.updated(params)
+		p.broadcast(n.Method, params)
 	case mcp.MethodNotificationTasksStatus:
 		// It names the upstream's task; the host knows only the proxy's,
 		// whose own status notifications the proxy's server sends.
 		return
 	default:
-		if p.cfg.Stdio != nil {
-			if _, err := p.cfg.Stdio.notify(n.Method, params, false); err != nil {
-				p.cfg.Logger.Debug("notification not passed on", "method", n.Method, "err", err)
-			}
-			return
-		}
-		srv.SendNotificationToAllClients(n.Method, params)
+		p.broadcast(n.Method, params)
 	}
+}
+
+// broadcast passes a notification of the upstream to every client (a
+// session with a listen stream open receives only what it opted in to).
+func (p *Proxy) broadcast(method string, params map[string]any) {
+	if p.cfg.Stdio != nil {
+		// A client of protocol 2026-07-28 receives, outside its listen
+		// streams, what the upstream sends while one of its calls is in
+		// flight (over stdio there is one client; the session protocol
+		// does not say which call a notification is for, so it is taken
+		// for the call's), never a resource update it did not name on a
+		// stream.
+		inCall := p.cfg.Stdio.isModern() && p.InFlight() && method != mcp.MethodNotificationResourceUpdated
+		if _, err := p.cfg.Stdio.notify(method, params, inCall); err != nil {
+			p.cfg.Logger.Debug("notification not passed on", "method", method, "err", err)
+		}
+		return
+	}
+	// The server leaves out the listen streams that did not opt in.
+	p.cfg.Server.MCP().SendNotificationToAllClients(method, params)
 }

@@ -25,6 +25,29 @@ type StdioOut struct {
 	// ready: the client said notifications/initialized (the session is
 	// initialized when it asks initialize, before it has the answer).
 	ready bool
+	// modern: the client speaks protocol 2026-07-28, on which it receives
+	// outside its calls only what it opted in to through
+	// subscriptions/listen.
+	modern bool
+}
+
+// isModern reports a client of protocol 2026-07-28.
+func (o *StdioOut) isModern() bool {
+	if o == nil {
+		return false
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.modern
+}
+
+// request is the before-any hook: it learns the client's protocol.
+func (o *StdioOut) request(ctx context.Context, _ any, _ mcp.MCPMethod, _ any) {
+	if info := mcpserver.RequestProtocolInfoFromContext(ctx); info != nil && info.Modern {
+		o.mu.Lock()
+		o.modern = true
+		o.mu.Unlock()
+	}
 }
 
 // initialized is the handler of the client's notifications/initialized.
@@ -81,7 +104,13 @@ func (o *StdioOut) notify(method string, params map[string]any, inCall bool) (bo
 	if inCall {
 		o.markReady()
 	}
-	if o.client() == nil {
+	s := o.client()
+	if s == nil {
+		return false, nil
+	}
+	if !inCall && (o.isModern() || listening(s)) {
+		// What it opted in to through subscriptions/listen comes on that
+		// stream; nothing else outside its calls.
 		return false, nil
 	}
 	n := mcp.JSONRPCNotification{JSONRPC: mcp.JSONRPC_VERSION, Notification: mcp.Notification{Method: method, Params: mcp.NotificationParams{AdditionalFields: params}}}
