@@ -105,8 +105,17 @@ func TestProxyEverythingListen20260728(t *testing.T) {
 			t.Fatalf("subscribe: %v (stderr %s)", err, e.stderr)
 		}
 	}
-	// server-everything logs when asked to subscribe: at the session
-	// protocol's default level nothing, and a 2026-07-28 host never.
+	// The stream is open once the proxy subscribed the upstream (which
+	// logs that it was asked, outside any call: a 2026-07-28 host that
+	// did not opt in must not see it).
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(e.stderr.String(), "the upstream is subscribed") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the upstream was not subscribed for the listen stream; stderr %s", e.stderr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
 	toggle := func(cs *mcp.ClientSession) {
 		t.Helper()
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "toggle-subscriber-updates", Arguments: map[string]any{}})
@@ -154,7 +163,7 @@ func TestProxyEverythingListen20260728(t *testing.T) {
 	if err := pcs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(15 * time.Second)
+	deadline = time.Now().Add(15 * time.Second)
 	for !strings.Contains(e.stderr.String(), `"resources/unsubscribe"`) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the upstream was not unsubscribed when the listen stream closed; stderr %s", e.stderr)
