@@ -39,7 +39,7 @@ func (s *Server) guardTools() []toolDef {
 			title: "Check before paying",
 			description: "Ask before every new payment whether it should go ahead: allow, review (a human decides) or block, " +
 				"with the reasons and the receipts they rest on. Advisory: it never moves funds. A review is recorded in the review log; " +
-				"asking the same question again within 10 minutes returns the same pending review. An allow reserves its payment: it counts " +
+				"asking the same question again returns the same pending review until a human decides it or it expires. An allow reserves its payment: it counts " +
 				"against every limit until the Trace shows it or the reservation lapses. Naming a host? Pass the 402's payee address as pay_to too. " +
 				"dry_run: true answers without recording anything.",
 			readOnly: false, idempotent: true,

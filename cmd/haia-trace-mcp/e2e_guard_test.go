@@ -95,7 +95,7 @@ func TestStdioGuardStory(t *testing.T) {
 	var again checkAnswer
 	decodeStructured(t, callTool(t, cs, "check_before_pay", map[string]any{"counterparty": strings.ToLower(sellerB), "amount": "0.1"}), &again)
 	if again.ReviewID != first.ReviewID {
-		t.Fatalf("same question within 10 minutes opened review %s, want %s", again.ReviewID, first.ReviewID)
+		t.Fatalf("same question while its review is pending opened review %s, want %s", again.ReviewID, first.ReviewID)
 	}
 
 	out, errOut, code := runCLI(t, "review", "reject", first.ReviewID, "--note", "B never settled op-b", "--by", "alice", "--dir", root)

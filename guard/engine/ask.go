@@ -8,10 +8,6 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 )
 
-// IdempotencyWindow: the same question asked again within it returns the
-// pending review that already exists.
-const IdempotencyWindow = 10 * time.Minute
-
 // AskRequest is one question for the review outcome policy (Ask): the
 // guard's own answer, the policy's review settings, and what the log
 // records of the answer.
@@ -135,9 +131,12 @@ func settle(v *reviewlog.AskView, req AskRequest) (reviewlog.AskPlan, error) {
 	if req.Decision != guard.Review {
 		return plain, nil
 	}
-	since := at.Add(-IdempotencyWindow)
+	// One open review per question: the caller's pending review that
+	// answers it is the answer, whatever its age, until a reviewer decides
+	// it or it expires (the verifier reads a review past the log's time to
+	// live as expired, never pending).
 	for _, r := range resolved {
-		if t, ok := r.Created(); r.Status == reviewlog.Pending && ok && !t.Before(since) && answers(r, want) {
+		if r.Status == reviewlog.Pending && answers(r, want) {
 			return reviewlog.AskPlan{Kind: reviewlog.AskReused, Review: r}, nil
 		}
 	}
@@ -210,8 +209,9 @@ func answers(r reviewlog.Review, want reviewlog.Terms) bool {
 const OpenReviewCaller = "reviewlog.OpenReview"
 
 // OpenReview opens a review, for caller OpenReviewCaller, for a question
-// the guard answered with "review", or returns the pending one for the
-// same question opened within IdempotencyWindow; created says which. The
+// the guard answered with "review", or returns the pending one of the
+// same question (whatever its age, until decided or expired); created
+// says which. The
 // engine answers through Ask, which knows the caller; this remains for
 // tools and tests that open reviews directly. hook must sign the terms of
 // an opened review (reviewlog.TermsDraft), as the engine's does, or the
