@@ -143,6 +143,7 @@ func (l *Log) Ask(ctx context.Context, req AskRequest, decide func(v *AskView) (
 			if r, rec, err = view.opening(plan.Reasons); err != nil {
 				return nil, err
 			}
+			view.closeOpen()
 			plan.Pending++
 		default:
 			return nil, fmt.Errorf("%w: unknown answer kind %q", ErrBadInput, clip(plan.Kind))
@@ -378,6 +379,31 @@ func (a *AskView) opening(reasons []guard.Reason) (Review, *record, error) {
 		Asset: q.Asset, Template: q.Template, Reasons: reasons, Caller: req.Caller, ParamsHash: req.ParamsHash,
 		Tenant: terms.Tenant, Resource: terms.Resource, Terms: &terms, TermsHash: th, PayTo: q.PayTo}
 	return r, rec, nil
+}
+
+// closeOpen tells a store that keeps one open review per question that
+// the reviews of this question read here do not answer it (the answer
+// opens another), so that the review about to open is the question's one
+// open review.
+func (a *AskView) closeOpen() {
+	x, ok := a.g.(ReviewRowsWriter)
+	if !ok || !a.reviewsRead || len(a.reviews) == 0 {
+		return
+	}
+	seen := make([]string, 0, len(a.reviews))
+	for _, r := range a.reviews {
+		seen = append(seen, r.ID)
+	}
+	var expiredAt time.Time
+	if ttl := a.l.ttl(); ttl > 0 {
+		// As the verifier reads expiry.
+		now := a.at
+		if a.v != nil {
+			now = a.v.now
+		}
+		expiredAt = now.Add(-ttl)
+	}
+	x.CloseOpen(QuestionKey(a.req.Caller, a.req.Question, a.req.Resource), seen, expiredAt)
 }
 
 // SignedTerms says whether the review's terms are signed by the server

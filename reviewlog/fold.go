@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -331,12 +332,7 @@ func (st *state) apply(rec record, off int64) {
 	switch rec.Type {
 	case typeOpened:
 		created, _ := parseTime(rec.At)
-		resource := ""
-		if rec.Terms != nil {
-			resource = rec.Terms.Resource
-		}
-		e := &entry{id: rec.ReviewID, caller: rec.Caller, created: created, status: Pending, opened: off, decided: -1, used: -1,
-			key: questionKey(rec.Caller, guard.Question{Counterparty: rec.Counterparty, Amount: *rec.Amount, Asset: rec.Asset, Template: rec.Template, PayTo: rec.PayTo}, resource)}
+		e := &entry{id: rec.ReviewID, caller: rec.Caller, created: created, status: Pending, opened: off, decided: -1, used: -1, key: openedKey(rec)}
 		st.entries = append(st.entries, e)
 		st.byID[e.id] = e
 		st.byKey[e.key] = append(st.byKey[e.key], e)
@@ -351,6 +347,22 @@ func (st *state) apply(rec record, off int64) {
 	case typeReleased:
 		st.applyRelease(rec, off)
 	}
+}
+
+// openedKey is the question key of an opened record.
+func openedKey(rec record) [16]byte {
+	resource := ""
+	if rec.Terms != nil {
+		resource = rec.Terms.Resource
+	}
+	return questionKey(rec.Caller, guard.Question{Counterparty: rec.Counterparty, Amount: *rec.Amount, Asset: rec.Asset, Template: rec.Template, PayTo: rec.PayTo}, resource)
+}
+
+// QuestionKey is the hex key of a caller's question, as ParseLineHead
+// gives it for the review opened on it.
+func QuestionKey(caller string, q guard.Question, resource string) string {
+	k := questionKey(caller, q, resource)
+	return hex.EncodeToString(k[:])
 }
 
 // questionKey identifies a caller's question.

@@ -1,6 +1,7 @@
 package reviewlog
 
 import (
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -178,15 +179,16 @@ func TestParseLineHeadReservations(t *testing.T) {
 // ParseLineHead is the log's own strict reading: a store indexes a line's
 // type and review only when the log reads it as a record.
 func TestParseLineHead(t *testing.T) {
+	at := func(s string) time.Time { v, _ := time.Parse(time.RFC3339, s); return v }
 	for _, c := range []struct {
 		name, line string
 		want       LineHead
 		ok, opens  bool
 	}{
-		{"opened", openedA + "\n", LineHead{Type: typeOpened, ReviewID: idA}, true, true},
-		{"opened without newline", openedA, LineHead{Type: typeOpened, ReviewID: idA}, true, true},
-		{"decided", decideA, LineHead{Type: typeDecided, ReviewID: idA}, true, false},
-		{"repair", `{"type":"repair","at":"2026-07-25T12:06:00.000Z","lines":[2]}`, LineHead{Type: typeRepair}, true, false},
+		{"opened", openedA + "\n", LineHead{Type: typeOpened, ReviewID: idA, At: at("2026-07-25T12:00:00Z")}, true, true},
+		{"opened without newline", openedA, LineHead{Type: typeOpened, ReviewID: idA, At: at("2026-07-25T12:00:00Z")}, true, true},
+		{"decided", decideA, LineHead{Type: typeDecided, ReviewID: idA, At: at("2026-07-25T12:05:00Z"), Status: Approved}, true, false},
+		{"repair", `{"type":"repair","at":"2026-07-25T12:06:00.000Z","lines":[2]}`, LineHead{Type: typeRepair, At: at("2026-07-25T12:06:00Z")}, true, false},
 		{"torn", openedA[:40], LineHead{}, false, false},
 		{"unknown field", strings.TrimSuffix(openedA, "}") + `,"x":1}`, LineHead{}, false, false},
 		{"field of another case", strings.Replace(openedA, `"type"`, `"Type"`, 1), LineHead{}, false, false},
@@ -195,6 +197,10 @@ func TestParseLineHead(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h, ok := ParseLineHead([]byte(c.line))
+			if c.opens {
+				// The question key is the fold's.
+				c.want.QuestionKey = QuestionKey("", guard.Question{Counterparty: "api.example.com", Amount: "1", Asset: "a"}, "")
+			}
 			if h != c.want || ok != c.ok || h.Opens() != c.opens {
 				t.Fatalf("ParseLineHead = %+v, %v (opens %v); want %+v, %v (opens %v)", h, ok, h.Opens(), c.want, c.ok, c.opens)
 			}
@@ -202,8 +208,46 @@ func TestParseLineHead(t *testing.T) {
 	}
 }
 
+// An opened line with terms gives its caller, tenant and both keys; the
+// terms key leaves out the review id, so two reviews of one question on
+// the same terms share it, and any other member or rule changes it.
+func TestLineHeadKeys(t *testing.T) {
+	terms := Terms{ReviewID: idA, Caller: "bot", Tenant: "acme", Counterparty: "api.example.com", Amount: "1", AmountAtomic: "1000000",
+		Asset: "a", Resource: "https://api.example.com/x", Template: "x402-buyer", Rules: []string{"a_rule", "b_rule"}, ParamsHash: "hmac:1"}
+	line := func(t Terms) []byte {
+		amount := t.Amount
+		b, err := encodeRecord(record{Type: typeOpened, ReviewID: t.ReviewID, At: "2026-07-25T12:00:00.000Z", Counterparty: t.Counterparty, Amount: &amount,
+			Asset: t.Asset, Template: t.Template, Reasons: []guard.Reason{}, Caller: t.Caller, Terms: &t, PayTo: "0xabc"})
+		if err != nil {
+			panic(err)
+		}
+		return b
+	}
+	h, ok := ParseLineHead(line(terms))
+	q := QuestionKey("bot", guard.Question{Counterparty: "api.example.com", Amount: "1", Asset: "a", Template: "x402-buyer", PayTo: "0xabc"}, "https://api.example.com/x")
+	if !ok || h.Caller != "bot" || h.Tenant != "acme" || h.QuestionKey != q || h.TermsKey != TermsKey(terms) || len(h.TermsKey) != 32 {
+		t.Fatalf("head %+v %v; want caller bot, tenant acme, question key %s, terms key %s", h, ok, q, TermsKey(terms))
+	}
+	other := terms
+	other.ReviewID = "2b4e28ba-2fa1-4d2c-883f-0016d3cca427"
+	if TermsKey(other) != h.TermsKey {
+		t.Fatal("the terms key depends on the review id")
+	}
+	for name, edit := range map[string]func(*Terms){
+		"caller": func(t *Terms) { t.Caller = "bot2" }, "tenant": func(t *Terms) { t.Tenant = "" }, "amount_atomic": func(t *Terms) { t.AmountAtomic = "1" },
+		"params_hash": func(t *Terms) { t.ParamsHash = "" }, "rules": func(t *Terms) { t.Rules = []string{"a_rule"} },
+		"members that run together": func(t *Terms) { t.Asset, t.Resource = "a;https://api.example.com/x", "" },
+	} {
+		o := terms
+		edit(&o)
+		if TermsKey(o) == h.TermsKey {
+			t.Errorf("changing %s keeps the terms key", name)
+		}
+	}
+}
+
 // FuzzParseLineHead: any bytes give a head only when the fold reads them
-// as a record of that type and review.
+// as a record of that type and review, with the fold's question key.
 func FuzzParseLineHead(f *testing.F) {
 	for _, s := range []string{openedA, decideA, openedA[:40], "{}", `{"type":"used"}`, reservedT, releasedT, strings.Replace(reservedT, `"tenant"`, `"Tenant"`, 1)} {
 		f.Add([]byte(s))
@@ -213,6 +257,12 @@ func FuzzParseLineHead(f *testing.F) {
 		r, err := decodeRecord(line)
 		if ok != (err == nil) || (ok && (h.Type != r.Type || h.ReviewID != r.ReviewID)) || (!ok && h != LineHead{}) {
 			t.Fatalf("head %+v %v, record %+v %v", h, ok, r, err)
+		}
+		if ok && r.Type == typeOpened {
+			k := openedKey(r)
+			if h.QuestionKey != hex.EncodeToString(k[:]) || (r.Terms != nil) != (h.TermsKey != "") {
+				t.Fatalf("head %+v of %+v: keys are not the fold's", h, r)
+			}
 		}
 		// A reservation or release comes only from the line of that type,
 		// as the record holds it, at the line's time.

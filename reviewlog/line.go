@@ -2,6 +2,7 @@ package reviewlog
 
 import (
 	"bytes"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -216,12 +217,22 @@ func decodeRecord(b []byte) (record, error) {
 }
 
 // LineHead is what a store may index of one line of the review log: the
-// line's type and the review it concerns ("" for none), and, for a
-// reserved or released line, its reservation or release as the line
-// holds it (unverified: checking the seal is the engine's part).
+// line's type and the review it concerns ("" for none); for the lines
+// that change a review's state, what a store keeps of that state in rows;
+// and, for a reserved or released line, its reservation or release as the
+// line holds it (unverified: checking the seal is the engine's part).
 type LineHead struct {
 	Type     string
 	ReviewID string
+	// At is the line's time (every record has one).
+	At time.Time
+	// Of an opened line: who asked, the tenant its terms name, the key of
+	// the question (QuestionKey: what the fold groups a caller's reviews
+	// of one question by) and the key of its terms without the review id
+	// (TermsKey; "" when the line carries no terms), both hex.
+	Caller, Tenant, QuestionKey, TermsKey string
+	// Status is a decided line's (approved or rejected).
+	Status string
 	// Reservation is a reserved line's reservation, with At set to the
 	// line's time; nil for any other line.
 	Reservation *Reservation
@@ -238,7 +249,18 @@ func ParseLineHead(line []byte) (h LineHead, ok bool) {
 	if err != nil {
 		return LineHead{}, false
 	}
-	h = LineHead{Type: r.Type, ReviewID: r.ReviewID}
+	at, _ := parseTime(r.At) // decodeRecord refuses a line whose time does not parse
+	h = LineHead{Type: r.Type, ReviewID: r.ReviewID, At: at}
+	switch r.Type {
+	case typeOpened:
+		k := openedKey(r)
+		h.Caller, h.QuestionKey = r.Caller, hex.EncodeToString(k[:])
+		if r.Terms != nil {
+			h.Tenant, h.TermsKey = r.Terms.Tenant, TermsKey(*r.Terms)
+		}
+	case typeDecided:
+		h.Status = r.Status
+	}
 	if r.Reservation != nil {
 		c := *r.Reservation
 		c.At, c.Releases = r.At, nil
@@ -254,6 +276,9 @@ func ParseLineHead(line []byte) (h LineHead, ok bool) {
 
 // Opens says whether the line opens a review (ReviewID names it).
 func (h LineHead) Opens() bool { return h.Type == typeOpened && h.ReviewID != "" }
+
+// Decides says whether the line decides review h.ReviewID (h.Status).
+func (h LineHead) Decides() bool { return h.Type == typeDecided && h.ReviewID != "" }
 
 // Uses says whether the line uses the approval of review h.ReviewID.
 func (h LineHead) Uses() bool { return h.Type == typeUsed && h.ReviewID != "" }

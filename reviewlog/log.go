@@ -51,7 +51,10 @@ var (
 	ErrBadID          = errors.New("bad review id")
 	ErrBadInput       = errors.New("bad review input")
 	ErrExpired        = errors.New("review expired")
-	ErrUntrusted      = errors.New("reviewer not trusted")
+	// ErrReviewOpen: a store that keeps one open review per question
+	// refuses a second (see ReviewRowsWriter).
+	ErrReviewOpen = errors.New("a review of this question is open already")
+	ErrUntrusted  = errors.New("reviewer not trusted")
 	// ErrTampered: an unsigned record disagrees with the signed receipts;
 	// nothing is decided on it.
 	ErrTampered = errors.New("review records tampered with")

@@ -107,6 +107,22 @@ type StreamInfo struct {
 	Version  string
 }
 
+// ReviewRowsWriter is a Writer whose store keeps each review's state in
+// rows beside its lines, and lets at most one review of one question and
+// terms (TermsKey) be open (the PostgreSQL store). A section that opens a
+// review of a question first names the reviews of that question it read
+// and found no answer (expired, decided, tampered with): those are no
+// longer the question's open review — expired when opened at or before
+// expiredAt (zero: none expire), superseded otherwise — and the store
+// marks them so with what the section appends. A review the section did
+// not read (another replica's, opened meanwhile) stays open, and the store
+// refuses the second (ErrReviewOpen). The rows are an index; the lines
+// and the signatures stay what a reader believes.
+type ReviewRowsWriter interface {
+	Writer
+	CloseOpen(questionKey string, seen []string, expiredAt time.Time)
+}
+
 type bulkKey struct{}
 
 // Bulk marks ctx for a bulk copy (store import and export): a store may let

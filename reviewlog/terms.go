@@ -72,6 +72,23 @@ func TermsHash(t Terms) (string, error) {
 	})
 }
 
+// TermsKey is the hex key of terms without their review id: two reviews
+// with the same key ask the same question of the same caller for the same
+// rules. The PostgreSQL store keeps at most one open review per key; its
+// migration computes the same key in SQL (SHA-256 of each member, length
+// first, rules last, cut to 16 bytes).
+func TermsKey(t Terms) string {
+	h := sha256.New()
+	for _, s := range []string{t.Caller, t.Tenant, t.Counterparty, t.Amount, t.AmountAtomic, t.Asset, t.Resource, t.Template, t.ParamsHash} {
+		fmt.Fprintf(h, "%d:%s;", len(s), s)
+	}
+	fmt.Fprintf(h, "rules:%d;", len(t.Rules))
+	for _, r := range t.Rules {
+		fmt.Fprintf(h, "%d:%s;", len(r), r)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
 // DecisionHash is what a reviewer signs as the paramsHash of a decision
 // receipt: "sha256:" and the hex SHA-256 of JCS({"decision", "note",
 // "terms_hash"}), decision being "approved" or "rejected". It binds the

@@ -45,7 +45,7 @@ func (s *Store) LockedScopes(ctx context.Context, wait time.Duration, scopes []r
 		return fmt.Errorf("PostgreSQL at %s: connect: %w", s.describe, scrub(err))
 	}
 	defer conn.Release()
-	w := &scopedWriter{writer: writer{reader{s: s, q: conn, snap: &snapshot{}}}, scopes: order}
+	w := &scopedWriter{writer: writer{reader: reader{s: s, q: conn, snap: &snapshot{}}}, scopes: order}
 	open := false
 	defer func() {
 		if open {
@@ -167,6 +167,7 @@ func (w *scopedWriter) AppendLog(ctx context.Context, data []byte) error {
 		}
 	}
 	b := &pgx.Batch{}
+	w.queueClosings(b)
 	var base int64
 	b.Queue(`WITH g AS (
 			INSERT INTO guard_streams (name, size, generation) SELECT $1, $2, value FROM guard_meta WHERE key = 'generation'
@@ -175,6 +176,9 @@ func (w *scopedWriter) AppendLog(ctx context.Context, data []byte) error {
 		i AS (INSERT INTO review_lines (stream, off, line, kind, review_id)
 			SELECT $1, g.base + x.rel, x.line, x.kind, x.rid FROM g, unnest($3::bigint[], $4::bytea[], $5::text[], $6::text[]) AS x (rel, line, kind, rid))
 		SELECT base FROM g`, logStream, off, rel, lines, kinds, ids).QueryRow(func(row pgx.Row) error { return row.Scan(&base) })
+	for i, li := range heads {
+		queueRow(b, logStream, off-rel[i], li.head, false)
+	}
 	for _, id := range used {
 		queueUse(ctx, b, id, false)
 	}
@@ -188,7 +192,7 @@ func (w *scopedWriter) AppendLog(ctx context.Context, data []byte) error {
 	}
 	b.Queue("SELECT pg_notify($1, '')", ChannelLog)
 	if err := w.send(ctx, b); err != nil {
-		if errors.Is(err, reviewlog.ErrAlreadyDecided) {
+		if errors.Is(err, reviewlog.ErrAlreadyDecided) || errors.Is(err, reviewlog.ErrReviewOpen) {
 			return err
 		}
 		return fmt.Errorf("PostgreSQL at %s: append to %s: %w", w.s.describe, logStream, err)

@@ -234,7 +234,7 @@ func (s *Store) Locked(ctx context.Context, wait time.Duration, fn func(w review
 		}
 		return fmt.Errorf("PostgreSQL at %s: take the guard lock: %w", s.describe, scrub(err))
 	}
-	w := &writer{reader{s: s, q: tx}}
+	w := &writer{reader: reader{s: s, q: tx}, bulk: reviewlog.IsBulk(ctx)}
 	if err := fn(w); err != nil {
 		return err
 	}
@@ -477,11 +477,19 @@ func (r *reader) Archive(ctx context.Context, name string) (reviewlog.Stream, er
 	return r.stream(ctx, name, "review_lines", true)
 }
 
-type writer struct{ reader }
+type writer struct {
+	reader
+	// closings are the CloseOpen calls to send with the next append.
+	closings []closing
+	// bulk: the section is a bulk copy (reviewlog.Bulk), whose lines were
+	// recorded before.
+	bulk bool
+}
 
 // indexed is what the schema indexes of one line: its type and review id
-// (nil when it has none), and the review it opens ("" when none). A line
-// the log cannot read is kept, unindexed, for the fold to report.
+// (nil when it has none), the review it opens ("" when none), and its
+// head for the review rows. A line the log cannot read is kept,
+// unindexed, for the fold to report.
 type indexed struct {
 	kind, id *string
 	opened   string
@@ -491,11 +499,13 @@ type indexed struct {
 	// (nil for any other line).
 	reservation *reviewlog.Reservation
 	release     *reviewlog.Release
+	// head is the line's head, for the review rows.
+	head reviewlog.LineHead
 }
 
 func indexLine(line []byte) indexed {
 	h, _ := reviewlog.ParseLineHead(line)
-	var out indexed
+	out := indexed{head: h}
 	if h.Type != "" {
 		out.kind = &h.Type
 	}
@@ -589,9 +599,16 @@ func (w *writer) size(ctx context.Context, name string) (int64, error) {
 func (w *writer) insertLines(ctx context.Context, stream string, off int64, lines [][]byte, moving bool) ([]string, error) {
 	var opened []string
 	b := &pgx.Batch{}
+	w.queueClosings(b)
+	end := off
+	for _, line := range lines {
+		end += int64(len(line))
+	}
+	copying := moving || w.bulk || reviewlog.IsBulk(ctx)
 	for _, line := range lines {
 		li := indexLine(line)
 		b.Queue("INSERT INTO review_lines (stream, off, line, kind, review_id) VALUES ($1, $2, $3, $4, $5)", stream, off, line, li.kind, li.id)
+		queueRow(b, stream, end-off, li.head, copying)
 		if li.used != "" {
 			queueUse(ctx, b, li.used, moving)
 		}
@@ -623,6 +640,9 @@ func (w *writer) send(ctx context.Context, b *pgx.Batch) error {
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		if u := useRefused(err); u != nil {
 			return u
+		}
+		if o := openRefused(err); o != nil {
+			return o
 		}
 		return scrub(err)
 	}
@@ -745,13 +765,16 @@ func (w *writer) SetPolicy(ctx context.Context, rec reviewlog.PolicyRecord) erro
 	return nil
 }
 
-// SettleNotifications marks every opened review as notified: a store
-// import brings reviews that were notified where they came from.
+// SettleNotifications marks every opened review as notified (a store
+// import brings reviews that were notified where they came from), and
+// settles the imported review rows.
 func (w *writer) SettleNotifications(ctx context.Context) error {
 	if _, err := w.q.Exec(ctx, "UPDATE notify_outbox SET delivered_at = now(), claimed_by = 'import' WHERE delivered_at IS NULL"); err != nil {
 		return fmt.Errorf("PostgreSQL at %s: notification outbox: %w", w.s.describe, scrub(err))
 	}
-	return nil
+	// The import's reviews are in rows: each question's newest undecided
+	// one is its open review.
+	return w.settleRows(ctx)
 }
 
 // ReplaceLog moves archived lines into a new archive stream and rewrites
@@ -782,14 +805,16 @@ func (w *writer) ReplaceLog(ctx context.Context, name string, archived, kept []b
 		return fmt.Errorf("PostgreSQL at %s: rewrite the review log: %w", w.s.describe, scrub(err))
 	}
 	if len(kept) == 0 {
-		return nil
+		return w.settleRows(ctx)
 	}
 	kl, err := splitLines(kept)
 	if err != nil {
 		return fmt.Errorf("%s: %w", logStream, err)
 	}
-	_, err = w.insertLines(ctx, logStream, 0, kl, true)
-	return err
+	if _, err = w.insertLines(ctx, logStream, 0, kl, true); err != nil {
+		return err
+	}
+	return w.settleRows(ctx)
 }
 
 // stream reads one stream's rows at byte offsets. It keeps the rows it

@@ -28,6 +28,7 @@ func runAdversary(t *testing.T, factory Factory) {
 		{"LiftRejectionByQuestion", testLiftRejectionByQuestion},
 		{"NewReasonOpensNewReview", testNewReason},
 		{"AuditTellsCrashFromTampering", testAuditClasses},
+		{"EditedRowsDecideNothing", testEditedRows},
 	} {
 		t.Run("Adversary/"+c.name, func(t *testing.T) { c.run(t, newFixture(t, factory)) })
 	}
@@ -272,5 +273,48 @@ func testAuditClasses(t *testing.T, f *fixture) {
 	rep = f.audit(ctx)
 	if len(rep.Findings) == 0 || len(rep.Incomplete) != 1 {
 		t.Fatalf("audit after tampering: %+v, want the finding beside the leftover", rep)
+	}
+}
+
+// RowsTamperer is a Tamperer of a store that keeps the review state in
+// rows: ForgeRows marks every review's row approved and used by no one,
+// and deletes the row of review id, as a database writer can.
+type RowsTamperer interface {
+	ForgeRows(t *testing.T, deleted string)
+}
+
+// A database writer who forges or deletes the review rows decides
+// nothing: the lines and the signatures answer, so a pending review is
+// still reused (review, never allow), a signed rejection still holds, and
+// a new question still opens a review of its own.
+func testEditedRows(t *testing.T, f *fixture) {
+	rt, ok := f.tamper.(RowsTamperer)
+	if !ok {
+		t.Skip("the store keeps no review rows")
+	}
+	ctx := t.Context()
+	l := f.log(0)
+	pending, err := f.ask(ctx, l, "agent-1", 40, guard.Review)
+	if err != nil || pending.Kind != reviewlog.AskOpened {
+		t.Fatalf("open: %+v %v", pending, err)
+	}
+	rejected, err := f.ask(ctx, l, "agent-1", 41, guard.Review)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.decide(ctx, l, rejected.Review.ID, reviewlog.Rejected); err != nil {
+		t.Fatal(err)
+	}
+	rt.ForgeRows(t, pending.Review.ID)
+	for _, l := range []*reviewlog.Log{l, f.log(0)} {
+		if again, err := f.ask(ctx, l, "agent-1", 40, guard.Review); err != nil || again.Kind != reviewlog.AskReused || again.Review.ID != pending.Review.ID {
+			t.Fatalf("the pending review's question after the rows were forged: %+v %v, want it reused", again, err)
+		}
+		if again, err := f.ask(ctx, l, "agent-1", 41, guard.Review); err != nil || again.Kind != reviewlog.AskRejected {
+			t.Fatalf("the rejected question after the rows were forged: %+v %v, want the rejection to hold", again, err)
+		}
+	}
+	if other, err := f.ask(ctx, l, "agent-1", 42, guard.Review); err != nil || other.Kind != reviewlog.AskOpened {
+		t.Fatalf("a new question after the rows were forged: %+v %v", other, err)
 	}
 }

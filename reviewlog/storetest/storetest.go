@@ -44,6 +44,27 @@ type Tamperer interface {
 	EditLog(t *testing.T, reviewID string, old, new string)
 }
 
+// RowsChecker is a Tamperer of a store that keeps the review state in rows
+// beside the log's lines (the PostgreSQL store): CheckRows fails the test
+// where the rows and the lines disagree, and says how many reviews the
+// rows hold open.
+type RowsChecker interface {
+	CheckRows(t *testing.T) (open int)
+}
+
+// checkRows runs the store's RowsChecker, if it has one, and wants open
+// reviews open (-1: any number).
+func (f *fixture) checkRows(t *testing.T, open int) {
+	t.Helper()
+	rc, ok := f.tamper.(RowsChecker)
+	if !ok {
+		return
+	}
+	if n := rc.CheckRows(t); open >= 0 && n != open {
+		t.Fatalf("the rows hold %d open reviews, want %d", n, open)
+	}
+}
+
 // fixture is one store under test with its signers and clock.
 type fixture struct {
 	t        testing.TB
@@ -265,6 +286,7 @@ func testForgedDecision(t *testing.T, f *fixture) {
 	if _, err := f.decide(ctx, f.log(0), out.Review.ID, reviewlog.Approved); !errors.Is(err, reviewlog.ErrAlreadyDecided) {
 		t.Fatalf("a real decision on the forged one: %v (the log says decided: the agent's next question opens one to sign)", err)
 	}
+	f.checkRows(t, 1)
 }
 
 // A signed rejection holds even where the review log lost every line: the
@@ -347,6 +369,7 @@ func testIdempotent(t *testing.T, f *fixture) {
 	if opened != 1 {
 		t.Fatalf("%d askers opened the review, want 1", opened)
 	}
+	f.checkRows(t, 1)
 	// Twelve answers, twelve receipts in the chain; the review lists the
 	// one that opened it (the same answer again says nothing new), so
 	// reading it costs the same however often it was asked about.
@@ -362,6 +385,13 @@ func testIdempotent(t *testing.T, f *fixture) {
 	if n := f.verifyAll(ctx); n != askers+1+2 {
 		t.Fatalf("%d receipts, want %d", n, askers+1+2)
 	}
+	// Asked again a day later, the pending review still answers: one open
+	// review per question, whatever its age.
+	f.advance(24 * time.Hour)
+	if later, err := f.ask(ctx, logs[1], "agent-1", 7, guard.Review); err != nil || later.Kind != reviewlog.AskReused || later.Review.ID != outs[0].Review.ID {
+		t.Fatalf("a day later: %+v %v, want review %s reused", later, err, outs[0].Review.ID)
+	}
+	f.checkRows(t, 2)
 }
 
 func testDecidedOnce(t *testing.T, f *fixture) {
@@ -525,6 +555,7 @@ func testExpiry(t *testing.T, f *fixture) {
 	if err != nil || again.Kind != reviewlog.AskOpened || again.Review.ID == out.Review.ID {
 		t.Fatalf("the question after expiry opens a new review: %+v %v", again, err)
 	}
+	f.checkRows(t, 1)
 }
 
 func testFailedHook(t *testing.T, f *fixture) {
@@ -764,6 +795,9 @@ func testManyReplicas(t *testing.T, f *fixture) {
 		}
 	}
 	n := f.verifyAll(ctx)
+	// Per caller: question 20 opened again after its approval's use,
+	// question 22, and 3 under the cap.
+	f.checkRows(t, callers*5)
 	var chains []reviewlog.ChainInfo
 	if err := logs[0].Store().View(ctx, func(r reviewlog.Reader) (err error) {
 		chains, err = reviewlog.ListChains(ctx, r)
