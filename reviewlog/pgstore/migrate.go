@@ -46,7 +46,11 @@ func provider(pool *pgxpool.Pool, logger *slog.Logger) (*goose.Provider, func(),
 		return nil, nil, err
 	}
 	db := stdlib.OpenDBFromPool(pool)
-	opts := []goose.ProviderOption{goose.WithTableName(versionTable), goose.WithSessionLocker(locker), goose.WithDisableGlobalRegistry(true)}
+	// Out of order: a database migrated by a build that carried a later
+	// migration but not an earlier one (two changes developed side by
+	// side) gets the earlier one applied, and is behind until it has.
+	opts := []goose.ProviderOption{goose.WithTableName(versionTable), goose.WithSessionLocker(locker), goose.WithDisableGlobalRegistry(true),
+		goose.WithAllowOutofOrder(true)}
 	if logger != nil {
 		opts = append(opts, goose.WithSlog(logger))
 	}
@@ -124,8 +128,15 @@ func checkSchema(ctx context.Context, pool *pgxpool.Pool, where string) (int64, 
 	if err != nil {
 		return 0, err
 	}
+	behind := v.Database < v.Binary
+	if !behind && v.Database == v.Binary {
+		// At the newest version, but an earlier migration may be missing.
+		if behind, err = p.HasPending(ctx); err != nil {
+			return 0, fmt.Errorf("read the schema version: %w", err)
+		}
+	}
 	switch {
-	case v.Database < v.Binary:
+	case behind:
 		return 0, fmt.Errorf("%w: %s is at schema version %d, behind this binary's %d; run `haia-trace-mcp store migrate --store URL` first", ErrSchema, where, v.Database, v.Binary)
 	case v.Database > v.Binary:
 		return 0, fmt.Errorf("%w: %s is at schema version %d, ahead of this binary's %d; run the newer haia-trace-mcp that migrated it", ErrSchema, where, v.Database, v.Binary)

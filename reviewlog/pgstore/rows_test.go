@@ -440,3 +440,29 @@ func TestImportFillsReviewRows(t *testing.T) {
 		t.Fatalf("%d open reviews after the import, want 1 (B)", n)
 	}
 }
+
+// A database migrated without 00003 (by a build that carried a later
+// migration only) is behind: this binary refuses it, and store migrate
+// applies the missing migration.
+func TestAMissingMigrationIsApplied(t *testing.T) {
+	dsn := freshStore(t, true)
+	d := databaseWriter(dsn)
+	d.exec(t, `DROP TRIGGER review_row_written ON review_lines`)
+	d.exec(t, `DROP FUNCTION haia_review_row_written()`)
+	d.exec(t, `DROP TABLE reviews`)
+	d.exec(t, `DELETE FROM haia_schema_version WHERE version_id = 3`)
+	if _, err := pgstore.Open(t.Context(), dsn); !errors.Is(err, pgstore.ErrSchema) || !strings.Contains(err.Error(), "store migrate") {
+		t.Fatalf("open without migration 3: %v, want ErrSchema saying to run store migrate", err)
+	}
+	if _, _, err := pgstore.Migrate(t.Context(), dsn, nil); err != nil {
+		t.Fatal(err)
+	}
+	st := open(t, dsn)
+	defer st.Close()
+	if err := appendLines(t, st, openedLine(idA, "2026-12-01T09:00:00.000Z", "1", `"a_rule"`)); err != nil {
+		t.Fatal(err)
+	}
+	if n := d.CheckRows(t); n != 1 {
+		t.Fatalf("%d open reviews, want 1", n)
+	}
+}
