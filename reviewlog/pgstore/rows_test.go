@@ -214,6 +214,21 @@ func appendLines(t *testing.T, st *pgstore.Store, lines ...[]byte) error {
 	})
 }
 
+// wantRows holds the rows to the statuses want and to the lines
+// (CheckRows), with open reviews open.
+func wantRows(t *testing.T, conn *pgx.Conn, dsn string, want map[string]string, open int) {
+	t.Helper()
+	rows := readRows(t, conn)
+	for id, status := range want {
+		if rows[id].status != status {
+			t.Errorf("review %s: %s, want %s", id, rows[id].status, status)
+		}
+	}
+	if n := databaseWriter(dsn).CheckRows(t); n != open {
+		t.Fatalf("%d open reviews, want %d", n, open)
+	}
+}
+
 func logSize(t *testing.T, st *pgstore.Store) int64 {
 	t.Helper()
 	var size int64
@@ -294,15 +309,7 @@ func TestOneOpenReviewByTheDatabase(t *testing.T) {
 	if err := appendLines(t, st, decidedLine(idD, "2026-12-01T10:05:00.000Z", "approved"), usedLine(idD, "2026-12-01T10:06:00.000Z")); err != nil {
 		t.Fatal(err)
 	}
-	rows := readRows(t, conn)
-	for id, want := range map[string]string{idA: "superseded", idB: "expired", idC: "pending", idD: "approved"} {
-		if rows[id].status != want {
-			t.Errorf("review %s: %s, want %s", id, rows[id].status, want)
-		}
-	}
-	if n := databaseWriter(dsn).CheckRows(t); n != 1 {
-		t.Fatalf("%d open reviews, want 1 (C)", n)
-	}
+	wantRows(t, conn, dsn, map[string]string{idA: "superseded", idB: "expired", idC: "pending", idD: "approved"}, 1)
 }
 
 // A database of schema 2 with reviews moves forward: every review becomes
@@ -344,18 +351,11 @@ func TestMigrationBuildsReviewRows(t *testing.T) {
 	if _, _, err := pgstore.Migrate(t.Context(), dsn, nil); err != nil {
 		t.Fatal(err)
 	}
+	// Keys, times and offsets as the log's parser gives them; B and D open.
+	wantRows(t, conn, dsn, map[string]string{idA: "superseded", idB: "pending", idC: "rejected", idD: "pending", idE: "approved"}, 2)
 	rows := readRows(t, conn)
-	for id, want := range map[string]string{idA: "superseded", idB: "pending", idC: "rejected", idD: "pending", idE: "approved"} {
-		if rows[id].status != want {
-			t.Errorf("review %s: %s, want %s", id, rows[id].status, want)
-		}
-	}
 	if rows[idD].termsKey != nil || rows[idB].termsKey == nil || rows[idA].questionKey != rows[idB].questionKey || rows[idE].questionKey == rows[idB].questionKey {
 		t.Errorf("keys: %+v", rows)
-	}
-	// Keys, times and offsets as the log's parser gives them.
-	if n := databaseWriter(dsn).CheckRows(t); n != 2 {
-		t.Fatalf("%d open reviews after the migration, want 2 (B, D)", n)
 	}
 	// A binary of schema 2 still running opens a review: refused at commit.
 	tx, err := conn.Begin(t.Context())
@@ -430,15 +430,7 @@ func TestImportFillsReviewRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	rows := readRows(t, conn)
-	for id, want := range map[string]string{idA: "superseded", idB: "pending", idC: "superseded", idD: "approved", idE: "rejected"} {
-		if rows[id].status != want {
-			t.Errorf("review %s: %s, want %s", id, rows[id].status, want)
-		}
-	}
-	if n := databaseWriter(dsn).CheckRows(t); n != 1 {
-		t.Fatalf("%d open reviews after the import, want 1 (B)", n)
-	}
+	wantRows(t, conn, dsn, map[string]string{idA: "superseded", idB: "pending", idC: "superseded", idD: "approved", idE: "rejected"}, 1)
 }
 
 // A database migrated without 00003 (by a build that carried a later

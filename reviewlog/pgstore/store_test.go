@@ -418,16 +418,8 @@ func TestApprovalUsedOnceByTheDatabase(t *testing.T) {
 			t.Fatalf("a second use in %s: %v, want ErrAlreadyDecided", name, err)
 		}
 	}
-	var size int64
-	if err := st.View(t.Context(), func(r reviewlog.Reader) error {
-		s, err := r.Log(t.Context())
-		if err != nil {
-			return err
-		}
-		size = s.Size()
-		return s.Close()
-	}); err != nil || size != int64(len(used)) {
-		t.Fatalf("the log after the refused uses: %d bytes (%v), want the one line of %d", size, err, len(used))
+	if size := logSize(t, st); size != int64(len(used)) {
+		t.Fatalf("the log after the refused uses: %d bytes, want the one line of %d", size, len(used))
 	}
 	if err := st.Locked(t.Context(), time.Second, func(w reviewlog.Writer) error {
 		return w.ReplaceLog(t.Context(), "decisions.archive-20261201T090000Z.ndjson", used, used)
