@@ -206,10 +206,37 @@ func TestProxyEverythingOverHTTP(t *testing.T) {
 			t.Fatalf("toggle-subscriber-updates: %v %s", err, mustJSON(res))
 		}
 	}
+	// A host on protocol 2026-07-28 over HTTP subscribes to another
+	// resource through its listen stream.
+	var modern listenHost
+	mclient := mcp.NewClient(&mcp.Implementation{Name: "e2e-listen-http", Version: "1"}, modern.options())
+	mcs, err := mclient.Connect(cctx, &mcp.StreamableClientTransport{Endpoint: p.resource, MaxRetries: -1,
+		HTTPClient: &http.Client{Transport: bearer{token: func() string { return tok }, next: http.DefaultTransport}}},
+		&mcp.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
+	if err != nil {
+		t.Fatalf("connect a 2026-07-28 host over HTTP: %v\n%s", err, p.logs())
+	}
+	t.Cleanup(func() { mcs.Close() })
+	const other = "demo://resource/static/document/instructions.md"
+	if err := mcs.Subscribe(ctx, &mcp.SubscribeParams{URI: other}); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, p, "the upstream is subscribed")
 	toggle()
 	proxied.waitFor(t, "resources/updated over HTTP", func() bool { return len(proxied.updated) > 0 })
+	modern.waitFor(t, "resources/updated on a 2026-07-28 listen stream over HTTP", func() bool { return len(modern.updated) > 0 })
 	toggle()
 	if err := pcs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri}); err != nil {
+		t.Fatal(err)
+	}
+	modern.mu.Lock()
+	for _, u := range modern.updated {
+		if u != other {
+			t.Errorf("an update of %s reached the 2026-07-28 host, which subscribed to %s only", u, other)
+		}
+	}
+	modern.mu.Unlock()
+	if err := mcs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: other}); err != nil {
 		t.Fatal(err)
 	}
 
