@@ -128,3 +128,43 @@ func ids(ops []Op) []string {
 	}
 	return out
 }
+
+// BenchmarkReserve: 1,000 reservations held, newer than a Trace of 50 paid
+// operations to each of their 16 payees (storebench's shape after a few
+// seconds of allows): the scan parses each payment's time for each
+// reservation; the index knows at once that none shows them.
+func BenchmarkReserve(b *testing.B) {
+	base := time.Date(2026, 7, 25, 12, 0, 0, 0, time.UTC)
+	var ops []Op
+	var payees []string
+	for p := range 16 {
+		payee := fmt.Sprintf("0x%040x", p+1)
+		payees = append(payees, payee)
+		for i := range 50 {
+			ops = append(ops, Op{RunID: "r", OperationID: fmt.Sprintf("op-%d-%d", p, i), Spent: true,
+				FirstEventAt: base.Add(time.Duration(i) * time.Minute).Format(time.RFC3339Nano),
+				Money:        &Money{Asset: USDCBase, Atomic: big.NewInt(10000), PayTos: []string{payee}}})
+		}
+	}
+	now := base.Add(100 * 24 * time.Hour)
+	var rs []Reservation
+	for i := range 1000 {
+		rs = append(rs, Reservation{ReceiptID: fmt.Sprintf("rcpt-%d", i), At: now.Add(-time.Duration(i) * time.Second), Until: now.Add(time.Hour),
+			PayTo: payees[i%16], Atomic: big.NewInt(10000), Asset: USDCBase})
+	}
+	b.Run("scan", func(b *testing.B) {
+		for b.Loop() {
+			h := History{Ops: ops}
+			reserveByScan(&h, rs, now)
+		}
+	})
+	b.Run("index", func(b *testing.B) {
+		h := History{Ops: ops}
+		h.BuildIndex()
+		for b.Loop() {
+			hh := h
+			hh.Reserved = nil
+			hh.Reserve(rs, now)
+		}
+	})
+}

@@ -20,6 +20,24 @@ import (
 // state (pgstore's lockKey, "HaiaGuar"): every decision takes it shared.
 const guardLockKey = 0x4861696147756172
 
+// tenantRoots makes a --tenants-dir of two tenants, acme and globex, each
+// a Trace root whose run left a payment open to its own seller (sellerA,
+// sellerB).
+func tenantRoots(t *testing.T) string {
+	t.Helper()
+	tenants := filepath.Join(t.TempDir(), "tenants")
+	for name, seller := range map[string]string{"acme": sellerA, "globex": sellerB} {
+		rec, err := simrec.New(filepath.Join(tenants, name), "run-"+name, time.Now().Add(-time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rec.Pay(simrec.Payment{OperationID: "op-" + name, URL: "https://" + name + ".example/x", PayTo: seller, Amount: "100000", Outcome: "unsettled"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return tenants
+}
+
 // tenantCaller connects to a --tenants-dir server as agent-1 of tenant,
 // with an HS256 token of the server's secret naming the tenant in "org",
 // and returns a function that calls a tool: whether it failed, its text
@@ -51,16 +69,7 @@ func tenantCaller(t *testing.T, p *httpProc, secret []byte, tenant string) func(
 // go, acme's question is answered too. Each tenant's review is in its own
 // database only.
 func TestTenantsOnPostgresNeverShareALock(t *testing.T) {
-	tenants := filepath.Join(t.TempDir(), "tenants")
-	for name, seller := range map[string]string{"acme": sellerA, "globex": sellerB} {
-		rec, err := simrec.New(filepath.Join(tenants, name), "run-"+name, time.Now().Add(-time.Hour))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := rec.Pay(simrec.Payment{OperationID: "op-" + name, URL: "https://" + name + ".example/x", PayTo: seller, Amount: "100000", Outcome: "unsettled"}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	tenants := tenantRoots(t)
 	dbs, store := pgtest.Databases(t, pgtest.DSN(t), app.TenantPlaceholder, "acme", "globex")
 	for name, dsn := range dbs {
 		if out, errOut, code := runCLI(t, "store", "migrate", "--store", dsn); code != 0 {

@@ -8,24 +8,13 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/haia-trace-mcp/haia-trace-mcp/internal/simrec"
 )
 
 // Two tenants over one server: each sees only its own runs, reviews and
 // chain; the other's ids answer as if they did not exist; a token that
 // names no tenant, or another one, is refused.
 func TestTenantsAreIsolated(t *testing.T) {
-	tenants := filepath.Join(t.TempDir(), "tenants")
-	for name, seller := range map[string]string{"acme": sellerA, "globex": sellerB} {
-		rec, err := simrec.New(filepath.Join(tenants, name), "run-"+name, time.Now().Add(-time.Hour))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := rec.Pay(simrec.Payment{OperationID: "op-" + name, URL: "https://" + name + ".example/x", PayTo: seller, Amount: "100000", Outcome: "unsettled"}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	tenants := tenantRoots(t)
 	dir := t.TempDir()
 	secret := []byte(strings.Repeat("t", 48))
 	secretFile := filepath.Join(dir, "secret")
