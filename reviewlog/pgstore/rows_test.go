@@ -458,3 +458,31 @@ func TestAMissingMigrationIsApplied(t *testing.T) {
 		t.Fatalf("%d open reviews, want 1", n)
 	}
 }
+
+// An archive run moves the rows' offsets with the lines: the archived
+// review's rows point into the archive, the kept one's to its new place.
+func TestArchiveMovesReviewRows(t *testing.T) {
+	dsn := freshStore(t, true)
+	st := open(t, dsn)
+	defer st.Close()
+	archived := bytes.Join([][]byte{openedLine(idA, "2026-12-01T09:00:00.000Z", "1", `"a_rule"`), decidedLine(idA, "2026-12-01T09:05:00.000Z", "approved"),
+		usedLine(idA, "2026-12-01T09:06:00.000Z")}, nil)
+	kept := openedLine(idB, "2026-12-01T09:10:00.000Z", "2", `"a_rule"`)
+	if err := appendLines(t, st, archived, kept); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Locked(t.Context(), time.Second, func(w reviewlog.Writer) error {
+		return w.ReplaceLog(t.Context(), "decisions.archive-20261201T100000.000Z.ndjson", archived, kept)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	wantRows(t, conn, dsn, map[string]string{idA: "approved", idB: "pending"}, 1)
+	if rows := readRows(t, conn); rows[idB].openedOff != 0 || rows[idB].openedStream != "decisions.ndjson" || rows[idA].openedStream == "decisions.ndjson" {
+		t.Fatalf("rows after the archive run: %+v", rows)
+	}
+}
