@@ -352,14 +352,21 @@ func (c *Console) Handler() http.Handler {
 }
 
 func (c *Console) secureHeaders(next http.Handler) http.Handler {
+	return secureHeaders(next, "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'", c.secure)
+}
+
+// secureHeaders sets, on every answer of next, the content security
+// policy csp, no sniffing, no referrer, no framing, no caching, and over
+// https (secure) Strict-Transport-Security.
+func secureHeaders(next http.Handler, csp string, secure bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
-		h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+		h.Set("Content-Security-Policy", csp)
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Referrer-Policy", "no-referrer")
 		h.Set("X-Frame-Options", "DENY")
 		h.Set("Cache-Control", "no-store")
-		if c.secure {
+		if secure {
 			h.Set("Strict-Transport-Security", "max-age=31536000")
 		}
 		next.ServeHTTP(w, r)

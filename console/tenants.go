@@ -45,16 +45,5 @@ func TenantsIndex(u *url.URL) http.Handler {
 	mux.HandleFunc(base, func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no such page: each tenant's console is at "+base+"t/<tenant>/", http.StatusNotFound)
 	})
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h := w.Header()
-		h.Set("Content-Security-Policy", "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("Referrer-Policy", "no-referrer")
-		h.Set("X-Frame-Options", "DENY")
-		h.Set("Cache-Control", "no-store")
-		if u.Scheme == "https" {
-			h.Set("Strict-Transport-Security", "max-age=31536000")
-		}
-		mux.ServeHTTP(w, r)
-	})
+	return secureHeaders(mux, "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'", u.Scheme == "https")
 }

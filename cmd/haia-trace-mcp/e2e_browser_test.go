@@ -111,6 +111,47 @@ func checkScreenshot(t *testing.T, what string, data []byte, w, h int) {
 	}
 }
 
+// The browser tests' window.
+const width, height = 1200, 900
+
+// browserRegister starts chromium (headless, at width × height) with a
+// DevTools WebAuthn virtual authenticator (user verification, resident
+// keys), opens an enrolment link and presses Register passkey; it returns
+// the browser's context once the page shows the fingerprint (it ends with
+// ctx). logs is the server's output, for a failure.
+func browserRegister(ctx context.Context, t *testing.T, chromium, link string, logs func() string) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
+		chromedp.Flag("headless", "new"), chromedp.WindowSize(width, height))
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	t.Cleanup(acancel)
+	bctx, bcancel := chromedp.NewContext(actx)
+	t.Cleanup(bcancel)
+	if err := chromedp.Run(bctx, chromedp.EmulateViewport(width, height), chromedp.Navigate(link),
+		chromedp.ActionFunc(func(ctx context.Context) error {
+			if err := webauthn.Enable().Do(ctx); err != nil {
+				return err
+			}
+			_, err := webauthn.AddVirtualAuthenticator(&webauthn.VirtualAuthenticatorOptions{
+				Protocol: webauthn.AuthenticatorProtocolCtap2, Ctap2version: webauthn.Ctap2versionCtap21, Transport: webauthn.AuthenticatorTransportInternal,
+				HasResidentKey: true, HasUserVerification: true, IsUserVerified: true, AutomaticPresenceSimulation: true,
+			}).Do(ctx)
+			return err
+		})); err != nil {
+		t.Fatalf("start chromium with a virtual authenticator: %v", err)
+	}
+	var fp, st string
+	if err := chromedp.Run(bctx, chromedp.Click(`#register`, chromedp.ByQuery),
+		chromedp.Poll(`document.getElementById("fingerprint").textContent.startsWith("sha256:") || document.getElementById("status").textContent.startsWith("Registration failed")`, nil),
+		chromedp.Text(`#fingerprint`, &fp, chromedp.ByQuery), chromedp.Text(`#status`, &st, chromedp.ByQuery)); err != nil {
+		t.Fatalf("register: %v (server: %s)", err, logs())
+	}
+	if !strings.HasPrefix(fp, "sha256:") {
+		t.Fatalf("registration did not complete: %q %q", fp, st)
+	}
+	return bctx
+}
+
 // A real browser (Debian chromium, driven over DevTools, with the DevTools
 // WebAuthn virtual authenticator): the operator's `reviewer passkey add`
 // prints the link, the page registers the passkey, the command writes it;
@@ -132,36 +173,10 @@ func TestConsoleInBrowser(t *testing.T) {
 	en := startEnrol(ctx, t, base, "--id", "pat", "--console-url", base, "--reviewers", reviewers, "--yes", "--wait", "1m")
 	link := en.link
 
-	const width, height = 1200, 900
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
-		chromedp.Flag("headless", "new"), chromedp.WindowSize(width, height))
-	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
-	defer acancel()
-	bctx, bcancel := chromedp.NewContext(actx)
-	defer bcancel()
-	if err := chromedp.Run(bctx, chromedp.EmulateViewport(width, height), chromedp.Navigate(link),
-		chromedp.ActionFunc(func(ctx context.Context) error {
-			if err := webauthn.Enable().Do(ctx); err != nil {
-				return err
-			}
-			_, err := webauthn.AddVirtualAuthenticator(&webauthn.VirtualAuthenticatorOptions{
-				Protocol: webauthn.AuthenticatorProtocolCtap2, Ctap2version: webauthn.Ctap2versionCtap21, Transport: webauthn.AuthenticatorTransportInternal,
-				HasResidentKey: true, HasUserVerification: true, IsUserVerified: true, AutomaticPresenceSimulation: true,
-			}).Do(ctx)
-			return err
-		})); err != nil {
-		t.Fatalf("start chromium with a virtual authenticator: %v", err)
-	}
+	bctx := browserRegister(ctx, t, chromium, link, serverErr.String)
 	var fp string
-	if err := chromedp.Run(bctx, chromedp.Click(`#register`, chromedp.ByQuery),
-		chromedp.Poll(`document.getElementById("fingerprint").textContent.startsWith("sha256:") || document.getElementById("status").textContent.startsWith("Registration failed")`, nil),
-		chromedp.Text(`#fingerprint`, &fp, chromedp.ByQuery)); err != nil {
-		t.Fatalf("register: %v (server: %s)", err, serverErr.String())
-	}
-	if !strings.HasPrefix(fp, "sha256:") {
-		var st string
-		_ = chromedp.Run(bctx, chromedp.Text(`#status`, &st, chromedp.ByQuery))
-		t.Fatalf("registration did not complete: %q %q", fp, st)
+	if err := chromedp.Run(bctx, chromedp.Text(`#fingerprint`, &fp, chromedp.ByQuery)); err != nil {
+		t.Fatal(err)
 	}
 	if err := en.wait(); err != nil || !strings.Contains(en.out.String(), "fingerprint: "+fp) {
 		t.Fatalf("passkey add: %v\n%s\n%s", err, en.out.String(), en.errb.String())

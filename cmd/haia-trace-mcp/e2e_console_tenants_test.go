@@ -24,46 +24,9 @@ import (
 // granted globex, decides it. Once the operator withdraws her grant, her
 // session ends.
 func TestConsoleTenants(t *testing.T) {
-	tenants := filepath.Join(t.TempDir(), "tenants")
-	for _, name := range []string{"acme", "globex"} {
-		rec, err := simrec.New(filepath.Join(tenants, name), "run-"+name, time.Now().Add(-time.Hour))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := rec.Pay(simrec.Payment{OperationID: "op-" + name, URL: "https://" + name + ".example/x", PayTo: sellerA, Amount: "100000", Outcome: "settled"}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	dir := t.TempDir()
-	secret := []byte(strings.Repeat("t", 48))
-	secretFile := filepath.Join(dir, "secret")
-	if err := os.WriteFile(secretFile, secret, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	reviewers := filepath.Join(dir, "reviewers.json")
-	port := freePort(t)
-	console := "http://localhost:" + port + "/console/"
-	acmeBase, globexBase := console+"t/acme/", console+"t/globex/"
-	p := startHTTPBinary(t, "--tenants-dir", tenants, "--tenant-claim", "org", "--reviewers", reviewers,
-		"--key-file", filepath.Join(dir, "signing.pem"), "--auth-issuer", "http://127.0.0.1/local-as", "--auth-hmac-secret", secretFile,
-		"--console", "--console-addr", "127.0.0.1:"+port)
-	call := func(tenant, tool string, args map[string]any) map[string]any {
-		t.Helper()
-		tok := signHS256(t, secret, map[string]any{"iss": "http://127.0.0.1/local-as", "aud": p.resource, "sub": "agent-1", "org": tenant,
-			"exp": time.Now().Add(time.Hour).Unix(), "iat": time.Now().Unix()})
-		cs, err := httpSession(t, p.resource, func() string { return tok })
-		if err != nil {
-			t.Fatalf("connect as %s: %v\n%s", tenant, err, p.logs())
-		}
-		var m map[string]any
-		b, _ := json.Marshal(callTool(t, cs, tool, args).StructuredContent)
-		json.Unmarshal(b, &m)
-		return m
-	}
-	ask := func(tenant string, amount string) map[string]any {
-		t.Helper()
-		return call(tenant, "check_before_pay", map[string]any{"counterparty": sellerB, "amount": amount})
-	}
+	ts := startTenantConsoles(t)
+	tenants, dir, reviewers, console, acmeBase, globexBase := ts.tenants, ts.dir, ts.reviewers, ts.console, ts.acmeBase, ts.globexBase
+	call, ask := ts.call, ts.ask
 
 	// /console/ itself says where each tenant's console is and names none;
 	// a tenant this server does not serve has no console.
@@ -86,14 +49,14 @@ func TestConsoleTenants(t *testing.T) {
 	acmeID, _ := acmeQ["review_id"].(string)
 	globexID, _ := globexQ["review_id"].(string)
 	if acmeQ["decision"] != "review" || globexQ["decision"] != "review" || acmeID == "" || globexID == "" {
-		t.Fatalf("the questions opened no reviews: %v %v\n%s", acmeQ, globexQ, p.logs())
+		t.Fatalf("the questions opened no reviews: %v %v\n%s", acmeQ, globexQ, ts.p.logs())
 	}
 	if acmeQ["review_url"] != acmeBase+"reviews/"+acmeID || globexQ["review_url"] != globexBase+"reviews/"+globexID {
 		t.Fatalf("review_url is not the tenant's console: %v %v", acmeQ["review_url"], globexQ["review_url"])
 	}
 
 	if err := alice.SignIn(); err != nil {
-		t.Fatalf("alice signs in at acme: %v\n%s", err, p.logs())
+		t.Fatalf("alice signs in at acme: %v\n%s", err, ts.p.logs())
 	}
 	if code, page, _ := alice.Get(""); code != 200 || !strings.Contains(page, acmeID) || strings.Contains(page, globexID) {
 		t.Fatalf("acme's queue for alice: %d, acme's review shown %v, globex's shown %v", code, strings.Contains(page, acmeID), strings.Contains(page, globexID))
@@ -224,4 +187,65 @@ func TestConsoleTenants(t *testing.T) {
 	if a := ask("acme", "2.75"); a["decision"] != "review" {
 		t.Fatalf("acme's question after carol's refused approval: %v", a)
 	}
+}
+
+// tenantConsoleServer is a --tenants-dir server (the real binary) serving the
+// tenants acme and globex over HTTP with tokens, and their consoles under
+// console (/console/t/acme/, /console/t/globex/) on a listener of their
+// own; the trusted reviewers file is reviewers, empty at first.
+type tenantConsoleServer struct {
+	t                             *testing.T
+	p                             *httpProc
+	secret                        []byte
+	tenants, dir, reviewers       string
+	console, acmeBase, globexBase string
+}
+
+func startTenantConsoles(t *testing.T) *tenantConsoleServer {
+	t.Helper()
+	ts := &tenantConsoleServer{t: t, tenants: filepath.Join(t.TempDir(), "tenants"), dir: t.TempDir(), secret: []byte(strings.Repeat("t", 48))}
+	for _, name := range []string{"acme", "globex"} {
+		rec, err := simrec.New(filepath.Join(ts.tenants, name), "run-"+name, time.Now().Add(-time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rec.Pay(simrec.Payment{OperationID: "op-" + name, URL: "https://" + name + ".example/x", PayTo: sellerA, Amount: "100000", Outcome: "settled"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	secretFile := filepath.Join(ts.dir, "secret")
+	if err := os.WriteFile(secretFile, ts.secret, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ts.reviewers = filepath.Join(ts.dir, "reviewers.json")
+	port := freePort(t)
+	ts.console = "http://localhost:" + port + "/console/"
+	ts.acmeBase, ts.globexBase = ts.console+"t/acme/", ts.console+"t/globex/"
+	ts.p = startHTTPBinary(t, "--tenants-dir", ts.tenants, "--tenant-claim", "org", "--reviewers", ts.reviewers,
+		"--key-file", filepath.Join(ts.dir, "signing.pem"), "--auth-issuer", "http://127.0.0.1/local-as", "--auth-hmac-secret", secretFile,
+		"--console", "--console-addr", "127.0.0.1:"+port)
+	return ts
+}
+
+// call calls tool as agent-1 of tenant and returns its structured content.
+func (ts *tenantConsoleServer) call(tenant, tool string, args map[string]any) map[string]any {
+	t := ts.t
+	t.Helper()
+	tok := signHS256(t, ts.secret, map[string]any{"iss": "http://127.0.0.1/local-as", "aud": ts.p.resource, "sub": "agent-1", "org": tenant,
+		"exp": time.Now().Add(time.Hour).Unix(), "iat": time.Now().Unix()})
+	cs, err := httpSession(t, ts.p.resource, func() string { return tok })
+	if err != nil {
+		t.Fatalf("connect as %s: %v\n%s", tenant, err, ts.p.logs())
+	}
+	defer cs.Close()
+	var m map[string]any
+	b, _ := json.Marshal(callTool(t, cs, tool, args).StructuredContent)
+	json.Unmarshal(b, &m)
+	return m
+}
+
+// ask asks check_before_pay of tenant: amount to sellerB.
+func (ts *tenantConsoleServer) ask(tenant, amount string) map[string]any {
+	ts.t.Helper()
+	return ts.call(tenant, "check_before_pay", map[string]any{"counterparty": sellerB, "amount": amount})
 }
