@@ -135,7 +135,9 @@ func (ix *receiptIndex) readFile(ctx context.Context, r Reader, info StreamInfo)
 	if size == cur.off {
 		return true, nil
 	}
-	br := bufio.NewReaderSize(io.NewSectionReader(f, cur.off, size-cur.off), 64<<10)
+	// A buffer no larger than what is new (a decision or two, most often):
+	// readLine reads a line of any length through any buffer.
+	br := bufio.NewReaderSize(io.NewSectionReader(f, cur.off, size-cur.off), int(min(size-cur.off+1, 64<<10)))
 	off := cur.off
 	for {
 		line, err := readLine(br)
