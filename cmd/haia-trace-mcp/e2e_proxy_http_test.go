@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,56 +19,17 @@ import (
 )
 
 // httpHost is the host of the HTTP pass-through test: everythingHost's
-// answers, and what the server sends it outside its requests.
+// answers, and listenHost's record of what the server sends it.
 type httpHost struct {
 	everythingHost
-	mu          sync.Mutex
-	progress    []*mcp.ProgressNotificationParams
-	logs        []string
-	updated     []string
-	listChanged int
+	listenHost
 }
 
 func (h *httpHost) options() *mcp.ClientOptions {
-	o := h.everythingHost.options()
-	o.ProgressNotificationHandler = func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
-		h.mu.Lock()
-		h.progress = append(h.progress, r.Params)
-		h.mu.Unlock()
-	}
-	o.LoggingMessageHandler = func(_ context.Context, r *mcp.LoggingMessageRequest) {
-		h.mu.Lock()
-		h.logs = append(h.logs, string(mustJSON(r.Params.Data)))
-		h.mu.Unlock()
-	}
-	o.ResourceUpdatedHandler = func(_ context.Context, r *mcp.ResourceUpdatedNotificationRequest) {
-		h.mu.Lock()
-		h.updated = append(h.updated, r.Params.URI)
-		h.mu.Unlock()
-	}
-	o.ResourceListChangedHandler = func(context.Context, *mcp.ResourceListChangedRequest) {
-		h.mu.Lock()
-		h.listChanged++
-		h.mu.Unlock()
-	}
+	o, l := h.everythingHost.options(), h.listenHost.options()
+	o.ProgressNotificationHandler, o.LoggingMessageHandler = l.ProgressNotificationHandler, l.LoggingMessageHandler
+	o.ResourceUpdatedHandler, o.ResourceListChangedHandler = l.ResourceUpdatedHandler, l.ResourceListChangedHandler
 	return o
-}
-
-func (h *httpHost) waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		h.mu.Lock()
-		done := ok()
-		h.mu.Unlock()
-		if done {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within 20 s", what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // The proxy served over Streamable HTTP (--http, with the OAuth test
@@ -168,13 +128,13 @@ func TestProxyEverythingOverHTTP(t *testing.T) {
 		t.Fatalf("long-running operation over HTTP: %v %s", err, mustJSON(res))
 	}
 	proxied.waitFor(t, "four progress notifications", func() bool { return len(proxied.progress) >= 4 })
-	proxied.mu.Lock()
+	proxied.listenHost.mu.Lock()
 	for i, pr := range proxied.progress {
 		if pr.ProgressToken != "http-progress" || pr.Progress != float64(i+1) {
 			t.Errorf("progress %d over HTTP: %+v, want the caller's token in order", i, pr)
 		}
 	}
-	proxied.mu.Unlock()
+	proxied.listenHost.mu.Unlock()
 
 	// Cancellation: the caller gives up on a 30 s operation; the call
 	// ends at once, and the proxy keeps serving.

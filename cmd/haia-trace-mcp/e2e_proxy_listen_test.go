@@ -12,12 +12,14 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// listenHost is a host that counts what reaches it outside its calls.
+// listenHost is a host that keeps what the server sends it outside the
+// answers to its requests.
 type listenHost struct {
 	mu          sync.Mutex
 	updated     []string
 	listChanged int
-	logs        int
+	logs        []string
+	progress    []*mcp.ProgressNotificationParams
 }
 
 func (h *listenHost) options() *mcp.ClientOptions {
@@ -33,9 +35,14 @@ func (h *listenHost) options() *mcp.ClientOptions {
 			h.mu.Unlock()
 		},
 		//lint:ignore SA1019 a log message must not reach a 2026-07-28 host that did not opt in
-		LoggingMessageHandler: func(context.Context, *mcp.LoggingMessageRequest) {
+		LoggingMessageHandler: func(_ context.Context, r *mcp.LoggingMessageRequest) {
 			h.mu.Lock()
-			h.logs++
+			h.logs = append(h.logs, string(mustJSON(r.Params.Data)))
+			h.mu.Unlock()
+		},
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+			h.mu.Lock()
+			h.progress = append(h.progress, r.Params)
 			h.mu.Unlock()
 		},
 	}
@@ -172,7 +179,7 @@ func TestProxyEverythingListen20260728(t *testing.T) {
 	}
 	proxied.mu.Lock()
 	defer proxied.mu.Unlock()
-	if proxied.logs != 0 {
-		t.Errorf("%d log messages reached a 2026-07-28 host that did not opt in to them", proxied.logs)
+	if len(proxied.logs) != 0 {
+		t.Errorf("log messages reached a 2026-07-28 host that did not opt in to them: %v", proxied.logs)
 	}
 }

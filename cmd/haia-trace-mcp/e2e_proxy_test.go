@@ -990,3 +990,95 @@ func TestProxyTenants(t *testing.T) {
 		t.Fatalf("acme's own review: %s", resultText(res))
 	}
 }
+
+// An upstream that exits is restarted with backoff (--upstream-restart,
+// the default): while its restarts fail the waits double from 0.5 s, every
+// call is refused with the reason and nothing is forwarded; once it starts
+// again its tools are checked and calls go through. With
+// --upstream-restart=false it stays down and every call says so.
+func TestProxyUpstreamRestartBackoff(t *testing.T) {
+	e := newProxyEnv(t, proxyMapJSON, "")
+	refuse := filepath.Join(t.TempDir(), "refuse")
+	e.start(t, nil, "PAY_REFUSE_FILE="+refuse)
+	if res := e.callRaw(t, "echo", `{"text":"before"}`); res.IsError {
+		t.Fatalf("echo: %s", resultText(res))
+	}
+	if err := os.WriteFile(refuse, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pids := readPids(t, e.pidFile)
+	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// Three failed restarts: waits of 0.5, 1 and 2 s are logged, then 4 s.
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(e.stderr.String(), `"in":4000000000`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no doubling backoff in the proxy's log:\n%s", e.stderr)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, wait := range []string{`"in":500000000`, `"in":1000000000`, `"in":2000000000`} {
+		if !strings.Contains(e.stderr.String(), wait) {
+			t.Errorf("the backoff did not wait %s", wait)
+		}
+	}
+	if n := strings.Count(e.stderr.String(), "upstream restart failed"); n < 3 {
+		t.Errorf("%d failed restarts logged, want 3 or more", n)
+	}
+	for _, tool := range []string{"send_usdc", "echo"} {
+		res := e.callRaw(t, tool, `{"to":"`+sellerA+`","amount":"0.01","text":"x"}`)
+		if !res.IsError || !strings.Contains(resultText(res), "not forwarded") {
+			t.Fatalf("%s while the upstream is down: %s", tool, resultText(res))
+		}
+	}
+	// It starts again: its tools are checked, and calls go through.
+	if err := os.Remove(refuse); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		res := e.callRaw(t, "send_usdc", `{"to":"`+sellerA+`","amount":"0.01"}`)
+		if !res.IsError {
+			break
+		}
+		if time.Now().After(deadline.Add(30 * time.Second)) {
+			t.Fatalf("no call went through after the upstream could start again: %s\n%s", resultText(res), e.stderr)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if n := len(e.paid(t)); n != 1 {
+		t.Fatalf("the upstream carried out %d calls, want the one after its restart", n)
+	}
+
+	// --upstream-restart=false: an upstream that exits stays down.
+	off := newProxyEnv(t, proxyMapJSON, "")
+	payUpstream(t)
+	cmd := exec.Command(binPath, append(off.args("--upstream-restart=false"), "--", payUpstreamBinPath())...)
+	cmd.Env = append(os.Environ(), "PAY_LOG="+off.payLog, "PAY_PID_FILE="+off.pidFile)
+	cmd.Stderr = off.stderr
+	client := mcp.NewClient(&mcp.Implementation{Name: "e2e-proxy", Version: "1"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v (stderr %s)", err, off.stderr)
+	}
+	defer cs.Close()
+	off.cs = cs
+	if err := syscall.Kill(readPids(t, off.pidFile)[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for !strings.Contains(off.stderr.String(), "not restarting") {
+		if time.Now().After(deadline.Add(time.Minute)) {
+			t.Fatalf("no word of the exit: %s", off.stderr)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
+	if res := off.callRaw(t, "echo", `{"text":"x"}`); !res.IsError || !strings.Contains(resultText(res), "not forwarded") {
+		t.Fatalf("a call after the upstream exited without restart: %s", resultText(res))
+	}
+	if n := len(readPids(t, off.pidFile)); n != 1 {
+		t.Fatalf("the upstream was started %d times with --upstream-restart=false", n)
+	}
+}

@@ -5,7 +5,8 @@
 //
 // Environment: PAY_LOG (required), PAY_PID_FILE (each start appends its
 // process id), PAY_PAGE (tools/list page size, default no paging),
-// PAY_EXTRA (comma-separated tools added at start, for schema checks).
+// PAY_EXTRA (comma-separated tools added at start, for schema checks),
+// PAY_REFUSE_FILE (while that file exists, every start fails).
 package main
 
 import (
@@ -134,6 +135,13 @@ func main() {
 	if u.log == "" {
 		fmt.Fprintln(os.Stderr, "payupstream: PAY_LOG is required")
 		os.Exit(2)
+	}
+	if f := os.Getenv("PAY_REFUSE_FILE"); f != "" {
+		if _, err := os.Stat(f); err == nil {
+			// A start that fails, for the proxy's restart backoff.
+			fmt.Fprintln(os.Stderr, "payupstream: refusing to start while", f, "exists")
+			os.Exit(3)
+		}
 	}
 	if pf := os.Getenv("PAY_PID_FILE"); pf != "" {
 		f, err := os.OpenFile(pf, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
