@@ -899,8 +899,10 @@ func TestProxyEverythingPassesThrough(t *testing.T) {
 	everythingWire(t, w)
 	dcmd := exec.Command(node, entry, "stdio")
 	dcmd.Stderr = &lockedBuffer{}
-	pcmd := exec.Command(binPath, append(e.args(), "--", node, entry, "stdio")...)
-	pcmd.Stderr = e.stderr
+	// A proxy of its own (its own Trace root), beside the two still open.
+	te := newProxyEnv(t, `{"tools": {}, "unmapped": "forward"}`, "")
+	pcmd := exec.Command(binPath, append(te.args(), "--", node, entry, "stdio")...)
+	pcmd.Stderr = te.stderr
 	everythingTasks(t, startWire(t, dcmd), startWire(t, pcmd))
 }
 
