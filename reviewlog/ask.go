@@ -51,6 +51,9 @@ type AskRequest struct {
 	// otherwise only for those of the same caller, counterparty or
 	// resource (see Scope).
 	Totals bool
+	// Reservations: decide reads the reservations (AskView.Reservations);
+	// a store that indexes them may read them with its locks.
+	Reservations bool
 }
 
 // AskPlan is the answer the decide function of Ask chose, for the log to
@@ -116,6 +119,10 @@ func (l *Log) Ask(ctx context.Context, req AskRequest, decide func(v *AskView) (
 		}
 	}
 	var out AskOutcome
+	if req.Reservations {
+		// The section's time is no earlier than now.
+		ctx = withReservationQuery(ctx, req.reservationQuery(l.now(), 0))
+	}
 	err := l.transactAll(ctx, req.scopes(), func(g Writer, st *state, at time.Time) ([]record, error) {
 		_, scoped := g.(ScopedWriter)
 		view := &AskView{l: l, ctx: ctx, g: g, st: st, at: at, req: &req, scoped: scoped}

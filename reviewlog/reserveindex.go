@@ -52,6 +52,33 @@ type ReservationQuery struct {
 	Before int64
 }
 
+type reservationQueryKey struct{}
+
+// withReservationQuery marks ctx with the reservations a locked section
+// is about to read (Since: no later than the section's time; Before not
+// set), so that a store that indexes them may read them in the round
+// trip that takes its locks.
+func withReservationQuery(ctx context.Context, q ReservationQuery) context.Context {
+	return context.WithValue(ctx, reservationQueryKey{}, q)
+}
+
+// ReservationQueryOf is the query ctx was marked with (ok: one was). A
+// store that reads it with its locks gives those rows to
+// IndexedReservations when asked the same query of a time no earlier
+// (Covers); their lines are read as any others.
+func ReservationQueryOf(ctx context.Context) (ReservationQuery, bool) {
+	q, ok := ctx.Value(reservationQueryKey{}).(ReservationQuery)
+	return q, ok
+}
+
+// Covers says whether the rows read for p hold every row q names: the
+// same tenant and scopes, of a time no later than q's (Before is not
+// compared: the log filters by it).
+func (p ReservationQuery) Covers(q ReservationQuery) bool {
+	return p.Tenant == q.Tenant && p.All == q.All && slices.Equal(p.Keys, q.Keys) && p.Resource == q.Resource &&
+		p.NoPayTo == q.NoPayTo && p.NoHost == q.NoHost && p.Open == q.Open && !q.Since.Before(p.Since)
+}
+
 // IndexedReservation is one row of the index as the store holds it, with
 // the lines it points to (nil where the log holds no line at the offset).
 type IndexedReservation struct {

@@ -67,7 +67,7 @@ type AskRequest struct {
 // review into an allow.
 func Ask(ctx context.Context, log *reviewlog.Log, req AskRequest, hook func(tx reviewlog.Tx, out reviewlog.AskOutcome) error) (reviewlog.AskOutcome, error) {
 	rec := reviewlog.AskRequest{Caller: req.Caller, Question: req.Question, ParamsHash: req.ParamsHash,
-		Tenant: req.Tenant, Resource: req.Resource, AmountAtomic: req.AmountAtomic, Reserve: req.Reserve, DryRun: req.DryRun, Totals: req.Totals}
+		Tenant: req.Tenant, Resource: req.Resource, AmountAtomic: req.AmountAtomic, Reserve: req.Reserve, DryRun: req.DryRun, Totals: req.Totals, Reservations: req.Judge != nil}
 	return log.Ask(ctx, rec, func(v *reviewlog.AskView) (reviewlog.AskPlan, error) { return settle(v, req) }, hook)
 }
 

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -144,7 +145,16 @@ func (w *writer) IndexedReservations(ctx context.Context, q reviewlog.Reservatio
 	if err != nil {
 		return nil, fmt.Errorf("PostgreSQL at %s: reservations: %w", w.s.describe, scrub(err))
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (reviewlog.IndexedReservation, error) {
+	out, err := collectIndexed(rows)
+	if err != nil {
+		return nil, fmt.Errorf("PostgreSQL at %s: reservations: %w", w.s.describe, scrub(err))
+	}
+	return out, nil
+}
+
+// collectIndexed reads the rows of indexedQuery.
+func collectIndexed(rows pgx.Rows) ([]reviewlog.IndexedReservation, error) {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (reviewlog.IndexedReservation, error) {
 		var x reviewlog.IndexedReservation
 		var payTo, host, resource *string
 		var at time.Time
@@ -158,10 +168,6 @@ func (w *writer) IndexedReservations(ctx context.Context, q reviewlog.Reservatio
 		}
 		return x, err
 	})
-	if err != nil {
-		return nil, fmt.Errorf("PostgreSQL at %s: reservations: %w", w.s.describe, scrub(err))
-	}
-	return out, nil
 }
 
 func deref(s *string) string {
@@ -175,7 +181,13 @@ func deref(s *string) string {
 // index (the statement's text differs by which arms q needs, so that each
 // shape's plan uses its indexes).
 func indexedQuery(q reviewlog.ReservationQuery) (string, []any) {
-	args := []any{[]string{q.Tenant, ""}, q.Since, q.Before}
+	before := q.Before
+	if before <= 0 {
+		// Read with the locks, before the log's moment is known: the
+		// log filters by it.
+		before = math.MaxInt64
+	}
+	args := []any{[]string{q.Tenant, ""}, q.Since, before}
 	where := ""
 	if !q.All {
 		var arms []string

@@ -72,6 +72,15 @@ func (s *Store) LockedScopes(ctx context.Context, wait time.Duration, scopes []r
 		return err
 	})
 	b.Queue(snapshotSQL).Query(func(rows pgx.Rows) error { return w.readSnapshot(rows) })
+	if q, ok := reviewlog.ReservationQueryOf(ctx); ok {
+		// The reservations the section will read, after its locks.
+		sql, args := indexedQuery(q)
+		b.Queue(sql, args...).Query(func(rows pgx.Rows) error {
+			got, err := collectIndexed(rows)
+			w.pre = &prefetched{q: q, rows: got}
+			return err
+		})
+	}
 	open = true
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return s.lockError(err, wait)
@@ -87,6 +96,8 @@ func (s *Store) LockedScopes(ctx context.Context, wait time.Duration, scopes []r
 		if err := w.take(ctx); err != nil {
 			return err
 		}
+		// Read before this wait: read again when asked.
+		w.pre = nil
 	}
 	w.lane = lane
 	if err := fn(w); err != nil {
@@ -133,6 +144,24 @@ type scopedWriter struct {
 	writer
 	scopes []reviewlog.Scope
 	lane   int
+	// pre are the reservations read with the locks (nil: none).
+	pre *prefetched
+}
+
+// prefetched are the rows of q, read in the round trip that took a scoped
+// section's locks.
+type prefetched struct {
+	q    reviewlog.ReservationQuery
+	rows []reviewlog.IndexedReservation
+}
+
+// IndexedReservations gives the rows read with the locks when they cover
+// q, and reads q otherwise.
+func (w *scopedWriter) IndexedReservations(ctx context.Context, q reviewlog.ReservationQuery) ([]reviewlog.IndexedReservation, error) {
+	if w.pre != nil && w.pre.q.Covers(q) {
+		return w.pre.rows, nil
+	}
+	return w.writer.IndexedReservations(ctx, q)
 }
 
 func (w *scopedWriter) Scopes() []reviewlog.Scope { return w.scopes }

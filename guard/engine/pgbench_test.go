@@ -1,0 +1,133 @@
+package engine
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/pgtest"
+	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/pgstore"
+)
+
+// BenchmarkPostgresCheck is check_before_pay through the engine on
+// PostgreSQL, every answer an allow that reserves (reservationMinutes 1, on
+// the real clock, so about a minute of allows holds): 16 callers (8 a CPU
+// on 2 CPUs), each paying a counterparty of its own (distinct) or all one
+// (shared), over 1 and 3 handles (replicas). reads=index finds a
+// decision's reservations by the reservations table's indexes
+// (ReservationIndex); reads=fold hides the index, so the decision reads
+// them from the log's fold as the file store does — both side by side in
+// one run:
+//
+//	HAIA_TEST_POSTGRES=postgres://… go test -run '^$' -bench PostgresCheck -benchtime 5s ./guard/engine/
+//
+// Besides decisions/s it reports the statements and round trips one
+// decision sends to the database, and the CPU time of this process (the
+// engines and the load; PostgreSQL's is not in it) per decision.
+func BenchmarkPostgresCheck(b *testing.B) {
+	if os.Getenv(pgtest.Env) == "" {
+		b.Skip("HAIA_TEST_POSTGRES is not set")
+	}
+	for _, handles := range []int{1, 3} {
+		for _, shape := range []string{"distinct", "shared"} {
+			for _, reads := range []string{"fold", "index"} {
+				b.Run(fmt.Sprintf("replicas=%d/counterparties=%s/reads=%s", handles, shape, reads), func(b *testing.B) {
+					benchPostgresCheck(b, handles, shape == "shared", reads == "fold")
+				})
+			}
+		}
+	}
+}
+
+func benchPostgresCheck(b *testing.B, handles int, shared, fold bool) {
+	dir := b.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "events"), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	pol, err := guard.ParseConfig([]byte(`{"reviewAbove": "1000", "perCounterpartyLimit": {"amount": "1000000"}, "reservationMinutes": 1}`), "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	dsn := pgtest.Database(b, pgtest.DSN(b))
+	if _, _, err := pgstore.Migrate(b.Context(), dsn, nil); err != nil {
+		b.Fatal(err)
+	}
+	var c pgstore.Counter
+	engines := make([]*Engine, handles)
+	for i := range engines {
+		s, err := pgstore.OpenCounted(b.Context(), dsn, &c)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close() })
+		var st reviewlog.Store = s
+		if fold {
+			st = foldOnly{s}
+		}
+		_, events := openTestRoot(b, dir)
+		log := reviewlog.OpenStore(st, reviewlog.Options{LockWait: 30 * time.Second})
+		if engines[i], err = New(Config{Policy: pol, Templates: receipt.Resolver{}, History: ScanHistory{Events: events}, Log: log,
+			Chains: &reviewlog.Chains{Signer: noa.NewKeySigner(key)}, ParamsKey: ParamsKeyFrom(key.Seed()), Now: time.Now}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	var next atomic.Int64
+	b.SetParallelism(8)
+	stmts0, trips0, cpu0 := c.Statements.Load(), c.RoundTrips.Load(), cpuTime(b)
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(next.Add(1))
+		e, caller := engines[i%handles], fmt.Sprintf("bench-%d", i)
+		cp := fmt.Sprintf("0x%040x", i)
+		if shared {
+			cp = fmt.Sprintf("0x%040x", 0xabc)
+		}
+		for pb.Next() {
+			a, err := e.Check(ctx, caller, Question{Counterparty: cp, Amount: "0.01"})
+			if err != nil || a.Decision != guard.Allow {
+				b.Errorf("%+v %v", a, err)
+				return
+			}
+		}
+	})
+	elapsed := time.Since(start)
+	b.StopTimer()
+	n := float64(b.N)
+	b.ReportMetric(n/elapsed.Seconds(), "decisions/s")
+	b.ReportMetric(float64(c.Statements.Load()-stmts0)/n, "stmts/decision")
+	b.ReportMetric(float64(c.RoundTrips.Load()-trips0)/n, "trips/decision")
+	b.ReportMetric(float64(cpuTime(b)-cpu0)/n/1e6, "cpu-ms/decision")
+}
+
+// foldOnly is a PostgreSQL store whose writers hide the reservations
+// index, so that a decision reads its reservations from the log's fold
+// (the comparison of BenchmarkPostgresCheck).
+type foldOnly struct{ *pgstore.Store }
+
+func (s foldOnly) Locked(ctx context.Context, wait time.Duration, fn func(w reviewlog.Writer) error) error {
+	return s.Store.Locked(ctx, wait, func(w reviewlog.Writer) error { return fn(plainWriter{w}) })
+}
+
+func (s foldOnly) LockedScopes(ctx context.Context, wait time.Duration, scopes []reviewlog.Scope, fn func(w reviewlog.Writer) error) error {
+	return s.Store.LockedScopes(ctx, wait, scopes, func(w reviewlog.Writer) error { return fn(scopedWriter{w}) })
+}
+
+type plainWriter struct{ reviewlog.Writer }
+
+type scopedWriter struct{ reviewlog.Writer }
+
+func (w scopedWriter) Scopes() []reviewlog.Scope { return w.Writer.(reviewlog.ScopedWriter).Scopes() }
+func (w scopedWriter) ChainLane() int            { return w.Writer.(reviewlog.ChainLaner).ChainLane() }
