@@ -144,6 +144,9 @@ type state struct {
 	// releases are the offsets of the released records naming a receipt
 	// (pruned with the reservations: see reservationView).
 	releases map[string][]int64
+	// heads are the reserved lines a store's index pointed to, as read
+	// (see lineHead).
+	heads map[int64]parsedHead
 }
 
 func newState() *state {

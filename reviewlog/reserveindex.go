@@ -1,6 +1,7 @@
 package reviewlog
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -164,7 +165,7 @@ func (l *Log) indexedView(ctx context.Context, idx ReservationIndex, st *state, 
 			problems = append(problems, fmt.Sprintf("the reservations index names receipt %s at offset %d of %s, where the log holds no line (removed)", id, row.Off, FileName))
 			continue
 		}
-		h, ok := ParseLineHead(row.Line)
+		h, ok := st.lineHead(row.Off, row.Line)
 		if !ok || h.Reservation == nil || h.Reservation.ReceiptID != row.Row.ReceiptID {
 			problems = append(problems, fmt.Sprintf("the reservations index names receipt %s at offset %d of %s, where the log holds no reserved line of that receipt", id, row.Off, FileName))
 			continue
@@ -221,9 +222,44 @@ func (l *Log) indexedView(ctx context.Context, idx ReservationIndex, st *state, 
 			problems = append(problems, fmt.Sprintf("the reserved line of receipt %s at offset %d of %s has no row in the reservations index (a row removed or edited, or the line written by a server of an earlier release: run store migrate)", clip(e.receiptID), e.off, FileName))
 		}
 	}
+	if len(st.heads) > 2*len(rows)+1024 {
+		st.heads = nil // lapsed ones: the next question reads the live again
+	}
 	v := l.checkHeld(st, held, at, ttl)
 	v.Problems = append(problems, v.Problems...)
 	return v, nil
+}
+
+// parsedHead is a line of the log as ParseLineHead read it.
+type parsedHead struct {
+	line []byte
+	head LineHead
+	ok   bool
+}
+
+// lineHead is ParseLineHead(line), remembered by the line's offset and
+// bytes: a question reads every reservation of its scopes, and decoding
+// each line again on every question would make its cost grow with them.
+// A line whose bytes differ in any way is read afresh.
+func (st *state) lineHead(off int64, line []byte) (LineHead, bool) {
+	if c, hit := st.heads[off]; hit && bytes.Equal(c.line, line) {
+		h := c.head
+		if h.Reservation != nil {
+			r := *h.Reservation
+			h.Reservation = &r
+		}
+		return h, c.ok
+	}
+	h, ok := ParseLineHead(line)
+	if st.heads == nil {
+		st.heads = map[int64]parsedHead{}
+	}
+	st.heads[off] = parsedHead{line: bytes.Clone(line), head: h, ok: ok}
+	if h.Reservation != nil {
+		r := *h.Reservation
+		h.Reservation = &r
+	}
+	return h, ok
 }
 
 // rowDiffers names the first field of the row that is not the line's ("":
