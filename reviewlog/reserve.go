@@ -180,19 +180,33 @@ func (l *Log) reservationView(st *state, at time.Time, ttl time.Duration) (Reser
 	var held []Reservation
 	for _, e := range st.liveReservations(at) {
 		r := e.res
-		r.Releases = nil
-		for _, off := range st.releases[r.ReceiptID] {
-			rel, err := st.recordAt(off)
-			if err != nil {
-				return ReservationView{}, err
-			}
-			c := *rel.Release
-			c.At = rel.At
-			r.Releases = append(r.Releases, c)
+		rels, err := st.releasesOf(r.ReceiptID, -1)
+		if err != nil {
+			return ReservationView{}, err
 		}
+		r.Releases = rels
 		held = append(held, r)
 	}
 	return l.checkHeld(st, held, at, ttl), nil
+}
+
+// releasesOf are the released records of the fold that name receipt, as
+// the log holds them (unverified), but the one at offset skip.
+func (st *state) releasesOf(receipt string, skip int64) ([]Release, error) {
+	var out []Release
+	for _, off := range st.releases[receipt] {
+		if off == skip {
+			continue
+		}
+		rel, err := st.recordAt(off)
+		if err != nil {
+			return nil, err
+		}
+		c := *rel.Release
+		c.At = rel.At
+		out = append(out, c)
+	}
+	return out, nil
 }
 
 // liveReservations forgets the fold's records that lapsed at at, and the

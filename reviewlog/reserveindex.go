@@ -192,18 +192,11 @@ func (l *Log) indexedView(ctx context.Context, idx ReservationIndex, st *state, 
 			}
 			// Anything else releases nothing: the reservation counts.
 		}
-		for _, off := range st.releases[res.ReceiptID] {
-			if off == row.ReleaseOff {
-				continue
-			}
-			rel, err := st.recordAt(off)
-			if err != nil {
-				return ReservationView{}, err
-			}
-			c := *rel.Release
-			c.At = rel.At
-			res.Releases = append(res.Releases, c)
+		rels, err := st.releasesOf(res.ReceiptID, row.ReleaseOff)
+		if err != nil {
+			return ReservationView{}, err
 		}
+		res.Releases = append(res.Releases, rels...)
 		held = append(held, res)
 	}
 	// Every record of the fold that bears on the question has its row, at
@@ -242,24 +235,22 @@ type parsedHead struct {
 // each line again on every question would make its cost grow with them.
 // A line whose bytes differ in any way is read afresh.
 func (st *state) lineHead(off int64, line []byte) (LineHead, bool) {
-	if c, hit := st.heads[off]; hit && bytes.Equal(c.line, line) {
-		h := c.head
-		if h.Reservation != nil {
-			r := *h.Reservation
-			h.Reservation = &r
+	c, hit := st.heads[off]
+	if !hit || !bytes.Equal(c.line, line) {
+		c.head, c.ok = ParseLineHead(line)
+		c.line = bytes.Clone(line)
+		if st.heads == nil {
+			st.heads = map[int64]parsedHead{}
 		}
-		return h, c.ok
+		st.heads[off] = c
 	}
-	h, ok := ParseLineHead(line)
-	if st.heads == nil {
-		st.heads = map[int64]parsedHead{}
-	}
-	st.heads[off] = parsedHead{line: bytes.Clone(line), head: h, ok: ok}
+	// The caller's own copy of what it may change.
+	h := c.head
 	if h.Reservation != nil {
 		r := *h.Reservation
 		h.Reservation = &r
 	}
-	return h, ok
+	return h, c.ok
 }
 
 // rowDiffers names the first field of the row that is not the line's ("":

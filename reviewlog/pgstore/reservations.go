@@ -93,9 +93,11 @@ func queueReservation(b *pgx.Batch, li indexed, off int64, relative bool, n int6
 }
 
 // reindexSQL gives a row to every reserved line of the review log that has
-// none (a replica of the previous release, still answering after the
-// migration, wrote the line alone), and marks the releases such replicas
-// wrote. It is what the migration's backfill does, for what is missing.
+// none — every line the log held when schema 4 was applied, and any a
+// replica of the previous release, still answering after the migration,
+// wrote alone — the first line of each receipt, and marks the first
+// release that follows each. Lines are read only where the log's strict
+// reading set their kind.
 const reindexSQL = `INSERT INTO reservations (` + reservationCols + `)
 SELECT DISTINCT ON (j.r ->> 'receipt_id')
        j.r ->> 'receipt_id', COALESCE(j.r ->> 'tenant', ''), j.r ->> 'caller',
@@ -109,13 +111,12 @@ FROM (SELECT l.off, convert_from(l.line, 'UTF8')::jsonb -> 'reservation' AS r,
         AND NOT EXISTS (SELECT 1 FROM reservations AS x WHERE x.off = l.off)) AS j
 ORDER BY j.r ->> 'receipt_id', j.off
 ON CONFLICT (receipt_id) DO NOTHING;
-UPDATE reservations AS r SET release_off = (
-    SELECT min(l.off) FROM review_lines AS l
-    WHERE l.stream = '` + logStream + `' AND l.kind = 'released' AND l.off > r.off
-      AND convert_from(l.line, 'UTF8')::jsonb #>> '{release,receipt_id}' = r.receipt_id)
-WHERE r.release_off IS NULL AND EXISTS (SELECT 1 FROM review_lines AS l
-    WHERE l.stream = '` + logStream + `' AND l.kind = 'released' AND l.off > r.off
-      AND convert_from(l.line, 'UTF8')::jsonb #>> '{release,receipt_id}' = r.receipt_id)`
+UPDATE reservations AS r SET release_off = x.off
+FROM (SELECT DISTINCT ON (y.rid) y.rid, y.off
+      FROM (SELECT convert_from(l.line, 'UTF8')::jsonb #>> '{release,receipt_id}' AS rid, l.off
+            FROM review_lines AS l WHERE l.stream = '` + logStream + `' AND l.kind = 'released') AS y
+      ORDER BY y.rid, y.off) AS x
+WHERE r.release_off IS NULL AND r.receipt_id = x.rid AND x.off > r.off`
 
 // reindexReservations runs reindexSQL under the guard's lock, so that no
 // decision appends meanwhile; `store migrate` runs it every time.

@@ -5,7 +5,6 @@
 -- by index and then the lines they point to: a row is an index, never a
 -- record — the engine verifies each line's seal, and a row that disagrees
 -- with its line, or a line without its row, is a reason to review.
--- Existing reserved and released lines are moved in.
 
 -- +goose Up
 CREATE TABLE reservations (
@@ -38,22 +37,10 @@ CREATE INDEX reservations_resource ON reservations (tenant, lower(resource)) WHE
 CREATE INDEX reservations_until ON reservations (tenant, until);
 CREATE INDEX reservations_holds ON reservations (tenant) WHERE until IS NULL;
 
--- Backfill: the log's reserved lines (kind is set only for lines the log
--- reads as records), the first of each receipt, then their releases.
-INSERT INTO reservations (receipt_id, tenant, caller, pay_to, host, resource, atomic, asset, at, until, open, off)
-SELECT DISTINCT ON (j.r ->> 'receipt_id')
-       j.r ->> 'receipt_id', COALESCE(j.r ->> 'tenant', ''), j.r ->> 'caller',
-       NULLIF(j.r ->> 'pay_to', ''), NULLIF(j.r ->> 'host', ''), NULLIF(j.r ->> 'resource', ''),
-       j.r ->> 'atomic', j.r ->> 'asset', (j.at)::timestamptz, (NULLIF(j.r ->> 'until', ''))::timestamptz,
-       COALESCE((j.r ->> 'open')::boolean, false), j.off
-FROM (SELECT off, convert_from(line, 'UTF8')::jsonb -> 'reservation' AS r,
-             convert_from(line, 'UTF8')::jsonb ->> 'at' AS at
-      FROM review_lines WHERE stream = 'decisions.ndjson' AND kind = 'reserved') AS j
-ORDER BY j.r ->> 'receipt_id', j.off;
-UPDATE reservations AS r SET release_off = (
-    SELECT min(l.off) FROM review_lines AS l
-    WHERE l.stream = 'decisions.ndjson' AND l.kind = 'released' AND l.off > r.off
-      AND convert_from(l.line, 'UTF8')::jsonb #>> '{release,receipt_id}' = r.receipt_id);
+-- The reservations and releases the log already holds are moved in by
+-- `store migrate` once its migrations are applied, and again on every run
+-- (pgstore's reindexSQL): one statement for this migration and for the
+-- lines a replica of the previous release writes after it.
 
 -- +goose Down
 DROP TABLE reservations;
