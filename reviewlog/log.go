@@ -278,7 +278,7 @@ func (l *Log) DecideReview(ctx context.Context, id, status, note, by string, hoo
 		}
 		// On a tenant's log only a reviewer granted the tenant decides: a
 		// decision by anyone else would not count, so none is written.
-		if ok, err := l.Granted(by); err != nil {
+		if ok, err := l.granted(by); err != nil {
 			return nil, fmt.Errorf("%w: %w; nothing was written", ErrUntrusted, err)
 		} else if !ok {
 			return nil, fmt.Errorf("%w: the trusted reviewers file does not grant reviewer %q tenant %q; nothing was written (the operator grants it: reviewer init or reviewer passkey add --tenant %s)", ErrUntrusted, clip(by), l.tenant, l.tenant)

@@ -126,10 +126,10 @@ func grantProblem(reviewer string, trusted trustSet) string {
 	return fmt.Sprintf("reviewer %q is trusted, but the trusted reviewers file does not grant them tenant %q", clip(reviewer), clip(trusted.tenant))
 }
 
-// Granted reports whether reviewer may decide on this log now: always on a
+// granted reports whether reviewer may decide on this log now: always on a
 // single root; with Options.Tenant, when the trusted reviewers file grants
 // them that tenant. A grants file that cannot be read grants nothing.
-func (l *Log) Granted(reviewer string) (bool, error) {
+func (l *Log) granted(reviewer string) (bool, error) {
 	if l.tenant == "" {
 		return true, nil
 	}
@@ -143,9 +143,6 @@ func (l *Log) Granted(reviewer string) (bool, error) {
 	return g.Allows(reviewer, l.tenant), nil
 }
 
-// Tenant is the tenant of a --tenants-dir server whose log this is (""
-// on a single root).
-func (l *Log) Tenant() string { return l.tenant }
 
 // passkeyProblem says why the receipt of a passkey's decision does not
 // hold: the server's keyring must hold the key that sealed it, and the
