@@ -169,7 +169,7 @@ func runReview(ctx context.Context, stdout, stderr io.Writer, verb string, pos [
 				reviews[i].ReviewURL = pageOf(reviews[i].ID)
 			}
 		}
-		moot, why := reviewMoot(ctx, g, log, tenantLayer, reviews, newProgress(stderr, "review list: index"))
+		moot, why := reviewMoot(ctx, g, log, tenantLayer, *tenant, reviews, newProgress(stderr, "review list: index"))
 		if *asJSON {
 			listed := make([]reviewListed, len(reviews))
 			for i, r := range reviews {
@@ -201,7 +201,7 @@ func runReview(ctx context.Context, stdout, stderr io.Writer, verb string, pos [
 			return exitCode(reviewFailed(stderr, verb, err))
 		}
 		bearing := reservationsBearing(rv, r)
-		moot, why := reviewMoot(ctx, g, log, tenantLayer, []reviewlog.Review{r}, newProgress(stderr, "review show: index"))
+		moot, why := reviewMoot(ctx, g, log, tenantLayer, *tenant, []reviewlog.Review{r}, newProgress(stderr, "review show: index"))
 		if *asJSON {
 			return exitCode(reviewWriteJSON(stdout, stderr, struct {
 				reviewlog.Review

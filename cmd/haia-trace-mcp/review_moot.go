@@ -27,8 +27,9 @@ import (
 // for where the server keeps it by default (params-key.pem with a signer
 // process, else derived from signing-key.pem); the judgement stands only
 // under a key that verifies every reservation held (with none held, the
-// key does not matter).
-func reviewMoot(ctx context.Context, g *cliGuard, log *reviewlog.Log, tenant string, reviews []reviewlog.Review, progress *progress) (map[string]bool, string) {
+// key does not matter). signedAs is the tenant the server signs as
+// (scope.tenant), which every reservation record of this store names.
+func reviewMoot(ctx context.Context, g *cliGuard, log *reviewlog.Log, tenant, signedAs string, reviews []reviewlog.Review, progress *progress) (map[string]bool, string) {
 	pending := false
 	for _, r := range reviews {
 		pending = pending || r.Status == reviewlog.Pending
@@ -60,7 +61,7 @@ func reviewMoot(ctx context.Context, g *cliGuard, log *reviewlog.Log, tenant str
 	var last []string
 	for _, key := range keys {
 		eng, err := engine.New(engine.Config{Policy: pol, Rules: rules, Templates: cat.Templates(), History: cat, Log: log,
-			Chains: &reviewlog.Chains{}, ParamsKey: key, Logger: quiet})
+			Chains: &reviewlog.Chains{Tenant: signedAs}, ParamsKey: key, Logger: quiet})
 		if err != nil {
 			return nil, err.Error()
 		}
