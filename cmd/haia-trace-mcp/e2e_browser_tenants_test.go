@@ -69,7 +69,7 @@ func TestTenantConsoleInBrowser(t *testing.T) {
 	if err := chromedp.Run(bctx, chromedp.Navigate(acmeBase+"reviews/"+acmeID), chromedp.WaitVisible(`#note`, chromedp.ByQuery),
 		chromedp.SendKeys(`#note`, "approved for acme in the browser", chromedp.ByQuery),
 		chromedp.Click(`button[data-decision="approved"]`, chromedp.ByQuery),
-		chromedp.WaitNotPresent(`#note`, chromedp.ByQuery), chromedp.Text(`main`, &status, chromedp.ByQuery)); err != nil {
+		decidedText(&status)); err != nil {
 		t.Fatalf("approve at acme: %v\n%s", err, p.logs())
 	}
 	if !strings.Contains(status, "Status: approved by pat") || !strings.Contains(status, "passkey") {

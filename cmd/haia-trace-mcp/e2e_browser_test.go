@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"image/png"
 	"os"
 	"os/exec"
@@ -242,7 +243,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	var status string
 	if err := chromedp.Run(bctx, chromedp.SendKeys(`#note`, "approved in the browser", chromedp.ByQuery),
 		chromedp.Click(`button[data-decision="approved"]`, chromedp.ByQuery),
-		chromedp.WaitNotPresent(`#note`, chromedp.ByQuery), chromedp.Text(`main`, &status, chromedp.ByQuery)); err != nil {
+		decidedText(&status)); err != nil {
 		t.Fatalf("approve: %v (server: %s)", err, serverErr.String())
 	}
 	if !strings.Contains(status, "Status: approved by pat") || !strings.Contains(status, "passkey") {
@@ -257,4 +258,33 @@ func TestConsoleInBrowser(t *testing.T) {
 	if out, errOut, code := runCLI(t, "audit", "--dir", root, "--reviewers", reviewers); code != 0 {
 		t.Fatalf("audit: %d\n%s\n%s", code, out, errOut)
 	}
+}
+
+// decidedText waits until the page a decision leads to is shown (no note
+// field left) and puts its main text in status. The click navigates, so a
+// read that meets the old document as it is torn down (a node or an
+// execution context gone) is tried again, not taken for the answer.
+func decidedText(status *string) chromedp.Action {
+	return chromedp.ActionFunc(func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		const read = `document.querySelector("#note") === null && document.querySelector("main") !== null ? document.querySelector("main").innerText : ""`
+		var last error
+		for {
+			var text string
+			err := chromedp.Evaluate(read, &text).Do(ctx)
+			if err == nil && text != "" {
+				*status = text
+				return nil
+			}
+			if err != nil {
+				last = err
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("the page after the decision never showed (last read error: %v)", last)
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	})
 }
