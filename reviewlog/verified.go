@@ -143,7 +143,6 @@ func (l *Log) granted(reviewer string) (bool, error) {
 	return g.Allows(reviewer, l.tenant), nil
 }
 
-
 // passkeyProblem says why the receipt of a passkey's decision does not
 // hold: the server's keyring must hold the key that sealed it, and the
 // assertion inside must be by a passkey the reviewers file lists for the
