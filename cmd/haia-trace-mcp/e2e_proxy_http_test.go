@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -41,10 +40,7 @@ func (h *httpHost) options() *mcp.ClientOptions {
 // with the official Go SDK on the session protocol over HTTP. A paying call
 // over HTTP is TestProxyOverHTTPWithHTTPUpstream's.
 func TestProxyEverythingOverHTTP(t *testing.T) {
-	node, entry := os.Getenv("HAIA_NODE"), os.Getenv("HAIA_EVERYTHING")
-	if node == "" || entry == "" {
-		t.Skip("HAIA_NODE and HAIA_EVERYTHING are not set: tools/ci-node.sh installs Node 22 and server-everything and runs this test")
-	}
+	node, entry := everythingServer(t)
 	ctx := context.Background()
 	e := newProxyEnv(t, `{"tools": {}, "unmapped": "forward"}`, "")
 	dir := t.TempDir()

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -74,10 +73,7 @@ func (h *listenHost) waitFor(t *testing.T, what string, ok func() bool) {
 // log messages outside its calls) reaches it; and closing the stream
 // unsubscribes upstream.
 func TestProxyEverythingListen20260728(t *testing.T) {
-	node, entry := os.Getenv("HAIA_NODE"), os.Getenv("HAIA_EVERYTHING")
-	if node == "" || entry == "" {
-		t.Skip("HAIA_NODE and HAIA_EVERYTHING are not set: tools/ci-node.sh installs Node 22 and server-everything and runs this test")
-	}
+	node, entry := everythingServer(t)
 	ctx := context.Background()
 	const uri = "demo://resource/static/document/architecture.md"
 	connect := func(cmd *exec.Cmd, h *listenHost, version string) *mcp.ClientSession {

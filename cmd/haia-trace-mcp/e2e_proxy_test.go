@@ -785,14 +785,23 @@ func TestProxyOverHTTPWithHTTPUpstream(t *testing.T) {
 	}
 }
 
+// everythingServer is Node and the entry point of server-everything, from
+// HAIA_NODE and HAIA_EVERYTHING, which tools/ci-node.sh sets when it runs
+// the tests that need them; elsewhere it skips t saying so.
+func everythingServer(t *testing.T) (node, entry string) {
+	t.Helper()
+	node, entry = os.Getenv("HAIA_NODE"), os.Getenv("HAIA_EVERYTHING")
+	if node == "" || entry == "" {
+		t.Skip("HAIA_NODE and HAIA_EVERYTHING are not set: tools/ci-node.sh installs Node 22 and server-everything and runs this test")
+	}
+	return node, entry
+}
+
 // The official reference server, @modelcontextprotocol/server-everything
 // (pinned in tools/everything, installed by tools/ci-node.sh), behind the
 // proxy: everything that is not a payment passes through as it is.
 func TestProxyEverythingPassesThrough(t *testing.T) {
-	node, entry := os.Getenv("HAIA_NODE"), os.Getenv("HAIA_EVERYTHING")
-	if node == "" || entry == "" {
-		t.Skip("HAIA_NODE and HAIA_EVERYTHING are not set: tools/ci-node.sh installs Node 22 and server-everything and runs this test")
-	}
+	node, entry := everythingServer(t)
 	ctx := context.Background()
 	connect := func(cmd *exec.Cmd, opts *mcp.ClientOptions) *mcp.ClientSession {
 		client := mcp.NewClient(&mcp.Implementation{Name: "e2e-everything", Version: "1"}, opts)
