@@ -256,8 +256,6 @@ func (st *state) lineHead(off int64, line []byte) (LineHead, bool) {
 // rowDiffers names the first field of the row that is not the line's ("":
 // none).
 func rowDiffers(row, line Reservation) string {
-	lineAt, err1 := parseTime(line.At)
-	rowAt, err2 := time.Parse(time.RFC3339Nano, row.At)
 	switch {
 	case row.Tenant != line.Tenant:
 		return "tenant"
@@ -275,16 +273,20 @@ func rowDiffers(row, line Reservation) string {
 		return "asset"
 	case row.Open != line.Open:
 		return "open flag"
-	case err1 != nil || err2 != nil || !rowAt.Equal(lineAt):
+	case !sameTime(row.At, line.At):
 		return "time"
 	case (row.Until == "") != (line.Until == ""):
 		return "end"
-	case row.Until != "":
-		ru, err1 := time.Parse(time.RFC3339Nano, row.Until)
-		lu, err2 := parseTime(line.Until)
-		if err1 != nil || err2 != nil || !ru.Equal(lu) {
-			return "end"
-		}
+	case row.Until != "" && !sameTime(row.Until, line.Until):
+		return "end"
 	}
 	return ""
+}
+
+// sameTime says whether a row's time (RFC 3339 as PostgreSQL gives it) is
+// the instant its line writes; either unreadable is not the same.
+func sameTime(row, line string) bool {
+	lt, err1 := parseTime(line)
+	rt, err2 := time.Parse(time.RFC3339Nano, row)
+	return err1 == nil && err2 == nil && rt.Equal(lt)
 }
