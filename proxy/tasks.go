@@ -68,12 +68,15 @@ func (p *Proxy) callTask(ctx context.Context, name string, args []byte, meta *mc
 		p.cancelUpstreamTask(id)
 		return nil, engine.OutcomeLost, fmt.Errorf("the task was cancelled: %w", ctx.Err())
 	case o == engine.OutcomeRefused:
-		// An error answer to tasks/result releases only when the upstream
-		// says its task failed, as an error answer to a call does; an
-		// expired or unknown task is an unknown outcome.
+		// A task that failed is the tool's failure, not a call the
+		// upstream refused to run: a tool may fail after it paid, so it is
+		// a tool error, which releases only where the guard map says the
+		// tool's errors mean "unpaid". An expired or unknown task is an
+		// unknown outcome.
 		if st, gerr := p.upstreamTaskStatus(id); gerr != nil || st != mcp.TaskStatusFailed {
 			return nil, engine.OutcomeLost, fmt.Errorf("the upstream's task %s gave no result (%w) and its status is %q", id, err, st)
 		}
+		return nil, engine.OutcomeToolError, err
 	}
 	return nil, o, err
 }

@@ -104,12 +104,13 @@ func TestProxyTasks(t *testing.T) {
 		t.Fatalf("the upstream carried out %d calls after block and review, want 1", n)
 	}
 
-	// The upstream's task fails: recorded as refused and released.
+	// The upstream's task fails: a tool error, released because the map
+	// says task_send's errors mean "unpaid".
 	res = result(startTask(map[string]any{"to": sellerF, "amount": "0.40", "fail": true}))
 	if res["isError"] != true || !strings.Contains(fmt.Sprint(res["content"]), "the wallet is locked") {
 		t.Fatalf("failed task: %v", res)
 	}
-	if r := lastRule(); r != "upstream_refused" {
+	if r := lastRule(); r != "upstream_tool_error" {
 		t.Fatalf("outcome of the failed task: %q", r)
 	}
 	data, err := os.ReadFile(logPath)

@@ -54,7 +54,7 @@ const proxyMapJSON = `{"tools": {
   "slow_send": {"counterparty": "to", "amount": "amount", "amountUnit": "display"},
   "fail_send": {"counterparty": "to", "amount": "amount", "amountUnit": "display", "errors": "unpaid"},
   "pay_then_fail": {"counterparty": "to", "amount": "amount", "amountUnit": "display"},
-  "task_send": {"counterparty": "to", "amount": "amount", "amountUnit": "display"},
+  "task_send": {"counterparty": "to", "amount": "amount", "amountUnit": "display", "errors": "unpaid"},
   "pay_invoice": {"counterparty": "payee.address", "amount": "total.value", "amountUnit": "atomic", "asset": "total.token"}
 }, "unmapped": "forward"}`
 
