@@ -24,6 +24,7 @@ import (
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/auth"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/fairq"
 )
 
 // Defaults of the HTTP transport's bounds; all are stated in docs/http.md.
@@ -88,6 +89,10 @@ type HTTPConfig struct {
 	// tenant's Server has its own Trace root, index, review log and chain;
 	// nothing of one reaches another. Needs Auth.
 	Tenants map[string]*Server
+	// FairShare shares the process's decision slots between Tenants (see
+	// FairShare); nil serves each request as it comes. Ignored without
+	// Tenants.
+	FairShare *FairShare
 	// Logger receives one line per request.
 	Logger *slog.Logger
 	// Console, when set, is the reviewer console, served under /console/
@@ -107,6 +112,7 @@ type HTTP struct {
 	streams    *streamSet
 	streamIdle time.Duration
 	streamPing time.Duration
+	fair       *fairShare // nil without tenants or with the fair share off
 	metrics    *httpMetrics
 	logger     *slog.Logger
 }
@@ -237,6 +243,11 @@ func (s *Server) NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 			mux.byName[name] = streamable(srv)
 		}
 		h.mcp = mux
+		if cfg.FairShare != nil {
+			if h.fair, err = newFairShare(*cfg.FairShare, tenantNames(cfg.Tenants), h.metrics.registry); err != nil {
+				return nil, fmt.Errorf("http: %w", err)
+			}
+		}
 	} else {
 		h.mcp = streamable(s)
 	}
@@ -605,7 +616,9 @@ func newHTTPMetrics() *httpMetrics {
 // reqNote is filled in by inner handlers for the outer request log line.
 type reqNote struct {
 	subject string
-	body    []byte // the request body, read by limitBody
+	tenant  string      // the tenant whose decision slot the request took
+	turn    *fairq.Turn // how it was admitted to the slot (nil: refused or no fair share)
+	body    []byte      // the request body, read by limitBody
 }
 
 type reqNoteKey struct{}
@@ -688,6 +701,13 @@ func (h *HTTP) observe(next http.Handler) http.Handler {
 		}
 		if note.subject != "" {
 			attrs = append(attrs, slog.String("sub", note.subject))
+		}
+		if note.tenant != "" {
+			attrs = append(attrs, slog.String("tenant", note.tenant))
+		}
+		if t := note.turn; t != nil {
+			attrs = append(attrs, slog.Group("admission", slog.Uint64("seq", t.Seq), slog.Bool("queued", t.Queued),
+				slog.Duration("waited", t.Waited), slog.Int("ahead", t.Ahead), slog.Int("others_first", t.OthersFirst)))
 		}
 		level := slog.LevelInfo
 		if r.URL.Path == "/healthz" || r.URL.Path == "/metrics" || r.URL.Path == "/readyz" {

@@ -417,6 +417,10 @@ func (h *HTTP) gate(next http.Handler) http.Handler {
 				h.serveStream(w, r, "", next)
 				return
 			}
+			if h.fair != nil {
+				h.fair.admit(w, r, next, h.logger)
+				return
+			}
 			next.ServeHTTP(w, r) // mcp-go checks the id through sessionManager.Validate
 		case (r.Method == http.MethodGet || r.Method == http.MethodDelete) && !modern:
 			id := r.Header.Get(mcpserver.HeaderKeySessionID)

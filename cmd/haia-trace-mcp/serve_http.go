@@ -53,6 +53,47 @@ type httpFlags struct {
 	idleTimeout  time.Duration
 	shutdown     time.Duration
 	tenantClaim  string
+	fair         fairFlags
+}
+
+// fairFlags are the tenants' fair share (--tenant-*): slots and perTenant
+// are zero until given, which takes the server's defaults.
+type fairFlags struct {
+	on        bool
+	slots     optInt
+	perTenant optInt
+	queue     int
+	wait      time.Duration
+}
+
+// optInt is an int flag that knows whether it was given.
+type optInt struct {
+	v   int
+	set bool
+}
+
+func (o *optInt) String() string {
+	if o == nil || !o.set {
+		return ""
+	}
+	return strconv.Itoa(o.v)
+}
+
+func (o *optInt) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return fmt.Errorf("want a whole number, got %q", s)
+	}
+	o.v, o.set = n, true
+	return nil
+}
+
+// share is the server's fair share of these flags; nil when it is off.
+func (f fairFlags) share() *server.FairShare {
+	if !f.on {
+		return nil
+	}
+	return &server.FairShare{Slots: f.slots.v, PerTenant: f.perTenant.v, Queue: f.queue, Wait: f.wait}
 }
 
 // listFlag collects a repeatable string flag.
@@ -70,6 +111,11 @@ func (h *httpFlags) register(fs *flag.FlagSet) {
 	fs.Var(&h.scopes, "auth-scope", "a scope every request needs (repeatable)")
 	fs.Var(&h.toolScopes, "auth-tool-scope", "TOOL=SCOPE: an extra scope a call of TOOL needs (repeatable)")
 	fs.StringVar(&h.tenantClaim, "tenant-claim", "", "with --tenants-dir: the token claim whose string value names the caller's tenant")
+	fs.BoolVar(&h.fair.on, "tenant-fair-share", true, "with --tenants-dir: share the decision slots between the tenants in turn, so one tenant's flood does not slow another's decisions (false: serve requests as they come)")
+	fs.Var(&h.fair.slots, "tenant-slots", "with --tenants-dir: requests of all tenants answered at once (default: 2 × the cores Go uses)")
+	fs.Var(&h.fair.perTenant, "tenant-max-in-flight", "with --tenants-dir: of --tenant-slots, how many one tenant may hold (default: all of them)")
+	fs.IntVar(&h.fair.queue, "tenant-queue", server.DefaultFairQueue, "with --tenants-dir: a tenant's requests that may wait for a slot; one more is refused with 429")
+	fs.DurationVar(&h.fair.wait, "tenant-wait", server.DefaultFairWait, "with --tenants-dir: how long a request waits for a slot before it is refused with 429")
 	fs.BoolVar(&h.allowRemote, "http-allow-remote", false, "allow listening on a non-loopback address")
 	fs.BoolVar(&h.insecure, "http-insecure-no-auth", false, "serve without authentication (loopback only, e.g. for the MCP Inspector)")
 	fs.Int64Var(&h.maxBody, "http-max-body", server.DefaultHTTPMaxBody, "largest request body in bytes")
@@ -175,6 +221,10 @@ func (h *httpFlags) checkBounds() error {
 		{"--rate-limit", h.rateLimit > 0},
 		{"--rate-burst", !h.burstSet || h.rateBurst > 0},
 		{"--auth-max-token-lifetime", h.maxLifetime > 0},
+		{"--tenant-slots", !h.fair.slots.set || h.fair.slots.v > 0},
+		{"--tenant-max-in-flight", !h.fair.perTenant.set || h.fair.perTenant.v > 0},
+		{"--tenant-queue", h.fair.queue > 0},
+		{"--tenant-wait", h.fair.wait > 0},
 	} {
 		if !c.ok {
 			errs = append(errs, fmt.Errorf("%s must be above zero", c.name))
@@ -273,6 +323,7 @@ func runHTTP(ctx context.Context, servers map[string]*served, ready func(context
 		RateLimit:      h.rateLimit,
 		RateBurst:      h.burst(),
 		Tenants:        tenants,
+		FairShare:      h.fair.share(),
 		Ready:          ready,
 		Logger:         logger,
 		Console:        h.console,
