@@ -3,6 +3,7 @@ package proxy
 import (
 	"fmt"
 	"math/big"
+	"slices"
 	"strings"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
@@ -83,6 +84,9 @@ func (r *resolved) checkKeys(v any, schema schemaNode, path []string, free bool)
 				return argErrorf("argument %q of %s is not a plain ASCII name (a look-alike or invisible character?); a paying call's argument names are read byte for byte, so nothing was forwarded", at, r.tool)
 			}
 			if !free && props != nil {
+				if mapped := r.caseTwin(path, k); mapped != "" {
+					return argErrorf("argument %q of paying tool %s is the mapped argument %q spelled in another case; a reader that ignores case (the upstream's, perhaps) could take one for the other, so nothing was forwarded", at, r.tool, mapped)
+				}
 				sub, ok := props[k]
 				if !ok {
 					return argErrorf("argument %q is not in the input schema of paying tool %s; a paying call carries only the arguments its schema declares, so nothing was forwarded", at, r.tool)
@@ -113,6 +117,18 @@ func (r *resolved) checkKeys(v any, schema schemaNode, path []string, free bool)
 		}
 	}
 	return nil
+}
+
+// caseTwin returns the mapped path (dotted) of which key k at path is a
+// sibling spelled in another letter case, or "".
+func (r *resolved) caseTwin(path []string, k string) string {
+	for _, p := range r.paths {
+		leaf := p[len(p)-1]
+		if len(p) == len(path)+1 && slices.Equal(p[:len(path)], path) && k != leaf && strings.EqualFold(k, leaf) {
+			return strings.Join(p, ".")
+		}
+	}
+	return ""
 }
 
 // lookup follows a path through the arguments.

@@ -270,6 +270,9 @@ type resolved struct {
 	// leaves are the last segments of every mapped path, lower-cased: an
 	// undeclared key with one of these names is a copy of a mapped value.
 	leaves []string
+	// paths are the mapped paths themselves: a declared sibling spelled
+	// like one of them in another case is a second copy of its value.
+	paths [][]string
 }
 
 // resolve checks a tool's mapping against its input schema: every path
@@ -336,6 +339,7 @@ func (m ToolMap) resolve(tool string, inputSchema json.RawMessage, pol *guard.Co
 				tool, w.name, strings.Join(w.f.Path, "."), strings.Join(ts, "|"), w.name, strings.Join(w.types, " or "))
 		}
 		r.leaves = append(r.leaves, strings.ToLower(w.f.Path[len(w.f.Path)-1]))
+		r.paths = append(r.paths, w.f.Path)
 	}
 	return r, nil
 }

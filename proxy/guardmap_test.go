@@ -176,6 +176,32 @@ func TestReadArguments(t *testing.T) {
 	}
 }
 
+// A schema may declare a property that differs from a mapped one only in
+// letter case; a call that gives it is refused, since the guard reads the
+// mapped name exactly and the upstream may not.
+func TestReadArgumentsRefusesACaseTwin(t *testing.T) {
+	pol := testPolicy(t)
+	m, err := ParseMap([]byte(`{"tools":{"t":{"counterparty":"pay.to","amount":"pay.amount","amountUnit":"display","asset":"USDC"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := m.Tools["t"].resolve("t", json.RawMessage(`{"type":"object","properties":{"Amount":{"type":"string"},"pay":{"type":"object","properties":{"to":{"type":"string"},"amount":{"type":"string"},"Amount":{"type":"string"},"TO":{"type":"string"}}}}}`), pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const a = "0xA11CE00000000000000000000000000000000001"
+	for args, want := range map[string]string{
+		`{"pay":{"to":"` + a + `","amount":"0.01","Amount":"1000"}}`:                                   `"pay.Amount" of paying tool t is the mapped argument "pay.amount" spelled in another case`,
+		`{"pay":{"to":"` + a + `","amount":"0.01","TO":"0xB0B0000000000000000000000000000000000002"}}`: `"pay.TO"`,
+		`{"pay":{"to":"` + a + `","amount":"0.01"},"Amount":"1000"}`:                                   "",
+	} {
+		_, _, err := r.read([]byte(args), pol)
+		if want == "" && err != nil || want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
+			t.Errorf("%s: %v, want %q", args, err, want)
+		}
+	}
+}
+
 // FuzzReadArguments: whatever the bytes, read never panics, and when it
 // accepts them the forwarded bytes are canonical, hold the question's
 // counterparty and amount at the mapped paths, and nowhere else under

@@ -201,6 +201,12 @@ func (st *state) feed(r io.Reader, name string) error {
 			continue
 		}
 		rec, derr := decodeRecord(line)
+		if errors.Is(derr, errNotExact) && len(st.tail) == 0 {
+			// A whole line no writer makes: tampering, not a torn write.
+			// Nothing of it is applied, as if it had been removed.
+			st.addFinding(Finding{Line: n, What: derr.Error() + "; the line is not applied"})
+			continue
+		}
 		if derr != nil {
 			st.tail = append(st.tail, badLine{n, derr.Error()})
 			continue

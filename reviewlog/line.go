@@ -12,7 +12,14 @@ import (
 	"unicode/utf8"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/strictjson"
 )
+
+// errNotExact marks a line that is one JSON object but could be read two
+// ways: a member named twice, or a name spelled in another case beside
+// (or instead of) the exact one. No writer of the log makes such a line;
+// the fold reports it as tampering and applies nothing of it.
+var errNotExact = errors.New("not a review log record: a name is repeated or not spelled exactly, so readers could disagree on what it says")
 
 // Line types of guard/decisions.ndjson.
 const (
@@ -69,34 +76,6 @@ type record struct {
 	Release *Release `json:"release,omitempty"`
 }
 
-var knownFields = map[string]bool{"type": true, "review_id": true, "at": true, "counterparty": true, "amount": true, "asset": true,
-	"template": true, "reasons": true, "status": true, "by": true, "note": true, "lines": true, "caller": true, "params_hash": true,
-	"authorization": true, "terms": true, "pay_to": true, "reservation": true, "release": true}
-
-var (
-	reservationFields = map[string]bool{"receipt_id": true, "caller": true, "tenant": true, "pay_to": true, "host": true, "resource": true,
-		"atomic": true, "asset": true, "until": true, "open": true, "review_id": true, "mac": true}
-	releaseFields = map[string]bool{"receipt_id": true, "caller": true, "outcome": true, "outcome_receipt": true, "mac": true}
-)
-
-// exactFields refuses an object with a field that is not one of known,
-// spelled exactly (nil or JSON null: nothing to check).
-func exactFields(raw json.RawMessage, known map[string]bool) error {
-	if raw == nil || string(raw) == "null" {
-		return nil
-	}
-	var keys map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &keys); err != nil {
-		return errors.New(plainJSONError(err))
-	}
-	for k := range keys {
-		if !known[k] {
-			return fmt.Errorf("unknown field %q", clip(k))
-		}
-	}
-	return nil
-}
-
 const timeLayout = "2006-01-02T15:04:05.000Z"
 
 func formatTime(t time.Time) string { return t.UTC().Format(timeLayout) }
@@ -117,22 +96,16 @@ func decodeRecord(b []byte) (record, error) {
 	if !utf8.Valid(b) {
 		return r, errors.New("not valid UTF-8")
 	}
-	// encoding/json matches field names without regard to case; the log's
-	// names are exact.
-	var keys map[string]json.RawMessage
-	if err := json.Unmarshal(b, &keys); err != nil {
-		return r, fmt.Errorf("not a review log record: %s", plainJSONError(err))
-	}
-	for k := range keys {
-		if !knownFields[k] {
-			return r, fmt.Errorf("not a review log record: unknown field %q", clip(k))
+	// encoding/json matches field names without regard to case and keeps
+	// the last of two members with one name; another reader (PostgreSQL,
+	// a verifier in another language) may take the other. The log's names
+	// are exact and once, in the record and in every object inside it.
+	if err := strictjson.Check(b, &r); err != nil {
+		var se *strictjson.Error
+		if errors.As(err, &se) && se.Ambiguous {
+			return r, fmt.Errorf("%w: %w", errNotExact, err)
 		}
-	}
-	// The same holds inside a reservation and a release.
-	for name, known := range map[string]map[string]bool{"reservation": reservationFields, "release": releaseFields} {
-		if err := exactFields(keys[name], known); err != nil {
-			return r, fmt.Errorf("not a review log record: %s: %w", name, err)
-		}
+		return r, fmt.Errorf("not a review log record: %w", err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()

@@ -141,6 +141,9 @@ func Parse(data []byte) (*PaymentRequired, error) {
 	if err := json.Unmarshal(data, &top); err != nil || top == nil {
 		return nil, badf("must be a JSON object")
 	}
+	if err := exactNames(top, "x402Version", "resource", "accepts"); err != nil {
+		return nil, badf("%s", err)
+	}
 	var version json.Number
 	if err := unmarshalNumber(top["x402Version"], &version); err != nil {
 		return nil, badf("x402Version must be the number 1 or 2")
@@ -159,8 +162,23 @@ func Parse(data []byte) (*PaymentRequired, error) {
 		if !ok {
 			return nil, badf("resource is missing (x402 v2 names the resource being paid for)")
 		}
-		if err := json.Unmarshal(raw, &pr.Resource); err != nil {
+		// Read by exact names: encoding/json would take "URL" for "url".
+		var res map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &res); err != nil || res == nil {
 			return nil, badf("resource must be an object with a url string")
+		}
+		if err := exactNames(res, "url", "description", "mimeType"); err != nil {
+			return nil, badf("resource: %s", err)
+		}
+		for _, f := range []struct {
+			key string
+			dst *string
+		}{{"url", &pr.Resource.URL}, {"description", &pr.Resource.Description}, {"mimeType", &pr.Resource.MimeType}} {
+			if v, ok := res[f.key]; ok && string(v) != "null" {
+				if err := json.Unmarshal(v, f.dst); err != nil {
+					return nil, badf("resource.%s must be a string", f.key)
+				}
+			}
 		}
 		if pr.Resource.URL == "" || len(pr.Resource.URL) > maxField {
 			return nil, badf("resource.url must be a non-empty string of at most %d bytes", maxField)
@@ -199,6 +217,9 @@ func readRequirements(raw json.RawMessage, version int) (Requirements, error) {
 	}
 	r := Requirements{Raw: buf.Bytes()}
 	var problems []string
+	if err := exactNames(m, "scheme", "network", "amount", "maxAmountRequired", "asset", "payTo", "maxTimeoutSeconds", "extra", "resource"); err != nil {
+		problems = append(problems, err.Error())
+	}
 	str := func(key string, required bool) string {
 		v, ok := m[key]
 		if !ok {
@@ -250,6 +271,9 @@ func readRequirements(raw json.RawMessage, version int) (Requirements, error) {
 		if err := json.Unmarshal(v, &extra); err != nil || extra == nil {
 			problems = append(problems, "extra must be an object")
 		} else {
+			if err := exactNames(extra, "name", "version"); err != nil {
+				problems = append(problems, "extra: "+err.Error())
+			}
 			for _, f := range []struct {
 				key string
 				dst *string
@@ -374,6 +398,22 @@ func checkStrict(data []byte) error {
 			return onlyValue(dec)
 		}
 	}
+}
+
+// exactNames refuses a member whose name is one of names in another letter
+// case ("PayTo", "URL"): readers that match names without regard to case
+// (encoding/json into a struct) would take it for the x402 field, readers
+// that match exactly would not, so the seller's answer would say two
+// things.
+func exactNames(m map[string]json.RawMessage, names ...string) error {
+	for k := range m {
+		for _, n := range names {
+			if k != n && strings.EqualFold(k, n) {
+				return fmt.Errorf("the field %q is not spelled %q; x402 names are exact, and a reader that ignores case would take one for the other", clip(k), n)
+			}
+		}
+	}
+	return nil
 }
 
 // onlyValue checks that nothing but white space follows the first value.

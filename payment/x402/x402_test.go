@@ -194,6 +194,10 @@ func TestParsePaymentRequired(t *testing.T) {
 		{"duplicate top key", strings.Replace(good, `"x402Version":2`, `"x402Version":2,"x402Version":2`, 1), "appears twice"},
 		{"duplicate nested key", strings.Replace(good, `"amount":"10000"`, `"amount":"1","amount":"10000"`, 1), "appears twice"},
 		{"two values", good + good, "more than one"},
+		{"resource URL beside url", strings.Replace(good, `"url":"https://api.example.com/data"`, `"url":"https://api.example.com/data","URL":"https://evil.example/x"`, 1), `"URL" is not spelled "url"`},
+		{"resource URL alone", strings.Replace(good, `"url":`, `"Url":`, 1), `"Url" is not spelled "url"`},
+		{"resource mimetype", strings.Replace(good, `"mimeType":`, `"mimetype":`, 1), `"mimetype" is not spelled "mimeType"`},
+		{"top-level Accepts", strings.Replace(good, `"x402Version":2,`, `"x402Version":2,"Accepts":[],`, 1), `"Accepts" is not spelled "accepts"`},
 		{"no resource", `{"x402Version":2,"accepts":[]}`, "resource is missing"},
 		{"empty accepts", `{"x402Version":2,"resource":{"url":"https://a.example"},"accepts":[]}`, "accepts is empty"},
 		{"accepts not array", `{"x402Version":2,"resource":{"url":"https://a.example"},"accepts":{}}`, "accepts must be an array"},
@@ -435,11 +439,34 @@ func TestSameResource(t *testing.T) {
 	}
 }
 
+// An entry of accepts that spells an x402 field in another case is kept
+// with its problem and never chosen to be paid.
+func TestRequirementsNamesAreExact(t *testing.T) {
+	for _, c := range []struct{ from, to, want string }{
+		{`"payTo":`, `"payTo":"0x0000000000000000000000000000000000000001","PayTo":`, `"PayTo" is not spelled "payTo"`},
+		{`"amount":"10000"`, `"amount":"10000","Amount":"1"`, `"Amount" is not spelled "amount"`},
+		{`"name":"USD Coin"`, `"name":"USD Coin","NAME":"Other"`, `extra: the field "NAME" is not spelled "name"`},
+	} {
+		pr, err := ParseHeaderOrJSON(strings.Replace(v2Required("10000", payee), c.from, c.to, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(pr.Accepts[0].Problem, c.want) {
+			t.Fatalf("%s: problem %q, want %q", c.to, pr.Accepts[0].Problem, c.want)
+		}
+		cfg, _ := guard.ParseConfig([]byte(`{}`), "")
+		if _, skipped := Select(pr, cfg.Assets); len(skipped) != 1 {
+			t.Fatalf("%s: an entry with a problem was chosen", c.to)
+		}
+	}
+}
+
 func FuzzParsePaymentRequired(f *testing.F) {
 	f.Add(v2Required("10000", payee))
 	f.Add(base64.StdEncoding.EncodeToString([]byte(v2Required("1", payee))))
 	f.Add(`{"x402Version":1,"accepts":[{"scheme":"exact","network":"base","maxAmountRequired":"1","payTo":"` + payee + `","maxTimeoutSeconds":60,"asset":"` + baseUSDC + `"}]}`)
 	f.Add(`{"x402Version":2,"x402Version":2}`)
+	f.Add(strings.Replace(v2Required("1", payee), `"url":`, `"URL":`, 1))
 	cfg, _ := guard.ParseConfig([]byte(`{}`), "")
 	s := testSigner(f)
 	f.Fuzz(func(t *testing.T, in string) {

@@ -29,6 +29,7 @@ func runAdversary(t *testing.T, factory Factory) {
 		{"NewReasonOpensNewReview", testNewReason},
 		{"AuditTellsCrashFromTampering", testAuditClasses},
 		{"EditedRowsDecideNothing", testEditedRows},
+		{"LineNotExactDecidesNothing", testLineNotExact},
 	} {
 		t.Run("Adversary/"+c.name, func(t *testing.T) { c.run(t, newFixture(t, factory)) })
 	}
@@ -196,6 +197,42 @@ func testLiftRejectionByQuestion(t *testing.T, f *fixture) {
 		t.Fatalf("the rejected question after the line was edited: %+v %v, want the rejection", again, err)
 	}
 	wantRejectedTampered(t, f, ctx, out.Review.ID)
+}
+
+// A line edited so that readers could read it two ways — a field spelled
+// in another case, which encoding/json would take for the exact one — is
+// reported and applied to nothing: an approval in it is no approval, and a
+// rejection still holds through the server's receipts.
+func testLineNotExact(t *testing.T, f *fixture) {
+	ctx := t.Context()
+	approved, err := f.ask(ctx, f.log(0), "agent-1", 31, guard.Review)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.decide(ctx, f.log(0), approved.Review.ID, reviewlog.Approved); err != nil {
+		t.Fatal(err)
+	}
+	rejected, err := f.ask(ctx, f.log(0), "agent-1", 32, guard.Review)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.decide(ctx, f.log(0), rejected.Review.ID, reviewlog.Rejected); err != nil {
+		t.Fatal(err)
+	}
+	f.tamper.EditLog(t, approved.Review.ID, `"counterparty":`, `"Counterparty":`)
+	f.tamper.EditLog(t, rejected.Review.ID, `"counterparty":`, `"counterpartY":`)
+	got, err := f.ask(ctx, f.log(0), "agent-1", 31, guard.Review)
+	if err != nil || got.Kind == reviewlog.AskApproved || got.Review.ID == approved.Review.ID {
+		t.Fatalf("the approved question after its line was made ambiguous: %+v %v, want no approval", got, err)
+	}
+	again, err := f.ask(ctx, f.log(0), "agent-1", 32, guard.Allow)
+	if err != nil || again.Kind != reviewlog.AskRejected {
+		t.Fatalf("the rejected question after its line was made ambiguous: %+v %v, want the rejection", again, err)
+	}
+	rep := f.audit(ctx)
+	if n := strings.Count(strings.Join(rep.Findings, "\n"), `is not spelled "counterparty"`); n != 2 {
+		t.Fatalf("audit: %+v, want both lines reported", rep.Findings)
+	}
 }
 
 func wantRejectedTampered(t *testing.T, f *fixture, ctx context.Context, id string) {
