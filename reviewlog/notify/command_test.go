@@ -86,25 +86,33 @@ func TestCommandGetsEveryMessageOnce(t *testing.T) {
 	}
 }
 
+// TestCommandFailures: each failure is counted and logged as what it was.
+// A command that fails on its own gets a limit no load reaches (a shell
+// that starts slowly on a busy machine must still be seen to exit 1, not
+// be cut off); a command that never ends gets a short one and must be cut
+// off by it — killed, its children too — long before it would end itself.
 func TestCommandFailures(t *testing.T) {
+	const patient, short = time.Minute, 200 * time.Millisecond
 	tests := []struct {
 		name    string
 		script  string
+		timeout time.Duration
 		wantLog string
 	}{
-		{"non-zero exit", `echo "no route to chat server" >&2; exit 3`, "exit status 3; its standard error begins: no route to chat server"},
-		{"hostile standard error", "printf 'a\\033[2Jb' >&2; exit 1", `a\\u001b[2Jb`},
-		{"timeout kills it", "sleep 60", "ran longer than 200ms and was killed"},
-		{"timeout kills its children too", "sleep 60 & wait", "ran longer than 200ms and was killed"},
+		{"non-zero exit", `echo "no route to chat server" >&2; exit 3`, patient, "exit status 3; its standard error begins: no route to chat server"},
+		{"hostile standard error", "printf 'a\\033[2Jb' >&2; exit 1", patient, `a\\u001b[2Jb`},
+		{"timeout kills it", "sleep 60", short, "ran longer than 200ms and was killed"},
+		{"timeout kills its children too", "sleep 60 & wait", short, "ran longer than 200ms and was killed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			logger, logs := testLogger()
 			m := NewMetrics()
-			c, err := NewCommand(writeScript(t, tt.script), CommandEnv{}, Options{Logger: logger, Metrics: m, Timeout: 200 * time.Millisecond})
+			c, err := NewCommand(writeScript(t, tt.script), CommandEnv{}, Options{Logger: logger, Metrics: m, Timeout: tt.timeout})
 			if err != nil {
 				t.Fatal(err)
 			}
+			start := time.Now()
 			c.Notify(message(t, EventOpened, 1))
 			if err := c.Close(context.Background()); err != nil {
 				t.Fatal(err)
@@ -114,6 +122,12 @@ func TestCommandFailures(t *testing.T) {
 			}
 			if !strings.Contains(logs.String(), tt.wantLog) {
 				t.Errorf("log lacks %q:\n%s", tt.wantLog, logs)
+			}
+			if tt.timeout == patient && strings.Contains(logs.String(), "was killed") {
+				t.Errorf("a command that ends by itself was cut off:\n%s", logs)
+			}
+			if took := time.Since(start); tt.timeout == short && took >= 50*time.Second {
+				t.Errorf("the command was waited for (%s), not cut off", took)
 			}
 		})
 	}
