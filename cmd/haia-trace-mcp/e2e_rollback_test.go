@@ -12,7 +12,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/pgtest"
-	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 )
 
 // previousRelease is the commit of release 0.1.0, whose PostgreSQL store
@@ -169,26 +168,7 @@ func TestStoreRollbackThroughExportImport(t *testing.T) {
 	if code != 0 || strings.Count(list, "decisions-") < 2 {
 		t.Fatalf("chain list of the exported root: %d %q %s (want the key's chain and a lane at least)", code, list, errOut)
 	}
-	keyring := filepath.Join(exported, reviewlog.DirName, reviewlog.KeyringFile)
-	segments := 0
-	for _, line := range strings.Split(strings.TrimSpace(list), "\n") {
-		chain := strings.Split(line, "\t")[0]
-		out := filepath.Join(t.TempDir(), chain)
-		if err := os.Mkdir(out, 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if _, errOut, code := runCLI(t, "chain", "export", chain, "--all", "--out", out, "--dir", exported); code != 0 {
-			t.Fatalf("chain export %s: %d %s", chain, code, errOut)
-		}
-		files, _ := filepath.Glob(filepath.Join(out, "*.json"))
-		for _, f := range files {
-			segments++
-			if verdict, errOut, code := runCLI(t, "verify", f, keyring); code != 0 || !strings.HasPrefix(verdict, "VALID") {
-				t.Fatalf("verify %s of %s: %d %s %s", filepath.Base(f), chain, code, verdict, errOut)
-			}
-		}
-	}
-	if segments == 0 {
+	if verifyExportedChains(t, exported) == 0 {
 		t.Fatal("no chain segment was exported")
 	}
 	// Into a fresh database of this release.
