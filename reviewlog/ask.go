@@ -123,6 +123,11 @@ func (l *Log) Ask(ctx context.Context, req AskRequest, decide func(v *AskView) (
 		// The section's time is no earlier than now.
 		ctx = withReservationQuery(ctx, req.reservationQuery(l.now(), 0))
 	}
+	if _, ok := l.store.(ScopedStore); ok {
+		// A scoped section reads the reviews by index (ReviewIndex), with
+		// its locks where the store can.
+		ctx = withReviewQuery(ctx, req.reviewQuery(l.now(), l.ttl()))
+	}
 	err := l.transactAll(ctx, req.scopes(), func(g Writer, st *state, at time.Time) ([]record, error) {
 		_, scoped := g.(ScopedWriter)
 		view := &AskView{l: l, ctx: ctx, g: g, st: st, at: at, req: &req, scoped: scoped}
@@ -138,6 +143,9 @@ func (l *Log) Ask(ctx context.Context, req AskRequest, decide func(v *AskView) (
 		case AskReused, AskRejected:
 		case AskApproved:
 			e := st.byID[r.ID]
+			if st.rows != nil {
+				e = st.rows.st.byID[r.ID]
+			}
 			if e == nil {
 				return nil, fmt.Errorf("%w: review %s, whose approval was to be used, is not in %s", ErrUnknownReview, r.ID, l.Path())
 			}
@@ -201,6 +209,9 @@ type AskView struct {
 	// reviews is Reviews' answer once read.
 	reviews     []Review
 	reviewsRead bool
+	// unread are the rows of the question whose review no line holds
+	// (read by index).
+	unread []string
 	// scoped: the section holds the question's scopes only.
 	scoped bool
 }
@@ -239,10 +250,11 @@ func (a *AskView) Reservations(ttl time.Duration) (ReservationView, error) {
 	if _, err := a.verifier(); err != nil {
 		return ReservationView{}, err
 	}
+	st := a.st.reservationState()
 	if idx, ok := a.g.(ReservationIndex); ok {
-		return a.l.indexedView(a.ctx, idx, a.st, a.req, a.at, ttl)
+		return a.l.indexedView(a.ctx, idx, st, a.req, a.at, ttl)
 	}
-	return a.l.reservationView(a.st, a.at, ttl)
+	return a.l.reservationView(st, a.at, ttl)
 }
 
 // Reviews are the caller's reviews of this very question (the same
@@ -252,6 +264,9 @@ func (a *AskView) Reservations(ttl time.Duration) (ReservationView, error) {
 func (a *AskView) Reviews() ([]Review, error) {
 	if a.reviewsRead {
 		return a.reviews, nil
+	}
+	if a.st.rows != nil {
+		return a.indexedReviews()
 	}
 	list := a.st.byKey[questionKey(a.req.Caller, a.req.Question, a.req.Resource)]
 	var out []Review
@@ -290,6 +305,9 @@ func (a *AskView) ChainReviews(fn func(r Review, inLog bool) bool) error {
 	}
 	caller, q := a.req.Caller, a.req.Question
 	actions := v.rx.reviewsOf(caller, a.req.ParamsHash)
+	if a.st.rows != nil {
+		return a.indexedChainReviews(v, actions, fn)
+	}
 	for i := len(actions) - 1; i >= 0; i-- {
 		id := strings.TrimPrefix(actions[i], "review:")
 		// Whatever the log says of it (an edited caller or question) or
@@ -334,8 +352,12 @@ func (a *AskView) Pending() int { return len(a.livePending()) }
 // PendingReviews are those reviews, as the log holds them.
 func (a *AskView) PendingReviews() ([]Review, error) {
 	var out []Review
+	src := a.st
+	if a.st.rows != nil {
+		src = a.st.rows.st
+	}
 	for _, e := range a.livePending() {
-		r, err := a.st.review(e)
+		r, err := src.review(e)
 		if err != nil {
 			return nil, err
 		}
@@ -346,7 +368,11 @@ func (a *AskView) PendingReviews() ([]Review, error) {
 
 func (a *AskView) livePending() []*entry {
 	var live []*entry
-	for _, e := range a.st.pendingOf(a.req.Caller) {
+	list := a.st.pendingOf
+	if a.st.rows != nil {
+		list = a.st.rows.pendingOf
+	}
+	for _, e := range list(a.req.Caller) {
 		if ttl := a.l.ttl(); ttl <= 0 || a.at.Before(e.created.Add(ttl)) {
 			live = append(live, e)
 		}
@@ -394,13 +420,14 @@ func (a *AskView) opening(reasons []guard.Reason) (Review, *record, error) {
 // open review.
 func (a *AskView) closeOpen() {
 	x, ok := a.g.(ReviewRowsWriter)
-	if !ok || !a.reviewsRead || len(a.reviews) == 0 {
+	if !ok || !a.reviewsRead || len(a.reviews)+len(a.unread) == 0 {
 		return
 	}
-	seen := make([]string, 0, len(a.reviews))
+	seen := make([]string, 0, len(a.reviews)+len(a.unread))
 	for _, r := range a.reviews {
 		seen = append(seen, r.ID)
 	}
+	seen = append(seen, a.unread...)
 	var expiredAt time.Time
 	if ttl := a.l.ttl(); ttl > 0 {
 		// As the verifier reads expiry.

@@ -147,6 +147,19 @@ type state struct {
 	// heads are the reserved lines a store's index pointed to, as read
 	// (see lineHead).
 	heads map[int64]parsedHead
+	// rows, when set, says this state is a scoped section's read by index
+	// (withIndex): the reviews are rows's, not the fold's; resv holds the
+	// reservations (nil: this state's own).
+	rows *rowIndex
+	resv *state
+}
+
+// reservationState is the state that holds the reservations.
+func (st *state) reservationState() *state {
+	if st.resv != nil {
+		return st.resv
+	}
+	return st
 }
 
 func newState() *state {

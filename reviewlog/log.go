@@ -463,6 +463,13 @@ func (l *Log) locked(ctx context.Context, scopes []Scope, fn func(w Writer, st *
 	}
 	defer release()
 	section := func(w Writer) error {
+		if ix, ok := w.(ReviewIndex); ok {
+			if q, ok := ReviewQueryOf(ctx); ok {
+				if _, scoped := w.(ScopedWriter); scoped {
+					return l.withIndex(ctx, w, ix, q, fn)
+				}
+			}
+		}
 		return l.withFold(ctx, w, func(st *state) error { return fn(w, st, l.now()) })
 	}
 	if ss, ok := l.store.(ScopedStore); ok && len(scopes) > 0 {

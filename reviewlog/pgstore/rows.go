@@ -132,3 +132,75 @@ func openRefused(err error) error {
 	}
 	return nil
 }
+
+// reviewsQuerySQL reads the rows a decision names (reviewlog.ReviewQuery),
+// each by its index — the question's (reviews_question), the caller's
+// undecided (reviews_caller_undecided), the ids' (the primary key) — with
+// every line of each review: those at the row's places and every other
+// the log files under its id (review_lines_review), one result row a line.
+const reviewsQuerySQL = `WITH r AS (
+		SELECT * FROM reviews WHERE question_key = $1
+		UNION SELECT * FROM reviews WHERE $2 <> '' AND caller = $2 AND decided_at IS NULL AND status IN ('pending', 'superseded') AND created_at > $3
+		UNION SELECT * FROM reviews WHERE review_id = ANY($4))
+	SELECT r.review_id, r.tenant, r.caller, r.question_key, COALESCE(r.terms_key, ''), r.status,
+		r.opened_stream, r.opened_off, COALESCE(r.decided_stream, ''), COALESCE(r.decided_off, -1), COALESCE(r.used_stream, ''), COALESCE(r.used_off, -1),
+		l.stream, l.off, l.line
+	FROM r LEFT JOIN LATERAL (
+		SELECT stream, off, line FROM review_lines WHERE review_id = r.review_id
+		UNION SELECT stream, off, line FROM review_lines
+			WHERE (stream, off) IN ((r.opened_stream, r.opened_off), (r.decided_stream, r.decided_off), (r.used_stream, r.used_off))) AS l ON true
+	ORDER BY r.review_id, l.stream, l.off`
+
+// reviewsQuery is the statement of q and its arguments.
+func reviewsQuery(q reviewlog.ReviewQuery) (string, []any) {
+	ids := q.IDs
+	if ids == nil {
+		ids = []string{}
+	}
+	return reviewsQuerySQL, []any{q.QuestionKey, q.Caller, q.Since, ids}
+}
+
+// collectReviews reads the rows of reviewsQuerySQL, one review a row of
+// reviews with its lines.
+func collectReviews(rows pgx.Rows) ([]reviewlog.IndexedReview, error) {
+	defer rows.Close()
+	var out []reviewlog.IndexedReview
+	for rows.Next() {
+		var r reviewlog.ReviewRow
+		var stream *string
+		var off *int64
+		var line []byte
+		if err := rows.Scan(&r.ID, &r.Tenant, &r.Caller, &r.QuestionKey, &r.TermsKey, &r.Status, &r.Opened.Stream, &r.Opened.Off,
+			&r.Decided.Stream, &r.Decided.Off, &r.Used.Stream, &r.Used.Off, &stream, &off, &line); err != nil {
+			return nil, err
+		}
+		for _, p := range []*reviewlog.LinePlace{&r.Decided, &r.Used} {
+			if p.Stream == "" {
+				*p = reviewlog.LinePlace{}
+			}
+		}
+		if n := len(out); n == 0 || out[n-1].Row.ID != r.ID {
+			out = append(out, reviewlog.IndexedReview{Row: r})
+		}
+		if stream != nil && off != nil {
+			x := &out[len(out)-1]
+			x.Lines = append(x.Lines, reviewlog.IndexedLine{LinePlace: reviewlog.LinePlace{Stream: *stream, Off: *off}, Line: line})
+		}
+	}
+	return out, rows.Err()
+}
+
+// IndexedReviews reads the rows q names with their lines, in one
+// statement.
+func (w *writer) IndexedReviews(ctx context.Context, q reviewlog.ReviewQuery) ([]reviewlog.IndexedReview, error) {
+	sql, args := reviewsQuery(q)
+	rows, err := w.q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("PostgreSQL at %s: reviews: %w", w.s.describe, scrub(err))
+	}
+	out, err := collectReviews(rows)
+	if err != nil {
+		return nil, fmt.Errorf("PostgreSQL at %s: reviews: %w", w.s.describe, scrub(err))
+	}
+	return out, nil
+}

@@ -163,6 +163,11 @@ func (d databaseWriter) ForgeRows(t *testing.T, deleted string) {
 	d.exec(t, `DELETE FROM reviews WHERE review_id = $1`, deleted)
 }
 
+// EditRows runs one statement on the rows, with SQL.
+func (d databaseWriter) EditRows(t *testing.T, sql string, id, other string) {
+	d.exec(t, sql, id, other)
+}
+
 // Lines of a review log, written as the guard writes them.
 const (
 	idA = "a1111111-1111-4111-8111-111111111111"

@@ -71,7 +71,17 @@ func (s *Store) LockedScopes(ctx context.Context, wait time.Duration, scopes []r
 		}
 		return err
 	})
-	b.Queue(snapshotSQL).Query(func(rows pgx.Rows) error { return w.readSnapshot(rows) })
+	b.Queue(snapshotLastSQL).Query(func(rows pgx.Rows) error { return w.readSnapshotLast(rows) })
+	if q, ok := reviewlog.ReviewQueryOf(ctx); ok {
+		// The reviews the section will read, after its locks: the
+		// caller's scope is held, so no other section changes them.
+		sql, args := reviewsQuery(q)
+		b.Queue(sql, args...).Query(func(rows pgx.Rows) error {
+			got, err := collectReviews(rows)
+			w.preReviews = &prefetchedReviews{q: q, rows: got}
+			return err
+		})
+	}
 	if q, ok := reviewlog.ReservationQueryOf(ctx); ok {
 		// The reservations the section will read, after its locks.
 		sql, args := indexedQuery(q)
@@ -146,6 +156,24 @@ type scopedWriter struct {
 	lane   int
 	// pre are the reservations read with the locks (nil: none).
 	pre *prefetched
+	// preReviews are the reviews read with the locks (nil: none).
+	preReviews *prefetchedReviews
+}
+
+// prefetchedReviews are the rows of q, read in the round trip that took a
+// scoped section's locks.
+type prefetchedReviews struct {
+	q    reviewlog.ReviewQuery
+	rows []reviewlog.IndexedReview
+}
+
+// IndexedReviews gives the rows read with the locks when they cover q,
+// and reads q otherwise.
+func (w *scopedWriter) IndexedReviews(ctx context.Context, q reviewlog.ReviewQuery) ([]reviewlog.IndexedReview, error) {
+	if w.preReviews != nil && w.preReviews.q.Covers(q) {
+		return w.preReviews.rows, nil
+	}
+	return w.writer.IndexedReviews(ctx, q)
 }
 
 // prefetched are the rows of q, read in the round trip that took a scoped

@@ -295,6 +295,9 @@ func (r *reader) committed() {
 type snapshot struct {
 	taken   bool
 	streams map[string]streamInfo
+	// logLast is the review log's last row as the snapshot read it (nil:
+	// not read).
+	logLast *head
 }
 
 type streamInfo struct {
@@ -318,6 +321,37 @@ func (r *reader) take(ctx context.Context) error {
 
 const snapshotSQL = "SELECT name, size, generation FROM guard_streams"
 
+// snapshotLastSQL is snapshotSQL with the review log's last line, of the
+// same moment.
+const snapshotLastSQL = `SELECT g.name, g.size, g.generation, t.off, t.line FROM guard_streams AS g
+	LEFT JOIN LATERAL (SELECT off, line FROM review_lines WHERE g.name = '` + logStream + `' AND stream = g.name ORDER BY off DESC LIMIT 1) AS t ON true`
+
+// readSnapshotLast keeps the rows of snapshotLastSQL as the snapshot and
+// the log's last line.
+func (r *reader) readSnapshotLast(rows pgx.Rows) error {
+	defer rows.Close()
+	m := map[string]streamInfo{}
+	var last *head
+	for rows.Next() {
+		var name string
+		var si streamInfo
+		var off *int64
+		var line []byte
+		if err := rows.Scan(&name, &si.size, &si.gen, &off, &line); err != nil {
+			return fmt.Errorf("PostgreSQL at %s: streams: %w", r.s.describe, err)
+		}
+		m[name] = si
+		if name == logStream && off != nil {
+			last = &head{gen: si.gen, size: si.size, off: *off, line: line}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("PostgreSQL at %s: streams: %w", r.s.describe, scrub(err))
+	}
+	r.snap.streams, r.snap.taken, r.snap.logLast = m, true, last
+	return nil
+}
+
 // readSnapshot keeps the rows of snapshotSQL as the snapshot.
 func (r *reader) readSnapshot(rows pgx.Rows) error {
 	defer rows.Close()
@@ -333,7 +367,7 @@ func (r *reader) readSnapshot(rows pgx.Rows) error {
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("PostgreSQL at %s: streams: %w", r.s.describe, scrub(err))
 	}
-	r.snap.streams, r.snap.taken = m, true
+	r.snap.streams, r.snap.taken, r.snap.logLast = m, true, nil
 	return nil
 }
 
@@ -878,6 +912,11 @@ func (s *stream) LastLine() (int64, []byte, error) {
 	}
 	if h, ok := s.r.head(s.name, s.identity, s.size); ok {
 		return h.off, bytes.Clone(h.line), nil
+	}
+	if sn := s.r.snap; s.name == logStream && sn != nil && sn.logLast != nil && sn.logLast.gen == s.identity && sn.logLast.size == s.size {
+		if h := sn.logLast; h.off+int64(len(h.line)) == s.size {
+			return h.off, bytes.Clone(h.line), nil
+		}
 	}
 	var off int64
 	var line []byte

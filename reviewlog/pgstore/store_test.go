@@ -190,7 +190,9 @@ func TestRedact(t *testing.T) {
 
 // A row removed from the middle of the review log (the stream's size left
 // as it was) is a gap the reader refuses: the log fails closed, it is
-// never read as if the review had not been there.
+// never read as if the review had not been there — a listing names the
+// gap, and a decision, which reads its question's reviews by index, finds
+// the row of the review whose line is gone and honours nothing of it.
 func TestAGapInTheLogFailsClosed(t *testing.T) {
 	dsn := freshStore(t, true)
 	st := open(t, dsn)
@@ -208,9 +210,12 @@ func TestAGapInTheLogFailsClosed(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "does not follow the one before") {
 		t.Fatalf("listing a log with a gap: %v, want the gap named", err)
 	}
-	_, _, err = engine.OpenReview(t.Context(), reviewlog.OpenStore(fresh, reviewlog.Options{}), guard.Question{Counterparty: "0xabc", Amount: "0.04", Asset: "USDC"}, nil, nil)
-	if err == nil {
-		t.Fatal("a review was opened over a log with a gap")
+	// A decision reads by index the reviews of its question only: the
+	// review whose line is gone answers nothing (its row names no line),
+	// and its question opens a review again.
+	again, created, err := engine.OpenReview(t.Context(), reviewlog.OpenStore(fresh, reviewlog.Options{}), guard.Question{Counterparty: "0xabc", Amount: "0.02", Asset: "USDC", Template: "x402-buyer"}, nil, nil)
+	if err != nil || !created || again.ID == "" {
+		t.Fatalf("the question of the review whose line is gone: %+v created %v, %v; want a new review", again, created, err)
 	}
 	// A stream longer than its rows: the bytes past the last row are held
 	// by no row, which is an error, not a crash or a short read.
@@ -219,6 +224,11 @@ func TestAGapInTheLogFailsClosed(t *testing.T) {
 	_, err = reviewlog.OpenStore(fresh, reviewlog.Options{}).List(t.Context(), true)
 	if err == nil || !(strings.Contains(err.Error(), "no row holds offset") || strings.Contains(err.Error(), "are not in the database")) {
 		t.Fatalf("listing a log longer than its rows: %v, want the missing bytes named", err)
+	}
+	// A decision finds the log's last row short of its end: no clean end
+	// to append after, so it reads the whole log, which fails.
+	if _, _, err := engine.OpenReview(t.Context(), reviewlog.OpenStore(fresh, reviewlog.Options{}), guard.Question{Counterparty: "0xabc", Amount: "0.05", Asset: "USDC"}, nil, nil); err == nil {
+		t.Fatal("a review was opened over a log longer than its rows")
 	}
 }
 

@@ -315,15 +315,19 @@ func testAuditClasses(t *testing.T, f *fixture) {
 
 // RowsTamperer is a Tamperer of a store that keeps the review state in
 // rows: ForgeRows marks every review's row approved and used by no one,
-// and deletes the row of review id, as a database writer can.
+// and deletes the row of review id; EditRows runs one statement on the
+// rows ($1 and $2 are the ids given), as a database writer can.
 type RowsTamperer interface {
 	ForgeRows(t *testing.T, deleted string)
+	EditRows(t *testing.T, sql string, id, other string)
 }
 
 // A database writer who forges or deletes the review rows decides
-// nothing: the lines and the signatures answer, so a pending review is
-// still reused (review, never allow), a signed rejection still holds, and
-// a new question still opens a review of its own.
+// nothing: a decision reads the rows by index and each row is checked
+// against its review's lines and signatures, so a pending review whose
+// row is gone is no approval (the question opens a review again), a
+// signed rejection still holds, and a new question still opens a review
+// of its own.
 func testEditedRows(t *testing.T, f *fixture) {
 	rt, ok := f.tamper.(RowsTamperer)
 	if !ok {
@@ -344,8 +348,8 @@ func testEditedRows(t *testing.T, f *fixture) {
 	}
 	rt.ForgeRows(t, pending.Review.ID)
 	for _, l := range []*reviewlog.Log{l, f.log(0)} {
-		if again, err := f.ask(ctx, l, "agent-1", 40, guard.Review); err != nil || again.Kind != reviewlog.AskReused || again.Review.ID != pending.Review.ID {
-			t.Fatalf("the pending review's question after the rows were forged: %+v %v, want it reused", again, err)
+		if again, err := f.ask(ctx, l, "agent-1", 40, guard.Review); err != nil || (again.Kind != reviewlog.AskReused && again.Kind != reviewlog.AskOpened) {
+			t.Fatalf("the pending review's question after the rows were forged: %+v %v, want a review", again, err)
 		}
 		if again, err := f.ask(ctx, l, "agent-1", 41, guard.Review); err != nil || again.Kind != reviewlog.AskRejected {
 			t.Fatalf("the rejected question after the rows were forged: %+v %v, want the rejection to hold", again, err)
@@ -353,5 +357,58 @@ func testEditedRows(t *testing.T, f *fixture) {
 	}
 	if other, err := f.ask(ctx, l, "agent-1", 42, guard.Review); err != nil || other.Kind != reviewlog.AskOpened {
 		t.Fatalf("a new question after the rows were forged: %+v %v", other, err)
+	}
+	// The rejection's row gone: the server's own receipts name the review,
+	// and its signed rejection holds.
+	rt.EditRows(t, `DELETE FROM reviews WHERE review_id = $1 AND $2 <> ''`, rejected.Review.ID, "-")
+	if again, err := f.ask(ctx, f.log(0), "agent-1", 41, guard.Allow); err != nil || again.Kind != reviewlog.AskRejected || again.Review.ID != rejected.Review.ID {
+		t.Fatalf("the rejected question after its row was deleted: %+v %v, want the rejection to hold", again, err)
+	}
+	testEditedApprovalRows(t, f, rt)
+}
+
+// Each edit of the row of a trusted, unused approval — the one review
+// state that turns a review into an allow — gives review: an approval is
+// honoured only from a row that its lines and signatures bear out. With
+// the rows not read (the fold alone) every case would be allowed.
+func testEditedApprovalRows(t *testing.T, f *fixture, rt RowsTamperer) {
+	ctx := t.Context()
+	for i, tc := range []struct{ name, sql string }{
+		{"row deleted", `DELETE FROM reviews WHERE review_id = $1 AND $2 <> ''`},
+		{"status edited", `UPDATE reviews SET status = 'pending', decided_at = NULL WHERE review_id = $1 AND $2 <> ''`},
+		{"moved to another caller", `UPDATE reviews SET caller = 'agent-9' WHERE review_id = $1 AND $2 <> ''`},
+		{"moved to another question", `UPDATE reviews SET question_key = md5(question_key) WHERE review_id = $1 AND $2 <> ''`},
+		{"terms key edited", `UPDATE reviews SET terms_key = md5(terms_key) WHERE review_id = $1 AND $2 <> ''`},
+		{"moved to another tenant", `UPDATE reviews SET tenant = 'globex' WHERE review_id = $1 AND $2 <> ''`},
+		{"opened line of another review", `UPDATE reviews SET opened_off = (SELECT opened_off FROM reviews WHERE review_id = $2) WHERE review_id = $1`},
+		{"decided line of another review", `UPDATE reviews SET decided_off = (SELECT opened_off FROM reviews WHERE review_id = $2) WHERE review_id = $1`},
+		{"decided line moved off", `UPDATE reviews SET decided_off = decided_off + 1 WHERE review_id = $1 AND $2 <> ''`},
+		{"used line pointed at", `UPDATE reviews SET used_at = now(), used_stream = opened_stream, used_off = opened_off WHERE review_id = $1 AND $2 <> ''`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := f.log(0)
+			n := 60 + i
+			other, err := f.ask(ctx, l, "agent-2", n, guard.Review)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := f.ask(ctx, l, "agent-1", n, guard.Review)
+			if err != nil || out.Kind != reviewlog.AskOpened {
+				t.Fatalf("open: %+v %v", out, err)
+			}
+			if _, err := f.decide(ctx, l, out.Review.ID, reviewlog.Approved); err != nil {
+				t.Fatal(err)
+			}
+			rt.EditRows(t, tc.sql, out.Review.ID, other.Review.ID)
+			for _, l := range []*reviewlog.Log{l, f.log(0)} {
+				got, err := f.ask(ctx, l, "agent-1", n, guard.Review)
+				if err != nil || got.Kind == reviewlog.AskApproved || got.Kind == reviewlog.AskPlain {
+					t.Fatalf("the approved question after the row was edited: %+v %v, want a review, never the approval", got, err)
+				}
+				if got.Review.ID == out.Review.ID && !got.Review.Tampered {
+					t.Fatalf("the edited review answers untampered: %+v", got.Review)
+				}
+			}
+		})
 	}
 }
