@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,41 +26,42 @@ import (
 // its commit the way the rollback test builds release 0.1.0 (releaseBinary:
 // cached, and required where .ci/run sets HAIA_RELEASE_TEST=1).
 const (
+	// lastSchema2 is the parent of the commit that added migration 00004
+	// (reservations in rows): the last build whose newest migration is 2.
+	lastSchema2 = "5918103"
 	// withoutReviewRows is the parent of the commit that added migration
 	// 00003 (the review state in rows): the last build whose decisions
 	// write review lines without rows. It carries migrations 1, 2, 4 and 5
 	// (4 and 5 landed before 3), so its schema version is 5.
 	withoutReviewRows = "56e9805"
-	// lastSchema2 is the parent of the commit that added migration 00004
-	// (reservations in rows): the last build whose newest migration is 2.
-	lastSchema2 = "5918103"
+	// lastSchema5 is the last build of schema 5, before migration 00006
+	// (receipts in rows).
+	lastSchema5 = "1077e5d"
 )
 
-// upgradeFrom is an older build replicas are upgraded from, and what
+// upgradeFrom is an older build replicas are upgraded from, and the
+// migrations it carries: what it writes rows for decides what
 // docs/store.md says of it while it still serves the migrated database.
 type upgradeFrom struct {
-	name, ref string
-	// reviewsRefused: its questions that open, decide or use a review are
-	// refused at commit (a tool error, nothing written); refusal is the
-	// database's reason, in the CLI's error and the replica's log (the
-	// agent is told only that no decision is given).
-	reviewsRefused bool
-	refusal        string
-	// reservationRows: it writes a reservation's row with its reserved
-	// line (schema 4). A build without writes the line alone: this
-	// build's decisions of that payee answer review
-	// (reservation_unverified) until `store migrate` runs again.
-	reservationRows bool
+	name, ref  string
+	migrations []int
 }
 
-// noReviewRow is how review_row_written (schema 3) refuses a review line
-// written without its row.
-const noReviewRow = "its row in reviews (a binary older than schema 3 wrote it?)"
+func (u upgradeFrom) carries(migration int) bool { return slices.Contains(u.migrations, migration) }
 
 var upgradesFrom = []upgradeFrom{
-	{name: "schema 2", ref: lastSchema2, reviewsRefused: true, refusal: noReviewRow},
-	{name: "without review rows", ref: withoutReviewRows, reviewsRefused: true, refusal: noReviewRow, reservationRows: true},
+	{"schema 2", lastSchema2, []int{1, 2}},
+	{"without review rows", withoutReviewRows, []int{1, 2, 4, 5}},
+	{"schema 5", lastSchema5, []int{1, 2, 3, 4, 5}},
 }
+
+// How the database refuses, at commit, what an older build writes without
+// the rows a later migration keeps: a review line (review_row_written,
+// schema 3), a receipt (receipt_row_written, schema 6).
+const (
+	noReviewRow  = "its row in reviews (a binary older than schema 3 wrote it?)"
+	noReceiptRow = "without its row in receipt_rows"
+)
 
 // TestRollingUpgradeWithAnOldBinary plays docs/store.md's rolling upgrade
 // with real binaries on one PostgreSQL database, as an orchestrator would:
@@ -68,11 +70,14 @@ var upgradesFrom = []upgradeFrom{
 // under it; a replica of this build starts beside it; both answer, at
 // once, until the old one is stopped (the load balancer drops it). What
 // the doc promises is asserted: the old replica reads not ready exactly
-// when the database's schema version is no longer its own; its questions
-// that open, decide or use a review are refused at commit with nothing
-// written; allows from both replicas never exceed the per-counterparty
-// limit and reach it exactly; the new replica answers from every review
-// and reservation the old one recorded; afterwards `audit` reads
+// when the database's schema version is no longer its own, and is then
+// refused at start; what it records without the rows the database keeps
+// (a review line before schema 3, any receipt before schema 6) is refused
+// at commit with nothing written, the agent told no decision is given and
+// the operator's log naming why; allows from both replicas never exceed
+// the per-counterparty limit, and reach it exactly once `store migrate`
+// has indexed every reservation; the new replica answers from every
+// review and reservation the old one recorded; afterwards `audit` reads
 // CONSISTENT and every exported chain segment verifies VALID.
 func TestRollingUpgradeWithAnOldBinary(t *testing.T) {
 	for _, from := range upgradesFrom {
@@ -152,6 +157,16 @@ func rollingUpgrade(t *testing.T, from upgradeFrom) {
 	// `store migrate` by this build, under the serving old replica.
 	newSchema := migrateWith(t, binPath, db)
 	t.Logf("the old build %s at schema version %d, this build's store migrate took the database to %d", from.ref, oldSchema, newSchema)
+	// What the database refuses the old build at commit.
+	var refusals []string
+	if !from.carries(3) {
+		refusals = append(refusals, noReviewRow)
+	}
+	decisionsRefused := newSchema >= 6 && !from.carries(6)
+	if decisionsRefused {
+		refusals = append(refusals, noReceiptRow)
+	}
+	reviewsRefused := len(refusals) > 0
 	wantOld := http.StatusOK
 	if newSchema != oldSchema {
 		wantOld = http.StatusServiceUnavailable
@@ -173,33 +188,48 @@ func rollingUpgrade(t *testing.T, from upgradeFrom) {
 	if out, errOut, code := runCLI(t, "review", "approve", r1.ReviewID, "--dir", root, "--store", db, "--note", "upgrade"); code != 0 {
 		t.Fatalf("review approve by this build: %d %s %s", code, out, errOut)
 	}
-	// The old replica's questions that open, decide or use a review.
 	// loggedRefusals waits until the old replica's log names the
-	// database's refusal at least want times, and says how often it does.
+	// database's refusals at least want times, and says how often it does.
 	loggedRefusals := func(want int) int {
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			n := strings.Count(o.logs(), from.refusal)
+			n := 0
+			for _, r := range refusals {
+				n += strings.Count(o.logs(), r)
+			}
 			if n >= want || time.Now().After(deadline) {
 				return n
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
+	named := func(msg string) bool {
+		for _, r := range append([]string{aheadOfOld}, refusals...) {
+			if strings.Contains(msg, r) {
+				return true
+			}
+		}
+		return false
+	}
+	// refused: what do does (an old replica's question, an old CLI's
+	// decision) fails, naming the database's refusal (the CLI) or telling
+	// the agent no decision is given while the replica's log names it, and
+	// writes nothing.
 	refused := func(what string, do func() (bool, string)) {
 		t.Helper()
 		before, logged := dbCounts(t, db), loggedRefusals(0)
 		failed, msg := do()
 		after := dbCounts(t, db)
-		if !failed || !strings.Contains(msg, from.refusal) && !strings.Contains(msg, aheadOfOld) &&
-			(!strings.Contains(msg, "no decision is given") || loggedRefusals(logged+1) == logged) {
-			t.Errorf("%s: failed=%v %q, want it refused at commit (%q)", what, failed, msg, from.refusal)
+		if !failed || !named(msg) && (!strings.Contains(msg, "no decision is given") || loggedRefusals(logged+1) == logged) {
+			t.Errorf("%s: failed=%v %q, want it refused at commit (%q)", what, failed, msg, refusals)
 		}
 		if after != before {
 			t.Errorf("%s wrote to the database: %s, then %s", what, before, after)
 		}
 	}
-	if from.reviewsRefused {
+	// The old build's questions that open, decide or use a review.
+	opened := "" // the review the old replica opens, where it may
+	if reviewsRefused {
 		refused("the old build's review approve", func() (bool, string) {
 			_, errOut, code := runBinEnv(t, old, nil, "review", "approve", r2.ReviewID, "--dir", root, "--store", db, "--note", "old")
 			return code != 0, errOut
@@ -212,9 +242,21 @@ func rollingUpgrade(t *testing.T, from upgradeFrom) {
 			res := ask(oldAs["agent-2"], sellerB, "0.45")
 			return res.IsError, resultText(res)
 		})
+	} else {
+		a := answer(ask(oldAs["agent-2"], sellerB, "0.45"))
+		if a.Decision != "review" || a.ReviewID == r2.ReviewID {
+			t.Errorf("the old replica, a new question: %+v, want a review of its own", a)
+		}
+		opened = a.ReviewID
 	}
-	// Its answers that open nothing stand: the pending review, reused.
-	if a := answer(ask(oldAs["agent-2"], sellerB, "0.40")); a.Decision != "review" || a.ReviewID != r2.ReviewID {
+	// Its answers that open nothing stand (the pending review, reused),
+	// unless every receipt it writes is refused.
+	if decisionsRefused {
+		refused("the old replica's reuse of the pending review", func() (bool, string) {
+			res := ask(oldAs["agent-2"], sellerB, "0.40")
+			return res.IsError, resultText(res)
+		})
+	} else if a := answer(ask(oldAs["agent-2"], sellerB, "0.40")); a.Decision != "review" || a.ReviewID != r2.ReviewID {
 		t.Errorf("the old replica asked the pending question again: %+v, want review %s", a, r2.ReviewID)
 	}
 
@@ -263,34 +305,35 @@ func rollingUpgrade(t *testing.T, from upgradeFrom) {
 	logged := loggedRefusals(0)
 	close(start)
 	wg.Wait()
-	allowed, refusals := map[string]int{}, 0
+	allowed, refusedNow := map[string]int{}, 0
 	for _, r := range replies {
 		switch a := decisionOfResult(r.res); {
+		case r.res.IsError && r.replica == "old" && reviewsRefused && strings.Contains(resultText(r.res), "no decision is given"):
+			// The limit's review (or, before schema 6, any answer) of
+			// the old build: refused.
+			refusedNow++
 		case a.Decision == "allow":
 			allowed[r.replica]++
 		case a.Decision == "review" && hasRule(a, "per_counterparty_limit"):
-		case a.Decision == "review" && r.replica == "new" && !from.reservationRows && hasRule(a, "reservation_unverified"):
+		case a.Decision == "review" && r.replica == "new" && !from.carries(4) && hasRule(a, "reservation_unverified"):
 			// The old replica's reserved lines have no rows yet.
-		case r.res.IsError && r.replica == "old" && from.reviewsRefused && strings.Contains(resultText(r.res), "no decision is given"):
-			// The limit's review, opened by the old build: refused.
-			refusals++
 		default:
 			t.Errorf("%s replica, %s: %s", r.replica, r.caller, resultSummary(r.res))
 		}
 	}
-	if refusals > 0 && loggedRefusals(logged+refusals) != logged+refusals {
-		t.Errorf("the old replica's %d tool errors are not all the database's refusal in its log:\n%s", refusals, o.logs())
+	if refusedNow > 0 && loggedRefusals(logged+refusedNow) != logged+refusedNow {
+		t.Errorf("the old replica's %d tool errors are not all the database's refusal in its log:\n%s", refusedNow, o.logs())
 	}
 	allows := allowed["old"] + allowed["new"]
-	if allows > 8 || allowed["old"] == 0 || from.reservationRows && allows != 8 {
-		t.Errorf("allows of 0.50 with 4.00 of the limit left: %v, want 8 at most (exactly 8 where the old build writes reservation rows), the old replica's among them", allowed)
+	if allows > 8 || from.carries(4) && allows != 8 || (allowed["old"] == 0) != decisionsRefused {
+		t.Errorf("allows of 0.50 with 4.00 of the limit left: %v, want 8 at most (exactly 8 where the old build writes reservation rows), the old replica's among them unless its receipts are refused", allowed)
 	}
 	// The new replica answers from what the old one recorded: the limit
 	// is reached (or, where the old build's reserved lines have no rows,
 	// cannot be judged), the approval used once, the pending review the
 	// same.
 	if a := answer(ask(newAs["agent-1"], payee, "0.01")); a.Decision != "review" ||
-		!hasRule(a, "per_counterparty_limit") && (from.reservationRows || !hasRule(a, "reservation_unverified")) {
+		!hasRule(a, "per_counterparty_limit") && (from.carries(4) || !hasRule(a, "reservation_unverified")) {
 		t.Errorf("the new replica, 0.01 more to the payee: %+v, want review for the limit", a)
 	}
 	if a := answer(ask(newAs["agent-1"], sellerB, "0.30")); a.Decision != "allow" {
@@ -302,8 +345,8 @@ func rollingUpgrade(t *testing.T, from upgradeFrom) {
 	if a := answer(ask(newAs["agent-2"], sellerB, "0.40")); a.Decision != "review" || a.ReviewID != r2.ReviewID {
 		t.Errorf("the new replica, the pending question: %+v, want review %s", a, r2.ReviewID)
 	}
-	if a := answer(ask(newAs["agent-2"], sellerB, "0.45")); a.Decision != "review" || a.ReviewID == r2.ReviewID {
-		t.Errorf("the new replica, a new question: %+v, want a review of its own", a)
+	if a := answer(ask(newAs["agent-2"], sellerB, "0.45")); a.Decision != "review" || a.ReviewID == r2.ReviewID || opened != "" && a.ReviewID != opened {
+		t.Errorf("the new replica, the question the old one was asked: %+v, want review %q (the old replica's, if it opened one)", a, opened)
 	}
 	if out, errOut, code := runCLI(t, "review", "reject", r2.ReviewID, "--dir", root, "--store", db, "--note", "upgrade"); code != 0 {
 		t.Fatalf("review reject by this build: %d %s %s", code, out, errOut)
