@@ -314,17 +314,39 @@ run_row() { # store-name shape replicas store-url
 # tenant_rows (TENANTS=1): one server with --tenants-dir, tenants a and b
 # each in a database of its own ({tenant}); tenant b's calm callers
 # (CALM, default 4) alone, then while tenant a's callers (CLIENTS) flood,
-# side by side: b's req/s, p50 and p99 in both, a's flood beside them.
+# side by side: b's req/s, p50 and p99 in both, a's flood beside them, and
+# the server's CPU per 1000 answers. FAIR (default "off on") runs it with
+# the tenants' fair share off (--tenant-fair-share=false) and on (the
+# defaults); FAIR=none passes neither, for a binary without the flag.
 tenant_rows() {
-	local calm=${CALM:-4} tdir=$work/tenants t i
+	local calm=${CALM:-4} tdir=$work/tenants t i fair
+	echo
+	echo "tenants on one PostgreSQL server, a database each: tenant b ($calm callers) alone, then while tenant a ($clients callers) floods"
+	echo "srv: the server's CPU seconds per 1000 answers of the row (while a floods: per 1000 answers of both tenants)"
+	printf '%-6s %-34s %7s %7s %7s %6s %s\n' fair row 'req/s' 'p50 ms' 'p99 ms' srv errors
+	for fair in ${FAIR:-off on}; do
+		tenant_fair_rows "$fair"
+	done
+}
+
+tenant_fair_rows() { # off|on|none
+	local fair=$1 calm=${CALM:-4} tdir=$work/tenants-$1 t i fargs=()
+	case $fair in
+	off) fargs=(--tenant-fair-share=false) ;;
+	on | none) ;;
+	*)
+		echo "storebench: FAIR holds off, on or none (got $fair)" >&2
+		exit 2
+		;;
+	esac
 	for t in a b; do
 		mkdir -p "$tdir/$t"
 		cp -r "$work/events" "$tdir/$t/events"
 		psql "$pg_admin" -qX -v ON_ERROR_STOP=1 -c "DROP DATABASE IF EXISTS ${bench_db}_$t WITH (FORCE)" -c "CREATE DATABASE ${bench_db}_$t" >/dev/null
 		"$bin" store migrate --store "${base%/*}/${bench_db}_$t$query" >/dev/null 2>"$work/migrate.log" || { cat "$work/migrate.log" >&2; exit 1; }
 	done
-	serve "$work/server-tenants.log" "$bin" --tenants-dir "$tdir" --tenant-claim org --store "${base%/*}/${bench_db}_{tenant}$query" || exit 1
-	local url="http://$addr/mcp" flood=() quiet=()
+	serve "$work/server-tenants-$fair.log" "$bin" --tenants-dir "$tdir" --tenant-claim org --store "${base%/*}/${bench_db}_{tenant}$query" "${fargs[@]}" || exit 1
+	local url="http://$addr/mcp" flood=() quiet=() spid=${pids[-1]}
 	for i in $(seq 0 $((clients - 1))); do
 		"$work/loadtest" mint-hs256 --secret-file "$work/secret" --issuer "$issuer" --audience "$url" --scope "trace:read trace:guard" \
 			--sub "$(printf 'bench-agent-%02d' "$i")" --claim org=a >"$work/token-a-$i"
@@ -339,26 +361,27 @@ tenant_rows() {
 		"$work/loadtest" --url "$url" --token-file "$1" --duration "$duration" --clients "$2" --tool check_before_pay \
 			--args-file "$work/questions-distinct.ndjson" --args-per-client 2 --json
 	}
-	local alone during flooding
+	local alone during flooding c0 c1 c2 ticks
+	ticks=$(getconf CLK_TCK)
+	c0=$(cpu_ticks "$spid")
 	alone=$(load "$(IFS=,; echo "${quiet[*]}")" "$calm") || status=1
+	c1=$(cpu_ticks "$spid")
 	load "$(IFS=,; echo "${flood[*]}")" "$clients" >"$work/flood.json" &
 	local fpid=$!
 	during=$(load "$(IFS=,; echo "${quiet[*]}")" "$calm") || status=1
 	wait "$fpid" || status=1
+	c2=$(cpu_ticks "$spid")
 	flooding=$(cat "$work/flood.json")
 	stop_servers
-	echo
-	echo "tenants on one PostgreSQL server, a database each: tenant b ($calm callers) alone, then while tenant a ($clients callers) floods"
-	printf '%-34s %7s %7s %7s %s\n' row 'req/s' 'p50 ms' 'p99 ms' errors
-	local row j
+	local row j srv
 	for row in "tenant b alone" "tenant b while a floods" "tenant a flooding"; do
 		case $row in
-		"tenant b alone") j=$alone ;;
-		"tenant b while a floods") j=$during ;;
-		*) j=$flooding ;;
+		"tenant b alone") j=$alone srv=$(jq -nr --argjson u "$(cpu_used "$c0" "$c1")" --argjson t "$ticks" --argjson n "$(jq .requests <<<"$alone")" '$u / $t / ($n / 1000) | . * 100 | round / 100') ;;
+		"tenant b while a floods") j=$during srv=$(jq -nr --argjson u "$(cpu_used "$c1" "$c2")" --argjson t "$ticks" --argjson n "$(jq -n --argjson a "$during" --argjson b "$flooding" '$a.requests + $b.requests')" '$u / $t / ($n / 1000) | . * 100 | round / 100') ;;
+		*) j=$flooding srv=- ;;
 		esac
-		printf '%-34s %7s %7s %7s %s\n' "$row" "$(jq -r '.rps | floor' <<<"$j")" "$(jq -r '.p50_ns / 1e6 | . * 100 | round / 100' <<<"$j")" \
-			"$(jq -r '.p99_ns / 1e6 | . * 100 | round / 100' <<<"$j")" "$(jq -r '.errors | to_entries | map("\(.key)=\(.value)") | join(",") | if . == "" then "0" else . end' <<<"$j")"
+		printf '%-6s %-34s %7s %7s %7s %6s %s\n' "$fair" "$row" "$(jq -r '.rps | floor' <<<"$j")" "$(jq -r '.p50_ns / 1e6 | . * 100 | round / 100' <<<"$j")" \
+			"$(jq -r '.p99_ns / 1e6 | . * 100 | round / 100' <<<"$j")" "$srv" "$(jq -r '.errors | to_entries | map("\(.key)=\(.value)") | join(",") | if . == "" then "0" else . end' <<<"$j")"
 		[[ $(jq -r '.errors | length' <<<"$j") == 0 ]] || status=1
 	done
 	for t in a b; do
