@@ -22,14 +22,15 @@ const (
 	DefaultFairWait  = 10 * time.Second
 )
 
-// DefaultFairSlots is the process's decision slots: twice the cores Go
-// runs on, so that a decision waiting for the store leaves a core to
-// another.
-func DefaultFairSlots() int { return 2 * runtime.GOMAXPROCS(0) }
+// DefaultFairSlots is the process's decision slots: four times the cores
+// Go runs on, since a decision spends most of its time waiting for its
+// store (a quarter or less of it on a core), and the cores must stay busy.
+func DefaultFairSlots() int { return 4 * runtime.GOMAXPROCS(0) }
 
 // FairShare shares the process's decision slots between tenants: at most
 // Slots requests of all tenants run at once, at most PerTenant of one
-// tenant, and a freed slot goes to the waiting tenants in turn. A request
+// tenant, and a freed slot goes to the waiting tenant holding the fewest,
+// among equals in turn. A request
 // waits at most Wait, behind at most Queue of its tenant's; past either it
 // is answered 429 naming the bound. Zero fields take the defaults
 // (PerTenant: Slots, so a tenant alone uses the whole process).

@@ -317,7 +317,8 @@ run_row() { # store-name shape replicas store-url
 # side by side: b's req/s, p50 and p99 in both, a's flood beside them, and
 # the server's CPU per 1000 answers. FAIR (default "off on") runs it with
 # the tenants' fair share off (--tenant-fair-share=false) and on (the
-# defaults); FAIR=none passes neither, for a binary without the flag.
+# defaults); slots=N,max=N runs it on with --tenant-slots and
+# --tenant-max-in-flight; none passes no flag, for a binary without them.
 tenant_rows() {
 	local calm=${CALM:-4} tdir=$work/tenants t i fair
 	echo
@@ -330,13 +331,22 @@ tenant_rows() {
 }
 
 tenant_fair_rows() { # off|on|none
-	local fair=$1 calm=${CALM:-4} tdir=$work/tenants-$1 t i fargs=()
+	local fair=$1 calm=${CALM:-4} tdir=$work/tenants-${1//[=,]/} t i fargs=()
 	case $fair in
 	off) fargs=(--tenant-fair-share=false) ;;
 	on | none) ;;
 	*)
-		echo "storebench: FAIR holds off, on or none (got $fair)" >&2
-		exit 2
+		local kv
+		for kv in ${fair//,/ }; do
+			case $kv in
+			slots=[1-9]*) fargs+=(--tenant-slots "${kv#slots=}") ;;
+			max=[1-9]*) fargs+=(--tenant-max-in-flight "${kv#max=}") ;;
+			*)
+				echo "storebench: FAIR holds off, on, none or slots=N,max=N (got $fair)" >&2
+				exit 2
+				;;
+			esac
+		done
 		;;
 	esac
 	for t in a b; do
@@ -345,7 +355,7 @@ tenant_fair_rows() { # off|on|none
 		psql "$pg_admin" -qX -v ON_ERROR_STOP=1 -c "DROP DATABASE IF EXISTS ${bench_db}_$t WITH (FORCE)" -c "CREATE DATABASE ${bench_db}_$t" >/dev/null
 		"$bin" store migrate --store "${base%/*}/${bench_db}_$t$query" >/dev/null 2>"$work/migrate.log" || { cat "$work/migrate.log" >&2; exit 1; }
 	done
-	serve "$work/server-tenants-$fair.log" "$bin" --tenants-dir "$tdir" --tenant-claim org --store "${base%/*}/${bench_db}_{tenant}$query" "${fargs[@]}" || exit 1
+	serve "$work/server-tenants-${fair//[=,]/}.log" "$bin" --tenants-dir "$tdir" --tenant-claim org --store "${base%/*}/${bench_db}_{tenant}$query" "${fargs[@]}" || exit 1
 	local url="http://$addr/mcp" flood=() quiet=() spid=${pids[-1]}
 	for i in $(seq 0 $((clients - 1))); do
 		"$work/loadtest" mint-hs256 --secret-file "$work/secret" --issuer "$issuer" --audience "$url" --scope "trace:read trace:guard" \

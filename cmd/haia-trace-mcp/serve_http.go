@@ -112,7 +112,7 @@ func (h *httpFlags) register(fs *flag.FlagSet) {
 	fs.Var(&h.toolScopes, "auth-tool-scope", "TOOL=SCOPE: an extra scope a call of TOOL needs (repeatable)")
 	fs.StringVar(&h.tenantClaim, "tenant-claim", "", "with --tenants-dir: the token claim whose string value names the caller's tenant")
 	fs.BoolVar(&h.fair.on, "tenant-fair-share", true, "with --tenants-dir: share the decision slots between the tenants in turn, so one tenant's flood does not slow another's decisions (false: serve requests as they come)")
-	fs.Var(&h.fair.slots, "tenant-slots", "with --tenants-dir: requests of all tenants answered at once (default: 2 × the cores Go uses)")
+	fs.Var(&h.fair.slots, "tenant-slots", "with --tenants-dir: requests of all tenants answered at once (default: 4 × the cores Go uses)")
 	fs.Var(&h.fair.perTenant, "tenant-max-in-flight", "with --tenants-dir: of --tenant-slots, how many one tenant may hold (default: all of them)")
 	fs.IntVar(&h.fair.queue, "tenant-queue", server.DefaultFairQueue, "with --tenants-dir: a tenant's requests that may wait for a slot; one more is refused with 429")
 	fs.DurationVar(&h.fair.wait, "tenant-wait", server.DefaultFairWait, "with --tenants-dir: how long a request waits for a slot before it is refused with 429")

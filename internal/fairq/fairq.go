@@ -1,8 +1,9 @@
 // Package fairq shares a process's work slots between tenants: a bounded
 // number of requests run at once, each tenant holds at most a bounded
-// number of them, and when a slot frees up the tenants that wait take it
-// in turn (round robin), so a tenant with many requests in flight cannot
-// take the slots — and with them the CPU — from one with few. A request
+// number of them, and a slot that frees up goes to the waiting tenant that
+// holds the fewest, among equals in turn (round robin), so a tenant with
+// many requests in flight cannot take the slots — and with them the CPU —
+// from one with few. A request
 // waits a bounded time in a bounded queue of its tenant; past either bound
 // it is refused with an error that names the bound, never dropped.
 package fairq
@@ -45,8 +46,8 @@ type Turn struct {
 	// it joined the queue.
 	Ahead int
 	// OthersFirst is how many requests of other tenants were admitted
-	// while it waited. Round robin bounds it by (Ahead+1) times the
-	// number of other tenants, as long as its tenant is under PerTenant.
+	// while it waited. With one slot, round robin bounds it by (Ahead+1)
+	// times the number of other tenants.
 	OthersFirst int
 }
 
@@ -245,18 +246,20 @@ func (q *Queue) admitLocked(t *tenant) {
 	q.cursor = t.index
 }
 
-// dispatchLocked hands the free slots to the waiters, one tenant after the
-// other in ring order from the one admitted last, skipping tenants at
-// their PerTenant bound.
+// dispatchLocked hands the free slots to the waiters: each to the waiting
+// tenant that holds the fewest slots, among equals the first in ring
+// order after the tenant admitted last (round robin), skipping tenants at
+// their PerTenant bound. The fewest first: a tenant whose requests hold
+// their slots long (waiting for its store's lock) would otherwise gather
+// the slots that a quick tenant's requests give back.
 func (q *Queue) dispatchLocked() {
 	n := len(q.tenants)
 	for q.free > 0 {
 		var next *tenant
 		for i := 1; i <= n; i++ {
 			t := q.tenants[(q.cursor+i)%n]
-			if len(t.waiters) > 0 && t.inFlight < q.cfg.PerTenant {
+			if len(t.waiters) > 0 && t.inFlight < q.cfg.PerTenant && (next == nil || t.inFlight < next.inFlight) {
 				next = t
-				break
 			}
 		}
 		if next == nil {

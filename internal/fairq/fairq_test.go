@@ -254,3 +254,53 @@ func TestConcurrentBoundsHold(t *testing.T) {
 		t.Fatalf("stats: %+v", s)
 	}
 }
+
+// A freed slot goes to the waiting tenant that holds the fewest: a's
+// requests hold three of four slots for long, b's one comes back again and
+// again, and b keeps it each time although a waits and was admitted less
+// recently — until b holds as many as a.
+func TestFewestHeldFirst(t *testing.T) {
+	q := newQueue(t, []string{"a", "b"}, Config{Slots: 4, PerTenant: 4, Queue: 10, Wait: time.Second})
+	var held []*Ticket
+	for range 3 {
+		tk, err := q.Acquire(t.Context(), "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, tk)
+	}
+	b, err := q.Acquire(t.Context(), "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	aDone := make(chan *Ticket, 1)
+	go func() {
+		tk, err := q.Acquire(context.Background(), "a")
+		if err != nil {
+			t.Error(err)
+		}
+		aDone <- tk
+	}()
+	joined(t, q, 1)
+	for i := range 3 {
+		bDone := make(chan *Ticket, 1)
+		go func() {
+			tk, err := q.Acquire(context.Background(), "b")
+			if err != nil {
+				t.Error(err)
+			}
+			bDone <- tk
+		}()
+		joined(t, q, 2)
+		b.Release() // b holds 0, a holds 3: b's waiter takes it
+		b = <-bDone
+		if b.Turn.OthersFirst != 0 {
+			t.Fatalf("round %d: b's request let %d of a's go first", i, b.Turn.OthersFirst)
+		}
+		joined(t, q, 1)
+	}
+	held[0].Release() // a holds 2, b holds 1 — but only a waits
+	if a := <-aDone; a.Turn.OthersFirst != 3 {
+		t.Fatalf("a's waiter: %+v, want 3 of b's first", a.Turn)
+	}
+}
