@@ -101,6 +101,20 @@ type Index[T, F any] struct {
 	stats Stats
 	// fullReads is a semaphore bounding concurrent full-run reads.
 	fullReads chan struct{}
+	// begun counts the listings of the present begun; last (under mu) is
+	// the latest that completed. A caller of the present takes last when it
+	// began after the caller asked: it saw every run file as it was then
+	// or later, which a listing of the caller's own would too.
+	begun atomic.Uint64
+	last  *presentListing[T]
+}
+
+// presentListing is a listing of the present: seq numbers it among those
+// begun, fp is its template's fingerprint.
+type presentListing[T any] struct {
+	seq     uint64
+	fp      string
+	listing Listing[T]
 }
 
 // Stats reports what the index did, for benchmarks and /metrics.
@@ -113,6 +127,7 @@ type Stats struct {
 	FullReads     int64 // runs read from the start
 	IncrementalRs int64 // runs read from a previous offset
 	Evictions     int64 // runs dropped to honour the budget
+	SharedLists   int64 // listings of the present answered by one begun after they were asked
 }
 
 type identity struct {
@@ -281,15 +296,48 @@ func (ix *Index[T, F]) List(ctx context.Context, t *receipt.Template) (Listing[T
 // since is summarised as it was at that line; runs not in at are left out.
 // A nil at is the present. Runs read from the start since (a rewrite, not an
 // append) are summarised as they are now, when fewer lines than at exist.
+//
+// Callers of the present that wait while another lists share the next
+// listing that begins after they asked: under a flood of questions the
+// directory is listed and its files stat'ed once per turn of the lock, not
+// once per question, and each still sees every run file as it was when it
+// asked, or later.
 func (ix *Index[T, F]) ListAt(ctx context.Context, t *receipt.Template, at map[string]int) (Listing[T], error) {
+	return ix.listAt(ctx, t, at, true)
+}
+
+// listAt is ListAt; share false lists anew even when a listing begun
+// since the call could answer (for benchmarks).
+func (ix *Index[T, F]) listAt(ctx context.Context, t *receipt.Template, at map[string]int, share bool) (Listing[T], error) {
+	asked := ix.begun.Load()
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	fp := Fingerprint(t)
+	if at == nil && share {
+		if l := ix.last; l != nil && l.seq > asked && l.fp == fp {
+			ix.account(func(_ *int64, st *Stats) { st.SharedLists++ })
+			return l.listing, nil
+		}
+	}
+	if at == nil {
+		seq := ix.begun.Add(1)
+		out, err := ix.listLocked(ctx, t, nil, fp)
+		ix.last = nil
+		if err == nil {
+			ix.last = &presentListing[T]{seq: seq, fp: fp, listing: out}
+		}
+		return out, err
+	}
+	return ix.listLocked(ctx, t, at, fp)
+}
+
+// listLocked lists the directory under ix.mu.
+func (ix *Index[T, F]) listLocked(ctx context.Context, t *receipt.Template, at map[string]int, fp string) (Listing[T], error) {
 	entries, err := ix.opt.Events.ReadDir()
 	if err != nil {
 		return Listing[T]{}, err
 	}
 	seen := make(map[string]bool, len(entries))
-	fp := Fingerprint(t)
 	sort.Slice(entries, func(i, j int) bool { return entries[i].Name < entries[j].Name })
 	type slot struct {
 		id   string

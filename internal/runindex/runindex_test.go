@@ -25,7 +25,7 @@ func line(op string, seq int) string {
 		op, seq, at.Format("2006-01-02T15:04:05.000Z"), seq, op)
 }
 
-func newIndex(t *testing.T) (*Index[item, string], string, *receipt.Template) {
+func newIndex(t testing.TB) (*Index[item, string], string, *receipt.Template) {
 	t.Helper()
 	dir := t.TempDir()
 	d, err := confined.OpenRoot(dir)
