@@ -114,6 +114,43 @@ func LoadTrust(path string) (Reviewers, Passkeys, error) {
 	return t.keys, t.passkeys, err
 }
 
+// ReviewerTrust is a trusted reviewers file whole, held to a tenant or not:
+// what a HUMAN receipt is checked against outside a running server
+// (`verify --reviewers`).
+type ReviewerTrust struct {
+	Reviewers Reviewers
+	Passkeys  Passkeys
+	Grants    Grants
+	// Tenant, when set, is the tenant of a --tenants-dir server: a
+	// decision counts only by a reviewer Grants allows it.
+	Tenant string
+	// ServerKeys is the server's keyring, which seals the receipt of a
+	// decision a passkey made; without it such a decision does not count.
+	ServerKeys noa.Keyring
+}
+
+// LoadReviewerTrust reads a trusted reviewers file once: keys, passkeys
+// and grants, held to tenant ("" for a single root's reading).
+func LoadReviewerTrust(path, tenant string) (ReviewerTrust, error) {
+	t, err := loadTrustFile(path)
+	if err != nil {
+		return ReviewerTrust{}, err
+	}
+	return ReviewerTrust{Reviewers: t.keys, Passkeys: t.passkeys, Grants: t.grants, Tenant: tenant}, nil
+}
+
+// DecisionProblem says why a HUMAN receipt is no decision of a reviewer t
+// trusts (and, with t.Tenant, grants that tenant): "" when it is one. It
+// is the check the guard holds every decision to; which review's terms the
+// receipt decides is not checked here (that needs the review log).
+func (t ReviewerTrust) DecisionProblem(rc noa.Receipt) string {
+	ts := trustSet{reviewers: t.Reviewers, passkeys: t.Passkeys, tenant: t.Tenant, grants: t.Grants}
+	if t.ServerKeys != nil {
+		ts.server = func() (noa.Keyring, error) { return t.ServerKeys, nil }
+	}
+	return humanProblem(rc, ts)
+}
+
 // trustFile is a trusted reviewers file whole.
 type trustFile struct {
 	keys     Reviewers

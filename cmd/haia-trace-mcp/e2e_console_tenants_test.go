@@ -123,6 +123,11 @@ func TestConsoleTenants(t *testing.T) {
 	if out, errOut, code := runCLI(t, "audit", "--dir", filepath.Join(tenants, "acme"), "--reviewers", reviewers); code != 0 {
 		t.Fatalf("audit acme: %d\n%s\n%s", code, out, errOut)
 	}
+	// verify with the reviewers file holds acme's chains' decisions to
+	// alice's grant, which holds.
+	if out, code := verifyChains(t, filepath.Join(tenants, "acme"), "--reviewers", reviewers, "--tenant", "acme"); code != 0 || !strings.Contains(out, "VALID") {
+		t.Fatalf("verify acme's chains against alice's grant: exit %d\n%s", code, out)
+	}
 	// globex's review waited for globex's reviewer.
 	if err := bob.SignIn(); err != nil {
 		t.Fatal(err)
@@ -172,6 +177,24 @@ func TestConsoleTenants(t *testing.T) {
 	}
 	if out, _, code := runCLI(t, "review", "show", acmeID, "--tenants-dir", tenants, "--tenant", "acme", "--reviewers", reviewers); code != 0 || !strings.Contains(out, "status       unverified") || !strings.Contains(out, `does not grant them tenant "acme"`) {
 		t.Fatalf("review show of alice's approval once her grant is gone: exit %d\n%s", code, out)
+	}
+	// verify reports it too when asked to hold the chain to the grants;
+	// by default it checks the keys alone, and without --tenant the file's
+	// keys and passkeys (a single root's reading), which still hold.
+	acmeRoot := filepath.Join(tenants, "acme")
+	if out, code := verifyChains(t, acmeRoot, "--reviewers", reviewers, "--tenant", "acme"); code != 5 || !strings.Contains(out, `UNTRUSTED: human receipt`) || !strings.Contains(out, `does not grant them tenant "acme"`) {
+		t.Fatalf("verify acme's chains with alice's grant gone: exit %d\n%s", code, out)
+	}
+	for _, args := range [][]string{nil, {"--reviewers", reviewers}} {
+		if out, code := verifyChains(t, acmeRoot, args...); code != 0 || strings.Contains(out, "UNTRUSTED") {
+			t.Fatalf("verify %v of acme's chains: exit %d\n%s", args, code, out)
+		}
+	}
+	if out, code := verifyChains(t, acmeRoot, "--reviewers", reviewers, "--tenant", "globex"); code != 5 || !strings.Contains(out, `is tenant "acme"'s, not "globex"'s`) {
+		t.Fatalf("verify acme's chains as globex's: exit %d\n%s", code, out)
+	}
+	if _, _, code := runCLI(t, "verify", filepath.Join(acmeRoot, "guard", "keyring.json"), "--tenant", "acme"); code != exitVerifyUsage {
+		t.Fatalf("verify --tenant without --reviewers: exit %d, want usage", code)
 	}
 	if out, errOut, code := runCLI(t, "audit", "--dir", filepath.Join(tenants, "globex"), "--reviewers", reviewers); code != 0 {
 		t.Fatalf("audit globex (bob's grant holds): %d\n%s\n%s", code, out, errOut)
@@ -248,4 +271,23 @@ func (ts *tenantConsoleServer) call(tenant, tool string, args map[string]any) ma
 func (ts *tenantConsoleServer) ask(tenant, amount string) map[string]any {
 	ts.t.Helper()
 	return ts.call(tenant, "check_before_pay", map[string]any{"counterparty": sellerB, "amount": amount})
+}
+
+// verifyChains runs verify --follow over every chain under root's
+// guard/receipts with root's keyring and args, and returns what each said
+// (stdout and stderr) and the highest exit code.
+func verifyChains(t *testing.T, root string, args ...string) (string, int) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(root, "guard", "receipts", "*.ndjson"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no chains under %s: %v", root, err)
+	}
+	var all strings.Builder
+	worst := 0
+	for _, f := range files {
+		out, errOut, code := runCLI(t, append([]string{"verify", f, "--keyring", filepath.Join(root, "guard", "keyring.json"), "--follow"}, args...)...)
+		fmt.Fprintf(&all, "%s: exit %d\n%s%s", filepath.Base(f), code, out, errOut)
+		worst = max(worst, code)
+	}
+	return all.String(), worst
 }

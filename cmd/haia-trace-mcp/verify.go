@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"flag"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/app"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
+	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/pgstore"
@@ -26,9 +28,15 @@ segment.
 --store postgres://…: CHAIN is a chain id in that store; every segment and
 link is verified as --follow does, against the store's keyring unless
 --keyring names another.
+--reviewers FILE: also hold every human decision in the chain to this
+trusted reviewers file, as the server does: signed by the key (or a passkey)
+the file lists for its reviewer; with --tenant NAME, also granted NAME by
+the file (as a server with --tenants-dir reads it), in a chain of NAME's.
+Without --reviewers the check is the keys' alone.
 Prints one line (verdict: reason) on stdout, warnings on stderr.
 exit 0 VALID, 1 UNVERIFIED (no keyring), 2 TAMPERED, 3 MALFORMED,
-4 usage or unreadable file, 5 UNTRUSTED (identity manifest)
+4 usage or unreadable file, 5 UNTRUSTED (identity manifest, or a human
+decision the reviewers file does not trust or grant)
 `
 
 // exitVerifyUsage is the NOA verifier's usage exit code; 2 means TAMPERED.
@@ -44,12 +52,28 @@ func defineVerify(fs *flag.FlagSet) runFunc {
 	identity := fs.String("identity", "", "identity manifest `M` ({agent.id: [kid]})")
 	follow := fs.Bool("follow", false, "verify every segment of CHAIN's chain and the links between them")
 	storeFlag := fs.String("store", "", "verify chain id CHAIN, every segment, in this PostgreSQL store (`URL`; default $"+storeEnv+" when it is a postgres:// URL)")
+	reviewers := fs.String("reviewers", "", "also hold every human decision to this trusted reviewers `FILE` (default: none, the keys alone)")
+	tenant := fs.String("tenant", "", "with --reviewers: the tenant `NAME` whose grants apply, as a server with --tenants-dir reads them")
 	return func(ctx context.Context, env *cmdEnv, pos []string) error {
-		return runVerify(ctx, env.stdout, env.stderr, pos, keyring, checkpoint, identity, storeFlag, follow)
+		var rc *reviewerCheck
+		switch {
+		case *tenant != "" && *reviewers == "":
+			return usageErrorf("--tenant names whose grants apply; it needs --reviewers FILE")
+		case *tenant != "" && !receipt.IsSlug(*tenant):
+			return usageErrorf("--tenant %q is not a tenant name (a bare slug)", *tenant)
+		case *reviewers != "":
+			trust, err := reviewlog.LoadReviewerTrust(*reviewers, *tenant)
+			if err != nil {
+				fmt.Fprintf(env.stderr, "verify: --reviewers: %s\n", termsafe.String(err.Error()))
+				return exitCode(exitVerifyUsage)
+			}
+			rc = &reviewerCheck{trust: trust}
+		}
+		return runVerify(ctx, env.stdout, env.stderr, pos, keyring, checkpoint, identity, storeFlag, follow, rc)
 	}
 }
 
-func runVerify(ctx context.Context, stdout, stderr io.Writer, pos []string, keyring, checkpoint, identity, storeFlag *string, follow *bool) error {
+func runVerify(ctx context.Context, stdout, stderr io.Writer, pos []string, keyring, checkpoint, identity, storeFlag *string, follow *bool, rc *reviewerCheck) error {
 	if len(pos) == 2 {
 		if *keyring != "" {
 			return usageErrorf("the keyring is given twice (argument and --keyring)")
@@ -72,6 +96,12 @@ func runVerify(ctx context.Context, stdout, stderr io.Writer, pos []string, keyr
 		}
 		*in.dst = b
 	}
+	if rc != nil && docs.Keyring != nil {
+		// The keyring that seals a passkey's decision is the server's.
+		if kr, err := noa.ParseKeyring(docs.Keyring); err == nil {
+			rc.trust.ServerKeys = kr
+		}
+	}
 	var res noa.Result
 	spec := *storeFlag
 	if spec == "" && pgstore.IsURL(os.Getenv(storeEnv)) && !fileExists(pos[0]) {
@@ -79,12 +109,12 @@ func runVerify(ctx context.Context, stdout, stderr io.Writer, pos []string, keyr
 	}
 	if spec != "" && !app.IsFileStore(spec) {
 		var code int
-		if res, code = verifyInStore(ctx, spec, pos[0], docs, stderr); code >= 0 {
+		if res, code = verifyInStore(ctx, spec, pos[0], docs, stderr, rc); code >= 0 {
 			return exitCode(code)
 		}
 	} else if *follow {
 		var code int
-		if res, code = verifyFollow(pos[0], docs, stderr); code >= 0 {
+		if res, code = verifyFollow(pos[0], docs, stderr, rc); code >= 0 {
 			return exitCode(code)
 		}
 	} else {
@@ -102,6 +132,8 @@ func runVerify(ctx context.Context, stdout, stderr io.Writer, pos []string, keyr
 		if n := otherSegments(pos[0]); n > 0 {
 			fmt.Fprintf(stderr, "note: %s is one segment of a chain with %d more; --follow verifies them all end to end\n", filepath.Base(pos[0]), n)
 		}
+		path := pos[0]
+		res = rc.apply(res, []noa.SegmentSource{{Name: filepath.Base(path), Open: func() (io.ReadCloser, error) { return os.Open(path) }}}, stderr)
 	}
 	for _, w := range res.Warnings {
 		fmt.Fprintf(stderr, "warning: %s\n", w)
@@ -143,7 +175,7 @@ func otherSegments(path string) int {
 
 // verifyFollow verifies every segment of the chain the file at path
 // belongs to. A code ≥ 0 means stop with it (the reason is printed).
-func verifyFollow(path string, docs noa.Documents, stderr io.Writer) (noa.Result, int) {
+func verifyFollow(path string, docs noa.Documents, stderr io.Writer, rc *reviewerCheck) (noa.Result, int) {
 	if _, err := os.Stat(path); err != nil {
 		fmt.Fprintf(stderr, "verify: %v\n", err)
 		return noa.Result{}, exitVerifyUsage
@@ -176,7 +208,7 @@ func verifyFollow(path string, docs noa.Documents, stderr io.Writer) (noa.Result
 		fmt.Fprintf(stderr, "verify --follow: %v\n", err)
 		return noa.Result{}, exitVerifyUsage
 	}
-	return res, -1
+	return rc.apply(res, srcs, stderr), -1
 }
 
 func fileExists(path string) bool {
@@ -186,7 +218,7 @@ func fileExists(path string) bool {
 
 // verifyInStore verifies chain id (every segment and each link) as the
 // store holds it, with the keyring given, else the store's own.
-func verifyInStore(ctx context.Context, spec, id string, docs noa.Documents, stderr io.Writer) (noa.Result, int) {
+func verifyInStore(ctx context.Context, spec, id string, docs noa.Documents, stderr io.Writer, rc *reviewerCheck) (noa.Result, int) {
 	if err := app.CheckStoreSpec(spec); err != nil {
 		fmt.Fprintf(stderr, "verify: %v\n", err)
 		return noa.Result{}, exitVerifyUsage
@@ -212,19 +244,138 @@ func verifyInStore(ctx context.Context, spec, id string, docs noa.Documents, std
 			}
 			if len(kr) > 0 {
 				opt.Keyring = kr
+				if rc != nil {
+					rc.trust.ServerKeys = kr
+				}
 				fmt.Fprintf(stderr, "note: signatures checked against the store's keyring (%d keys); --keyring K checks them against a keyring kept elsewhere\n", len(kr))
 			}
 		}
-		return newProgress(stderr, "verify").during("chain "+id+" in "+st.Describe(), func() (err error) {
+		err = newProgress(stderr, "verify").during("chain "+id+" in "+st.Describe(), func() (err error) {
 			res, err = reviewlog.VerifySegments(ctx, r, id, opt)
 			return err
 		})
+		if err != nil || rc == nil {
+			return err
+		}
+		segs, err := reviewlog.ChainSegments(ctx, r, id)
+		if err != nil {
+			return err
+		}
+		srcs := make([]noa.SegmentSource, len(segs))
+		for i, s := range segs {
+			srcs[i] = noa.SegmentSource{Name: s.File, Open: func() (io.ReadCloser, error) { return reviewlog.OpenSegment(ctx, r, s.File) }}
+		}
+		res = rc.apply(res, srcs, stderr)
+		return nil
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "verify: chain %s in %s: %s\n", termsafe.String(id), st.Describe(), termsafe.String(err.Error()))
 		return noa.Result{}, exitVerifyUsage
 	}
 	return res, -1
+}
+
+// reviewerCheck holds a chain's human decisions to a trusted reviewers
+// file (verify --reviewers).
+type reviewerCheck struct {
+	trust reviewlog.ReviewerTrust
+}
+
+// maxReviewerFindings bounds the problems named on stderr.
+const maxReviewerFindings = 20
+
+// apply reads the receipts of a chain that verified (VALID, or UNVERIFIED
+// for want of a keyring) once more and holds each HUMAN receipt to the
+// file: a decision the file does not trust or grant makes the verdict
+// UNTRUSTED, naming the first; each is listed on stderr. Any other
+// verdict stands as it is.
+func (c *reviewerCheck) apply(res noa.Result, srcs []noa.SegmentSource, stderr io.Writer) noa.Result {
+	if c == nil {
+		return res
+	}
+	if res.Verdict != noa.Valid && res.Verdict != noa.Unverified {
+		fmt.Fprintln(stderr, "note: the human decisions were not held to the reviewers file: the chain itself does not verify")
+		return res
+	}
+	var decisions int
+	var problems []string
+	for _, src := range srcs {
+		err := eachReceipt(src, func(rc noa.Receipt) {
+			if c.trust.Tenant != "" && rc.Scope.Tenant != nil && *rc.Scope.Tenant != c.trust.Tenant {
+				problems = append(problems, fmt.Sprintf("receipt %s of %s is tenant %q's, not %q's", rc.ID, src.Name, *rc.Scope.Tenant, c.trust.Tenant))
+				return
+			}
+			if rc.Agent.Principal != noa.PrincipalHuman {
+				return
+			}
+			decisions++
+			if why := c.trust.DecisionProblem(rc); why != "" {
+				problems = append(problems, fmt.Sprintf("human receipt %s of %s does not count: %s", rc.ID, src.Name, why))
+			}
+		})
+		if err != nil {
+			// It verified a moment ago: a file changed under us.
+			return noa.Result{Verdict: noa.Malformed, Chain: res.Chain, Reason: fmt.Sprintf("%s could not be read again to check its human decisions: %v", src.Name, err)}
+		}
+	}
+	scope := "trusted reviewers file"
+	if c.trust.Tenant != "" {
+		scope += fmt.Sprintf(", grants of tenant %q", c.trust.Tenant)
+	}
+	for i, p := range problems {
+		if i == maxReviewerFindings {
+			fmt.Fprintf(stderr, "untrusted: %d more\n", len(problems)-i)
+			break
+		}
+		fmt.Fprintf(stderr, "untrusted: %s\n", termsafe.String(p))
+	}
+	if len(problems) > 0 {
+		more := ""
+		if len(problems) > 1 {
+			more = fmt.Sprintf(" (and %d more, on stderr)", len(problems)-1)
+		}
+		return noa.Result{Verdict: noa.Untrusted, Chain: res.Chain, Count: res.Count, Reason: termsafe.String(problems[0]) + more, Warnings: res.Warnings}
+	}
+	fmt.Fprintf(stderr, "note: %d human decisions held to the %s: each counts\n", decisions, scope)
+	return res
+}
+
+// eachReceipt calls fn with each receipt of one chain file, in either form.
+func eachReceipt(src noa.SegmentSource, fn func(noa.Receipt)) error {
+	f, err := src.Open()
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	br := bufio.NewReader(f)
+	for {
+		b, err := br.Peek(1)
+		if err != nil || (b[0] != ' ' && b[0] != '\t' && b[0] != '\r' && b[0] != '\n') {
+			break
+		}
+		br.ReadByte()
+	}
+	if b, err := br.Peek(1); err == nil && b[0] == '[' {
+		rs, err := noa.ReadChain(br)
+		if err != nil {
+			return err
+		}
+		for _, rc := range rs {
+			fn(rc)
+		}
+		return nil
+	}
+	lr := noa.NewLineReader(br)
+	for {
+		rc, err := lr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		fn(rc)
+	}
 }
 
 // readBounded reads a whole file, refusing one larger than limit.
