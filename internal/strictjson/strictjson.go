@@ -52,7 +52,21 @@ func (e *Error) Error() string {
 // another kind. Types of scalar members are left to encoding/json; members
 // read into a map, an interface or a json.RawMessage may have any name,
 // but never twice in one object.
+//
+// Valid JSON is walked in place (see scanner); anything else by
+// encoding/json's tokens, whose errors say where the JSON breaks.
 func Check(data []byte, v any) error {
+	if json.Valid(data) {
+		sc := scanner{data: data}
+		return sc.value(reflect.TypeOf(v), 0)
+	}
+	return checkTokens(data, v)
+}
+
+// checkTokens is Check by encoding/json's tokens: the reference the
+// scanner agrees with (FuzzScannerAgreesWithTokens), and the reader of
+// what is not JSON.
+func checkTokens(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	w := walker{dec: dec}
