@@ -8,9 +8,12 @@
 #      spread evenly over them).
 # Each configuration starts from an empty store. After each run every
 # decision chain is exported and verified with the store's keyring (VALID
-# expected). Prints one table: store, shape, replicas, req/s, p50, p99,
-# errors, and the CPU seconds the servers and PostgreSQL's backends spent
-# per 1000 answers.
+# expected). Prints a line a row: build, round, store, shape, replicas,
+# req/s, p50, p99, the CPU seconds the servers and PostgreSQL's backends
+# spent per 1000 answers, statements and round trips per answer, the load
+# average, errors, answers, chains and reviews; then the summary. Exits 1
+# when any row is not exact (an error, a chain not VALID, a review check
+# that fails).
 #
 #   HAIA_BENCH_POSTGRES=postgres://user:pw@127.0.0.1:5432/db tools/storebench.sh [DURATION=20s]
 #
@@ -22,6 +25,16 @@
 # building this checkout's; LABEL names it in the table. MIXED_BIN runs
 # every second replica from that binary instead (a rolling upgrade: old
 # and new replicas on one database at once).
+#
+# Side by side in one run: ROUNDS (default 3) repeats every row, and
+# BUILDS="label=/path/to/haia-trace-mcp label2=/other/build" runs each row
+# with every build in turn within a round (A B A B …), so the builds and
+# the rows share the machine's load alike; the summary at the end gives,
+# per build and row, the median over the rounds and the spread (min–max),
+# and per build and replica count the distinct / shared ratio of req/s.
+# The servers reach PostgreSQL through tools/pgcount, a loopback proxy
+# that counts the statements and round trips every build sends (columns
+# stmt and rt: per answer). The load average is sampled after each row.
 #
 # HAIA_BENCH_POSTGRES is any database the role can connect to; the role must
 # be allowed to CREATE DATABASE: the benchmark drops and creates its own
@@ -37,6 +50,7 @@ clients=${CLIENTS:-16}
 replica_counts=${REPLICAS:-"1 2 3"}
 shapes=${SHAPES:-"distinct shared"}
 label=${LABEL:-this}
+rounds=${ROUNDS:-3}
 pg_admin=${HAIA_BENCH_POSTGRES:-}
 bench_db=${HAIA_BENCH_DB:-haia_bench}
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -66,6 +80,10 @@ if [[ -n $pg_admin && ! $pg_admin =~ ^postgres(ql)?:// ]]; then
 	echo "storebench: HAIA_BENCH_POSTGRES must be a postgres:// URL" >&2
 	exit 2
 fi
+if [[ ! $rounds =~ ^[1-9][0-9]*$ ]]; then
+	echo "storebench: ROUNDS must be a positive number (got $rounds)" >&2
+	exit 2
+fi
 if [[ ! $bench_db =~ ^[a-z_][a-z0-9_]*$ ]]; then
 	echo "storebench: HAIA_BENCH_DB must be a plain lower-case identifier (got $bench_db)" >&2
 	exit 2
@@ -84,13 +102,24 @@ for shape in $shapes; do
 		exit 2
 	fi
 done
-(cd "$repo" && go build -o "$work/loadtest" ./tools/loadtest)
-if [[ -n ${HAIA_BENCH_BIN:-} ]]; then
-	bin=$HAIA_BENCH_BIN
+(cd "$repo" && go build -o "$work/loadtest" ./tools/loadtest && go build -o "$work/pgcount" ./tools/pgcount)
+# builds: "label=binary" pairs, each row run with each in turn.
+builds=()
+if [[ -n ${BUILDS:-} ]]; then
+	for b in $BUILDS; do
+		if [[ $b != *=* || ! -x ${b#*=} ]]; then
+			echo "storebench: BUILDS holds label=/path/to/binary pairs (got $b, or it is not executable)" >&2
+			exit 2
+		fi
+		builds+=("$b")
+	done
+elif [[ -n ${HAIA_BENCH_BIN:-} ]]; then
+	builds=("$label=$HAIA_BENCH_BIN")
 else
 	(cd "$repo" && go build -o "$work/haia-trace-mcp" ./cmd/haia-trace-mcp)
-	bin=$work/haia-trace-mcp
+	builds=("$label=$work/haia-trace-mcp")
 fi
+bin=${builds[0]#*=} # the binary of the row being run (set by each row)
 
 # The Trace root: 50 runs, each with settled payments to the clean payees
 # and a payment to each open payee that was submitted and never answered
@@ -240,15 +269,18 @@ read -r -d '' review_check <<'JQ' || true
 	  else "OK " + ($rv[0].reviews | map([.reasons[]?.rule] | unique | join("+")) | group_by(.) | map("\(.[0]):\(length)") | join(",")) end
 JQ
 
-run_row() { # store-name shape replicas store-url
-	local name=$1 shape=$2 replicas=$3 store=$4 urls=() i
+run_row() { # store-name shape replicas store-url round
+	local name=$1 shape=$2 replicas=$3 store=$4 round=$5 urls=() i serve_store=$4
 	root=$work/root-$name-$shape-$replicas
+	rm -rf "$root"
 	mkdir -p "$root"
 	cp -r "$work/events" "$root/events"
+	# The servers reach the database through the counting proxy.
+	[[ -n $store ]] && serve_store=$(proxied "$store")
 	for i in $(seq 1 "$replicas"); do
 		local b=$bin
 		[[ -n ${MIXED_BIN:-} && $((i % 2)) == 0 ]] && b=$MIXED_BIN
-		start_server "$root" "$store" "$work/server-$name-$shape-$replicas-$i.log" "$b" || exit 1
+		start_server "$root" "$serve_store" "$work/server-$name-$shape-$replicas-$i.log" "$b" || exit 1
 		urls+=("http://$addr/mcp")
 	done
 	local tokens=()
@@ -257,19 +289,22 @@ run_row() { # store-name shape replicas store-url
 			--scope "trace:read trace:guard" --sub "$(printf 'bench-agent-%02d' "$i")" >"$work/token-$i"
 		tokens+=("$work/token-$i")
 	done
-	local json pg_pids=() cpu0 pgcpu0 cpu1 pgcpu1 ticks
+	local json pg_pids=() cpu0 pgcpu0 cpu1 pgcpu1 ticks wire0=(0 0) wire1=(0 0)
 	ticks=$(getconf CLK_TCK)
 	[[ -n $store ]] && mapfile -t pg_pids < <(pg_backends)
 	cpu0=$(cpu_ticks "${pids[@]}")
 	pgcpu0=$(cpu_ticks "${pg_pids[@]}")
+	[[ -n $store ]] && read -ra wire0 < <(wire_counts)
 	json=$("$work/loadtest" --url "$(IFS=,; echo "${urls[*]}")" --token-file "$(IFS=,; echo "${tokens[*]}")" \
 		--duration "$duration" --clients "$clients" --tool check_before_pay --args-file "$work/questions-$shape.ndjson" --args-per-client 2 --json) || status=1
 	[[ -n $store ]] && mapfile -t pg_pids < <(pg_backends)
 	cpu1=$(cpu_ticks "${pids[@]}")
 	pgcpu1=$(cpu_ticks "${pg_pids[@]}")
+	[[ -n $store ]] && read -ra wire1 < <(wire_counts)
 	stop_servers
 	local keyring=$root/guard/keyring.json chains
 	if [[ -n $store ]]; then
+		rm -rf "$work/export-$shape-$replicas"
 		"$bin" store export --store "$store" --dir "$work/export-$shape-$replicas" >/dev/null
 		keyring=$work/export-$shape-$replicas/guard/keyring.json
 	fi
@@ -295,20 +330,44 @@ run_row() { # store-name shape replicas store-url
 	else
 		reviews="$reviews ${verdict#OK }"
 	fi
-	local rps p50 p99 errs answers requests srv pg
+	local rps p50 p99 errs answers requests srv pg stmt=- rt=- load ok=true
 	rps=$(jq -r '.rps | floor' <<<"$json")
 	requests=$(jq -r '.requests' <<<"$json")
 	srv=$(jq -nr --argjson u "$(cpu_used "$cpu0" "$cpu1")" --argjson t "$ticks" --argjson n "$requests" '$u / $t / ($n / 1000) | . * 100 | round / 100')
 	pg=-
 	if [[ -n $store ]]; then
 		pg=$(jq -nr --argjson u "$(cpu_used "$pgcpu0" "$pgcpu1")" --argjson t "$ticks" --argjson n "$requests" '$u / $t / ($n / 1000) | . * 100 | round / 100')
+		stmt=$(jq -nr --argjson d "$((wire1[0] - wire0[0]))" --argjson n "$requests" 'if $n > 0 then $d / $n | . * 10 | round / 10 else "-" end')
+		rt=$(jq -nr --argjson d "$((wire1[1] - wire0[1]))" --argjson n "$requests" 'if $n > 0 then $d / $n | . * 10 | round / 10 else "-" end')
 	fi
+	read -r load _ </proc/loadavg
 	p50=$(jq -r '.p50_ns / 1e6 | . * 100 | round / 100' <<<"$json")
 	p99=$(jq -r '.p99_ns / 1e6 | . * 100 | round / 100' <<<"$json")
 	errs=$(jq -r '.errors | to_entries | map("\(.key)=\(.value)") | join(",") | if . == "" then "0" else . end' <<<"$json")
 	answers=$(jq -r '.decisions | to_entries | map("\(.key)=\(.value)") | join(",")' <<<"$json")
-	[[ $errs == 0 ]] || status=1
-	printf '%-6s %-10s %-9s %8s %7s %7s %7s %6s %5s %-8s %-24s %-7s  %s\n' "$label" "$name" "$shape" "$replicas" "$rps" "$p50" "$p99" "$srv" "$pg" "$errs" "$answers" "$chains" "$reviews"
+	[[ $errs == 0 ]] || { status=1; ok=false; }
+	[[ $verdict == BAD* || $chains == *"NOT VALID"* || $chains != *VALID* ]] && ok=false
+	printf '%-8s %5s %-8s %-8s %8s %7s %7s %7s %6s %5s %5s %5s %5s %-8s %-24s %-7s  %s\n' "$label" "$round" "$name" "$shape" "$replicas" "$rps" "$p50" "$p99" "$srv" "$pg" "$stmt" "$rt" "$load" "$errs" "$answers" "$chains" "$reviews"
+	jq -nc --arg build "$label" --arg store "$name" --arg shape "$shape" --argjson replicas "$replicas" --argjson round "$round" \
+		--argjson rps "$(jq -r '.rps' <<<"$json")" --argjson p50 "$p50" --argjson p99 "$p99" --arg srv "$srv" --arg pg "$pg" \
+		--arg stmt "$stmt" --arg rt "$rt" --argjson load "$load" --argjson ok "$ok" \
+		'{$build, $store, $shape, $replicas, $round, $rps, $p50, $p99, srv: ($srv | tonumber? // null), pg: ($pg | tonumber? // null),
+		  stmt: ($stmt | tonumber? // null), rt: ($rt | tonumber? // null), $load, $ok}' >>"$work/results.ndjson"
+}
+
+# proxied: the URL with its host and port replaced by the counting proxy's.
+proxied() {
+	local url=$1 rest
+	rest=${url#*://}
+	local userinfo=
+	[[ $rest == *@* ]] && userinfo="${rest%%@*}@"
+	rest=${rest#*@}
+	echo "${url%%://*}://$userinfo$pg_proxy/${rest#*/}"
+}
+
+# wire_counts: "statements round_trips" the counting proxy saw so far.
+wire_counts() {
+	curl -sf "$pg_counts" | awk '{ print $2, $4 }'
 }
 
 # tenant_rows (TENANTS=1): one server with --tenants-dir, tenants a and b
@@ -399,30 +458,90 @@ tenant_fair_rows() { # off|on|none
 	done
 }
 
-echo "check_before_pay, $clients callers, $duration a row, $(nproc) cores; each caller asks of one payee allowed and one sent to review"
-echo "cpu: CPU seconds per 1000 answers (srv: the servers; pg: PostgreSQL's backends of the benchmark's database)"
-printf '%-6s %-10s %-9s %8s %7s %7s %7s %6s %5s %-8s %-24s %-7s  %s\n' build store shape replicas 'req/s' 'p50 ms' 'p99 ms' 'srv' 'pg' errors answers chains 'reviews (by rules)'
-if [[ -z ${SKIP_FILE:-} ]]; then
-	for shape in $shapes; do
-		run_row file "$shape" 1 ""
-	done
-fi
-if [[ -z $pg_admin ]]; then
-	echo "(PostgreSQL rows skipped: set HAIA_BENCH_POSTGRES to a postgres:// URL whose role may CREATE DATABASE)"
-else
+echo "check_before_pay, $clients callers, $duration a row, $rounds round(s), $(nproc) cores; each caller asks of one payee allowed and one sent to review"
+echo "builds: ${builds[*]}"
+echo "cpu: CPU seconds per 1000 answers (srv: the servers; pg: PostgreSQL's backends of the benchmark's database); stmt, rt: statements and round trips per answer; load: the 1-minute load average after the row"
+printf '%-8s %5s %-8s %-8s %8s %7s %7s %7s %6s %5s %5s %5s %5s %-8s %-24s %-7s  %s\n' build round store shape replicas 'req/s' 'p50 ms' 'p99 ms' 'srv' 'pg' stmt rt load errors answers chains 'reviews (by rules)'
+if [[ -n $pg_admin ]]; then
 	# The benchmark's database: the admin URL with its database replaced.
 	base=${pg_admin%%\?*}
 	query=
 	[[ $pg_admin == *\?* ]] && query="?${pg_admin#*\?}"
 	bench_url="${base%/*}/$bench_db$query"
+	hostport=${base#*://}
+	hostport=${hostport#*@}
+	hostport=${hostport%%/*}
+	[[ $hostport == *:* ]] || hostport="$hostport:5432"
+	"$work/pgcount" --upstream "$hostport" >"$work/pgcount.out" 2>"$work/pgcount.log" &
+	pids_proxy=$!
+	trap 'stop_servers; kill "$pids_proxy" 2>/dev/null; rm -rf "$work"' EXIT
+	for _ in $(seq 1 100); do
+		read -r _ pg_proxy _ pg_counts <"$work/pgcount.out" 2>/dev/null && [[ -n ${pg_counts:-} ]] && break
+		sleep 0.05
+	done
+	if [[ -z ${pg_counts:-} ]]; then
+		cat "$work/pgcount.log" >&2
+		echo "storebench: the counting proxy did not start" >&2
+		exit 1
+	fi
+fi
+for round in $(seq 1 "$rounds"); do
+	if [[ -z ${SKIP_FILE:-} ]]; then
+		for shape in $shapes; do
+			for build in "${builds[@]}"; do
+				label=${build%%=*} bin=${build#*=}
+				run_row file "$shape" 1 "" "$round"
+			done
+		done
+	fi
+	[[ -n $pg_admin ]] || continue
 	for n in $replica_counts; do
 		for shape in $shapes; do
-			psql "$pg_admin" -qX -v ON_ERROR_STOP=1 -c "DROP DATABASE IF EXISTS $bench_db WITH (FORCE)" -c "CREATE DATABASE $bench_db" >/dev/null
-			"$bin" store migrate --store "$bench_url" >/dev/null 2>"$work/migrate.log" || { cat "$work/migrate.log" >&2; exit 1; }
-			run_row postgres "$shape" "$n" "$bench_url"
+			for build in "${builds[@]}"; do
+				label=${build%%=*} bin=${build#*=}
+				psql "$pg_admin" -qX -v ON_ERROR_STOP=1 -c "DROP DATABASE IF EXISTS $bench_db WITH (FORCE)" -c "CREATE DATABASE $bench_db" >/dev/null
+				"$bin" store migrate --store "$bench_url" >/dev/null 2>"$work/migrate.log" || { cat "$work/migrate.log" >&2; exit 1; }
+				run_row postgres "$shape" "$n" "$bench_url" "$round"
+			done
 		done
 	done
+done
+if [[ -z $pg_admin ]]; then
+	echo "(PostgreSQL rows skipped: set HAIA_BENCH_POSTGRES to a postgres:// URL whose role may CREATE DATABASE)"
+else
 	psql "$pg_admin" -qX -c "DROP DATABASE IF EXISTS $bench_db WITH (FORCE)" >/dev/null || true
-	[[ -n ${TENANTS:-} ]] && tenant_rows
+	[[ -n ${TENANTS:-} ]] && { label=${builds[0]%%=*} bin=${builds[0]#*=}; tenant_rows; }
 fi
+
+# The summary: per build and row, the median over the rounds and the
+# spread; per build and replica count, distinct / shared req/s by round
+# and of the medians.
+read -r -d '' summary <<'JQ' || true
+	def median: sort | if length == 0 then null elif length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
+	def r($d): if . == null then "-" else (. * $d | round / $d | tostring) end;
+	def med($k): map(.[$k]) | map(select(. != null)) | median;
+	if $part == "rows" then
+	  "build\tstore\treplicas\tshape\treq/s (min–max)\tp50 ms\tp99 ms\tsrv\tpg\tstmt\trt\tcheck",
+	  (group_by([.build, .store, .replicas, .shape])[]
+	   | "\(.[0].build)\t\(.[0].store)\t\(.[0].replicas)\t\(.[0].shape)\t\(med("rps") | r(1)) (\(map(.rps) | min | r(1))–\(map(.rps) | max | r(1)))\t\(med("p50") | r(10))\t\(med("p99") | r(10))\t\(med("srv") | r(100))\t\(med("pg") | r(100))\t\(med("stmt") | r(10))\t\(med("rt") | r(10))\t\(if all(.ok) then "exact" else "NOT EXACT" end)")
+	elif $part == "ratios" then
+	  "build\tstore\treplicas\tby round\tof the medians\t1.3× (the median of the rounds)",
+	  (group_by([.build, .store, .replicas])[] | select(any(.shape == "distinct") and any(.shape == "shared"))
+	   | (map(select(.shape == "distinct")) | map({(.round | tostring): .rps}) | add) as $d
+	   | (map(select(.shape == "shared")) | map({(.round | tostring): .rps}) | add) as $s
+	   | ([$d | keys[] | select($s[.] != null and $s[.] > 0) | $d[.] / $s[.]]) as $ratios
+	   | ((map(select(.shape == "distinct")) | med("rps")) / (map(select(.shape == "shared")) | med("rps"))) as $of
+	   | "\(.[0].build)\t\(.[0].store)\t\(.[0].replicas)\t\($ratios | map(r(100)) | join(", "))\t\($of | r(100))\t\(if ($ratios | median) >= 1.3 then "reached" else "not reached" end) (\($ratios | median | r(100)))")
+	else
+	  "load average (1 min) after the rows: \(map(.load) | min)–\(map(.load) | max)"
+	end
+JQ
+table() { if command -v column >/dev/null; then column -t -s $'\t'; else cat; fi; }
+echo
+echo "the median of each row over its $rounds round(s):"
+jq -rs --arg part rows "$summary" "$work/results.ndjson" | table
+echo
+echo "distinct / shared req/s:"
+jq -rs --arg part ratios "$summary" "$work/results.ndjson" | table
+jq -rs --arg part load "$summary" "$work/results.ndjson"
 exit $status
