@@ -304,7 +304,10 @@ func (a *AskView) ChainReviews(fn func(r Review, inLog bool) bool) error {
 		return err
 	}
 	caller, q := a.req.Caller, a.req.Question
-	actions := v.rx.reviewsOf(caller, a.req.ParamsHash)
+	actions, err := v.reviewsOf(caller, a.req.ParamsHash)
+	if err != nil {
+		return err
+	}
 	if a.st.rows != nil {
 		return a.indexedChainReviews(v, actions, fn)
 	}

@@ -64,7 +64,7 @@ func (l *Log) Audit(ctx context.Context, keyring noa.Keyring) (AuditReport, erro
 		if more := st.findingCount - len(st.findings); more > 0 {
 			rep.Findings = append(rep.Findings, fmt.Sprintf("%s: %d more contradicting lines not listed", FileName, more))
 		}
-		v, err := l.newVerifier(ctx, g)
+		v, err := l.newFoldVerifier(ctx, g)
 		if err != nil {
 			return err
 		}

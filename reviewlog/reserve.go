@@ -92,24 +92,20 @@ func (a *allowIndex) reset() {
 	a.list, a.byID = nil, map[string]int{}
 }
 
-// see indexes one receipt line's receipt when it is a SERVICE ALLOWED one.
+// see indexes one receipt line's receipt when it reserves (ReservesOf).
 func (a *allowIndex) see(line []byte) {
 	if !bytes.Contains(line, []byte(`"`+noa.VerdictAllowed+`"`)) {
 		return
 	}
 	r, err := noa.ParseReceipt(bytes.TrimRight(line, "\r\n"))
-	if err != nil || r.Agent.Principal != noa.PrincipalService || r.Governance.Verdict != noa.VerdictAllowed || r.Agent.ID == noa.ContinueAgent {
-		return
-	}
-	// Only the answers to questions reserve (not, say, the record of an
-	// authorization signed after one).
-	if r.Action.Canonical != canonicalPayment && r.Action.Canonical != CanonicalAuthorization {
-		return
-	}
-	ts, err := time.Parse(time.RFC3339Nano, r.TS)
 	if err != nil {
 		return
 	}
+	kind := ReservesOf(&r)
+	if kind == "" {
+		return
+	}
+	ts, _ := time.Parse(time.RFC3339Nano, r.TS)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.byID == nil {
@@ -119,7 +115,7 @@ func (a *allowIndex) see(line []byte) {
 		return
 	}
 	a.byID[r.ID] = len(a.list)
-	a.list = append(a.list, allowedReceipt{id: r.ID, agent: r.Agent.ID, ts: ts, hold: r.Action.Canonical == CanonicalAuthorization})
+	a.list = append(a.list, allowedReceipt{id: r.ID, agent: r.Agent.ID, ts: ts, hold: kind == ReservesHold})
 }
 
 // since lists the receipts that must have a record at now: every hold, and
@@ -187,7 +183,7 @@ func (l *Log) reservationView(st *state, at time.Time, ttl time.Duration) (Reser
 		r.Releases = rels
 		held = append(held, r)
 	}
-	return l.checkHeld(st, held, at, ttl), nil
+	return l.checkHeld(st, held, at, ttl)
 }
 
 // releasesOf are the released records of the fold that name receipt, as
@@ -239,12 +235,20 @@ func (st *state) liveReservations(at time.Time) []resEntry {
 // each must name a signed allow of its caller that holds as it says, and
 // each signed allow that still reserves must have a record (one the fold
 // saw, lapsed since or not, or one of held).
-func (l *Log) checkHeld(st *state, held []Reservation, at time.Time, ttl time.Duration) ReservationView {
+func (l *Log) checkHeld(st *state, held []Reservation, at time.Time, ttl time.Duration) (ReservationView, error) {
 	var v ReservationView
+	if ttl <= 0 {
+		ttl = time.Minute
+	}
+	allowed, problems, err := l.allowSet(held, at.Add(-ttl))
+	if err != nil {
+		return ReservationView{}, err
+	}
+	v.Problems = problems
 	recorded := map[string]bool{}
 	for _, r := range held {
 		recorded[r.ReceiptID] = true
-		rx, ok := l.rx.allowed.get(r.ReceiptID)
+		rx, ok := allowed.get(r.ReceiptID)
 		switch {
 		case !ok:
 			v.Problems = append(v.Problems, fmt.Sprintf("the reservation record of receipt %s names a receipt that no signed allow of the decision chain holds", clip(r.ReceiptID)))
@@ -258,11 +262,8 @@ func (l *Log) checkHeld(st *state, held []Reservation, at time.Time, ttl time.Du
 		}
 		v.Held = append(v.Held, r)
 	}
-	if ttl <= 0 {
-		ttl = time.Minute
-	}
 	var missing []string
-	for _, r := range l.rx.allowed.since(at.Add(-ttl), at.Add(-maxReservationHorizon)) {
+	for _, r := range allowed.since(at.Add(-ttl), at.Add(-maxReservationHorizon)) {
 		// A record lapsed since is a record all the same.
 		if !recorded[r.id] && !st.reserved[r.id] {
 			missing = append(missing, r.id)
@@ -277,7 +278,33 @@ func (l *Log) checkHeld(st *state, held []Reservation, at time.Time, ttl time.Du
 		v.Problems = append(v.Problems, fmt.Sprintf("%d signed allow receipts that still reserve their payment have no reservation record in %s (%s%s): a record was removed or never written",
 			len(missing), FileName, strings.Join(shown, ", "), moreText(len(missing)-len(shown))))
 	}
-	return v
+	return v, nil
+}
+
+// allowSet is what a decision knows of the chains' reserving receipts.
+type allowSet interface {
+	get(id string) (allowedReceipt, bool)
+	since(from, forget time.Time) []allowedReceipt
+}
+
+// allowSet gives the reserving receipts of the window from, and those
+// held names: read through the store's receipt index when the section
+// has one (with what that index does not hold right), from the fold
+// otherwise.
+func (l *Log) allowSet(held []Reservation, from time.Time) (allowSet, []string, error) {
+	src := l.rx.live
+	if src == nil {
+		return &l.rx.allowed, nil, nil
+	}
+	ids := make([]string, 0, len(held))
+	for _, r := range held {
+		ids = append(ids, r.ReceiptID)
+	}
+	a, err := src.reserving(from, ids)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the decision chains' receipt index: %w", err)
+	}
+	return a, a.problems, nil
 }
 
 // maxReservationHorizon is the longest a reservation can be configured to

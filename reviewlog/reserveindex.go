@@ -218,7 +218,10 @@ func (l *Log) indexedView(ctx context.Context, idx ReservationIndex, st *state, 
 	if len(st.heads) > 2*len(rows)+1024 {
 		st.heads = nil // lapsed ones: the next question reads the live again
 	}
-	v := l.checkHeld(st, held, at, ttl)
+	v, err := l.checkHeld(st, held, at, ttl)
+	if err != nil {
+		return ReservationView{}, err
+	}
 	v.Problems = append(problems, v.Problems...)
 	return v, nil
 }

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/passkey"
@@ -40,6 +42,11 @@ type receiptIndex struct {
 	// whose agent.model carries an assertion it is said to have made, so
 	// its signature counter can be read back (see Log.LastSignCount).
 	byCredential map[string][]receiptLoc
+	// live is the store's own index of the section being read (nil: the
+	// fold above answers), set by newVerifier; l.mu is held.
+	live *indexSource
+	// unchecked: see indexSource (tests only).
+	unchecked bool
 }
 
 // serviceKind is what a service receipt of an action is indexed by.
@@ -261,4 +268,292 @@ func lineAt(src io.ReaderAt, off int64) ([]byte, error) {
 			buf = make([]byte, 64<<10)
 		}
 	}
+}
+
+// ReceiptIndex is a Reader whose store indexes the decision chains'
+// receipts in rows (the PostgreSQL store's receipt_rows), so that a
+// decision reads the receipts it needs by index instead of reading every
+// receipt appended since (receiptIndex.refresh). Each method gives the
+// receipt LINES the rows point to, with what the rows say of them; a row
+// is an index, never a record: every line is parsed and checked against
+// its row here, and signatures are verified as for the fold's receipts.
+//
+// It is one of the optional interfaces a store's Reader may implement
+// (like ReservationIndex); the log uses it when present.
+type ReceiptIndex interface {
+	// ActionReceipts are the receipts of action ("review:<id>"), oldest
+	// first: every HUMAN one, and the first service receipt of each
+	// agent, verdict and rule (the fold's serviceKind).
+	ActionReceipts(ctx context.Context, action string) ([]IndexedReceipt, error)
+	// QuestionReceipts are, one a review, the first service DEFERRED
+	// receipt of a review action given to agent for paramsHash, oldest
+	// first.
+	QuestionReceipts(ctx context.Context, agent, paramsHash string) ([]IndexedReceipt, error)
+	// CredentialReceipts are the HUMAN receipts whose agent.model carries
+	// an assertion by passkey credential id, oldest first.
+	CredentialReceipts(ctx context.Context, credential string) ([]IndexedReceipt, error)
+	// ReservingReceipts are, in one statement (one moment), the receipts
+	// that reserve (ReservesOf) of the window from, every hold, those
+	// named by ids, and each segment's numbering of them (ReservingSegment).
+	ReservingReceipts(ctx context.Context, from time.Time, ids []string) (ReservingReceipts, error)
+}
+
+// IndexedReceipt is one row of a receipt index with the line it points to
+// (nil where the segment holds no line at the offset).
+type IndexedReceipt struct {
+	Segment string // the segment's file name (SegmentFile)
+	Off     int64
+	Line    []byte
+	// What the row says of the line: unverified.
+	ReceiptID, ActionID string
+	// Reserves is ReservesOf as the row says it; Count how many receipts
+	// of its segment reserve, up to and including this one.
+	Reserves string
+	Count    int64
+}
+
+// ReservingReceipts are the reserving rows a decision reads, and, for
+// every segment, what numbers them.
+type ReservingReceipts struct {
+	Rows     []IndexedReceipt
+	Segments []ReservingSegment
+}
+
+// ReservingSegment is one segment's numbering of its reserving receipts.
+type ReservingSegment struct {
+	Segment string
+	// Head is the count the row of the segment's last line carries (-1:
+	// that line has no row, or the last row does not end the segment).
+	Head int64
+	// Below is the newest reserving row of the segment whose time is
+	// before the window (nil: none): every reserving row after it up to
+	// Head must be among the rows.
+	Below *IndexedReceipt
+}
+
+// Reserving kinds (ReservesOf).
+const (
+	ReservesAllow = "allow"
+	ReservesHold  = "hold"
+)
+
+// ReservesOf says whether receipt r reserves a payment: "allow" for a
+// SERVICE ALLOWED answer to a question, "hold" for one that holds an
+// authorization, "" otherwise (r's time must read, too).
+func ReservesOf(r *noa.Receipt) string {
+	if r.Agent.Principal != noa.PrincipalService || r.Governance.Verdict != noa.VerdictAllowed || r.Agent.ID == noa.ContinueAgent {
+		return ""
+	}
+	if _, err := time.Parse(time.RFC3339Nano, r.TS); err != nil {
+		return ""
+	}
+	// Only the answers to questions reserve (not, say, the record of an
+	// authorization signed after one).
+	switch r.Action.Canonical {
+	case canonicalPayment:
+		return ReservesAllow
+	case CanonicalAuthorization:
+		return ReservesHold
+	}
+	return ""
+}
+
+// PasskeyCredential is the passkey credential id a HUMAN receipt's
+// agent.model carries ("" when none), as the index keeps it.
+func PasskeyCredential(r *noa.Receipt) string {
+	if r.Agent.Principal != noa.PrincipalHuman {
+		return ""
+	}
+	if a, ok, err := passkey.DecodeModel(r.Agent.Model); ok && err == nil {
+		return a.CredentialID
+	}
+	return ""
+}
+
+// indexSource is a receipt index as one section reads it.
+type indexSource struct {
+	ctx context.Context
+	idx ReceiptIndex
+	// unchecked turns off the checks of the rows against their lines and
+	// of their numbering (tests show each edit passes without them).
+	unchecked bool
+}
+
+// parseIndexed parses the line of row (false when there is none, or it is
+// no receipt).
+func parseIndexed(row IndexedReceipt) (noa.Receipt, bool) {
+	if row.Line == nil {
+		return noa.Receipt{}, false
+	}
+	r, err := noa.ParseReceipt(bytes.TrimRight(row.Line, "\r\n"))
+	return r, err == nil
+}
+
+// actionReceipts reads the receipts of action through the index: a row
+// whose line is not a receipt of action is no receipt of it.
+func (s *indexSource) actionReceipts(action string) ([]noa.Receipt, error) {
+	rows, err := s.idx.ActionReceipts(s.ctx, action)
+	if err != nil {
+		return nil, err
+	}
+	var out []noa.Receipt
+	for _, row := range rows {
+		r, ok := parseIndexed(row)
+		if !ok || (!s.unchecked && r.Action.ID != action) {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// reviewsOf lists the reviews the service's DEFERRED receipts say asked
+// caller's question, oldest first; a row whose line does not say so names
+// none.
+func (s *indexSource) reviewsOf(caller, paramsHash string) ([]string, error) {
+	rows, err := s.idx.QuestionReceipts(s.ctx, caller, paramsHash)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, row := range rows {
+		r, ok := parseIndexed(row)
+		if !ok || !strings.HasPrefix(r.Action.ID, "review:") || slices.Contains(out, r.Action.ID) {
+			continue
+		}
+		if !s.unchecked && (r.Agent.Principal != noa.PrincipalService || r.Governance.Verdict != noa.VerdictDeferred ||
+			r.Agent.ID != caller || r.Action.ParamsHash != paramsHash) {
+			continue
+		}
+		out = append(out, r.Action.ID)
+	}
+	return out, nil
+}
+
+// byPasskey reads the HUMAN receipts of credential id through the index.
+func (s *indexSource) byPasskey(id string) ([]noa.Receipt, error) {
+	rows, err := s.idx.CredentialReceipts(s.ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	var out []noa.Receipt
+	for _, row := range rows {
+		r, ok := parseIndexed(row)
+		if ok && PasskeyCredential(&r) == id {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// indexedAllows are the reserving receipts one decision read through the
+// index, with what the index did not hold right.
+type indexedAllows struct {
+	byID     map[string]allowedReceipt
+	list     []allowedReceipt
+	problems []string
+}
+
+func (a *indexedAllows) get(id string) (allowedReceipt, bool) {
+	r, ok := a.byID[id]
+	return r, ok
+}
+
+func (a *indexedAllows) since(from, _ time.Time) []allowedReceipt {
+	var out []allowedReceipt
+	for _, r := range a.list {
+		if r.hold || !r.ts.Before(from) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// reserving reads the reserving receipts of the window from (and those
+// named by ids) through the index, and checks what it read: each row
+// against its line, and each segment's rows numbered without a gap from
+// the one before the window (whose line must be before it) up to the
+// count its last line's row carries. What does not hold is a problem: the
+// decision reads it as a reservation it cannot verify.
+func (s *indexSource) reserving(from time.Time, ids []string) (*indexedAllows, error) {
+	got, err := s.idx.ReservingReceipts(s.ctx, from, ids)
+	if err != nil {
+		return nil, err
+	}
+	a := &indexedAllows{byID: map[string]allowedReceipt{}}
+	bad := func(format string, args ...any) {
+		a.problems = append(a.problems, "the decision chains' receipt index "+fmt.Sprintf(format, args...))
+	}
+	seen := map[string]map[int64]bool{}
+	for _, row := range got.Rows {
+		r, ok := parseIndexed(row)
+		kind := ""
+		if ok {
+			kind = ReservesOf(&r)
+		}
+		if !s.unchecked {
+			switch {
+			case !ok:
+				bad("names receipt %s at byte %d of %s, where the segment holds no receipt", clip(row.ReceiptID), row.Off, row.Segment)
+				continue
+			case kind == "" || kind != row.Reserves || r.ID != row.ReceiptID:
+				bad("names receipt %s at byte %d of %s as one that reserves, where the segment holds another receipt (%s)", clip(row.ReceiptID), row.Off, row.Segment, clip(r.ID))
+				continue
+			}
+			if seen[row.Segment] == nil {
+				seen[row.Segment] = map[int64]bool{}
+			}
+			if seen[row.Segment][row.Count] {
+				bad("numbers two receipts of %s %d", row.Segment, row.Count)
+				continue
+			}
+			seen[row.Segment][row.Count] = true
+		} else if kind == "" {
+			continue
+		}
+		ts, _ := time.Parse(time.RFC3339Nano, r.TS)
+		if _, dup := a.byID[r.ID]; dup {
+			continue
+		}
+		rx := allowedReceipt{id: r.ID, agent: r.Agent.ID, ts: ts, hold: kind == ReservesHold}
+		a.byID[r.ID] = rx
+		a.list = append(a.list, rx)
+	}
+	if s.unchecked {
+		return a, nil
+	}
+	for _, sg := range got.Segments {
+		if sg.Head < 0 {
+			bad("holds no row for the last receipt of %s", sg.Segment)
+			continue
+		}
+		low := int64(0)
+		if b := sg.Below; b != nil {
+			r, ok := parseIndexed(*b)
+			ts, err := time.Parse(time.RFC3339Nano, r.TS)
+			switch {
+			case !ok || ReservesOf(&r) != b.Reserves || r.ID != b.ReceiptID:
+				bad("names receipt %s at byte %d of %s as one that reserves, where the segment holds another receipt", clip(b.ReceiptID), b.Off, sg.Segment)
+				continue
+			case err != nil || !ts.Before(from):
+				bad("dates receipt %s of %s before %s, but it was signed at %s (a row moved out of the window)", r.ID, sg.Segment, formatTime(from), clip(r.TS))
+				continue
+			}
+			low = b.Count
+		}
+		var missing []string
+		for n := low + 1; n <= sg.Head; n++ {
+			if !seen[sg.Segment][n] {
+				missing = append(missing, strconv.FormatInt(n, 10))
+			}
+		}
+		if len(missing) > 0 {
+			shown := missing
+			if len(shown) > 5 {
+				shown = shown[:5]
+			}
+			bad("lacks reserving receipts %s%s of %s, which its last receipt's row counts (a row removed or edited)", strings.Join(shown, ", "), moreText(len(missing)-len(shown)), sg.Segment)
+		}
+	}
+	return a, nil
 }

@@ -24,12 +24,23 @@ func (l *Log) LastSignCount(ctx context.Context, r Reader, cred passkey.Credenti
 		})
 		return n, err
 	}
-	if err := l.rx.refresh(ctx, r); err != nil {
-		return 0, fmt.Errorf("read decision chains: %w", err)
-	}
-	rcs, err := l.rx.byPasskey(ctx, r, cred.ID)
-	if err != nil {
-		return 0, err
+	var rcs []noa.Receipt
+	if idx, ok := r.(ReceiptIndex); ok {
+		src := indexSource{ctx: ctx, idx: idx}
+		got, err := src.byPasskey(cred.ID)
+		if err != nil {
+			return 0, fmt.Errorf("read the decision chains' receipt index: %w", err)
+		}
+		rcs = got
+	} else {
+		if err := l.rx.refresh(ctx, r); err != nil {
+			return 0, fmt.Errorf("read decision chains: %w", err)
+		}
+		got, err := l.rx.byPasskey(ctx, r, cred.ID)
+		if err != nil {
+			return 0, err
+		}
+		rcs = got
 	}
 	var last uint32
 	for _, rc := range rcs {

@@ -360,6 +360,8 @@ type verifier struct {
 	ctx     context.Context
 	r       Reader
 	rx      *receiptIndex
+	// src is the store's receipt index (nil: rx, the fold, answers).
+	src     *indexSource
 	trusted trustSet
 	now     time.Time
 	ttl     time.Duration
@@ -370,13 +372,30 @@ type verifier struct {
 	problem string
 }
 
-// newVerifier brings the receipt index up to date and reads the trusted
-// reviewers.
+// newVerifier reads the trusted reviewers, and readies the receipts: the
+// store's own receipt index when r has one (ReceiptIndex), the receipt
+// index brought up to date otherwise. l.mu is held.
 func (l *Log) newVerifier(ctx context.Context, r Reader) (*verifier, error) {
+	if idx, ok := r.(ReceiptIndex); ok {
+		l.rx.live = &indexSource{ctx: ctx, idx: idx, unchecked: l.rx.unchecked}
+		return l.verifierOver(ctx, r), nil
+	}
+	return l.newFoldVerifier(ctx, r)
+}
+
+// newFoldVerifier is newVerifier over the fold of every chain segment,
+// whatever the store indexes: for the readers that read every receipt
+// (the audit) or every review (List).
+func (l *Log) newFoldVerifier(ctx context.Context, r Reader) (*verifier, error) {
+	l.rx.live = nil
 	if err := l.rx.refresh(ctx, r); err != nil {
 		return nil, fmt.Errorf("read decision chains: %w", err)
 	}
-	v := &verifier{ctx: ctx, r: r, rx: &l.rx, trusted: trustSet{reviewers: Reviewers{}, passkeys: Passkeys{}}, now: l.now(), ttl: l.ttl(), keys: l.serverKeys}
+	return l.verifierOver(ctx, r), nil
+}
+
+func (l *Log) verifierOver(ctx context.Context, r Reader) *verifier {
+	v := &verifier{ctx: ctx, r: r, rx: &l.rx, src: l.rx.live, trusted: trustSet{reviewers: Reviewers{}, passkeys: Passkeys{}}, now: l.now(), ttl: l.ttl(), keys: l.serverKeys}
 	v.trusted.server = v.loadKeys
 	if l.reviewers != nil {
 		// A trusted reviewers file that cannot be read trusts no one: every
@@ -411,7 +430,7 @@ func (l *Log) newVerifier(ctx context.Context, r Reader) (*verifier, error) {
 			}
 		}
 	}
-	return v, nil
+	return v
 }
 
 // keyring is the keys that verify s's signed terms (nil when s holds
@@ -439,7 +458,7 @@ func (v *verifier) loadKeys() (noa.Keyring, error) {
 
 // signed reads what the chains prove about r.
 func (v *verifier) signed(r *Review) (signed, error) {
-	rcs, err := v.rx.receipts(v.ctx, v.r, ActionID(r.ID))
+	rcs, err := v.receipts(ActionID(r.ID))
 	if err != nil {
 		return signed{}, err
 	}
@@ -448,6 +467,31 @@ func (v *verifier) signed(r *Review) (signed, error) {
 		s.problems = append(s.problems, v.problem)
 	}
 	return s, nil
+}
+
+// receipts are the receipts of action, in chain order.
+func (v *verifier) receipts(action string) ([]noa.Receipt, error) {
+	if v.src != nil {
+		rcs, err := v.src.actionReceipts(action)
+		if err != nil {
+			return nil, fmt.Errorf("read the decision chains' receipt index: %w", err)
+		}
+		return rcs, nil
+	}
+	return v.rx.receipts(v.ctx, v.r, action)
+}
+
+// reviewsOf lists the action ids of the reviews the chains say answered
+// caller's question, oldest first.
+func (v *verifier) reviewsOf(caller, paramsHash string) ([]string, error) {
+	if v.src != nil {
+		ids, err := v.src.reviewsOf(caller, paramsHash)
+		if err != nil {
+			return nil, fmt.Errorf("read the decision chains' receipt index: %w", err)
+		}
+		return ids, nil
+	}
+	return v.rx.reviewsOf(caller, paramsHash), nil
 }
 
 // resolve is r as the signatures prove it, with its receipt ids.

@@ -744,8 +744,8 @@ func (w *writer) AppendSegment(ctx context.Context, file string, end int64, data
 			}
 			return fmt.Errorf("chain %s: the receipt to append cannot be read: %w", file, err)
 		}
-		b.Queue("INSERT INTO receipts (stream, off, seq, action_id, verdict, line) VALUES ($1, $2, $3, $4, $5, $6)",
-			name, off, rc.Chain.Seq, rc.Action.ID, rc.Governance.Verdict, line)
+		// The receipt and its row (receipts.go), in one statement.
+		b.Queue(appendReceiptSQL, receiptArgs(name, off, line, &rc)...)
 		off += int64(len(line))
 	}
 	if err := w.send(ctx, b); err != nil {
