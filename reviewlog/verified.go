@@ -357,9 +357,9 @@ func resolve(r Review, s signed, keys noa.Keyring, now time.Time, ttl time.Durat
 
 // verifier resolves reviews against the chains of one guard/ directory.
 type verifier struct {
-	ctx     context.Context
-	r       Reader
-	rx      *receiptIndex
+	ctx context.Context
+	r   Reader
+	rx  *receiptIndex
 	// src is the store's receipt index (nil: rx, the fold, answers).
 	src     *indexSource
 	trusted trustSet
