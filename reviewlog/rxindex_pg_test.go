@@ -179,3 +179,94 @@ func TestReceiptIndexEditsAreSeen(t *testing.T) {
 		})
 	}
 }
+
+// A row of the receipt index moved to another review, caller or passkey
+// gives the lookup of its new place nothing (its line says otherwise),
+// and the lookup of its old place loses it: a decision then reads the
+// review undecided or unverified, never another's decision.
+func TestReceiptRowsMovedFindNothing(t *testing.T) {
+	dsn := pgtest.Database(t, pgtest.DSN(t))
+	if _, _, err := pgstore.Migrate(t.Context(), dsn, nil); err != nil {
+		t.Fatal(err)
+	}
+	st, err := pgstore.Open(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &reviewlog.Chains{Signer: noa.NewKeySigner(key)}
+	ph := "hmac-sha256:" + strings.Repeat("ab", 32)
+	model := "webauthn-assertion:eyJjcmVkZW50aWFsX2lkIjoiY3JlZC0xIiwiYXV0aGVudGljYXRvcl9kYXRhIjoiIiwiY2xpZW50X2RhdGFfanNvbiI6IiIsInNpZ25hdHVyZSI6IiJ9"
+	for _, d := range []noa.Draft{
+		{Agent: noa.Agent{ID: "bot", Principal: noa.PrincipalService}, Action: noa.Action{ID: "review:r1", ParamsHash: ph}, Governance: noa.Governance{Verdict: noa.VerdictDeferred}},
+		{Agent: noa.Agent{ID: "alice", Principal: noa.PrincipalHuman, Model: &model}, Action: noa.Action{ID: "review:r1", ParamsHash: ph}, Governance: noa.Governance{Verdict: noa.VerdictBlocked, Approval: &noa.Approval{By: "alice", At: noa.FormatTS(time.Now())}}},
+		{Agent: noa.Agent{ID: "bot", Principal: noa.PrincipalService}, Action: noa.Action{ID: "review:r2", ParamsHash: ph}, Governance: noa.Governance{Verdict: noa.VerdictDeferred}},
+	} {
+		d.TS, d.Action.Canonical, d.Action.RiskClass, d.Governance.Mode = time.Now(), "x402.payment", "IRREVERSIBLE", "on"
+		if err := st.Locked(t.Context(), time.Second, func(w reviewlog.Writer) error { _, err := c.Append(t.Context(), w, d); return err }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	look := func() (r1, r2 int, reviews []string, byKey int) {
+		err := st.View(t.Context(), func(r reviewlog.Reader) error {
+			actions, reviewsOf, passkeys := reviewlog.IndexedLookups(t.Context(), r.(reviewlog.ReceiptIndex))
+			a1, err := actions("review:r1")
+			if err != nil {
+				return err
+			}
+			a2, err := actions("review:r2")
+			if err != nil {
+				return err
+			}
+			if reviews, err = reviewsOf("bot", ph); err != nil {
+				return err
+			}
+			pk, err := passkeys("cred-1")
+			r1, r2, byKey = len(a1), len(a2), len(pk)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if r1, r2, reviews, pk := look(); r1 != 2 || r2 != 1 || strings.Join(reviews, ",") != "review:r1,review:r2" || pk != 1 {
+		t.Fatalf("untouched: %d and %d receipts, reviews %q, %d of the passkey", r1, r2, reviews, pk)
+	}
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	for _, sql := range []string{
+		`ALTER TABLE receipt_rows DISABLE TRIGGER receipt_rows_fixed`,
+		// The reviewer's rejection of r1 moved to r2, and its passkey's.
+		`UPDATE receipt_rows SET action_id = 'review:r2', credential = 'cred-2' WHERE principal = 'HUMAN'`,
+		// r1's question moved to another caller.
+		`UPDATE receipt_rows SET agent_id = 'mallory' WHERE action_id = 'review:r1'`,
+	} {
+		if _, err := conn.Exec(t.Context(), sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r1, r2, reviews, pk := look(); r1 != 1 || r2 != 1 || strings.Join(reviews, ",") != "review:r2" || pk != 0 {
+		t.Fatalf("moved: %d and %d receipts, reviews %q, %d of the passkey; want 1 (the deferred answer alone), 1, review:r2, 0", r1, r2, reviews, pk)
+	}
+	err = st.View(t.Context(), func(r reviewlog.Reader) error {
+		_, reviewsOf, passkeys := reviewlog.IndexedLookups(t.Context(), r.(reviewlog.ReceiptIndex))
+		if got, err := reviewsOf("mallory", ph); err != nil || len(got) != 0 {
+			t.Errorf("the moved question's new caller: %q, %v", got, err)
+		}
+		if got, err := passkeys("cred-2"); err != nil || len(got) != 0 {
+			t.Errorf("the moved decision's new passkey: %d, %v", len(got), err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
