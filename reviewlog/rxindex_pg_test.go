@@ -136,9 +136,12 @@ func TestReceiptIndexEditsAreSeen(t *testing.T) {
 			`UPDATE receipt_rows SET off = %[1]d WHERE off = %[2]d`,
 			`UPDATE receipt_rows SET off = %[2]d WHERE off = 1000000000`,
 		}, "where the segment holds another receipt", false},
-		{"row pointed where no receipt is", []string{
-			`UPDATE receipt_rows SET off = 1000000000 WHERE receipt_id = $1`,
+		{"row pointed inside its line", []string{
+			`UPDATE receipt_rows SET off = off + 1 WHERE receipt_id = $1`,
 		}, "where the segment holds no receipt", false},
+		{"row pointed past the segment", []string{
+			`UPDATE receipt_rows SET off = 1000000000 WHERE receipt_id = $1`,
+		}, "lacks reserving receipts 2 of", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ic := newIndexedChain(t)

@@ -118,25 +118,40 @@ func (r *reader) CredentialReceipts(ctx context.Context, credential string) ([]r
 // reservingSQL reads, in one statement (one moment), each segment's
 // numbering of its reserving receipts — the count its last line's row
 // carries, and the newest reserving row before the window ($1) — and the
-// reserving rows after that one, every hold, and those named by $2.
-const reservingSQL = `WITH seg AS (
+// reserving rows after that one, every hold, and those named by $2; of
+// each segment, only the lines before its size in streams (the segments
+// as the section's moment holds them, so that no receipt another scope
+// committed since is read without the log's lines of that moment).
+func reservingSQL(streams string) string {
+	return `WITH s AS (` + streams + `),
+	seg AS (
 		SELECT s.name, s.size, t.off AS last_off, length(t.line) AS last_len, h.rcount AS head, b.off AS b_off, b.rcount AS b_count
-		FROM guard_streams s
-		LEFT JOIN LATERAL (SELECT off, line FROM receipts WHERE stream = s.name ORDER BY off DESC LIMIT 1) t ON true
+		FROM s
+		LEFT JOIN LATERAL (SELECT off, line FROM receipts WHERE stream = s.name AND off < s.size ORDER BY off DESC LIMIT 1) t ON true
 		LEFT JOIN receipt_rows h ON h.stream = s.name AND h.off = t.off
-		LEFT JOIN LATERAL (SELECT off, rcount FROM receipt_rows WHERE stream = s.name AND reserves IS NOT NULL AND (ts IS NULL OR ts < $1)
+		LEFT JOIN LATERAL (SELECT off, rcount FROM receipt_rows WHERE stream = s.name AND off < s.size AND reserves IS NOT NULL AND (ts IS NULL OR ts < $1)
 			ORDER BY rcount DESC LIMIT 1) b ON true
 		WHERE starts_with(s.name, '` + receiptsPrefix + `')),
 	pick AS (
 		SELECT seg.name AS stream, seg.b_off AS off FROM seg WHERE seg.b_off IS NOT NULL
 		UNION SELECT x.stream, x.off FROM seg JOIN receipt_rows x ON x.stream = seg.name AND x.reserves IS NOT NULL
-			AND x.rcount > COALESCE(seg.b_count, 0)
-		UNION SELECT x.stream, x.off FROM receipt_rows x WHERE x.reserves = 'hold'
-		UNION SELECT x.stream, x.off FROM receipt_rows x WHERE x.reserves IS NOT NULL AND x.receipt_id = ANY($2))
+			AND x.rcount > COALESCE(seg.b_count, 0) AND x.off < seg.size
+		UNION SELECT x.stream, x.off FROM seg JOIN receipt_rows x ON x.stream = seg.name AND x.reserves = 'hold' AND x.off < seg.size
+		UNION SELECT x.stream, x.off FROM seg JOIN receipt_rows x ON x.stream = seg.name AND x.reserves IS NOT NULL AND x.receipt_id = ANY($2) AND x.off < seg.size)
 	SELECT ` + indexedCols + `, seg.name, seg.size, seg.last_off, seg.last_len, seg.head, seg.b_off
 	FROM seg LEFT JOIN (pick JOIN receipt_rows x ON x.stream = pick.stream AND x.off = pick.off
 		LEFT JOIN receipts r ON r.stream = x.stream AND r.off = x.off) ON x.stream = seg.name
 	ORDER BY seg.name, x.rcount`
+}
+
+var (
+	// reservingNowSQL reads the segments as they are (a View's
+	// repeatable read, or a section that holds the whole store).
+	reservingNowSQL = reservingSQL(`SELECT name, size FROM guard_streams`)
+	// reservingAtSQL reads them as a scoped section's snapshot holds them
+	// ($3 names, $4 sizes).
+	reservingAtSQL = reservingSQL(`SELECT * FROM unnest($3::text[], $4::bigint[]) AS s (name, size)`)
+)
 
 func (r *reader) ReservingReceipts(ctx context.Context, from time.Time, ids []string) (reviewlog.ReservingReceipts, error) {
 	var out reviewlog.ReservingReceipts
@@ -146,7 +161,21 @@ func (r *reader) ReservingReceipts(ctx context.Context, from time.Time, ids []st
 	if ids == nil {
 		ids = []string{}
 	}
-	rows, err := r.q.Query(ctx, reservingSQL, from, ids)
+	sql, args := reservingNowSQL, []any{from, ids}
+	if r.snap != nil {
+		if err := r.take(ctx); err != nil {
+			return reviewlog.ReservingReceipts{}, err
+		}
+		var names []string
+		var sizes []int64
+		for name, si := range r.snap.streams {
+			if strings.HasPrefix(name, receiptsPrefix) {
+				names, sizes = append(names, name), append(sizes, si.size)
+			}
+		}
+		sql, args = reservingAtSQL, append(args, names, sizes)
+	}
+	rows, err := r.q.Query(ctx, sql, args...)
 	if err != nil {
 		return fail(err)
 	}
