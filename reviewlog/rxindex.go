@@ -393,16 +393,20 @@ func parseIndexed(row IndexedReceipt) (noa.Receipt, bool) {
 // whose line is not a receipt of action is no receipt of it.
 func (s *indexSource) actionReceipts(action string) ([]noa.Receipt, error) {
 	rows, err := s.idx.ActionReceipts(s.ctx, action)
+	return receiptsWhere(rows, err, func(r *noa.Receipt) bool { return s.unchecked || r.Action.ID == action })
+}
+
+// receiptsWhere parses the lines of rows and keeps the receipts that are
+// what the rows were looked up for (keep).
+func receiptsWhere(rows []IndexedReceipt, err error, keep func(r *noa.Receipt) bool) ([]noa.Receipt, error) {
 	if err != nil {
 		return nil, err
 	}
 	var out []noa.Receipt
 	for _, row := range rows {
-		r, ok := parseIndexed(row)
-		if !ok || (!s.unchecked && r.Action.ID != action) {
-			continue
+		if r, ok := parseIndexed(row); ok && keep(&r) {
+			out = append(out, r)
 		}
-		out = append(out, r)
 	}
 	return out, nil
 }
@@ -433,17 +437,7 @@ func (s *indexSource) reviewsOf(caller, paramsHash string) ([]string, error) {
 // byPasskey reads the HUMAN receipts of credential id through the index.
 func (s *indexSource) byPasskey(id string) ([]noa.Receipt, error) {
 	rows, err := s.idx.CredentialReceipts(s.ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	var out []noa.Receipt
-	for _, row := range rows {
-		r, ok := parseIndexed(row)
-		if ok && PasskeyCredential(&r) == id {
-			out = append(out, r)
-		}
-	}
-	return out, nil
+	return receiptsWhere(rows, err, func(r *noa.Receipt) bool { return PasskeyCredential(r) == id })
 }
 
 // indexedAllows are the reserving receipts one decision read through the

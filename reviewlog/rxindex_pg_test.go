@@ -31,7 +31,9 @@ type indexedChain struct {
 
 const reservationTTL = 15 * time.Minute
 
-func newIndexedChain(t *testing.T) *indexedChain {
+// indexedStore is a migrated PostgreSQL store of its own, and a chain to
+// append to.
+func indexedStore(t *testing.T) (string, *pgstore.Store, *reviewlog.Chains) {
 	t.Helper()
 	dsn := pgtest.Database(t, pgtest.DSN(t))
 	if _, _, err := pgstore.Migrate(t.Context(), dsn, nil); err != nil {
@@ -46,7 +48,12 @@ func newIndexedChain(t *testing.T) *indexedChain {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &reviewlog.Chains{Signer: noa.NewKeySigner(key)}
+	return dsn, st, &reviewlog.Chains{Signer: noa.NewKeySigner(key)}
+}
+
+func newIndexedChain(t *testing.T) *indexedChain {
+	t.Helper()
+	dsn, st, c := indexedStore(t)
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	ic := &indexedChain{dsn: dsn, st: st, now: now, offs: map[string]int64{}}
 	for i, d := range []struct {
@@ -188,20 +195,7 @@ func TestReceiptIndexEditsAreSeen(t *testing.T) {
 // and the lookup of its old place loses it: a decision then reads the
 // review undecided or unverified, never another's decision.
 func TestReceiptRowsMovedFindNothing(t *testing.T) {
-	dsn := pgtest.Database(t, pgtest.DSN(t))
-	if _, _, err := pgstore.Migrate(t.Context(), dsn, nil); err != nil {
-		t.Fatal(err)
-	}
-	st, err := pgstore.Open(t.Context(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	_, key, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &reviewlog.Chains{Signer: noa.NewKeySigner(key)}
+	dsn, st, c := indexedStore(t)
 	ph := "hmac-sha256:" + strings.Repeat("ab", 32)
 	model := "webauthn-assertion:eyJjcmVkZW50aWFsX2lkIjoiY3JlZC0xIiwiYXV0aGVudGljYXRvcl9kYXRhIjoiIiwiY2xpZW50X2RhdGFfanNvbiI6IiIsInNpZ25hdHVyZSI6IiJ9"
 	for _, d := range []noa.Draft{

@@ -50,37 +50,11 @@ func BenchmarkPostgresCheck(b *testing.B) {
 }
 
 func benchPostgresCheck(b *testing.B, handles int, shared, fold bool) {
-	dir := b.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "events"), 0o755); err != nil {
-		b.Fatal(err)
-	}
-	pol, err := guard.ParseConfig([]byte(`{"reviewAbove": "1000", "perCounterpartyLimit": {"amount": "1000000"}, "reservationMinutes": 1}`), "")
-	if err != nil {
-		b.Fatal(err)
-	}
-	_, key, _ := ed25519.GenerateKey(rand.Reader)
-	dsn := pgtest.Database(b, pgtest.DSN(b))
-	if _, _, err := pgstore.Migrate(b.Context(), dsn, nil); err != nil {
-		b.Fatal(err)
-	}
+	pb := newPgBench(b)
 	var c pgstore.Counter
 	engines := make([]*Engine, handles)
 	for i := range engines {
-		s, err := pgstore.OpenCounted(b.Context(), dsn, &c)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { s.Close() })
-		var st reviewlog.Store = s
-		if fold {
-			st = foldOnly{s}
-		}
-		_, events := openTestRoot(b, dir)
-		log := reviewlog.OpenStore(st, reviewlog.Options{LockWait: 30 * time.Second})
-		if engines[i], err = New(Config{Policy: pol, Templates: receipt.Resolver{}, History: ScanHistory{Events: events}, Log: log,
-			Chains: &reviewlog.Chains{Signer: noa.NewKeySigner(key)}, ParamsKey: ParamsKeyFrom(key.Seed()), Now: time.Now}); err != nil {
-			b.Fatal(err)
-		}
+		engines[i] = pb.engine(b, &c, fold, reviewlog.Options{LockWait: 30 * time.Second})
 	}
 	ctx := context.Background()
 	var next atomic.Int64
@@ -110,6 +84,52 @@ func benchPostgresCheck(b *testing.B, handles int, shared, fold bool) {
 	b.ReportMetric(float64(c.Statements.Load()-stmts0)/n, "stmts/decision")
 	b.ReportMetric(float64(c.RoundTrips.Load()-trips0)/n, "trips/decision")
 	b.ReportMetric(float64(cpuTime(b)-cpu0)/n/1e6, "cpu-ms/decision")
+}
+
+// pgBench is one benchmark's database, Trace root, policy (every answer
+// an allow that reserves, reservationMinutes 1) and signing key.
+type pgBench struct {
+	dir, dsn string
+	pol      *guard.Config
+	key      ed25519.PrivateKey
+}
+
+func newPgBench(b *testing.B) *pgBench {
+	pb := &pgBench{dir: b.TempDir()}
+	if err := os.MkdirAll(filepath.Join(pb.dir, "events"), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	var err error
+	if pb.pol, err = guard.ParseConfig([]byte(`{"reviewAbove": "1000", "perCounterpartyLimit": {"amount": "1000000"}, "reservationMinutes": 1}`), ""); err != nil {
+		b.Fatal(err)
+	}
+	_, pb.key, _ = ed25519.GenerateKey(rand.Reader)
+	pb.dsn = pgtest.Database(b, pgtest.DSN(b))
+	if _, _, err := pgstore.Migrate(b.Context(), pb.dsn, nil); err != nil {
+		b.Fatal(err)
+	}
+	return pb
+}
+
+// engine is one handle (a replica): its own pool counted in c, its
+// reads by the store's indexes or (fold) by the folds.
+func (pb *pgBench) engine(b *testing.B, c *pgstore.Counter, fold bool, opts reviewlog.Options) *Engine {
+	s, err := pgstore.OpenCounted(b.Context(), pb.dsn, c)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	var st reviewlog.Store = s
+	if fold {
+		st = foldOnly{s}
+	}
+	_, events := openTestRoot(b, pb.dir)
+	e, err := New(Config{Policy: pb.pol, Templates: receipt.Resolver{}, History: ScanHistory{Events: events}, Log: reviewlog.OpenStore(st, opts),
+		Chains: &reviewlog.Chains{Signer: noa.NewKeySigner(pb.key)}, ParamsKey: ParamsKeyFrom(pb.key.Seed()), Now: time.Now})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return e
 }
 
 // foldOnly is a PostgreSQL store whose writers hide the reservations

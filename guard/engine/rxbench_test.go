@@ -6,14 +6,12 @@ import (
 	"crypto/rand"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/pgtest"
-	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/pgstore"
@@ -45,39 +43,12 @@ func BenchmarkPostgresFleetAppends(b *testing.B) {
 }
 
 func benchFleetAppends(b *testing.B, n int, fold bool) {
-	dir := b.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "events"), 0o755); err != nil {
-		b.Fatal(err)
-	}
-	pol, err := guard.ParseConfig([]byte(`{"reviewAbove": "1000", "perCounterpartyLimit": {"amount": "1000000"}, "reservationMinutes": 1}`), "")
-	if err != nil {
-		b.Fatal(err)
-	}
-	_, key, _ := ed25519.GenerateKey(rand.Reader)
-	dsn := pgtest.Database(b, pgtest.DSN(b))
-	if _, _, err := pgstore.Migrate(b.Context(), dsn, nil); err != nil {
-		b.Fatal(err)
-	}
+	pb := newPgBench(b)
 	var c pgstore.Counter
-	s, err := pgstore.OpenCounted(b.Context(), dsn, &c)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { s.Close() })
-	var st reviewlog.Store = s
-	if fold {
-		st = foldOnly{s}
-	}
-	_, events := openTestRoot(b, dir)
-	e, err := New(Config{Policy: pol, Templates: receipt.Resolver{}, History: ScanHistory{Events: events},
-		Log:    reviewlog.OpenStore(st, reviewlog.Options{LockWait: 30 * time.Second, Parallel: 1}),
-		Chains: &reviewlog.Chains{Signer: noa.NewKeySigner(key)}, ParamsKey: ParamsKeyFrom(key.Seed()), Now: time.Now})
-	if err != nil {
-		b.Fatal(err)
-	}
+	e := pb.engine(b, &c, fold, reviewlog.Options{LockWait: 30 * time.Second, Parallel: 1})
 	// The rest of the fleet: another replica's handle, appending to 16
 	// chains of its own (one a key, as its lanes are one a chain).
-	other, err := pgstore.Open(b.Context(), dsn)
+	other, err := pgstore.Open(b.Context(), pb.dsn)
 	if err != nil {
 		b.Fatal(err)
 	}
