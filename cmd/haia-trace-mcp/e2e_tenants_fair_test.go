@@ -16,6 +16,19 @@ import (
 	"time"
 )
 
+// startTenantsServer serves tenantRoots over HTTP with HS256 tokens of
+// secret naming the tenant in "org", with the extra flags.
+func startTenantsServer(t *testing.T, secret []byte, extra ...string) *httpProc {
+	t.Helper()
+	dir := t.TempDir()
+	secretFile := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secretFile, secret, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return startHTTPBinary(t, append([]string{"--tenants-dir", tenantRoots(t), "--tenant-claim", "org",
+		"--key-file", filepath.Join(dir, "signing.pem"), "--auth-issuer", "http://127.0.0.1/local-as", "--auth-hmac-secret", secretFile}, extra...)...)
+}
+
 // admission is what the request log line says of a request's decision
 // slot.
 type admission struct {
@@ -68,16 +81,8 @@ func metric(t *testing.T, base, sample string) float64 {
 // each request of globex's ahead of it and itself. acme's requests past
 // its queue are refused with 429 naming its limit; globex's never are.
 func TestTenantFloodDoesNotTakeAnotherTenantsTurn(t *testing.T) {
-	tenants := tenantRoots(t)
-	dir := t.TempDir()
 	secret := []byte(strings.Repeat("t", 48))
-	secretFile := filepath.Join(dir, "secret")
-	if err := os.WriteFile(secretFile, secret, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	p := startHTTPBinary(t, "--tenants-dir", tenants, "--tenant-claim", "org",
-		"--key-file", filepath.Join(dir, "signing.pem"), "--auth-issuer", "http://127.0.0.1/local-as", "--auth-hmac-secret", secretFile,
-		"--rate-limit", "100000", "--tenant-slots", "1", "--tenant-queue", "4", "--tenant-wait", "30s")
+	p := startTenantsServer(t, secret, "--rate-limit", "100000", "--tenant-slots", "1", "--tenant-queue", "4", "--tenant-wait", "30s")
 	if got := metric(t, p.base, "haia_fair_slots"); got != 1 {
 		t.Fatalf("haia_fair_slots %v, want 1", got)
 	}

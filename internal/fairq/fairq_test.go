@@ -37,6 +37,23 @@ func joined(t *testing.T, q *Queue, n int) {
 	}
 }
 
+// later asks for a slot of who in the background and hands the ticket
+// over once admitted; it waits until the request has joined the queue,
+// which then holds waiting requests.
+func later(t *testing.T, q *Queue, who string, waiting int) <-chan *Ticket {
+	t.Helper()
+	done := make(chan *Ticket, 1)
+	go func() {
+		tk, err := q.Acquire(context.Background(), who)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- tk
+	}()
+	joined(t, q, waiting)
+	return done
+}
+
 func TestNewRefusesNoBound(t *testing.T) {
 	good := Config{Slots: 2, PerTenant: 2, Queue: 4, Wait: time.Second}
 	for _, tc := range []struct {
@@ -141,15 +158,7 @@ func TestPerTenantBound(t *testing.T) {
 		}
 		held = append(held, tk)
 	}
-	done := make(chan *Ticket)
-	go func() {
-		tk, err := q.Acquire(context.Background(), "a")
-		if err != nil {
-			t.Error(err)
-		}
-		done <- tk
-	}()
-	joined(t, q, 1)
+	done := later(t, q, "a", 1)
 	b, err := q.Acquire(t.Context(), "b")
 	if err != nil || b.Turn.Queued {
 		t.Fatalf("b with a slot free: %+v %v", b, err)
@@ -273,25 +282,9 @@ func TestFewestHeldFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	aDone := make(chan *Ticket, 1)
-	go func() {
-		tk, err := q.Acquire(context.Background(), "a")
-		if err != nil {
-			t.Error(err)
-		}
-		aDone <- tk
-	}()
-	joined(t, q, 1)
+	aDone := later(t, q, "a", 1)
 	for i := range 3 {
-		bDone := make(chan *Ticket, 1)
-		go func() {
-			tk, err := q.Acquire(context.Background(), "b")
-			if err != nil {
-				t.Error(err)
-			}
-			bDone <- tk
-		}()
-		joined(t, q, 2)
+		bDone := later(t, q, "b", 2)
 		b.Release() // b holds 0, a holds 3: b's waiter takes it
 		b = <-bDone
 		if b.Turn.OthersFirst != 0 {

@@ -144,19 +144,9 @@ func (s *scanner) value(t reflect.Type, depth int) error {
 			return nil
 		}
 		for n := 0; ; n++ {
-			s.path = append(s.path, segment{index: n})
-			err := s.value(elem, depth+1)
-			s.path = s.path[:len(s.path)-1]
-			if err != nil {
+			if more, err := s.member(segment{index: n}, elem, depth); !more || err != nil {
 				return err
 			}
-			s.ws()
-			if s.data[s.i] == ',' {
-				s.i++
-				continue
-			}
-			s.i++ // ']'
-			return nil
 		}
 	}
 	var fields map[string]reflect.Type
@@ -210,18 +200,24 @@ func (s *scanner) value(t reflect.Type, depth int) error {
 		}
 		s.ws()
 		s.i++ // ':'
-		s.path = append(s.path, segment{key: k, isKey: true})
-		err := s.value(ft, depth+1)
-		s.path = s.path[:len(s.path)-1]
-		if err != nil {
+		if more, err := s.member(segment{key: k, isKey: true}, ft, depth); !more || err != nil {
 			return err
 		}
-		s.ws()
-		if s.data[s.i] == ',' {
-			s.i++
-			continue
-		}
-		s.i++ // '}'
-		return nil
 	}
+}
+
+// member walks the value of an array element or object member at g, then
+// its separator: more is whether another follows (a ',', not the ']' or
+// '}' that closes its container).
+func (s *scanner) member(g segment, t reflect.Type, depth int) (more bool, err error) {
+	s.path = append(s.path, g)
+	err = s.value(t, depth+1)
+	s.path = s.path[:len(s.path)-1]
+	if err != nil {
+		return false, err
+	}
+	s.ws()
+	more = s.data[s.i] == ','
+	s.i++ // the ',', ']' or '}'
+	return more, nil
 }
