@@ -537,11 +537,13 @@ read -r -d '' summary <<'JQ' || true
 	end
 JQ
 table() { if command -v column >/dev/null; then column -t -s $'\t'; else cat; fi; }
-echo
-echo "the median of each row over its $rounds round(s):"
-jq -rs --arg part rows "$summary" "$work/results.ndjson" | table
-echo
-echo "distinct / shared req/s:"
-jq -rs --arg part ratios "$summary" "$work/results.ndjson" | table
-jq -rs --arg part load "$summary" "$work/results.ndjson"
+if [[ -s $work/results.ndjson ]]; then # no rows but the tenants' (REPLICAS=" " SKIP_FILE=1 TENANTS=1): no summary
+	echo
+	echo "the median of each row over its $rounds round(s):"
+	jq -rs --arg part rows "$summary" "$work/results.ndjson" | table
+	echo
+	echo "distinct / shared req/s:"
+	jq -rs --arg part ratios "$summary" "$work/results.ndjson" | table
+	jq -rs --arg part load "$summary" "$work/results.ndjson"
+fi
 exit $status
