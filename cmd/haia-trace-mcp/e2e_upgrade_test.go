@@ -154,8 +154,14 @@ func rollingUpgrade(t *testing.T, from upgradeFrom) {
 		t.Fatalf("the old replica's /readyz before the upgrade: %d", code)
 	}
 
-	// `store migrate` by this build, under the serving old replica.
-	newSchema := migrateWith(t, binPath, db)
+	// `store migrate` by this build, under the serving old replica; it
+	// says so when it applies an earlier migration the old build lacked
+	// at the same version.
+	out, errOut, code := runCLI(t, "store", "migrate", "--store", db)
+	newSchema := migratedTo(t, out, errOut, code)
+	if !from.carries(3) && newSchema == oldSchema && !strings.Contains(out, "earlier migrations it lacked applied: 3") {
+		t.Errorf("store migrate applying migration 3 at version %d says %q", newSchema, out)
+	}
 	t.Logf("the old build %s at schema version %d, this build's store migrate took the database to %d", from.ref, oldSchema, newSchema)
 	// What the database refuses the old build at commit.
 	var refusals []string
@@ -394,9 +400,16 @@ func rollingUpgrade(t *testing.T, from upgradeFrom) {
 func migrateWith(t *testing.T, bin, dsn string) int {
 	t.Helper()
 	out, errOut, code := runBinEnv(t, bin, nil, "store", "migrate", "--store", dsn)
+	return migratedTo(t, out, errOut, code)
+}
+
+// migratedTo is the schema version a `store migrate` run says it left the
+// database at.
+func migratedTo(t *testing.T, out, errOut string, code int) int {
+	t.Helper()
 	m := regexp.MustCompile(`schema version (?:\d+ → )?(\d+)`).FindStringSubmatch(out)
 	if code != 0 || m == nil {
-		t.Fatalf("%s store migrate: %d %s %s", filepath.Base(bin), code, out, errOut)
+		t.Fatalf("store migrate: %d %s %s", code, out, errOut)
 	}
 	v, _ := strconv.Atoi(m[1])
 	return v

@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/app"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
@@ -241,9 +243,18 @@ func runStore(ctx context.Context, stdout, stderr io.Writer, verb string, storeF
 			fmt.Fprintf(stderr, "haia-trace-mcp store migrate: %s\n", termsafe.String(err.Error()))
 			return exitCode(exitFail)
 		}
-		if before.Database == after.Database {
+		switch {
+		case before.Database == after.Database && len(after.Applied) > 0:
+			// An earlier migration the database lacked: applied, the
+			// version unchanged.
+			applied := make([]string, len(after.Applied))
+			for i, v := range after.Applied {
+				applied[i] = strconv.FormatInt(v, 10)
+			}
+			fmt.Fprintf(stdout, "%s: schema version %d, with the earlier migrations it lacked applied: %s\n", pgstore.Redact(spec), after.Database, strings.Join(applied, ", "))
+		case before.Database == after.Database:
 			fmt.Fprintf(stdout, "%s: schema version %d, already this binary's\n", pgstore.Redact(spec), after.Database)
-		} else {
+		default:
 			fmt.Fprintf(stdout, "%s: schema version %d → %d\n", pgstore.Redact(spec), before.Database, after.Database)
 		}
 		return nil

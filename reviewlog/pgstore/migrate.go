@@ -26,9 +26,12 @@ const versionTable = "haia_schema_version"
 var ErrSchema = errors.New("the database schema does not match this binary")
 
 // Versions are the schema version the database is at and the one this
-// binary carries.
+// binary carries; after Migrate, Applied lists the migrations that run
+// applied (an earlier one a database lacked among them, its version then
+// unchanged).
 type Versions struct {
 	Database, Binary int64
+	Applied          []int64
 }
 
 func provider(pool *pgxpool.Pool, logger *slog.Logger) (*goose.Provider, func(), error) {
@@ -95,12 +98,18 @@ func Migrate(ctx context.Context, dsn string, logger *slog.Logger) (Versions, Ve
 	if before.Database > before.Binary {
 		return before, before, fmt.Errorf("%w: the database is at schema version %d, ahead of this binary's %d; run a newer haia-trace-mcp", ErrSchema, before.Database, before.Binary)
 	}
-	if _, err := p.Up(ctx); err != nil {
+	applied, err := p.Up(ctx)
+	if err != nil {
 		return before, before, fmt.Errorf("apply schema migrations: %w", err)
 	}
 	after, err := versions(ctx, p)
 	if err != nil {
 		return before, after, err
+	}
+	for _, r := range applied {
+		if r.Source != nil && r.Error == nil {
+			after.Applied = append(after.Applied, r.Source.Version)
+		}
 	}
 	if err := reindexReservations(ctx, pool); err != nil {
 		return before, after, err

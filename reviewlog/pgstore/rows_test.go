@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -451,8 +452,12 @@ func TestAMissingMigrationIsApplied(t *testing.T) {
 	if _, err := pgstore.Open(t.Context(), dsn); !errors.Is(err, pgstore.ErrSchema) || !strings.Contains(err.Error(), "store migrate") {
 		t.Fatalf("open without migration 3: %v, want ErrSchema saying to run store migrate", err)
 	}
-	if _, _, err := pgstore.Migrate(t.Context(), dsn, nil); err != nil {
+	before, after, err := pgstore.Migrate(t.Context(), dsn, nil)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if before.Database != after.Database || !slices.Equal(after.Applied, []int64{3}) {
+		t.Fatalf("migrate: %+v → %+v, want the version unchanged and migration 3 applied", before, after)
 	}
 	st := open(t, dsn)
 	defer st.Close()
