@@ -90,4 +90,46 @@ func TestVerifyStoreKeyringAndWarnings(t *testing.T) {
 	if out, _, code := runCLI(t, "verify", chain, "--store", dsn, "--keyring", stranger); code != 2 || !strings.HasPrefix(out, "TAMPERED") {
 		t.Errorf("verify --store with a stranger's keyring: exit %d %s", code, out)
 	}
+
+	// --reviewers holds the demo's human rejection (signed with the
+	// operator's key) to the trusted reviewers file, in every mode: the
+	// demo's own file trusts it; another demo's file lists "operator" with
+	// another key; with --tenant the operator, granted no tenant, does not
+	// count.
+	reviewers := filepath.Join(filepath.Dir(root), "keys", "reviewers.json")
+	strangers := filepath.Join(filepath.Dir(other), "keys", "reviewers.json")
+	files, _ := filepath.Glob(filepath.Join(root, "guard", "receipts", "*.ndjson"))
+	var human string
+	for _, f := range files {
+		if data, err := os.ReadFile(f); err == nil && strings.Contains(string(data), `"principal":"HUMAN"`) {
+			human = f
+		}
+	}
+	if human == "" {
+		t.Fatalf("no chain of the demo holds its human decision: %v", files)
+	}
+	hchain := strings.TrimSuffix(filepath.Base(human), ".ndjson")
+	for _, m := range []struct {
+		name string
+		args []string
+	}{
+		{"file", []string{human, "--keyring", keyring}},
+		{"follow", []string{human, "--follow", "--keyring", keyring}},
+		{"store", []string{hchain, "--store", dsn}},
+	} {
+		t.Run(m.name+" --reviewers", func(t *testing.T) {
+			out, errOut, code := runCLI(t, append([]string{"verify", "--reviewers", reviewers}, m.args...)...)
+			if code != 0 || !strings.HasPrefix(out, "VALID") || !strings.Contains(errOut, "note: 1 human decisions held to the trusted reviewers file: each counts") {
+				t.Fatalf("verify --reviewers (the demo's own): exit %d %s%s", code, out, errOut)
+			}
+			out, errOut, code = runCLI(t, append([]string{"verify", "--reviewers", strangers}, m.args...)...)
+			if code != 5 || !strings.HasPrefix(out, "UNTRUSTED: human receipt") || !strings.Contains(out, `not signed by reviewer "operator"'s trusted key`) || !strings.Contains(errOut, "untrusted: ") {
+				t.Fatalf("verify --reviewers (another key for operator): exit %d %s%s", code, out, errOut)
+			}
+			out, errOut, code = runCLI(t, append([]string{"verify", "--reviewers", reviewers, "--tenant", "acme"}, m.args...)...)
+			if code != 5 || !strings.HasPrefix(out, "UNTRUSTED: ") {
+				t.Fatalf("verify --reviewers --tenant acme (operator granted none): exit %d %s%s", code, out, errOut)
+			}
+		})
+	}
 }
