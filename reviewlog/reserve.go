@@ -106,16 +106,21 @@ func (a *allowIndex) see(line []byte) {
 		return
 	}
 	ts, _ := time.Parse(time.RFC3339Nano, r.TS)
+	a.add(allowedReceipt{id: r.ID, agent: r.Agent.ID, ts: ts, hold: kind == ReservesHold})
+}
+
+// add indexes one reserving receipt (the first of its id).
+func (a *allowIndex) add(r allowedReceipt) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.byID == nil {
 		a.byID = map[string]int{}
 	}
-	if _, ok := a.byID[r.ID]; ok {
+	if _, ok := a.byID[r.id]; ok {
 		return
 	}
-	a.byID[r.ID] = len(a.list)
-	a.list = append(a.list, allowedReceipt{id: r.ID, agent: r.Agent.ID, ts: ts, hold: kind == ReservesHold})
+	a.byID[r.id] = len(a.list)
+	a.list = append(a.list, r)
 }
 
 // since lists the receipts that must have a record at now: every hold, and
@@ -300,11 +305,11 @@ func (l *Log) allowSet(held []Reservation, from time.Time) (allowSet, []string, 
 	for _, r := range held {
 		ids = append(ids, r.ReceiptID)
 	}
-	a, err := src.reserving(from, ids)
+	a, problems, err := src.reserving(from, ids)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read the decision chains' receipt index: %w", err)
 	}
-	return a, a.problems, nil
+	return a, problems, nil
 }
 
 // maxReservationHorizon is the longest a reservation can be configured to

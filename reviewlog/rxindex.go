@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -47,6 +48,9 @@ type receiptIndex struct {
 	live *indexSource
 	// unchecked: see indexSource (tests only).
 	unchecked bool
+	// reserving is what the lane read of the reserving receipts through
+	// the store's index.
+	reserving reservingCache
 }
 
 // serviceKind is what a service receipt of an action is indexed by.
@@ -293,9 +297,12 @@ type ReceiptIndex interface {
 	// an assertion by passkey credential id, oldest first.
 	CredentialReceipts(ctx context.Context, credential string) ([]IndexedReceipt, error)
 	// ReservingReceipts are, in one statement (one moment), the receipts
-	// that reserve (ReservesOf) of the window from, every hold, those
-	// named by ids, and each segment's numbering of them (ReservingSegment).
-	ReservingReceipts(ctx context.Context, from time.Time, ids []string) (ReservingReceipts, error)
+	// that reserve (ReservesOf) which a reader that counted known of them
+	// (by segment) has not read: of a segment it knows, those numbered
+	// past its count; of another, those of the window from and every
+	// hold; in every segment, those named by ids; and each segment's
+	// numbering of them (ReservingSegment).
+	ReservingReceipts(ctx context.Context, from time.Time, ids []string, known map[string]int64) (ReservingReceipts, error)
 }
 
 // IndexedReceipt is one row of a receipt index with the line it points to
@@ -325,9 +332,10 @@ type ReservingSegment struct {
 	// Head is the count the row of the segment's last line carries (-1:
 	// that line has no row, or the last row does not end the segment).
 	Head int64
-	// Below is the newest reserving row of the segment whose time is
-	// before the window (nil: none): every reserving row after it up to
-	// Head must be among the rows.
+	// Below is, for a segment not known, the newest reserving row whose
+	// time is before the window (nil: none, or a segment known): every
+	// reserving row after it (or after the count known) up to Head must
+	// be among the rows.
 	Below *IndexedReceipt
 }
 
@@ -377,6 +385,8 @@ type indexSource struct {
 	// unchecked turns off the checks of the rows against their lines and
 	// of their numbering (tests show each edit passes without them).
 	unchecked bool
+	// cache is the lane's (l.rx.reserving).
+	cache *reservingCache
 }
 
 // parseIndexed parses the line of row (false when there is none, or it is
@@ -440,43 +450,43 @@ func (s *indexSource) byPasskey(id string) ([]noa.Receipt, error) {
 	return receiptsWhere(rows, err, func(r *noa.Receipt) bool { return PasskeyCredential(r) == id })
 }
 
-// indexedAllows are the reserving receipts one decision read through the
-// index, with what the index did not hold right.
-type indexedAllows struct {
-	byID     map[string]allowedReceipt
-	list     []allowedReceipt
-	problems []string
+// reservingCache is what a lane keeps of the reserving receipts it read
+// through a store's index: each verified against its line, and each
+// segment's count of them up to which every one was read.
+type reservingCache struct {
+	counts  map[string]int64
+	allowed allowIndex
 }
 
-func (a *indexedAllows) get(id string) (allowedReceipt, bool) {
-	r, ok := a.byID[id]
-	return r, ok
-}
-
-func (a *indexedAllows) since(from, _ time.Time) []allowedReceipt {
-	var out []allowedReceipt
-	for _, r := range a.list {
-		if r.hold || !r.ts.Before(from) {
-			out = append(out, r)
+// reserving reads, through the index, the reserving receipts the lane has
+// not read yet — of a segment it counted, those numbered past its count;
+// of another, those of the window from and every hold — and those held
+// names, and checks what it read: each row against its line, and each
+// segment's rows numbered without a gap from its count (or from the one
+// before the window, whose line must be before it) up to the count its
+// last line's row carries, which may not be less than the lane counted.
+// What does not hold is a problem (the decision reads the reservations as
+// unverified), and the segment's count does not move on.
+func (s *indexSource) reserving(from time.Time, held []string) (allowSet, []string, error) {
+	c := s.cache
+	if c.counts == nil {
+		c.counts = map[string]int64{}
+	}
+	var ids []string
+	for _, id := range held {
+		if _, ok := c.allowed.get(id); !ok {
+			ids = append(ids, id)
 		}
 	}
-	return out
-}
-
-// reserving reads the reserving receipts of the window from (and those
-// named by ids) through the index, and checks what it read: each row
-// against its line, and each segment's rows numbered without a gap from
-// the one before the window (whose line must be before it) up to the
-// count its last line's row carries. What does not hold is a problem: the
-// decision reads it as a reservation it cannot verify.
-func (s *indexSource) reserving(from time.Time, ids []string) (*indexedAllows, error) {
-	got, err := s.idx.ReservingReceipts(s.ctx, from, ids)
+	got, err := s.idx.ReservingReceipts(s.ctx, from, ids, maps.Clone(c.counts))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	a := &indexedAllows{byID: map[string]allowedReceipt{}}
-	bad := func(format string, args ...any) {
-		a.problems = append(a.problems, "the decision chains' receipt index "+fmt.Sprintf(format, args...))
+	var problems []string
+	faulty := map[string]bool{}
+	bad := func(seg, format string, args ...any) {
+		faulty[seg] = true
+		problems = append(problems, "the decision chains' receipt index "+fmt.Sprintf(format, args...))
 	}
 	seen := map[string]map[int64]bool{}
 	for _, row := range got.Rows {
@@ -488,17 +498,17 @@ func (s *indexSource) reserving(from time.Time, ids []string) (*indexedAllows, e
 		if !s.unchecked {
 			switch {
 			case !ok:
-				bad("names receipt %s at byte %d of %s, where the segment holds no receipt", clip(row.ReceiptID), row.Off, row.Segment)
+				bad(row.Segment, "names receipt %s at byte %d of %s, where the segment holds no receipt", clip(row.ReceiptID), row.Off, row.Segment)
 				continue
 			case kind == "" || kind != row.Reserves || r.ID != row.ReceiptID:
-				bad("names receipt %s at byte %d of %s as one that reserves, where the segment holds another receipt (%s)", clip(row.ReceiptID), row.Off, row.Segment, clip(r.ID))
+				bad(row.Segment, "names receipt %s at byte %d of %s as one that reserves, where the segment holds another receipt (%s)", clip(row.ReceiptID), row.Off, row.Segment, clip(r.ID))
 				continue
 			}
 			if seen[row.Segment] == nil {
 				seen[row.Segment] = map[int64]bool{}
 			}
 			if seen[row.Segment][row.Count] {
-				bad("numbers two receipts of %s %d", row.Segment, row.Count)
+				bad(row.Segment, "numbers two receipts of %s %d", row.Segment, row.Count)
 				continue
 			}
 			seen[row.Segment][row.Count] = true
@@ -506,31 +516,30 @@ func (s *indexSource) reserving(from time.Time, ids []string) (*indexedAllows, e
 			continue
 		}
 		ts, _ := time.Parse(time.RFC3339Nano, r.TS)
-		if _, dup := a.byID[r.ID]; dup {
-			continue
-		}
-		rx := allowedReceipt{id: r.ID, agent: r.Agent.ID, ts: ts, hold: kind == ReservesHold}
-		a.byID[r.ID] = rx
-		a.list = append(a.list, rx)
+		c.allowed.add(allowedReceipt{id: r.ID, agent: r.Agent.ID, ts: ts, hold: kind == ReservesHold})
 	}
 	if s.unchecked {
-		return a, nil
+		return &c.allowed, nil, nil
 	}
 	for _, sg := range got.Segments {
-		if sg.Head < 0 {
-			bad("holds no row for the last receipt of %s", sg.Segment)
+		low, counted := c.counts[sg.Segment]
+		switch {
+		case sg.Head < 0:
+			bad(sg.Segment, "holds no row for the last receipt of %s", sg.Segment)
+			continue
+		case counted && sg.Head < low:
+			bad(sg.Segment, "counts %d reserving receipts in %s, fewer than the %d it counted before (rows removed)", sg.Head, sg.Segment, low)
 			continue
 		}
-		low := int64(0)
-		if b := sg.Below; b != nil {
+		if b := sg.Below; !counted && b != nil {
 			r, ok := parseIndexed(*b)
 			ts, err := time.Parse(time.RFC3339Nano, r.TS)
 			switch {
 			case !ok || ReservesOf(&r) != b.Reserves || r.ID != b.ReceiptID:
-				bad("names receipt %s at byte %d of %s as one that reserves, where the segment holds another receipt", clip(b.ReceiptID), b.Off, sg.Segment)
+				bad(sg.Segment, "names receipt %s at byte %d of %s as one that reserves, where the segment holds another receipt", clip(b.ReceiptID), b.Off, sg.Segment)
 				continue
 			case err != nil || !ts.Before(from):
-				bad("dates receipt %s of %s before %s, but it was signed at %s (a row moved out of the window)", r.ID, sg.Segment, formatTime(from), clip(r.TS))
+				bad(sg.Segment, "dates receipt %s of %s before %s, but it was signed at %s (a row moved out of the window)", r.ID, sg.Segment, formatTime(from), clip(r.TS))
 				continue
 			}
 			low = b.Count
@@ -546,8 +555,11 @@ func (s *indexSource) reserving(from time.Time, ids []string) (*indexedAllows, e
 			if len(shown) > 5 {
 				shown = shown[:5]
 			}
-			bad("lacks reserving receipts %s%s of %s, which its last receipt's row counts (a row removed or edited)", strings.Join(shown, ", "), moreText(len(missing)-len(shown)), sg.Segment)
+			bad(sg.Segment, "lacks reserving receipts %s%s of %s, which its last receipt's row counts (a row removed or edited)", strings.Join(shown, ", "), moreText(len(missing)-len(shown)), sg.Segment)
+		}
+		if !faulty[sg.Segment] {
+			c.counts[sg.Segment] = sg.Head
 		}
 	}
-	return a, nil
+	return &c.allowed, problems, nil
 }

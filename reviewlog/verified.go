@@ -377,7 +377,7 @@ type verifier struct {
 // index brought up to date otherwise. l.mu is held.
 func (l *Log) newVerifier(ctx context.Context, r Reader) (*verifier, error) {
 	if idx, ok := r.(ReceiptIndex); ok {
-		l.rx.live = &indexSource{ctx: ctx, idx: idx, unchecked: l.rx.unchecked}
+		l.rx.live = &indexSource{ctx: ctx, idx: idx, unchecked: l.rx.unchecked, cache: &l.rx.reserving}
 		return l.verifierOver(ctx, r), nil
 	}
 	return l.newFoldVerifier(ctx, r)

@@ -117,26 +117,31 @@ func (r *reader) CredentialReceipts(ctx context.Context, credential string) ([]r
 
 // reservingSQL reads, in one statement (one moment), each segment's
 // numbering of its reserving receipts — the count its last line's row
-// carries, and the newest reserving row before the window ($1) — and the
-// reserving rows after that one, every hold, and those named by $2; of
-// each segment, only the lines before its size in streams (the segments
-// as the section's moment holds them, so that no receipt another scope
-// committed since is read without the log's lines of that moment).
+// carries and, for a segment the reader has not counted yet ($3 names,
+// $4 counts), the newest reserving row before the window ($1) — and the
+// reserving rows after the count known (or after that row, with every
+// hold of the segment), and those named by $2; of each segment, only the
+// lines before its size in streams (the segments as the section's moment
+// holds them, so that no receipt another scope committed since is read
+// without the log's lines of that moment).
 func reservingSQL(streams string) string {
 	return `WITH s AS (` + streams + `),
+	k AS (SELECT * FROM unnest($3::text[], $4::bigint[]) AS k (name, count)),
 	seg AS (
-		SELECT s.name, s.size, t.off AS last_off, length(t.line) AS last_len, h.rcount AS head, b.off AS b_off, b.rcount AS b_count
+		SELECT s.name, s.size, t.off AS last_off, length(t.line) AS last_len, h.rcount AS head, b.off AS b_off,
+			COALESCE(k.count, b.rcount, 0) AS low, k.count IS NULL AS fresh
 		FROM s
+		LEFT JOIN k ON k.name = s.name
 		LEFT JOIN LATERAL (SELECT off, line FROM receipts WHERE stream = s.name AND off < s.size ORDER BY off DESC LIMIT 1) t ON true
 		LEFT JOIN receipt_rows h ON h.stream = s.name AND h.off = t.off
 		LEFT JOIN LATERAL (SELECT off, rcount FROM receipt_rows WHERE stream = s.name AND off < s.size AND reserves IS NOT NULL AND (ts IS NULL OR ts < $1)
-			ORDER BY rcount DESC LIMIT 1) b ON true
+			ORDER BY rcount DESC LIMIT 1) b ON k.count IS NULL
 		WHERE starts_with(s.name, '` + receiptsPrefix + `')),
 	pick AS (
 		SELECT seg.name AS stream, seg.b_off AS off FROM seg WHERE seg.b_off IS NOT NULL
 		UNION SELECT x.stream, x.off FROM seg JOIN receipt_rows x ON x.stream = seg.name AND x.reserves IS NOT NULL
-			AND x.rcount > COALESCE(seg.b_count, 0) AND x.off < seg.size
-		UNION SELECT x.stream, x.off FROM seg JOIN receipt_rows x ON x.stream = seg.name AND x.reserves = 'hold' AND x.off < seg.size
+			AND x.rcount > seg.low AND x.off < seg.size
+		UNION SELECT x.stream, x.off FROM seg JOIN receipt_rows x ON x.stream = seg.name AND seg.fresh AND x.reserves = 'hold' AND x.off < seg.size
 		UNION SELECT x.stream, x.off FROM seg JOIN receipt_rows x ON x.stream = seg.name AND x.reserves IS NOT NULL AND x.receipt_id = ANY($2) AND x.off < seg.size)
 	SELECT ` + indexedCols + `, seg.name, seg.size, seg.last_off, seg.last_len, seg.head, seg.b_off
 	FROM seg LEFT JOIN (pick JOIN receipt_rows x ON x.stream = pick.stream AND x.off = pick.off
@@ -149,11 +154,11 @@ var (
 	// repeatable read, or a section that holds the whole store).
 	reservingNowSQL = reservingSQL(`SELECT name, size FROM guard_streams`)
 	// reservingAtSQL reads them as a scoped section's snapshot holds them
-	// ($3 names, $4 sizes).
-	reservingAtSQL = reservingSQL(`SELECT * FROM unnest($3::text[], $4::bigint[]) AS s (name, size)`)
+	// ($5 names, $6 sizes).
+	reservingAtSQL = reservingSQL(`SELECT * FROM unnest($5::text[], $6::bigint[]) AS s (name, size)`)
 )
 
-func (r *reader) ReservingReceipts(ctx context.Context, from time.Time, ids []string) (reviewlog.ReservingReceipts, error) {
+func (r *reader) ReservingReceipts(ctx context.Context, from time.Time, ids []string, known map[string]int64) (reviewlog.ReservingReceipts, error) {
 	var out reviewlog.ReservingReceipts
 	fail := func(err error) (reviewlog.ReservingReceipts, error) {
 		return reviewlog.ReservingReceipts{}, fmt.Errorf("PostgreSQL at %s: the receipts that reserve: %w", r.s.describe, scrub(err))
@@ -161,7 +166,11 @@ func (r *reader) ReservingReceipts(ctx context.Context, from time.Time, ids []st
 	if ids == nil {
 		ids = []string{}
 	}
-	sql, args := reservingNowSQL, []any{from, ids}
+	names, counts := make([]string, 0, len(known)), make([]int64, 0, len(known))
+	for seg, n := range known {
+		names, counts = append(names, receiptsPrefix+seg), append(counts, n)
+	}
+	sql, args := reservingNowSQL, []any{from, ids, names, counts}
 	if r.snap != nil {
 		if err := r.take(ctx); err != nil {
 			return reviewlog.ReservingReceipts{}, err

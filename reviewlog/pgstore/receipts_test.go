@@ -205,7 +205,7 @@ func TestReceiptRowsFollowTheChains(t *testing.T) {
 				t.Errorf("%s: %q, want %q", q.what, agents, q.want)
 			}
 		}
-		rr, err := idx.ReservingReceipts(t.Context(), time.Date(2026, 12, 1, 9, 0, 2, 0, time.UTC), nil)
+		rr, err := idx.ReservingReceipts(t.Context(), time.Date(2026, 12, 1, 9, 0, 2, 0, time.UTC), nil, nil)
 		if err != nil {
 			return err
 		}
