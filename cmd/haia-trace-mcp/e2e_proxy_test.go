@@ -342,7 +342,7 @@ func TestProxyArgumentSpellingsNeverForward(t *testing.T) {
 		{"extra key", "send_usdc", `{"to":"` + sellerA + `","amount":"0.25","recipient":"` + sellerB + `"}`, "not in the input schema"},
 		{"cyrillic look-alike", "send_usdc", `{"to":"` + sellerA + `","amount":"0.25","t\u043e":"` + sellerB + `"}`, "ASCII"},
 		{"zero-width key", "send_usdc", `{"to":"` + sellerA + `","amount":"0.25","to\u200b":"` + sellerB + `"}`, "ASCII"},
-		{"case variant", "send_usdc", `{"to":"` + sellerA + `","amount":"0.25","Amount":"500"}`, "not in the input schema"},
+		{"case variant", "send_usdc", `{"to":"` + sellerA + `","amount":"0.25","Amount":"500"}`, "spelled in another case"},
 		{"nested copy", "send_usdc", `{"to":"` + sellerA + `","amount":"0.25","options":{"amount":"500"}}`, "repeats the mapped name"},
 		{"nested counterparty", "send_usdc", `{"to":"` + sellerA + `","amount":"0.25","options":{"x":{"TO":"` + sellerB + `"}}}`, "repeats the mapped name"},
 		{"missing to", "send_usdc", `{"amount":"0.25"}`, "missing"},
