@@ -127,6 +127,9 @@ func (l *Log) Ask(ctx context.Context, req AskRequest, decide func(v *AskView) (
 		// A scoped section reads the reviews by index (ReviewIndex), with
 		// its locks where the store can.
 		ctx = withReviewQuery(ctx, req.reviewQuery(l.now(), l.ttl()))
+		if req.Reservations {
+			ctx = withLinesFrom(ctx, l.linesFrom())
+		}
 	}
 	err := l.transactAll(ctx, req.scopes(), func(g Writer, st *state, at time.Time) ([]record, error) {
 		_, scoped := g.(ScopedWriter)

@@ -127,6 +127,9 @@ type Log struct {
 
 	mu    sync.Mutex // guards cache while it is refreshed and used
 	cache *cachedState
+	// warmed: the lane read what it reads before its first question
+	// (l.mu; see warm).
+	warmed bool
 	// archived maps the id of each review in an archive already read to
 	// that archive; archivesRead names them (l.mu guards both).
 	archived     map[string]string
@@ -135,6 +138,9 @@ type Log struct {
 	lastArchive     *state
 	lastArchiveName string
 	rx              receiptIndex
+	// resLane is the reservation records read from the log's reserved
+	// and released lines alone, where the store gives them (l.mu).
+	resLane *laneReservations
 	// lanes, on a store that locks scopes, are further logs over the same
 	// store, each with its own fold and its own turn, that answer
 	// questions side by side as replicas would; subs lists them (nil:
@@ -198,15 +204,37 @@ func OpenStore(s Store, opts Options) *Log {
 // them yet, outside any lock, so that its first question does not hold its
 // scopes' locks while it reads everything. What it cannot read now is read
 // again under the lock, where a failure counts.
+//
+// A lane whose store gives the reservation lines (ReservationLines) reads
+// its reviews by index and never folds the log: it reads those lines and
+// indexes the chains.
 func (l *Log) warm(ctx context.Context) {
 	l.mu.Lock()
-	cold := l.cache == nil
+	cold := !l.warmed
+	l.warmed = true
 	l.mu.Unlock()
 	if !cold {
 		return
 	}
-	_ = l.view(ctx, func(r Reader, _ *state) error {
-		_, err := l.newVerifier(ctx, r)
+	_ = l.store.View(ctx, func(r Reader) error {
+		rl, ok := r.(ReservationLines)
+		if !ok {
+			return l.withFold(ctx, r, func(*state) error {
+				_, err := l.newVerifier(ctx, r)
+				return err
+			})
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if _, err := l.newVerifier(ctx, r); err != nil {
+			return err
+		}
+		s, err := r.Log(ctx)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		_, err = l.laneReservationState(ctx, rl, s)
 		return err
 	})
 }

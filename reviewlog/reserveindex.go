@@ -293,3 +293,92 @@ func sameTime(row, line string) bool {
 	rt, err2 := time.Parse(time.RFC3339Nano, row)
 	return err1 == nil && err2 == nil && rt.Equal(lt)
 }
+
+// ReservationLines is a Writer (or a Reader) that gives the log's
+// reserved and released lines from an offset on, without the rest (the
+// PostgreSQL store, by each line's kind). A lane keeps the reservation
+// records of those lines as the fold would, reading only what was
+// appended since it last read: the check that every record bearing on a
+// question has its row (indexedView) and that every signed allow has a
+// record (checkHeld) then needs no fold of the log. A line it does not
+// give (its kind edited) leaves its allow without a record: a problem,
+// never an allow.
+type ReservationLines interface {
+	ReservationLines(ctx context.Context, from int64) ([]IndexedLine, error)
+}
+
+type linesFromKey struct{}
+
+// withLinesFrom marks ctx with the offset a locked section reads the
+// reserved and released lines from, so that a store may read them in the
+// round trip that takes its locks.
+func withLinesFrom(ctx context.Context, from int64) context.Context {
+	return context.WithValue(ctx, linesFromKey{}, from)
+}
+
+// LinesFromOf is the offset ctx was marked with (ok: one was). A store
+// that reads the lines from it with its locks gives them to
+// ReservationLines when asked from an offset no earlier.
+func LinesFromOf(ctx context.Context) (int64, bool) {
+	from, ok := ctx.Value(linesFromKey{}).(int64)
+	return from, ok
+}
+
+// laneReservations is a lane's reservation records, read from the log's
+// reserved and released lines (see ReservationLines), as of the log of
+// identity gen up to st.offset.
+type laneReservations struct {
+	st  *state
+	gen string
+}
+
+// linesFrom is where the lane's next read of the reservation lines starts.
+func (l *Log) linesFrom() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.resLane == nil {
+		return 0
+	}
+	return l.resLane.st.offset
+}
+
+// laneReservationState brings the lane's reservation records up to the
+// log s as the section's moment holds it (l.mu held): the lines appended
+// since its last read, or every one when the log was rewritten.
+func (l *Log) laneReservationState(ctx context.Context, rl ReservationLines, s Stream) (*state, error) {
+	c := l.resLane
+	if c == nil || c.gen != s.Identity() || c.st.offset > s.Size() {
+		c = &laneReservations{st: newState(), gen: s.Identity()}
+	}
+	lines, err := rl.ReservationLines(ctx, c.st.offset)
+	if err != nil {
+		l.resLane = nil
+		return nil, err
+	}
+	for _, ln := range lines {
+		if ln.Stream != FileName || ln.Off < c.st.offset || ln.Off >= s.Size() {
+			continue // read before, or committed since this section's moment
+		}
+		c.st.applyLine(ln.Off, ln.Line)
+	}
+	c.st.offset, c.st.src = s.Size(), s
+	l.resLane = c
+	return c.st, nil
+}
+
+// applyLine applies one reserved or released line at off as the fold
+// does; any other line, or one the log does not read, is not applied.
+func (st *state) applyLine(off int64, line []byte) {
+	if bytes.IndexByte(line, '\n') != len(line)-1 {
+		return
+	}
+	rec, err := decodeRecord(bytes.TrimSuffix(bytes.TrimSuffix(line, []byte{'\n'}), []byte{'\r'}))
+	if err != nil || (rec.Type != typeReserved && rec.Type != typeReleased) {
+		return
+	}
+	if why := st.check(rec); why != "" {
+		st.addFinding(Finding{ReviewID: rec.ReviewID, What: why + "; the line is not applied"})
+		return
+	}
+	st.apply(rec, off)
+}

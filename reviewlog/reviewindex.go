@@ -251,7 +251,7 @@ func (x *rowIndex) has(id string) bool {
 // opened as the section's moment holds it, and what an append needs of it
 // is that it ends in a clean line. A log that ends otherwise (a torn tail,
 // which only a database writer leaves) is repaired by the whole store's
-// section: errWiden. The reservations are the fold's (see Reservations).
+// section: errWiden.
 func (l *Log) withIndex(ctx context.Context, w Writer, ix ReviewIndex, q ReviewQuery, fn func(w Writer, st *state, at time.Time) error) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -276,13 +276,18 @@ func (l *Log) withIndex(ctx context.Context, w Writer, ix ReviewIndex, q ReviewQ
 	if _, ok := ReservationQueryOf(ctx); !ok {
 		return fn(w, st, l.now())
 	}
-	// The check that every reservation line bearing on the question has
-	// its row reads the fold's reservations.
-	fs, err := l.refresh(s)
-	if err != nil {
-		return err
+	// The reservation records the checks read: the lane's, from the
+	// reserved and released lines alone where the store gives them, the
+	// fold's otherwise.
+	var err2 error
+	if rl, ok := w.(ReservationLines); ok {
+		st.resv, err2 = l.laneReservationState(ctx, rl, s)
+	} else {
+		st.resv, err2 = l.refresh(s)
 	}
-	st.resv = fs
+	if err2 != nil {
+		return err2
+	}
 	return fn(w, st, l.now())
 }
 

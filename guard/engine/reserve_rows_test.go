@@ -70,3 +70,32 @@ func TestReservationRowsAreAnIndex(t *testing.T) {
 		})
 	}
 }
+
+// A decision on PostgreSQL reads the reservation records from the log's
+// reserved lines, found by their kind, not by folding the log: a reserved
+// line whose kind is edited away, and its row deleted, is no record, so
+// the signed allow it reserved for has none, and the answer is review.
+func TestReservationLinesHiddenByKind(t *testing.T) {
+	if !slices.Contains(stores(t), pgKind) {
+		t.Skip("HAIA_TEST_POSTGRES is not set")
+	}
+	f := newFleet(t, pgKind, 2, `{"reviewAbove": "1000", "perCounterpartyLimit": {"amount": "5.00"}}`)
+	if a := check(t, f.engines[0], "bot", Question{Counterparty: sellerA, Amount: "4.00"}); a.Decision != guard.Allow {
+		t.Fatalf("first: %+v", a)
+	}
+	conn, err := pgx.Connect(t.Context(), f.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	for _, sql := range []string{`UPDATE review_lines SET kind = NULL WHERE kind = 'reserved'`, `DELETE FROM reservations`} {
+		if tag, err := conn.Exec(t.Context(), sql); err != nil || tag.RowsAffected() == 0 {
+			t.Fatalf("%s: %v (%d rows)", sql, err, tag.RowsAffected())
+		}
+	}
+	// The other replica reads the log's reservation lines for the first time.
+	a := check(t, f.engines[1], "bot", Question{Counterparty: sellerA, Amount: "0.10"})
+	if a.Decision == guard.Allow || !strings.Contains(reasonOf(a, guard.RuleReservationUnverified), "have no reservation record") {
+		t.Fatalf("after the kind was edited: %s, %q; want review saying the allow has no record", a.Decision, reasonOf(a, guard.RuleReservationUnverified))
+	}
+}

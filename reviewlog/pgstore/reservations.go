@@ -223,3 +223,30 @@ func indexedQuery(q reviewlog.ReservationQuery) (string, []any) {
 		WHERE r.tenant = ANY($1) AND (r.until IS NULL OR r.until > $2) AND r.off < $3` + where + `
 		ORDER BY r.off`, args
 }
+
+// reservationLinesSQL reads the review log's reserved and released lines
+// from an offset on, by the log's primary key and each line's kind.
+const reservationLinesSQL = `SELECT off, line FROM review_lines WHERE stream = '` + logStream + `' AND off >= $1 AND kind IN ('reserved', 'released') ORDER BY off`
+
+// collectLines reads the rows of reservationLinesSQL.
+func collectLines(rows pgx.Rows) ([]reviewlog.IndexedLine, error) {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (reviewlog.IndexedLine, error) {
+		x := reviewlog.IndexedLine{LinePlace: reviewlog.LinePlace{Stream: logStream}}
+		err := row.Scan(&x.Off, &x.Line)
+		return x, err
+	})
+}
+
+// ReservationLines reads the log's reserved and released lines from
+// offset from on, in one statement.
+func (r *reader) ReservationLines(ctx context.Context, from int64) ([]reviewlog.IndexedLine, error) {
+	rows, err := r.q.Query(ctx, reservationLinesSQL, from)
+	if err != nil {
+		return nil, fmt.Errorf("PostgreSQL at %s: reservation lines: %w", r.s.describe, scrub(err))
+	}
+	out, err := collectLines(rows)
+	if err != nil {
+		return nil, fmt.Errorf("PostgreSQL at %s: reservation lines: %w", r.s.describe, scrub(err))
+	}
+	return out, nil
+}

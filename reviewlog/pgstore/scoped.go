@@ -72,6 +72,15 @@ func (s *Store) LockedScopes(ctx context.Context, wait time.Duration, scopes []r
 		return err
 	})
 	b.Queue(snapshotLastSQL).Query(func(rows pgx.Rows) error { return w.readSnapshotLast(rows) })
+	if from, ok := reviewlog.LinesFromOf(ctx); ok {
+		// The reserved and released lines appended since the section's
+		// lane last read them.
+		b.Queue(reservationLinesSQL, from).Query(func(rows pgx.Rows) error {
+			got, err := collectLines(rows)
+			w.preLines = &prefetchedLines{from: from, lines: got}
+			return err
+		})
+	}
 	if q, ok := reviewlog.ReviewQueryOf(ctx); ok {
 		// The reviews the section will read, after its locks: the
 		// caller's scope is held, so no other section changes them.
@@ -107,7 +116,7 @@ func (s *Store) LockedScopes(ctx context.Context, wait time.Duration, scopes []r
 			return err
 		}
 		// Read before this wait: read again when asked.
-		w.pre = nil
+		w.pre, w.preLines = nil, nil
 	}
 	w.lane = lane
 	if err := fn(w); err != nil {
@@ -158,6 +167,28 @@ type scopedWriter struct {
 	pre *prefetched
 	// preReviews are the reviews read with the locks (nil: none).
 	preReviews *prefetchedReviews
+	// preLines are the reservation lines read with the locks (nil: none).
+	preLines *prefetchedLines
+}
+
+// prefetchedLines are the reserved and released lines from offset from,
+// read in the round trip that took a scoped section's locks.
+type prefetchedLines struct {
+	from  int64
+	lines []reviewlog.IndexedLine
+}
+
+// ReservationLines gives the lines read with the locks when they start no
+// later than from, and reads them otherwise.
+func (w *scopedWriter) ReservationLines(ctx context.Context, from int64) ([]reviewlog.IndexedLine, error) {
+	if p := w.preLines; p != nil && p.from <= from {
+		i := 0
+		for i < len(p.lines) && p.lines[i].Off < from {
+			i++
+		}
+		return p.lines[i:], nil
+	}
+	return w.writer.ReservationLines(ctx, from)
 }
 
 // prefetchedReviews are the rows of q, read in the round trip that took a
