@@ -262,7 +262,32 @@ func Run(t *testing.T, factory Factory) {
 	t.Run("ForgedDecisionReadsUnverified", func(t *testing.T) { testForgedDecision(t, newFixture(t, factory)) })
 	t.Run("RejectionSurvivesAnEmptiedLog", func(t *testing.T) { testRejectionSurvives(t, newFixture(t, factory)) })
 	t.Run("ExactAcrossManyReplicas", func(t *testing.T) { testManyReplicas(t, newFixture(t, factory)) })
+	t.Run("TornTailRepaired", func(t *testing.T) { testTornTail(t, newFixture(t, factory)) })
 	runAdversary(t, factory)
+}
+
+// A log that ends in a line the log cannot read (a write cut short on a
+// volume; on a database, only a writer behind the guard's back leaves
+// one) is repaired by the next decision: its record follows a repair
+// record naming the line, and the log reads whole after it — a decision
+// that reads by index runs on the fold for it.
+func testTornTail(t *testing.T, f *fixture) {
+	ctx := t.Context()
+	if _, err := f.ask(ctx, f.log(0), "agent-1", 13, guard.Review); err != nil {
+		t.Fatal(err)
+	}
+	f.tamper.AppendLogLine(t, []byte(`{"type":"opened","review_id":"torn`))
+	out, err := f.ask(ctx, f.log(0), "agent-1", 14, guard.Review)
+	if err != nil || out.Kind != reviewlog.AskOpened {
+		t.Fatalf("the question after a torn tail: %+v %v, want a review opened", out, err)
+	}
+	all, err := f.log(0).List(ctx, true)
+	if err != nil || len(all) != 2 {
+		t.Fatalf("the log after the repair: %d reviews, %v; want both, read whole", len(all), err)
+	}
+	if again, err := f.ask(ctx, f.log(0), "agent-1", 14, guard.Review); err != nil || again.Kind != reviewlog.AskReused || again.Review.ID != out.Review.ID {
+		t.Fatalf("the question again: %+v %v, want the review reused", again, err)
+	}
 }
 
 // A decided line written behind the guard's back, with no reviewer's
