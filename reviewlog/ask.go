@@ -121,14 +121,14 @@ func (l *Log) Ask(ctx context.Context, req AskRequest, decide func(v *AskView) (
 	var out AskOutcome
 	if req.Reservations {
 		// The section's time is no earlier than now.
-		ctx = withReservationQuery(ctx, req.reservationQuery(l.now(), 0))
+		ctx = withMark(ctx, req.reservationQuery(l.now(), 0))
 	}
 	if _, ok := l.store.(ScopedStore); ok {
 		// A scoped section reads the reviews by index (ReviewIndex), with
 		// its locks where the store can.
-		ctx = withReviewQuery(ctx, req.reviewQuery(l.now(), l.ttl()))
+		ctx = withMark(ctx, req.reviewQuery(l.now(), l.ttl()))
 		if req.Reservations {
-			ctx = withLinesFrom(ctx, l.linesFrom())
+			ctx = withMark(ctx, linesFrom{l.linesFrom()})
 		}
 	}
 	err := l.transactAll(ctx, req.scopes(), func(g Writer, st *state, at time.Time) ([]record, error) {
@@ -311,27 +311,37 @@ func (a *AskView) ChainReviews(fn func(r Review, inLog bool) bool) error {
 	if err != nil {
 		return err
 	}
-	if a.st.rows != nil {
-		return a.indexedChainReviews(v, actions, fn)
+	ids := make([]string, 0, len(actions))
+	for _, act := range actions {
+		ids = append(ids, strings.TrimPrefix(act, "review:"))
 	}
-	for i := len(actions) - 1; i >= 0; i-- {
-		id := strings.TrimPrefix(actions[i], "review:")
+	find := func(id string) (*state, *entry, error) {
+		if e := a.st.byID[id]; e != nil {
+			return a.st, e, nil
+		}
+		// Archived: read from its archive, as the log held it.
+		ast, err := a.l.findArchived(v.ctx, v.r, id)
+		if err != nil || ast == nil {
+			return nil, nil, err
+		}
+		return ast, ast.byID[id], nil
+	}
+	if a.st.rows != nil {
+		if find, err = a.indexedFind(ids); err != nil {
+			return err
+		}
+	}
+	for i := len(ids) - 1; i >= 0; i-- {
+		id := ids[i]
 		// Whatever the log says of it (an edited caller or question) or
 		// whether it holds it at all, the server signed that this review
 		// asked this caller's question.
 		r := Review{ID: id, Status: Pending, Caller: caller, ParamsHash: a.req.ParamsHash,
 			Counterparty: q.Counterparty, Amount: q.Amount, Asset: q.Asset}
 		inLog := false
-		src, e := a.st, a.st.byID[id]
-		if e == nil {
-			// Archived: read from its archive, as the log held it.
-			ast, err := a.l.findArchived(v.ctx, v.r, id)
-			if err != nil {
-				return err
-			}
-			if ast != nil {
-				src, e = ast, ast.byID[id]
-			}
+		src, e, err := find(id)
+		if err != nil {
+			return err
 		}
 		if e != nil {
 			lr, err := src.review(e)
@@ -343,6 +353,9 @@ func (a *AskView) ChainReviews(fn func(r Review, inLog bool) bool) error {
 		vr, _, err := v.resolve(&r)
 		if err != nil {
 			return err
+		}
+		if a.st.rows != nil {
+			a.st.rows.mark(&vr, id)
 		}
 		if !fn(vr, inLog) {
 			return nil

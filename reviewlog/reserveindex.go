@@ -53,23 +53,28 @@ type ReservationQuery struct {
 	Before int64
 }
 
-type reservationQueryKey struct{}
+// markKey is the key of what a locked section is about to read, of type
+// T, that a store may read in the round trip that takes its locks.
+type markKey[T any] struct{}
 
-// withReservationQuery marks ctx with the reservations a locked section
-// is about to read (Since: no later than the section's time; Before not
-// set), so that a store that indexes them may read them in the round
-// trip that takes its locks.
-func withReservationQuery(ctx context.Context, q ReservationQuery) context.Context {
-	return context.WithValue(ctx, reservationQueryKey{}, q)
+// withMark marks ctx with v (ReservationQuery, ReviewQuery, linesFrom).
+func withMark[T any](ctx context.Context, v T) context.Context {
+	return context.WithValue(ctx, markKey[T]{}, v)
 }
 
-// ReservationQueryOf is the query ctx was marked with (ok: one was). A
-// store that reads it with its locks gives those rows to
-// IndexedReservations when asked the same query of a time no earlier
-// (Covers); their lines are read as any others.
+// markOf is what ctx was marked with (ok: it was).
+func markOf[T any](ctx context.Context) (T, bool) {
+	v, ok := ctx.Value(markKey[T]{}).(T)
+	return v, ok
+}
+
+// ReservationQueryOf is the reservations ctx says a locked section is
+// about to read (Since: no later than the section's time; Before not
+// set; ok: it says). A store that reads them with its locks gives those
+// rows to IndexedReservations when asked the same query of a time no
+// earlier (Covers); their lines are read as any others.
 func ReservationQueryOf(ctx context.Context) (ReservationQuery, bool) {
-	q, ok := ctx.Value(reservationQueryKey{}).(ReservationQuery)
-	return q, ok
+	return markOf[ReservationQuery](ctx)
 }
 
 // Covers says whether the rows read for p hold every row q names: the
@@ -294,34 +299,30 @@ func sameTime(row, line string) bool {
 	return err1 == nil && err2 == nil && rt.Equal(lt)
 }
 
-// ReservationLines is a Writer (or a Reader) that gives the log's
-// reserved and released lines from an offset on, without the rest (the
-// PostgreSQL store, by each line's kind). A lane keeps the reservation
-// records of those lines as the fold would, reading only what was
-// appended since it last read: the check that every record bearing on a
-// question has its row (indexedView) and that every signed allow has a
-// record (checkHeld) then needs no fold of the log. A line it does not
-// give (its kind edited) leaves its allow without a record: a problem,
-// never an allow.
+// ReservationLines is a Writer (or a Reader) that gives the log's lines
+// from an offset on as rows (the PostgreSQL store), in the round trip of
+// a section's locks. A lane keeps the reservation records of the reserved
+// and released lines among them as the fold would, reading only what was
+// appended since it last read and keeping nothing of the reviews' lines:
+// the check that every record bearing on a question has its row
+// (indexedView) and that every signed allow has a record (checkHeld) then
+// needs no fold of the log. Each line is read for what it says; no
+// column beside it is trusted to tell its kind.
 type ReservationLines interface {
 	ReservationLines(ctx context.Context, from int64) ([]IndexedLine, error)
 }
 
-type linesFromKey struct{}
+// linesFrom is the offset a locked section reads the log's lines from
+// (withMark).
+type linesFrom struct{ off int64 }
 
-// withLinesFrom marks ctx with the offset a locked section reads the
-// reserved and released lines from, so that a store may read them in the
-// round trip that takes its locks.
-func withLinesFrom(ctx context.Context, from int64) context.Context {
-	return context.WithValue(ctx, linesFromKey{}, from)
-}
-
-// LinesFromOf is the offset ctx was marked with (ok: one was). A store
-// that reads the lines from it with its locks gives them to
-// ReservationLines when asked from an offset no earlier.
+// LinesFromOf is the offset ctx says a locked section reads the log's
+// lines from, for its reservation records (ok: it says). A store that reads the lines
+// from it with its locks gives them to ReservationLines when asked from
+// an offset no earlier.
 func LinesFromOf(ctx context.Context) (int64, bool) {
-	from, ok := ctx.Value(linesFromKey{}).(int64)
-	return from, ok
+	from, ok := markOf[linesFrom](ctx)
+	return from.off, ok
 }
 
 // laneReservations is a lane's reservation records, read from the log's

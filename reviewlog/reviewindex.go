@@ -53,21 +53,11 @@ func notInStrings(list, set []string) []string {
 	return out
 }
 
-type reviewQueryKey struct{}
-
-// withReviewQuery marks ctx with the reviews a locked section is about to
-// read, so that a store that indexes them may read them in the round trip
-// that takes its locks.
-func withReviewQuery(ctx context.Context, q ReviewQuery) context.Context {
-	return context.WithValue(ctx, reviewQueryKey{}, q)
-}
-
-// ReviewQueryOf is the query ctx was marked with (ok: one was). A store
-// that reads it with its locks gives those rows to IndexedReviews when
-// asked a query they cover.
+// ReviewQueryOf is the reviews ctx says a locked section is about to
+// read (ok: it says). A store that reads them with its locks gives those
+// rows to IndexedReviews when asked a query they cover.
 func ReviewQueryOf(ctx context.Context) (ReviewQuery, bool) {
-	q, ok := ctx.Value(reviewQueryKey{}).(ReviewQuery)
-	return q, ok
+	return markOf[ReviewQuery](ctx)
 }
 
 // LinePlace is where a line of the review log or of an archive is.
@@ -391,14 +381,10 @@ func (a *AskView) indexedReviews() ([]Review, error) {
 	return out, nil
 }
 
-// indexedChainReviews is ChainReviews read by index: the reviews the
-// chains name are read by their rows (those the first read did not give,
-// in one more statement); one no row gives is what the receipts say.
-func (a *AskView) indexedChainReviews(v *verifier, actions []string, fn func(r Review, inLog bool) bool) error {
-	ids := make([]string, 0, len(actions))
-	for _, act := range actions {
-		ids = append(ids, strings.TrimPrefix(act, "review:"))
-	}
+// indexedFind finds the reviews the chains name (ids) by their rows: those
+// the first read did not give are read by id, in one statement more, only
+// then. A review no row gives is not found.
+func (a *AskView) indexedFind(ids []string) (func(id string) (*state, *entry, error), error) {
 	var missing []string
 	for _, id := range ids {
 		if !a.st.rows.has(id) && !slices.Contains(missing, id) {
@@ -408,36 +394,19 @@ func (a *AskView) indexedChainReviews(v *verifier, actions []string, fn func(r R
 	if len(missing) > 0 {
 		ix, ok := a.g.(ReviewIndex)
 		if !ok {
-			return errWiden
+			return nil, errWiden
 		}
 		more, err := ix.IndexedReviews(a.ctx, ReviewQuery{IDs: missing})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		a.st.rows = a.st.rows.add(more)
 	}
 	x := a.st.rows
-	caller, q := a.req.Caller, a.req.Question
-	for i := len(ids) - 1; i >= 0; i-- {
-		id := ids[i]
-		r := Review{ID: id, Status: Pending, Caller: caller, ParamsHash: a.req.ParamsHash,
-			Counterparty: q.Counterparty, Amount: q.Amount, Asset: q.Asset}
-		inLog := false
-		if e := x.st.byID[id]; e != nil && x.has(id) {
-			lr, err := x.st.review(e)
-			if err != nil {
-				return err
-			}
-			r, inLog = lr, true
+	return func(id string) (*state, *entry, error) {
+		if !x.has(id) {
+			return nil, nil, nil
 		}
-		vr, _, err := v.resolve(&r)
-		if err != nil {
-			return err
-		}
-		x.mark(&vr, id)
-		if !fn(vr, inLog) {
-			return nil
-		}
-	}
-	return nil
+		return x.st, x.st.byID[id], nil
+	}, nil
 }

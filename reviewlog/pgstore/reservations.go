@@ -224,9 +224,10 @@ func indexedQuery(q reviewlog.ReservationQuery) (string, []any) {
 		ORDER BY r.off`, args
 }
 
-// reservationLinesSQL reads the review log's reserved and released lines
-// from an offset on, by the log's primary key and each line's kind.
-const reservationLinesSQL = `SELECT off, line FROM review_lines WHERE stream = '` + logStream + `' AND off >= $1 AND kind IN ('reserved', 'released') ORDER BY off`
+// reservationLinesSQL reads the review log's lines from an offset on, by
+// the log's primary key; the log picks the reserved and released ones by
+// what each line says (a line's kind column is not trusted to).
+const reservationLinesSQL = `SELECT off, line FROM review_lines WHERE stream = '` + logStream + `' AND off >= $1 ORDER BY off`
 
 // collectLines reads the rows of reservationLinesSQL.
 func collectLines(rows pgx.Rows) ([]reviewlog.IndexedLine, error) {
@@ -237,8 +238,8 @@ func collectLines(rows pgx.Rows) ([]reviewlog.IndexedLine, error) {
 	})
 }
 
-// ReservationLines reads the log's reserved and released lines from
-// offset from on, in one statement.
+// ReservationLines reads the log's lines from offset from on, in one
+// statement.
 func (r *reader) ReservationLines(ctx context.Context, from int64) ([]reviewlog.IndexedLine, error) {
 	rows, err := r.q.Query(ctx, reservationLinesSQL, from)
 	if err != nil {
