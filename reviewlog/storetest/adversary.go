@@ -365,6 +365,40 @@ func testEditedRows(t *testing.T, f *fixture) {
 		t.Fatalf("the rejected question after its row was deleted: %+v %v, want the rejection to hold", again, err)
 	}
 	testEditedApprovalRows(t, f, rt)
+	testErasedUse(t, f, rt)
+}
+
+// An approval is used once even where a database writer erases every
+// unsigned trace of its use — the row's use, the used line's index
+// columns and the review_uses row the database refuses a second use by:
+// the server's receipt of the use is signed, and a decision reads it
+// through the receipts' index.
+func testErasedUse(t *testing.T, f *fixture, rt RowsTamperer) {
+	ctx := t.Context()
+	l := f.log(0)
+	out, err := f.ask(ctx, l, "agent-3", 90, guard.Review)
+	if err != nil || out.Kind != reviewlog.AskOpened {
+		t.Fatalf("open: %+v %v", out, err)
+	}
+	if _, err := f.decide(ctx, l, out.Review.ID, reviewlog.Approved); err != nil {
+		t.Fatal(err)
+	}
+	if used, err := f.ask(ctx, l, "agent-3", 90, guard.Review); err != nil || used.Kind != reviewlog.AskApproved {
+		t.Fatalf("the approval's first use: %+v %v", used, err)
+	}
+	for _, sql := range []string{
+		`UPDATE reviews SET used_at = NULL, used_stream = NULL, used_off = NULL WHERE review_id = $1 AND $2 <> ''`,
+		`DELETE FROM review_uses WHERE review_id = $1 AND $2 <> ''`,
+		`UPDATE review_lines SET review_id = NULL, kind = NULL WHERE review_id = $1 AND kind = 'used' AND $2 <> ''`,
+	} {
+		rt.EditRows(t, sql, out.Review.ID, "-")
+	}
+	for _, l := range []*reviewlog.Log{l, f.log(0)} {
+		got, err := f.ask(ctx, l, "agent-3", 90, guard.Review)
+		if err != nil || got.Kind == reviewlog.AskApproved || got.Kind == reviewlog.AskPlain {
+			t.Fatalf("the approved question after its use was erased from the rows: %+v %v, want a review, never a second use", got, err)
+		}
+	}
 }
 
 // Each edit of the row of a trusted, unused approval — the one review
