@@ -35,9 +35,7 @@ import (
 // decision sends to the database, and the CPU time of this process (the
 // engines and the load; PostgreSQL's is not in it) per decision.
 func BenchmarkPostgresCheck(b *testing.B) {
-	if os.Getenv(pgtest.Env) == "" {
-		b.Skip("HAIA_TEST_POSTGRES is not set")
-	}
+	pgtest.DSN(b) // skips, saying why, without a PostgreSQL server
 	for _, handles := range []int{1, 3} {
 		for _, shape := range []string{"distinct", "shared"} {
 			for _, reads := range []string{"fold", "index"} {

@@ -2,13 +2,13 @@ package engine
 
 import (
 	"context"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/pgtest"
 )
 
 // On PostgreSQL a decision finds the reservations of its scopes by the
@@ -16,9 +16,7 @@ import (
 // never a record. Whoever writes the database and edits, deletes, moves or
 // invents rows gets review, never an allow the lines would not give.
 func TestReservationRowsAreAnIndex(t *testing.T) {
-	if !slices.Contains(stores(t), pgKind) {
-		t.Skip("HAIA_TEST_POSTGRES is not set")
-	}
+	pgtest.DSN(t) // skips, saying why, without a PostgreSQL server
 	for _, tc := range []struct {
 		name string
 		sql  string
@@ -76,9 +74,7 @@ func TestReservationRowsAreAnIndex(t *testing.T) {
 // reserved line whose kind column is edited away is read all the same,
 // and with its row deleted the answer is review.
 func TestReservationLinesReadWhateverTheirKind(t *testing.T) {
-	if !slices.Contains(stores(t), pgKind) {
-		t.Skip("HAIA_TEST_POSTGRES is not set")
-	}
+	pgtest.DSN(t) // skips, saying why, without a PostgreSQL server
 	f := newFleet(t, pgKind, 2, `{"reviewAbove": "1000", "perCounterpartyLimit": {"amount": "5.00"}}`)
 	if a := check(t, f.engines[0], "bot", Question{Counterparty: sellerA, Amount: "4.00"}); a.Decision != guard.Allow {
 		t.Fatalf("first: %+v", a)

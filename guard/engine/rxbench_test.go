@@ -5,7 +5,6 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -30,9 +29,7 @@ import (
 // It reports the timed decision's statements and round trips and its
 // wall time (ns/op).
 func BenchmarkPostgresFleetAppends(b *testing.B) {
-	if os.Getenv(pgtest.Env) == "" {
-		b.Skip("HAIA_TEST_POSTGRES is not set")
-	}
+	pgtest.DSN(b) // skips, saying why, without a PostgreSQL server
 	for _, n := range []int{10, 1000} {
 		for _, reads := range []string{"fold", "index"} {
 			b.Run(fmt.Sprintf("appended=%d/reads=%s", n, reads), func(b *testing.B) {
