@@ -5,6 +5,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/ledger"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
 
@@ -62,6 +63,8 @@ type Reader interface {
 	// Policy is the policy in effect, as the last server to start (or
 	// reload) recorded it; ok is false when none has.
 	Policy(ctx context.Context) (rec PolicyRecord, ok bool, err error)
+	// Ledger reads the spend ledger's lanes (package ledger).
+	Ledger() ledger.Reader
 }
 
 // Writer is a Reader inside the write lock, that can also append.
@@ -83,6 +86,11 @@ type Writer interface {
 	ReplaceLog(ctx context.Context, name string, archived, kept []byte) error
 	// SetPolicy records the policy in effect, replacing the last record.
 	SetPolicy(ctx context.Context, rec PolicyRecord) error
+	// LedgerAppender appends to the spend ledger, on the lane this section
+	// holds, in the section's commit: on the file store it is written and
+	// synced at once (before the receipt it stands for) and cut off again
+	// if the section fails.
+	LedgerAppender() ledger.Appender
 }
 
 // Stream is one append-only stream of lines, read at byte offsets.

@@ -86,7 +86,15 @@ func (s *Store) Locked(ctx context.Context, wait time.Duration, fn func(w review
 		return fmt.Errorf("open the review log: %w", err)
 	}
 	defer f.Close()
-	return fn(&fileWriter{fileReader{s: s, g: g, log: f}})
+	w := &fileWriter{fileReader: fileReader{s: s, g: g, log: f}, ledgerEnd: -1}
+	err = fn(w)
+	if err != nil {
+		// Nothing of a failed section counts: its ledger entries go too
+		// (a crash instead leaves them, counted, never a receipt without
+		// its entry).
+		w.undoLedger()
+	}
+	return err
 }
 
 // Ready checks, without writing, that the log can be appended to: guard/
@@ -205,7 +213,12 @@ func (r *fileReader) Archive(ctx context.Context, name string) (reviewlog.Stream
 	return newFileStream(f, true)
 }
 
-type fileWriter struct{ fileReader }
+type fileWriter struct {
+	fileReader
+	// ledgerEnd is where the ledger ended before this section appended
+	// to it (-1: it did not).
+	ledgerEnd int64
+}
 
 func (w *fileWriter) AppendLog(ctx context.Context, data []byte) error {
 	// One write of whole lines: a reader never sees half of it except as

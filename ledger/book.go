@@ -1,0 +1,435 @@
+package ledger
+
+import (
+	"fmt"
+	"math/big"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Scopes an entry is summed under (Tally's scope argument). A scope with a
+// value is its name, a colon and the value.
+const (
+	ScopeAll        = "all"
+	ScopePayTo      = "pay_to:"
+	ScopeHost       = "host:"
+	ScopeHostPayTo  = "host+pay_to:" // host, a space, the address
+	ScopeResource   = "resource:"
+	ScopeNoPayTo    = "no_pay_to"
+	ScopeNoHost     = "no_host"
+	ScopeNoResource = "no_resource"
+	ScopeAnyHost    = "any_host" // every entry that names a host
+)
+
+// Book is one process's verified reading of the ledger. It takes each
+// lane's lines in order, checks each one's seal and link once, and keeps
+// what still counts summed by scope. Anything that does not verify — a
+// line not sealed by this server, a link that does not hold, a gap, an
+// approval used twice — is a finding; a Book with findings cannot say what
+// is committed, and a decision that reads it must not allow.
+//
+// A Book is safe for concurrent use.
+type Book struct {
+	key    []byte
+	tenant string
+
+	mu        sync.Mutex
+	heads     [Lanes]head
+	byReceipt map[string]*rec
+	groups    map[groupKey]*series
+	byScope   map[string][]*series
+	used      map[string]*rec
+	findings  []string
+	// horizon is the longest window a question reads: entries that can no
+	// longer count in it are let go.
+	horizon time.Duration
+	// matched is the Trace's payments the Book last matched, by terms.
+	byTerms   map[string][]*rec
+	payIdx    map[string][]time.Time
+	shownSet  map[*rec]bool
+	matchedFP string
+	applied   int64
+}
+
+type head struct {
+	seq  int64 // the next entry's seq
+	off  int64 // the next entry's byte offset
+	hash string
+}
+
+type groupKey struct {
+	scope string
+	asset string
+	dur   time.Duration
+}
+
+// rec is one commitment the Book holds.
+type rec struct {
+	e         Entry
+	at, until time.Time
+	atomic    *big.Int
+	shown     bool // the Trace shows its payment
+	released  bool
+	series    []*series
+}
+
+func (r *rec) counts() bool { return !r.shown && !r.released }
+
+func (r *rec) weight() int64 {
+	if r.counts() {
+		return 1
+	}
+	return 0
+}
+
+func (r *rec) openWeight() int64 {
+	if r.counts() && r.e.Open {
+		return 1
+	}
+	return 0
+}
+
+func (r *rec) amount() *big.Int {
+	if r.counts() {
+		return r.atomic
+	}
+	return new(big.Int)
+}
+
+// NewBook is an empty reading of the ledger of tenant's store, whose seals
+// verify under key. horizon is the longest window a question reads.
+func NewBook(key []byte, tenant string, horizon time.Duration) *Book {
+	return &Book{key: key, tenant: tenant, horizon: horizon, byReceipt: map[string]*rec{}, groups: map[groupKey]*series{},
+		byScope: map[string][]*series{}, used: map[string]*rec{},
+		byTerms: map[string][]*rec{}, shownSet: map[*rec]bool{}}
+}
+
+// SetHorizon changes the longest window kept (a new policy).
+func (b *Book) SetHorizon(h time.Duration) {
+	b.mu.Lock()
+	if h > b.horizon {
+		b.horizon = h
+	}
+	b.mu.Unlock()
+}
+
+// Heads is where every lane's next entry goes: the positions to read the
+// ledger from.
+func (b *Book) Heads() []Pos {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]Pos, Lanes)
+	for i, h := range b.heads {
+		out[i] = Pos{Lane: i, Seq: h.seq, Off: h.off}
+	}
+	return out
+}
+
+// Next is where the next entry of lane goes, and the hash it links to.
+func (b *Book) Next(lane int) (Pos, string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	h := b.heads[lane]
+	return Pos{Lane: lane, Seq: h.seq, Off: h.off}, h.hash
+}
+
+// Findings is what did not verify, in the order found.
+func (b *Book) Findings() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.findings...)
+}
+
+// Applied is how many entries the Book has taken in.
+func (b *Book) Applied() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.applied
+}
+
+func (b *Book) finding(format string, a ...any) {
+	b.findings = append(b.findings, fmt.Sprintf(format, a...))
+}
+
+// Apply takes in lines read from the store, each lane in order. Lines
+// before a lane's head were taken in already (by another section of this
+// process) and are skipped; a line past it is a gap. It returns the
+// findings it added.
+func (b *Book) Apply(raws []Raw) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	before := len(b.findings)
+	for _, r := range raws {
+		b.apply(r)
+	}
+	return append([]string(nil), b.findings[before:]...)
+}
+
+func (b *Book) apply(r Raw) {
+	if r.Lane < 0 || r.Lane >= Lanes {
+		b.finding("a ledger line of lane %d, which no ledger has", r.Lane)
+		return
+	}
+	h := &b.heads[r.Lane]
+	if r.Line == nil {
+		if r.Seq < h.seq {
+			b.finding("ledger lane %d now ends before entry %d, which was read before: entries were removed from its end", r.Lane, h.seq-1)
+		}
+		return
+	}
+	switch {
+	case r.Seq < h.seq:
+		return
+	case r.Seq > h.seq:
+		b.finding("ledger lane %d goes from entry %d to entry %d: entries are missing (removed or renumbered)", r.Lane, h.seq-1, r.Seq)
+		// Read on from here: what follows is still what it says, and is
+		// counted; the gap stays a finding.
+	}
+	e, err := Parse(r.Line, b.key)
+	if err != nil {
+		b.finding("ledger lane %d, entry %d: %v", r.Lane, r.Seq, err)
+		h.seq, h.off, h.hash = r.Seq+1, r.Off+int64(len(r.Line))+1, Hash(r.Line)
+		return
+	}
+	switch {
+	case e.Lane != r.Lane || e.Seq != r.Seq:
+		b.finding("ledger lane %d, entry %d: the sealed entry says lane %d, entry %d (moved or renumbered)", r.Lane, r.Seq, e.Lane, e.Seq)
+	case r.Seq == h.seq && e.Prev != h.hash && !(h.seq == 0 && e.Prev == ""):
+		b.finding("ledger lane %d, entry %d does not link to the entry before it (an entry removed, replaced or reordered)", r.Lane, r.Seq)
+	case e.Tenant != b.tenant:
+		b.finding("ledger lane %d, entry %d was written for tenant %q, not this store's %q (moved between tenants' stores)", r.Lane, r.Seq, clip(e.Tenant), b.tenant)
+	}
+	h.seq, h.off, h.hash = r.Seq+1, r.Off+int64(len(r.Line))+1, Hash(r.Line)
+	b.applied++
+	b.take(e)
+}
+
+// take counts a verified entry.
+func (b *Book) take(e Entry) {
+	if e.Kind == KindRelease {
+		t, ok := b.byReceipt[e.Target]
+		switch {
+		case !ok:
+			// The entry it releases is not held: too old to count, or not
+			// read yet (never: a release follows its entry in time).
+		case t.e.Kind == KindAuthorization && e.Outcome != OutcomeUnused:
+			b.finding("a release of the authorization of receipt %s gives outcome %q; only an authorization known unused is released", e.Target, e.Outcome)
+		case t.e.Caller != e.Caller:
+			b.finding("a release of receipt %s names caller %q, not the commitment's", e.Target, clip(e.Caller))
+		case !t.released:
+			b.setCounts(t, func() { t.released = true })
+		}
+		return
+	}
+	if old, dup := b.byReceipt[e.Receipt]; dup {
+		b.finding("receipt %s has two ledger entries (lane %d entry %d, lane %d entry %d): a replay", e.Receipt, old.e.Lane, old.e.Seq, e.Lane, e.Seq)
+		return
+	}
+	at, _ := ParseTime(e.At)
+	var until time.Time
+	if e.Until != "" {
+		until, _ = ParseTime(e.Until)
+	}
+	a, _ := new(big.Int).SetString(e.Atomic, 10)
+	r := &rec{e: e, at: at, until: until, atomic: a}
+	b.byReceipt[e.Receipt] = r
+	if e.Review != "" {
+		if first, ok := b.used[e.Review]; ok {
+			b.finding("the approval of review %s was used twice (receipts %s and %s)", e.Review, first.e.Receipt, e.Receipt)
+		} else {
+			b.used[e.Review] = r
+		}
+	}
+	dur := time.Duration(-1)
+	if !until.IsZero() {
+		dur = until.Sub(at)
+	}
+	for _, sc := range scopesOf(&e) {
+		k := groupKey{scope: sc, asset: e.Asset, dur: dur}
+		s, ok := b.groups[k]
+		if !ok {
+			s = &series{dur: dur}
+			b.groups[k] = s
+			b.byScope[sc] = append(b.byScope[sc], s)
+		}
+		s.add(r)
+		r.series = append(r.series, s)
+	}
+	b.matchNew(r)
+}
+
+// scopesOf is every scope an entry is summed under.
+func scopesOf(e *Entry) []string {
+	out := make([]string, 0, 6)
+	out = append(out, ScopeAll)
+	if e.PayTo != "" {
+		out = append(out, ScopePayTo+e.PayTo)
+	} else {
+		out = append(out, ScopeNoPayTo)
+	}
+	if e.Host != "" {
+		out = append(out, ScopeHost+e.Host, ScopeAnyHost)
+		if e.PayTo != "" {
+			out = append(out, ScopeHostPayTo+e.Host+" "+e.PayTo)
+		}
+	} else {
+		out = append(out, ScopeNoHost)
+	}
+	if e.Resource != "" {
+		out = append(out, ScopeResource+e.Resource)
+	} else {
+		out = append(out, ScopeNoResource)
+	}
+	return out
+}
+
+// setCounts applies change to r and moves its weight in every series.
+func (b *Book) setCounts(r *rec, change func()) {
+	before := r.counts()
+	change()
+	after := r.counts()
+	for _, s := range r.series {
+		s.set(r, before, after)
+	}
+}
+
+// Used says which commitment used the approval of a review, if one did.
+func (b *Book) Used(review string) (receipt string, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r, ok := b.used[review]
+	if !ok {
+		return "", false
+	}
+	return r.e.Receipt, true
+}
+
+// Has says whether the Book holds the commitment of a receipt (a release
+// of it included: it is then not counting).
+func (b *Book) Has(receipt string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.byReceipt[receipt]
+	return ok
+}
+
+// Get is the entry of a receipt's commitment, and whether it still counts
+// (not shown by the Trace, not released).
+func (b *Book) Get(receipt string) (e Entry, counting, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r, ok := b.byReceipt[receipt]
+	if !ok {
+		return Entry{}, false, false
+	}
+	return r.e, r.counts(), true
+}
+
+// Tally is what one scope's commitments add up to in a window.
+type Tally struct {
+	// Count is how many count in the window, every asset; Atomic is the sum
+	// of those in the asked asset, Other how many are in another asset.
+	Count  int
+	Atomic *big.Int
+	Other  int
+	// Open is how many count as payments open to their payee.
+	Open int
+	// Refs are the newest of them (receipt ids), at most the number asked.
+	Refs []string
+}
+
+type tally struct {
+	count, open int
+	sum         *big.Int
+	refs        []*rec
+}
+
+// Tally sums the commitments of a scope made at or after from that still
+// count at now (a zero from: every one that counts at now).
+func (b *Book) Tally(scope, asset string, from, now time.Time, refs int) Tally {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := Tally{Atomic: new(big.Int)}
+	var newest []*rec
+	for _, s := range b.byScope[scope] {
+		var t tally
+		t.sum = new(big.Int)
+		s.window(from, now, refs, &t)
+		out.Count += t.count
+		out.Open += t.open
+		if s.recs == nil || len(s.recs) == 0 {
+			continue
+		}
+		if s.recs[0].e.Asset == asset {
+			out.Atomic.Add(out.Atomic, t.sum)
+		} else {
+			out.Other += t.count
+		}
+		newest = append(newest, t.refs...)
+	}
+	sort.Slice(newest, func(i, j int) bool { return newest[i].at.After(newest[j].at) })
+	for i := 0; i < len(newest) && i < refs; i++ {
+		out.Refs = append(out.Refs, newest[i].e.Receipt)
+	}
+	return out
+}
+
+// Live lists the commitments that count at now, oldest first.
+func (b *Book) Live(now time.Time) []Entry {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []Entry
+	for _, r := range b.byReceipt {
+		if r.counts() && (r.until.IsZero() || now.Before(r.until)) {
+			out = append(out, r.e)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].At != out[j].At {
+			return out[i].At < out[j].At
+		}
+		return out[i].Receipt < out[j].Receipt
+	})
+	return out
+}
+
+// Prune lets go of what can no longer count at now in any window the
+// Book keeps. Approvals used are remembered whatever their age.
+func (b *Book) Prune(now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, s := range b.groups {
+		s.prune(now, b.horizon)
+	}
+	cut := now.Add(-b.horizon)
+	for id, r := range b.byReceipt {
+		if r.at.Before(cut) && !r.until.IsZero() && r.until.Before(now) && !stillHeld(r) {
+			delete(b.byReceipt, id)
+			b.dropTerms(r)
+		}
+	}
+}
+
+func stillHeld(r *rec) bool {
+	for _, s := range r.series {
+		if s.index(r) >= 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Describe summarises the Book for logs and status.
+func (b *Book) Describe() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var lanes []string
+	for i, h := range b.heads {
+		if h.seq > 0 {
+			lanes = append(lanes, fmt.Sprintf("lane %d: %d", i, h.seq))
+		}
+	}
+	return fmt.Sprintf("%d entries read (%s), %d findings", b.applied, strings.Join(lanes, ", "), len(b.findings))
+}

@@ -1,0 +1,294 @@
+// Package ledger is the guard's spend ledger: every commitment the guard
+// made (an allow it gave, an approval it used, an authorization it signed, a
+// paying call it forwarded) is an entry, sealed with the server's key and
+// linked to the entry before it in its lane, so that none can be hidden,
+// reordered, renumbered, altered or replayed without the next reader
+// seeing it.
+//
+// A Book is one process's verified reading of the ledger: it reads each
+// entry once, checks its seal and its link, and keeps running totals by
+// scope (payee, host, resource, the tenant) and window, so that a decision
+// reads what is committed without walking the entries. The store keeps the
+// lines (reviewlog/filestore: guard/ledger.ndjson; reviewlog/pgstore: the
+// ledger_entries table), the engine (guard/engine) decides what to append.
+package ledger
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/big"
+	"strconv"
+	"time"
+)
+
+// Entry kinds.
+const (
+	// KindHold is a check_before_pay allow (an approval used included): it
+	// counts as a payment from At until Until (reservationMinutes later),
+	// unless the Trace shows the payment first or a release lets it go.
+	KindHold = "hold"
+	// KindSpend is a paying call the guard proxy forwarded: once the
+	// upstream ran it, it is spend, and counts for the whole of the
+	// longest window of the policy (Until), unless the Trace shows it or a
+	// release says the upstream refused it before running.
+	KindSpend = "spend"
+	// KindAuthorization is an x402 authorization the server signed: it
+	// counts as spend, and as a payment open to its payee, until Until,
+	// unless the Trace shows it.
+	KindAuthorization = "authorization"
+	// KindRelease lets go of an earlier entry (Target): the payment is
+	// known not to have happened.
+	KindRelease = "release"
+)
+
+// Outcomes a release gives.
+const (
+	// OutcomeNotRun: the upstream refused the call before running it.
+	OutcomeNotRun = "not_run"
+	// OutcomeUnused: an authorization whose validBefore passed and whose
+	// nonce the asset contract says was never used.
+	OutcomeUnused = "authorization_unused"
+	// OutcomeRefused: the seller refused the payment (a 402 again, or an
+	// error that proves nothing was charged).
+	OutcomeRefused = "refused"
+)
+
+// Version is the entry format this package writes and reads.
+const Version = 1
+
+// sealLabel domain-separates the ledger's seals from the server's other
+// HMACs under the same key.
+const sealLabel = "haia-trace-mcp/ledger/v1\x00"
+
+// MaxLine bounds one entry line; a longer line is not an entry.
+const MaxLine = 16 << 10
+
+// Entry is one line of the ledger.
+type Entry struct {
+	V int `json:"v"`
+	// Lane and Seq place the entry: Seq counts from 0 within its lane,
+	// without a gap.
+	Lane int   `json:"lane"`
+	Seq  int64 `json:"seq"`
+	// Prev is the SHA-256 (hex) of the lane's previous line, "" for seq 0.
+	Prev string `json:"prev"`
+	Kind string `json:"kind"`
+	// At is when it was committed; Until is when it stops counting on its
+	// own (RFC 3339, UTC, milliseconds).
+	At    string `json:"at"`
+	Until string `json:"until,omitempty"`
+	// Receipt is the signed decision receipt the commitment stands for
+	// (for a release: the receipt of the outcome, if any).
+	Receipt string `json:"receipt"`
+	// Caller asked; Tenant is the store's tenant it was written for.
+	Caller string `json:"caller"`
+	Tenant string `json:"tenant,omitempty"`
+	// PayTo (canonical address), Host (canonical host) and Resource
+	// (canonical URL): whom it pays, for what.
+	PayTo    string `json:"pay_to,omitempty"`
+	Host     string `json:"host,omitempty"`
+	Resource string `json:"resource,omitempty"`
+	// Atomic is the amount in atomic units (decimal digits) of Asset.
+	Atomic string `json:"atomic,omitempty"`
+	Asset  string `json:"asset,omitempty"`
+	// Open: it counts as a payment open (paid, not settled) to its payee.
+	Open bool `json:"open,omitempty"`
+	// Review names the review whose approval this commitment used.
+	Review string `json:"review,omitempty"`
+	// Nonce and ValidBefore are an authorization's EIP-3009 nonce and
+	// expiry, when known.
+	Nonce       string `json:"nonce,omitempty"`
+	ValidBefore string `json:"valid_before,omitempty"`
+	// Target is the receipt of the entry a release lets go; Outcome says
+	// why.
+	Target  string `json:"target,omitempty"`
+	Outcome string `json:"outcome,omitempty"`
+	// MAC seals every byte of the line before it with the server's key.
+	MAC string `json:"mac"`
+}
+
+// body is the entry without its seal, in the order lines are written.
+type body struct {
+	V           int    `json:"v"`
+	Lane        int    `json:"lane"`
+	Seq         int64  `json:"seq"`
+	Prev        string `json:"prev"`
+	Kind        string `json:"kind"`
+	At          string `json:"at"`
+	Until       string `json:"until,omitempty"`
+	Receipt     string `json:"receipt"`
+	Caller      string `json:"caller"`
+	Tenant      string `json:"tenant,omitempty"`
+	PayTo       string `json:"pay_to,omitempty"`
+	Host        string `json:"host,omitempty"`
+	Resource    string `json:"resource,omitempty"`
+	Atomic      string `json:"atomic,omitempty"`
+	Asset       string `json:"asset,omitempty"`
+	Open        bool   `json:"open,omitempty"`
+	Review      string `json:"review,omitempty"`
+	Nonce       string `json:"nonce,omitempty"`
+	ValidBefore string `json:"valid_before,omitempty"`
+	Target      string `json:"target,omitempty"`
+	Outcome     string `json:"outcome,omitempty"`
+}
+
+func (e *Entry) body() body {
+	return body{e.V, e.Lane, e.Seq, e.Prev, e.Kind, e.At, e.Until, e.Receipt, e.Caller, e.Tenant, e.PayTo, e.Host,
+		e.Resource, e.Atomic, e.Asset, e.Open, e.Review, e.Nonce, e.ValidBefore, e.Target, e.Outcome}
+}
+
+// prefix is the line up to its seal: the body's JSON without its closing
+// brace, then the mac member's name.
+func (e *Entry) prefix() ([]byte, error) {
+	b, err := json.Marshal(e.body())
+	if err != nil {
+		return nil, err
+	}
+	b = b[:len(b)-1]
+	return append(b, `,"mac":"`...), nil
+}
+
+func seal(key, prefix []byte) string {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(sealLabel))
+	m.Write(prefix)
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// Seal checks e, fills in its MAC under key and returns its line (without a
+// newline). V is set to Version.
+func (e *Entry) Seal(key []byte) ([]byte, error) {
+	if len(key) == 0 {
+		return nil, errors.New("ledger: no key to seal with")
+	}
+	e.V = Version
+	if err := e.check(); err != nil {
+		return nil, err
+	}
+	p, err := e.prefix()
+	if err != nil {
+		return nil, err
+	}
+	e.MAC = seal(key, p)
+	line := append(append(p, e.MAC...), `"}`...)
+	if len(line) > MaxLine {
+		return nil, fmt.Errorf("ledger: entry of receipt %s is %d bytes, more than %d", e.Receipt, len(line), MaxLine)
+	}
+	return line, nil
+}
+
+// ErrNotSealed is a line whose seal does not verify under the server's key:
+// written, or altered, by someone who does not hold it.
+var ErrNotSealed = errors.New("not sealed by this server's key")
+
+// Parse reads one line (without its newline) as an entry and verifies its
+// seal under key. The line must be exactly as Seal writes it: the same
+// members, in the same order and spelling, each once, with no other bytes,
+// so that every reader reads it one way.
+func Parse(line []byte, key []byte) (Entry, error) {
+	var e Entry
+	if len(line) > MaxLine {
+		return e, fmt.Errorf("a line of %d bytes, more than %d", len(line), MaxLine)
+	}
+	if err := json.Unmarshal(line, &e); err != nil {
+		return e, fmt.Errorf("not an entry: %w", err)
+	}
+	if e.V != Version {
+		return e, fmt.Errorf("entry format %d, not %d", e.V, Version)
+	}
+	p, err := e.prefix()
+	if err != nil {
+		return e, err
+	}
+	want := append(append(p, e.MAC...), `"}`...)
+	if !bytes.Equal(want, line) {
+		return e, errors.New("not written the one way an entry is written (a member repeated, misspelt, reordered or added)")
+	}
+	if err := e.check(); err != nil {
+		return e, err
+	}
+	if !hmac.Equal([]byte(seal(key, p)), []byte(e.MAC)) {
+		return e, ErrNotSealed
+	}
+	return e, nil
+}
+
+// Hash is the link the next entry of the lane names as Prev.
+func Hash(line []byte) string {
+	s := sha256.Sum256(line)
+	return hex.EncodeToString(s[:])
+}
+
+// check says what is wrong with an entry's fields ("" members allowed
+// where the kind allows them).
+func (e *Entry) check() error {
+	if e.Lane < 0 || e.Seq < 0 {
+		return fmt.Errorf("lane %d, seq %d: negative", e.Lane, e.Seq)
+	}
+	if (e.Seq == 0) != (e.Prev == "") {
+		return fmt.Errorf("seq %d with prev %q: only the first entry of a lane has no prev", e.Seq, e.Prev)
+	}
+	if _, err := ParseTime(e.At); err != nil {
+		return fmt.Errorf("at: %w", err)
+	}
+	if e.Until != "" {
+		if _, err := ParseTime(e.Until); err != nil {
+			return fmt.Errorf("until: %w", err)
+		}
+	}
+	if e.Receipt == "" && e.Kind != KindRelease {
+		return errors.New("no receipt")
+	}
+	if e.Caller == "" {
+		return errors.New("no caller")
+	}
+	switch e.Kind {
+	case KindHold, KindSpend, KindAuthorization:
+		if e.PayTo == "" && e.Host == "" {
+			return errors.New("neither pay_to nor host")
+		}
+		if e.Asset == "" {
+			return errors.New("no asset")
+		}
+		if a, ok := new(big.Int).SetString(e.Atomic, 10); !ok || a.Sign() < 0 || strconv.Quote(e.Atomic) != `"`+a.String()+`"` {
+			return fmt.Errorf("amount %q is not atomic units", e.Atomic)
+		}
+		if e.Target != "" || e.Outcome != "" {
+			return fmt.Errorf("a %s names a target", e.Kind)
+		}
+	case KindRelease:
+		if e.Target == "" || e.Outcome == "" {
+			return errors.New("a release without a target or an outcome")
+		}
+	default:
+		return fmt.Errorf("unknown kind %q", e.Kind)
+	}
+	return nil
+}
+
+// timeLayout is the one way times are written: UTC, milliseconds.
+const timeLayout = "2006-01-02T15:04:05.000Z"
+
+// FormatTime writes t as entries do.
+func FormatTime(t time.Time) string { return t.UTC().Format(timeLayout) }
+
+// ParseTime reads a time written by FormatTime, and nothing else.
+func ParseTime(s string) (time.Time, error) {
+	t, err := time.Parse(timeLayout, s)
+	if err != nil || FormatTime(t) != s {
+		return time.Time{}, fmt.Errorf("%q is not a time as entries write it (2026-07-24T09:00:00.000Z)", clip(s))
+	}
+	return t, nil
+}
+
+func clip(s string) string {
+	if len(s) > 48 {
+		return s[:48] + "…"
+	}
+	return s
+}

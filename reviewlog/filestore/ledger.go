@@ -1,0 +1,175 @@
+package filestore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strconv"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
+	"github.com/haia-trace-mcp/haia-trace-mcp/ledger"
+)
+
+// LedgerFile is lane 0 of the spend ledger under guard/, the lane every
+// section of the file store appends to; lane k > 0 (written only by an
+// export from PostgreSQL) is ledger.lane<k>.ndjson.
+const LedgerFile = "ledger.ndjson"
+
+// LedgerLaneFile names the file of one lane of the ledger.
+func LedgerLaneFile(lane int) string {
+	if lane == 0 {
+		return LedgerFile
+	}
+	return "ledger.lane" + strconv.Itoa(lane) + ".ndjson"
+}
+
+// ledgerReader reads the ledger's lane files under guard/.
+type ledgerReader struct{ g *confined.Dir }
+
+func (r *fileReader) Ledger() ledger.Reader { return ledgerReader{g: r.g} }
+
+// Since reads each lane file from the offset asked; a file shorter than
+// that offset was cut short, and says so.
+func (r ledgerReader) Since(ctx context.Context, from []ledger.Pos) ([]ledger.Raw, error) {
+	if r.g == nil {
+		return nil, nil
+	}
+	start := make([]ledger.Pos, ledger.Lanes)
+	for i := range start {
+		start[i].Lane = i
+	}
+	for _, p := range from {
+		if p.Lane >= 0 && p.Lane < ledger.Lanes {
+			start[p.Lane] = p
+		}
+	}
+	var out []ledger.Raw
+	for lane := range ledger.Lanes {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		raws, err := readLane(r.g, lane, start[lane])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, raws...)
+	}
+	return out, nil
+}
+
+// readLane reads one lane's whole lines from p on.
+func readLane(g *confined.Dir, lane int, p ledger.Pos) ([]ledger.Raw, error) {
+	name := LedgerLaneFile(lane)
+	f, err := g.Open(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		if p.Off > 0 {
+			return []ledger.Raw{{Pos: ledger.Pos{Lane: lane, Seq: -1}}}, nil
+		}
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open the ledger %s: %w", g.Path()+"/"+name, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	size := st.Size()
+	if size < p.Off {
+		return []ledger.Raw{{Pos: ledger.Pos{Lane: lane, Seq: -1, Off: size}}}, nil
+	}
+	if size == p.Off {
+		return nil, nil
+	}
+	data := make([]byte, size-p.Off)
+	if _, err := f.ReadAt(data, p.Off); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("read the ledger %s: %w", g.Path()+"/"+name, err)
+	}
+	var out []ledger.Raw
+	off, seq := p.Off, p.Seq
+	for len(data) > 0 {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			break // a torn tail: not an entry yet
+		}
+		line := data[:i]
+		out = append(out, ledger.Raw{Pos: ledger.Pos{Lane: lane, Seq: seq, Off: off}, Line: line})
+		off += int64(i + 1)
+		seq++
+		data = data[i+1:]
+	}
+	return out, nil
+}
+
+// fileLedger appends to lane 0 inside the flock.
+type fileLedger struct {
+	ledgerReader
+	w *fileWriter
+}
+
+func (w *fileWriter) LedgerAppender() ledger.Appender {
+	return &fileLedger{ledgerReader: ledgerReader{g: w.g}, w: w}
+}
+
+func (l *fileLedger) Lane() int { return 0 }
+
+// Append writes the lines at at.Off of lane 0 (cutting a torn tail off
+// first) and syncs them before it returns: the entry reaches the disk
+// before the receipt it stands for. The section's end is remembered so
+// that a section that fails cuts its entries off again.
+func (l *fileLedger) Append(ctx context.Context, at ledger.Pos, lines [][]byte) error {
+	if at.Lane != 0 {
+		return fmt.Errorf("the file store appends to ledger lane 0, not %d", at.Lane)
+	}
+	f, err := l.w.g.OpenFile(LedgerFile, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("open the ledger: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if st.Size() < at.Off {
+		return fmt.Errorf("the ledger %s is %d bytes, shorter than the %d its entries were read to: cut short behind the guard's back", l.w.Locate(LedgerFile), st.Size(), at.Off)
+	}
+	var buf []byte
+	for _, line := range lines {
+		buf = append(append(buf, line...), '\n')
+	}
+	if err := f.Truncate(at.Off); err != nil {
+		return fmt.Errorf("drop the ledger's torn tail: %w", err)
+	}
+	if l.w.ledgerEnd < 0 {
+		l.w.ledgerEnd = at.Off
+	}
+	if _, err := f.WriteAt(buf, at.Off); err != nil {
+		_ = f.Truncate(at.Off)
+		return fmt.Errorf("append to the ledger %s: %w", l.w.Locate(LedgerFile), err)
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Truncate(at.Off)
+		return fmt.Errorf("sync the ledger %s: %w", l.w.Locate(LedgerFile), err)
+	}
+	return nil
+}
+
+// undoLedger cuts off what a failed section appended to the ledger.
+func (w *fileWriter) undoLedger() {
+	if w.ledgerEnd < 0 {
+		return
+	}
+	f, err := w.g.OpenFile(LedgerFile, os.O_RDWR, 0o600)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	if f.Truncate(w.ledgerEnd) == nil {
+		_ = f.Sync()
+	}
+}

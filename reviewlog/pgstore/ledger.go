@@ -1,0 +1,137 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/ledger"
+)
+
+// ledgerSinceSQL reads every lane from the seq asked on, and each lane's
+// last seq (so that a lane cut short behind the position asked is seen).
+const ledgerSinceSQL = `SELECT e.lane, e.seq, e.line FROM ledger_entries e
+JOIN unnest($1::int[], $2::bigint[]) AS h(lane, seq) ON e.lane = h.lane AND e.seq >= h.seq
+ORDER BY e.lane, e.seq`
+
+const ledgerEndsSQL = `SELECT lane, max(seq) FROM ledger_entries GROUP BY lane`
+
+type pgLedger struct{ q querier }
+
+func (r *reader) Ledger() ledger.Reader { return pgLedger{q: r.q} }
+
+// Since reads the lanes from the positions asked (byte offsets are not
+// kept: a lane is its rows by seq).
+func (l pgLedger) Since(ctx context.Context, from []ledger.Pos) ([]ledger.Raw, error) {
+	lanes := make([]int32, ledger.Lanes)
+	seqs := make([]int64, ledger.Lanes)
+	for i := range lanes {
+		lanes[i] = int32(i)
+	}
+	for _, p := range from {
+		if p.Lane >= 0 && p.Lane < ledger.Lanes {
+			seqs[p.Lane] = p.Seq
+		}
+	}
+	var out []ledger.Raw
+	rows, err := l.q.Query(ctx, ledgerSinceSQL, lanes, seqs)
+	if err != nil {
+		return nil, fmt.Errorf("read the ledger: %w", scrub(err))
+	}
+	seen := make([]bool, ledger.Lanes)
+	for rows.Next() {
+		var lane int32
+		var seq int64
+		var line []byte
+		if err := rows.Scan(&lane, &seq, &line); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("read the ledger: %w", scrub(err))
+		}
+		out = append(out, ledger.Raw{Pos: ledger.Pos{Lane: int(lane), Seq: seq}, Line: line})
+		if int(lane) < ledger.Lanes {
+			seen[lane] = true
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read the ledger: %w", scrub(err))
+	}
+	// A lane with nothing from its position on: does it still reach it?
+	var check bool
+	for i, s := range seqs {
+		if s > 0 && !seen[i] {
+			check = true
+		}
+	}
+	if !check {
+		return out, nil
+	}
+	ends := map[int]int64{}
+	erows, err := l.q.Query(ctx, ledgerEndsSQL)
+	if err != nil {
+		return nil, fmt.Errorf("read the ledger: %w", scrub(err))
+	}
+	for erows.Next() {
+		var lane int32
+		var last int64
+		if err := erows.Scan(&lane, &last); err != nil {
+			erows.Close()
+			return nil, fmt.Errorf("read the ledger: %w", scrub(err))
+		}
+		ends[int(lane)] = last
+	}
+	erows.Close()
+	if err := erows.Err(); err != nil {
+		return nil, fmt.Errorf("read the ledger: %w", scrub(err))
+	}
+	for i, s := range seqs {
+		if s == 0 || seen[i] {
+			continue
+		}
+		last, ok := ends[i]
+		if !ok {
+			last = -1
+		}
+		if last+1 < s {
+			out = append(out, ledger.Raw{Pos: ledger.Pos{Lane: i, Seq: last + 1}})
+		}
+	}
+	return out, nil
+}
+
+// pgLedgerAppender appends in the section's transaction.
+type pgLedgerAppender struct {
+	pgLedger
+	lane int
+}
+
+func (w *writer) LedgerAppender() ledger.Appender {
+	return &pgLedgerAppender{pgLedger: pgLedger{q: w.q}, lane: 0}
+}
+
+func (w *scopedWriter) LedgerAppender() ledger.Appender {
+	return &pgLedgerAppender{pgLedger: pgLedger{q: w.q}, lane: w.lane}
+}
+
+func (a *pgLedgerAppender) Lane() int { return a.lane }
+
+// Append inserts the lines as rows; a seq already taken is refused by the
+// primary key (ledger.ErrSeqTaken), the section then failing whole.
+func (a *pgLedgerAppender) Append(ctx context.Context, at ledger.Pos, lines [][]byte) error {
+	if at.Lane != a.lane {
+		return fmt.Errorf("this section holds ledger lane %d, not %d", a.lane, at.Lane)
+	}
+	for i, line := range lines {
+		_, err := a.q.Exec(ctx, "INSERT INTO ledger_entries (lane, seq, line) VALUES ($1, $2, $3)", a.lane, at.Seq+int64(i), line)
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "23505" {
+			return fmt.Errorf("%w (lane %d, entry %d)", ledger.ErrSeqTaken, a.lane, at.Seq+int64(i))
+		}
+		if err != nil {
+			return fmt.Errorf("append to the ledger: %w", scrub(err))
+		}
+	}
+	return nil
+}
