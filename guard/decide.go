@@ -2,6 +2,7 @@ package guard
 
 import (
 	"fmt"
+	"github.com/haia-trace-mcp/haia-trace-mcp/ledger"
 	"iter"
 	"math/big"
 	"slices"
@@ -197,6 +198,10 @@ type History struct {
 	// Reserved are the reservations the Trace does not show yet, as
 	// operations (Reserve adds them); they are not indexed.
 	Reserved []Op
+	// Committed, when set, is the spend ledger's running totals of what
+	// earlier allows, authorizations and forwarded calls committed that
+	// the Trace does not show yet; Decide reads it by scope and window.
+	Committed Committed
 	// ReservationProblems say where the record of what earlier allows
 	// reserved and the signed decision chain disagree: what is reserved is
 	// then unknown, and nothing is allowed.
@@ -389,8 +394,19 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 	for _, o := range h.Reserved {
 		scan(o)
 	}
-	f.Matched = len(matched)
-	f.UnattributableOpen = len(unattributedOpen)
+	// What the ledger holds, by scope: counted, never walked.
+	cv := commitView{c: h.Committed, asset: cfg.DefaultAsset.Key, now: now, cp: cp, pay: payCp, kind: kind}
+	var live, liveUn, elsewhere tallied
+	live, liveUn, elsewhere = cv.tally("", time.Time{}), cv.tally("", time.Time{}), cv.tally("", time.Time{})
+	if h.Committed != nil {
+		live, liveUn = cv.ours(time.Time{}), cv.unattributable(time.Time{})
+		if hostOnly {
+			elsewhere = cv.elsewhereOpen()
+		}
+	}
+	f.Matched = len(matched) + live.n
+	f.Unattributable += liveUn.n
+	f.UnattributableOpen = len(unattributedOpen) + liveUn.open
 
 	// 1. denylist
 	if listed(cfg.Denylist, cp) || (payCp != nil && listed(cfg.Denylist, *payCp)) {
@@ -417,30 +433,38 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 			open = append(open, o)
 		}
 	}
-	f.OpenPartial = len(open)
-	if len(open) > cfg.MaxOpenPartial {
+	nOpen := len(open) + live.open
+	f.OpenPartial = nOpen
+	if nOpen > cfg.MaxOpenPartial {
 		what := "partial operations where the payment stage closed and the outcome was not confirmed"
 		if f.Coarse {
 			what = "partial operations (some under a template without stage roles, where every partial counts as open)"
 		}
 		detail := fmt.Sprintf("%s with %s; the policy tolerates %d. From the buyer's side a payment whose settlement answer never arrived and one that settled silently look the same",
-			count(len(open), strings.Replace(what, "operations", "operation", 1), what), cp.Value, cfg.MaxOpenPartial)
-		add(Reason{Rule: RuleOpenPartial, Detail: detail + moreNote(len(open)), Evidence: refs(open)}, Review)
+			count(nOpen, strings.Replace(what, "operations", "operation", 1), what), cp.Value, cfg.MaxOpenPartial)
+		if live.open > 0 {
+			detail += fmt.Sprintf(" (%s of them %s signed by this server that the Trace does not show settled yet)", count(live.open, "is an authorization", "are authorizations"), isAre(live.open))
+		}
+		add(Reason{Rule: RuleOpenPartial, Detail: detail + moreNote(nOpen), Evidence: refsWith(open, live.openRefs)}, Review)
 	}
 	// 3a. unattributable_history: money moved and was not settled, and the
 	// guard cannot tell whether it was this counterparty.
-	if len(unattributedOpen) > 0 && cfg.UnattributableHistory != Ignore {
+	if n := len(unattributedOpen) + liveUn.open; n > 0 && cfg.UnattributableHistory != Ignore {
+		why := firstWhy(unattributedOpen, kind)
+		if liveUn.open > 0 {
+			why = joinWhy(why, fmt.Sprintf("%d: an authorization this server signed names no %s", liveUn.open, kindWord(kind)))
+		}
 		detail := fmt.Sprintf("%s paid and not settled cannot be attributed to any %s (%s), so any of them may be with %s",
-			count(len(unattributedOpen), "operation", "operations"), kindWord(kind), firstWhy(unattributedOpen, kind), cp.Value)
-		add(Reason{Rule: RuleUnattributable, Detail: detail + moreNote(len(unattributedOpen)), Evidence: refs(unattributedOpen)}, Review)
+			count(n, "operation", "operations"), kindWord(kind), why, cp.Value)
+		add(Reason{Rule: RuleUnattributable, Detail: detail + moreNote(n), Evidence: refsWith(unattributedOpen, liveUn.openRefs)}, Review)
 	}
 	// 3a'. A host alone is tied to a payment only by the resource URL its
 	// seller declared, and a seller can declare any host: open payments
 	// declared for other hosts may be with this one.
-	if len(elsewhereOpen) > 0 && cfg.UnattributableHistory != Ignore {
+	if n := len(elsewhereOpen) + elsewhere.open; n > 0 && cfg.UnattributableHistory != Ignore {
 		detail := fmt.Sprintf("%s paid and not settled %s attributed to other hosts only by the resource URL their sellers declared, and a seller can declare any host, so any of them may be with %s; pass pay_to (the payee address of the 402) beside the host to tell them apart",
-			count(len(elsewhereOpen), "operation", "operations"), isAre(len(elsewhereOpen)), cp.Value)
-		add(Reason{Rule: RuleUnattributable, Detail: detail + moreNote(len(elsewhereOpen)), Evidence: refs(elsewhereOpen)}, Review)
+			count(n, "operation", "operations"), isAre(n), cp.Value)
+		add(Reason{Rule: RuleUnattributable, Detail: detail + moreNote(n), Evidence: refsWith(elsewhereOpen, elsewhere.openRefs)}, Review)
 	}
 	// 3b. unreadable_history: a run that cannot be read may hide anything.
 	if len(h.Unreadable) > 0 && cfg.UnreadableHistory != Ignore {
@@ -490,18 +514,24 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 				spend.Add(spend, o.Money.Atomic)
 			}
 		}
-		f.WindowOperations = len(inWindow)
-		f.MixedAssets, f.UnparseableHistory = len(mixed), len(unparseable)
+		held := cv.tally("", time.Time{})
+		if h.Committed != nil {
+			held = cv.ours(from)
+		}
+		spend.Add(spend, held.atomic)
+		nIn, nMixed := len(inWindow)+held.n-held.other, len(mixed)+held.other
+		f.WindowOperations = nIn + held.other
+		f.MixedAssets, f.UnparseableHistory = nMixed, len(unparseable)
 		f.Spend = spend
 		f.SpendWithAmount = new(big.Int).Add(spend, req.Atomic)
 		if f.SpendWithAmount.Cmp(cfg.Limit.Amount) > 0 {
-			add(Reason{Rule: RulePerCounterparty, Detail: fmt.Sprintf("%s already paid to %s in the last %s plus %s makes %s, over the limit of %s",
-				cfg.FormatDefault(spend), cp.Value, hours(cfg.Limit.Window), cfg.FormatDefault(req.Atomic), cfg.FormatDefault(f.SpendWithAmount), cfg.FormatDefault(cfg.Limit.Amount)) + moreNote(len(inWindow)),
-				Evidence: refs(inWindow)}, Review)
+			add(Reason{Rule: RulePerCounterparty, Detail: fmt.Sprintf("%s to %s in the last %s plus %s makes %s, over the limit of %s",
+				spentAndHeld(cfg, spend, held), cp.Value, hours(cfg.Limit.Window), cfg.FormatDefault(req.Atomic), cfg.FormatDefault(f.SpendWithAmount), cfg.FormatDefault(cfg.Limit.Amount)) + moreNote(nIn),
+				Evidence: refsWith(inWindow, held.refs)}, Review)
 		}
-		if len(mixed) > 0 {
-			add(Reason{Rule: RuleMixedAssets, Detail: fmt.Sprintf("%s with %s in the window are in another asset than %s and cannot be added to the limit", count(len(mixed), "paid operation", "paid operations"), cp.Value, cfg.DefaultAsset.Symbol) + moreNote(len(mixed)),
-				Evidence: refs(mixed)}, Review)
+		if nMixed > 0 {
+			add(Reason{Rule: RuleMixedAssets, Detail: fmt.Sprintf("%s with %s in the window are in another asset than %s and cannot be added to the limit", count(nMixed, "paid operation", "paid operations"), cp.Value, cfg.DefaultAsset.Symbol) + moreNote(nMixed),
+				Evidence: refsWith(mixed, held.refs)}, Review)
 		}
 		if len(unparseable) > 0 {
 			add(Reason{Rule: RuleUnparseableHistory, Detail: fmt.Sprintf("%s with %s have an amount, asset or time that cannot be read (%s), so the spend in the window is unknown", count(len(unparseable), "paid operation", "paid operations"), cp.Value, firstProblem(unparseable)) + moreNote(len(unparseable)),
@@ -511,22 +541,22 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 		// worst, be with this counterparty: where they could take it over
 		// the limit, review.
 		if cfg.UnattributableHistory != Ignore {
-			if r, ok := unattributedLimit(unattributedSpent, f.SpendWithAmount, cfg, from, cp, kind); ok {
+			if r, ok := unattributedLimit(unattributedSpent, cv.unattributableFrom(h, from), f.SpendWithAmount, cfg, from, cp, kind); ok {
 				add(r, Review)
 			}
 		}
 		// 5a. total_limit
 		if cfg.TotalLimit != nil {
-			for _, r := range totalLimit(req, h, cfg, now, f) {
+			for _, r := range totalLimit(req, h, cv, cfg, now, f) {
 				add(r, Review)
 			}
 		}
 	}
 	// 5b. velocity_limit and 5c. duplicate_payment need no amount.
-	for _, r := range velocity(h, matched, unattributedSpent, cfg, now, f, cp, kind) {
+	for _, r := range velocity(h, cv, matched, unattributedSpent, cfg, now, f, cp, kind) {
 		add(r, Review)
 	}
-	if r, ok := duplicate(req, h, cfg, now, f); ok {
+	if r, ok := duplicate(req, h, cv, cfg, now, f); ok {
 		add(r, Review)
 	}
 	// 6'. What earlier allows reserved cannot be known.
@@ -539,7 +569,7 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 	}
 
 	f.Policy, f.Agent = cfg.Name(), cfg.Agent
-	d.Reasons = append(d.Reasons, historyReason(h, f, cfg, cp, req))
+	d.Reasons = append(d.Reasons, historyReason(h, f, cfg, cp, req, now))
 	switch {
 	case block:
 		d.Decision = Block
@@ -564,7 +594,7 @@ func inWindow(o Op, from time.Time) (in, ok bool) {
 // totalLimit is rule 5a: the spend to every counterparty inside the window
 // plus this amount against the total limit, with what cannot be summed.
 // An operation counts once however many counterparties it names.
-func totalLimit(req Request, h History, cfg *Config, now time.Time, f *Figures) []Reason {
+func totalLimit(req Request, h History, cv commitView, cfg *Config, now time.Time, f *Figures) []Reason {
 	lim := cfg.TotalLimit
 	from := now.Add(-lim.Window)
 	spend := new(big.Int)
@@ -591,18 +621,21 @@ func totalLimit(req Request, h History, cfg *Config, now time.Time, f *Figures) 
 			spend.Add(spend, o.Money.Atomic)
 		}
 	}
-	t := &TotalFigures{WindowOperations: len(in), Spend: spend, SpendWithAmount: new(big.Int).Add(spend, req.Atomic),
-		MixedAssets: len(mixed), UnparseableHistory: len(unparseable)}
+	held := cv.tally(ledger.ScopeAll, from)
+	spend.Add(spend, held.atomic)
+	nIn, nMixed := len(in)+held.n, len(mixed)+held.other
+	t := &TotalFigures{WindowOperations: nIn, Spend: spend, SpendWithAmount: new(big.Int).Add(spend, req.Atomic),
+		MixedAssets: nMixed, UnparseableHistory: len(unparseable)}
 	f.Total = t
 	var out []Reason
 	if t.SpendWithAmount.Cmp(lim.Amount) > 0 {
-		out = append(out, Reason{Rule: RuleTotalLimit, Detail: fmt.Sprintf("%s already paid to all counterparties in the last %s plus %s makes %s, over the total limit of %s",
-			cfg.FormatDefault(spend), hours(lim.Window), cfg.FormatDefault(req.Atomic), cfg.FormatDefault(t.SpendWithAmount), cfg.FormatDefault(lim.Amount)) + moreNote(len(in)),
-			Evidence: refs(in)})
+		out = append(out, Reason{Rule: RuleTotalLimit, Detail: fmt.Sprintf("%s to all counterparties in the last %s plus %s makes %s, over the total limit of %s",
+			spentAndHeld(cfg, spend, held), hours(lim.Window), cfg.FormatDefault(req.Atomic), cfg.FormatDefault(t.SpendWithAmount), cfg.FormatDefault(lim.Amount)) + moreNote(nIn),
+			Evidence: refsWith(in, held.refs)})
 	}
-	if len(mixed) > 0 {
-		out = append(out, Reason{Rule: RuleMixedAssets, Detail: fmt.Sprintf("%s in the total limit's window are in another asset than %s and cannot be added to the total limit", count(len(mixed), "paid operation", "paid operations"), cfg.DefaultAsset.Symbol) + moreNote(len(mixed)),
-			Evidence: refs(mixed)})
+	if nMixed > 0 {
+		out = append(out, Reason{Rule: RuleMixedAssets, Detail: fmt.Sprintf("%s in the total limit's window are in another asset than %s and cannot be added to the total limit", count(nMixed, "paid operation", "paid operations"), cfg.DefaultAsset.Symbol) + moreNote(nMixed),
+			Evidence: refsWith(mixed, held.refs)})
 	}
 	if len(unparseable) > 0 {
 		out = append(out, Reason{Rule: RuleUnparseableHistory, Detail: fmt.Sprintf("%s have an amount, asset or time that cannot be read (%s), so the total spend in the window is unknown", count(len(unparseable), "paid operation", "paid operations"), firstProblemOrNone(unparseable)) + moreNote(len(unparseable)),
@@ -613,7 +646,7 @@ func totalLimit(req Request, h History, cfg *Config, now time.Time, f *Figures) 
 
 // velocity is rule 5b: this payment would be one more inside each
 // velocity window. An operation whose time cannot be read counts as inside.
-func velocity(h History, matched, unattributed []Op, cfg *Config, now time.Time, f *Figures, cp Counterparty, kind CounterpartyKind) []Reason {
+func velocity(h History, cv commitView, matched, unattributed []Op, cfg *Config, now time.Time, f *Figures, cp Counterparty, kind CounterpartyKind) []Reason {
 	var out []Reason
 	inside := func(lim *CountLimit, ops iter.Seq[Op]) []Op {
 		from := now.Add(-lim.Window)
@@ -628,28 +661,41 @@ func velocity(h History, matched, unattributed []Op, cfg *Config, now time.Time,
 		}
 		return in
 	}
-	check := func(lim *CountLimit, ops iter.Seq[Op], slot **int, whom string) int {
+	check := func(lim *CountLimit, ops iter.Seq[Op], held func(from time.Time) tallied, slot **int, whom string) int {
 		if lim == nil {
 			return 0
 		}
 		in := inside(lim, ops)
-		n := len(in)
+		c := held(now.Add(-lim.Window))
+		n := len(in) + c.n
 		*slot = &n
 		if n+1 > lim.Count {
 			out = append(out, Reason{Rule: RuleVelocity, Detail: fmt.Sprintf("%s to %s in the last %s; this one would make %d, more than the %d the policy allows",
-				count(n, "payment", "payments"), whom, minutes(lim.Window), n+1, lim.Count) + moreNote(n), Evidence: refs(in)})
+				count(n, "payment", "payments")+heldNote(c.n), whom, minutes(lim.Window), n+1, lim.Count) + moreNote(n), Evidence: refsWith(in, c.refs)})
 		}
 		return n
 	}
-	n := check(cfg.Velocity.PerCounterparty, slices.Values(matched), &f.PaymentsInWindow, cp.Value)
+	ours := func(from time.Time) tallied {
+		if cv.c == nil {
+			return cv.tally("", from)
+		}
+		return cv.ours(from)
+	}
+	n := check(cfg.Velocity.PerCounterparty, slices.Values(matched), ours, &f.PaymentsInWindow, cp.Value)
 	if lim := cfg.Velocity.PerCounterparty; lim != nil && n+1 <= lim.Count && cfg.UnattributableHistory != Ignore {
 		// At worst, the payments no one can attribute were with it too.
-		if un := inside(lim, slices.Values(unattributed)); n+len(un)+1 > lim.Count {
+		un := inside(lim, slices.Values(unattributed))
+		c := cv.unattributableFrom(h, now.Add(-lim.Window))
+		if m := len(un) + c.n; n+m+1 > lim.Count {
+			why := firstWhy(un, kind)
+			if c.n > 0 {
+				why = joinWhy(why, fmt.Sprintf("%d: held by earlier allows that name no %s", c.n, kindWord(kind)))
+			}
 			out = append(out, Reason{Rule: RuleUnattributable, Detail: fmt.Sprintf("%s settled in the last %s cannot be attributed to any %s (%s); at worst they were to %s, and this one would make %d, more than the %d the policy allows",
-				count(len(un), "payment", "payments"), minutes(lim.Window), kindWord(kind), firstWhy(un, kind), cp.Value, n+len(un)+1, lim.Count) + moreNote(len(un)), Evidence: refs(un)})
+				count(m, "payment", "payments"), minutes(lim.Window), kindWord(kind), why, cp.Value, n+m+1, lim.Count) + moreNote(m), Evidence: refsWith(un, c.refs)})
 		}
 	}
-	check(cfg.Velocity.Total, h.all(), &f.PaymentsTotalInWindow, "all counterparties")
+	check(cfg.Velocity.Total, h.all(), func(from time.Time) tallied { return cv.tally(ledger.ScopeAll, from) }, &f.PaymentsTotalInWindow, "all counterparties")
 	return out
 }
 
@@ -658,7 +704,7 @@ func velocity(h History, matched, unattributed []Op, cfg *Config, now time.Time,
 // counterparty of this kind may all be with it. Those whose amount cannot
 // be read in the policy's asset could take it over the limit by
 // themselves.
-func unattributedLimit(ops []Op, withAmount *big.Int, cfg *Config, from time.Time, cp Counterparty, kind CounterpartyKind) (Reason, bool) {
+func unattributedLimit(ops []Op, held tallied, withAmount *big.Int, cfg *Config, from time.Time, cp Counterparty, kind CounterpartyKind) (Reason, bool) {
 	sum := new(big.Int)
 	var in, unknown []Op
 	for _, o := range ops {
@@ -672,18 +718,24 @@ func unattributedLimit(ops []Op, withAmount *big.Int, cfg *Config, from time.Tim
 		}
 		sum.Add(sum, o.Money.Atomic)
 	}
+	sum.Add(sum, held.atomic)
 	worst := new(big.Int).Add(withAmount, sum)
+	n, nUnknown := len(in)+held.n, len(unknown)+held.other
+	why := firstWhy(in, kind)
+	if held.n > 0 {
+		why = joinWhy(why, fmt.Sprintf("%d: held by earlier allows that name no %s", held.n, kindWord(kind)))
+	}
 	switch {
-	case len(in) == 0:
+	case n == 0:
 		return Reason{}, false
-	case len(unknown) > 0:
+	case nUnknown > 0:
 		return Reason{Rule: RuleUnattributable, Detail: fmt.Sprintf("%s in the last %s cannot be attributed to any %s (%s), and %d of them have no amount that can be read in %s; at worst they were paid to %s and take it over the limit of %s",
-			count(len(in), "paid operation", "paid operations"), hours(cfg.Limit.Window), kindWord(kind), firstWhy(in, kind), len(unknown), cfg.DefaultAsset.Symbol, cp.Value, cfg.FormatDefault(cfg.Limit.Amount)) + moreNote(len(in)),
-			Evidence: refs(in)}, true
+			count(n, "paid operation", "paid operations"), hours(cfg.Limit.Window), kindWord(kind), why, nUnknown, cfg.DefaultAsset.Symbol, cp.Value, cfg.FormatDefault(cfg.Limit.Amount)) + moreNote(n),
+			Evidence: refsWith(in, held.refs)}, true
 	case worst.Cmp(cfg.Limit.Amount) > 0:
 		return Reason{Rule: RuleUnattributable, Detail: fmt.Sprintf("%s settled in the last %s (%s) cannot be attributed to any %s (%s); at worst they were paid to %s, which with this payment makes %s, over the limit of %s",
-			count(len(in), "paid operation", "paid operations"), hours(cfg.Limit.Window), cfg.FormatDefault(sum), kindWord(kind), firstWhy(in, kind), cp.Value, cfg.FormatDefault(worst), cfg.FormatDefault(cfg.Limit.Amount)) + moreNote(len(in)),
-			Evidence: refs(in)}, true
+			count(n, "paid operation", "paid operations"), hours(cfg.Limit.Window), cfg.FormatDefault(sum), kindWord(kind), why, cp.Value, cfg.FormatDefault(worst), cfg.FormatDefault(cfg.Limit.Amount)) + moreNote(n),
+			Evidence: refsWith(in, held.refs)}, true
 	}
 	return Reason{}, false
 }
@@ -697,7 +749,7 @@ func isAre(n int) string {
 
 // duplicate is rule 5c: a payment for the same resource inside the window.
 // An operation whose time cannot be read counts as inside.
-func duplicate(req Request, h History, cfg *Config, now time.Time, f *Figures) (Reason, bool) {
+func duplicate(req Request, h History, cv commitView, cfg *Config, now time.Time, f *Figures) (Reason, bool) {
 	if cfg.DuplicateWindow <= 0 || req.Resource == "" {
 		return Reason{}, false
 	}
@@ -718,13 +770,15 @@ func duplicate(req Request, h History, cfg *Config, now time.Time, f *Figures) (
 			same = append(same, o)
 		}
 	}
-	n := len(same)
+	held := cv.tally(ledger.ScopeResource+req.Resource, from)
+	without += cv.tally(ledger.ScopeNoResource, from).n
+	n := len(same) + held.n
 	f.DuplicatePayments, f.PaidWithoutResource = &n, &without
 	if n == 0 {
 		return Reason{}, false
 	}
 	return Reason{Rule: RuleDuplicatePayment, Detail: fmt.Sprintf("%s was already paid for in the last %s (%s); paying again may pay twice for the same thing",
-		req.Resource, minutes(cfg.DuplicateWindow), count(n, "payment", "payments")) + moreNote(n), Evidence: refs(same)}, true
+		req.Resource, minutes(cfg.DuplicateWindow), count(n, "payment", "payments")+heldNote(held.n)) + moreNote(n), Evidence: refsWith(same, held.refs)}, true
 }
 
 // count writes "1 run" / "3 runs": n, then the singular or the plural
@@ -777,7 +831,7 @@ func unreadableNames(us []UnreadableRun) string {
 	return strings.Join(names, ", ")
 }
 
-func historyReason(h History, f *Figures, cfg *Config, cp Counterparty, req Request) Reason {
+func historyReason(h History, f *Figures, cfg *Config, cp Counterparty, req Request, now time.Time) Reason {
 	f.Operations, f.Runs, f.UnreadableRuns = len(h.Ops), h.Runs, len(h.Unreadable)
 	kind := cp.Kind
 	if req.PayTo != "" && req.PayTo != cp.Value {
@@ -798,6 +852,11 @@ func historyReason(h History, f *Figures, cfg *Config, cp Counterparty, req Requ
 	}
 	if n := len(h.Reserved); n > 0 {
 		fmt.Fprintf(&b, "; %s of earlier allows that the Trace does not show paid yet count as payments", count(n, "reservation", "reservations"))
+	}
+	if h.Committed != nil {
+		if n := h.Committed.Tally(ledger.ScopeAll, cfg.DefaultAsset.Key, time.Time{}, now, 0).Count; n > 0 {
+			fmt.Fprintf(&b, "; %s held by earlier allows, authorizations and forwarded calls that the Trace does not show paid yet count as payments", count(n, "amount", "amounts"))
+		}
 	}
 	if f.Unattributable > 0 {
 		var why string

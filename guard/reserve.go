@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/ledger"
 )
 
 // Rules about reservations.
@@ -65,6 +67,9 @@ func (r Reservation) Whom() string {
 	}
 	return r.Host
 }
+
+// ReservedOp is a reservation as the operation it stands for.
+func ReservedOp(r Reservation) Op { return r.op() }
 
 // op is the reservation as the operation it stands for.
 func (r Reservation) op() Op {
@@ -215,4 +220,19 @@ func ReservationLine(r Reservation, cfg *Config) Reason {
 		fmt.Fprintf(&b, " (receipt %s)", r.ReceiptID)
 	}
 	return Reason{Rule: RuleReserved, Detail: b.String()}
+}
+
+// Payments are the paid operations of the Trace whose first event is at or
+// after since, as the ledger matches them against what it holds
+// (ledger.Book.Match): a payment shows the commitment of its terms.
+func (h History) Payments(since time.Time) []ledger.Payment {
+	var out []ledger.Payment
+	for _, o := range h.Ops {
+		at, ok := o.paidAt()
+		if !ok || at.Before(since) {
+			continue
+		}
+		out = append(out, ledger.Payment{PayTos: o.Money.PayTos, Hosts: o.Money.Hosts, Atomic: o.Money.Atomic.String(), Asset: o.Money.Asset, At: at})
+	}
+	return out
 }

@@ -21,6 +21,8 @@ const (
 	ScopeNoHost     = "no_host"
 	ScopeNoResource = "no_resource"
 	ScopeAnyHost    = "any_host" // every entry that names a host
+	// ScopeHostNoPayTo is the entries of a host that name no payee address.
+	ScopeHostNoPayTo = "host-no_pay_to:"
 )
 
 // Book is one process's verified reading of the ledger. It takes each
@@ -51,6 +53,8 @@ type Book struct {
 	shownSet  map[*rec]bool
 	matchedFP string
 	applied   int64
+	// genesis is the ledger's first entry (KindGenesis), once read.
+	genesis *Entry
 }
 
 type head struct {
@@ -113,6 +117,13 @@ func (b *Book) SetHorizon(h time.Duration) {
 		b.horizon = h
 	}
 	b.mu.Unlock()
+}
+
+// Horizon is the longest window the Book keeps.
+func (b *Book) Horizon() time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.horizon
 }
 
 // Heads is where every lane's next entry goes: the positions to read the
@@ -208,6 +219,14 @@ func (b *Book) apply(r Raw) {
 
 // take counts a verified entry.
 func (b *Book) take(e Entry) {
+	if e.Kind == KindGenesis {
+		if b.genesis != nil {
+			b.finding("the ledger has two starts (receipts %s and %s)", b.genesis.Receipt, e.Receipt)
+			return
+		}
+		b.genesis = &e
+		return
+	}
 	if e.Kind == KindRelease {
 		t, ok := b.byReceipt[e.Target]
 		switch {
@@ -274,6 +293,9 @@ func scopesOf(e *Entry) []string {
 		if e.PayTo != "" {
 			out = append(out, ScopeHostPayTo+e.Host+" "+e.PayTo)
 		}
+		if e.PayTo == "" {
+			out = append(out, ScopeHostNoPayTo+e.Host)
+		}
 	} else {
 		out = append(out, ScopeNoHost)
 	}
@@ -293,6 +315,26 @@ func (b *Book) setCounts(r *rec, change func()) {
 	for _, s := range r.series {
 		s.set(r, before, after)
 	}
+}
+
+// Genesis is the receipt that started the ledger and its time, once the
+// Book read it.
+func (b *Book) Genesis() (receipt string, at time.Time, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.genesis == nil {
+		return "", time.Time{}, false
+	}
+	at, _ = ParseTime(b.genesis.At)
+	return b.genesis.Receipt, at, true
+}
+
+// Finding records what the caller found does not verify against the
+// ledger (a signed commitment receipt without its entry).
+func (b *Book) Finding(format string, a ...any) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.finding(format, a...)
 }
 
 // Used says which commitment used the approval of a review, if one did.
@@ -336,14 +378,15 @@ type Tally struct {
 	Other  int
 	// Open is how many count as payments open to their payee.
 	Open int
-	// Refs are the newest of them (receipt ids), at most the number asked.
-	Refs []string
+	// Refs are the newest of them (receipt ids), at most the number asked;
+	// OpenRefs the newest of the open ones.
+	Refs, OpenRefs []string
 }
 
 type tally struct {
-	count, open int
-	sum         *big.Int
-	refs        []*rec
+	count, open    int
+	sum            *big.Int
+	refs, openRefs []*rec
 }
 
 // Tally sums the commitments of a scope made at or after from that still
@@ -352,14 +395,14 @@ func (b *Book) Tally(scope, asset string, from, now time.Time, refs int) Tally {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := Tally{Atomic: new(big.Int)}
-	var newest []*rec
+	var newest, newestOpen []*rec
 	for _, s := range b.byScope[scope] {
 		var t tally
 		t.sum = new(big.Int)
 		s.window(from, now, refs, &t)
 		out.Count += t.count
 		out.Open += t.open
-		if s.recs == nil || len(s.recs) == 0 {
+		if len(s.recs) == 0 {
 			continue
 		}
 		if s.recs[0].e.Asset == asset {
@@ -368,10 +411,19 @@ func (b *Book) Tally(scope, asset string, from, now time.Time, refs int) Tally {
 			out.Other += t.count
 		}
 		newest = append(newest, t.refs...)
+		newestOpen = append(newestOpen, t.openRefs...)
 	}
-	sort.Slice(newest, func(i, j int) bool { return newest[i].at.After(newest[j].at) })
-	for i := 0; i < len(newest) && i < refs; i++ {
-		out.Refs = append(out.Refs, newest[i].e.Receipt)
+	out.Refs = receipts(newest, refs)
+	out.OpenRefs = receipts(newestOpen, refs)
+	return out
+}
+
+// receipts names the newest n of recs.
+func receipts(recs []*rec, n int) []string {
+	sort.Slice(recs, func(i, j int) bool { return recs[i].at.After(recs[j].at) })
+	var out []string
+	for i := 0; i < len(recs) && i < n; i++ {
+		out = append(out, recs[i].e.Receipt)
 	}
 	return out
 }

@@ -44,6 +44,10 @@ const (
 	// KindRelease lets go of an earlier entry (Target): the payment is
 	// known not to have happened.
 	KindRelease = "release"
+	// KindGenesis starts the ledger of a store: every commitment receipt
+	// signed after it must have its entry. Its receipt is signed into the
+	// decision chain, so a ledger emptied or replaced is seen.
+	KindGenesis = "genesis"
 )
 
 // Outcomes a release gives.
@@ -240,6 +244,12 @@ func (e *Entry) check() error {
 		if _, err := ParseTime(e.Until); err != nil {
 			return fmt.Errorf("until: %w", err)
 		}
+	}
+	if e.Kind == KindGenesis {
+		if e.Receipt == "" || e.PayTo != "" || e.Host != "" || e.Atomic != "" || e.Target != "" {
+			return errors.New("a genesis names its receipt and nothing else")
+		}
+		return nil
 	}
 	if e.Receipt == "" && e.Kind != KindRelease {
 		return errors.New("no receipt")

@@ -120,9 +120,19 @@ func (s *series) window(from, now time.Time, refs int, t *tally) {
 	t.count += s.count.rangeSum(i, n)
 	t.open += s.open.rangeSum(i, n)
 	s.sum.rangeAdd(i, n, t.sum)
-	for k := n - 1; k >= i && len(t.refs) < refs; k-- {
-		if s.recs[k].counts() {
-			t.refs = append(t.refs, s.recs[k])
+	for k := n - 1; k >= i && (len(t.refs) < refs || len(t.openRefs) < refs); k-- {
+		r := s.recs[k]
+		if !r.counts() {
+			continue
+		}
+		if len(t.refs) < refs {
+			t.refs = append(t.refs, r)
+		}
+		if r.e.Open && len(t.openRefs) < refs {
+			t.openRefs = append(t.openRefs, r)
+		}
+		if t.open == len(t.openRefs) && len(t.refs) >= refs {
+			break
 		}
 	}
 }

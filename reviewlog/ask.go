@@ -232,6 +232,10 @@ func (a *AskView) Whole() error {
 	return nil
 }
 
+// Writer is the locked section's store, for what decide reads beside the
+// log (the spend ledger).
+func (a *AskView) Writer() Writer { return a.g }
+
 // At is the time of this answer: the time stamp of what it records.
 func (a *AskView) At() time.Time { return a.at }
 

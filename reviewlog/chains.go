@@ -63,11 +63,19 @@ type Chains struct {
 	// DefaultSegmentBytes; at most MaxSegmentBytes). A segment always
 	// holds at least its continuation and one receipt.
 	SegmentBytes int64
+	// Name is the chain's name before its key id ("" : "decisions"); the
+	// spend ledger's own receipts go to "ledger".
+	Name string
 }
 
 // ChainID names the chain this signer appends to (in lane 0: see
 // ChainLaner).
-func (c *Chains) ChainID() string { return "decisions-" + c.Signer.KeyID() }
+func (c *Chains) ChainID() string {
+	if c.Name != "" {
+		return c.Name + "-" + c.Signer.KeyID()
+	}
+	return "decisions-" + c.Signer.KeyID()
+}
 
 // LaneChainID is the chain of lane k of chain: chain itself for lane 0,
 // "<chain>-lane<k>" otherwise. Each lane is a chain of its own, signed by

@@ -65,6 +65,10 @@ type Reader interface {
 	Policy(ctx context.Context) (rec PolicyRecord, ok bool, err error)
 	// Ledger reads the spend ledger's lanes (package ledger).
 	Ledger() ledger.Reader
+	// SegmentLinesSince reads the whole lines of the named chain segments
+	// from the given byte offsets on, as of the moment the reader reads
+	// the streams' sizes (Segments).
+	SegmentLinesSince(ctx context.Context, from map[string]int64) ([]SegmentLine, error)
 }
 
 // Writer is a Reader inside the write lock, that can also append.

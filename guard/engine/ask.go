@@ -32,18 +32,15 @@ type AskRequest struct {
 	// terms of a review (see reviewlog.Terms).
 	Tenant, Resource, AmountAtomic string
 
-	// Judge, when set, decides inside the lock, from the reservations that
-	// hold now, and replaces Decision and Reasons: so that what earlier
-	// allows reserved is counted by the next question whichever process
-	// or replica answers it.
-	Judge func(v reviewlog.ReservationView) (decision string, reasons []guard.Reason, err error)
-	// ReservationTTL is the policy's reservationMinutes: the allows of the
-	// chain younger than it must each have a reservation record.
-	ReservationTTL time.Duration
-	// Reserve, when set, is called after the hook of an answer that
-	// allows (the guard's own allow, or an approval used) and gives the
-	// reservation recorded with it, in the same commit.
-	Reserve func(tx reviewlog.Tx) (*reviewlog.Reservation, error)
+	// Judge, when set, decides inside the lock, from the section's store
+	// (the spend ledger as it stands), and replaces Decision and Reasons:
+	// so that what earlier allows committed is counted by the next
+	// question whichever process or replica answers it.
+	Judge func(w reviewlog.Writer) (decision string, reasons []guard.Reason, err error)
+	// Used, when set, says whether the spend ledger holds a use of a
+	// review's approval: a signed use, whatever the review log says, and
+	// such an approval is not honoured again.
+	Used func(review string) bool
 	// Moot, when set, says whether one of the caller's pending reviews
 	// would now be answered without review; a moot review does not count
 	// towards MaxPending.
@@ -67,7 +64,7 @@ type AskRequest struct {
 // review into an allow.
 func Ask(ctx context.Context, log *reviewlog.Log, req AskRequest, hook func(tx reviewlog.Tx, out reviewlog.AskOutcome) error) (reviewlog.AskOutcome, error) {
 	rec := reviewlog.AskRequest{Caller: req.Caller, Question: req.Question, ParamsHash: req.ParamsHash,
-		Tenant: req.Tenant, Resource: req.Resource, AmountAtomic: req.AmountAtomic, Reserve: req.Reserve, DryRun: req.DryRun, Totals: req.Totals, Reservations: req.Judge != nil}
+		Tenant: req.Tenant, Resource: req.Resource, AmountAtomic: req.AmountAtomic, DryRun: req.DryRun, Totals: req.Totals}
 	return log.Ask(ctx, rec, func(v *reviewlog.AskView) (reviewlog.AskPlan, error) { return settle(v, req) }, hook)
 }
 
@@ -75,11 +72,8 @@ func Ask(ctx context.Context, log *reviewlog.Log, req AskRequest, hook func(tx r
 func settle(v *reviewlog.AskView, req AskRequest) (reviewlog.AskPlan, error) {
 	at := v.At()
 	if req.Judge != nil {
-		view, err := v.Reservations(req.ReservationTTL)
-		if err != nil {
-			return reviewlog.AskPlan{}, err
-		}
-		if req.Decision, req.Reasons, err = req.Judge(view); err != nil {
+		var err error
+		if req.Decision, req.Reasons, err = req.Judge(v.Writer()); err != nil {
 			return reviewlog.AskPlan{}, err
 		}
 	}
@@ -112,6 +106,11 @@ func settle(v *reviewlog.AskView, req AskRequest) (reviewlog.AskPlan, error) {
 			// and no reason to review that the reviewer did not see.
 			if r.Status == reviewlog.Approved && r.UsedAt == "" && req.Decision == guard.Review && at.Before(decided.Add(req.ApprovalTTL)) && answers(r, want) &&
 				(!req.ExactParams || r.ParamsHash == req.ParamsHash) {
+				if req.Used != nil && req.Used(r.ID) {
+					// The ledger holds a signed use of this approval that
+					// the review log lost: it was used, and is not again.
+					break
+				}
 				return reviewlog.AskPlan{Kind: reviewlog.AskApproved, Review: r, Reserve: true}, nil
 			}
 			break

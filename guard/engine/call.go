@@ -3,12 +3,12 @@ package engine
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
 	"errors"
 	"fmt"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/jcs"
+	"github.com/haia-trace-mcp/haia-trace-mcp/ledger"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
@@ -127,37 +127,33 @@ func (e *Engine) RecordOutcome(ctx context.Context, caller string, ans Answer, o
 	}
 	var out OutcomeRecord
 	var kept string
-	err := e.cfg.Log.Release(ctx, ans.ReceiptID, func(tx reviewlog.Tx, held *reviewlog.Reservation) (*reviewlog.Release, error) {
+	var rel *ledger.Raw
+	err := e.cfg.Log.WithLock(ctx, func(tx reviewlog.Tx) error {
 		d.TS = tx.At
 		r, err := e.cfg.Chains.Append(ctx, tx.Store, d)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		out.ReceiptID = r.ID
-		if !o.Settled() || held == nil {
-			return nil, nil
+		if !o.Settled() {
+			return nil
 		}
-		// Only a reservation this server sealed, for this caller, that
-		// does not hold an authorization (a signed payment is never
-		// released by a call's outcome).
-		switch {
-		case !hmac.Equal([]byte(reservationMAC(e.cfg.ParamsKey, held, held.At)), []byte(held.MAC)):
-			kept = "its reservation record is not sealed by this server's key"
-			return nil, nil
-		case held.Caller != caller:
-			kept = "its reservation record names another caller"
-			return nil, nil
-		case held.Open || held.Until == "":
-			kept = "it holds a signed authorization"
-			return nil, nil
+		// Only a commitment of this server's ledger, of this caller, that
+		// is not a signed authorization (a signed payment is never
+		// released by a call's outcome). The receipt comes first: a crash
+		// between the two leaves the commitment counting.
+		rel, kept, err = e.release(ctx, tx.Store, ans.ReceiptID, caller, ledger.OutcomeNotRun, r.ID, tx.At)
+		if err != nil {
+			return err
 		}
-		rel := &reviewlog.Release{ReceiptID: ans.ReceiptID, Caller: caller, Outcome: string(o), OutcomeReceipt: r.ID}
-		rel.MAC = releaseMAC(e.cfg.ParamsKey, rel, held.MAC, reviewlog.FormatTime(tx.At))
-		out.Released = true
-		return rel, nil
+		out.Released = rel != nil
+		return nil
 	})
 	if err != nil {
 		return OutcomeRecord{}, e.notRecorded("record the outcome "+string(o), err)
+	}
+	if rel != nil {
+		e.committed(*rel)
 	}
 	if kept != "" {
 		e.cfg.Logger.Warn("the reservation of a failed call is kept", "decision_receipt", ans.ReceiptID, "why", kept)

@@ -76,7 +76,7 @@ func TestCheckCallRecordsTheCallAndItsOutcome(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rs) != 4 {
+	if len(rs) != 4 { // the ledger's start is signed into a chain of its own
 		t.Fatalf("%d receipts, want the decision and three outcomes", len(rs))
 	}
 	verdicts := []string{}

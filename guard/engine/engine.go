@@ -21,6 +21,7 @@ import (
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/policy"
+	"github.com/haia-trace-mcp/haia-trace-mcp/ledger"
 	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
@@ -79,6 +80,12 @@ type Engine struct {
 	judged atomic.Pointer[judged]
 	// seals are the reservation records whose seal verified.
 	seals sealCache
+	// book is this process's verified reading of the spend ledger.
+	book *ledger.Book
+	// pruned is how many entries the Book had read when it was last pruned.
+	pruned atomic.Int64
+	// tail reads the decision chains' new commitment receipts.
+	tail reviewlog.ReceiptTail
 }
 
 // judged is a policy with its custom rules, swapped together.
@@ -107,7 +114,7 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	e := &Engine{cfg: cfg}
+	e := &Engine{cfg: cfg, book: ledger.NewBook(cfg.ParamsKey, cfg.Chains.Tenant, horizon(cfg.Policy))}
 	if err := e.SetPolicy(cfg.Policy, cfg.Rules); err != nil {
 		return nil, err
 	}
@@ -122,6 +129,9 @@ func (e *Engine) SetPolicy(p *guard.Config, rules *policy.Policy) error {
 		return err
 	}
 	e.judged.Store(&judged{policy: p, rules: rules})
+	if e.book != nil {
+		e.book.SetHorizon(horizon(p))
+	}
 	return nil
 }
 
@@ -248,6 +258,11 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 	if err != nil {
 		return Answer{}, err
 	}
+	if !opts.DryRun {
+		if err := e.ensureLedger(ctx); err != nil {
+			return Answer{}, e.notRecorded("start the spend ledger", err)
+		}
+	}
 	now := e.cfg.Now()
 	var paramsHash string
 	if call != nil {
@@ -275,34 +290,38 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 		return Answer{}, err
 	}
 	termsReceipt := ""
-	// What is judged inside the lock: history as read, with what every
-	// earlier allow still reserves.
+	// What is judged inside the lock: history as read, with what the
+	// spend ledger holds.
 	var (
 		dec    guard.Decision
 		judged guard.History
 		ans    Answer
+		own    *ledger.Raw
 	)
+	kind := ledger.KindHold
+	switch {
+	case opts.Hold:
+		kind = ledger.KindAuthorization
+	case call != nil:
+		kind = ledger.KindSpend
+	}
 	out, err := Ask(ctx, e.cfg.Log, AskRequest{
 		Caller: caller, Question: req.Question(), ParamsHash: paramsHash,
 		ApprovalTTL: pol.ApprovalTTL, RejectionHold: pol.RejectionHold, MaxPending: pol.MaxPendingReviews,
 		ExactParams: call != nil,
 		Tenant:      e.cfg.Chains.Tenant, Resource: req.Resource, AmountAtomic: atomicText(req),
-		ReservationTTL: e.Policy().ReservationTTL, DryRun: opts.DryRun,
+		DryRun: opts.DryRun,
 		Totals: readsTotals(pol, e.judged.Load().rules != nil),
-		Judge: func(v reviewlog.ReservationView) (string, []guard.Reason, error) {
-			judged = e.withReservations(hist, v, now)
+		Judge: func(w reviewlog.Writer) (string, []guard.Reason, error) {
+			if err := e.catchUp(ctx, w); err != nil {
+				return "", nil, err
+			}
+			judged = e.withLedger(hist, now)
 			dec = e.decide(req, judged, pol, now, &draft)
 			return dec.Decision, dec.Reasons, nil
 		},
+		Used: func(review string) bool { _, used := e.book.Used(review); return used },
 		Moot: func(r reviewlog.Review) bool { return e.moot(r, judged, now) },
-		Reserve: func(tx reviewlog.Tx) (*reviewlog.Reservation, error) {
-			r, info, err := e.reservation(req, caller, ans.ReceiptID, tx, pol, opts.Hold)
-			if err != nil {
-				return nil, err
-			}
-			ans.Reservation = info
-			return r, nil
-		},
 	}, func(tx reviewlog.Tx, out reviewlog.AskOutcome) error {
 		if out.Kind == reviewlog.AskOpened && !opts.DryRun {
 			// The server signs the review's terms first: the human decides
@@ -332,6 +351,26 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 		if opts.DryRun {
 			return nil
 		}
+		own = nil
+		if a.Decision == guard.Allow {
+			// The commitment reaches the ledger before its receipt the
+			// chain: a receipt never stands without its entry.
+			id, err := newReceiptID()
+			if err != nil {
+				return err
+			}
+			d.ID = id
+			en, err := e.commitment(req, caller, id, tx, pol, kind)
+			if err != nil {
+				return err
+			}
+			raw, err := e.appendEntry(ctx, tx.Store, en)
+			if err != nil {
+				return err
+			}
+			own = &raw
+			ans.Reservation = e.entryInfo(en)
+		}
 		r, err := e.cfg.Chains.Append(ctx, tx.Store, d)
 		if err != nil {
 			return err
@@ -343,6 +382,9 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 	})
 	if err != nil {
 		return Answer{}, e.notRecorded("record the "+dec.Decision+" decision", err)
+	}
+	if own != nil {
+		e.committed(*own)
 	}
 	if ans.Reservation != nil {
 		// The history line stays last.

@@ -29,6 +29,26 @@ type loop struct {
 	decider Decider
 	dir     string
 	trusted reviewlog.Reviewers
+	// pol and serverKey build another process over the same root (fresh).
+	pol       *guard.Config
+	serverKey ed25519.PrivateKey
+}
+
+// fresh is the loop as a new process on the same root would see it: a
+// new log handle and engine, nothing read yet.
+func (l *loop) fresh(t *testing.T) *loop {
+	t.Helper()
+	root, events := openTestRoot(t, l.dir)
+	n := &loop{now: l.clock(), dir: l.dir, trusted: l.trusted, pol: l.pol, serverKey: l.serverKey}
+	n.log = reviewlog.OpenStore(filestore.New(root), reviewlog.Options{Now: n.clock, ReviewTTL: l.pol.ReviewTTL,
+		Reviewers: func() (reviewlog.Reviewers, error) { return l.trusted, nil }})
+	var err error
+	n.eng, err = New(Config{Policy: l.pol, Templates: receipt.Resolver{}, History: ScanHistory{Events: events}, Log: n.log,
+		Chains: &reviewlog.Chains{Signer: noa.NewKeySigner(l.serverKey)}, ParamsKey: ParamsKeyFrom(l.serverKey.Seed()), Now: n.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 func (l *loop) clock() time.Time { l.mu.Lock(); defer l.mu.Unlock(); return l.now }
@@ -68,7 +88,7 @@ func newLoop(t *testing.T, policyJSON string) *loop {
 		t.Fatal(err)
 	}
 	l.decider = Decider{Log: l.log, Chains: &reviewlog.Chains{Signer: noa.NewKeySigner(aliceKey)}}
-	l.trusted = trusted
+	l.trusted, l.pol, l.serverKey = trusted, pol, serverKey
 	return l
 }
 

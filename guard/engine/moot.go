@@ -9,19 +9,18 @@ import (
 )
 
 // judgedNow is the history a question would be judged against now: the
-// Trace under the policy's history templates, with what earlier allows
-// still reserve (the records the signed chain and this server's key back).
-func (e *Engine) judgedNow(ctx context.Context) (guard.History, reviewlog.ReservationView, time.Time, error) {
-	v, err := e.cfg.Log.Reservations(ctx, e.Policy().ReservationTTL)
-	if err != nil {
-		return guard.History{}, v, time.Time{}, err
+// Trace under the policy's history templates, with what the spend ledger
+// holds (its verified entries).
+func (e *Engine) judgedNow(ctx context.Context) (guard.History, time.Time, error) {
+	if err := e.cfg.Log.Store().View(ctx, func(r reviewlog.Reader) error { return e.catchUp(ctx, r) }); err != nil {
+		return guard.History{}, time.Time{}, err
 	}
 	hist, err := e.history(ctx)
 	if err != nil {
-		return guard.History{}, v, time.Time{}, err
+		return guard.History{}, time.Time{}, err
 	}
 	now := e.cfg.Now()
-	return e.withReservations(hist, v, now), v, now, nil
+	return e.withLedger(hist, now), now, nil
 }
 
 // Moot is, for the pending reviews among reviews, whether each would now
@@ -31,7 +30,7 @@ func (e *Engine) judgedNow(ctx context.Context) (guard.History, reviewlog.Reserv
 // sealed with another key than this engine's params key); the judgement
 // counts only those that do, as a question would.
 func (e *Engine) Moot(ctx context.Context, reviews []reviewlog.Review) (moot map[string]bool, problems []string, err error) {
-	judged, _, now, err := e.judgedNow(ctx)
+	judged, now, err := e.judgedNow(ctx)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -3,10 +3,8 @@ package engine
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
@@ -85,86 +83,6 @@ func TestOutcomeReleasesTheReservation(t *testing.T) {
 				}
 			})
 		}
-	}
-}
-
-// A release that the server's key does not seal for that very reservation
-// is never honoured: the reservation keeps counting and the answer says the
-// records cannot be trusted (review, never allow).
-func TestForgedReleaseKeepsTheReservation(t *testing.T) {
-	for _, kind := range stores(t) {
-		for _, tc := range []struct {
-			name string
-			// edit rewrites the log; first and second are the receipt ids
-			// of a released and a live reservation.
-			edit func(data []byte, first, second string) []byte
-		}{
-			{"seal altered", func(d []byte, _, _ string) []byte {
-				return editLines(d, `"type":"released"`, func(l string) string { return replaceMAC(l) })
-			}},
-			{"outcome changed", func(d []byte, _, _ string) []byte {
-				return editLines(d, `"type":"released"`, func(l string) string {
-					return strings.Replace(l, `"outcome":"upstream_tool_error"`, `"outcome":"upstream_refused"`, 1)
-				})
-			}},
-			{"moved to a live reservation", func(d []byte, first, second string) []byte {
-				var extra string
-				editLines(d, `"type":"released"`, func(l string) string {
-					extra = strings.Replace(l, first, second, 1)
-					return l
-				})
-				return append(d, extra...)
-			}},
-			{"forged for a live reservation", func(d []byte, _, second string) []byte {
-				line := fmt.Sprintf(`{"type":"released","at":"2026-07-24T10:00:30.000Z","release":{"receipt_id":%q,"caller":"bot","outcome":"upstream_refused","outcome_receipt":"x","mac":"%s"}}`+"\n", second, strings.Repeat("ab", 32))
-				return append(d, line...)
-			}},
-		} {
-			t.Run(string(kind)+"/"+tc.name, func(t *testing.T) {
-				f := newFleet(t, kind, 1, `{"reviewAbove": "1000", "perCounterpartyLimit": {"amount": "4.00"}, "reservationMinutes": 10}`)
-				e := f.engines[0]
-				a := checkCall(t, e, "1.50", "first")
-				b := checkCall(t, e, "1.50", "second")
-				if a.Decision != guard.Allow || b.Decision != guard.Allow {
-					t.Fatalf("first two: %s %s", a.Decision, b.Decision)
-				}
-				if rec, err := e.RecordOutcome(context.Background(), "bot", a, OutcomeToolError); err != nil || !rec.Released {
-					t.Fatalf("release: %+v %v", rec, err)
-				}
-				f.edit(t, func(d []byte) []byte { return tc.edit(d, a.ReceiptID, b.ReceiptID) })
-				// With the second reservation counting (and, where the edit
-				// touched the first one's release, the first too), 1.50 more
-				// does not fit under 4.00 — and the records are not trusted.
-				c := checkCall(t, e, "1.50", "third")
-				if c.Decision == guard.Allow {
-					t.Fatalf("a forged release let an allow through: %+v", c)
-				}
-				if !strings.Contains(reasonOf(c, guard.RuleReservationUnverified), "release record") {
-					t.Fatalf("no reason names the release: %+v", c.Reasons)
-				}
-			})
-		}
-	}
-}
-
-// A deleted release is a reservation counting again: it costs headroom
-// until it lapses, never the other way round.
-func TestDeletedReleaseCountsAgain(t *testing.T) {
-	f := newFleet(t, fileKind, 1, releasePolicy)
-	e := f.engines[0]
-	a := checkCall(t, e, "1.50", "first")
-	if rec, err := e.RecordOutcome(context.Background(), "bot", a, OutcomeRefused); err != nil || !rec.Released {
-		t.Fatalf("release: %+v %v", rec, err)
-	}
-	f.edit(t, func(d []byte) []byte {
-		return editLines(d, `"type":"released"`, func(string) string { return "" })
-	})
-	if b := checkCall(t, e, "1.50", "second"); b.Decision == guard.Allow {
-		t.Fatalf("the reservation did not count again: %+v", b)
-	}
-	f.advance(11 * time.Minute)
-	if b := checkCall(t, e, "1.50", "third"); b.Decision != guard.Allow {
-		t.Fatalf("after the reservation lapsed: %+v", b)
 	}
 }
 

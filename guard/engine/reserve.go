@@ -34,6 +34,9 @@ type ReservationInfo struct {
 	// Open: it counts as a payment open to its counterparty.
 	Open     bool   `json:"open,omitempty"`
 	ReviewID string `json:"review_id,omitempty"`
+	// Kind is the ledger entry's kind: hold (an allow), authorization (a
+	// signed payment) or spend (a forwarded paying call).
+	Kind string `json:"kind,omitempty"`
 
 	res guard.Reservation
 }
@@ -289,50 +292,31 @@ func (e *Engine) moot(r reviewlog.Review, h guard.History, now time.Time) bool {
 	return e.decide(req, h, pol, now, nil).Decision != guard.Review
 }
 
-// Reservations lists what the allows of every caller reserve now, as the
-// log's records and the signed chain agree on it, with every disagreement.
+// Reservations lists what earlier allows, authorizations and forwarded
+// calls still hold now, as the spend ledger's verified entries say and the
+// Trace does not show yet, with every finding.
 func (e *Engine) Reservations(ctx context.Context) ([]*ReservationInfo, []string, error) {
-	v, err := e.cfg.Log.Reservations(ctx, e.Policy().ReservationTTL)
-	if err != nil {
-		return nil, nil, err
-	}
-	hist, err := e.history(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	rs, infos, problems := e.verified(v, true)
-	// Only those the Trace does not show yet still count.
-	hist.Reserved = nil
-	hist.Reserve(rs, e.cfg.Now())
-	open := map[string]bool{}
-	for _, o := range hist.Reserved {
-		open[o.OperationID] = true
-	}
-	var out []*ReservationInfo
-	for _, i := range infos {
-		if open[i.ReceiptID] {
-			out = append(out, i)
-		}
-	}
-	return out, problems, nil
+	return e.Committed(ctx)
 }
 
 // History is the history the guard reads to answer: the operations of
-// every history template, with the reservations of verified allows the
-// Trace does not show yet as Reserved (the reviewer console draws it).
+// every history template, with the spend ledger's running totals of what
+// the Trace does not show yet (the reviewer console draws it).
+//
+// The commitments come as operations (History.Reserved), for drawing; the
+// history is not for Decide, which reads the running totals instead.
 func (e *Engine) History(ctx context.Context) (guard.History, error) {
-	v, err := e.cfg.Log.Reservations(ctx, e.Policy().ReservationTTL)
+	h, now, err := e.judgedNow(ctx)
 	if err != nil {
-		return guard.History{}, err
+		return h, err
 	}
-	hist, err := e.history(ctx)
-	if err != nil {
-		return guard.History{}, err
+	h.Committed = nil
+	for _, en := range e.book.Live(now) {
+		if i := e.entryInfo(en); i != nil {
+			h.Reserved = append(h.Reserved, guard.ReservedOp(i.res))
+		}
 	}
-	rs, _, _ := e.verified(v, false)
-	hist.Reserved = nil
-	hist.Reserve(rs, e.cfg.Now())
-	return hist, nil
+	return h, nil
 }
 
 // bearsOn says whether a reservation pays the review's counterparty.

@@ -45,7 +45,33 @@ type fleet struct {
 	key ed25519.PrivateKey
 	pol *guard.Config
 	// dsn is the fleet's database ("" on files).
-	dsn string
+	dsn  string
+	kind storeKind
+}
+
+// fresh is one more engine over the fleet's store, as a process that
+// starts now (nothing read yet), added to the fleet.
+func (f *fleet) fresh(t *testing.T) *Engine {
+	t.Helper()
+	root, events := openTestRoot(t, f.dir)
+	var st reviewlog.Store = filestore.New(root)
+	if f.kind == pgKind {
+		s, err := pgstore.Open(t.Context(), f.dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		st = s
+	}
+	log := reviewlog.OpenStore(st, reviewlog.Options{Now: f.clock, ReviewTTL: f.pol.ReviewTTL, LockWait: 30 * time.Second})
+	eng, err := New(Config{Policy: f.pol, Templates: receipt.Resolver{}, History: ScanHistory{Events: events}, Log: log,
+		Chains: &reviewlog.Chains{Signer: noa.NewKeySigner(f.key)}, ParamsKey: ParamsKeyFrom(f.key.Seed()), Now: f.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.engines = append(f.engines, eng)
+	f.logs = append(f.logs, log)
+	return eng
 }
 
 // engineFor is another engine over the first replica's log, serving
@@ -115,25 +141,9 @@ func newFleet(t *testing.T, kind storeKind, n int, policyJSON string) *fleet {
 			}
 		}
 	}
+	f.kind = kind
 	for range n {
-		root, events := openTestRoot(t, dir)
-		var st reviewlog.Store = filestore.New(root)
-		if kind == pgKind {
-			s, err := pgstore.Open(t.Context(), dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			st = s
-		}
-		log := reviewlog.OpenStore(st, reviewlog.Options{Now: f.clock, ReviewTTL: pol.ReviewTTL, LockWait: 30 * time.Second})
-		eng, err := New(Config{Policy: pol, Templates: receipt.Resolver{}, History: ScanHistory{Events: events}, Log: log,
-			Chains: &reviewlog.Chains{Signer: noa.NewKeySigner(key)}, ParamsKey: ParamsKeyFrom(key.Seed()), Now: f.clock})
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.engines = append(f.engines, eng)
-		f.logs = append(f.logs, log)
+		f.fresh(t)
 	}
 	return f
 }
@@ -313,51 +323,6 @@ func TestReservationLifecycle(t *testing.T) {
 	}
 }
 
-// Whoever writes the store without the server's key cannot make a
-// reservation disappear or shrink: the answer is review.
-func TestReservationTamperingFailsClosed(t *testing.T) {
-	for _, kind := range stores(t) {
-		for _, tc := range []struct {
-			name string
-			edit func(line []byte) []byte
-		}{
-			{"deleted", func([]byte) []byte { return nil }},
-			{"amount lowered", func(l []byte) []byte {
-				return bytes.Replace(l, []byte(`"atomic":"4000000"`), []byte(`"atomic":"1"`), 1)
-			}},
-			{"moved to another payee", func(l []byte) []byte {
-				return bytes.Replace(l, []byte(strings.ToLower(sellerA)), []byte(strings.ToLower(sellerB)), 1)
-			}},
-			{"caller changed", func(l []byte) []byte { return bytes.Replace(l, []byte(`"caller":"bot"`), []byte(`"caller":"x"`), 1) }},
-		} {
-			t.Run(string(kind)+"/"+tc.name, func(t *testing.T) {
-				f := newFleet(t, kind, 1, `{"reviewAbove": "1000", "perCounterpartyLimit": {"amount": "5.00"}}`)
-				e := f.engines[0]
-				if a := check(t, e, "bot", Question{Counterparty: sellerA, Amount: "4.00"}); a.Decision != guard.Allow {
-					t.Fatalf("first: %+v", a)
-				}
-				f.edit(t, func(data []byte) []byte {
-					var out []byte
-					for _, l := range bytes.SplitAfter(data, []byte("\n")) {
-						if bytes.Contains(l, []byte(`"type":"reserved"`)) {
-							l = tc.edit(l)
-						}
-						out = append(out, l...)
-					}
-					return out
-				})
-				a := check(t, e, "bot", Question{Counterparty: sellerA, Amount: "4.00"})
-				if a.Decision == guard.Allow {
-					t.Fatalf("a tampered reservation let an allow through: %+v", a)
-				}
-				if reasonOf(a, guard.RuleReservationUnverified) == "" && reasonOf(a, guard.RulePerCounterparty) == "" {
-					t.Fatalf("no reason names the reservation: %+v", a)
-				}
-			})
-		}
-	}
-}
-
 // A dry run answers as the guard would, and writes nothing at all.
 func TestDryRunWritesNothing(t *testing.T) {
 	for _, kind := range stores(t) {
@@ -422,7 +387,8 @@ func TestAuthorizationHoldsAsOpen(t *testing.T) {
 			if a.Decision != guard.Allow || a.Reservation == nil || !a.Reservation.Open || a.Reservation.Until != "" || a.Reservation.PayTo != strings.ToLower(sellerA) {
 				t.Fatalf("authorization: %+v", a)
 			}
-			f.advance(48 * time.Hour)
+			// Long after its reservation time, within its window, it holds.
+			f.advance(2 * time.Hour)
 			b := check(t, e, "bot", Question{Counterparty: sellerA, Amount: "1.00"})
 			if b.Decision != guard.Review || reasonOf(b, guard.RuleOpenPartial) == "" {
 				t.Fatalf("the held authorization does not count as open: %+v", b)
@@ -556,7 +522,7 @@ func TestApprovalUsedReserves(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Decision != guard.Review || !strings.Contains(reasonOf(a, guard.RulePerCounterparty), "0.2 USDC already paid") {
+	if a.Decision != guard.Review || !strings.Contains(reasonOf(a, guard.RulePerCounterparty), "0.2 USDC (0.1 USDC paid, 0.1 USDC held by 1 earlier allow") {
 		t.Fatalf("the used approval's reservation does not count: %+v", a)
 	}
 }

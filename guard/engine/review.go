@@ -57,18 +57,14 @@ func (e *Engine) ReviewStatus(ctx context.Context, id string) (ReviewStatus, err
 // bearing adds what bears on a review now: the reservations, and whether
 // its question would now be answered without review.
 func (e *Engine) bearing(ctx context.Context, st *ReviewStatus) error {
-	judged, v, now, err := e.judgedNow(ctx)
+	judged, now, err := e.judgedNow(ctx)
 	if err != nil {
 		return err
 	}
-	open := map[string]bool{}
-	for _, o := range judged.Reserved {
-		open[o.OperationID] = true
-	}
-	_, infos, problems := e.verified(v, true)
-	st.ReservationProblems = problems
-	for _, i := range infos {
-		if !open[i.ReceiptID] {
+	st.ReservationProblems = judged.ReservationProblems
+	for _, en := range e.book.Live(now) {
+		i := e.entryInfo(en)
+		if i == nil {
 			continue
 		}
 		st.ReservedTotal++

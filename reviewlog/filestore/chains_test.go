@@ -65,7 +65,7 @@ func (sg segGuard) r() reviewlog.Reader {
 }
 
 func (sg segGuard) w() reviewlog.Writer {
-	return &fileWriter{fileReader{s: New(nil), g: sg.g}}
+	return &fileWriter{fileReader: fileReader{s: New(nil), g: sg.g}, ledgerEnd: -1}
 }
 
 func (sg segGuard) appendN(t *testing.T, c *reviewlog.Chains, from, n int) {

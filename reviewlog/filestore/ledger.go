@@ -12,6 +12,7 @@ import (
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/ledger"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 )
 
 // LedgerFile is lane 0 of the spend ledger under guard/, the lane every
@@ -172,4 +173,9 @@ func (w *fileWriter) undoLedger() {
 	if f.Truncate(w.ledgerEnd) == nil {
 		_ = f.Sync()
 	}
+}
+
+// SegmentLinesSince reads each segment file from its offset.
+func (r *fileReader) SegmentLinesSince(ctx context.Context, from map[string]int64) ([]reviewlog.SegmentLine, error) {
+	return reviewlog.ReadSegmentLines(ctx, r, from)
 }

@@ -1,13 +1,16 @@
 package pgstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/ledger"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 )
 
 // ledgerSinceSQL reads every lane from the seq asked on, and each lane's
@@ -134,4 +137,46 @@ func (a *pgLedgerAppender) Append(ctx context.Context, at ledger.Pos, lines [][]
 		}
 	}
 	return nil
+}
+
+// segmentLinesSQL reads the receipts of the named segments past their
+// offsets, up to each segment's size in the reader's snapshot.
+const segmentLinesSQL = `SELECT r.stream, r.off, r.line FROM receipts r
+JOIN unnest($1::text[], $2::bigint[], $3::bigint[]) AS f(stream, off, upto) ON r.stream = f.stream AND r.off >= f.off AND r.off < f.upto
+ORDER BY r.stream, r.off`
+
+// SegmentLinesSince reads every named segment's new receipts in one
+// statement.
+func (r *reader) SegmentLinesSince(ctx context.Context, from map[string]int64) ([]reviewlog.SegmentLine, error) {
+	infos, err := r.Segments(ctx)
+	if err != nil {
+		return nil, err
+	}
+	size := map[string]int64{}
+	for _, si := range infos {
+		size[si.Name] = si.Size
+	}
+	var names []string
+	var offs, uptos []int64
+	for name, off := range from {
+		names = append(names, receiptsPrefix+name)
+		offs = append(offs, off)
+		uptos = append(uptos, size[name])
+	}
+	rows, err := r.q.Query(ctx, segmentLinesSQL, names, offs, uptos)
+	if err != nil {
+		return nil, fmt.Errorf("PostgreSQL at %s: read the chains: %w", r.s.describe, scrub(err))
+	}
+	defer rows.Close()
+	var out []reviewlog.SegmentLine
+	for rows.Next() {
+		var name string
+		var off int64
+		var line []byte
+		if err := rows.Scan(&name, &off, &line); err != nil {
+			return nil, err
+		}
+		out = append(out, reviewlog.SegmentLine{Segment: strings.TrimPrefix(name, receiptsPrefix), Off: off, Line: bytes.TrimRight(line, "\r\n")})
+	}
+	return out, rows.Err()
 }

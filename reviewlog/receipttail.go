@@ -1,0 +1,133 @@
+package reviewlog
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
+)
+
+// SegmentLine is one whole line of a chain segment, at its byte offset.
+type SegmentLine struct {
+	Segment string
+	Off     int64
+	Line    []byte
+}
+
+// SegmentMark is how far a reader read one segment: its identity then, and
+// the offset after the last whole line read.
+type SegmentMark struct {
+	Identity string
+	Off      int64
+}
+
+// Reserving is a signed receipt that commits a payment: a SERVICE ALLOWED
+// answer to a question (ReservesOf), which the spend ledger must hold an
+// entry of; or the receipt that started the ledger
+// (CanonicalLedgerGenesis).
+type Reserving struct {
+	ID, Agent, Canonical string
+	TS                   time.Time
+	Segment              string
+	Off                  int64
+}
+
+// CanonicalLedgerGenesis is the action.canonical of the receipt that
+// starts a store's spend ledger.
+const CanonicalLedgerGenesis = "haia.ledger.genesis"
+
+// ReceiptTail reads the decision chains from where it last read, for a
+// process that checks every new commitment receipt against the spend
+// ledger: each call reads only what was appended since the last, in one
+// statement on a store that can (SegmentLinesSince).
+type ReceiptTail struct {
+	mu    sync.Mutex
+	marks map[string]SegmentMark
+}
+
+// Next reads the receipts appended to every segment since the last call
+// and returns those that reserve. A segment that shrank or was replaced is
+// read again from its start (its receipts may come again; a caller checks
+// each against the ledger, which is idempotent).
+func (t *ReceiptTail) Next(ctx context.Context, r Reader) ([]Reserving, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.marks == nil {
+		t.marks = map[string]SegmentMark{}
+	}
+	infos, err := r.Segments(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list the decision chains: %w", err)
+	}
+	from := map[string]int64{}
+	for _, si := range infos {
+		m, ok := t.marks[si.Name]
+		switch {
+		case !ok || m.Identity != si.Identity || si.Size < m.Off:
+			from[si.Name] = 0
+			t.marks[si.Name] = SegmentMark{Identity: si.Identity}
+		case si.Size > m.Off:
+			from[si.Name] = m.Off
+		}
+	}
+	if len(from) == 0 {
+		return nil, nil
+	}
+	lines, err := r.SegmentLinesSince(ctx, from)
+	if err != nil {
+		return nil, fmt.Errorf("read the decision chains: %w", err)
+	}
+	var out []Reserving
+	for _, l := range lines {
+		m := t.marks[l.Segment]
+		m.Off = l.Off + int64(len(l.Line)) + 1
+		t.marks[l.Segment] = m
+		if !bytes.Contains(l.Line, []byte(`"`+noa.VerdictAllowed+`"`)) {
+			continue
+		}
+		rc, err := noa.ParseReceipt(l.Line)
+		if err != nil || (ReservesOf(&rc) == "" && rc.Action.Canonical != CanonicalLedgerGenesis) {
+			continue
+		}
+		ts, _ := time.Parse(time.RFC3339Nano, rc.TS)
+		out = append(out, Reserving{ID: rc.ID, Agent: rc.Agent.ID, Canonical: rc.Action.Canonical, TS: ts, Segment: l.Segment, Off: l.Off})
+	}
+	return out, nil
+}
+
+// ReadSegmentLines is SegmentLinesSince for a store that reads segments as
+// streams (the file store): each named segment's whole lines from its
+// offset on.
+func ReadSegmentLines(ctx context.Context, r Reader, from map[string]int64) ([]SegmentLine, error) {
+	var out []SegmentLine
+	for name, off := range from {
+		s, err := r.Segment(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("chain segment %s: %w", name, err)
+		}
+		size := s.Size()
+		if size <= off {
+			s.Close()
+			continue
+		}
+		data := make([]byte, size-off)
+		n, err := s.ReadAt(data, off)
+		s.Close()
+		if err != nil && n < len(data) {
+			return nil, fmt.Errorf("chain segment %s: %w", name, err)
+		}
+		for len(data) > 0 {
+			i := bytes.IndexByte(data, '\n')
+			if i < 0 {
+				break
+			}
+			out = append(out, SegmentLine{Segment: name, Off: off, Line: bytes.TrimRight(data[:i], "\r")})
+			off += int64(i + 1)
+			data = data[i+1:]
+		}
+	}
+	return out, nil
+}
