@@ -325,7 +325,9 @@ func TestMatchShowsEachCommitmentOnce(t *testing.T) {
 	}
 	// One payment to 0xb0b at +5m (its host api.example): shows r1 only,
 	// by address first, and the host-only r4 stays.
-	b.Match("v1", func() []Payment { return []Payment{pay(t0.Add(5*time.Minute), []string{"0xb0b"}, []string{"api.example"})} })
+	b.Match("v1", func() []Payment {
+		return []Payment{pay(t0.Add(5*time.Minute), []string{"0xb0b"}, []string{"api.example"})}
+	})
 	if got := count(); got != 2 {
 		t.Fatalf("after one payment: %d counting, want 2", got)
 	}
