@@ -260,7 +260,7 @@ func TestCompletionOffersEveryCommandAndFlag(t *testing.T) {
 		t.Fatalf("completion bash: %d %q", code, errOut)
 	}
 	zsh, _, code := runIn("completion", "zsh")
-	if code != 0 || !strings.HasSuffix(zsh, bashScript) || !strings.HasPrefix(zsh, "#compdef haia-trace-mcp\n") {
+	if code != 0 || !strings.HasSuffix(zsh, bashScript) || !strings.HasPrefix(zsh, "#compdef haia-trace-mcp ./haia-trace-mcp\n") {
 		t.Errorf("completion zsh: %d, not the bash script behind bashcompinit", code)
 	}
 	fish, _, code := runIn("completion", "fish")
@@ -494,5 +494,50 @@ func TestSharedFlagsHaveOneHelpText(t *testing.T) {
 		if len(help[name]) != 1 {
 			t.Errorf("--%s: %d help texts", name, len(help[name]))
 		}
+	}
+}
+
+// The bash script completes the binary as the README runs it: in a
+// directory holding the real binary, `source <(./haia-trace-mcp completion
+// bash)` registers a compspec for ./haia-trace-mcp as for haia-trace-mcp
+// (complete -p names both), and the function that compspec names, asked
+// with COMP_WORDS as bash fills them for ./haia-trace-mcp, offers review's
+// subcommands.
+func TestCompletionRegistersForDotSlash(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash to run the completion script")
+	}
+	dir := t.TempDir()
+	data, err := os.ReadFile(binPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "haia-trace-mcp"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"./haia-trace-mcp", "haia-trace-mcp"} {
+		t.Run(name, func(t *testing.T) {
+			script := `source <(./haia-trace-mcp completion bash) || exit 9
+spec=$(complete -p ` + name + `) || exit 8
+echo "$spec"
+fn=$(sed -n 's/.* -F \([^ ]*\) .*/\1/p' <<<"$spec")
+COMP_WORDS=(` + name + ` review a); COMP_CWORD=2; COMP_LINE="` + name + ` review a"; COMP_POINT=${#COMP_LINE}
+"$fn" ` + name + ` a review
+echo "offered: ${COMPREPLY[*]}"
+`
+			cmd := exec.Command(bash, "--norc", "--noprofile", "-c", script)
+			cmd.Dir = dir
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("bash: %v\n%s", err, out)
+			}
+			if !strings.Contains(string(out), "complete -o default -F _haia_trace_mcp") {
+				t.Errorf("complete -p %s: %q", name, out)
+			}
+			if !strings.Contains(string(out), "offered: approve archive\n") {
+				t.Errorf("completing %q review a: %q, want approve and archive", name, out)
+			}
+		})
 	}
 }
