@@ -541,3 +541,51 @@ echo "offered: ${COMPREPLY[*]}"
 		})
 	}
 }
+
+// Every flag of every command may be typed before the command's name: the
+// answer is the one it gets typed after it (the command's help, or the
+// same refusal of a bad value), never "unknown command". A flag name is a
+// boolean everywhere or nowhere, so where the command starts is never in
+// doubt.
+func TestSharedFlagsEitherSideOfTheCommand(t *testing.T) {
+	kinds := map[string]map[bool][]string{}
+	for _, c := range tableCommands(t) {
+		if len(c.path) == 0 {
+			continue
+		}
+		fs := flag.NewFlagSet("probe", flag.ContinueOnError)
+		c.spec.define(fs)
+		fs.VisitAll(func(f *flag.Flag) {
+			b, ok := f.Value.(interface{ IsBoolFlag() bool })
+			isBool := ok && b.IsBoolFlag()
+			if kinds[f.Name] == nil {
+				kinds[f.Name] = map[bool][]string{}
+			}
+			kinds[f.Name][isBool] = append(kinds[f.Name][isBool], strings.Join(c.path, " "))
+			typed := []string{"--" + f.Name}
+			if !isBool {
+				typed = append(typed, f.DefValue)
+			}
+			after := append(append(slices.Clone(c.path), typed...), "--help")
+			before := append(append(slices.Clone(typed), c.path...), "--help")
+			outA, errA, codeA := runIn(after...)
+			outB, errB, codeB := runIn(before...)
+			if codeA != codeB || outA != outB || errA != errB || strings.Contains(errB, "unknown command") {
+				t.Errorf("%q: exit %d %q %q; typed after the command: exit %d %q %q", before, codeB, clipText(outB), errB, codeA, clipText(outA), errA)
+			}
+		})
+	}
+	for name, k := range kinds {
+		if len(k) > 1 {
+			t.Errorf("--%s is a boolean on %v and takes a value on %v", name, k[true], k[false])
+		}
+	}
+	// A flag no command has ends the leading flags; the command names it.
+	if _, errOut, code := runIn("--no-such-flag", "status"); code != exitUsage || !strings.Contains(errOut, "no-such-flag") {
+		t.Errorf("an unknown flag before a command: exit %d %q", code, errOut)
+	}
+	// A word after the flags that names no command is suggested one.
+	if _, errOut, code := runIn("--dir", t.TempDir(), "statsu"); code != exitUsage || !strings.Contains(errOut, `did you mean "status"?`) {
+		t.Errorf("a mistyped command after a flag: exit %d %q", code, errOut)
+	}
+}

@@ -297,6 +297,9 @@ func defineServe(fs *flag.FlagSet) runFunc {
 	h.register(fs)
 	return func(ctx context.Context, env *cmdEnv, pos []string) error {
 		if len(pos) != 0 {
+			if near := nearest(pos[0], commandTable().subNames()); near != "" {
+				return usageErrorf("unknown command %q; did you mean %q?", pos[0], near)
+			}
 			return usageErrorf("unknown command %q", pos[0])
 		}
 		return runServe(ctx, env, f, h)
