@@ -18,7 +18,7 @@ func (s *Server) paymentTool() toolDef {
 		name:  "authorize_payment",
 		title: "Authorize an x402 payment",
 		description: "Pay a seller's x402 402 answer through the guard: pass the PaymentRequired you received (object, or the base64 PAYMENT-REQUIRED header). " +
-			"The guard asks the same question check_before_pay asks (pay_to, amount, asset, resource) and signs an EIP-3009 authorization only on allow; " +
+			"The guard asks the same question check_before_pay asks (the seller's host and its pay_to together, amount, asset, resource) and signs an EIP-3009 authorization only on allow; " +
 			"send payment.header as the header payment.header_name and retry the request. review: no signature, a human decides (poll get_review_status, then call again " +
 			"with the same 402 to get the one signature the approval allows). block: no signature, ever.",
 		readOnly: false, idempotent: false,
@@ -77,8 +77,8 @@ func resourceArg() guard.Arg {
 
 func renderAuthorize(res payment.Result) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Decision: %s for %s (%s) to %s on %s",
-		strings.ToUpper(res.Decision), res.Accepted.Amount, res.Accepted.Asset, res.Accepted.PayTo, res.Accepted.Network)
+	fmt.Fprintf(&b, "Decision: %s for %s (%s) to %s at %s on %s",
+		strings.ToUpper(res.Decision), res.Accepted.Amount, res.Accepted.Asset, res.Accepted.PayTo, res.Accepted.Host, res.Accepted.Network)
 	switch {
 	case res.Payment != nil:
 		fmt.Fprintf(&b, ". Signed: send header %s with the value in payment.header; valid until %d (Unix time), nonce %s.\n",

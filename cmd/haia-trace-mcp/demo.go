@@ -291,7 +291,7 @@ func (d *demo) run(ctx context.Context) error {
 			ValidBefore int64  `json:"valid_before"`
 		} `json:"authorization"`
 	}
-	if err := d.call(ctx, "authorize_payment", map[string]any{"payment_required": demoPaymentRequired(demoSellerSettles, "250000")}, &paid); err != nil {
+	if err := d.call(ctx, "authorize_payment", map[string]any{"payment_required": demoPaymentRequired("https://reports.example.com/monthly", demoSellerSettles, "250000")}, &paid); err != nil {
 		return err
 	}
 	if paid.Decision != "allow" || paid.Payment == nil {
@@ -302,7 +302,7 @@ func (d *demo) run(ctx context.Context) error {
 		paid.Payment.HeaderName, len(paid.Payment.Header), paid.Authorization.Nonce, paid.ReceiptID)
 	nonce := paid.Authorization.Nonce
 	paid.Payment, paid.Authorization = nil, nil
-	if err := d.call(ctx, "authorize_payment", map[string]any{"payment_required": demoPaymentRequired(demoSellerSilent, "400000")}, &paid); err != nil {
+	if err := d.call(ctx, "authorize_payment", map[string]any{"payment_required": demoPaymentRequired("https://quotes.example.net/live", demoSellerSilent, "400000")}, &paid); err != nil {
 		return err
 	}
 	if paid.Decision == "allow" || paid.Payment != nil {
@@ -424,9 +424,9 @@ func writeDemoPayerKey(path string) error {
 }
 
 // demoPaymentRequired is a seller's x402 v2 402 answer for amount atomic
-// USDC on Base to payTo.
-func demoPaymentRequired(payTo, amount string) map[string]any {
-	return map[string]any{"x402Version": 2, "resource": map[string]any{"url": "https://quotes.example.net/live"},
+// USDC on Base to payTo, for the resource url.
+func demoPaymentRequired(url, payTo, amount string) map[string]any {
+	return map[string]any{"x402Version": 2, "resource": map[string]any{"url": url},
 		"accepts": []any{map[string]any{"scheme": "exact", "network": "eip155:8453", "amount": amount,
 			"asset": simrec.USDCBase, "payTo": payTo, "maxTimeoutSeconds": 120,
 			"extra": map[string]any{"name": "USD Coin", "version": "2"}}}}

@@ -60,6 +60,13 @@ func e2ePaymentRequired(amount, payTo string) map[string]any {
 			"extra": map[string]any{"name": "USD Coin", "version": "2"}}}}
 }
 
+// e2ePaymentRequiredAt is e2ePaymentRequired for the resource url.
+func e2ePaymentRequiredAt(url, amount, payTo string) map[string]any {
+	pr := e2ePaymentRequired(amount, payTo)
+	pr["resource"] = map[string]any{"url": url}
+	return pr
+}
+
 func writeSecret(t *testing.T, name, content string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), name)
@@ -211,6 +218,64 @@ func TestStdioAuthorizePaymentStory(t *testing.T) {
 	}
 }
 
+// TestStdioAuthorizePaymentSellerHost: the real binary judges the seller's
+// host beside the 402's payTo. A seller that names a new payTo in every
+// 402 gets one payment signed while it is open (maxOpenPartial 0), not
+// seven; under a 5.00 limit with open payments tolerated it gets five of
+// 1.00; a denylisted host's own 402 is blocked, whatever payTo it names.
+func TestStdioAuthorizePaymentSellerHost(t *testing.T) {
+	payee := func(i int) string { return fmt.Sprintf("0x%040x", 0xbeef00+i) }
+	for _, tc := range []struct {
+		name, policy string
+		signed       int
+		rule         string
+	}{
+		{"open payment", `{"maxOpenPartialPerCounterparty":0,"perCounterpartyLimit":{"amount":"5.00","windowHours":24}}`, 1, "open_partial"},
+		{"limit", `{"maxOpenPartialPerCounterparty":20,"perCounterpartyLimit":{"amount":"5.00","windowHours":24},"velocity":null}`, 5, "per_counterparty_limit"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := sampleRoot(t)
+			cfg := writeSecret(t, "guard.json", tc.policy)
+			cs := mcpSession(t, nil, "--dir", root, "--key-file", filepath.Join(t.TempDir(), "k.pem"), "--guard-config", cfg,
+				"--payer-key", writeSecret(t, "payer.key", e2ePayerKey))
+			signed := 0
+			for i := 0; i < 7; i++ {
+				url := fmt.Sprintf("https://pay.rotating.example/item/%d", i)
+				var a authorizeAnswer
+				decodeStructured(t, callTool(t, cs, "authorize_payment", map[string]any{"payment_required": e2ePaymentRequiredAt(url, "1000000", payee(i)), "resource": url}), &a)
+				if a.Payment != nil {
+					signed++
+					continue
+				}
+				if a.Decision != "review" || !slices.ContainsFunc(a.Reasons, func(r struct {
+					Rule   string `json:"rule"`
+					Detail string `json:"detail"`
+				}) bool {
+					return r.Rule == tc.rule && strings.Contains(r.Detail, "pay.rotating.example")
+				}) {
+					t.Fatalf("payment %d: %s %+v", i+1, a.Decision, a.Reasons)
+				}
+			}
+			if signed != tc.signed {
+				t.Fatalf("%d × 1.00 signed to one host with a new payTo each time; want %d", signed, tc.signed)
+			}
+		})
+	}
+	t.Run("denylisted host", func(t *testing.T) {
+		cfg := writeSecret(t, "guard.json", `{"denylist":["pay.denied.example"]}`)
+		cs := mcpSession(t, nil, "--dir", sampleRoot(t), "--key-file", filepath.Join(t.TempDir(), "k.pem"), "--guard-config", cfg,
+			"--payer-key", writeSecret(t, "payer.key", e2ePayerKey))
+		var checked struct {
+			Decision string `json:"decision"`
+		}
+		decodeStructured(t, callTool(t, cs, "check_before_pay", map[string]any{"counterparty": "pay.denied.example", "amount": "0.01"}), &checked)
+		a := authorizeCall(t, cs, e2ePaymentRequiredAt("https://PAY.denied.example./data", "10000", payee(1)))
+		if checked.Decision != "block" || a.Decision != "block" || a.Payment != nil {
+			t.Fatalf("check_before_pay %s, the host's own 402 %s (%+v)", checked.Decision, a.Decision, a.Reasons)
+		}
+	})
+}
+
 func mustInt(s string) int64 {
 	var n int64
 	for _, c := range s {
@@ -257,9 +322,10 @@ func TestStdioPayerSignerProcess(t *testing.T) {
 	}
 	signer.Process.Signal(os.Interrupt)
 	signer.Wait()
-	// Another payee, so that the answer is allow whatever the first
-	// payment still holds open: only the signature is missing.
-	res := callTool(t, cs, "authorize_payment", map[string]any{"payment_required": e2ePaymentRequired("10000", "0x00000000000000000000000000000000000000c3")})
+	// Another seller (host and payee), so that the answer is allow
+	// whatever the first payment still holds open: only the signature is
+	// missing.
+	res := callTool(t, cs, "authorize_payment", map[string]any{"payment_required": e2ePaymentRequiredAt("https://other.example/data", "10000", "0x00000000000000000000000000000000000000c3")})
 	if !res.IsError || !strings.Contains(resultText(res), "no authorization is given") || strings.Contains(resultText(res), "0x"+e2ePayerKey[:8]) {
 		t.Fatalf("with the signer stopped: %v %s", res.IsError, resultText(res))
 	}
@@ -275,7 +341,7 @@ func TestStdioPayerSignerProcess(t *testing.T) {
 // BenchmarkAuthorizePaymentStdio times authorize_payment over stdio
 // against the real binary (the official Go SDK as the client): what an
 // agent host waits for, from the request to the signed payment, a fresh
-// payee each time.
+// seller (host and payee) each time.
 func BenchmarkAuthorizePaymentStdio(b *testing.B) {
 	root := b.TempDir()
 	payerKey := filepath.Join(b.TempDir(), "payer.key")
@@ -292,7 +358,7 @@ func BenchmarkAuthorizePaymentStdio(b *testing.B) {
 	defer cs.Close()
 	ask := func(i int) {
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "authorize_payment", Arguments: map[string]any{
-			"payment_required": e2ePaymentRequired("10000", fmt.Sprintf("0x%040x", i+1))}})
+			"payment_required": e2ePaymentRequiredAt(fmt.Sprintf("https://s%d.example/data", i+1), "10000", fmt.Sprintf("0x%040x", i+1))}})
 		if err != nil || res.IsError {
 			b.Fatalf("authorize_payment: %v %v", err, res)
 		}

@@ -1,0 +1,133 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+)
+
+// paymentRequiredAt is paymentRequired for the resource url.
+func paymentRequiredAt(url, amount, payTo string) map[string]any {
+	pr := paymentRequired(amount, payTo)
+	pr["resource"] = map[string]any{"url": url}
+	return pr
+}
+
+// hasRule is authorize with the rules of the answer's reasons.
+func hasRule(t *testing.T, s *Server, args map[string]any) (authorizeAnswer, []string) {
+	t.Helper()
+	isErr, text, st := callTool(t, s, "authorize_payment", args)
+	if isErr {
+		t.Fatalf("authorize_payment refused: %s", text)
+	}
+	var a authorizeAnswer
+	var r struct {
+		Reasons []struct {
+			Rule string `json:"rule"`
+		} `json:"reasons"`
+	}
+	if err := json.Unmarshal(st, &a); err != nil {
+		t.Fatal(err)
+	}
+	json.Unmarshal(st, &r)
+	var out []string
+	for _, x := range r.Reasons {
+		out = append(out, x.Rule)
+	}
+	return a, out
+}
+
+// The seller's host is judged beside the payee address: a seller that
+// names a new payTo in every 402 is still one counterparty, for its open
+// payments, its limit, and the lists that name its host.
+func TestAuthorizePaymentJudgesTheSellerHost(t *testing.T) {
+	payee := func(i int) string { return fmt.Sprintf("0x%040x", 0xbeef00+i) }
+	policy := func(t *testing.T, text string) *Server {
+		pol, err := guard.ParseConfig([]byte(text), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return newPolicyServer(t, t.TempDir(), 0, pol)
+	}
+	t.Run("open payment to the host", func(t *testing.T) {
+		s := policy(t, `{"maxOpenPartialPerCounterparty":0}`)
+		first, _ := hasRule(t, s, map[string]any{"payment_required": paymentRequiredAt("https://api.seller.example/a", "1000000", payee(1))})
+		if first.Decision != "allow" {
+			t.Fatalf("first: %+v", first)
+		}
+		second, why := hasRule(t, s, map[string]any{"payment_required": paymentRequiredAt("https://api.seller.example/b", "1000000", payee(2))})
+		if second.Decision != "review" || second.Payment != nil || !slices.Contains(why, guard.RuleOpenPartial) {
+			t.Fatalf("a new payTo at the same host, its first payment open: %s %v", second.Decision, why)
+		}
+		// Another host with another payee is another counterparty.
+		other, _ := hasRule(t, s, map[string]any{"payment_required": paymentRequiredAt("https://other.example/a", "1000000", payee(3))})
+		if other.Decision != "allow" {
+			t.Fatalf("another seller: %+v", other)
+		}
+	})
+	t.Run("limit of the host", func(t *testing.T) {
+		s := policy(t, `{"maxOpenPartialPerCounterparty":100,"perCounterpartyLimit":{"amount":"5.00","windowHours":24},"velocity":null}`)
+		signed := 0
+		for i := 0; i < 7; i++ {
+			a, why := hasRule(t, s, map[string]any{"payment_required": paymentRequiredAt(fmt.Sprintf("https://api.seller.example/item/%d", i), "1000000", payee(i)),
+				"resource": fmt.Sprintf("https://api.seller.example/item/%d", i)})
+			if a.Payment != nil {
+				signed++
+			}
+			if i >= 5 && (a.Decision != "review" || !slices.Contains(why, guard.RulePerCounterparty)) {
+				t.Fatalf("payment %d of 1.00 to the host, past its 5.00: %s %v", i+1, a.Decision, why)
+			}
+		}
+		if signed != 5 {
+			t.Fatalf("%d × 1.00 signed to one host under a limit of 5.00", signed)
+		}
+	})
+	t.Run("denylisted host", func(t *testing.T) {
+		s := policy(t, `{"denylist":["api.seller.example"]}`)
+		a, why := hasRule(t, s, map[string]any{"payment_required": paymentRequiredAt("https://API.Seller.example:443/x", "10000", payee(1))})
+		if a.Decision != "block" || a.Payment != nil || !slices.Contains(why, guard.RuleDenylist) || a.Accepted.Host != "api.seller.example" {
+			t.Fatalf("a 402 of a denylisted host: %s %v %+v", a.Decision, why, a.Accepted)
+		}
+	})
+	t.Run("allowlisted host", func(t *testing.T) {
+		s := policy(t, `{"allowlist":["api.seller.example"]}`)
+		if a, why := hasRule(t, s, map[string]any{"payment_required": paymentRequiredAt("https://api.seller.example/x", "10000", payee(1))}); a.Decision != "allow" {
+			t.Fatalf("an allowlisted host: %s %v", a.Decision, why)
+		}
+		if a, why := hasRule(t, s, map[string]any{"payment_required": paymentRequiredAt("https://elsewhere.example/x", "10000", payee(2))}); a.Decision != "review" || !slices.Contains(why, guard.RuleAllowlist) {
+			t.Fatalf("a host off the allowlist: %s %v", a.Decision, why)
+		}
+	})
+}
+
+// A 402 that names no host the guard can read is refused, with nothing
+// asked: a host the guard cannot judge would let a new payTo escape.
+func TestAuthorizePaymentNeedsAHost(t *testing.T) {
+	s := newTestServer(t, t.TempDir())
+	v1 := map[string]any{"x402Version": 1, "accepts": []any{map[string]any{"scheme": "exact", "network": "base", "maxAmountRequired": "10000",
+		"asset": "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913", "payTo": sellerA, "maxTimeoutSeconds": 120,
+		"extra": map[string]any{"name": "USD Coin", "version": "2"}}}}
+	for _, tc := range []struct {
+		name string
+		args map[string]any
+		want string
+	}{
+		{"relative url", map[string]any{"payment_required": paymentRequiredAt("/data", "10000", sellerA)}, "names no host"},
+		{"no resource at all", map[string]any{"payment_required": v1}, "declares no resource URL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			isErr, text, _ := callTool(t, s, "authorize_payment", tc.args)
+			if !isErr || !strings.Contains(text, tc.want) || !strings.Contains(text, "nothing was asked or signed") {
+				t.Fatalf("isError %v: %s", isErr, text)
+			}
+		})
+	}
+	// With the resource the agent requested, the same v1 402 is judged.
+	if a, _ := hasRule(t, s, map[string]any{"payment_required": v1, "resource": "https://api.seller.example/data"}); a.Decision != "allow" || a.Accepted.Host != "api.seller.example" {
+		t.Fatalf("v1 with resource: %+v", a)
+	}
+}
