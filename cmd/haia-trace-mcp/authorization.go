@@ -44,6 +44,11 @@ const (
 // authorizationView is what authorization show prints.
 type authorizationView struct {
 	reviewlog.AuthorizedLine
+	// Amount is the value in the asset's units with its symbol ("0.25
+	// USDC"), "" when the policy does not know the asset; Asset names the
+	// asset for people (symbol, network, registry key).
+	Amount          string               `json:"amount,omitempty"`
+	Asset           string               `json:"asset,omitempty"`
 	DecisionVerdict string               `json:"decision_verdict,omitempty"`
 	Approval        *authorizationReview `json:"approval,omitempty"`
 	Trace           []traceUse           `json:"trace"`
@@ -107,6 +112,7 @@ func runAuthorizationShow(ctx context.Context, stdout, stderr io.Writer, pos []s
 		return exitCode(authExitUnknown)
 	}
 	v := authorizationView{AuthorizedLine: *found, Trace: []traceUse{}, Findings: []string{}}
+	v.Amount, v.Asset = authorizationAmount(found.Authorized, g.policy.Assets)
 	var keyring noa.Keyring
 	if *keyringFile != "" {
 		data, err := os.ReadFile(*keyringFile)
@@ -325,8 +331,13 @@ func printAuthorization(w io.Writer, v authorizationView) {
 		}
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintf(w, "  payer          %s\n  payee          %s\n  value          %s atomic units of %s on %s (%s %s)\n",
-		s(v.From), s(v.To), s(v.Value), s(v.Token), s(v.Network), s(v.Name), s(v.Version))
+	fmt.Fprintf(w, "  payer          %s\n  payee          %s\n", s(v.From), s(v.To))
+	if v.Amount != "" {
+		fmt.Fprintf(w, "  value          %s (%s atomic units)\n  asset          %s\n", s(v.Amount), s(v.Value), s(v.Asset))
+	} else {
+		fmt.Fprintf(w, "  value          %s atomic units of token %s on %s (an asset the policy does not name)\n", s(v.Value), s(v.Token), s(v.Network))
+	}
+	fmt.Fprintf(w, "  eip712 domain  name %q, version %q, chain %s, verifying contract %s\n", s(v.Name), s(v.Version), s(v.Network), s(v.Token))
 	fmt.Fprintf(w, "  valid          after %s, before %s\n", unix(v.ValidAfter), unix(v.ValidBefore))
 	fmt.Fprintf(w, "  signature      %s\n  eip712 digest  %s\n  recorded as    receipt %s\n", s(v.Signature), s(v.Digest), s(v.Receipt))
 	if v.Resource != "" {
@@ -350,6 +361,23 @@ func printAuthorization(w io.Writer, v authorizationView) {
 	for _, f := range v.Findings {
 		fmt.Fprintf(w, "  %s\n", s(f))
 	}
+}
+
+// authorizationAmount writes an authorization's value as the rest of the
+// command line does, "0.25 USDC", with the asset named for people; both are
+// "" when the policy does not know the asset (the caller then prints the
+// atomic units and the token).
+func authorizationAmount(a reviewlog.Authorized, assets guard.Registry) (amount, asset string) {
+	key, _, err := guard.AssetKey(a.Network, a.Token)
+	if err != nil {
+		return "", ""
+	}
+	as, ok := assets.Lookup(key)
+	n, isInt := new(big.Int).SetString(a.Value, 10)
+	if !ok || !isInt || as.Symbol == "" {
+		return "", ""
+	}
+	return guard.FormatAmount(n, as.Decimals) + " " + as.Symbol, as.Describe()
 }
 
 // traceUse is an event of the Trace that carries the authorization's nonce.

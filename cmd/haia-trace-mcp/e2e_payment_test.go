@@ -160,6 +160,22 @@ func TestStdioAuthorizePaymentStory(t *testing.T) {
 			t.Fatalf("authorization show %s: %d\n%s%s", id, code, out, errOut)
 		}
 	}
+	// The value reads as every other amount of the command line, with its
+	// symbol; the asset is named; the EIP-712 domain has a line of its own
+	// with its name and version apart.
+	out, _, _ = runCLI(t, "authorization", "show", allow.Authorization.Nonce, "--dir", root)
+	for _, line := range []string{
+		"  value          0.25 USDC (250000 atomic units)\n",
+		"  asset          USDC on Base (eip155:8453/0x833589fcd6edb6e08f4c7c32d4f71b54bda02913)\n",
+		"  eip712 domain  name \"USD Coin\", version \"2\", chain eip155:8453, verifying contract 0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913\n",
+	} {
+		if !strings.Contains(out, line) {
+			t.Errorf("authorization show lacks %q:\n%s", line, out)
+		}
+	}
+	if strings.Contains(out, "USD Coin 2") {
+		t.Errorf("authorization show runs the domain's name and version together:\n%s", out)
+	}
 	out, _, code = runCLI(t, "authorization", "show", approved.Authorization.Nonce, "--dir", root, "--json")
 	var shown struct {
 		Approval *struct {
@@ -168,9 +184,10 @@ func TestStdioAuthorizePaymentStory(t *testing.T) {
 		} `json:"approval"`
 		Consistent bool   `json:"consistent"`
 		Value      string `json:"value"`
+		Amount     string `json:"amount"`
 	}
 	if err := json.Unmarshal([]byte(out), &shown); err != nil || code != 0 || !shown.Consistent || shown.Approval == nil ||
-		shown.Approval.Status != "approved" || shown.Approval.DecidedBy != "alice" || shown.Value != "5000000" {
+		shown.Approval.Status != "approved" || shown.Approval.DecidedBy != "alice" || shown.Value != "5000000" || shown.Amount != "5 USDC" {
 		t.Fatalf("show --json: %d %s", code, out)
 	}
 	if _, _, code := runCLI(t, "authorization", "show", "0x"+strings.Repeat("ab", 32), "--dir", root); code != authExitUnknown {
