@@ -120,11 +120,14 @@ func (a *Authorizer) Authorize(ctx context.Context, caller string, req Request) 
 	}
 	declared := pr.ResourceURL(choice)
 	if req.Resource != "" && declared != "" && !x402.SameResource(req.Resource, declared) {
-		return Result{}, refusedf("the seller's 402 declares the resource %q, not the %q you requested; nothing was asked or signed", clip(declared), clip(req.Resource))
+		return Result{}, refusedf("the seller's 402 declares the resource %q, not the %q you requested (scheme, host and path must agree, and a declared query must be the one requested); nothing was asked or signed", clip(declared), clip(req.Resource))
 	}
-	resource := declared
+	// Duplicates are judged on what the agent requested: the seller's
+	// declaration is its own to vary. It stays a second key, since the
+	// Trace records what sellers declare.
+	resource, sellerResource := req.Resource, declared
 	if resource == "" {
-		resource = req.Resource
+		resource, sellerResource = declared, ""
 	}
 	host, err := sellerHost(req.Resource, declared)
 	if err != nil {
@@ -135,7 +138,8 @@ func (a *Authorizer) Authorize(ctx context.Context, caller string, req Request) 
 	// limits and open payments bind a seller that names a new payTo in
 	// every 402.
 	ans, err := a.cfg.Engine.Authorize(ctx, caller, engine.Question{
-		Counterparty: host, PayTo: choice.PayTo.Lower(), Amount: choice.Amount(), Asset: choice.Asset.Key, Resource: resource,
+		Counterparty: host, PayTo: choice.PayTo.Lower(), Amount: choice.Amount(), Asset: choice.Asset.Key,
+		Resource: resource, SellerResource: sellerResource,
 	})
 	if err != nil {
 		return Result{}, err

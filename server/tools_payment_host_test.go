@@ -6,8 +6,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/simrec"
 )
 
 // paymentRequiredAt is paymentRequired for the resource url.
@@ -129,5 +131,65 @@ func TestAuthorizePaymentNeedsAHost(t *testing.T) {
 	// With the resource the agent requested, the same v1 402 is judged.
 	if a, _ := hasRule(t, s, map[string]any{"payment_required": v1, "resource": "https://api.seller.example/data"}); a.Decision != "allow" || a.Accepted.Host != "api.seller.example" {
 		t.Fatalf("v1 with resource: %+v", a)
+	}
+}
+
+// Duplicates are judged on the resource the agent requested, in canonical
+// form, with the seller's declaration as a second key: a seller that
+// spells its declaration another way on each 402 (host case, a dot
+// segment, a default port, a fragment) meets the payment already made,
+// and one that adds a query the agent did not ask for is refused.
+func TestAuthorizePaymentDuplicateOnTheRequestedResource(t *testing.T) {
+	pol, err := guard.ParseConfig([]byte(`{"maxOpenPartialPerCounterparty":100,"duplicatePayment":{"windowMinutes":1440}}`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	rec, err := simrec.New(dir, "run-1", time.Now().Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The Trace records what the seller declared: the path only.
+	if err := rec.PayAll([]simrec.Payment{{OperationID: "op-1", URL: "https://trace.seller.example/report", PayTo: sellerA, Amount: "10000", Outcome: "settled"}}); err != nil {
+		t.Fatal(err)
+	}
+	s := newPolicyServer(t, dir, 0, pol)
+	const asked = "https://api.seller.example/data"
+	ask := func(declared, resource string) (authorizeAnswer, []string) {
+		return hasRule(t, s, map[string]any{"payment_required": paymentRequiredAt(declared, "10000", sellerA), "resource": resource})
+	}
+	if a, why := ask(asked, asked); a.Decision != "allow" {
+		t.Fatalf("first payment: %s %v", a.Decision, why)
+	}
+	for _, declared := range []string{
+		"https://API.Seller.EXAMPLE/data",
+		"https://api.seller.example/./data",
+		"https://api.seller.example/x/../data",
+		"https://api.seller.example:443/data#again",
+		"https://api.seller.example./data",
+	} {
+		if a, why := ask(declared, asked); a.Decision != "review" || a.Payment != nil || !slices.Contains(why, guard.RuleDuplicatePayment) {
+			t.Errorf("declared %s for the same request: %s %v", declared, a.Decision, why)
+		}
+	}
+	// The agent's own spelling of the same resource is the same resource.
+	if a, why := ask(asked, "https://API.seller.example:443/./data#top"); a.Decision != "review" || !slices.Contains(why, guard.RuleDuplicatePayment) {
+		t.Errorf("the request spelled another way: %s %v", a.Decision, why)
+	}
+	// A query the agent did not request: nothing is asked or signed.
+	for _, declared := range []string{asked + "?n=2", asked + "?n=3"} {
+		isErr, text, _ := callTool(t, s, "authorize_payment", map[string]any{"payment_required": paymentRequiredAt(declared, "10000", sellerA), "resource": asked})
+		if !isErr || !strings.Contains(text, "a declared query must be the one requested") || !strings.Contains(text, "nothing was asked or signed") {
+			t.Errorf("declared %s for %s: %v %s", declared, asked, isErr, text)
+		}
+	}
+	// A query the agent requested is its own resource: not a duplicate.
+	if a, why := ask(asked+"?page=2", asked+"?page=2"); a.Decision != "allow" {
+		t.Errorf("another query the agent requested: %s %v", a.Decision, why)
+	}
+	// The seller's declaration is the second key: the Trace's payment for
+	// the path it declared meets a request that carries a query.
+	if a, why := ask("https://trace.seller.example/report", "https://trace.seller.example/report?fmt=pdf"); a.Decision != "review" || !slices.Contains(why, guard.RuleDuplicatePayment) {
+		t.Errorf("a request whose declaration the Trace paid: %s %v", a.Decision, why)
 	}
 }

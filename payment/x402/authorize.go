@@ -235,19 +235,18 @@ func (pr *PaymentRequired) ResourceURL(c Choice) string {
 }
 
 // SameResource compares the URL the agent asked for with the seller's
-// declaration: scheme, host and path must agree (the query is not compared,
-// since sellers commonly declare the path only).
+// declaration, both in canonical form (guard.CanonicalResource): scheme,
+// host and path must agree, and the declared query must be none (sellers
+// commonly declare the path only) or the asked one exactly, parameters in
+// the same order. A seller that could declare a query the agent did not
+// ask for could make every repeat of one payment look like a new resource.
 func SameResource(asked, declared string) bool {
 	a, err1 := guard.CanonicalResource(asked, false)
 	d, err2 := guard.CanonicalResource(declared, false)
 	if err1 != nil || err2 != nil {
 		return false
 	}
-	cut := func(s string) string {
-		if i := strings.IndexAny(s, "?#"); i >= 0 {
-			return s[:i]
-		}
-		return s
-	}
-	return cut(a) == cut(d)
+	ap, aq, _ := strings.Cut(a, "?")
+	dp, dq, _ := strings.Cut(d, "?")
+	return ap == dp && (dq == "" || dq == aq)
 }

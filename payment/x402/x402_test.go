@@ -432,6 +432,14 @@ func TestSameResource(t *testing.T) {
 		{"https://api.example.com/data", "https://evil.example/data", false},
 		{"https://api.example.com/data", "https://api.example.com/other", false},
 		{"not a url", "https://api.example.com/data", false},
+		{"https://api.example.com/data", "https://API.Example.com:443/./data#frag", true},
+		{"https://api.example.com/data?x=1", "https://api.example.com/data?x=1", true},
+		{"https://api.example.com/data?x=1", "https://api.example.com/a/../data?x=%31", true},
+		// A query the agent did not ask for, or another one: another URL.
+		{"https://api.example.com/data", "https://api.example.com/data?n=2", false},
+		{"https://api.example.com/data?x=1", "https://api.example.com/data?x=2", false},
+		// Order matters: the declaration is another URL.
+		{"https://api.example.com/data?a=1&b=2", "https://api.example.com/data?b=2&a=1", false},
 	} {
 		if got := SameResource(tc.a, tc.d); got != tc.same {
 			t.Errorf("SameResource(%q, %q) = %v", tc.a, tc.d, got)
