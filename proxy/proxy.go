@@ -20,7 +20,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
@@ -406,11 +405,18 @@ func (p *Proxy) call(ctx context.Context, req mcp.CallToolRequest, name string, 
 }
 
 // failure is the outcome of a request to the upstream that had no answer
-// but an error: lost when the upstream went away or the caller cancelled,
-// a timeout when the call's time ran out, refused when the upstream
-// answered with its own JSON-RPC error (it did not run the request).
+// but an error. Only what proves the call was not run releases what its
+// allow reserved (OutcomeRefused): a request never sent, or an answer that
+// refuses it before any handler ran (notRunCodes). Every other error keeps
+// it: a JSON-RPC error of another code (OutcomeErrorUnknown: an internal
+// error, a server-defined or application code, a handler that threw after
+// it paid), the call's time running out (OutcomeTimeout), the upstream
+// going away, the connection breaking or the caller cancelling
+// (OutcomeLost).
 func failure(ctx, cctx context.Context, err error) engine.Outcome {
 	switch {
+	case errors.Is(err, ErrNotSent):
+		return engine.OutcomeRefused
 	case errors.Is(err, ErrUpstreamDown):
 		return engine.OutcomeLost
 	case ctx.Err() != nil:
@@ -420,16 +426,38 @@ func failure(ctx, cctx context.Context, err error) engine.Outcome {
 	}
 	var ue *UpstreamError
 	if errors.As(err, &ue) {
-		return engine.OutcomeRefused
+		if provesNotRun(ue) {
+			return engine.OutcomeRefused
+		}
+		return engine.OutcomeErrorUnknown
 	}
-	// The client wraps what went wrong on the way in a transport.Error;
-	// anything else is the upstream's own JSON-RPC error answer, which
-	// means it did not run the call.
-	var te *transport.Error
-	if errors.As(err, &te) {
-		return engine.OutcomeLost
+	// Anything else went wrong on the way (the client's transport.Error, a
+	// request that could not be written or whose answer never came).
+	return engine.OutcomeLost
+}
+
+// notRunCodes are the JSON-RPC error codes with which a server refuses a
+// request before any handler runs it: a request it could not parse or
+// read, a method or tool it does not know (the official Go SDK answers an
+// unknown tool -32602 "unknown tool", mcp-go -32602 "tool not found"),
+// arguments its SDK refused before calling the handler. A server that
+// answers one of these after its handler ran breaks JSON-RPC; that is the
+// one answer the proxy takes on the upstream's word.
+var notRunCodes = map[int]string{
+	mcp.PARSE_ERROR:      "parse error",
+	mcp.INVALID_REQUEST:  "invalid request",
+	mcp.METHOD_NOT_FOUND: "method or tool not found",
+	mcp.INVALID_PARAMS:   "invalid params",
+}
+
+// provesNotRun reports whether an upstream's JSON-RPC error answer proves
+// it did not run the request.
+func provesNotRun(ue *UpstreamError) bool {
+	if ue.CodeUnread {
+		return false
 	}
-	return engine.OutcomeRefused
+	_, ok := notRunCodes[ue.Code]
+	return ok
 }
 
 func describeFailure(o engine.Outcome, err error) string {
@@ -442,7 +470,12 @@ func describeFailure(o engine.Outcome, err error) string {
 		}
 		return "the call ended without an answer (" + err.Error() + "); whether the upstream carried it out is unknown"
 	case engine.OutcomeRefused:
-		return "the upstream refused it: " + err.Error()
+		if errors.Is(err, ErrNotSent) {
+			return "it was not sent: " + err.Error()
+		}
+		return "the upstream refused it before running it: " + err.Error()
+	case engine.OutcomeErrorUnknown:
+		return "the upstream answered with an error (" + err.Error() + "); whether it carried the call out is unknown"
 	}
 	return err.Error()
 }

@@ -45,6 +45,7 @@ func TestOutcomeReleasesTheReservation(t *testing.T) {
 			{OutcomeToolError, true},
 			{OutcomeToolErrorUnknown, false},
 			{OutcomeRefused, true},
+			{OutcomeErrorUnknown, false},
 			{OutcomeTimeout, false},
 			{OutcomeLost, false},
 			{OutcomeExecuted, false},
