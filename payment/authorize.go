@@ -118,6 +118,12 @@ func (a *Authorizer) Authorize(ctx context.Context, caller string, req Request) 
 		}
 		return Result{}, refusedf("no entry of the seller's accepts can be paid exactly%s; nothing was asked or signed", b.String())
 	}
+	// What cannot settle is refused before the engine is asked, so that
+	// nothing is reserved for it.
+	if max := a.cfg.Engine.Policy().MaxAuthorizationSeconds; max > 0 && max < x402.MinAuthorizationSeconds {
+		return Result{}, refusedf("the policy's maxAuthorizationSeconds is %d, and an authorization valid for less than %d seconds cannot settle (the official facilitator refuses a validBefore less than 6 s ahead when it verifies); the operator must raise it; nothing was asked or signed",
+			max, x402.MinAuthorizationSeconds)
+	}
 	declared := pr.ResourceURL(choice)
 	if req.Resource != "" && declared != "" && !x402.SameResource(req.Resource, declared) {
 		return Result{}, refusedf("the seller's 402 declares the resource %q, not the %q you requested (scheme, host and path must agree, and a declared query must be the one requested); nothing was asked or signed", clip(declared), clip(req.Resource))

@@ -193,3 +193,67 @@ func TestAuthorizePaymentDuplicateOnTheRequestedResource(t *testing.T) {
 		t.Errorf("a request whose declaration the Trace paid: %s %v", a.Decision, why)
 	}
 }
+
+// What the official facilitator would refuse is refused before the engine
+// is asked, so nothing is reserved for it: a 402 valid for 5 seconds, an
+// entry that asks for Permit2 (skipped when another entry can be paid), a
+// policy whose maxAuthorizationSeconds is too short to settle.
+func TestAuthorizePaymentRefusesWhatCannotSettle(t *testing.T) {
+	dir := t.TempDir()
+	s := newTestServer(t, dir) // maxOpenPartial 0: a reserved hold would make the next answer review
+	entry := func(mod func(e map[string]any)) map[string]any {
+		e := paymentRequired("10000", sellerA)["accepts"].([]any)[0].(map[string]any)
+		mod(e)
+		return e
+	}
+	with := func(entries ...any) map[string]any {
+		pr := paymentRequired("10000", sellerA)
+		pr["accepts"] = entries
+		return pr
+	}
+	short := entry(func(e map[string]any) { e["maxTimeoutSeconds"] = 5 })
+	permit2 := entry(func(e map[string]any) {
+		e["extra"] = map[string]any{"name": "USD Coin", "version": "2", "assetTransferMethod": "permit2"}
+	})
+	for _, tc := range []struct {
+		name string
+		pr   map[string]any
+		want string
+	}{
+		{"valid 5 seconds", with(short), "maxTimeoutSeconds is 5 seconds"},
+		{"permit2", with(permit2), "assetTransferMethod is permit2"},
+		{"both", with(permit2, short), "accepts[1]: maxTimeoutSeconds is 5 seconds"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			isErr, text, _ := callTool(t, s, "authorize_payment", map[string]any{"payment_required": tc.pr})
+			if !isErr || !strings.Contains(text, tc.want) || !strings.Contains(text, "nothing was asked or signed") {
+				t.Fatalf("isError %v: %s", isErr, text)
+			}
+		})
+	}
+	// Nothing was reserved: the payable 402 of the same seller is allowed,
+	// and a 402 offering Permit2 first is paid by its EIP-3009 entry.
+	a := authorize(t, s, map[string]any{"payment_required": with(permit2, entry(func(map[string]any) {}))})
+	if a.Decision != "allow" || a.Payment == nil {
+		t.Fatalf("after the refusals: %+v", a)
+	}
+	var idx struct {
+		Accepted struct {
+			Index int `json:"index"`
+		} `json:"accepted"`
+	}
+	_, _, st := callTool(t, s, "authorize_payment", map[string]any{"payment_required": with(permit2, entry(func(map[string]any) {}))})
+	if json.Unmarshal(st, &idx); idx.Accepted.Index != 1 {
+		t.Fatalf("chose accepts[%d], not the EIP-3009 entry", idx.Accepted.Index)
+	}
+
+	pol, err := guard.ParseConfig([]byte(`{"maxAuthorizationSeconds":10}`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newPolicyServer(t, t.TempDir(), 0, pol)
+	isErr, text, _ := callTool(t, p, "authorize_payment", map[string]any{"payment_required": paymentRequired("10000", sellerA)})
+	if !isErr || !strings.Contains(text, "maxAuthorizationSeconds is 10") || !strings.Contains(text, "nothing was asked or signed") {
+		t.Fatalf("a policy too short to settle: %v %s", isErr, text)
+	}
+}

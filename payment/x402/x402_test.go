@@ -268,6 +268,25 @@ func TestSelect(t *testing.T) {
 		{"payTo bad", func(m map[string]any) { m["payTo"] = "0x12" }, "payTo", nil},
 		{"timeout 0", func(m map[string]any) { m["maxTimeoutSeconds"] = 0 }, "maxTimeoutSeconds", nil},
 		{"timeout fraction", func(m map[string]any) { m["maxTimeoutSeconds"] = 1.5 }, "maxTimeoutSeconds", nil},
+		// What the official facilitator would refuse is never chosen.
+		{"timeout 5", func(m map[string]any) { m["maxTimeoutSeconds"] = 5 }, "maxTimeoutSeconds is 5 seconds; an authorization valid that briefly cannot settle", nil},
+		{"timeout 15", func(m map[string]any) { m["maxTimeoutSeconds"] = 15 }, "at least 16 are needed", nil},
+		{"timeout 16", func(m map[string]any) { m["maxTimeoutSeconds"] = 16 }, "", func(t *testing.T, c Choice) {}},
+		{"permit2", func(m map[string]any) {
+			m["extra"] = map[string]any{"name": "USD Coin", "version": "2", "assetTransferMethod": "permit2"}
+		}, "assetTransferMethod is permit2", nil},
+		{"eip3009 named", func(m map[string]any) {
+			m["extra"] = map[string]any{"name": "USD Coin", "version": "2", "assetTransferMethod": "eip3009"}
+		}, "", func(t *testing.T, c Choice) {}},
+		{"unknown method", func(m map[string]any) {
+			m["extra"] = map[string]any{"name": "USD Coin", "version": "2", "assetTransferMethod": "erc7710"}
+		}, "not one x402 names", nil},
+		{"method number", func(m map[string]any) {
+			m["extra"] = map[string]any{"name": "USD Coin", "version": "2", "assetTransferMethod": 1}
+		}, "extra.assetTransferMethod must be a string", nil},
+		{"method case twin", func(m map[string]any) {
+			m["extra"] = map[string]any{"name": "USD Coin", "version": "2", "AssetTransferMethod": "permit2"}
+		}, "not spelled", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			doc := map[string]any{"x402Version": 2, "resource": map[string]any{"url": "https://a.example/x"}, "accepts": []any{entry(tc.mod)}}
