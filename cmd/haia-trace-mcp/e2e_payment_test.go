@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/big"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
 )
 
@@ -302,8 +304,10 @@ func mustInt(s string) int64 {
 }
 
 // TestStdioPayerSignerProcess: the key lives in its own process; the
-// server signs through it; when it stops, no payment is authorized (fail
-// closed) and a server cannot start against it.
+// server signs through it; the process holds its own limits over its real
+// socket (--max-value, the policy's maxAuthorizationSeconds) and logs
+// each signature; when it stops, no payment is authorized (fail closed)
+// and a server cannot start against it.
 func TestStdioPayerSignerProcess(t *testing.T) {
 	root := sampleRoot(t)
 	key := filepath.Join(t.TempDir(), "signing-key.pem")
@@ -314,7 +318,11 @@ func TestStdioPayerSignerProcess(t *testing.T) {
 	}
 	defer os.RemoveAll(sockDir)
 	sock := filepath.Join(sockDir, "p.sock")
-	signer := exec.Command(binPath, "signer", "--payer-key", payerKey, "--listen", "unix:"+sock)
+	if _, errOut, code := runCLI(t, "signer", "--payer-key", payerKey, "--listen", "unix:"+sock); code != exitUsage || !strings.Contains(errOut, "--max-value") {
+		t.Fatalf("a payer signer without --max-value: %d %s", code, errOut)
+	}
+	policy := writeSecret(t, "guard.json", `{"maxAuthorizationSeconds":60}`)
+	signer := exec.Command(binPath, "signer", "--payer-key", payerKey, "--listen", "unix:"+sock, "--max-value", "1.00", "--guard-config", policy)
 	var sigErr lockedBuffer
 	signer.Stderr = &sigErr
 	if err := signer.Start(); err != nil {
@@ -333,9 +341,52 @@ func TestStdioPayerSignerProcess(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	cs := mcpSession(t, nil, "--dir", root, "--key-file", key, "--payer-signer", "unix:"+sock)
-	if a := authorizeCall(t, cs, e2ePaymentRequired("10000", e2eSeller)); a.Decision != "allow" || a.Authorization.Payer != e2ePayerAddr {
+	cs := mcpSession(t, nil, "--dir", root, "--key-file", key, "--payer-signer", "unix:"+sock, "--guard-config", policy)
+	a := authorizeCall(t, cs, e2ePaymentRequired("10000", e2eSeller))
+	if a.Decision != "allow" || a.Authorization.Payer != e2ePayerAddr {
 		t.Fatalf("through the signer: %+v", a)
+	}
+
+	// Whoever reaches the socket, the signer holds its own line.
+	rs, err := x402.DialPayer(context.Background(), sock, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := guard.DefaultConfig()
+	pr, err := x402.ParseArgument(e2ePaymentRequired("1000000", e2eSeller))
+	if err != nil {
+		t.Fatal(err)
+	}
+	choice, _ := x402.Select(pr, pol.Assets)
+	terms, err := x402.TermsFor(choice, rs.Address(), "rcpt_direct", time.Now(), 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x402.Sign(context.Background(), rs, terms); err != nil {
+		t.Fatalf("1.00 for 60 s, within the limits: %v", err)
+	}
+	over := terms
+	over.Authorization.Value = big.NewInt(1000001)
+	if _, err := rs.SignAuthorization(context.Background(), over.Domain, over.Authorization); err == nil || !strings.Contains(err.Error(), "above this signer's --max-value 1 USDC") {
+		t.Fatalf("1.000001 USDC under --max-value 1.00: %v", err)
+	}
+	forever := terms
+	forever.Authorization.ValidBefore = new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 256), big.NewInt(1))
+	if _, err := rs.SignAuthorization(context.Background(), forever.Domain, forever.Authorization); err == nil || !strings.Contains(err.Error(), "valid for at most 60 seconds") {
+		t.Fatalf("validBefore 2^256-1: %v", err)
+	}
+	// A server whose policy lets authorizations live longer than the
+	// signer's is refused its signature: fail closed, nothing given.
+	long := mcpSession(t, nil, "--dir", sampleRoot(t), "--key-file", filepath.Join(t.TempDir(), "k.pem"), "--payer-signer", "unix:"+sock)
+	if res := callTool(t, long, "authorize_payment", map[string]any{"payment_required": e2ePaymentRequiredAt("https://long.example/x", "10000", e2eSeller)}); !res.IsError || !strings.Contains(resultText(res), "no authorization is given") {
+		t.Fatalf("a signature valid 120 s from a signer capped at 60 s: %v %s", res.IsError, resultText(res))
+	}
+	logged := sigErr.String()
+	for _, want := range []string{"payer signer signed", "payee=" + e2eSeller, `value="1 USDC"`, "asset=eip155:8453/0x833589fcd6edb6e08f4c7c32d4f71b54bda02913",
+		"valid_before=" + terms.Authorization.ValidBefore.String(), "nonce=" + terms.Authorization.JSON().Nonce, "nonce=" + a.Authorization.Nonce, "payer signer refused a request"} {
+		if !strings.Contains(logged, want) {
+			t.Errorf("the signer's log lacks %q:\n%s", want, logged)
+		}
 	}
 	signer.Process.Signal(os.Interrupt)
 	signer.Wait()

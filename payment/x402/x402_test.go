@@ -1,6 +1,7 @@
 package x402
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/hex"
@@ -387,7 +388,12 @@ func TestRemotePayerSigner(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- ServePayer(ctx, ln, s, slog.New(slog.DiscardHandler)) }()
+	cfg, _ := guard.ParseConfig([]byte(`{}`), "")
+	lim, err := NewPayerLimits(300, "5.00", cfg.Assets, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- ServePayer(ctx, ln, s, lim, slog.New(slog.DiscardHandler)) }()
 	rs, err := DialPayer(context.Background(), path, 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -395,7 +401,6 @@ func TestRemotePayerSigner(t *testing.T) {
 	if rs.Address() != s.Address() {
 		t.Fatal("the remote signer announces another address")
 	}
-	cfg, _ := guard.ParseConfig([]byte(`{}`), "")
 	pr, _ := ParseHeaderOrJSON(v2Required("10000", payee))
 	c, _ := Select(pr, cfg.Assets)
 	terms, _ := TermsFor(c, rs.Address(), "rcpt", time.Now(), 300)
@@ -539,8 +544,12 @@ func FuzzPayerRequest(f *testing.F) {
 	f.Add([]byte(`{"op":"sign","msg":"AAAA"}`))
 	f.Add([]byte(`{"op":"sign_authorization","domain":{},"authorization":{}}`))
 	log := slog.New(slog.DiscardHandler)
+	lim, err := NewPayerLimits(300, "5.00", cfg.Assets, func() time.Time { return time.Unix(1_800_000_000, 0) })
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, line []byte) {
-		resp := answerPayer(context.Background(), line, s, log)
+		resp := answerPayer(context.Background(), line, s, lim, log)
 		if resp.Signature == "" {
 			return
 		}
@@ -560,5 +569,77 @@ func FuzzPayerRequest(f *testing.F) {
 		if who, err := Recover(digest, sig); err != nil || who != s.Address() {
 			t.Fatalf("the signature does not recover to the payer: %v", err)
 		}
+		if a.Value.Cmp(big.NewInt(5_000_000)) > 0 || a.ValidBefore.Cmp(big.NewInt(1_800_000_300)) > 0 {
+			t.Fatalf("signed past the limits: value %s, validBefore %s", a.Value, a.ValidBefore)
+		}
 	})
+}
+
+// The payer signer holds its own line: a value above --max-value, a
+// validity past maxAuthorizationSeconds (up to 2^256-1) or a token whose
+// decimals it does not know is refused by name, and each signature is
+// logged with its payee, value, asset, validBefore and nonce.
+func TestPayerSignerLimits(t *testing.T) {
+	s := testSigner(t)
+	cfg, _ := guard.ParseConfig([]byte(`{}`), "")
+	now := time.Unix(1_800_000_000, 0)
+	lim, err := NewPayerLimits(120, "1.50", cfg.Assets, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, _ := ParseHeaderOrJSON(v2Required("1500000", payee))
+	c, _ := Select(pr, cfg.Assets)
+	terms, _ := TermsFor(c, s.Address(), "r", now, 120)
+	req := func(mod func(d *domainJSON, a *AuthorizationJSON)) []byte {
+		d := domainJSON{Name: "USD Coin", Version: "2", ChainID: "8453", VerifyingContract: baseUSDC}
+		a := terms.Authorization.JSON()
+		if mod != nil {
+			mod(&d, &a)
+		}
+		b, _ := json.Marshal(payerRequest{Op: "sign_authorization", Domain: &d, Authorization: &a})
+		return b
+	}
+	var logged bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logged, nil))
+	for _, tc := range []struct {
+		name string
+		mod  func(d *domainJSON, a *AuthorizationJSON)
+		want string
+	}{
+		{"at the ceiling", nil, ""},
+		{"above the ceiling", func(_ *domainJSON, a *AuthorizationJSON) { a.Value = "1500001" }, "the value 1.500001 USDC is above this signer's --max-value 1.5 USDC"},
+		{"valid for ever", func(_ *domainJSON, a *AuthorizationJSON) {
+			a.ValidBefore = new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 256), big.NewInt(1)).String()
+		}, "this signer signs authorizations valid for at most 120 seconds"},
+		{"one second too long", func(_ *domainJSON, a *AuthorizationJSON) { a.ValidBefore = "1800000121" }, "is 121 seconds ahead"},
+		{"unknown token", func(d *domainJSON, _ *AuthorizationJSON) { d.VerifyingContract = payee }, "is not among this signer's assets"},
+		{"other chain", func(d *domainJSON, _ *AuthorizationJSON) { d.ChainID = "1" }, "on chain 1 is not among this signer's assets"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := answerPayer(context.Background(), req(tc.mod), s, lim, log)
+			if tc.want == "" {
+				if resp.Signature == "" {
+					t.Fatalf("refused: %s", resp.Error)
+				}
+				return
+			}
+			if resp.Signature != "" || !strings.Contains(resp.Error, tc.want) {
+				t.Fatalf("answer %+v; want a refusal saying %q", resp, tc.want)
+			}
+		})
+	}
+	out := logged.String()
+	for _, want := range []string{"payer signer signed", "payee=" + payee, `value="1.5 USDC"`, "asset=" + guard.USDCBase, "valid_before=1800000120", "nonce=0x", "payer signer refused a request"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the log lacks %q:\n%s", want, out)
+		}
+	}
+	for _, bad := range []struct {
+		secs  int64
+		value string
+	}{{15, "1"}, {86401, "1"}, {300, "0"}, {300, "-1"}, {300, "1e3"}, {300, ""}} {
+		if _, err := NewPayerLimits(bad.secs, bad.value, cfg.Assets, nil); err == nil {
+			t.Errorf("limits %d s, %q accepted", bad.secs, bad.value)
+		}
+	}
 }
