@@ -1,7 +1,9 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,6 +12,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/strictjson"
 	"github.com/haia-trace-mcp/haia-trace-mcp/payment"
 )
 
@@ -26,7 +29,51 @@ func (s *Server) paymentTool() toolDef {
 	}
 }
 
+// paymentArgs is the shape authorize_payment's arguments are read into
+// exactly: each name once, spelled exactly, at every depth of the 402.
+type paymentArgs struct {
+	PaymentRequired json.RawMessage `json:"payment_required"`
+	Resource        json.RawMessage `json:"resource"`
+}
+
+// exactPaymentArgs reads the wire bytes of authorize_payment's arguments
+// as exactly as the review log is read (internal/strictjson): a member
+// named twice in any object, or a name of these arguments spelled in
+// another case, is refused, where a decoder would keep one of them. It
+// returns the seller's 402 as its own bytes when it was sent as an object,
+// so that the 402 reader sees what the agent sent, not a re-encoding of a
+// decoded map; nil when it was sent otherwise. A name no argument has is
+// left to newArgs, which lists the accepted ones.
+func exactPaymentArgs(wire []byte) (json.RawMessage, error) {
+	if len(wire) == 0 {
+		return nil, nil
+	}
+	// First no member twice at any depth, whatever the names; then the
+	// argument names exactly.
+	var shape paymentArgs
+	for _, v := range []any{&map[string]json.RawMessage{}, &shape} {
+		if err := strictjson.Check(wire, v); err != nil {
+			var se *strictjson.Error
+			if !errors.As(err, &se) || se.Ambiguous {
+				return nil, userErrorf("the arguments of authorize_payment cannot be read exactly: %s; nothing was asked or signed", err)
+			}
+			return nil, nil
+		}
+	}
+	if err := json.Unmarshal(wire, &shape); err != nil {
+		return nil, nil
+	}
+	if pr := bytes.TrimSpace(shape.PaymentRequired); len(pr) > 0 && pr[0] == '{' {
+		return pr, nil
+	}
+	return nil, nil
+}
+
 func (s *Server) authorizePayment(ctx context.Context, raw any) (*mcp.CallToolResult, error) {
+	wire, err := exactPaymentArgs(wireArguments(ctx))
+	if err != nil {
+		return nil, err
+	}
 	a := newArgs(raw, "payment_required", "resource")
 	pr, present := a.m["payment_required"]
 	switch v := pr.(type) {
@@ -53,6 +100,9 @@ func (s *Server) authorizePayment(ctx context.Context, raw any) (*mcp.CallToolRe
 	kept, retried := s.retriedAnswer(ctx, "authorize_payment")
 	if kept != nil {
 		return kept, nil
+	}
+	if wire != nil {
+		pr = wire
 	}
 	res, err := s.guard.Payments.Authorize(ctx, s.callerID(ctx), payment.Request{PaymentRequired: pr, Resource: resource})
 	if err != nil {

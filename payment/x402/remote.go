@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/lineproto"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/strictjson"
 )
 
 // The payer signer protocol: over a unix socket (see noa.ListenSigner for
@@ -133,6 +134,15 @@ func servePayerConn(ctx context.Context, conn net.Conn, s *KeySigner, lim PayerL
 
 func answerPayer(ctx context.Context, line []byte, s *KeySigner, lim PayerLimits, log *slog.Logger) payerResponse {
 	var req payerRequest
+	// Read exactly: a member named twice or spelled in another case would
+	// be read one way here and another way by whoever wrote the request.
+	if err := strictjson.Check(line, &req); err != nil {
+		var se *strictjson.Error
+		if errors.As(err, &se) {
+			return payerResponse{Error: "request is not exact: " + clip(se.Error())}
+		}
+		return payerResponse{Error: "request is not a JSON object"}
+	}
 	if err := json.Unmarshal(line, &req); err != nil {
 		return payerResponse{Error: "request is not a JSON object"}
 	}

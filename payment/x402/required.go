@@ -85,6 +85,9 @@ func ParseArgument(v any) (*PaymentRequired, error) {
 	switch x := v.(type) {
 	case string:
 		return ParseHeaderOrJSON(x)
+	case json.RawMessage:
+		// The object's own bytes, as the agent sent them.
+		return Parse(x)
 	case map[string]any:
 		// mcp-go hands arguments over already decoded (duplicate keys were
 		// merged by then); encode again and read strictly.

@@ -426,7 +426,7 @@ func TestRemotePayerSigner(t *testing.T) {
 	buf := make([]byte, 256)
 	n, _ := conn.Read(buf)
 	conn.Close()
-	if !strings.Contains(string(buf[:n]), "unknown op") {
+	if !strings.Contains(string(buf[:n]), `"error":"request is not exact: unknown field \"msg\""`) {
 		t.Fatalf("raw sign: %s", buf[:n])
 	}
 	cancel()
@@ -627,6 +627,18 @@ func TestPayerSignerLimits(t *testing.T) {
 				t.Fatalf("answer %+v; want a refusal saying %q", resp, tc.want)
 			}
 		})
+	}
+	// A request that says two things is refused: a member named twice, or
+	// spelled in another case beside the exact one.
+	good := string(req(nil))
+	for _, line := range []string{
+		strings.Replace(good, `"op":"sign_authorization"`, `"op":"sign_authorization","op":"payer"`, 1),
+		strings.Replace(good, `"value":"1500000"`, `"value":"1500000","Value":"9000000"`, 1),
+		strings.Replace(good, `"domain":`, `"Domain":`, 1),
+	} {
+		if resp := answerPayer(context.Background(), []byte(line), s, lim, log); resp.Signature != "" || !strings.Contains(resp.Error, "request is not exact") {
+			t.Errorf("%s: %+v", line, resp)
+		}
 	}
 	out := logged.String()
 	for _, want := range []string{"payer signer signed", "payee=" + payee, `value="1.5 USDC"`, "asset=" + guard.USDCBase, "valid_before=1800000120", "nonce=0x", "payer signer refused a request"} {
