@@ -247,7 +247,7 @@ func openServed(ctx context.Context, f *serveFlags, notifier *notify.Group, nm *
 			closeStacks()
 			return nil, nil, nil, err
 		}
-		f.console.tenants = &tenantConsoles{site: site, mux: http.NewServeMux()}
+		f.console.tenants = &tenantConsoles{site: site, mux: http.NewServeMux(), clients: f.console.clients}
 		// /console/ itself says where each tenant's console is.
 		f.console.tenants.mux.Handle(site.u.Path, console.TenantsIndex(site.u))
 		stopConsole = site.close
@@ -321,13 +321,18 @@ func runServe(ctx context.Context, env *cmdEnv, f serveFlags, h httpFlags) error
 		env.fs.Visit(func(fl *flag.Flag) {
 			switch fl.Name {
 			case "guard-config", "agent-id", "reviewers", "notify-command", "notify-env", "notify-url", "notify-secret-file", "store", "key-file", "signer", "params-key-file",
-				"payer-key", "payer-key-password-file", "payer-signer", "console", "console-addr", "console-url":
+				"payer-key", "payer-key-password-file", "payer-signer", "console", "console-addr", "console-url", "console-trusted-proxy", "console-proxy-header":
 				guardFlags = append(guardFlags, "--"+fl.Name)
 			}
 		})
 		if len(guardFlags) > 0 {
 			return usageErrorf("--read-only serves no guard, so %s would do nothing; drop them or --read-only", strings.Join(guardFlags, ", "))
 		}
+	}
+	given := map[string]bool{}
+	env.fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	if err := f.console.check(func(name string) bool { return given[name] }); err != nil {
+		return err
 	}
 	servers, ready, closeAll, err := openFront(ctx, &f, &h, logger, stderr)
 	if err != nil {
