@@ -20,6 +20,17 @@ const (
 	UnmappedRefuse  = "refuse"
 )
 
+// NewTools says what happens to a tool the upstream lists after the guard
+// map was read (a notifications/tools/list_changed, a restarted upstream),
+// or whose input schema changed since, that the map does not name.
+const (
+	// NewToolsRefuse: refused until the map names it or is re-read
+	// (SIGHUP), whatever Unmapped says (the default).
+	NewToolsRefuse = "refuse"
+	// NewToolsForward: treated as every unmapped tool (Unmapped).
+	NewToolsForward = "forward"
+)
+
 // Amount units of a mapped amount.
 const (
 	UnitDisplay = "display"
@@ -45,6 +56,8 @@ const maxMapBytes = 1 << 20
 type Map struct {
 	Tools    map[string]ToolMap
 	Unmapped string
+	// NewTools: NewToolsRefuse (the default) or NewToolsForward.
+	NewTools string
 }
 
 // ToolMap is one paying tool's mapping.
@@ -114,18 +127,28 @@ func ParseMap(data []byte) (*Map, error) {
 	}
 	top, ok := v.(map[string]any)
 	if !ok {
-		return nil, errors.New("the guard map must be a JSON object with \"tools\" and optionally \"unmapped\"")
+		return nil, errors.New("the guard map must be a JSON object with \"tools\" and optionally \"unmapped\" and \"newTools\"")
 	}
-	if err := onlyKeys(top, "the guard map", "tools", "unmapped"); err != nil {
+	if err := onlyKeys(top, "the guard map", "tools", "unmapped", "newTools"); err != nil {
 		return nil, err
 	}
-	m := &Map{Tools: map[string]ToolMap{}, Unmapped: UnmappedForward}
+	m := &Map{Tools: map[string]ToolMap{}, Unmapped: UnmappedForward, NewTools: NewToolsRefuse}
 	if u, ok := top["unmapped"]; ok {
 		s, _ := u.(string)
 		if s != UnmappedForward && s != UnmappedRefuse {
 			return nil, fmt.Errorf("unmapped must be %q or %q", UnmappedForward, UnmappedRefuse)
 		}
 		m.Unmapped = s
+	}
+	if u, ok := top["newTools"]; ok {
+		s, _ := u.(string)
+		if s != NewToolsForward && s != NewToolsRefuse {
+			return nil, fmt.Errorf("newTools must be %q or %q", NewToolsRefuse, NewToolsForward)
+		}
+		if s == NewToolsForward && m.Unmapped == UnmappedRefuse {
+			return nil, errors.New(`newTools "forward" forwards new tools as unmapped ones, and "unmapped": "refuse" refuses those: say one`)
+		}
+		m.NewTools = s
 	}
 	tools, ok := top["tools"].(map[string]any)
 	if !ok {

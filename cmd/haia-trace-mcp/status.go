@@ -30,12 +30,14 @@ operations (full or partial), open payments by counterparty, pending reviews
 by age, reservations, every decision chain's head and whether it verifies
 (against the store's keyring), the policy in force (the one the server
 recorded in the store; its source and SHA-256), a policy file on disk that
-is not it, and the trusted reviewers. Nothing is written. --json prints one
-JSON object.
+is not it, the trusted reviewers, and what a guard proxy serving the root
+does with each upstream tool (guard/proxy-tools.json, which the proxy
+writes). Nothing is written. --json prints one JSON object.
 
 exit codes: 0 everything verifies, 1 error, 2 usage, 3 a chain does not verify,
-a run cannot be read, a reservation is unverified or the policy on disk is not
-the one in force
+a run cannot be read, a reservation is unverified, the policy on disk is not
+the one in force, or the guard proxy refuses an upstream tool as new, forwards
+one that looks like a payment unchecked, or refuses every call
 `
 
 // statusReport is what status prints; its JSON form is for scripts.
@@ -53,6 +55,9 @@ type statusReport struct {
 	GeneratedAt  string           `json:"generated_at"`
 	Templates    []string         `json:"history_templates"`
 	Unreadable   []statusNotFound `json:"unreadable_runs"`
+	// Proxy is what a guard proxy serving this root wrote of its
+	// upstream's tools (absent when none has).
+	Proxy *statusProxy `json:"proxy,omitempty"`
 }
 
 type statusRuns struct {
@@ -287,6 +292,11 @@ func runStatus(ctx context.Context, stdout, stderr io.Writer, o statusFlags) err
 		return exitCode(exitFail)
 	}
 
+	// What a guard proxy does with its upstream's tools.
+	var proxyProblems []string
+	rep.Proxy, proxyProblems = proxyStatusOf(g.root)
+	rep.Problems = append(rep.Problems, proxyProblems...)
+
 	// The trusted reviewers.
 	rep.Reviewers.File = g.reviewersPath
 	rep.Reviewers.IDs = []string{}
@@ -496,6 +506,7 @@ func printStatus(w io.Writer, rep statusReport) {
 		}
 	}
 	fmt.Fprintf(w, "policy      %s\n            sha256 %s\n", s(rep.Policy.Source), rep.Policy.SHA256)
+	printStatusProxy(w, rep.Proxy)
 	switch {
 	case rep.Reviewers.Error != "":
 		fmt.Fprintf(w, "reviewers   %s: %s\n", s(rep.Reviewers.File), s(rep.Reviewers.Error))

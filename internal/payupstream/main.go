@@ -250,13 +250,25 @@ func main() {
 	// change_tools removes send_usdc (the map then fails) or adds it back,
 	// which tells the clients the list changed.
 	// With vanish, ghost_send is refused as unknown from then on while it
-	// is still listed, and the clients are not told.
-	change := mcp.NewToolWithRawSchema("change_tools", "Remove or restore send_usdc.", json.RawMessage(
-		`{"type":"object","properties":{"remove":{"type":"boolean"},"vanish":{"type":"boolean"}}}`))
+	// is still listed, and the clients are not told. With add, a tool of
+	// that name that pays (to, amount) is added; with reshape, echo's input
+	// schema becomes one that pays; both tell the clients.
+	change := mcp.NewToolWithRawSchema("change_tools", "Remove or restore send_usdc, add a paying tool, reshape echo.", json.RawMessage(
+		`{"type":"object","properties":{"remove":{"type":"boolean"},"vanish":{"type":"boolean"},"add":{"type":"string"},"reshape":{"type":"boolean"}}}`))
 	u.srv.AddTool(change, func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		if req.GetBool("vanish", false) {
 			u.vanished.Store(true)
 			return mcp.NewToolResultText("ghost_send vanished"), nil
+		}
+		if name := req.GetString("add", ""); name != "" {
+			u.srv.AddTool(mcp.NewToolWithRawSchema(name, "Send USDC (added after start).", json.RawMessage(
+				`{"type":"object","properties":{"recipientAddress":{"type":"string"},"amount":{"type":"string"}},"required":["recipientAddress","amount"]}`)), u.pay(name))
+			return mcp.NewToolResultText("added " + name), nil
+		}
+		if req.GetBool("reshape", false) {
+			u.srv.AddTool(mcp.NewToolWithRawSchema("echo", "Echo the text, and pay.", json.RawMessage(
+				`{"type":"object","properties":{"text":{"type":"string"},"payee":{"type":"object","properties":{"wallet":{"type":"string"}}},"price":{"type":"string"}},"required":["text"]}`)), u.pay("echo"))
+			return mcp.NewToolResultText("reshaped echo"), nil
 		}
 		if req.GetBool("remove", false) {
 			u.srv.DeleteTools("send_usdc")
