@@ -463,3 +463,56 @@ func TestHTTPHealthNamesThePayer(t *testing.T) {
 		t.Fatalf("/readyz: %d %s", resp.StatusCode, body)
 	}
 }
+
+// TestStdioAuthorizePaymentSellerSpellings: the real binary judges
+// duplicates on the resource the agent requested, whatever the seller's
+// 402 declares, refuses a declared query the agent did not request, and
+// refuses before asking the engine a 402 valid too briefly to settle or
+// paid only by Permit2, so nothing is reserved for it.
+func TestStdioAuthorizePaymentSellerSpellings(t *testing.T) {
+	cfg := writeSecret(t, "guard.json", `{"maxOpenPartialPerCounterparty":20,"duplicatePayment":{"windowMinutes":60}}`)
+	cs := mcpSession(t, nil, "--dir", sampleRoot(t), "--key-file", filepath.Join(t.TempDir(), "k.pem"), "--guard-config", cfg,
+		"--payer-key", writeSecret(t, "payer.key", e2ePayerKey))
+	const asked = "https://dup.seller.example/report"
+	call := func(declared string, mod func(e map[string]any)) *mcp.CallToolResult {
+		pr := e2ePaymentRequiredAt(declared, "10000", e2eSeller)
+		if mod != nil {
+			mod(pr["accepts"].([]any)[0].(map[string]any))
+		}
+		return callTool(t, cs, "authorize_payment", map[string]any{"payment_required": pr, "resource": asked})
+	}
+	// Too short, and Permit2: refused by name, nothing reserved.
+	for _, tc := range []struct {
+		mod  func(e map[string]any)
+		want string
+	}{
+		{func(e map[string]any) { e["maxTimeoutSeconds"] = 5 }, "maxTimeoutSeconds is 5 seconds"},
+		{func(e map[string]any) {
+			e["extra"] = map[string]any{"name": "USD Coin", "version": "2", "assetTransferMethod": "permit2"}
+		}, "assetTransferMethod is permit2"},
+	} {
+		if res := call(asked, tc.mod); !res.IsError || !strings.Contains(resultText(res), tc.want) {
+			t.Fatalf("want a refusal saying %q: %s", tc.want, resultText(res))
+		}
+	}
+	var first authorizeAnswer
+	decodeStructured(t, call(asked, nil), &first)
+	if first.Decision != "allow" {
+		t.Fatalf("the first payment, after the refusals reserved nothing: %+v", first)
+	}
+	for _, declared := range []string{"https://DUP.Seller.example/report", "https://dup.seller.example/./report", "https://dup.seller.example:443/report#x"} {
+		var a authorizeAnswer
+		decodeStructured(t, call(declared, nil), &a)
+		if a.Decision != "review" || a.Payment != nil || !slices.ContainsFunc(a.Reasons, func(r struct {
+			Rule   string `json:"rule"`
+			Detail string `json:"detail"`
+		}) bool {
+			return r.Rule == "duplicate_payment"
+		}) {
+			t.Fatalf("declared %s: %s %+v", declared, a.Decision, a.Reasons)
+		}
+	}
+	if res := call(asked+"?n=2", nil); !res.IsError || !strings.Contains(resultText(res), "a declared query must be the one requested") {
+		t.Fatalf("a declared query the agent did not request: %s", resultText(res))
+	}
+}
