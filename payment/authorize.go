@@ -47,7 +47,9 @@ type Request struct {
 	// PaymentRequired is the seller's 402 answer: the PaymentRequired
 	// object, or the base64 value of its PAYMENT-REQUIRED header.
 	PaymentRequired any
-	// Resource is the URL the agent requested, or "".
+	// Resource is the URL the agent requested, or "". When given, the
+	// seller's host and duplicate payments are judged on it, and the 402
+	// must declare the same resource (see x402.SameResource).
 	Resource string
 }
 
