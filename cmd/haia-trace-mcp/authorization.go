@@ -67,24 +67,23 @@ type authorizationReview struct {
 
 // defineAuthorizationShow is `authorization show NONCE|RECEIPT_ID`.
 func defineAuthorizationShow(fs *flag.FlagSet) runFunc {
-	dir := dirFlag(fs)
+	var f stackFlags
+	f.register(fs, true)
 	asJSON := jsonFlag(fs)
 	keyringFile := keyringFlag(fs)
-	reviewers := reviewersFlag(fs)
-	storeFlag := storeFlag(fs)
 	return func(ctx context.Context, env *cmdEnv, pos []string) error {
-		return runAuthorizationShow(ctx, env.stdout, env.stderr, pos, dir, keyringFile, reviewers, storeFlag, asJSON)
+		return runAuthorizationShow(ctx, env.stdout, env.stderr, pos, &f, keyringFile, asJSON)
 	}
 }
 
-func runAuthorizationShow(ctx context.Context, stdout, stderr io.Writer, pos []string, dir, keyringFile, reviewers, storeFlag *string, asJSON *bool) error {
+func runAuthorizationShow(ctx context.Context, stdout, stderr io.Writer, pos []string, f *stackFlags, keyringFile *string, asJSON *bool) error {
 	want := pos[0]
-	g, code := openCLIGuard(ctx, "authorization show", *dir, *storeFlag, *reviewers, "", stderr)
-	if g == nil {
-		return exitCode(code)
+	st, err := f.open(ctx, nil)
+	if err != nil {
+		return err
 	}
-	defer g.Close()
-	log := reviewlog.OpenStore(g.store, reviewlog.Options{Reviewers: g.loadReviewers, Passkeys: g.loadPasskeys})
+	defer st.Close()
+	log := st.Log()
 	all, err := log.Authorizations(ctx)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp authorization show: %s\n", termsafe.String(err.Error()))
@@ -100,7 +99,7 @@ func runAuthorizationShow(ctx context.Context, stdout, stderr io.Writer, pos []s
 	if found == nil {
 		// The log's copy may be gone while the chain still holds the signed
 		// record: that is no unknown authorization, it is a missing one.
-		if rc, ok, err := signedAuthorization(ctx, g.store, want); err != nil {
+		if rc, ok, err := signedAuthorization(ctx, st.Store(), want); err != nil {
 			fmt.Fprintf(stderr, "haia-trace-mcp authorization show: %s\n", termsafe.String(err.Error()))
 			return exitCode(exitFail)
 		} else if ok {
@@ -112,7 +111,7 @@ func runAuthorizationShow(ctx context.Context, stdout, stderr io.Writer, pos []s
 		return exitCode(authExitUnknown)
 	}
 	v := authorizationView{AuthorizedLine: *found, Trace: []traceUse{}, Findings: []string{}}
-	v.Amount, v.Asset = authorizationAmount(found.Authorized, g.policy.Assets)
+	v.Amount, v.Asset = authorizationAmount(found.Authorized, st.Policy().Assets)
 	var keyring noa.Keyring
 	if *keyringFile != "" {
 		data, err := os.ReadFile(*keyringFile)
@@ -125,7 +124,7 @@ func runAuthorizationShow(ctx context.Context, stdout, stderr io.Writer, pos []s
 		}
 		v.KeyringSource = *keyringFile
 	} else {
-		err := g.store.View(ctx, func(r reviewlog.Reader) (err error) {
+		err := st.Store().View(ctx, func(r reviewlog.Reader) (err error) {
 			keyring, err = r.Keyring(ctx)
 			return err
 		})
@@ -135,7 +134,7 @@ func runAuthorizationShow(ctx context.Context, stdout, stderr io.Writer, pos []s
 		}
 		v.KeyringSource = "the store's keyring (pass --keyring to trust only your own copy)"
 	}
-	receipts, err := findReceipts(ctx, g.store, found.DecisionReceipt, found.Receipt)
+	receipts, err := findReceipts(ctx, st.Store(), found.DecisionReceipt, found.Receipt)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp authorization show: %s\n", termsafe.String(err.Error()))
 		return exitCode(exitFail)
@@ -152,7 +151,7 @@ func runAuthorizationShow(ctx context.Context, stdout, stderr io.Writer, pos []s
 			}
 		}
 	}
-	if v.Trace, err = traceUses(g.root, *found); err != nil {
+	if v.Trace, err = traceUses(st.Root().Dir(), *found); err != nil {
 		v.Findings = append(v.Findings, "the Trace could not be searched: "+err.Error())
 		v.Trace = []traceUse{}
 	}

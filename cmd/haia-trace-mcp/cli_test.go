@@ -460,7 +460,7 @@ func TestSharedFlagsHaveOneHelpText(t *testing.T) {
 		"payer-key":               {"signer"},
 		"payer-key-password-file": {"signer"},
 		"guard-config":            {"signer"},
-		"tenant":                  {"review list", "review show", "review approve", "review reject", "review archive", "audit", "verify", "reviewer init", "reviewer passkey add"},
+		"tenant":                  {"", "proxy", "chain checkpoint", "review list", "review show", "review approve", "review reject", "review archive", "verify", "reviewer init", "reviewer passkey add"},
 		"console-url":             {"review list", "review show", "reviewer passkey add"},
 		"id":                      {"reviewer init", "reviewer passkey add", "reviewer passkey remove"},
 		"all":                     {"chain export"},

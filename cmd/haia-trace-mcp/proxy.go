@@ -81,6 +81,9 @@ func runProxy(ctx context.Context, env *cmdEnv, f serveFlags, h httpFlags, pf pr
 	if pf.callTimeout <= 0 {
 		return usageErrorf("--upstream-timeout must be positive")
 	}
+	if err := refuseIdleFlags(env.fs, &f, &h); err != nil {
+		return err
+	}
 	logger, err := newLogger(stderr, f.logLevel)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
@@ -159,6 +162,12 @@ func runProxy(ctx context.Context, env *cmdEnv, f serveFlags, h httpFlags, pf pr
 	if h.addr != "" {
 		return exitCode(runHTTP(ctx, servers, ready, &h, logger, stderr))
 	}
+	stopHUP, err := startServed(ctx, servers)
+	if err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
+		return exitCode(exitFail)
+	}
+	defer stopHUP()
 	srv := servers[""].srv
 	logger.Info("serving the guard proxy over stdio", "upstream", upstreamName(uc))
 	stdio := mcpserver.NewStdioServer(srv.MCP())
