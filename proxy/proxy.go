@@ -628,6 +628,10 @@ func describeFailure(o engine.Outcome, err error) string {
 	case engine.OutcomeTimeout:
 		return "the upstream did not answer in time; it may still carry the call out"
 	case engine.OutcomeLost:
+		var ne *NotExactError
+		if errors.As(err, &ne) {
+			return ne.Error() + "; whether it carried the call out is unknown"
+		}
 		if errors.Is(err, ErrUpstreamDown) {
 			return "the upstream is not available (" + err.Error() + "); whether it carried the call out is unknown"
 		}

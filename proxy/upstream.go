@@ -132,7 +132,7 @@ func (u *Upstream) connect(ctx context.Context) (*conn, error) {
 		if err != nil {
 			return nil, fmt.Errorf("upstream %s: %w", u.cfg.URL, err)
 		}
-		tr = h
+		tr = exactHTTP{h}
 	} else {
 		cmd := exec.Command(u.cfg.Command, u.cfg.Args...)
 		cmd.Stderr = u.cfg.Stderr
@@ -152,7 +152,7 @@ func (u *Upstream) connect(ctx context.Context) (*conn, error) {
 		}
 		c.cmd, c.pid = cmd, cmd.Process.Pid
 		s := transport.NewIO(stdout, stdin, nil)
-		tr = s
+		tr = exactStdio{s}
 		go func() {
 			err := cmd.Wait()
 			u.cfg.Logger.Warn("upstream process exited", "pid", c.pid, "err", err)

@@ -19,7 +19,8 @@ const proxyErrorsMap = `{"tools": {
   "pay_then_code": {"counterparty": "to", "amount": "amount", "amountUnit": "display"},
   "pay_then_drop": {"counterparty": "to", "amount": "amount", "amountUnit": "display"},
   "strict_send": {"counterparty": "to", "amount": "amount", "amountUnit": "display"},
-  "ghost_send": {"counterparty": "to", "amount": "amount", "amountUnit": "display"}
+  "ghost_send": {"counterparty": "to", "amount": "amount", "amountUnit": "display"},
+  "twofaced_send": {"counterparty": "to", "amount": "amount", "amountUnit": "display", "errors": "unpaid"}
 }, "unmapped": "forward"}`
 
 // 5.00 per counterparty; each call below is 4.00, so one fits.
@@ -205,6 +206,44 @@ func TestProxyUpstreamRefusalBeforeRunningReleases(t *testing.T) {
 			}
 			if n, _ := p.paidTo(t, payee); n != 1 {
 				t.Fatalf("the upstream paid %d times, want once", n)
+			}
+		})
+	}
+}
+
+// The upstream's answer to a paying call is read exactly: twofaced_send
+// pays, then answers "isError": false with "IsError": true beside it. Read
+// without regard to case, that was the tool's error, which its map entry
+// ("errors": "unpaid") releases — and all five calls of 4.00 under 5.00
+// were forwarded and paid. Refused as an answer that says two things, it is
+// an unknown outcome that keeps the spend: one is forwarded, four are
+// refused for the limit. The same over a task call, whose answer the
+// proxy reads itself.
+func TestProxyUpstreamAnswerReadExactly(t *testing.T) {
+	p := startProxyWire(t)
+	for i, task := range []bool{false, true} {
+		t.Run(fmt.Sprintf("task %v", task), func(t *testing.T) {
+			payee := fmt.Sprintf("0xE222000000000000000000000000000000000%03d", i)
+			args := map[string]any{"to": payee, "amount": "4.00"}
+			res := p.call(t, "twofaced_send", args, task)
+			text := fmt.Sprint(res["content"])
+			if res["isError"] != true || !strings.Contains(text, "the upstream's answer to tools/call cannot be read exactly") || !strings.Contains(text, `"IsError" is "isError" in another case`) {
+				t.Fatalf("first call: %v", res)
+			}
+			if r := p.lastRule(t); r != "upstream_lost" {
+				t.Fatalf("recorded %q, want upstream_lost", r)
+			}
+			for n := 2; n <= 5; n++ {
+				res := p.call(t, "twofaced_send", args, task)
+				if res["structuredContent"] == nil {
+					t.Fatalf("call %d of 4.00 under 5.00 was forwarded: the first call's spend was released (%v)", n, res)
+				}
+				if d := decisionIn(t, res); d.Decision != "review" || !d.has("per_counterparty_limit") {
+					t.Fatalf("call %d: %+v", n, d)
+				}
+			}
+			if n, tools := p.paidTo(t, payee); n != 1 {
+				t.Fatalf("the upstream paid %d times (%v), want once", n, tools)
 			}
 		})
 	}

@@ -66,6 +66,12 @@ func (u *upstream) addFailing() {
 	// ghost_send pays; after change_tools {"vanish": true} it is still
 	// listed but refused as unknown (-32602 "tool not found").
 	add("ghost_send", "Send USDC (until it vanishes).", "", u.pay("ghost_send"))
+	// twofaced_send pays, then answers a result that says two things:
+	// "isError": false, and "IsError": true beside it, which a reader
+	// that ignores case takes for isError. Over stdio the layer in front
+	// of the server answers it (mcp-go writes one isError); over HTTP its
+	// handler pays and answers plainly.
+	add("twofaced_send", "Send USDC, then answer isError twice.", "", u.pay("twofaced_send"))
 }
 
 // front is what the stdio server reads: standard input, less the calls the
@@ -91,9 +97,10 @@ func (u *upstream) front(in io.Reader) io.Reader {
 }
 
 // answered answers a tools/call of strict_send whose arguments its schema
-// refuses (-32602, before the handler, as an SDK's validation does) and
-// every tools/call of pay_then_code (it pays, then answers the code its
-// arguments name); it reports whether it answered the line.
+// refuses (-32602, before the handler, as an SDK's validation does), every
+// tools/call of pay_then_code (it pays, then answers the code its arguments
+// name) and of twofaced_send (it pays, then answers isError twice); it
+// reports whether it answered the line.
 func (u *upstream) answered(line []byte) bool {
 	var m struct {
 		ID     json.RawMessage `json:"id"`
@@ -121,6 +128,13 @@ func (u *upstream) answered(line []byte) bool {
 			return true
 		}
 		return false
+	case "twofaced_send":
+		if err := u.record("twofaced_send", m.Params.Arguments); err != nil {
+			u.answerError(m.ID, mcp.INTERNAL_ERROR, err.Error())
+			return true
+		}
+		u.answerRaw(m.ID, `{"content":[{"type":"text","text":"paid by twofaced_send"}],"isError":false,"IsError":true}`)
+		return true
 	case "pay_then_code":
 		if json.Unmarshal(m.Params.Arguments, &args) != nil || args.Code == nil {
 			u.answerError(m.ID, mcp.INVALID_PARAMS, "code is required")
@@ -134,6 +148,14 @@ func (u *upstream) answered(line []byte) bool {
 		return true
 	}
 	return false
+}
+
+// answerRaw answers the request id with result, byte for byte.
+func (u *upstream) answerRaw(id json.RawMessage, result string) {
+	line := `{"jsonrpc":"2.0","id":` + string(id) + `,"result":` + result + "}\n"
+	if _, err := u.out.Write([]byte(line)); err != nil {
+		fmt.Fprintln(os.Stderr, "payupstream:", err)
+	}
 }
 
 func (u *upstream) answerError(id json.RawMessage, code int, msg string) {
