@@ -376,7 +376,7 @@ func authorizationAmount(a reviewlog.Authorized, assets guard.Registry) (amount,
 	if !ok || !isInt || as.Symbol == "" {
 		return "", ""
 	}
-	return guard.FormatAmount(n, as.Decimals) + " " + as.Symbol, as.Describe()
+	return amountText(n, key, assets), as.Describe()
 }
 
 // traceUse is an event of the Trace that carries the authorization's nonce.

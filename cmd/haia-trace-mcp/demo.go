@@ -466,11 +466,10 @@ type demoPaid struct {
 // defaults); an asset it does not know stays in atomic units.
 func demoAmount(atomic, asset string) string {
 	n, ok := new(big.Int).SetString(atomic, 10)
-	a, known := guard.DefaultConfig().Assets.Lookup(asset)
-	if !ok || !known {
+	if !ok {
 		return atomic + " atomic units of " + asset
 	}
-	return guard.FormatAmount(n, a.Decimals) + " " + a.Symbol
+	return amountText(n, asset, guard.DefaultConfig().Assets)
 }
 
 // demoPaymentRequired is a seller's x402 v2 402 answer for amount atomic

@@ -16,7 +16,7 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("demo exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 	milestones := []string{
-		"op-2: paid 0.4 USDC to 0x5e11e4000000000000000000000000000000b002 for https://quotes.example.net/live",
+		"op-2: paid 0.40 USDC to 0x5e11e4000000000000000000000000000000b002 for https://quotes.example.net/live",
 		"$ haia-trace-mcp reviewer init --id operator --key-file",
 		"no tool that approves or rejects",
 		"run-demo / op-2: partial (missing: settlement)",
@@ -40,7 +40,7 @@ func TestDemo(t *testing.T) {
 		"the 402 of reports.example.com: 0.25 USDC to ",
 		"decision: ALLOW — signed an EIP-3009 authorization from ",
 		"PAYMENT-SIGNATURE header",
-		"the 402 of quotes.example.net: 0.4 USDC to ",
+		"the 402 of quotes.example.net: 0.40 USDC to ",
 		"REVIEW, nothing is signed",
 		"- open_partial:",
 		"$ haia-trace-mcp authorization show 0x",

@@ -189,7 +189,7 @@ func TestStdioAuthorizePaymentStory(t *testing.T) {
 		Amount     string `json:"amount"`
 	}
 	if err := json.Unmarshal([]byte(out), &shown); err != nil || code != 0 || !shown.Consistent || shown.Approval == nil ||
-		shown.Approval.Status != "approved" || shown.Approval.DecidedBy != "alice" || shown.Value != "5000000" || shown.Amount != "5 USDC" {
+		shown.Approval.Status != "approved" || shown.Approval.DecidedBy != "alice" || shown.Value != "5000000" || shown.Amount != "5.00 USDC" {
 		t.Fatalf("show --json: %d %s", code, out)
 	}
 	if _, _, code := runCLI(t, "authorization", "show", "0x"+strings.Repeat("ab", 32), "--dir", root); code != authExitUnknown {
