@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -73,7 +74,9 @@ func (f *grantsFixture) decide(ctx context.Context, log *reviewlog.Log, id, stat
 }
 
 // singleRootLog is the log of a tenant's root read as a single root (no
-// grant read), as review approve --dir DIR/<tenant> writes it.
+// grant read): what the review commands wrote through --dir DIR/<tenant>
+// before they read the tenant the server records, and what anyone who can
+// write the store may append.
 func singleRootLog(st *app.Stack) *reviewlog.Log {
 	path := st.ReviewersPath()
 	return reviewlog.OpenStore(st.Store(), reviewlog.Options{
@@ -133,8 +136,8 @@ func TestTenantGrantsBindDecisions(t *testing.T) {
 	if rv, err := acme.Log().Get(ctx, first.ReviewID); err != nil || rv.Status != reviewlog.Pending || rv.DecidedBy != "" {
 		t.Fatalf("after the refused decision: %+v %v, want pending and nothing written", rv, err)
 	}
-	// Her approval signed anyway (a CLI reading the root as a single
-	// root writes it): it is no decision for acme.
+	// Her approval signed anyway (written around the tenant's log): it is
+	// no decision for acme.
 	if _, err := f.decide(ctx, singleRootLog(acme), first.ReviewID, reviewlog.Approved); err != nil {
 		t.Fatalf("approval through the single-root log: %v", err)
 	}
@@ -249,4 +252,82 @@ func TestDecisionMovedBetweenTenantsStores(t *testing.T) {
 	if fs := strings.Join(auditFindings(t, acme), "\n"); !strings.Contains(fs, `tenant "globex"`) {
 		t.Fatalf("audit of acme does not flag the moved review:\n%s", fs)
 	}
+}
+
+// A tool's stack (the review commands') opens a tenant's root the way the
+// tenant's server serves it: Start recorded the tenant beside the policy,
+// so the root given alone is read as that tenant's — its grants bind, and
+// a decision by a reviewer not granted it is refused before anything is
+// written — and a tenant named otherwise is refused. Opening writes
+// nothing; before the server's Start the store holds no policy at all.
+func TestToolStackReadsTheTenantItsServerRecorded(t *testing.T) {
+	f := newGrantsFixture(t, "acme")
+	ts := f.open(t)
+	globex := ts.Stack("globex")
+	if _, ok, err := app.RecordedPolicy(t.Context(), globex.Store()); err != nil || ok {
+		t.Fatalf("before Start the store records a policy (%v, %v): a start refused after opening would leave it", ok, err)
+	}
+	ans := ask(t, globex, engine.Question{Counterparty: "0x9999999999999999999999999999999999999999", Amount: "0.10"})
+	if err := ts.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	rec, ok, err := app.RecordedPolicy(t.Context(), globex.Store())
+	if err != nil || !ok || rec.Tenant != "globex" {
+		t.Fatalf("after Start: %+v %v %v, want the policy recorded for tenant globex", rec, ok, err)
+	}
+	root := filepath.Join(f.dir, "globex")
+	tool := func(cfg app.Config) (*app.Stack, error) {
+		cfg.Dir, cfg.Tool, cfg.ReviewersPath, cfg.Store = root, true, f.reviewers, "file:"
+		return app.Open(t.Context(), cfg)
+	}
+	before := treeOf(t, root)
+	st, err := tool(app.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if st.Tenant() != "globex" || !st.PolicyKnown() || st.Engine() != nil {
+		t.Fatalf("tool stack: tenant %q, policy known %v, engine %v", st.Tenant(), st.PolicyKnown(), st.Engine())
+	}
+	if _, err := f.decide(t.Context(), st.Log(), ans.ReviewID, reviewlog.Rejected); !errors.Is(err, reviewlog.ErrUntrusted) || !strings.Contains(err.Error(), `tenant "globex"`) {
+		t.Fatalf("alice, granted acme only, deciding globex's review through its root: %v", err)
+	}
+	if after := treeOf(t, root); after != before {
+		t.Errorf("opening a tool's stack and a refused decision changed the root:\n%s\nwas\n%s", after, before)
+	}
+	if _, err := tool(app.Config{Tenant: "acme"}); err == nil || !strings.Contains(err.Error(), `serves this store as tenant "globex"`) {
+		t.Errorf("globex's root opened as acme's: %v", err)
+	}
+	var ce *app.ConfigError
+	other := filepath.Join(t.TempDir(), "other.json")
+	if err := os.WriteFile(other, []byte(`{"reviewAbove": "3"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tool(app.Config{GuardConfig: other}); !errors.As(err, &ce) || !errors.Is(err, app.ErrPolicyNotInForce) {
+		t.Errorf("a --guard-config that is not the recorded policy: %v", err)
+	}
+	f.grant(t, "globex")
+	if r, err := f.decide(t.Context(), st.Log(), ans.ReviewID, reviewlog.Rejected); err != nil || r.Status != reviewlog.Rejected {
+		t.Fatalf("alice granted globex: %+v %v", r, err)
+	}
+	if r, err := globex.Log().Get(t.Context(), ans.ReviewID); err != nil || r.Status != reviewlog.Rejected {
+		t.Errorf("the server reads the tool's decision as %+v (%v)", r.Status, err)
+	}
+}
+
+// treeOf lists every file under dir with its size and time.
+func treeOf(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.Walk(dir, func(path string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%s %d %s\n", path, info.Size(), info.ModTime())
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
 }

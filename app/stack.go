@@ -26,6 +26,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
 	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/notify"
 )
 
@@ -69,6 +70,21 @@ type Config struct {
 	Replica string
 	Logger  *slog.Logger
 	Now     func() time.Time
+
+	// Tool opens the stack as the operator's commands use it (review,
+	// status, audit, authorization show, review watch) instead of as the
+	// server serves it: the same store, its review log opened with the
+	// server's options (the trusted reviewers' keys, passkeys and grants,
+	// the policy's reviewTtlMinutes, the tenant), under the policy the
+	// server recorded in the store. No signing key is opened and no engine
+	// built, and opening writes nothing. Dir must be a Trace root (Check).
+	Tool bool
+	// LockWait bounds how long a write waits for the review log's lock
+	// (0: the log's default).
+	LockWait time.Duration
+	// ServerKeys, when set, are the only keys the server's signatures are
+	// verified against (audit --keyring); nil reads the store's keyring.
+	ServerKeys noa.Keyring
 }
 
 // Stack is one Trace root served: its catalog, and unless read-only its
@@ -87,6 +103,20 @@ type Stack struct {
 	integrity prometheus.Counter
 	paramsKey []byte
 	reviewURL atomic.Pointer[func(string) string]
+	// tenant is the tenant the stack serves: cfg.Tenant, or for a tool
+	// the one the server recorded in the store.
+	tenant string
+	// policy is the policy a tool goes by (the engine holds the server's);
+	// policyKnown is false when the server's could not be known.
+	policy      *guard.Config
+	policyKnown bool
+	// recorded is the store's record of the policy in effect, as a tool
+	// read it (nil when none).
+	recorded *reviewlog.PolicyRecord
+	// dispatch delivers the outbox's opened reviews once started (nil
+	// without an outbox).
+	dispatch  func(ctx context.Context)
+	started   bool
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -109,13 +139,22 @@ func Open(ctx context.Context, cfg Config) (st *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	st = &Stack{cfg: cfg, root: root}
+	opened := &Stack{cfg: cfg, root: root, tenant: cfg.Tenant}
+	st = opened
 	defer func() {
+		// (Every return below that fails sets st to nil: what was opened
+		// is closed through opened.)
 		if err != nil {
-			st.Close()
+			opened.Close()
 			st = nil
 		}
 	}()
+	if cfg.Tool {
+		// A wrong folder must not look like an empty queue.
+		if err := root.Check(); err != nil {
+			return nil, err
+		}
+	}
 	if !root.Events().Exists() {
 		logger.Info("events/ does not exist yet: nothing to list until a recorder creates it", "root", root.Path())
 	}
@@ -134,7 +173,71 @@ func Open(ctx context.Context, cfg Config) (st *Stack, err error) {
 	if cfg.ReadOnly {
 		return st, nil
 	}
+	if cfg.Tool {
+		return st, st.openTool(ctx)
+	}
 	return st, st.openGuard(ctx)
+}
+
+// openStore opens the guard's store of the stack's tenant.
+func (st *Stack) openStore(ctx context.Context) error {
+	spec, err := TenantStore(st.cfg.Store, st.cfg.Tenant)
+	if err != nil {
+		return err
+	}
+	if st.store, err = OpenStore(ctx, st.root.Dir(), spec); err != nil {
+		return err
+	}
+	return nil
+}
+
+// logOptions are the review log's options for the stack's tenant under
+// pol: the server's and every command's alike. A tenant's log trusts only
+// the reviewers the file grants the tenant: a decision by anyone else
+// counts for neither the engine, nor the console, nor get_review_status,
+// nor the review commands, and the log refuses to write it.
+func (st *Stack) logOptions(pol *guard.Config) reviewlog.Options {
+	reviewers := st.cfg.ReviewersPath
+	return reviewlog.Options{ReviewTTL: pol.ReviewTTL, LockWait: st.cfg.LockWait, ServerKeys: st.cfg.ServerKeys,
+		Reviewers: func() (reviewlog.Reviewers, error) { return reviewlog.LoadReviewers(reviewers) },
+		Passkeys:  func() (reviewlog.Passkeys, error) { return reviewlog.LoadPasskeys(reviewers) },
+		Tenant:    st.tenant,
+		Grants:    func() (reviewlog.Grants, error) { return reviewlog.LoadGrants(reviewers) }}
+}
+
+// openTool opens the store, the policy the server recorded there and the
+// review log, for a command (see Config.Tool).
+func (st *Stack) openTool(ctx context.Context) error {
+	cfg := st.cfg
+	if err := st.openStore(ctx); err != nil {
+		return err
+	}
+	rec, recorded, err := RecordedPolicy(ctx, st.store)
+	if err != nil {
+		return err
+	}
+	if recorded {
+		st.recorded = &rec
+		// The server serving this root as a tenant said so: its log is
+		// read, and written, as that tenant's.
+		switch {
+		case rec.Tenant == "":
+		case st.tenant == "":
+			st.tenant = rec.Tenant
+		case st.tenant != rec.Tenant:
+			return &ConfigError{Err: fmt.Errorf("the server serves this store as tenant %q (recorded at %s), not %q", rec.Tenant, rec.At, st.tenant)}
+		}
+	}
+	pol, known, err := toolPolicy(rec, recorded, cfg.GuardConfig)
+	if err != nil {
+		return err
+	}
+	if st.tenant != "" {
+		pol = pol.ForTenant(st.tenant)
+	}
+	st.policy, st.policyKnown = pol, known
+	st.log = reviewlog.OpenStore(st.store, st.logOptions(pol))
+	return nil
 }
 
 // openGuard loads the policy, its custom rules and the signing setup, opens
@@ -155,19 +258,13 @@ func (st *Stack) openGuard(ctx context.Context) error {
 	}
 	st.chains = &reviewlog.Chains{Signer: signer, Tenant: cfg.Signing.Tenant}
 	st.paramsKey = paramsKey
-	spec, err := TenantStore(cfg.Store, cfg.Tenant)
-	if err != nil {
+	if err := st.openStore(ctx); err != nil {
 		return err
 	}
-	store, err := OpenStore(ctx, st.root.Dir(), spec)
-	if err != nil {
-		return err
-	}
-	st.store = store
 	logger.Info("guard store", "store", st.store.Describe())
-	if err := RecordPolicy(ctx, st.store, pol, cfg.Now(), logger); err != nil {
-		return err
-	}
+	// The policy is recorded in the store when the server serves (Start):
+	// a start refused after this point leaves the store as it was.
+	st.policy, st.policyKnown = pol, true
 	noteRotation(ctx, st.store, st.chains, logger)
 	if _, err := reviewlog.LoadReviewers(cfg.ReviewersPath); err != nil {
 		// Not fatal: a root from nothing has no reviewer yet. Every human
@@ -179,15 +276,7 @@ func (st *Stack) openGuard(ctx context.Context) error {
 	if cfg.Payer != nil {
 		logger.Info("x402 payments are signed here (authorize_payment)", "payer", cfg.Payer.Address().Hex(), "max_authorization_seconds", pol.MaxAuthorizationSeconds)
 	}
-	reviewers := cfg.ReviewersPath
-	// A tenant's log trusts only the reviewers the file grants the tenant:
-	// a decision by anyone else counts for neither the engine, nor the
-	// console, nor get_review_status.
-	st.log = reviewlog.OpenStore(st.store, reviewlog.Options{ReviewTTL: pol.ReviewTTL,
-		Reviewers: func() (reviewlog.Reviewers, error) { return reviewlog.LoadReviewers(reviewers) },
-		Passkeys:  func() (reviewlog.Passkeys, error) { return reviewlog.LoadPasskeys(reviewers) },
-		Tenant:    cfg.Tenant,
-		Grants:    func() (reviewlog.Grants, error) { return reviewlog.LoadGrants(reviewers) }})
+	st.log = reviewlog.OpenStore(st.store, st.logOptions(pol))
 	if cfg.Tenant != "" {
 		pol = pol.ForTenant(cfg.Tenant)
 		st.chains.Tenant = cfg.Tenant
@@ -246,11 +335,8 @@ func (st *Stack) notifier(ctx context.Context, pol *guard.Config) func(reviewlog
 	if !ok {
 		return deliver
 	}
-	dctx, cancel := context.WithCancel(ctx)
-	st.cancel = cancel
-	st.wg.Add(1)
-	go func() {
-		defer st.wg.Done()
+	// The outbox is claimed from when the server serves (Start).
+	st.dispatch = func(dctx context.Context) {
 		d.DispatchOpened(dctx, st.cfg.Replica, func(ctx context.Context, id string) error {
 			r, err := st.log.Get(ctx, id)
 			if err != nil {
@@ -263,7 +349,33 @@ func (st *Stack) notifier(ctx context.Context, pol *guard.Config) func(reviewlog
 			deliver(r)
 			return nil
 		}, logger)
-	}()
+	}
+	return nil
+}
+
+// Start puts a server's stack to work, once the server serves: it records
+// the policy in force in the store (what the review commands and status
+// go by) and starts delivering the outbox's opened reviews. A start the
+// server refused earlier changed nothing in the store. ctx bounds the
+// delivery; Start is a no-op on a tool's or a read-only stack, and after
+// the first call.
+func (st *Stack) Start(ctx context.Context) error {
+	if st.engine == nil || st.started {
+		return nil
+	}
+	st.started = true
+	if err := RecordPolicy(ctx, st.store, st.policy, st.tenant, st.cfg.Now(), st.cfg.Logger); err != nil {
+		return err
+	}
+	if st.dispatch != nil {
+		dctx, cancel := context.WithCancel(ctx)
+		st.cancel = cancel
+		st.wg.Add(1)
+		go func() {
+			defer st.wg.Done()
+			st.dispatch(dctx)
+		}()
+	}
 	return nil
 }
 
@@ -321,8 +433,33 @@ func (st *Stack) ParamsKey() []byte { return st.paramsKey }
 // ReviewersPath is the trusted reviewers file.
 func (st *Stack) ReviewersPath() string { return st.cfg.ReviewersPath }
 
-// Tenant is the tenant the stack serves ("" without tenants).
-func (st *Stack) Tenant() string { return st.cfg.Tenant }
+// Tenant is the tenant the stack serves ("" without tenants): for a tool,
+// the one the server recorded in the store when Config names none.
+func (st *Stack) Tenant() string { return st.tenant }
+
+// Policy is the policy in force (its tenant's layer composed): the
+// server's own, or for a tool the one the server recorded in the store
+// (see PolicyKnown); nil when read-only.
+func (st *Stack) Policy() *guard.Config {
+	if st.engine != nil {
+		return st.engine.Policy()
+	}
+	return st.policy
+}
+
+// PolicyKnown says whether Policy is the server's: false for a tool when
+// the store records none and no GuardConfig was given, when Policy is the
+// built-in defaults, fit for listing but not for deciding.
+func (st *Stack) PolicyKnown() bool { return st.policyKnown }
+
+// RecordedPolicy is the store's record of the policy in effect as a tool
+// read it, with the last reload the server refused (ok false: none).
+func (st *Stack) RecordedPolicy() (reviewlog.PolicyRecord, bool) {
+	if st.recorded == nil {
+		return reviewlog.PolicyRecord{}, false
+	}
+	return *st.recorded, true
+}
 
 // Metrics are the stack's collectors for /metrics.
 func (st *Stack) Metrics() []prometheus.Collector {
@@ -387,14 +524,26 @@ func (st *Stack) Reload(ctx context.Context) {
 // changes; a valid one is recorded in the store, then put in force.
 func (st *Stack) reloadPolicy(ctx context.Context) {
 	logger := st.cfg.Logger
+	source := st.cfg.GuardConfig
+	if source == "" {
+		source = PolicyFileBeside(st.root.Path())
+	}
 	fail := func(err error) {
-		logger.Error("SIGHUP: guard policy not reloaded; the running policy stays in force", "running_source", st.engine.Policy().Source, "running_sha256", st.engine.Policy().Hash, "err", err)
+		logger.Error("SIGHUP: guard policy not reloaded; the running policy stays in force", "running_source", st.policy.Source, "running_sha256", st.policy.Hash, "err", err)
+		// status says so too: the refusal is recorded beside the policy
+		// in force, until a reload or a start records one again.
+		if st.started {
+			if rerr := RecordRefusedReload(ctx, st.store, source, err, st.cfg.Now(), logger); rerr != nil {
+				logger.Error("SIGHUP: the refused reload could not be recorded in the store", "err", rerr)
+			}
+		}
 	}
 	pol, err := LoadPolicy(st.cfg.GuardConfig, st.root.Path(), logger)
 	if err != nil {
 		fail(err)
 		return
 	}
+	whole := pol
 	var rules *policy.Policy
 	if rules, err = LoadRules(pol, "keeping the running policy", logger); err != nil {
 		fail(err)
@@ -407,14 +556,17 @@ func (st *Stack) reloadPolicy(ctx context.Context) {
 		fail(err)
 		return
 	}
-	if err := RecordPolicy(ctx, st.store, pol, st.cfg.Now(), logger); err != nil {
-		fail(err)
-		return
+	if st.started {
+		if err := RecordPolicy(ctx, st.store, whole, st.tenant, st.cfg.Now(), logger); err != nil {
+			fail(err)
+			return
+		}
 	}
 	if err := st.engine.SetPolicy(pol, rules); err != nil {
 		fail(err) // checked above; kept for safety
 		return
 	}
+	st.policy = whole
 	st.log.SetReviewTTL(pol.ReviewTTL)
 	logger.Info("SIGHUP: guard policy reloaded", "source", pol.Source, "sha256", pol.Hash, "review_ttl", pol.ReviewTTL.String())
 }

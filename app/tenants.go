@@ -93,6 +93,16 @@ func (ts *Tenants) Ready(ctx context.Context) error {
 	return nil
 }
 
+// Start starts every tenant's stack, in name order (see Stack.Start).
+func (ts *Tenants) Start(ctx context.Context) error {
+	for _, name := range ts.names {
+		if err := ts.stacks[name].Start(ctx); err != nil {
+			return fmt.Errorf("tenant %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
 // Close closes every tenant's stack.
 func (ts *Tenants) Close() {
 	for _, st := range ts.stacks {

@@ -18,6 +18,8 @@ import (
 
 	"github.com/lestrrat-go/jwx/v2/jws"
 	"github.com/lestrrat-go/jwx/v2/jwt"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/strictjson"
 )
 
 // Identity is what a verified access token says about the caller.
@@ -179,6 +181,42 @@ type joseHeader struct {
 
 var b64url = base64.RawURLEncoding.Strict()
 
+// joseNames are the registered JOSE header parameter names (RFC 7515
+// §4.1, RFC 7516 §4.1 and §4.6, RFC 7518 §4.8, RFC 7797 §3).
+var joseNames = []string{"alg", "jku", "jwk", "kid", "x5u", "x5c", "x5t", "x5t#S256", "typ", "cty", "crit",
+	"enc", "zip", "epk", "apu", "apv", "iv", "tag", "p2s", "p2c", "b64"}
+
+// readHeader reads a token's protected header exactly, as the review log is
+// read: a member named twice (at any depth, escapes decoded) is refused,
+// and so is a member spelled like a registered header parameter in another
+// case ("Alg", "KID"), which encoding/json would take for it and the JWS
+// library for another member. Other members (x5t, nonce, private ones) are
+// allowed and not looked at.
+func readHeader(b []byte) (joseHeader, error) {
+	if !bytes.HasPrefix(bytes.TrimSpace(b), []byte("{")) {
+		return joseHeader{}, errors.New("header is not a JSON object")
+	}
+	var members map[string]json.RawMessage
+	if err := strictjson.Check(b, &members); err != nil {
+		return joseHeader{}, fmt.Errorf("header is not exact: %w", err)
+	}
+	if err := json.Unmarshal(b, &members); err != nil {
+		return joseHeader{}, errors.New("header is not a JSON object")
+	}
+	for name := range members {
+		for _, known := range joseNames {
+			if name != known && strings.EqualFold(name, known) {
+				return joseHeader{}, fmt.Errorf("header member %q is %q in another case", name, known)
+			}
+		}
+	}
+	var hdr joseHeader
+	if err := json.Unmarshal(b, &hdr); err != nil {
+		return joseHeader{}, fmt.Errorf("header: %w", err)
+	}
+	return hdr, nil
+}
+
 // Verify checks a compact JWS access token: key and algorithm, issuer,
 // audience, lifetime and the base scopes. It returns a *TokenError for a
 // token that cannot be accepted and a *ScopeError for a valid token that
@@ -228,9 +266,9 @@ func (v *Verifier) verifyToken(ks *keySet, token string, now time.Time) (Identit
 	if err != nil {
 		return Identity{}, &TokenError{Description: descMalformed, Err: fmt.Errorf("header is not base64url: %w", err)}
 	}
-	var hdr joseHeader
-	if err := json.Unmarshal(hdrBytes, &hdr); err != nil || !bytes.HasPrefix(bytes.TrimSpace(hdrBytes), []byte("{")) {
-		return Identity{}, &TokenError{Description: descMalformed, Err: errors.New("header is not a JSON object")}
+	hdr, err := readHeader(hdrBytes)
+	if err != nil {
+		return Identity{}, &TokenError{Description: descMalformed, Err: err}
 	}
 	if hdr.Crit != nil || hdr.B64 != nil || hdr.Cty != "" {
 		// No JWS extension is understood here, so none may be critical (RFC 7515 §4.1.11),

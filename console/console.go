@@ -9,7 +9,9 @@ package console
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
 	"encoding/base64"
@@ -32,6 +34,7 @@ import (
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/clientaddr"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/passkey"
@@ -53,10 +56,14 @@ const (
 	csrfHeader     = "X-CSRF-Token"
 	maxNoteBytes   = 4096
 	tokenBytes     = 32
-	signInPerIP    = 0.5 // sign-in and enrolment requests per second per client
+	signInPerIP    = 0.5 // sign-in and enrolment requests per second per client (or per reviewer)
 	signInBurst    = 20
-	maxLimitedIPs  = 4096
+	collectPerSec  = 2 // the operator's command polls collect with a link of its own
+	collectBurst   = 20
+	maxLimited     = 4096 // rate-limit buckets held
 	enrolTokenName = "t"
+	// MinEnrolKey is the shortest key that signs enrolment links.
+	MinEnrolKey = 32
 )
 
 // Config is what the console needs.
@@ -104,6 +111,15 @@ type Config struct {
 	// in once whichever replica it reaches; nil remembers them in this
 	// process.
 	SignIns SignIns
+	// EnrolKey checks the one-time enrolment links: the operator's
+	// command signs each with it (NewEnrolToken), and a link it did not
+	// sign is refused before anything is held for it. At least
+	// MinEnrolKey bytes; without one, enrolment is refused.
+	EnrolKey []byte
+	// Clients finds the client address of a request (the TCP peer unless
+	// the operator named a trusted reverse proxy); the sign-in and
+	// enrolment rate limits are per client address.
+	Clients clientaddr.Resolver
 }
 
 // SignIns records used sign-in challenges where every replica reads them.
@@ -226,6 +242,9 @@ func New(cfg Config) (*Console, error) {
 	if cfg.SessionKey != nil && len(cfg.SessionKey) < minSessionKey {
 		return nil, fmt.Errorf("console: the session key must be at least %d bytes", minSessionKey)
 	}
+	if cfg.EnrolKey != nil && len(cfg.EnrolKey) < MinEnrolKey {
+		return nil, fmt.Errorf("console: the enrolment link key must be at least %d bytes", MinEnrolKey)
+	}
 	if cfg.Assets == nil {
 		cfg.Assets = func(string) (string, int, bool) { return "", 0, false }
 	}
@@ -338,13 +357,13 @@ func (c *Console) Handler() http.Handler {
 	mux.HandleFunc("GET "+b+"enrol", c.page(c.enrolPage))
 	mux.HandleFunc("GET "+b+"assets/{name}", c.asset)
 	mux.HandleFunc("GET "+b+"api/events", c.events)
-	mux.HandleFunc("POST "+b+"api/login/begin", c.api(true, c.loginBegin))
-	mux.HandleFunc("POST "+b+"api/login/finish", c.api(true, c.loginFinish))
-	mux.HandleFunc("POST "+b+"api/logout", c.api(false, c.logout))
-	mux.HandleFunc("POST "+b+"api/enrol/begin", c.api(true, c.enrolBegin))
-	mux.HandleFunc("POST "+b+"api/enrol/finish", c.api(true, c.enrolFinish))
-	mux.HandleFunc("POST "+b+"api/reviews/{id}/begin", c.api(false, c.decideBegin))
-	mux.HandleFunc("POST "+b+"api/reviews/{id}/finish", c.api(false, c.decideFinish))
+	mux.HandleFunc("POST "+b+"api/login/begin", c.api(c.loginBegin))
+	mux.HandleFunc("POST "+b+"api/login/finish", c.api(c.loginFinish))
+	mux.HandleFunc("POST "+b+"api/logout", c.api(c.logout))
+	mux.HandleFunc("POST "+b+"api/enrol/begin", c.api(c.enrolBegin))
+	mux.HandleFunc("POST "+b+"api/enrol/finish", c.api(c.enrolFinish))
+	mux.HandleFunc("POST "+b+"api/reviews/{id}/begin", c.api(c.decideBegin))
+	mux.HandleFunc("POST "+b+"api/reviews/{id}/finish", c.api(c.decideFinish))
 	// The operator's command collects a registration with the link's
 	// secret; no cookie, no CSRF (no browser is involved), rate limited.
 	mux.HandleFunc("POST "+b+"api/enrol/collect", c.collect)
@@ -452,22 +471,58 @@ func (c *Console) checkState(r *http.Request) error {
 	return nil
 }
 
-func (c *Console) allow(r *http.Request) bool {
-	ip, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		ip = r.RemoteAddr
-	}
+// The sign-in and enrolment rate limits. A request that proves whom it
+// acts for — a link the operator's command signed, a sign-in assertion
+// that verified — is charged to that reviewer's own bucket, so nobody
+// else's requests (one stranger behind the same proxy or NAT) can use it
+// up; every other request is charged to its client's address, as a
+// configured trusted proxy reports it (Config.Clients).
+
+// allowKey takes one request from the bucket key (rate perSec, burst).
+func (c *Console) allowKey(key string, perSec rate.Limit, burst int) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	l, ok := c.limits[ip]
+	l, ok := c.limits[key]
 	if !ok {
-		if len(c.limits) >= maxLimitedIPs {
+		if len(c.limits) >= maxLimited {
 			clear(c.limits) // bounded memory; a flood resets everyone's budget, never grants more than a burst each
 		}
-		l = rate.NewLimiter(signInPerIP, signInBurst)
-		c.limits[ip] = l
+		l = rate.NewLimiter(perSec, burst)
+		c.limits[key] = l
 	}
 	return l.Allow()
+}
+
+// clientKey is the rate-limit key of r's client address.
+func (c *Console) clientKey(r *http.Request) string {
+	return "addr " + clientaddr.Key(c.cfg.Clients.Addr(r))
+}
+
+// allowClient charges a request that names no reviewer it can prove to
+// its client address.
+func (c *Console) allowClient(r *http.Request) bool {
+	return c.allowKey(c.clientKey(r), signInPerIP, signInBurst)
+}
+
+// allowReviewer charges a request proven to act for reviewer who.
+func (c *Console) allowReviewer(kind, who string) bool {
+	if kind == "collect" {
+		return c.allowKey("collect "+who, collectPerSec, collectBurst)
+	}
+	return c.allowKey(kind+" "+who, signInPerIP, signInBurst)
+}
+
+// limited is err, or the rate limit's refusal when the client's address
+// had no budget left (byAddr false).
+func limited(byAddr bool, err error) error {
+	if !byAddr {
+		return tooMany()
+	}
+	return err
+}
+
+func tooMany() error {
+	return fail(http.StatusTooManyRequests, "too many sign-in or enrolment attempts from your address; wait a little")
 }
 
 // --- handlers ---
@@ -483,14 +538,11 @@ func fail(status int, format string, a ...any) error {
 	return &apiError{status: status, msg: fmt.Sprintf(format, a...)}
 }
 
-// api wraps a JSON state-changing endpoint: rate limit (sign-in and
-// enrolment), Origin and CSRF checks, a bounded body.
-func (c *Console) api(limited bool, fn func(w http.ResponseWriter, r *http.Request, body []byte) (any, error)) http.HandlerFunc {
+// api wraps a JSON state-changing endpoint: Origin and CSRF checks, a
+// bounded body. The sign-in and enrolment handlers charge their rate
+// limits themselves, once they know whom a request acts for.
+func (c *Console) api(fn func(w http.ResponseWriter, r *http.Request, body []byte) (any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if limited && !c.allow(r) {
-			writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": "too many sign-in or enrolment attempts; wait a little"})
-			return
-		}
 		if err := c.checkState(r); err != nil {
 			writeJSON(w, http.StatusForbidden, map[string]string{"error": termsafe.String(err.Error())})
 			return
@@ -598,15 +650,21 @@ func (c *Console) sweep(now time.Time) {
 }
 
 func (c *Console) loginFinish(w http.ResponseWriter, r *http.Request, body []byte) (any, error) {
+	// Charged to the client's address; once that is spent, only an
+	// assertion by a trusted passkey is still read, and then charged to
+	// its reviewer only if it verifies: a stranger at the reviewer's
+	// address (or behind the same proxy) cannot lock the reviewer out, and
+	// cannot spend the reviewer's own budget with assertions that fail.
+	byAddr := c.allowClient(r)
 	var req struct {
 		Credential json.RawMessage `json:"credential"`
 	}
 	if err := decodeStrict(body, &req); err != nil {
-		return nil, err
+		return nil, limited(byAddr, err)
 	}
 	a, err := readAssertion(req.Credential)
 	if err != nil {
-		return nil, err
+		return nil, limited(byAddr, err)
 	}
 	pks, err := c.cfg.Passkeys()
 	if err != nil {
@@ -614,20 +672,23 @@ func (c *Console) loginFinish(w http.ResponseWriter, r *http.Request, body []byt
 	}
 	who, cred, ok := pks.Owner(a.CredentialID)
 	if !ok {
-		return nil, fail(http.StatusForbidden, "this passkey is not in the trusted reviewers file; ask the operator to enrol it")
+		return nil, limited(byAddr, fail(http.StatusForbidden, "this passkey is not in the trusted reviewers file; ask the operator to enrol it"))
 	}
 	cd, err := clientChallenge(a)
 	if err != nil {
-		return nil, err
+		return nil, limited(byAddr, err)
 	}
 	now := c.cfg.Now()
 	ch, err := base64.RawURLEncoding.DecodeString(cd)
 	exp, ok := c.checkChallenge(ch, now)
 	if err != nil || !ok {
-		return nil, fail(http.StatusForbidden, "this sign-in's challenge was not issued by this console, or expired")
+		return nil, limited(byAddr, fail(http.StatusForbidden, "this sign-in's challenge was not issued by this console, or expired"))
 	}
 	if err := passkey.Verify(cred, a, ch); err != nil {
-		return nil, fail(http.StatusForbidden, "sign-in refused: %v", err)
+		return nil, limited(byAddr, fail(http.StatusForbidden, "sign-in refused: %v", err))
+	}
+	if !byAddr && !c.allowReviewer("sign-in", who) {
+		return nil, tooMany()
 	}
 	// Used once, on every replica: recorded only for an assertion that
 	// holds, so a stranger's guesses write nothing.
@@ -799,12 +860,26 @@ func (c *Console) EnrolLink(token string) string {
 	return c.origin + c.base + "enrol?" + enrolTokenName + "=" + url.QueryEscape(token)
 }
 
-// enrolToken reads "<reviewer>.<unix expiry>.<secret>", refusing an expiry
-// past or further than EnrolTTL away.
+// An enrolment link's token is "<reviewer>.<unix expiry>.<nonce>.<MAC>":
+// the reviewer's id (base64url), when the link expires, 24 random bytes
+// and the HMAC-SHA256 of the three under the enrolment key
+// (Config.EnrolKey), which the server and the operator's command derive
+// alike from the guard's key. Only the operator's command can make one;
+// the console checks it before it holds anything for the link.
+
+// enrolToken reads a token, refusing one the enrolment key did not sign,
+// or whose expiry is past or further than EnrolTTL away.
 func (c *Console) enrolToken(tok string) (reviewer string, expires time.Time, err error) {
 	parts := strings.Split(tok, ".")
-	if len(parts) != 3 || len(parts[2]) < 43 || len(tok) > 512 {
+	if len(parts) != 4 || len(tok) > 512 {
 		return "", time.Time{}, fail(http.StatusBadRequest, "the enrolment link is malformed; ask the operator for a new one")
+	}
+	if c.cfg.EnrolKey == nil {
+		return "", time.Time{}, fail(http.StatusServiceUnavailable, "this console has no key to check enrolment links, so it enrols no passkey; the operator's server log says why")
+	}
+	sum, err := base64.RawURLEncoding.DecodeString(parts[3])
+	if err != nil || !hmac.Equal(sum, enrolMAC(c.cfg.EnrolKey, parts[0], parts[1], parts[2])) {
+		return "", time.Time{}, fail(http.StatusForbidden, "this enrolment link was not made by the operator of this server (its signature does not verify); ask the operator for a new one")
 	}
 	idb, err := base64.RawURLEncoding.DecodeString(parts[0])
 	if err != nil || reviewlog.CheckReviewerID(string(idb)) != nil {
@@ -822,13 +897,37 @@ func (c *Console) enrolToken(tok string) (reviewer string, expires time.Time, er
 	return string(idb), exp, nil
 }
 
+func enrolMAC(key []byte, reviewer, expiry, nonce string) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("haia-trace-mcp console enrolment link v1\x00" + reviewer + "." + expiry + "." + nonce))
+	return m.Sum(nil)
+}
+
 // NewEnrolToken makes a one-time enrolment token for reviewer, valid
-// EnrolTTL from now.
-func NewEnrolToken(reviewer string, now time.Time) (string, error) {
+// EnrolTTL from now, signed with the enrolment key (at least MinEnrolKey
+// bytes: the one the console is given).
+func NewEnrolToken(key []byte, reviewer string, now time.Time) (string, error) {
+	if len(key) < MinEnrolKey {
+		return "", fmt.Errorf("the enrolment link key must be at least %d bytes", MinEnrolKey)
+	}
 	if err := reviewlog.CheckReviewerID(reviewer); err != nil {
 		return "", err
 	}
-	return base64.RawURLEncoding.EncodeToString([]byte(reviewer)) + "." + fmt.Sprint(now.Add(EnrolTTL).Unix()) + "." + randomToken(), nil
+	nonce := make([]byte, 24)
+	if _, err := rand.Read(nonce); err != nil {
+		return "", fmt.Errorf("make an enrolment link: %w", err)
+	}
+	enc := base64.RawURLEncoding.EncodeToString
+	id, exp, n := enc([]byte(reviewer)), fmt.Sprint(now.Add(EnrolTTL).Unix()), enc(nonce)
+	return id + "." + exp + "." + n + "." + enc(enrolMAC(key, id, exp, n)), nil
+}
+
+// EnrolKey derives the key that signs enrolment links from a secret the
+// server and the operator's command both hold (the guard's params key).
+func EnrolKey(secret []byte) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte("haia-trace-mcp console enrolment link key v1"))
+	return m.Sum(nil)
 }
 
 type enrolUser struct {
@@ -841,14 +940,14 @@ func (u enrolUser) WebAuthnName() string                       { return u.id }
 func (u enrolUser) WebAuthnDisplayName() string                { return u.id }
 func (u enrolUser) WebAuthnCredentials() []webauthn.Credential { return u.creds }
 
-func (c *Console) enrolBegin(_ http.ResponseWriter, _ *http.Request, body []byte) (any, error) {
+func (c *Console) enrolBegin(_ http.ResponseWriter, r *http.Request, body []byte) (any, error) {
 	var req struct {
 		Token string `json:"token"`
 	}
 	if err := decodeStrict(body, &req); err != nil {
-		return nil, err
+		return nil, limited(c.allowClient(r), err)
 	}
-	who, exp, err := c.enrolToken(req.Token)
+	who, exp, err := c.enrolLink(r, req.Token)
 	if err != nil {
 		return nil, err
 	}
@@ -880,6 +979,27 @@ func (c *Console) enrolBegin(_ http.ResponseWriter, _ *http.Request, body []byte
 	return creation, nil
 }
 
+// enrolLink reads the enrolment link of a request from the reviewer's
+// page and charges the rate limit: a link the operator signed to the
+// reviewer it names (so no flood from anyone else delays a real
+// enrolment), anything else to the client's address.
+func (c *Console) enrolLink(r *http.Request, tok string) (string, time.Time, error) {
+	return c.enrolLinkAs(r, "enrol", tok)
+}
+
+// enrolLinkAs is enrolLink for kind ("enrol", or "collect": the
+// operator's command polling, with a bucket of its own).
+func (c *Console) enrolLinkAs(r *http.Request, kind, tok string) (string, time.Time, error) {
+	who, exp, err := c.enrolToken(tok)
+	if err != nil {
+		return "", time.Time{}, limited(c.allowClient(r), err)
+	}
+	if !c.allowReviewer(kind, who) {
+		return "", time.Time{}, fail(http.StatusTooManyRequests, "too many requests with this enrolment link; wait a little")
+	}
+	return who, exp, nil
+}
+
 func enrolKey(token string) string {
 	// The secret is the key of the in-memory entry; keep only its hash.
 	return base64.RawURLEncoding.EncodeToString(sha256Sum([]byte(token)))
@@ -891,9 +1011,9 @@ func (c *Console) enrolFinish(_ http.ResponseWriter, r *http.Request, body []byt
 		Credential json.RawMessage `json:"credential"`
 	}
 	if err := decodeStrict(body, &req); err != nil {
-		return nil, err
+		return nil, limited(c.allowClient(r), err)
 	}
-	who, _, err := c.enrolToken(req.Token)
+	who, _, err := c.enrolLink(r, req.Token)
 	if err != nil {
 		return nil, err
 	}
@@ -946,10 +1066,6 @@ func webauthnDetail(err error) string {
 // collect hands the registered credential to the operator's command
 // holding the link's secret, once.
 func (c *Console) collect(w http.ResponseWriter, r *http.Request) {
-	if !c.allow(r) {
-		writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": "too many requests; wait a little"})
-		return
-	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 4096))
 	if err != nil {
 		writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": "request too large"})
@@ -958,11 +1074,13 @@ func (c *Console) collect(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Token string `json:"token"`
 	}
-	if err := decodeStrict(body, &req); err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": termsafe.String(err.Error())})
-		return
+	err = decodeStrict(body, &req)
+	if err != nil {
+		err = limited(c.allowClient(r), err)
+	} else {
+		_, _, err = c.enrolLinkAs(r, "collect", req.Token)
 	}
-	if _, _, err := c.enrolToken(req.Token); err != nil {
+	if err != nil {
 		var ae *apiError
 		errors.As(err, &ae)
 		writeJSON(w, ae.status, map[string]string{"error": termsafe.String(ae.msg)})

@@ -148,6 +148,28 @@ func FormatAmount(atomic *big.Int, decimals int) string {
 	return whole + "." + frac
 }
 
+// DisplayFraction is how many fraction digits an amount shown to a person
+// always has (the asset's decimals when it has fewer): "0.40 USDC" beside
+// "0.25 USDC", never "0.4 USDC".
+const DisplayFraction = 2
+
+// FormatDisplay writes atomic units as a person reads an amount: at least
+// DisplayFraction digits in the fraction (the asset's decimals when it has
+// fewer), more only where they are not zeros ("400000", 6 → "0.40";
+// "125000", 6 → "0.125"; "3000000", 6 → "3.00").
+func FormatDisplay(atomic *big.Int, decimals int) string {
+	s := FormatAmount(atomic, decimals)
+	want := min(DisplayFraction, max(decimals, 0))
+	if s == "" || want == 0 {
+		return s
+	}
+	whole, frac, _ := strings.Cut(s, ".")
+	if len(frac) < want {
+		frac += strings.Repeat("0", want-len(frac))
+	}
+	return whole + "." + frac
+}
+
 // CheckAmountSyntax reports whether s is a plain decimal string (digits,
 // optionally a point and digits) — the form check_before_pay's schema
 // states. A malformed amount is refused before anything is recorded; an

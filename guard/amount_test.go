@@ -99,6 +99,28 @@ func TestFormatAmount(t *testing.T) {
 	}
 }
 
+// FormatDisplay gives every amount at least two fraction digits (the
+// asset's decimals when fewer), and the rest only where they are not
+// zeros; it reads back to the same number.
+func TestFormatDisplay(t *testing.T) {
+	for _, tc := range []struct {
+		atomic   int64
+		decimals int
+		want     string
+	}{
+		{400000, 6, "0.40"}, {250000, 6, "0.25"}, {3000000, 6, "3.00"}, {125000, 6, "0.125"}, {1, 6, "0.000001"},
+		{0, 6, "0.00"}, {42, 0, "42"}, {5, 1, "0.5"}, {100, 2, "1.00"}, {1234567890123, 6, "1234567.890123"},
+	} {
+		got := FormatDisplay(big.NewInt(tc.atomic), tc.decimals)
+		if got != tc.want {
+			t.Errorf("FormatDisplay(%d, %d) = %q, want %q", tc.atomic, tc.decimals, got, tc.want)
+		}
+		if back, err := ParseAmount(got, tc.decimals); err != nil || back.Int64() != tc.atomic {
+			t.Errorf("FormatDisplay(%d, %d) = %q reads back as %v (%v)", tc.atomic, tc.decimals, got, back, err)
+		}
+	}
+}
+
 // FuzzParseAmount: never panics; whatever parses formats back to a string
 // that parses to the same number.
 func FuzzParseAmount(f *testing.F) {

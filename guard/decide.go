@@ -748,13 +748,18 @@ func isAre(n int) string {
 }
 
 // duplicate is rule 5c: a payment for the same resource inside the window.
-// An operation whose time cannot be read counts as inside.
+// An operation whose time cannot be read counts as inside. The resource
+// the seller declares, where the question carries one beside the resource
+// requested, is a second key: history records what sellers declared.
 func duplicate(req Request, h History, cv commitView, cfg *Config, now time.Time, f *Figures) (Reason, bool) {
 	if cfg.DuplicateWindow <= 0 || req.Resource == "" {
 		return Reason{}, false
 	}
+	same := func(rs []string) bool {
+		return slices.Contains(rs, req.Resource) || (req.SellerResource != "" && slices.Contains(rs, req.SellerResource))
+	}
 	from := now.Add(-cfg.DuplicateWindow)
-	var same []Op
+	var paid []Op
 	without := 0
 	for o := range h.all() {
 		if !o.Spent {
@@ -766,19 +771,26 @@ func duplicate(req Request, h History, cv commitView, cfg *Config, now time.Time
 		switch {
 		case o.Money == nil || len(o.Money.Resources) == 0:
 			without++
-		case slices.Contains(o.Money.Resources, req.Resource):
-			same = append(same, o)
+		case same(o.Money.Resources):
+			paid = append(paid, o)
 		}
 	}
 	held := cv.tally(ledger.ScopeResource+req.Resource, from)
+	if req.SellerResource != "" && req.SellerResource != req.Resource {
+		held = held.plus(cv.tally(ledger.ScopeResource+req.SellerResource, from))
+	}
 	without += cv.tally(ledger.ScopeNoResource, from).n
-	n := len(same) + held.n
+	n := len(paid) + held.n
 	f.DuplicatePayments, f.PaidWithoutResource = &n, &without
 	if n == 0 {
 		return Reason{}, false
 	}
+	what := req.Resource
+	if req.SellerResource != "" {
+		what += " (which the seller declares as " + req.SellerResource + ")"
+	}
 	return Reason{Rule: RuleDuplicatePayment, Detail: fmt.Sprintf("%s was already paid for in the last %s (%s); paying again may pay twice for the same thing",
-		req.Resource, minutes(cfg.DuplicateWindow), count(n, "payment", "payments")+heldNote(held.n)) + moreNote(n), Evidence: refsWith(same, held.refs)}, true
+		what, minutes(cfg.DuplicateWindow), count(n, "payment", "payments")+heldNote(held.n)) + moreNote(n), Evidence: refsWith(paid, held.refs)}, true
 }
 
 // count writes "1 run" / "3 runs": n, then the singular or the plural

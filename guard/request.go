@@ -25,6 +25,11 @@ type RawRequest struct {
 	// PayTo is the payee address of the seller's 402 (optional), beside a
 	// host or URL counterparty: the guard then checks both.
 	PayTo string `json:"pay_to,omitempty"`
+	// SellerResource is the resource a seller's 402 declares, beside the
+	// Resource the agent requested (authorize_payment): duplicate_payment
+	// compares both with history, which records what sellers declared.
+	// It is not an argument of check_before_pay.
+	SellerResource string `json:"-"`
 }
 
 // Request is a parsed question. A counterparty that cannot be read is an
@@ -49,6 +54,10 @@ type Request struct {
 	// PayTo is the canonical payee address the caller named beside a host,
 	// or "".
 	PayTo string
+	// SellerResource is the canonical resource the seller's 402 declares
+	// where it differs from Resource, or "": a second key for
+	// duplicate_payment, never the question's identity.
+	SellerResource string
 }
 
 // ErrRequest marks a request that cannot be judged at all.
@@ -71,6 +80,14 @@ func ParseRequest(raw RawRequest, cfg *Config) (Request, error) {
 	if raw.Resource != "" {
 		if req.Resource, err = CanonicalResource(raw.Resource, false); err != nil {
 			return Request{}, fmt.Errorf("%w: resource: %w", ErrRequest, err)
+		}
+	}
+	if raw.SellerResource != "" {
+		if req.SellerResource, err = CanonicalResource(raw.SellerResource, false); err != nil {
+			return Request{}, fmt.Errorf("%w: the resource the seller declares: %w", ErrRequest, err)
+		}
+		if req.SellerResource == req.Resource {
+			req.SellerResource = ""
 		}
 	}
 	if raw.PayTo != "" {

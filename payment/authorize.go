@@ -47,7 +47,9 @@ type Request struct {
 	// PaymentRequired is the seller's 402 answer: the PaymentRequired
 	// object, or the base64 value of its PAYMENT-REQUIRED header.
 	PaymentRequired any
-	// Resource is the URL the agent requested, or "".
+	// Resource is the URL the agent requested, or "". When given, the
+	// seller's host and duplicate payments are judged on it, and the 402
+	// must declare the same resource (see x402.SameResource).
 	Resource string
 }
 
@@ -59,6 +61,9 @@ type Accepted struct {
 	Amount  string `json:"amount"`
 	Atomic  string `json:"amount_atomic"`
 	PayTo   string `json:"pay_to"`
+	// Host is the seller's host, judged beside PayTo: the host of the
+	// resource the agent requested, else of the one the 402 declares.
+	Host string `json:"host"`
 }
 
 // Signed is the authorization given on allow.
@@ -115,23 +120,41 @@ func (a *Authorizer) Authorize(ctx context.Context, caller string, req Request) 
 		}
 		return Result{}, refusedf("no entry of the seller's accepts can be paid exactly%s; nothing was asked or signed", b.String())
 	}
+	// What cannot settle is refused before the engine is asked, so that
+	// nothing is reserved for it.
+	if max := a.cfg.Engine.Policy().MaxAuthorizationSeconds; max > 0 && max < x402.MinAuthorizationSeconds {
+		return Result{}, refusedf("the policy's maxAuthorizationSeconds is %d, and an authorization valid for less than %d seconds cannot settle (the official facilitator refuses a validBefore less than 6 s ahead when it verifies); the operator must raise it; nothing was asked or signed",
+			max, x402.MinAuthorizationSeconds)
+	}
 	declared := pr.ResourceURL(choice)
-	if req.Resource != "" && !x402.SameResource(req.Resource, declared) {
-		return Result{}, refusedf("the seller's 402 declares the resource %q, not the %q you requested; nothing was asked or signed", clip(declared), clip(req.Resource))
+	if req.Resource != "" && declared != "" && !x402.SameResource(req.Resource, declared) {
+		return Result{}, refusedf("the seller's 402 declares the resource %q, not the %q you requested (scheme, host and path must agree, and a declared query must be the one requested); nothing was asked or signed", clip(declared), clip(req.Resource))
 	}
-	resource := declared
+	// Duplicates are judged on what the agent requested: the seller's
+	// declaration is its own to vary. It stays a second key, since the
+	// Trace records what sellers declare.
+	resource, sellerResource := req.Resource, declared
 	if resource == "" {
-		resource = req.Resource
+		resource, sellerResource = declared, ""
 	}
+	host, err := sellerHost(req.Resource, declared)
+	if err != nil {
+		return Result{}, err
+	}
+	// The question check_before_pay asks with host and pay_to: the seller's
+	// host and the payee address are judged together, so that lists,
+	// limits and open payments bind a seller that names a new payTo in
+	// every 402.
 	ans, err := a.cfg.Engine.Authorize(ctx, caller, engine.Question{
-		Counterparty: choice.PayTo.Lower(), Amount: choice.Amount(), Asset: choice.Asset.Key, Resource: resource,
+		Counterparty: host, PayTo: choice.PayTo.Lower(), Amount: choice.Amount(), Asset: choice.Asset.Key,
+		Resource: resource, SellerResource: sellerResource,
 	})
 	if err != nil {
 		return Result{}, err
 	}
 	res := Result{Decision: ans.Decision, Reasons: ans.Reasons, ReceiptID: ans.ReceiptID, ReviewID: ans.ReviewID, ReviewURL: ans.ReviewURL, Reservation: ans.Reservation,
 		Accepted: Accepted{Index: choice.Index, Network: choice.Network, Asset: choice.Asset.Key, Amount: choice.Amount(),
-			Atomic: choice.Atomic.String(), PayTo: choice.PayTo.Hex()}}
+			Atomic: choice.Atomic.String(), PayTo: choice.PayTo.Hex(), Host: host}}
 	if ans.Decision != guard.Allow {
 		return res, nil
 	}
@@ -161,6 +184,29 @@ func (a *Authorizer) Authorize(ctx context.Context, caller string, req Request) 
 	res.Authorization = &Signed{Payer: au.From, PayTo: au.To, Value: au.Value, ValidAfter: terms.Authorization.ValidAfter.Int64(),
 		ValidBefore: terms.Authorization.ValidBefore.Int64(), Nonce: au.Nonce, ReceiptID: rec.Receipt}
 	return res, nil
+}
+
+// sellerHost is the host judged beside payTo: the host of the URL the
+// agent requested, else of the resource the 402 declares (the two agree
+// when both are given). Without a host the seller could escape every rule
+// by naming a new payTo, so a 402 whose host cannot be read is refused.
+func sellerHost(asked, declared string) (string, error) {
+	from, what := asked, "the resource you requested"
+	if from == "" {
+		from, what = declared, "the resource the seller's 402 declares"
+	}
+	if from == "" {
+		return "", refusedf("the seller's 402 declares no resource URL and the call names none, so the seller's host cannot be judged beside its payTo; pass resource (the URL you requested); nothing was asked or signed")
+	}
+	cp, err := guard.ParseCounterparty(from)
+	if err == nil && cp.Kind != guard.KindHost {
+		err = errors.New("it is an address, not a URL")
+	}
+	if err != nil {
+		return "", refusedf("%s, %q, names no host that can be judged beside the payTo (%s); pass resource as the http(s) URL you requested; nothing was asked or signed",
+			what, clip(from), strings.TrimPrefix(err.Error(), guard.ErrCounterparty.Error()+": "))
+	}
+	return cp.Value, nil
 }
 
 func clip(s string) string {

@@ -63,11 +63,45 @@ func (r *resolved) read(raw []byte, pol *guard.Config) (engine.Question, []byte,
 	if q.Amount, err = r.amount(args, q.Asset, pol); err != nil {
 		return engine.Question{}, nil, err
 	}
+	if err := r.seller(args, &q); err != nil {
+		return engine.Question{}, nil, err
+	}
 	canon, err := jcs.Marshal(args)
 	if err != nil {
 		return engine.Question{}, nil, argErrorf("the arguments of %s cannot be put in canonical form: %s", r.tool, strings.TrimPrefix(err.Error(), "jcs: "))
 	}
 	return q, canon, nil
+}
+
+// seller reads the mapped payTo and resource into the question. A payee
+// address beside a resource is judged with the resource's host, as
+// check_before_pay judges a host with its pay_to: lists, limits and open
+// payments then bind the seller whatever address it names.
+func (r *resolved) seller(args map[string]any, q *engine.Question) error {
+	var err error
+	if !r.m.Resource.IsZero() {
+		if q.Resource, err = r.str(args, r.m.Resource, "resource"); err != nil {
+			return err
+		}
+	}
+	if !r.m.PayTo.IsZero() {
+		if q.PayTo, err = r.str(args, r.m.PayTo, "pay_to"); err != nil {
+			return err
+		}
+	}
+	if q.Resource == "" || q.PayTo != "" {
+		return nil
+	}
+	cp, err := guard.ParseCounterparty(q.Counterparty)
+	if err != nil || cp.Kind != guard.KindAddress {
+		return nil // a host or URL counterparty: the engine reads it
+	}
+	host, err := guard.ParseCounterparty(q.Resource)
+	if err != nil || host.Kind != guard.KindHost {
+		return argErrorf("paying tool %s: the resource (%s) names no host to judge beside the payee %s; nothing was forwarded", r.tool, r.m.Resource, cp.Value)
+	}
+	q.Counterparty, q.PayTo = host.Value, cp.Value
+	return nil
 }
 
 // checkKeys walks the arguments beside the schema. Where the schema

@@ -20,6 +20,17 @@ const (
 	UnmappedRefuse  = "refuse"
 )
 
+// NewTools says what happens to a tool the upstream lists after the guard
+// map was read (a notifications/tools/list_changed, a restarted upstream),
+// or whose input schema changed since, that the map does not name.
+const (
+	// NewToolsRefuse: refused until the map names it or is re-read
+	// (SIGHUP), whatever Unmapped says (the default).
+	NewToolsRefuse = "refuse"
+	// NewToolsForward: treated as every unmapped tool (Unmapped).
+	NewToolsForward = "forward"
+)
+
 // Amount units of a mapped amount.
 const (
 	UnitDisplay = "display"
@@ -45,6 +56,8 @@ const maxMapBytes = 1 << 20
 type Map struct {
 	Tools    map[string]ToolMap
 	Unmapped string
+	// NewTools: NewToolsRefuse (the default) or NewToolsForward.
+	NewTools string
 }
 
 // ToolMap is one paying tool's mapping.
@@ -54,6 +67,12 @@ type ToolMap struct {
 	AmountUnit   string
 	// Asset is absent (IsZero) when the policy's default asset is meant.
 	Asset Field
+	// PayTo (optional) is the payee address beside a host or URL
+	// counterparty; Resource (optional) the URL paid for. With a resource
+	// beside an address counterparty, the question is the resource's host
+	// with the address as its pay_to: both are judged together.
+	PayTo    Field
+	Resource Field
 	// Errors says what the tool's error answer (isError) means of the
 	// payment: ErrorsUnknown (the default) or ErrorsUnpaid.
 	Errors string
@@ -114,18 +133,28 @@ func ParseMap(data []byte) (*Map, error) {
 	}
 	top, ok := v.(map[string]any)
 	if !ok {
-		return nil, errors.New("the guard map must be a JSON object with \"tools\" and optionally \"unmapped\"")
+		return nil, errors.New("the guard map must be a JSON object with \"tools\" and optionally \"unmapped\" and \"newTools\"")
 	}
-	if err := onlyKeys(top, "the guard map", "tools", "unmapped"); err != nil {
+	if err := onlyKeys(top, "the guard map", "tools", "unmapped", "newTools"); err != nil {
 		return nil, err
 	}
-	m := &Map{Tools: map[string]ToolMap{}, Unmapped: UnmappedForward}
+	m := &Map{Tools: map[string]ToolMap{}, Unmapped: UnmappedForward, NewTools: NewToolsRefuse}
 	if u, ok := top["unmapped"]; ok {
 		s, _ := u.(string)
 		if s != UnmappedForward && s != UnmappedRefuse {
 			return nil, fmt.Errorf("unmapped must be %q or %q", UnmappedForward, UnmappedRefuse)
 		}
 		m.Unmapped = s
+	}
+	if u, ok := top["newTools"]; ok {
+		s, _ := u.(string)
+		if s != NewToolsForward && s != NewToolsRefuse {
+			return nil, fmt.Errorf("newTools must be %q or %q", NewToolsRefuse, NewToolsForward)
+		}
+		if s == NewToolsForward && m.Unmapped == UnmappedRefuse {
+			return nil, errors.New(`newTools "forward" forwards new tools as unmapped ones, and "unmapped": "refuse" refuses those: say one`)
+		}
+		m.NewTools = s
 	}
 	tools, ok := top["tools"].(map[string]any)
 	if !ok {
@@ -140,7 +169,7 @@ func ParseMap(data []byte) (*Map, error) {
 		if !ok {
 			return nil, fmt.Errorf("%s must be an object with counterparty, amount, amountUnit and optionally asset and errors", where)
 		}
-		if err := onlyKeys(obj, where, "counterparty", "amount", "amountUnit", "asset", "errors"); err != nil {
+		if err := onlyKeys(obj, where, "counterparty", "amount", "amountUnit", "asset", "errors", "payTo", "resource"); err != nil {
 			return nil, err
 		}
 		var tm ToolMap
@@ -151,6 +180,12 @@ func ParseMap(data []byte) (*Map, error) {
 			return nil, err
 		}
 		if tm.Asset, err = parseField(obj, "asset", where, false); err != nil {
+			return nil, err
+		}
+		if tm.PayTo, err = parseField(obj, "payTo", where, false); err != nil {
+			return nil, err
+		}
+		if tm.Resource, err = parseField(obj, "resource", where, false); err != nil {
 			return nil, err
 		}
 		unit, _ := obj["amountUnit"].(string)
@@ -166,8 +201,9 @@ func ParseMap(data []byte) (*Map, error) {
 			}
 			tm.Errors = s
 		}
-		// A plain string is a path for counterparty and amount.
-		for _, f := range []*Field{&tm.Counterparty, &tm.Amount} {
+		// A plain string is a path for counterparty, amount, payTo and
+		// resource.
+		for _, f := range []*Field{&tm.Counterparty, &tm.Amount, &tm.PayTo, &tm.Resource} {
 			if f.Plain != "" {
 				if f.Path, err = parsePath(f.Plain); err != nil {
 					return nil, fmt.Errorf("%s: %w", where, err)
@@ -313,6 +349,16 @@ func (m ToolMap) resolve(tool string, inputSchema json.RawMessage, pol *guard.Co
 	if r.m.Amount.HasValue {
 		return nil, fmt.Errorf("tool %s: amount must be a path into the arguments, not a fixed value", tool)
 	}
+	if r.m.PayTo.HasValue {
+		if _, err := guard.PayToAddress(r.m.PayTo.Value); err != nil {
+			return nil, fmt.Errorf("tool %s: payTo %q: %w", tool, r.m.PayTo.Value, err)
+		}
+	}
+	if r.m.Resource.HasValue {
+		if _, err := guard.CanonicalResource(r.m.Resource.Value, false); err != nil {
+			return nil, fmt.Errorf("tool %s: resource %q: %w", tool, r.m.Resource.Value, err)
+		}
+	}
 	type want struct {
 		name  string
 		f     Field
@@ -326,6 +372,8 @@ func (m ToolMap) resolve(tool string, inputSchema json.RawMessage, pol *guard.Co
 		{"counterparty", r.m.Counterparty, []string{"string"}},
 		{"amount", r.m.Amount, amountTypes},
 		{"asset", r.m.Asset, []string{"string"}},
+		{"payTo", r.m.PayTo, []string{"string"}},
+		{"resource", r.m.Resource, []string{"string"}},
 	} {
 		if w.f.Path == nil {
 			continue

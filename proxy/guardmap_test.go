@@ -43,6 +43,10 @@ func TestParseMapRefuses(t *testing.T) {
 		{"empty value", `{"tools":{"a":{"counterparty":{"value":""},"amount":"y","amountUnit":"atomic"}}}`, "non-empty"},
 		{"bad errors", `{"tools":{"a":{"counterparty":"x","amount":"y","amountUnit":"atomic","errors":"paid"}}}`, "tools.a.errors must be"},
 		{"errors not a string", `{"tools":{"a":{"counterparty":"x","amount":"y","amountUnit":"atomic","errors":false}}}`, "tools.a.errors must be"},
+		{"bad newTools", `{"tools":{},"newTools":"allow"}`, `newTools must be "refuse" or "forward"`},
+		{"newTools not a string", `{"tools":{},"newTools":true}`, `newTools must be`},
+		{"newTools forward beside unmapped refuse", `{"tools":{},"unmapped":"refuse","newTools":"forward"}`, `say one`},
+		{"newTools in another case", `{"tools":{},"NewTools":"forward"}`, `unknown key "NewTools"`},
 	}
 	for _, c := range cases {
 		_, err := ParseMap([]byte(c.doc))
@@ -56,6 +60,19 @@ func TestParseMapRefuses(t *testing.T) {
 	}
 	if m.Unmapped != UnmappedRefuse || strings.Join(m.Tools["a"].Amount.Path, ".") != "nested.amount" || m.Tools["a"].Asset.Plain != "USDC" {
 		t.Fatalf("parsed %+v", m)
+	}
+	// A tool the upstream adds later is refused unless the map says so.
+	for doc, want := range map[string]string{
+		`{"tools":{}}`:                                           NewToolsRefuse,
+		`{"tools":{},"newTools":"refuse"}`:                       NewToolsRefuse,
+		`{"tools":{},"newTools":"forward"}`:                      NewToolsForward,
+		`{"tools":{},"unmapped":"refuse"}`:                       NewToolsRefuse,
+		`{"tools":{},"unmapped":"forward","newTools":"forward"}`: NewToolsForward,
+	} {
+		m, err := ParseMap([]byte(doc))
+		if err != nil || m.NewTools != want {
+			t.Errorf("%s: newTools %v %v, want %q", doc, m, err, want)
+		}
 	}
 	// An error answer may follow a payment unless the map says otherwise.
 	for doc, want := range map[string]string{

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,12 +21,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/server"
 )
 
@@ -39,7 +40,16 @@ type Config struct {
 	Server *server.Server
 	// Engine is the one decision engine every paying call is asked of.
 	Engine *engine.Engine
-	Map    *Map
+	// Map is the guard map in force at start; Reload replaces it.
+	Map *Map
+	// MapFile and Upstream name the map's file and the upstream for the
+	// operator (the state file `status` reads).
+	MapFile, Upstream string
+	// StateDir, when set, is the Trace root: the proxy writes what it
+	// does with each upstream tool to its guard/ToolsStateFile.
+	StateDir *confined.Dir
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
 	// CallTimeout bounds a forwarded call (DefaultCallTimeout when 0).
 	CallTimeout time.Duration
 	Logger      *slog.Logger
@@ -56,6 +66,19 @@ type Proxy struct {
 	up  *Upstream
 
 	mu sync.Mutex
+	// gm is the guard map in force, read at mapReadAt.
+	gm        *Map
+	mapReadAt time.Time
+	// known are the upstream's tools when the map was read, each with its
+	// input schema's print (nil until the first tools/list after it was
+	// read); a tool the map does not name and that is not known (or whose
+	// schema changed) is new since newSince, and held (refused) under
+	// "newTools": "refuse".
+	known    map[string]string
+	newSince map[string]time.Time
+	held     map[string]bool
+	// state is what was last written for `status`.
+	state ToolsState
 	// mapped are the paying tools as resolved against the upstream's
 	// current tools/list; broken, when set, is why every upstream call is
 	// refused (the map no longer matches the upstream).
@@ -99,7 +122,10 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Proxy{cfg: cfg}, nil
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Proxy{cfg: cfg, gm: cfg.Map, mapReadAt: cfg.Now()}, nil
 }
 
 // Notify passes on a notification the upstream sent (UpstreamConfig's
@@ -112,7 +138,12 @@ func (p *Proxy) Notify(n mcp.JSONRPCNotification) { p.onNotification(n) }
 func (p *Proxy) Disconnected(why error) {
 	p.mu.Lock()
 	p.broken = why
+	st := p.state
 	p.mu.Unlock()
+	if st.WrittenAt != "" {
+		st.Broken, st.WrittenAt = why.Error(), p.cfg.Now().UTC().Format(time.RFC3339Nano)
+		p.writeState(st)
+	}
 }
 
 // Reconnected reads a restarted upstream's tools again (UpstreamConfig's
@@ -143,28 +174,153 @@ func (p *Proxy) Attach(ctx context.Context, up *Upstream) error {
 
 // Sync reads the upstream's tools again, checks the map and the names, and
 // updates what is served. When the check fails, every upstream call is
-// refused (with the reason) until a later Sync succeeds.
+// refused (with the reason) until a later Sync succeeds. A tool the map
+// does not name that the upstream did not list when the map was read (or
+// whose input schema changed since) is new: refused until the map is
+// re-read, unless the map says "newTools": "forward".
 func (p *Proxy) Sync(ctx context.Context) error {
 	p.syncMu.Lock()
 	defer p.syncMu.Unlock()
-	tools, mapped, err := p.check(ctx)
-	if err != nil {
+	p.mu.Lock()
+	gm := p.gm
+	p.mu.Unlock()
+	tools, schemas, mapped, err := p.check(ctx, gm)
+	if tools == nil {
 		p.mu.Lock()
 		p.broken = fmt.Errorf("the upstream's tools no longer match the guard map (%w); the operator must fix the map or the upstream", err)
 		p.mu.Unlock()
-		if tools != nil {
-			// Serve what the upstream lists now (every call refused while
-			// broken), so that clients hear the list changed.
-			p.serve(tools)
-		}
 		return err
 	}
 	p.mu.Lock()
+	if p.known == nil {
+		p.known = schemaPrints(schemas)
+	}
+	prevHeld := p.held
+	st := p.classify(gm, tools, schemas)
+	if err != nil {
+		p.broken = fmt.Errorf("the upstream's tools no longer match the guard map (%w); the operator must fix the map or the upstream", err)
+		st.Broken = p.broken.Error()
+	} else {
+		p.mapped, p.broken = mapped, nil
+	}
+	p.state = st
+	known := p.known
+	p.mu.Unlock()
+	// Serve what the upstream lists now (every call refused while broken),
+	// so that clients hear the list changed.
+	p.serve(tools)
+	p.logTools(st, prevHeld, known)
+	p.writeState(st)
+	return err
+}
+
+// Reload puts a re-read guard map in force (on SIGHUP): it is checked
+// against the upstream's tools as at start, and every tool listed now is
+// known to it — no tool is new. When the check fails, the running map stays
+// in force and the error says why.
+func (p *Proxy) Reload(ctx context.Context, m *Map) error {
+	p.syncMu.Lock()
+	defer p.syncMu.Unlock()
+	tools, schemas, mapped, err := p.check(ctx, m)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.gm, p.mapReadAt = m, p.cfg.Now()
+	p.known, p.newSince, p.held = schemaPrints(schemas), nil, nil
+	st := p.classify(m, tools, schemas)
 	p.mapped, p.broken = mapped, nil
+	p.state = st
+	known := p.known
 	p.mu.Unlock()
 	p.serve(tools)
-	p.cfg.Logger.Info("upstream tools served", "tools", len(tools), "paying", len(mapped), "unmapped", p.cfg.Map.Unmapped)
+	p.cfg.Logger.Info("SIGHUP: the guard map was re-read; every tool the upstream lists now is known to it", "map", p.cfg.MapFile, "paying", len(mapped))
+	p.logTools(st, nil, known)
+	p.writeState(st)
 	return nil
+}
+
+// classify says what the proxy does with each upstream tool, and notes the
+// new ones (p.mu held).
+func (p *Proxy) classify(gm *Map, tools []mcp.Tool, schemas map[string]json.RawMessage) ToolsState {
+	now := p.cfg.Now()
+	st := ToolsState{WrittenAt: now.UTC().Format(time.RFC3339Nano), PID: os.Getpid(), Upstream: p.cfg.Upstream, MapFile: p.cfg.MapFile,
+		MapReadAt: p.mapReadAt.UTC().Format(time.RFC3339Nano), Unmapped: gm.Unmapped, NewTools: gm.NewTools, Tools: []ToolState{}}
+	held, since := map[string]bool{}, map[string]time.Time{}
+	for _, t := range tools {
+		ts := ToolState{Name: t.Name}
+		if _, ok := gm.Tools[t.Name]; ok {
+			ts.Status = ToolPaying
+			st.Tools = append(st.Tools, ts)
+			continue
+		}
+		in := schemas[t.Name]
+		ts.PaymentLike = paymentLike(t.Name, in)
+		fresh := p.known[t.Name] != schemaPrint(in)
+		if fresh {
+			at, ok := p.newSince[t.Name]
+			if !ok {
+				at = now
+			}
+			since[t.Name] = at
+			ts.NewSince = at.UTC().Format(time.RFC3339Nano)
+		}
+		switch {
+		case gm.Unmapped == UnmappedRefuse:
+			ts.Status = ToolRefusedUnmapped
+		case fresh && gm.NewTools == NewToolsRefuse:
+			ts.Status = ToolRefusedNew
+			held[t.Name] = true
+		case fresh:
+			ts.Status = ToolForwardedNew
+		default:
+			ts.Status = ToolForwarded
+		}
+		st.Tools = append(st.Tools, ts)
+	}
+	p.held, p.newSince = held, since
+	return st
+}
+
+// logTools tells the operator which upstream tools the map does not name,
+// which of them are refused as new, and which look like payments.
+func (p *Proxy) logTools(st ToolsState, prevHeld map[string]bool, known map[string]string) {
+	l := p.cfg.Logger
+	var paying, forwarded, refused []string
+	for _, t := range st.Tools {
+		switch t.Status {
+		case ToolPaying:
+			paying = append(paying, t.Name)
+		case ToolForwarded, ToolForwardedNew:
+			forwarded = append(forwarded, t.Name)
+		default:
+			refused = append(refused, t.Name)
+		}
+		switch {
+		case t.Status == ToolRefusedNew && !prevHeld[t.Name]:
+			what := "the upstream added a tool the guard map does not name after the map was read"
+			if _, ok := known[t.Name]; ok {
+				what = "the input schema of an upstream tool the guard map does not name changed after the map was read"
+			}
+			l.Warn(what+"; it is refused until the map names it or is re-read (SIGHUP)", "tool", t.Name, "looks_like_payment", t.PaymentLike)
+		case t.Status == ToolForwardedNew && t.PaymentLike != "":
+			l.Warn("the upstream added a tool the guard map does not name that looks like a payment; it is forwarded unchecked (newTools: forward)", "tool", t.Name, "looks_like_payment", t.PaymentLike)
+		case t.Status == ToolForwarded && t.PaymentLike != "":
+			l.Warn("an upstream tool the guard map does not name looks like a payment; it is forwarded unchecked (unmapped: forward)", "tool", t.Name, "looks_like_payment", t.PaymentLike)
+		case t.Status == ToolRefusedUnmapped && t.PaymentLike != "":
+			l.Info("an upstream tool the guard map does not name looks like a payment; it is refused (unmapped: refuse)", "tool", t.Name, "looks_like_payment", t.PaymentLike)
+		}
+	}
+	l.Info("upstream tools served", "tools", len(st.Tools), "paying", strings.Join(paying, ","), "forwarded_unchecked", strings.Join(forwarded, ","),
+		"refused", strings.Join(refused, ","), "unmapped", st.Unmapped, "new_tools", st.NewTools)
+}
+
+func schemaPrints(schemas map[string]json.RawMessage) map[string]string {
+	out := make(map[string]string, len(schemas))
+	for name, in := range schemas {
+		out[name] = schemaPrint(in)
+	}
+	return out
 }
 
 // serve makes the served upstream tools the given ones.
@@ -191,42 +347,44 @@ func (p *Proxy) serve(tools []mcp.Tool) {
 	srv.AddTools(add...)
 }
 
-func (p *Proxy) check(ctx context.Context) ([]mcp.Tool, map[string]*resolved, error) {
+// check reads the upstream's tools and resolves gm's paying tools against
+// them. tools and schemas are nil when the list could not be read; mapped
+// is nil when gm does not match it.
+func (p *Proxy) check(ctx context.Context, gm *Map) (tools []mcp.Tool, schemas map[string]json.RawMessage, mapped map[string]*resolved, err error) {
 	raws, err := p.up.ListTools(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	own := p.cfg.Server.OwnToolNames()
 	pol := p.cfg.Engine.Policy()
-	var tools []mcp.Tool
-	schemas := map[string]json.RawMessage{}
+	schemas = map[string]json.RawMessage{}
 	for i, raw := range raws {
 		t, in, err := upstreamTool(raw)
 		if err != nil {
-			return nil, nil, fmt.Errorf("upstream tool #%d: %w", i, err)
+			return nil, nil, nil, fmt.Errorf("upstream tool #%d: %w", i, err)
 		}
 		if slices.Contains(own, t.Name) {
-			return nil, nil, fmt.Errorf("the upstream's tool %q has the name of one of this product's tools (%s); the proxy refuses to shadow either", t.Name, strings.Join(own, ", "))
+			return nil, nil, nil, fmt.Errorf("the upstream's tool %q has the name of one of this product's tools (%s); the proxy refuses to shadow either", t.Name, strings.Join(own, ", "))
 		}
 		if _, dup := schemas[t.Name]; dup {
-			return nil, nil, fmt.Errorf("the upstream lists tool %q twice", t.Name)
+			return nil, nil, nil, fmt.Errorf("the upstream lists tool %q twice", t.Name)
 		}
 		schemas[t.Name] = in
 		tools = append(tools, t)
 	}
-	mapped := map[string]*resolved{}
-	for name, tm := range p.cfg.Map.Tools {
+	mapped = map[string]*resolved{}
+	for name, tm := range gm.Tools {
 		in, ok := schemas[name]
 		if !ok {
-			return tools, nil, fmt.Errorf("the guard map names tool %q, which the upstream does not list (it lists %d tools)", name, len(tools))
+			return tools, schemas, nil, fmt.Errorf("the guard map names tool %q, which the upstream does not list (it lists %d tools)", name, len(tools))
 		}
 		r, err := tm.resolve(name, in, pol)
 		if err != nil {
-			return tools, nil, fmt.Errorf("guard map: %w", err)
+			return tools, schemas, nil, fmt.Errorf("guard map: %w", err)
 		}
 		mapped[name] = r
 	}
-	return tools, mapped, nil
+	return tools, schemas, mapped, nil
 }
 
 // upstreamTool reads a tool as the upstream listed it; its input and
@@ -279,7 +437,7 @@ func (p *Proxy) handler(name string) mcpserver.ToolHandlerFunc {
 			defer done()
 		}
 		p.mu.Lock()
-		broken, r := p.broken, p.mapped[name]
+		broken, r, gm, held := p.broken, p.mapped[name], p.gm, p.held[name]
 		p.mu.Unlock()
 		if broken != nil {
 			return toolError("%s was not forwarded: %s", name, broken), nil
@@ -297,8 +455,12 @@ func (p *Proxy) handler(name string) mcpserver.ToolHandlerFunc {
 			raw = b
 		}
 		if r == nil {
-			if p.cfg.Map.Unmapped == UnmappedRefuse {
+			if gm.Unmapped == UnmappedRefuse {
 				return toolError("%s is not in the guard map and the map refuses every tool it does not name (unmapped: refuse); nothing was forwarded", name), nil
+			}
+			if held {
+				p.cfg.Logger.Warn("a call of a tool the upstream added after the guard map was read was refused", "tool", name, "caller", p.cfg.Server.CallerID(ctx))
+				return toolError("%s was added by the upstream (or its input schema changed) after the guard map was read, and is refused until the operator names it in the map or re-reads the map (SIGHUP); nothing was forwarded", name), nil
 			}
 			if len(raw) == 0 {
 				raw = []byte("{}")
@@ -406,11 +568,18 @@ func (p *Proxy) call(ctx context.Context, req mcp.CallToolRequest, name string, 
 }
 
 // failure is the outcome of a request to the upstream that had no answer
-// but an error: lost when the upstream went away or the caller cancelled,
-// a timeout when the call's time ran out, refused when the upstream
-// answered with its own JSON-RPC error (it did not run the request).
+// but an error. Only what proves the call was not run releases what its
+// allow reserved (OutcomeRefused): a request never sent, or an answer that
+// refuses it before any handler ran (notRunCodes). Every other error keeps
+// it: a JSON-RPC error of another code (OutcomeErrorUnknown: an internal
+// error, a server-defined or application code, a handler that threw after
+// it paid), the call's time running out (OutcomeTimeout), the upstream
+// going away, the connection breaking or the caller cancelling
+// (OutcomeLost).
 func failure(ctx, cctx context.Context, err error) engine.Outcome {
 	switch {
+	case errors.Is(err, ErrNotSent):
+		return engine.OutcomeRefused
 	case errors.Is(err, ErrUpstreamDown):
 		return engine.OutcomeLost
 	case ctx.Err() != nil:
@@ -420,16 +589,38 @@ func failure(ctx, cctx context.Context, err error) engine.Outcome {
 	}
 	var ue *UpstreamError
 	if errors.As(err, &ue) {
-		return engine.OutcomeRefused
+		if provesNotRun(ue) {
+			return engine.OutcomeRefused
+		}
+		return engine.OutcomeErrorUnknown
 	}
-	// The client wraps what went wrong on the way in a transport.Error;
-	// anything else is the upstream's own JSON-RPC error answer, which
-	// means it did not run the call.
-	var te *transport.Error
-	if errors.As(err, &te) {
-		return engine.OutcomeLost
+	// Anything else went wrong on the way (the client's transport.Error, a
+	// request that could not be written or whose answer never came).
+	return engine.OutcomeLost
+}
+
+// notRunCodes are the JSON-RPC error codes with which a server refuses a
+// request before any handler runs it: a request it could not parse or
+// read, a method or tool it does not know (the official Go SDK answers an
+// unknown tool -32602 "unknown tool", mcp-go -32602 "tool not found"),
+// arguments its SDK refused before calling the handler. A server that
+// answers one of these after its handler ran breaks JSON-RPC; that is the
+// one answer the proxy takes on the upstream's word.
+var notRunCodes = map[int]string{
+	mcp.PARSE_ERROR:      "parse error",
+	mcp.INVALID_REQUEST:  "invalid request",
+	mcp.METHOD_NOT_FOUND: "method or tool not found",
+	mcp.INVALID_PARAMS:   "invalid params",
+}
+
+// provesNotRun reports whether an upstream's JSON-RPC error answer proves
+// it did not run the request.
+func provesNotRun(ue *UpstreamError) bool {
+	if ue.CodeUnread {
+		return false
 	}
-	return engine.OutcomeRefused
+	_, ok := notRunCodes[ue.Code]
+	return ok
 }
 
 func describeFailure(o engine.Outcome, err error) string {
@@ -437,12 +628,21 @@ func describeFailure(o engine.Outcome, err error) string {
 	case engine.OutcomeTimeout:
 		return "the upstream did not answer in time; it may still carry the call out"
 	case engine.OutcomeLost:
+		var ne *NotExactError
+		if errors.As(err, &ne) {
+			return ne.Error() + "; whether it carried the call out is unknown"
+		}
 		if errors.Is(err, ErrUpstreamDown) {
 			return "the upstream is not available (" + err.Error() + "); whether it carried the call out is unknown"
 		}
 		return "the call ended without an answer (" + err.Error() + "); whether the upstream carried it out is unknown"
 	case engine.OutcomeRefused:
-		return "the upstream refused it: " + err.Error()
+		if errors.Is(err, ErrNotSent) {
+			return "it was not sent: " + err.Error()
+		}
+		return "the upstream refused it before running it: " + err.Error()
+	case engine.OutcomeErrorUnknown:
+		return "the upstream answered with an error (" + err.Error() + "); whether it carried the call out is unknown"
 	}
 	return err.Error()
 }

@@ -41,6 +41,8 @@ func (p *Proxy) callTask(ctx context.Context, name string, args []byte, meta *mc
 	if err != nil {
 		return nil, failure(ctx, cctx, err), err
 	}
+	// The answer was read exactly on its way in (exact.go): no member
+	// twice, none of those read here in another case.
 	var created struct {
 		Task *mcp.Task `json:"task"`
 	}
@@ -60,25 +62,30 @@ func (p *Proxy) callTask(ctx context.Context, name string, args []byte, meta *mc
 	if err == nil {
 		return toolResult(raw)
 	}
-	o := failure(ctx, cctx, err)
+	var ue *UpstreamError
 	switch {
 	case ctx.Err() != nil:
 		// The host cancelled the proxy's task: the upstream's is cancelled
 		// too; whether it paid before is unknown.
 		p.cancelUpstreamTask(id)
 		return nil, engine.OutcomeLost, fmt.Errorf("the task was cancelled: %w", ctx.Err())
-	case o == engine.OutcomeRefused:
-		// A task that failed is the tool's failure, not a call the
-		// upstream refused to run: a tool may fail after it paid, so it is
-		// a tool error, which releases only where the guard map says the
-		// tool's errors mean "unpaid". An expired or unknown task is an
-		// unknown outcome.
+	case errors.As(err, &ue) && !errors.Is(err, ErrNotSent):
+		// The task was created, so its tool ran or may have: no error
+		// answer to tasks/result proves it did not, whatever its code. A
+		// task that failed is the tool's failure — a tool may fail after
+		// it paid, so it releases only where the guard map says the tool's
+		// errors mean "unpaid". An expired or unknown task is an unknown
+		// outcome.
 		if st, gerr := p.upstreamTaskStatus(id); gerr != nil || st != mcp.TaskStatusFailed {
 			return nil, engine.OutcomeLost, fmt.Errorf("the upstream's task %s gave no result (%w) and its status is %q", id, err, st)
 		}
 		return nil, engine.OutcomeToolError, err
 	}
-	return nil, o, err
+	if o := failure(ctx, cctx, err); o != engine.OutcomeRefused {
+		return nil, o, err
+	}
+	// Not even a request not sent releases here: the task was created.
+	return nil, engine.OutcomeLost, err
 }
 
 // toolResult reads a CallToolResult (or a tasks/result answer, which has

@@ -132,7 +132,7 @@ func (u *Upstream) connect(ctx context.Context) (*conn, error) {
 		if err != nil {
 			return nil, fmt.Errorf("upstream %s: %w", u.cfg.URL, err)
 		}
-		tr = h
+		tr = exactHTTP{h}
 	} else {
 		cmd := exec.Command(u.cfg.Command, u.cfg.Args...)
 		cmd.Stderr = u.cfg.Stderr
@@ -152,7 +152,7 @@ func (u *Upstream) connect(ctx context.Context) (*conn, error) {
 		}
 		c.cmd, c.pid = cmd, cmd.Process.Pid
 		s := transport.NewIO(stdout, stdin, nil)
-		tr = s
+		tr = exactStdio{s}
 		go func() {
 			err := cmd.Wait()
 			u.cfg.Logger.Warn("upstream process exited", "pid", c.pid, "err", err)
@@ -359,7 +359,7 @@ func (u *Upstream) Capabilities() (mcp.ServerCapabilities, error) {
 func (u *Upstream) Request(ctx context.Context, method string, params any) (json.RawMessage, error) {
 	c, err := u.conn()
 	if err != nil {
-		return nil, err
+		return nil, notSent(err)
 	}
 	res, err := c.c.GetTransport().SendRequest(ctx, transport.JSONRPCRequest{
 		JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId("haia-proxy-" + strconv.FormatInt(u.ids.Add(1), 10)),
@@ -381,13 +381,59 @@ func (u *Upstream) Request(ctx context.Context, method string, params any) (json
 
 // UpstreamError is the upstream's JSON-RPC error answer to a request.
 type UpstreamError struct {
-	Method  string
-	Code    int
-	Message string
-	Data    any
+	Method string
+	// Code is the answer's JSON-RPC error code, unless CodeUnread.
+	Code int
+	// CodeUnread: the answer came through the MCP client, which keeps the
+	// code only of the errors it names (-32700, -32600, -32601, -32602,
+	// -32603, -32800, -32002); this answer had another code (a
+	// server-defined or application code, 0), and only its message is
+	// known.
+	CodeUnread bool
+	Message    string
+	Data       any
 }
 
 func (e *UpstreamError) Error() string { return e.Message }
+
+// ErrNotSent marks a request that was never written to the upstream (it
+// was not connected): the upstream cannot have run it.
+var ErrNotSent = errors.New("the request was not sent")
+
+// notSentError is why a request was not sent; it is ErrNotSent too.
+type notSentError struct{ err error }
+
+func (e notSentError) Error() string   { return e.err.Error() }
+func (e notSentError) Unwrap() []error { return []error{e.err, ErrNotSent} }
+
+func notSent(err error) error { return notSentError{err} }
+
+// clientAnswerCodes are the JSON-RPC error codes the MCP client names with
+// a sentinel error; any other code reaches the proxy as its message only.
+var clientAnswerCodes = []struct {
+	err  error
+	code int
+}{
+	{mcp.ErrParseError, mcp.PARSE_ERROR},
+	{mcp.ErrInvalidRequest, mcp.INVALID_REQUEST},
+	{mcp.ErrMethodNotFound, mcp.METHOD_NOT_FOUND},
+	{mcp.ErrInvalidParams, mcp.INVALID_PARAMS},
+	{mcp.ErrInternalError, mcp.INTERNAL_ERROR},
+	{mcp.ErrRequestInterrupted, mcp.REQUEST_INTERRUPTED},
+	{mcp.ErrResourceNotFound, mcp.RESOURCE_NOT_FOUND},
+}
+
+// clientAnswer is the upstream's JSON-RPC error answer as the MCP client
+// returned it (a transport.Error, what went wrong on the way, is not an
+// answer and is not passed here).
+func clientAnswer(method string, err error) *UpstreamError {
+	for _, c := range clientAnswerCodes {
+		if errors.Is(err, c.err) {
+			return &UpstreamError{Method: method, Code: c.code, Message: err.Error()}
+		}
+	}
+	return &UpstreamError{Method: method, CodeUnread: true, Message: err.Error()}
+}
 
 // Notify sends the upstream a notification.
 func (u *Upstream) Notify(ctx context.Context, method string, params map[string]any) error {
@@ -403,7 +449,7 @@ func (u *Upstream) Notify(ctx context.Context, method string, params map[string]
 func (u *Upstream) CallTool(ctx context.Context, name string, args json.RawMessage, meta *mcp.Meta) (*mcp.CallToolResult, error) {
 	c, err := u.conn()
 	if err != nil {
-		return nil, err
+		return nil, notSent(err)
 	}
 	req := mcp.CallToolRequest{}
 	req.Params.Name = name
@@ -416,7 +462,14 @@ func (u *Upstream) CallTool(ctx context.Context, name string, args json.RawMessa
 			return nil, fmt.Errorf("%w: it exited during the call: %w", ErrUpstreamDown, err)
 		default:
 		}
-		return nil, err
+		// The client wraps what went wrong on the way (a broken
+		// connection, the context's end) in a transport.Error; anything
+		// else it returns is the upstream's JSON-RPC error answer.
+		var te *transport.Error
+		if errors.As(err, &te) {
+			return nil, err
+		}
+		return nil, clientAnswer(string(mcp.MethodToolsCall), err)
 	}
 	return res, nil
 }

@@ -25,6 +25,15 @@ func StageRoles(template string) (paid, outcome string, ok bool) {
 // stagePhrase names a stage of a bundled template in plain words, and any
 // other stage by its id.
 func stagePhrase(template, id string) string {
+	if p := StagePhrase(template, id); p != "" {
+		return p
+	}
+	return fmt.Sprintf("stage %q", id)
+}
+
+// StagePhrase names a stage of a bundled template in plain words; it is ""
+// for any other stage.
+func StagePhrase(template, id string) string {
 	switch template + "/" + id {
 	case "x402-buyer/challenge":
 		return "the 402 payment challenge"
@@ -55,7 +64,7 @@ func stagePhrase(template, id string) string {
 	case "escrow-arc/disposition":
 		return "the release or refund of the escrowed funds"
 	}
-	return fmt.Sprintf("stage %q", id)
+	return ""
 }
 
 // Explain describes a receipt in one paragraph built by fixed rules, so the

@@ -27,6 +27,24 @@ type PolicyRecord struct {
 	Text string `json:"text,omitempty"`
 	// At is when it was recorded (RFC 3339).
 	At string `json:"at"`
+	// Tenant is the tenant of a --tenants-dir server whose store this is
+	// ("" for a single root): the review commands read and write its log
+	// as that tenant's, where only the reviewers granted it decide.
+	Tenant string `json:"tenant,omitempty"`
+	// Refused, when set, is the last reload (SIGHUP) the server refused
+	// since it recorded this policy, which stays in force.
+	Refused *RefusedPolicy `json:"refused,omitempty"`
+}
+
+// RefusedPolicy is a policy file the server was asked to put in force on
+// a reload and refused: it kept the policy it ran with.
+type RefusedPolicy struct {
+	// Source is the file the server read.
+	Source string `json:"source"`
+	// At is when it refused it (RFC 3339).
+	At string `json:"at"`
+	// Error says why.
+	Error string `json:"error"`
 }
 
 // ParsePolicyRecord reads a recorded policy, refusing anything that is not
@@ -41,6 +59,14 @@ func ParsePolicyRecord(data []byte) (PolicyRecord, error) {
 	}
 	if rec.Source == "" || rec.At == "" || (rec.Text != "") != (rec.SHA256 != "") {
 		return PolicyRecord{}, errors.New("the recorded policy lacks its source, time, text or hash")
+	}
+	if rec.Tenant != "" {
+		if err := CheckTenant(rec.Tenant); err != nil {
+			return PolicyRecord{}, fmt.Errorf("the recorded policy's tenant: %w", err)
+		}
+	}
+	if r := rec.Refused; r != nil && (r.Source == "" || r.At == "" || r.Error == "") {
+		return PolicyRecord{}, errors.New("the recorded policy's refused reload lacks its source, time or error")
 	}
 	return rec, nil
 }

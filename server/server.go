@@ -207,7 +207,8 @@ func userErrorf(format string, a ...any) error { return &toolError{msg: fmt.Spri
 func (s *Server) wrap(name string, h func(ctx context.Context, raw any) (*mcp.CallToolResult, error)) mcpserver.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		start := s.cfg.Now()
-		res, err := h(withRoundTrip(ctx, req.Params.MultiRoundTripParams), arguments(req))
+		ctx = context.WithValue(withRoundTrip(ctx, req.Params.MultiRoundTripParams), wireArgumentsKey{}, bytes.TrimSpace(req.Params.RawArguments))
+		res, err := h(ctx, arguments(req))
 		if err != nil {
 			var te *toolError
 			if errors.As(err, &te) {
@@ -220,6 +221,16 @@ func (s *Server) wrap(name string, h func(ctx context.Context, raw any) (*mcp.Ca
 		s.cfg.Logger.Debug("tool call", "tool", name, "duration", time.Since(start))
 		return res, nil
 	}
+}
+
+// wireArgumentsKey holds a call's arguments as the client sent them (none
+// for an in-process call), for a tool that reads them exactly.
+type wireArgumentsKey struct{}
+
+// wireArguments are the bytes of the call's arguments as sent, or nil.
+func wireArguments(ctx context.Context) []byte {
+	b, _ := ctx.Value(wireArgumentsKey{}).([]byte)
+	return b
 }
 
 // arguments are the call's arguments decoded from the bytes the client sent,

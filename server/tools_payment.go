@@ -1,7 +1,9 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,6 +12,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/strictjson"
 	"github.com/haia-trace-mcp/haia-trace-mcp/payment"
 )
 
@@ -18,7 +21,7 @@ func (s *Server) paymentTool() toolDef {
 		name:  "authorize_payment",
 		title: "Authorize an x402 payment",
 		description: "Pay a seller's x402 402 answer through the guard: pass the PaymentRequired you received (object, or the base64 PAYMENT-REQUIRED header). " +
-			"The guard asks the same question check_before_pay asks (pay_to, amount, asset, resource) and signs an EIP-3009 authorization only on allow; " +
+			"The guard asks the same question check_before_pay asks (the seller's host and its pay_to together, amount, asset, resource) and signs an EIP-3009 authorization only on allow; " +
 			"send payment.header as the header payment.header_name and retry the request. review: no signature, a human decides (poll get_review_status, then call again " +
 			"with the same 402 to get the one signature the approval allows). block: no signature, ever.",
 		readOnly: false, idempotent: false,
@@ -26,7 +29,51 @@ func (s *Server) paymentTool() toolDef {
 	}
 }
 
+// paymentArgs is the shape authorize_payment's arguments are read into
+// exactly: each name once, spelled exactly, at every depth of the 402.
+type paymentArgs struct {
+	PaymentRequired json.RawMessage `json:"payment_required"`
+	Resource        json.RawMessage `json:"resource"`
+}
+
+// exactPaymentArgs reads the wire bytes of authorize_payment's arguments
+// as exactly as the review log is read (internal/strictjson): a member
+// named twice in any object, or a name of these arguments spelled in
+// another case, is refused, where a decoder would keep one of them. It
+// returns the seller's 402 as its own bytes when it was sent as an object,
+// so that the 402 reader sees what the agent sent, not a re-encoding of a
+// decoded map; nil when it was sent otherwise. A name no argument has is
+// left to newArgs, which lists the accepted ones.
+func exactPaymentArgs(wire []byte) (json.RawMessage, error) {
+	if len(wire) == 0 {
+		return nil, nil
+	}
+	// First no member twice at any depth, whatever the names; then the
+	// argument names exactly.
+	var shape paymentArgs
+	for _, v := range []any{&map[string]json.RawMessage{}, &shape} {
+		if err := strictjson.Check(wire, v); err != nil {
+			var se *strictjson.Error
+			if !errors.As(err, &se) || se.Ambiguous {
+				return nil, userErrorf("the arguments of authorize_payment cannot be read exactly: %s; nothing was asked or signed", err)
+			}
+			return nil, nil
+		}
+	}
+	if err := json.Unmarshal(wire, &shape); err != nil {
+		return nil, nil
+	}
+	if pr := bytes.TrimSpace(shape.PaymentRequired); len(pr) > 0 && pr[0] == '{' {
+		return pr, nil
+	}
+	return nil, nil
+}
+
 func (s *Server) authorizePayment(ctx context.Context, raw any) (*mcp.CallToolResult, error) {
+	wire, err := exactPaymentArgs(wireArguments(ctx))
+	if err != nil {
+		return nil, err
+	}
 	a := newArgs(raw, "payment_required", "resource")
 	pr, present := a.m["payment_required"]
 	switch v := pr.(type) {
@@ -54,6 +101,9 @@ func (s *Server) authorizePayment(ctx context.Context, raw any) (*mcp.CallToolRe
 	if kept != nil {
 		return kept, nil
 	}
+	if wire != nil {
+		pr = wire
+	}
 	res, err := s.guard.Payments.Authorize(ctx, s.callerID(ctx), payment.Request{PaymentRequired: pr, Resource: resource})
 	if err != nil {
 		var refused *payment.RefusedError
@@ -77,8 +127,8 @@ func resourceArg() guard.Arg {
 
 func renderAuthorize(res payment.Result) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Decision: %s for %s (%s) to %s on %s",
-		strings.ToUpper(res.Decision), res.Accepted.Amount, res.Accepted.Asset, res.Accepted.PayTo, res.Accepted.Network)
+	fmt.Fprintf(&b, "Decision: %s for %s (%s) to %s at %s on %s",
+		strings.ToUpper(res.Decision), res.Accepted.Amount, res.Accepted.Asset, res.Accepted.PayTo, res.Accepted.Host, res.Accepted.Network)
 	switch {
 	case res.Payment != nil:
 		fmt.Fprintf(&b, ". Signed: send header %s with the value in payment.header; valid until %d (Unix time), nonce %s.\n",

@@ -26,6 +26,7 @@ type authorizeAnswer struct {
 	Accepted  struct {
 		Amount string `json:"amount"`
 		PayTo  string `json:"pay_to"`
+		Host   string `json:"host"`
 	} `json:"accepted"`
 	Payment *struct {
 		Payload    json.RawMessage `json:"payload"`

@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/app"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
-	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
@@ -46,84 +44,57 @@ const auditExitIncomplete = 4
 // defineAudit is `audit`: every chain verified, the review log
 // cross-checked against the signatures.
 func defineAudit(fs *flag.FlagSet) runFunc {
-	dir := dirFlag(fs)
-	reviewers := reviewersFlag(fs)
+	var f stackFlags
+	f.register(fs, true)
 	keyringPath := keyringFlag(fs)
-	guardConfig := guardConfigFlag(fs)
-	storeFlag := storeFlag(fs)
-	tenant := fs.String("tenant", "", "with --tenants-dir: the tenant `NAME` whose root DIR/NAME is audited, its reviewers' grants applied")
-	tenantsDir := new(string)
-	tenantsDirFlagVar(fs, tenantsDir)
+	guardConfigFlagVar(fs, &f.guardConfig)
 	return func(ctx context.Context, env *cmdEnv, _ []string) error {
-		if *tenantsDir != "" || *tenant != "" {
-			if *tenantsDir == "" || !receipt.IsSlug(*tenant) {
-				return usageErrorf("--tenants-dir and --tenant go together: --tenant names one tenant (a bare slug) of --tenants-dir, got %q", *tenant)
-			}
-			*dir = filepath.Join(*tenantsDir, *tenant)
-			// The tenant's own database, where --store names one per tenant.
-			spec, err := app.TenantStore(storeSpec(*storeFlag), *tenant)
-			if err != nil {
-				return usageErrorf("%v", err)
-			}
-			*storeFlag = spec
-		}
-		return runAudit(ctx, env.stdout, env.stderr, dir, reviewers, keyringPath, guardConfig, storeFlag, *tenant)
+		return runAudit(ctx, env.stdout, env.stderr, &f, *keyringPath)
 	}
 }
 
-func runAudit(ctx context.Context, stdout, stderr io.Writer, dir, reviewers, keyringPath, guardConfig, storeFlag *string, tenant string) error {
-	g, code := openCLIGuard(ctx, "audit", *dir, *storeFlag, *reviewers, *guardConfig, stderr)
-	if g == nil {
-		return exitCode(code)
-	}
-	defer g.Close()
-	g.tenant = tenant
-	st := g.store
-	trusted, err := g.loadReviewers()
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		fmt.Fprintf(stderr, "haia-trace-mcp audit: %v\n", err)
-		return exitCode(exitFail)
-	}
+func runAudit(ctx context.Context, stdout, stderr io.Writer, f *stackFlags, keyringPath string) error {
+	// The keys the server's signatures are verified against: --keyring's,
+	// else the store's; the reviewers' keys come from the trusted file,
+	// whatever the volume's keyring copy says.
 	var kr noa.Keyring
-	if *keyringPath != "" {
-		data, err := os.ReadFile(*keyringPath)
+	if keyringPath != "" {
+		data, err := os.ReadFile(keyringPath)
 		if err == nil {
 			kr, err = noa.ParseKeyring(data)
 		}
 		if err != nil {
-			fmt.Fprintf(stderr, "haia-trace-mcp audit: --keyring: %v\n", err)
-			return exitCode(exitFail)
+			return fmt.Errorf("--keyring: %w", err)
 		}
-	} else {
-		err := st.View(ctx, func(r reviewlog.Reader) (err error) {
+	}
+	st, err := f.open(ctx, func(c *app.Config) { c.ServerKeys = kr })
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if kr == nil {
+		err := st.Store().View(ctx, func(r reviewlog.Reader) (err error) {
 			kr, err = r.Keyring(ctx)
 			return err
 		})
 		if err != nil {
-			fmt.Fprintf(stderr, "haia-trace-mcp audit: %v\n", err)
-			return exitCode(exitFail)
+			return err
 		}
 	}
 	if kr == nil {
 		kr = noa.Keyring{}
 	}
-	// Reviewer keys come from the trusted file, whatever the volume's
-	// keyring copy says.
+	trusted, err := reviewlog.LoadReviewers(st.ReviewersPath())
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
 	for _, pub := range trusted {
 		kr.Add(noa.KeyID(pub), pub)
 	}
-	if !g.policyKnown {
+	if !st.PolicyKnown() {
 		fmt.Fprintln(stderr, "haia-trace-mcp audit: note: the policy the server runs with is not recorded in the guard's store; expiry is judged under the built-in reviewTtlMinutes")
 	}
-	log := reviewlog.OpenStore(st, g.grantOptions(reviewlog.Options{ReviewTTL: g.policy.ReviewTTL, ServerKeys: kr,
-		Reviewers: func() (reviewlog.Reviewers, error) { return trusted, nil },
-		Passkeys: func() (reviewlog.Passkeys, error) {
-			pk, err := g.loadPasskeys()
-			if errors.Is(err, os.ErrNotExist) {
-				return reviewlog.Passkeys{}, nil // as for the keys: no file trusts no one
-			}
-			return pk, err
-		}}))
+	log := st.Log()
 	var rep reviewlog.AuditReport
 	err = newProgress(stderr, "audit").during("verifying every chain and the review log against the signatures", func() (err error) {
 		rep, err = log.Audit(ctx, kr)

@@ -44,6 +44,11 @@ const (
 // authorizationView is what authorization show prints.
 type authorizationView struct {
 	reviewlog.AuthorizedLine
+	// Amount is the value in the asset's units with its symbol ("0.25
+	// USDC"), "" when the policy does not know the asset; Asset names the
+	// asset for people (symbol, network, registry key).
+	Amount          string               `json:"amount,omitempty"`
+	Asset           string               `json:"asset,omitempty"`
 	DecisionVerdict string               `json:"decision_verdict,omitempty"`
 	Approval        *authorizationReview `json:"approval,omitempty"`
 	Trace           []traceUse           `json:"trace"`
@@ -62,24 +67,23 @@ type authorizationReview struct {
 
 // defineAuthorizationShow is `authorization show NONCE|RECEIPT_ID`.
 func defineAuthorizationShow(fs *flag.FlagSet) runFunc {
-	dir := dirFlag(fs)
+	var f stackFlags
+	f.register(fs, true)
 	asJSON := jsonFlag(fs)
 	keyringFile := keyringFlag(fs)
-	reviewers := reviewersFlag(fs)
-	storeFlag := storeFlag(fs)
 	return func(ctx context.Context, env *cmdEnv, pos []string) error {
-		return runAuthorizationShow(ctx, env.stdout, env.stderr, pos, dir, keyringFile, reviewers, storeFlag, asJSON)
+		return runAuthorizationShow(ctx, env.stdout, env.stderr, pos, &f, keyringFile, asJSON)
 	}
 }
 
-func runAuthorizationShow(ctx context.Context, stdout, stderr io.Writer, pos []string, dir, keyringFile, reviewers, storeFlag *string, asJSON *bool) error {
+func runAuthorizationShow(ctx context.Context, stdout, stderr io.Writer, pos []string, f *stackFlags, keyringFile *string, asJSON *bool) error {
 	want := pos[0]
-	g, code := openCLIGuard(ctx, "authorization show", *dir, *storeFlag, *reviewers, "", stderr)
-	if g == nil {
-		return exitCode(code)
+	st, err := f.open(ctx, nil)
+	if err != nil {
+		return err
 	}
-	defer g.Close()
-	log := reviewlog.OpenStore(g.store, reviewlog.Options{Reviewers: g.loadReviewers, Passkeys: g.loadPasskeys})
+	defer st.Close()
+	log := st.Log()
 	all, err := log.Authorizations(ctx)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp authorization show: %s\n", termsafe.String(err.Error()))
@@ -95,7 +99,7 @@ func runAuthorizationShow(ctx context.Context, stdout, stderr io.Writer, pos []s
 	if found == nil {
 		// The log's copy may be gone while the chain still holds the signed
 		// record: that is no unknown authorization, it is a missing one.
-		if rc, ok, err := signedAuthorization(ctx, g.store, want); err != nil {
+		if rc, ok, err := signedAuthorization(ctx, st.Store(), want); err != nil {
 			fmt.Fprintf(stderr, "haia-trace-mcp authorization show: %s\n", termsafe.String(err.Error()))
 			return exitCode(exitFail)
 		} else if ok {
@@ -107,6 +111,7 @@ func runAuthorizationShow(ctx context.Context, stdout, stderr io.Writer, pos []s
 		return exitCode(authExitUnknown)
 	}
 	v := authorizationView{AuthorizedLine: *found, Trace: []traceUse{}, Findings: []string{}}
+	v.Amount, v.Asset = authorizationAmount(found.Authorized, st.Policy().Assets)
 	var keyring noa.Keyring
 	if *keyringFile != "" {
 		data, err := os.ReadFile(*keyringFile)
@@ -119,7 +124,7 @@ func runAuthorizationShow(ctx context.Context, stdout, stderr io.Writer, pos []s
 		}
 		v.KeyringSource = *keyringFile
 	} else {
-		err := g.store.View(ctx, func(r reviewlog.Reader) (err error) {
+		err := st.Store().View(ctx, func(r reviewlog.Reader) (err error) {
 			keyring, err = r.Keyring(ctx)
 			return err
 		})
@@ -129,7 +134,7 @@ func runAuthorizationShow(ctx context.Context, stdout, stderr io.Writer, pos []s
 		}
 		v.KeyringSource = "the store's keyring (pass --keyring to trust only your own copy)"
 	}
-	receipts, err := findReceipts(ctx, g.store, found.DecisionReceipt, found.Receipt)
+	receipts, err := findReceipts(ctx, st.Store(), found.DecisionReceipt, found.Receipt)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp authorization show: %s\n", termsafe.String(err.Error()))
 		return exitCode(exitFail)
@@ -146,7 +151,7 @@ func runAuthorizationShow(ctx context.Context, stdout, stderr io.Writer, pos []s
 			}
 		}
 	}
-	if v.Trace, err = traceUses(g.root, *found); err != nil {
+	if v.Trace, err = traceUses(st.Root().Dir(), *found); err != nil {
 		v.Findings = append(v.Findings, "the Trace could not be searched: "+err.Error())
 		v.Trace = []traceUse{}
 	}
@@ -325,8 +330,13 @@ func printAuthorization(w io.Writer, v authorizationView) {
 		}
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintf(w, "  payer          %s\n  payee          %s\n  value          %s atomic units of %s on %s (%s %s)\n",
-		s(v.From), s(v.To), s(v.Value), s(v.Token), s(v.Network), s(v.Name), s(v.Version))
+	fmt.Fprintf(w, "  payer          %s\n  payee          %s\n", s(v.From), s(v.To))
+	if v.Amount != "" {
+		fmt.Fprintf(w, "  value          %s (%s atomic units)\n  asset          %s\n", s(v.Amount), s(v.Value), s(v.Asset))
+	} else {
+		fmt.Fprintf(w, "  value          %s atomic units of token %s on %s (an asset the policy does not name)\n", s(v.Value), s(v.Token), s(v.Network))
+	}
+	fmt.Fprintf(w, "  eip712 domain  name %q, version %q, chain %s, verifying contract %s\n", s(v.Name), s(v.Version), s(v.Network), s(v.Token))
 	fmt.Fprintf(w, "  valid          after %s, before %s\n", unix(v.ValidAfter), unix(v.ValidBefore))
 	fmt.Fprintf(w, "  signature      %s\n  eip712 digest  %s\n  recorded as    receipt %s\n", s(v.Signature), s(v.Digest), s(v.Receipt))
 	if v.Resource != "" {
@@ -350,6 +360,23 @@ func printAuthorization(w io.Writer, v authorizationView) {
 	for _, f := range v.Findings {
 		fmt.Fprintf(w, "  %s\n", s(f))
 	}
+}
+
+// authorizationAmount writes an authorization's value as the rest of the
+// command line does, "0.25 USDC", with the asset named for people; both are
+// "" when the policy does not know the asset (the caller then prints the
+// atomic units and the token).
+func authorizationAmount(a reviewlog.Authorized, assets guard.Registry) (amount, asset string) {
+	key, _, err := guard.AssetKey(a.Network, a.Token)
+	if err != nil {
+		return "", ""
+	}
+	as, ok := assets.Lookup(key)
+	n, isInt := new(big.Int).SetString(a.Value, 10)
+	if !ok || !isInt || as.Symbol == "" {
+		return "", ""
+	}
+	return amountText(n, key, assets), as.Describe()
 }
 
 // traceUse is an event of the Trace that carries the authorization's nonce.

@@ -36,13 +36,9 @@ func runBuild(ctx context.Context, stdout io.Writer, file, tmpl, dir string) err
 		err error
 	)
 	if receipt.IsSlug(tmpl) {
-		r := receipt.Resolver{}
-		if dir != "" {
-			st, serr := os.Stat(dir)
-			if serr != nil || !st.IsDir() {
-				return fmt.Errorf("--templates-dir %s is not a readable directory", dir)
-			}
-			r = receipt.Resolver{Dir: os.DirFS(dir), DirName: dir}
+		var r receipt.Resolver
+		if r, err = templatesDirResolver(dir); err != nil {
+			return err
 		}
 		t, err = r.Resolve(tmpl)
 	} else {
@@ -66,4 +62,17 @@ func runBuild(ctx context.Context, stdout io.Writer, file, tmpl, dir string) err
 		return fmt.Errorf("writing output: %w", err)
 	}
 	return nil
+}
+
+// templatesDirResolver resolves template names in the operator's templates
+// directory dir, then among the bundled ones; "" is the bundled ones only.
+func templatesDirResolver(dir string) (receipt.Resolver, error) {
+	if dir == "" {
+		return receipt.Resolver{}, nil
+	}
+	st, err := os.Stat(dir)
+	if err != nil || !st.IsDir() {
+		return receipt.Resolver{}, fmt.Errorf("--templates-dir %s is not a readable directory", dir)
+	}
+	return receipt.Resolver{Dir: os.DirFS(dir), DirName: dir}, nil
 }

@@ -153,6 +153,9 @@ func dispatch(ctx context.Context, root *cmdSpec, args []string, stdin io.Reader
 		fmt.Fprintf(stderr, "%s: %s (see %s --help)\n", name, termsafe.String(fmt.Sprintf(format, a...)), name)
 		return c.usageCodeOf()
 	}
+	// Flags typed before the command ("--dir .trace status") are the
+	// command's, as if typed after it.
+	hoisted, args := hoistFlags(root, args)
 	for len(cmd.subs) > 0 && len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		next := cmd.sub(args[0])
 		if next == nil && cmd.define == nil && isHelp(args) {
@@ -170,6 +173,7 @@ func dispatch(ctx context.Context, root *cmdSpec, args []string, stdin io.Reader
 		}
 		cmd, path, args = next, append(path, args[0]), args[1:]
 	}
+	args = append(hoisted, args...)
 	name := strings.Join(path, " ")
 	if cmd.define == nil {
 		if len(args) > 0 && isHelp(args) {
@@ -214,6 +218,61 @@ func dispatch(ctx context.Context, root *cmdSpec, args []string, stdin io.Reader
 	}
 	env := &cmdEnv{stdin: stdin, stdout: stdout, stderr: stderr, fs: fs, tail: tail}
 	return exitCodeOf(runCmd(ctx, env, pos), func(msg string) int { return usageErr(cmd, "%s", msg) }, name, stderr)
+}
+
+// hoistFlags splits off the flags typed before a command's name, so that
+// "--dir .trace status" runs status with --dir: it returns them and the
+// words from the command's name on. Without a command after them (serving
+// MCP, or a word that names none) it returns args as they are. Whether a
+// flag takes a value is read from the flag sets of the table: a flag no
+// command declares ends the leading flags, and the command reports it.
+func hoistFlags(root *cmdSpec, args []string) (hoisted, rest []string) {
+	bools := flagKinds(root)
+	i := 0
+	for i < len(args) {
+		a := args[i]
+		if a == "--" || !strings.HasPrefix(a, "-") || a == "-" {
+			break
+		}
+		name, _, withValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		isBool, known := bools[name]
+		if name == "h" || name == "help" {
+			isBool, known = true, true
+		}
+		if !known {
+			return nil, args
+		}
+		if withValue || isBool {
+			i++
+		} else {
+			i += 2
+		}
+	}
+	if i == 0 || i >= len(args) || root.sub(args[i]) == nil {
+		return nil, args
+	}
+	return args[:i:i], args[i:]
+}
+
+// flagKinds maps every flag some command of the table declares to whether
+// it is a boolean (a flag that takes no value).
+func flagKinds(root *cmdSpec) map[string]bool {
+	out := map[string]bool{}
+	var walk func(c *cmdSpec)
+	walk = func(c *cmdSpec) {
+		if c.define != nil {
+			fs, _ := c.flagSet(c.name)
+			fs.VisitAll(func(f *flag.Flag) {
+				b, ok := f.Value.(interface{ IsBoolFlag() bool })
+				out[f.Name] = out[f.Name] || (ok && b.IsBoolFlag())
+			})
+		}
+		for _, s := range c.subs {
+			walk(s)
+		}
+	}
+	walk(root)
+	return out
 }
 
 // exitCodeOf turns a run function's error into its exit code, reporting it
@@ -287,7 +346,7 @@ func writeHelp(w io.Writer, root *cmdSpec, path []string) {
 		for _, l := range leaves {
 			fmt.Fprintf(&b, "  %-*s  %s\n", width, strings.Join(l, " "), cmd.find(l).summary)
 		}
-		b.WriteString("\nEvery command takes --help for its arguments, flags and exit codes.\n")
+		b.WriteString("\nEvery command takes --help for its arguments, flags and exit codes. A command's flags go\nbefore or after its name: haia-trace-mcp --dir .trace status is haia-trace-mcp status --dir .trace.\n")
 		if cmd.details != "" {
 			b.WriteString("\n" + strings.TrimRight(cmd.details, "\n") + "\n")
 		}

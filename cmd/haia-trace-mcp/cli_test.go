@@ -260,7 +260,7 @@ func TestCompletionOffersEveryCommandAndFlag(t *testing.T) {
 		t.Fatalf("completion bash: %d %q", code, errOut)
 	}
 	zsh, _, code := runIn("completion", "zsh")
-	if code != 0 || !strings.HasSuffix(zsh, bashScript) || !strings.HasPrefix(zsh, "#compdef haia-trace-mcp\n") {
+	if code != 0 || !strings.HasSuffix(zsh, bashScript) || !strings.HasPrefix(zsh, "#compdef haia-trace-mcp ./haia-trace-mcp\n") {
 		t.Errorf("completion zsh: %d, not the bash script behind bashcompinit", code)
 	}
 	fish, _, code := runIn("completion", "fish")
@@ -455,10 +455,12 @@ func TestSharedFlagsHaveOneHelpText(t *testing.T) {
 		"keyring":                 {"verify"},
 		"reviewers":               {"verify"},
 		"templates-dir":           {"build"},
-		"key-file":                {"reviewer init", "signer"},
+		"key-file":                {"reviewer init", "signer", "reviewer passkey add"},
+		"params-key-file":         {"reviewer passkey add"},
 		"payer-key":               {"signer"},
 		"payer-key-password-file": {"signer"},
-		"tenant":                  {"review list", "review show", "review approve", "review reject", "review archive", "audit", "verify", "reviewer init", "reviewer passkey add"},
+		"guard-config":            {"signer"},
+		"tenant":                  {"", "proxy", "chain checkpoint", "review list", "review show", "review approve", "review reject", "review archive", "verify", "reviewer init", "reviewer passkey add"},
 		"console-url":             {"review list", "review show", "reviewer passkey add"},
 		"id":                      {"reviewer init", "reviewer passkey add", "reviewer passkey remove"},
 		"all":                     {"chain export"},
@@ -494,5 +496,98 @@ func TestSharedFlagsHaveOneHelpText(t *testing.T) {
 		if len(help[name]) != 1 {
 			t.Errorf("--%s: %d help texts", name, len(help[name]))
 		}
+	}
+}
+
+// The bash script completes the binary as the README runs it: in a
+// directory holding the real binary, `source <(./haia-trace-mcp completion
+// bash)` registers a compspec for ./haia-trace-mcp as for haia-trace-mcp
+// (complete -p names both), and the function that compspec names, asked
+// with COMP_WORDS as bash fills them for ./haia-trace-mcp, offers review's
+// subcommands.
+func TestCompletionRegistersForDotSlash(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash to run the completion script")
+	}
+	dir := t.TempDir()
+	data, err := os.ReadFile(binPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "haia-trace-mcp"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"./haia-trace-mcp", "haia-trace-mcp"} {
+		t.Run(name, func(t *testing.T) {
+			script := `source <(./haia-trace-mcp completion bash) || exit 9
+spec=$(complete -p ` + name + `) || exit 8
+echo "$spec"
+fn=$(sed -n 's/.* -F \([^ ]*\) .*/\1/p' <<<"$spec")
+COMP_WORDS=(` + name + ` review a); COMP_CWORD=2; COMP_LINE="` + name + ` review a"; COMP_POINT=${#COMP_LINE}
+"$fn" ` + name + ` a review
+echo "offered: ${COMPREPLY[*]}"
+`
+			cmd := exec.Command(bash, "--norc", "--noprofile", "-c", script)
+			cmd.Dir = dir
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("bash: %v\n%s", err, out)
+			}
+			if !strings.Contains(string(out), "complete -o default -F _haia_trace_mcp") {
+				t.Errorf("complete -p %s: %q", name, out)
+			}
+			if !strings.Contains(string(out), "offered: approve archive\n") {
+				t.Errorf("completing %q review a: %q, want approve and archive", name, out)
+			}
+		})
+	}
+}
+
+// Every flag of every command may be typed before the command's name: the
+// answer is the one it gets typed after it (the command's help, or the
+// same refusal of a bad value), never "unknown command". A flag name is a
+// boolean everywhere or nowhere, so where the command starts is never in
+// doubt.
+func TestSharedFlagsEitherSideOfTheCommand(t *testing.T) {
+	kinds := map[string]map[bool][]string{}
+	for _, c := range tableCommands(t) {
+		if len(c.path) == 0 {
+			continue
+		}
+		fs := flag.NewFlagSet("probe", flag.ContinueOnError)
+		c.spec.define(fs)
+		fs.VisitAll(func(f *flag.Flag) {
+			b, ok := f.Value.(interface{ IsBoolFlag() bool })
+			isBool := ok && b.IsBoolFlag()
+			if kinds[f.Name] == nil {
+				kinds[f.Name] = map[bool][]string{}
+			}
+			kinds[f.Name][isBool] = append(kinds[f.Name][isBool], strings.Join(c.path, " "))
+			typed := []string{"--" + f.Name}
+			if !isBool {
+				typed = append(typed, f.DefValue)
+			}
+			after := append(append(slices.Clone(c.path), typed...), "--help")
+			before := append(append(slices.Clone(typed), c.path...), "--help")
+			outA, errA, codeA := runIn(after...)
+			outB, errB, codeB := runIn(before...)
+			if codeA != codeB || outA != outB || errA != errB || strings.Contains(errB, "unknown command") {
+				t.Errorf("%q: exit %d %q %q; typed after the command: exit %d %q %q", before, codeB, clipText(outB), errB, codeA, clipText(outA), errA)
+			}
+		})
+	}
+	for name, k := range kinds {
+		if len(k) > 1 {
+			t.Errorf("--%s is a boolean on %v and takes a value on %v", name, k[true], k[false])
+		}
+	}
+	// A flag no command has ends the leading flags; the command names it.
+	if _, errOut, code := runIn("--no-such-flag", "status"); code != exitUsage || !strings.Contains(errOut, "no-such-flag") {
+		t.Errorf("an unknown flag before a command: exit %d %q", code, errOut)
+	}
+	// A word after the flags that names no command is suggested one.
+	if _, errOut, code := runIn("--dir", t.TempDir(), "statsu"); code != exitUsage || !strings.Contains(errOut, `did you mean "status"?`) {
+		t.Errorf("a mistyped command after a flag: exit %d %q", code, errOut)
 	}
 }

@@ -20,6 +20,10 @@ func commandTable() *cmdSpec {
 			{name: "build", summary: "assemble one run file against a template, as the reference assembler does",
 				synopsis: "RUN_FILE [--template NAME|PATH] [--templates-dir DIR]", details: buildDetails,
 				args: oneArg("one RUN_FILE"), define: defineBuild},
+			{name: "template", summary: "the operation templates: what a recorder must write for each", details: templateDetails, subs: []*cmdSpec{
+				{name: "show", summary: "a template's stages in order, the fields each needs, and an example run that builds full",
+					synopsis: "NAME|PATH [--dir .trace] [--templates-dir DIR] [--json]", args: oneArg("one template NAME or PATH"), define: defineTemplateShow},
+			}},
 			{name: "policy", summary: "check or evaluate a noa.policy/0.2 file", details: policyDetails, subs: []*cmdSpec{
 				{name: "check", summary: "validate a policy file; print its policyHash and readSetHash",
 					synopsis: "FILE", args: oneArg("exactly one FILE"), define: definePolicyCheck},

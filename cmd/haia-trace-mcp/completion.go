@@ -7,6 +7,13 @@ import (
 	"strings"
 )
 
+// completionNames are the command words the scripts register for: the name
+// on PATH and the ./haia-trace-mcp the README builds and runs. bash and zsh
+// look a compspec up by the word as typed, so ./haia-trace-mcp needs its own
+// (bash falls back to the last path element for other paths; fish matches
+// the basename itself).
+const completionNames = "haia-trace-mcp ./haia-trace-mcp"
+
 // completionEntry is what the completion scripts offer after a command
 // path ("" for the top level, "review approve"): its subcommands, the
 // values of its argument, its flags.
@@ -48,7 +55,7 @@ func defineCompletion(*flag.FlagSet) runFunc {
 		case "bash":
 			fmt.Fprint(env.stdout, bashCompletion(entries))
 		case "zsh":
-			fmt.Fprint(env.stdout, "#compdef haia-trace-mcp\nautoload -U +X bashcompinit && bashcompinit\n"+bashCompletion(entries))
+			fmt.Fprint(env.stdout, "#compdef "+completionNames+"\nautoload -U +X bashcompinit && bashcompinit\n"+bashCompletion(entries))
 		case "fish":
 			fmt.Fprint(env.stdout, fishCompletion(entries))
 		default:
@@ -84,7 +91,7 @@ func bashCompletion(entries []completionEntry) string {
 	}
 	b.WriteString("    *) words=\"--help\" ;;\n  esac\n")
 	b.WriteString("  COMPREPLY=($(compgen -W \"$words\" -- \"$cur\"))\n}\n")
-	b.WriteString("complete -o default -F _haia_trace_mcp haia-trace-mcp\n")
+	b.WriteString("complete -o default -F _haia_trace_mcp " + completionNames + "\n")
 	return b.String()
 }
 

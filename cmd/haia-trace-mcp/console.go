@@ -20,7 +20,9 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/console"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/clientaddr"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
 
 // consoleFlags are the serve flags of the reviewer console.
@@ -35,6 +37,11 @@ type consoleFlags struct {
 	// tenants is the console of a --tenants-dir server, which each
 	// tenant's stack joins.
 	tenants *tenantConsoles
+	// trustedProxies and proxyHeader name the reverse proxies whose
+	// forwarding header says who the client is; clients is them, checked.
+	trustedProxies listFlag
+	proxyHeader    string
+	clients        clientaddr.Resolver
 }
 
 // defaultConsoleAddr is the console's own listener without --http.
@@ -44,6 +51,35 @@ func (c *consoleFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.on, "console", false, "serve the reviewer console (passkey sign-in and decisions): on the --http listener, or on --console-addr")
 	fs.StringVar(&c.addr, "console-addr", "", "the console's own listen address (loopback unless --http-allow-remote); default: the --http listener, else "+defaultConsoleAddr)
 	fs.StringVar(&c.url, "console-url", "", "the console's address as people open it, ending in /console/ (default http://localhost:PORT/console/; https behind TLS off loopback)")
+	fs.Var(&c.trustedProxies, "console-trusted-proxy", "the `ADDR` or CIDR of a reverse proxy in front of the console whose forwarding header names the client (repeatable, or comma-separated); the sign-in and enrolment limits are then per client behind it")
+	fs.StringVar(&c.proxyHeader, "console-proxy-header", clientaddr.HeaderXForwardedFor, "the `HEADER` the --console-trusted-proxy writes the client into: X-Forwarded-For or Forwarded (the other is never read)")
+}
+
+// check resolves the trusted proxies; given without --console, or
+// --console-proxy-header without a proxy, they would do nothing and are
+// refused.
+func (c *consoleFlags) check(given func(name string) bool) error {
+	if !c.on {
+		for _, name := range []string{"console-trusted-proxy", "console-proxy-header"} {
+			if given(name) {
+				return usageErrorf("--%s without --console would do nothing: add --console or drop it", name)
+			}
+		}
+		return nil
+	}
+	var list []string
+	for _, v := range c.trustedProxies {
+		list = append(list, strings.Split(v, ",")...)
+	}
+	if len(list) == 0 && given("console-proxy-header") {
+		return usageErrorf("--console-proxy-header without --console-trusted-proxy would do nothing: a forwarding header is read only from a proxy you name")
+	}
+	r, err := clientaddr.New(list, c.proxyHeader)
+	if err != nil {
+		return usageErrorf("--console-trusted-proxy, --console-proxy-header: %v", err)
+	}
+	c.clients = r
+	return nil
 }
 
 // consoleSite is where the console is served: its URL and its own
@@ -113,8 +149,8 @@ func startConsole(ctx context.Context, cf *consoleFlags, st *app.Stack, logger *
 	if err != nil {
 		return nil, nil, err
 	}
-	passkeys := func() (reviewlog.Passkeys, error) { return reviewlog.LoadPasskeys(st.ReviewersPath()) }
-	c, err := newGuardConsole(ctx, site.u, passkeys, st, logger)
+	passkeys := func() (reviewlog.Passkeys, error) { return noneWhenMissing(reviewlog.LoadPasskeys(st.ReviewersPath())) }
+	c, err := newGuardConsole(ctx, site.u, passkeys, cf.clients, st, logger)
 	if err != nil {
 		site.close()
 		return nil, nil, err
@@ -128,9 +164,10 @@ func startConsole(ctx context.Context, cf *consoleFlags, st *app.Stack, logger *
 // tenantConsoles is the console of a --tenants-dir server: one console per
 // tenant under /console/t/<tenant>/, on one listener.
 type tenantConsoles struct {
-	site *consoleSite
-	mux  *http.ServeMux
-	rpID string
+	site    *consoleSite
+	mux     *http.ServeMux
+	rpID    string
+	clients clientaddr.Resolver
 }
 
 // addTenantConsole builds tenant's console on tc's mux. It trusts only
@@ -139,8 +176,10 @@ type tenantConsoles struct {
 // decide; its sessions are MACed under a key of its own.
 func addTenantConsole(ctx context.Context, tc *tenantConsoles, st *app.Stack, logger *slog.Logger) (stop func(), reviewURL func(string) string, err error) {
 	tenant := st.Tenant()
-	passkeys := func() (reviewlog.Passkeys, error) { return reviewlog.LoadTenantPasskeys(st.ReviewersPath(), tenant) }
-	c, err := newGuardConsole(ctx, tc.site.u, passkeys, st, logger)
+	passkeys := func() (reviewlog.Passkeys, error) {
+		return noneWhenMissing(reviewlog.LoadTenantPasskeys(st.ReviewersPath(), tenant))
+	}
+	c, err := newGuardConsole(ctx, tc.site.u, passkeys, tc.clients, st, logger)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -153,7 +192,7 @@ func addTenantConsole(ctx context.Context, tc *tenantConsoles, st *app.Stack, lo
 
 // newGuardConsole builds the console of one stack (of its tenant, when
 // it has one).
-func newGuardConsole(ctx context.Context, u *url.URL, passkeys func() (reviewlog.Passkeys, error), st *app.Stack, logger *slog.Logger) (*console.Console, error) {
+func newGuardConsole(ctx context.Context, u *url.URL, passkeys func() (reviewlog.Passkeys, error), clients clientaddr.Resolver, st *app.Stack, logger *slog.Logger) (*console.Console, error) {
 	// A store every replica shares (PostgreSQL) records the sign-ins used,
 	// so one assertion signs in once on any replica; the file store is one
 	// host's, and the console remembers them itself.
@@ -167,7 +206,11 @@ func newGuardConsole(ctx context.Context, u *url.URL, passkeys func() (reviewlog
 		// Replicas of one guard share its params key, so they share the
 		// console's sessions and sign-in challenges.
 		SessionKey: consoleSessionKey(st.ParamsKey(), st.Tenant()),
-		History:    st.Engine().History,
+		// The operator's command signs enrolment links with a key derived
+		// from the same params key (reviewer passkey add --key-file).
+		EnrolKey: consoleEnrolKey(st.ParamsKey()),
+		Clients:  clients,
+		History:  st.Engine().History,
 		Assets: func(asset string) (string, int, bool) {
 			a, ok := st.Engine().Policy().Assets.Lookup(asset) // as SIGHUP last set it
 			return a.Symbol, a.Decimals, ok
@@ -176,10 +219,19 @@ func newGuardConsole(ctx context.Context, u *url.URL, passkeys func() (reviewlog
 	if err != nil {
 		return nil, fmt.Errorf("--console-url: %w", err)
 	}
-	if _, err := passkeys(); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if _, err := passkeys(); err != nil {
 		logger.Warn("console: the trusted reviewers file's passkeys cannot be read; nobody can sign in until it is fixed", "reviewers", st.ReviewersPath(), "err", err)
 	}
 	return c, nil
+}
+
+// noneWhenMissing reads a trusted reviewers file that does not exist yet
+// (before the first enrolment) as one that lists no passkey.
+func noneWhenMissing(pks reviewlog.Passkeys, err error) (reviewlog.Passkeys, error) {
+	if errors.Is(err, os.ErrNotExist) {
+		return reviewlog.Passkeys{}, nil
+	}
+	return pks, err
 }
 
 // serveConsole serves h on site: mounted on the --http listener, or on
@@ -187,6 +239,9 @@ func newGuardConsole(ctx context.Context, u *url.URL, passkeys func() (reviewlog
 // queues.
 func serveConsole(ctx context.Context, cf *consoleFlags, site *consoleSite, h http.Handler, rpID string, cancelRun func(), logger *slog.Logger) (stop func()) {
 	u := site.u
+	if cf.clients.Trusts() {
+		logger.Info("the console reads the client's address from trusted proxies", "trusted_proxies", strings.Join(cf.clients.Trusted(), ","), "header", cf.clients.Header())
+	}
 	if site.ln == nil {
 		cf.http.console = h
 		logger.Info("serving the reviewer console on the --http listener", "url", strings.TrimSuffix(u.String(), "/")+"/", "rp_id", rpID)
@@ -247,4 +302,43 @@ func consoleSessionKey(paramsKey []byte, tenant string) []byte {
 		m.Write([]byte("\x00tenant\x00" + tenant))
 	}
 	return m.Sum(nil)
+}
+
+// consoleEnrolKey is the key enrolment links are signed with, derived
+// from the guard's params key (nil without one: no link verifies).
+func consoleEnrolKey(paramsKey []byte) []byte {
+	if len(paramsKey) == 0 {
+		return nil
+	}
+	return console.EnrolKey(paramsKey)
+}
+
+// serverParamsKey reads the guard's params key as the server derives it,
+// creating nothing: from paramsKeyFile when given (a server that signs
+// through --signer), else from the seed of keyFile; with neither, from
+// the server's default files, the signing key first.
+func serverParamsKey(keyFile, paramsKeyFile string) ([]byte, error) {
+	load := func(flagName, path string) ([]byte, error) {
+		key, err := noa.LoadKeyFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", flagName, err)
+		}
+		return engine.ParamsKeyFrom(key.Seed()), nil
+	}
+	switch {
+	case paramsKeyFile != "":
+		return load("--params-key-file", paramsKeyFile)
+	case keyFile != "":
+		return load("--key-file", keyFile)
+	}
+	for _, d := range []struct{ flag, name string }{{"--key-file", "signing-key.pem"}, {"--params-key-file", "params-key.pem"}} {
+		path, err := defaultConfigPath(d.name)
+		if err != nil {
+			continue
+		}
+		if _, err := os.Lstat(path); err == nil {
+			return load(d.flag+" (default "+path+")", path)
+		}
+	}
+	return nil, errors.New("no --key-file or --params-key-file given, and neither default file exists: give the server's --key-file (or, when it signs through --signer, its --params-key-file)")
 }

@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/big"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/simrec"
 	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
 )
@@ -122,7 +124,7 @@ func (d *demo) run(ctx context.Context) error {
 		if err := rec.Pay(p); err != nil {
 			return err
 		}
-		d.say("  %s: paid %s atomic USDC to %s for %s — %s", p.OperationID, p.Amount, p.PayTo, p.URL, map[string]string{
+		d.say("  %s: paid %s to %s for %s — %s", p.OperationID, demoAmount(p.Amount, guard.USDCBase), p.PayTo, p.URL, map[string]string{
 			"settled": "the settlement response came back", "unsettled": "no settlement response ever arrived"}[p.Outcome])
 	}
 
@@ -218,6 +220,7 @@ func (d *demo) run(ctx context.Context) error {
 	d.say("  (the reviewer console: a reviewer whose passkey the operator enrolled — haia-trace-mcp reviewer passkey add —")
 	d.say("   signs in there and approves or rejects with the passkey; docs/console.md. This demo decides with a key.)")
 
+	rejected := check.ReviewID
 	d.heading("A human reviews it from the command line and rejects it")
 	if _, err := d.cli(ctx, "review", "list", "--dir", d.root, "--reviewers", d.reviewers, "--console-url", consoleURL); err != nil {
 		return err
@@ -279,36 +282,40 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 	d.say("  the payer address the server signs from: %s", strings.TrimSpace(payer))
-	var paid struct {
-		Decision  string `json:"decision"`
-		ReceiptID string `json:"receipt_id"`
-		Payment   *struct {
-			HeaderName string `json:"header_name"`
-			Header     string `json:"header"`
-		} `json:"payment"`
-		Authorization *struct {
-			Nonce       string `json:"nonce"`
-			ValidBefore int64  `json:"valid_before"`
-		} `json:"authorization"`
-	}
-	if err := d.call(ctx, "authorize_payment", map[string]any{"payment_required": demoPaymentRequired(demoSellerSettles, "250000")}, &paid); err != nil {
+	// What this step prints is read from the answers: which 402 was
+	// signed, to whom, for what, and why the other was not.
+	var paid demoPaid
+	if err := d.call(ctx, "authorize_payment", map[string]any{"payment_required": demoPaymentRequired("https://reports.example.com/monthly", demoSellerSettles, "250000")}, &paid); err != nil {
 		return err
 	}
-	if paid.Decision != "allow" || paid.Payment == nil {
+	if paid.Decision != "allow" || paid.Payment == nil || paid.Authorization == nil || paid.Reservation == nil {
 		return fmt.Errorf("expected a signed payment for the settled seller, got %q", paid.Decision)
 	}
-	d.say("  decision: ALLOW — signed an EIP-3009 authorization for exactly 250000 atomic USDC to %s", demoSellerSettles)
+	au := paid.Authorization
+	d.say("  the 402 of %s: %s to %s for %s", paid.Accepted.Host, demoAmount(paid.Accepted.Atomic, paid.Accepted.Asset), paid.Accepted.PayTo, paid.Reservation.Resource)
+	d.say("  decision: ALLOW — signed an EIP-3009 authorization from %s to %s for exactly %s, valid until %s",
+		au.Payer, au.PayTo, demoAmount(au.Value, paid.Accepted.Asset), time.Unix(au.ValidBefore, 0).UTC().Format(time.RFC3339))
 	d.say("  send it as the %s header (%d bytes of base64); nonce %s, derived from receipt %s",
-		paid.Payment.HeaderName, len(paid.Payment.Header), paid.Authorization.Nonce, paid.ReceiptID)
-	nonce := paid.Authorization.Nonce
-	paid.Payment, paid.Authorization = nil, nil
-	if err := d.call(ctx, "authorize_payment", map[string]any{"payment_required": demoPaymentRequired(demoSellerSilent, "400000")}, &paid); err != nil {
+		paid.Payment.HeaderName, len(paid.Payment.Header), au.Nonce, paid.ReceiptID)
+	nonce := au.Nonce
+	var other demoPaid
+	if err := d.call(ctx, "authorize_payment", map[string]any{"payment_required": demoPaymentRequired("https://quotes.example.net/live", demoSellerSilent, "400000")}, &other); err != nil {
 		return err
 	}
-	if paid.Decision == "allow" || paid.Payment != nil {
-		return fmt.Errorf("expected no signature for the silent seller, got %q", paid.Decision)
+	if other.Decision == "allow" || other.Payment != nil || other.Authorization != nil {
+		return fmt.Errorf("expected no signature for the silent seller, got %q", other.Decision)
 	}
-	d.say("  the silent seller's 402 for 0.40 USDC: %s — nothing is signed (its open payment still stands; a human decides again, for this resource)", strings.ToUpper(paid.Decision))
+	d.say("  the 402 of %s: %s to %s — %s, nothing is signed", other.Accepted.Host, demoAmount(other.Accepted.Atomic, other.Accepted.Asset), other.Accepted.PayTo, strings.ToUpper(other.Decision))
+	switch {
+	case other.ReviewID == "":
+	case other.ReviewID == rejected:
+		d.say("  review_id: %s, the review rejected above", other.ReviewID)
+	default:
+		d.say("  review_id: %s, a new review: the one rejected above (%s) decided a question that named no resource, and a decision binds to its terms", other.ReviewID, rejected)
+	}
+	for _, r := range other.Reasons {
+		d.say("  - %s: %s", r.Rule, r.Detail)
+	}
 	d.say("  the proof of the one signed payment, checked against the signed receipts:")
 	if _, err := d.cli(ctx, "authorization", "show", nonce, "--dir", d.root); err != nil {
 		return err
@@ -423,10 +430,52 @@ func writeDemoPayerKey(path string) error {
 	}
 }
 
+// demoPaid is what the demo reads from an authorize_payment answer.
+type demoPaid struct {
+	Decision  string `json:"decision"`
+	ReceiptID string `json:"receipt_id"`
+	ReviewID  string `json:"review_id"`
+	Reasons   []struct {
+		Rule   string `json:"rule"`
+		Detail string `json:"detail"`
+	} `json:"reasons"`
+	Accepted struct {
+		Asset  string `json:"asset"`
+		Atomic string `json:"amount_atomic"`
+		PayTo  string `json:"pay_to"`
+		Host   string `json:"host"`
+	} `json:"accepted"`
+	Reservation *struct {
+		Resource string `json:"resource"`
+	} `json:"reservation"`
+	Payment *struct {
+		HeaderName string `json:"header_name"`
+		Header     string `json:"header"`
+	} `json:"payment"`
+	Authorization *struct {
+		Payer       string `json:"payer"`
+		PayTo       string `json:"pay_to"`
+		Value       string `json:"value"`
+		ValidBefore int64  `json:"valid_before"`
+		Nonce       string `json:"nonce"`
+	} `json:"authorization"`
+}
+
+// demoAmount writes atomic units of an asset as the rest of the command
+// line does, "0.25 USDC", by the policy the demo's server runs with (the
+// defaults); an asset it does not know stays in atomic units.
+func demoAmount(atomic, asset string) string {
+	n, ok := new(big.Int).SetString(atomic, 10)
+	if !ok {
+		return atomic + " atomic units of " + asset
+	}
+	return amountText(n, asset, guard.DefaultConfig().Assets)
+}
+
 // demoPaymentRequired is a seller's x402 v2 402 answer for amount atomic
-// USDC on Base to payTo.
-func demoPaymentRequired(payTo, amount string) map[string]any {
-	return map[string]any{"x402Version": 2, "resource": map[string]any{"url": "https://quotes.example.net/live"},
+// USDC on Base to payTo, for the resource url.
+func demoPaymentRequired(url, payTo, amount string) map[string]any {
+	return map[string]any{"x402Version": 2, "resource": map[string]any{"url": url},
 		"accepts": []any{map[string]any{"scheme": "exact", "network": "eip155:8453", "amount": amount,
 			"asset": simrec.USDCBase, "payTo": payTo, "maxTimeoutSeconds": 120,
 			"extra": map[string]any{"name": "USD Coin", "version": "2"}}}}

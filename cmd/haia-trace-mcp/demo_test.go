@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,7 +16,7 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("demo exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 	milestones := []string{
-		"op-2: paid 400000 atomic USDC",
+		"op-2: paid 0.40 USDC to 0x5e11e4000000000000000000000000000000b002 for https://quotes.example.net/live",
 		"$ haia-trace-mcp reviewer init --id operator --key-file",
 		"no tool that approves or rejects",
 		"run-demo / op-2: partial (missing: settlement)",
@@ -36,9 +37,12 @@ func TestDemo(t *testing.T) {
 		"BLOCK (human_rejected)",
 		"decision: ALLOW",
 		"$ haia-trace-mcp payer address --payer-key",
-		"decision: ALLOW — signed an EIP-3009 authorization for exactly 250000 atomic USDC",
+		"the 402 of reports.example.com: 0.25 USDC to ",
+		"decision: ALLOW — signed an EIP-3009 authorization from ",
 		"PAYMENT-SIGNATURE header",
-		"the silent seller's 402 for 0.40 USDC: REVIEW — nothing is signed",
+		"the 402 of quotes.example.net: 0.40 USDC to ",
+		"REVIEW, nothing is signed",
+		"- open_partial:",
 		"$ haia-trace-mcp authorization show 0x",
 		"CONSISTENT: the terms, the payer's signature and the signed receipts agree",
 		"$ haia-trace-mcp audit",
@@ -57,8 +61,51 @@ func TestDemo(t *testing.T) {
 		}
 		rest = rest[i+len(m):]
 	}
-	if _, err := os.Stat(filepath.Join(keep, ".trace", "guard", "decisions.ndjson")); err != nil {
+	// Step 9 says what was signed as the review log recorded it: the
+	// payer, the payee, the amount and the resource of the one signed
+	// authorization, the review the other 402 opened; and the proof shows
+	// the same resource.
+	data, err := os.ReadFile(filepath.Join(keep, ".trace", "guard", "decisions.ndjson"))
+	if err != nil {
 		t.Fatalf("--keep did not keep the root: %v", err)
+	}
+	var signed, opened struct {
+		ReviewID      string `json:"review_id"`
+		Authorization struct {
+			From, To, Value, Resource, Nonce string
+		} `json:"authorization"`
+	}
+	nSigned := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var head struct {
+			Type string `json:"type"`
+		}
+		if err := json.Unmarshal([]byte(line), &head); err != nil {
+			t.Fatalf("review log line %q: %v", line, err)
+		}
+		switch head.Type {
+		case "authorized":
+			nSigned++
+			json.Unmarshal([]byte(line), &signed)
+		case "opened":
+			json.Unmarshal([]byte(line), &opened) // the last one: the silent seller's 402
+		}
+	}
+	a := signed.Authorization
+	if nSigned != 1 || a.Value != "250000" || a.To != demoSellerSettles || !strings.HasPrefix(a.Resource, "https://reports.example.com/") || opened.ReviewID == "" {
+		t.Fatalf("the review log holds %d authorizations (%+v), last review %q", nSigned, a, opened.ReviewID)
+	}
+	_, step9, _ := strings.Cut(out, "\n== 9. ")
+	for _, want := range []string{
+		"\n  the 402 of reports.example.com: 0.25 USDC to " + a.To + " for " + a.Resource + "\n",
+		"\n  decision: ALLOW — signed an EIP-3009 authorization from " + a.From + " to " + a.To + " for exactly 0.25 USDC, valid until ",
+		"; nonce " + a.Nonce + ", derived from receipt ",
+		"\n  review_id: " + opened.ReviewID + ", a new review",
+		"\n      resource       " + a.Resource + "\n",
+	} {
+		if !strings.Contains(step9, want) {
+			t.Errorf("step 9 does not say %q, as the review log recorded it:\n%s", want, step9)
+		}
 	}
 	if _, _, code := runCLI(t, "demo", "--keep", keep); code == 0 {
 		t.Fatal("demo reused an existing --keep directory")

@@ -22,7 +22,7 @@ func TestTenantConsoleInBrowser(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	en := startEnrol(ctx, t, acmeBase, "--id", "pat", "--tenant", "acme", "--console-url", acmeBase, "--reviewers", ts.reviewers, "--yes", "--wait", "1m")
+	en := startEnrol(ctx, t, acmeBase, "--id", "pat", "--tenant", "acme", "--console-url", acmeBase, "--reviewers", ts.reviewers, "--key-file", ts.key(), "--yes", "--wait", "1m")
 	bctx := browserRegister(ctx, t, chromium, en.link, p.logs)
 	var fp string
 	if err := chromedp.Run(bctx, chromedp.Text(`#fingerprint`, &fp, chromedp.ByQuery)); err != nil {

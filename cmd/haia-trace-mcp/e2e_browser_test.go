@@ -166,12 +166,13 @@ func TestConsoleInBrowser(t *testing.T) {
 	port := freePort(t)
 	base := "http://localhost:" + port + "/console/"
 	var serverErr lockedBuffer
-	cs := mcpSession(t, &serverErr, "--dir", root, "--key-file", filepath.Join(t.TempDir(), "signing.pem"), "--agent-id", "loop-agent",
+	key := filepath.Join(t.TempDir(), "signing.pem")
+	cs := mcpSession(t, &serverErr, "--dir", root, "--key-file", key, "--agent-id", "loop-agent",
 		"--reviewers", reviewers, "--console", "--console-addr", "127.0.0.1:"+port)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	en := startEnrol(ctx, t, base, "--id", "pat", "--console-url", base, "--reviewers", reviewers, "--yes", "--wait", "1m")
+	en := startEnrol(ctx, t, base, "--id", "pat", "--console-url", base, "--reviewers", reviewers, "--key-file", key, "--yes", "--wait", "1m")
 	link := en.link
 
 	bctx := browserRegister(ctx, t, chromium, link, serverErr.String)

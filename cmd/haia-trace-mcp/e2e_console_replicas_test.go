@@ -39,7 +39,7 @@ func TestConsoleSignInOnceAcrossReplicas(t *testing.T) {
 	}
 	// Enrolled through replica A (enrolment is held by the replica that
 	// served the link).
-	a := enrolThroughCommand(t, base, reviewers, "alice")
+	a := enrolThroughCommand(t, base, reviewers, key, "alice")
 	replica := map[string]*softauthn.Browser{"A": a}
 	b, err := softauthn.NewBrowserThrough(base, "127.0.0.1:"+portB, a.Auth)
 	if err != nil {

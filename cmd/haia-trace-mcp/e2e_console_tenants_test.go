@@ -42,8 +42,8 @@ func TestConsoleTenants(t *testing.T) {
 		}
 	}
 
-	alice := enrolThroughCommand(t, acmeBase, reviewers, "alice", "--tenant", "acme")
-	bob := enrolThroughCommand(t, globexBase, reviewers, "bob", "--tenant", "globex")
+	alice := enrolThroughCommand(t, acmeBase, reviewers, ts.key(), "alice", "--tenant", "acme")
+	bob := enrolThroughCommand(t, globexBase, reviewers, ts.key(), "bob", "--tenant", "globex")
 
 	acmeQ, globexQ := ask("acme", "2.50"), ask("globex", "2.50")
 	acmeID, _ := acmeQ["review_id"].(string)
@@ -245,10 +245,13 @@ func startTenantConsoles(t *testing.T) *tenantConsoleServer {
 	ts.console = "http://localhost:" + port + "/console/"
 	ts.acmeBase, ts.globexBase = ts.console+"t/acme/", ts.console+"t/globex/"
 	ts.p = startHTTPBinary(t, "--tenants-dir", ts.tenants, "--tenant-claim", "org", "--reviewers", ts.reviewers,
-		"--key-file", filepath.Join(ts.dir, "signing.pem"), "--auth-issuer", "http://127.0.0.1/local-as", "--auth-hmac-secret", secretFile,
+		"--key-file", ts.key(), "--auth-issuer", "http://127.0.0.1/local-as", "--auth-hmac-secret", secretFile,
 		"--console", "--console-addr", "127.0.0.1:"+port)
 	return ts
 }
+
+// key is the server's signing key file.
+func (ts *tenantConsoleServer) key() string { return filepath.Join(ts.dir, "signing.pem") }
 
 // call calls tool as agent-1 of tenant and returns its structured content.
 func (ts *tenantConsoleServer) call(tenant, tool string, args map[string]any) map[string]any {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/softauthn"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
 
 func freePort(t *testing.T) string {
@@ -52,14 +53,15 @@ func TestConsoleEndToEnd(t *testing.T) {
 	if err := os.WriteFile(hook, []byte(fmt.Sprintf("#!/bin/sh\n{ printf '%%s\\n' \"$HAIA_REVIEW_ID $HAIA_REVIEW_URL\"; cat; echo; } >> %q\n", hookOut)), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cs := mcpSession(t, &serverErr, "--dir", root, "--key-file", filepath.Join(t.TempDir(), "signing.pem"), "--agent-id", "loop-agent",
+	key := filepath.Join(t.TempDir(), "signing.pem")
+	cs := mcpSession(t, &serverErr, "--dir", root, "--key-file", key, "--agent-id", "loop-agent",
 		"--reviewers", reviewers, "--console", "--console-addr", "127.0.0.1:"+port, "--notify-command", hook)
 
 	// Enrolment: the command prints the link and waits.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// pat is granted tenant acme; a server of one root reads no grant.
-	en := startEnrol(ctx, t, base, "--id", "pat", "--tenant", "acme", "--console-url", base, "--reviewers", reviewers, "--yes", "--wait", "1m")
+	en := startEnrol(ctx, t, base, "--id", "pat", "--tenant", "acme", "--console-url", base, "--reviewers", reviewers, "--key-file", key, "--yes", "--wait", "1m")
 	link := en.link
 	pat, _ := softauthn.New()
 	b, err := softauthn.NewBrowser(base, pat)
@@ -261,13 +263,14 @@ func TestConsoleAsksClientToShowLink(t *testing.T) {
 }
 
 // enrolThroughCommand runs `reviewer passkey add` for id against the
-// console at base, registers a fresh software passkey through the printed
-// link (with the command's extra flags) and returns a browser holding it.
-func enrolThroughCommand(t *testing.T, base, reviewers, id string, extra ...string) *softauthn.Browser {
+// console at base (whose server signs with key), registers a fresh
+// software passkey through the printed link (with the command's extra
+// flags) and returns a browser holding it.
+func enrolThroughCommand(t *testing.T, base, reviewers, key, id string, extra ...string) *softauthn.Browser {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	args := append([]string{"--id", id, "--console-url", base, "--reviewers", reviewers, "--yes", "--wait", "1m"}, extra...)
+	args := append([]string{"--id", id, "--console-url", base, "--reviewers", reviewers, "--key-file", key, "--yes", "--wait", "1m"}, extra...)
 	en := startEnrol(ctx, t, base, args...)
 	link := en.link
 	a, _ := softauthn.New()
@@ -338,7 +341,8 @@ func TestConsoleOnHTTPListener(t *testing.T) {
 	reviewers := filepath.Join(t.TempDir(), "reviewers.json")
 	port := freePort(t)
 	base := "http://localhost:" + port + "/console/"
-	p := startHTTPCommand(t, "--http", "127.0.0.1:"+port, "--http-insecure-no-auth", "--dir", root, "--key-file", filepath.Join(t.TempDir(), "signing.pem"),
+	key := filepath.Join(t.TempDir(), "signing.pem")
+	p := startHTTPCommand(t, "--http", "127.0.0.1:"+port, "--http-insecure-no-auth", "--dir", root, "--key-file", key,
 		"--agent-id", "loop-agent", "--reviewers", reviewers, "--console")
 	if !strings.Contains(p.logs(), "serving the reviewer console on the --http listener") {
 		t.Fatalf("no console on the listener:\n%s", p.logs())
@@ -359,7 +363,7 @@ func TestConsoleOnHTTPListener(t *testing.T) {
 		t.Fatalf("a foreign Host reached the console: %v %v", resp, err)
 	}
 
-	b := enrolThroughCommand(t, base, reviewers, "pat")
+	b := enrolThroughCommand(t, base, reviewers, key, "pat")
 	cs, err := httpSession(t, p.resource, func() string { return "" })
 	if err != nil {
 		t.Fatal(err)
@@ -386,5 +390,46 @@ func TestConsoleOnHTTPListener(t *testing.T) {
 	out, _ := cmd.CombinedOutput()
 	if cmd.ProcessState.ExitCode() == 0 || !strings.Contains(string(out), "--console-url") {
 		t.Fatalf("console on port 0: %d %s", cmd.ProcessState.ExitCode(), out)
+	}
+}
+
+// TestConsoleLinkAndProxyFlags: `reviewer passkey add` signs the link with
+// a key derived from the server's; given another key (or none), it asks
+// the console first and stops before printing a link nobody could use.
+// The trusted-proxy flags do nothing without --console or a proxy, and a
+// proxy that is no address is refused.
+func TestConsoleLinkAndProxyFlags(t *testing.T) {
+	root := loopRoot(t)
+	reviewers := filepath.Join(t.TempDir(), "reviewers.json")
+	port := freePort(t)
+	base := "http://localhost:" + port + "/console/"
+	var serverErr lockedBuffer
+	mcpSession(t, &serverErr, "--dir", root, "--key-file", filepath.Join(t.TempDir(), "signing.pem"), "--agent-id", "loop-agent",
+		"--reviewers", reviewers, "--console", "--console-addr", "127.0.0.1:"+port)
+	other := filepath.Join(t.TempDir(), "other.pem")
+	if _, _, err := noa.LoadOrCreateKeyFile(other); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := runCLI(t, "reviewer", "passkey", "add", "--id", "pat", "--console-url", base, "--reviewers", reviewers, "--key-file", other, "--yes", "--wait", "10s")
+	if code != exitFail || strings.Contains(out, "enrol?t=") || !strings.Contains(errOut, "refuses a link signed with this key") || !strings.Contains(errOut, "--key-file") {
+		t.Fatalf("passkey add with another key: %d\n%s\n%s", code, out, errOut)
+	}
+	out, errOut, code = runCLI(t, "reviewer", "passkey", "add", "--id", "pat", "--console-url", base, "--reviewers", reviewers, "--key-file", filepath.Join(t.TempDir(), "none.pem"), "--yes")
+	if code != exitFail || strings.Contains(out, "enrol?t=") || !strings.Contains(errOut, "--key-file") {
+		t.Fatalf("passkey add with a missing key: %d\n%s\n%s", code, out, errOut)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--console-trusted-proxy", "10.0.0.5"}, "--console-trusted-proxy without --console"},
+		{[]string{"--console", "--console-proxy-header", "Forwarded"}, "without --console-trusted-proxy"},
+		{[]string{"--console", "--console-trusted-proxy", "proxy.internal"}, `"proxy.internal" is not an IP address`},
+		{[]string{"--console", "--console-trusted-proxy", "10.0.0.5", "--console-proxy-header", "X-Real-IP"}, "X-Forwarded-For or Forwarded"},
+	} {
+		_, errOut, code := runCLI(t, append([]string{"--dir", root, "--key-file", filepath.Join(t.TempDir(), "k.pem"), "--reviewers", reviewers}, tc.args...)...)
+		if code != exitUsage || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want %d naming %q", tc.args, code, errOut, exitUsage, tc.want)
+		}
 	}
 }

@@ -648,9 +648,18 @@ func TestHTTPStartRefusals(t *testing.T) {
 	if code != exitUsage || !strings.Contains(errOut, "check-before-pay") || !strings.Contains(errOut, "check_before_pay") || !strings.Contains(errOut, "list_operations") {
 		t.Fatalf("tool-scope typo: exit %d, stderr %q; want %d naming the typo and the tools", code, errOut, exitUsage)
 	}
-	for _, bad := range [][]string{{"--rate-limit", "0"}, {"--http-max-sessions", "-1"}, {"--http-stream-idle", "0s"},
-		{"--tenant-slots", "0"}, {"--tenant-max-in-flight", "-2"}, {"--tenant-queue", "0"}, {"--tenant-wait", "0s"}} {
+	for _, bad := range [][]string{{"--rate-limit", "0"}, {"--http-max-sessions", "-1"}, {"--http-stream-idle", "0s"}} {
 		_, errOut, code := runCLI(t, append([]string{"--dir", root, "--http", "127.0.0.1:0", "--http-insecure-no-auth"}, bad...)...)
+		if code != exitUsage || !strings.Contains(errOut, bad[0]+" must be above zero") {
+			t.Errorf("%v: exit %d, stderr %q", bad, code, errOut)
+		}
+	}
+	// The tenants' bounds are refused with --tenants-dir, before any
+	// tenant's store is opened.
+	tenants := tenantRoots(t)
+	for _, bad := range [][]string{{"--tenant-slots", "0"}, {"--tenant-max-in-flight", "-2"}, {"--tenant-queue", "0"}, {"--tenant-wait", "0s"}} {
+		_, errOut, code := runCLI(t, append([]string{"--tenants-dir", tenants, "--tenant-claim", "org", "--key-file", key, "--http", "127.0.0.1:0",
+			"--auth-issuer", "http://127.0.0.1/as", "--auth-hmac-secret", secret}, bad...)...)
 		if code != exitUsage || !strings.Contains(errOut, bad[0]+" must be above zero") {
 			t.Errorf("%v: exit %d, stderr %q", bad, code, errOut)
 		}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/big"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
 )
 
@@ -58,6 +60,13 @@ func e2ePaymentRequired(amount, payTo string) map[string]any {
 		"accepts": []any{map[string]any{"scheme": "exact", "network": "eip155:8453", "amount": amount,
 			"asset": "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913", "payTo": payTo, "maxTimeoutSeconds": 120,
 			"extra": map[string]any{"name": "USD Coin", "version": "2"}}}}
+}
+
+// e2ePaymentRequiredAt is e2ePaymentRequired for the resource url.
+func e2ePaymentRequiredAt(url, amount, payTo string) map[string]any {
+	pr := e2ePaymentRequired(amount, payTo)
+	pr["resource"] = map[string]any{"url": url}
+	return pr
 }
 
 func writeSecret(t *testing.T, name, content string) string {
@@ -153,6 +162,22 @@ func TestStdioAuthorizePaymentStory(t *testing.T) {
 			t.Fatalf("authorization show %s: %d\n%s%s", id, code, out, errOut)
 		}
 	}
+	// The value reads as every other amount of the command line, with its
+	// symbol; the asset is named; the EIP-712 domain has a line of its own
+	// with its name and version apart.
+	out, _, _ = runCLI(t, "authorization", "show", allow.Authorization.Nonce, "--dir", root)
+	for _, line := range []string{
+		"  value          0.25 USDC (250000 atomic units)\n",
+		"  asset          USDC on Base (eip155:8453/0x833589fcd6edb6e08f4c7c32d4f71b54bda02913)\n",
+		"  eip712 domain  name \"USD Coin\", version \"2\", chain eip155:8453, verifying contract 0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913\n",
+	} {
+		if !strings.Contains(out, line) {
+			t.Errorf("authorization show lacks %q:\n%s", line, out)
+		}
+	}
+	if strings.Contains(out, "USD Coin 2") {
+		t.Errorf("authorization show runs the domain's name and version together:\n%s", out)
+	}
 	out, _, code = runCLI(t, "authorization", "show", approved.Authorization.Nonce, "--dir", root, "--json")
 	var shown struct {
 		Approval *struct {
@@ -161,9 +186,10 @@ func TestStdioAuthorizePaymentStory(t *testing.T) {
 		} `json:"approval"`
 		Consistent bool   `json:"consistent"`
 		Value      string `json:"value"`
+		Amount     string `json:"amount"`
 	}
 	if err := json.Unmarshal([]byte(out), &shown); err != nil || code != 0 || !shown.Consistent || shown.Approval == nil ||
-		shown.Approval.Status != "approved" || shown.Approval.DecidedBy != "alice" || shown.Value != "5000000" {
+		shown.Approval.Status != "approved" || shown.Approval.DecidedBy != "alice" || shown.Value != "5000000" || shown.Amount != "5.00 USDC" {
 		t.Fatalf("show --json: %d %s", code, out)
 	}
 	if _, _, code := runCLI(t, "authorization", "show", "0x"+strings.Repeat("ab", 32), "--dir", root); code != authExitUnknown {
@@ -211,6 +237,64 @@ func TestStdioAuthorizePaymentStory(t *testing.T) {
 	}
 }
 
+// TestStdioAuthorizePaymentSellerHost: the real binary judges the seller's
+// host beside the 402's payTo. A seller that names a new payTo in every
+// 402 gets one payment signed while it is open (maxOpenPartial 0), not
+// seven; under a 5.00 limit with open payments tolerated it gets five of
+// 1.00; a denylisted host's own 402 is blocked, whatever payTo it names.
+func TestStdioAuthorizePaymentSellerHost(t *testing.T) {
+	payee := func(i int) string { return fmt.Sprintf("0x%040x", 0xbeef00+i) }
+	for _, tc := range []struct {
+		name, policy string
+		signed       int
+		rule         string
+	}{
+		{"open payment", `{"maxOpenPartialPerCounterparty":0,"perCounterpartyLimit":{"amount":"5.00","windowHours":24}}`, 1, "open_partial"},
+		{"limit", `{"maxOpenPartialPerCounterparty":20,"perCounterpartyLimit":{"amount":"5.00","windowHours":24},"velocity":null}`, 5, "per_counterparty_limit"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := sampleRoot(t)
+			cfg := writeSecret(t, "guard.json", tc.policy)
+			cs := mcpSession(t, nil, "--dir", root, "--key-file", filepath.Join(t.TempDir(), "k.pem"), "--guard-config", cfg,
+				"--payer-key", writeSecret(t, "payer.key", e2ePayerKey))
+			signed := 0
+			for i := 0; i < 7; i++ {
+				url := fmt.Sprintf("https://pay.rotating.example/item/%d", i)
+				var a authorizeAnswer
+				decodeStructured(t, callTool(t, cs, "authorize_payment", map[string]any{"payment_required": e2ePaymentRequiredAt(url, "1000000", payee(i)), "resource": url}), &a)
+				if a.Payment != nil {
+					signed++
+					continue
+				}
+				if a.Decision != "review" || !slices.ContainsFunc(a.Reasons, func(r struct {
+					Rule   string `json:"rule"`
+					Detail string `json:"detail"`
+				}) bool {
+					return r.Rule == tc.rule && strings.Contains(r.Detail, "pay.rotating.example")
+				}) {
+					t.Fatalf("payment %d: %s %+v", i+1, a.Decision, a.Reasons)
+				}
+			}
+			if signed != tc.signed {
+				t.Fatalf("%d × 1.00 signed to one host with a new payTo each time; want %d", signed, tc.signed)
+			}
+		})
+	}
+	t.Run("denylisted host", func(t *testing.T) {
+		cfg := writeSecret(t, "guard.json", `{"denylist":["pay.denied.example"]}`)
+		cs := mcpSession(t, nil, "--dir", sampleRoot(t), "--key-file", filepath.Join(t.TempDir(), "k.pem"), "--guard-config", cfg,
+			"--payer-key", writeSecret(t, "payer.key", e2ePayerKey))
+		var checked struct {
+			Decision string `json:"decision"`
+		}
+		decodeStructured(t, callTool(t, cs, "check_before_pay", map[string]any{"counterparty": "pay.denied.example", "amount": "0.01"}), &checked)
+		a := authorizeCall(t, cs, e2ePaymentRequiredAt("https://PAY.denied.example./data", "10000", payee(1)))
+		if checked.Decision != "block" || a.Decision != "block" || a.Payment != nil {
+			t.Fatalf("check_before_pay %s, the host's own 402 %s (%+v)", checked.Decision, a.Decision, a.Reasons)
+		}
+	})
+}
+
 func mustInt(s string) int64 {
 	var n int64
 	for _, c := range s {
@@ -220,8 +304,10 @@ func mustInt(s string) int64 {
 }
 
 // TestStdioPayerSignerProcess: the key lives in its own process; the
-// server signs through it; when it stops, no payment is authorized (fail
-// closed) and a server cannot start against it.
+// server signs through it; the process holds its own limits over its real
+// socket (--max-value, the policy's maxAuthorizationSeconds) and logs
+// each signature; when it stops, no payment is authorized (fail closed)
+// and a server cannot start against it.
 func TestStdioPayerSignerProcess(t *testing.T) {
 	root := sampleRoot(t)
 	key := filepath.Join(t.TempDir(), "signing-key.pem")
@@ -232,7 +318,11 @@ func TestStdioPayerSignerProcess(t *testing.T) {
 	}
 	defer os.RemoveAll(sockDir)
 	sock := filepath.Join(sockDir, "p.sock")
-	signer := exec.Command(binPath, "signer", "--payer-key", payerKey, "--listen", "unix:"+sock)
+	if _, errOut, code := runCLI(t, "signer", "--payer-key", payerKey, "--listen", "unix:"+sock); code != exitUsage || !strings.Contains(errOut, "--max-value") {
+		t.Fatalf("a payer signer without --max-value: %d %s", code, errOut)
+	}
+	policy := writeSecret(t, "guard.json", `{"maxAuthorizationSeconds":60}`)
+	signer := exec.Command(binPath, "signer", "--payer-key", payerKey, "--listen", "unix:"+sock, "--max-value", "1.00", "--guard-config", policy)
 	var sigErr lockedBuffer
 	signer.Stderr = &sigErr
 	if err := signer.Start(); err != nil {
@@ -251,15 +341,59 @@ func TestStdioPayerSignerProcess(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	cs := mcpSession(t, nil, "--dir", root, "--key-file", key, "--payer-signer", "unix:"+sock)
-	if a := authorizeCall(t, cs, e2ePaymentRequired("10000", e2eSeller)); a.Decision != "allow" || a.Authorization.Payer != e2ePayerAddr {
+	cs := mcpSession(t, nil, "--dir", root, "--key-file", key, "--payer-signer", "unix:"+sock, "--guard-config", policy)
+	a := authorizeCall(t, cs, e2ePaymentRequired("10000", e2eSeller))
+	if a.Decision != "allow" || a.Authorization.Payer != e2ePayerAddr {
 		t.Fatalf("through the signer: %+v", a)
+	}
+
+	// Whoever reaches the socket, the signer holds its own line.
+	rs, err := x402.DialPayer(context.Background(), sock, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := guard.DefaultConfig()
+	pr, err := x402.ParseArgument(e2ePaymentRequired("1000000", e2eSeller))
+	if err != nil {
+		t.Fatal(err)
+	}
+	choice, _ := x402.Select(pr, pol.Assets)
+	terms, err := x402.TermsFor(choice, rs.Address(), "rcpt_direct", time.Now(), 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x402.Sign(context.Background(), rs, terms); err != nil {
+		t.Fatalf("1.00 for 60 s, within the limits: %v", err)
+	}
+	over := terms
+	over.Authorization.Value = big.NewInt(1000001)
+	if _, err := rs.SignAuthorization(context.Background(), over.Domain, over.Authorization); err == nil || !strings.Contains(err.Error(), "above this signer's --max-value 1 USDC") {
+		t.Fatalf("1.000001 USDC under --max-value 1.00: %v", err)
+	}
+	forever := terms
+	forever.Authorization.ValidBefore = new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 256), big.NewInt(1))
+	if _, err := rs.SignAuthorization(context.Background(), forever.Domain, forever.Authorization); err == nil || !strings.Contains(err.Error(), "valid for at most 60 seconds") {
+		t.Fatalf("validBefore 2^256-1: %v", err)
+	}
+	// A server whose policy lets authorizations live longer than the
+	// signer's is refused its signature: fail closed, nothing given.
+	long := mcpSession(t, nil, "--dir", sampleRoot(t), "--key-file", filepath.Join(t.TempDir(), "k.pem"), "--payer-signer", "unix:"+sock)
+	if res := callTool(t, long, "authorize_payment", map[string]any{"payment_required": e2ePaymentRequiredAt("https://long.example/x", "10000", e2eSeller)}); !res.IsError || !strings.Contains(resultText(res), "no authorization is given") {
+		t.Fatalf("a signature valid 120 s from a signer capped at 60 s: %v %s", res.IsError, resultText(res))
+	}
+	logged := sigErr.String()
+	for _, want := range []string{"payer signer signed", "payee=" + e2eSeller, `value="1 USDC"`, "asset=eip155:8453/0x833589fcd6edb6e08f4c7c32d4f71b54bda02913",
+		"valid_before=" + terms.Authorization.ValidBefore.String(), "nonce=" + terms.Authorization.JSON().Nonce, "nonce=" + a.Authorization.Nonce, "payer signer refused a request"} {
+		if !strings.Contains(logged, want) {
+			t.Errorf("the signer's log lacks %q:\n%s", want, logged)
+		}
 	}
 	signer.Process.Signal(os.Interrupt)
 	signer.Wait()
-	// Another payee, so that the answer is allow whatever the first
-	// payment still holds open: only the signature is missing.
-	res := callTool(t, cs, "authorize_payment", map[string]any{"payment_required": e2ePaymentRequired("10000", "0x00000000000000000000000000000000000000c3")})
+	// Another seller (host and payee), so that the answer is allow
+	// whatever the first payment still holds open: only the signature is
+	// missing.
+	res := callTool(t, cs, "authorize_payment", map[string]any{"payment_required": e2ePaymentRequiredAt("https://other.example/data", "10000", "0x00000000000000000000000000000000000000c3")})
 	if !res.IsError || !strings.Contains(resultText(res), "no authorization is given") || strings.Contains(resultText(res), "0x"+e2ePayerKey[:8]) {
 		t.Fatalf("with the signer stopped: %v %s", res.IsError, resultText(res))
 	}
@@ -275,7 +409,7 @@ func TestStdioPayerSignerProcess(t *testing.T) {
 // BenchmarkAuthorizePaymentStdio times authorize_payment over stdio
 // against the real binary (the official Go SDK as the client): what an
 // agent host waits for, from the request to the signed payment, a fresh
-// payee each time.
+// seller (host and payee) each time.
 func BenchmarkAuthorizePaymentStdio(b *testing.B) {
 	root := b.TempDir()
 	payerKey := filepath.Join(b.TempDir(), "payer.key")
@@ -292,7 +426,7 @@ func BenchmarkAuthorizePaymentStdio(b *testing.B) {
 	defer cs.Close()
 	ask := func(i int) {
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "authorize_payment", Arguments: map[string]any{
-			"payment_required": e2ePaymentRequired("10000", fmt.Sprintf("0x%040x", i+1))}})
+			"payment_required": e2ePaymentRequiredAt(fmt.Sprintf("https://s%d.example/data", i+1), "10000", fmt.Sprintf("0x%040x", i+1))}})
 		if err != nil || res.IsError {
 			b.Fatalf("authorize_payment: %v %v", err, res)
 		}
@@ -327,5 +461,58 @@ func TestHTTPHealthNamesThePayer(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || !strings.Contains(string(body), "payer "+e2ePayerAddr) || strings.Contains(string(body), e2ePayerKey) {
 		t.Fatalf("/readyz: %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestStdioAuthorizePaymentSellerSpellings: the real binary judges
+// duplicates on the resource the agent requested, whatever the seller's
+// 402 declares, refuses a declared query the agent did not request, and
+// refuses before asking the engine a 402 valid too briefly to settle or
+// paid only by Permit2, so nothing is reserved for it.
+func TestStdioAuthorizePaymentSellerSpellings(t *testing.T) {
+	cfg := writeSecret(t, "guard.json", `{"maxOpenPartialPerCounterparty":20,"duplicatePayment":{"windowMinutes":60}}`)
+	cs := mcpSession(t, nil, "--dir", sampleRoot(t), "--key-file", filepath.Join(t.TempDir(), "k.pem"), "--guard-config", cfg,
+		"--payer-key", writeSecret(t, "payer.key", e2ePayerKey))
+	const asked = "https://dup.seller.example/report"
+	call := func(declared string, mod func(e map[string]any)) *mcp.CallToolResult {
+		pr := e2ePaymentRequiredAt(declared, "10000", e2eSeller)
+		if mod != nil {
+			mod(pr["accepts"].([]any)[0].(map[string]any))
+		}
+		return callTool(t, cs, "authorize_payment", map[string]any{"payment_required": pr, "resource": asked})
+	}
+	// Too short, and Permit2: refused by name, nothing reserved.
+	for _, tc := range []struct {
+		mod  func(e map[string]any)
+		want string
+	}{
+		{func(e map[string]any) { e["maxTimeoutSeconds"] = 5 }, "maxTimeoutSeconds is 5 seconds"},
+		{func(e map[string]any) {
+			e["extra"] = map[string]any{"name": "USD Coin", "version": "2", "assetTransferMethod": "permit2"}
+		}, "assetTransferMethod is permit2"},
+	} {
+		if res := call(asked, tc.mod); !res.IsError || !strings.Contains(resultText(res), tc.want) {
+			t.Fatalf("want a refusal saying %q: %s", tc.want, resultText(res))
+		}
+	}
+	var first authorizeAnswer
+	decodeStructured(t, call(asked, nil), &first)
+	if first.Decision != "allow" {
+		t.Fatalf("the first payment, after the refusals reserved nothing: %+v", first)
+	}
+	for _, declared := range []string{"https://DUP.Seller.example/report", "https://dup.seller.example/./report", "https://dup.seller.example:443/report#x"} {
+		var a authorizeAnswer
+		decodeStructured(t, call(declared, nil), &a)
+		if a.Decision != "review" || a.Payment != nil || !slices.ContainsFunc(a.Reasons, func(r struct {
+			Rule   string `json:"rule"`
+			Detail string `json:"detail"`
+		}) bool {
+			return r.Rule == "duplicate_payment"
+		}) {
+			t.Fatalf("declared %s: %s %+v", declared, a.Decision, a.Reasons)
+		}
+	}
+	if res := call(asked+"?n=2", nil); !res.IsError || !strings.Contains(resultText(res), "a declared query must be the one requested") {
+		t.Fatalf("a declared query the agent did not request: %s", resultText(res))
 	}
 }

@@ -217,4 +217,21 @@ func TestPolicyReloadOnSIGHUP(t *testing.T) {
 	if _, errOut, code := runCLI(t, "review", "list", "--dir", root, "--guard-config", cfg); code != exitUsage || !strings.Contains(errOut, "is not the policy the server runs with") {
 		t.Fatalf("review list with a refused file: %d %s", code, errOut)
 	}
+	// status says so: the policy in force, and the reload the server
+	// refused last, with why (exit 3, a problem to act on).
+	out, errOut, code := runCLI(t, "status", "--dir", root)
+	if code != 3 || !strings.Contains(out, "RELOAD REFUSED at ") || !strings.Contains(out, cfg+": custom rules") ||
+		!strings.Contains(out, "the policy above stays in force") || !strings.Contains(out, "the server refused to reload "+cfg) {
+		t.Fatalf("status after a refused reload: exit %d\n%s%s", code, out, errOut)
+	}
+	st := statusOf(t, 3, "--dir", root)
+	if !strings.Contains(st.Policy.Source, cfg) {
+		t.Errorf("status --json policy after a refused reload: %+v", st.Policy)
+	}
+	// A reload that is put in force clears it.
+	write(`{"reviewAbove": "1", "perCounterpartyLimit": {"amount": "100"}, "reviewTtlMinutes": 45}`)
+	hup("SIGHUP: guard policy reloaded")
+	if out, errOut, code := runCLI(t, "status", "--dir", root); code != 0 || strings.Contains(out, "REFUSED") {
+		t.Fatalf("status after a good reload: exit %d\n%s%s", code, out, errOut)
+	}
 }

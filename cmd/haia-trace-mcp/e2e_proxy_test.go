@@ -45,7 +45,7 @@ func payUpstream(t testing.TB) string {
 }
 
 // payUpstreamTools is how many tools the test upstream lists.
-const payUpstreamTools = 8
+const payUpstreamTools = 15
 
 const sellerDenied = "0xDEAD000000000000000000000000000000000003"
 

@@ -72,6 +72,11 @@ func tenantsDirFlagVar(fs *flag.FlagSet, p *string) {
 	fs.StringVar(p, "tenants-dir", "", tenantsDirFlagHelp)
 }
 
+const tenantFlagHelp = "with --tenants-dir: the tenant `NAME` whose Trace root DIR/NAME is read, as the server serving those tenants reads it (only the reviewers the trusted reviewers file grants NAME decide there); a tenant's root given as --dir is read the same way, by the tenant its server recorded"
+
+// tenantFlagVar is --tenant into p, with --tenants-dir.
+func tenantFlagVar(fs *flag.FlagSet, p *string) { fs.StringVar(p, "tenant", "", tenantFlagHelp) }
+
 // jsonFlag is --json.
 func jsonFlag(fs *flag.FlagSet) *bool {
 	return fs.Bool("json", false, "print JSON instead of text")

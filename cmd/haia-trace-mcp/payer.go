@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/app"
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
 )
 
@@ -24,7 +26,7 @@ type payerFlags struct {
 func (p *payerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.keyFile, "payer-key", "", "sign x402 payments the guard allows with this secp256k1 key `file` (64 hex digits, 0x optional; or a keystore v3 JSON file); mode 0600, no symlink")
 	fs.StringVar(&p.passwordFile, "payer-key-password-file", "", "the password `file` of a keystore v3 --payer-key (mode 0600; one trailing newline is ignored)")
-	fs.StringVar(&p.signer, "payer-signer", "", "sign x402 payments through a payer signer process at `unix:PATH` (haia-trace-mcp signer --payer-key K --listen unix:PATH)")
+	fs.StringVar(&p.signer, "payer-signer", "", "sign x402 payments through a payer signer process at `unix:PATH` (haia-trace-mcp signer --payer-key K --listen unix:PATH --max-value AMOUNT)")
 }
 
 func (p *payerFlags) set() bool { return p.keyFile != "" || p.signer != "" }
@@ -88,8 +90,38 @@ func definePayerAddress(fs *flag.FlagSet) runFunc {
 	}
 }
 
+// payerLimitFlags are the payer signer's own limits.
+type payerLimitFlags struct {
+	maxValue    string
+	guardConfig string
+}
+
+// limits reads them: the policy file's maxAuthorizationSeconds and
+// assets (the built-in defaults without one), and --max-value.
+func (f payerLimitFlags) limits() (x402.PayerLimits, error) {
+	pol := guard.DefaultConfig()
+	if f.guardConfig != "" {
+		var err error
+		if pol, err = guard.LoadConfig(f.guardConfig); err != nil {
+			return x402.PayerLimits{}, fmt.Errorf("--guard-config: %w", err)
+		}
+	}
+	lim, err := x402.NewPayerLimits(int64(pol.MaxAuthorizationSeconds), f.maxValue, pol.Assets, time.Now)
+	if err != nil {
+		if f.guardConfig != "" && !strings.Contains(err.Error(), "--max-value") {
+			return x402.PayerLimits{}, fmt.Errorf("--guard-config %s: maxAuthorizationSeconds: %w", f.guardConfig, err)
+		}
+		return x402.PayerLimits{}, usageErrorf("%s", err)
+	}
+	return lim, nil
+}
+
 // servePayerSigner is the signer command with --payer-key.
-func servePayerSigner(ctx context.Context, p payerFlags, path string, log *slog.Logger) error {
+func servePayerSigner(ctx context.Context, p payerFlags, f payerLimitFlags, path string, log *slog.Logger) error {
+	lim, err := f.limits()
+	if err != nil {
+		return err
+	}
 	key, err := x402.LoadKeyFile(p.keyFile, p.passwordFile)
 	if err != nil {
 		return fmt.Errorf("--payer-key: %w", err)
@@ -98,5 +130,5 @@ func servePayerSigner(ctx context.Context, p payerFlags, path string, log *slog.
 	if err != nil {
 		return err
 	}
-	return x402.ServePayer(ctx, ln, x402.NewKeySigner(key), log)
+	return x402.ServePayer(ctx, ln, x402.NewKeySigner(key), lim, log)
 }

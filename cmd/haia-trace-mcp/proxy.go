@@ -6,8 +6,11 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"log/slog"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	mcpserver "github.com/mark3labs/mcp-go/server"
@@ -78,6 +81,9 @@ func runProxy(ctx context.Context, env *cmdEnv, f serveFlags, h httpFlags, pf pr
 	if pf.callTimeout <= 0 {
 		return usageErrorf("--upstream-timeout must be positive")
 	}
+	if err := refuseIdleFlags(env.fs, &f, &h); err != nil {
+		return err
+	}
 	logger, err := newLogger(stderr, f.logLevel)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
@@ -118,7 +124,8 @@ func runProxy(ctx context.Context, env *cmdEnv, f serveFlags, h httpFlags, pf pr
 	defer closeAll()
 	var proxies []*proxy.Proxy
 	for _, s := range servers {
-		p, err := proxy.New(proxy.Config{Server: s.srv, Engine: s.st.Engine(), Map: gmap, CallTimeout: pf.callTimeout, Logger: logger, Stdio: out})
+		p, err := proxy.New(proxy.Config{Server: s.srv, Engine: s.st.Engine(), Map: gmap, MapFile: pf.guardMap, Upstream: upstreamName(uc),
+			StateDir: s.st.Root().Dir(), CallTimeout: pf.callTimeout, Logger: logger, Stdio: out})
 		if err != nil {
 			fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
 			return exitCode(exitFail)
@@ -151,9 +158,16 @@ func runProxy(ctx context.Context, env *cmdEnv, f serveFlags, h httpFlags, pf pr
 			return exitCode(exitFail)
 		}
 	}
+	defer rereadMapOnHUP(ctx, pf.guardMap, proxies, logger)()
 	if h.addr != "" {
 		return exitCode(runHTTP(ctx, servers, ready, &h, logger, stderr))
 	}
+	stopHUP, err := startServed(ctx, servers)
+	if err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
+		return exitCode(exitFail)
+	}
+	defer stopHUP()
 	srv := servers[""].srv
 	logger.Info("serving the guard proxy over stdio", "upstream", upstreamName(uc))
 	stdio := mcpserver.NewStdioServer(srv.MCP())
@@ -172,4 +186,35 @@ func upstreamName(uc proxy.UpstreamConfig) string {
 		return uc.URL
 	}
 	return uc.Command
+}
+
+// rereadMapOnHUP re-reads the guard map on SIGHUP and puts it in force in
+// every proxy (proxy.Proxy.Reload): a tool the upstream added since the
+// map was last read is then known to it. A map that cannot be read, or that
+// does not match the upstream, leaves the running one in force.
+func rereadMapOnHUP(ctx context.Context, path string, proxies []*proxy.Proxy, logger *slog.Logger) func() {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				m, err := proxy.LoadMap(path)
+				if err != nil {
+					logger.Error("SIGHUP: the guard map was not re-read; the running map stays in force", "err", err)
+					continue
+				}
+				for _, p := range proxies {
+					rctx, cancel := context.WithTimeout(ctx, time.Minute)
+					if err := p.Reload(rctx, m); err != nil {
+						logger.Error("SIGHUP: the re-read guard map does not match the upstream's tools; the running map stays in force", "map", path, "err", err)
+					}
+					cancel()
+				}
+			}
+		}
+	}()
+	return func() { signal.Stop(hup) }
 }

@@ -70,13 +70,27 @@ func TestREADMEExamplesHold(t *testing.T) {
 	if checkedReadme < 12 || checked < 25 {
 		t.Fatalf("only %d server flags found in the README's set-ups (%d with docs/); the test lost its footing", checkedReadme, checked)
 	}
-	// The example event line is a valid Event Contract line.
-	line := regexp.MustCompile(`(?m)^\{"event_id":"op-1-2".*\}$`).FindString(readme)
-	if line == "" {
-		t.Fatal("the README's example event line is gone")
+	// The example run's lines are valid Event Contract lines, and the real
+	// build assembles them to one full receipt (without the settlement
+	// answer, partial), as the README says.
+	lines := regexp.MustCompile(`(?m)^\{"event_id":"op-1-\d+".*\}$`).FindAllString(readme, -1)
+	if len(lines) != 3 {
+		t.Fatalf("the README's example run has %d lines, want the three of one x402 payment", len(lines))
 	}
-	if _, err := receipt.DecodeLine([]byte(line)); err != nil || !json.Valid([]byte(line)) {
-		t.Errorf("the README's example event line does not decode: %v", err)
+	for _, line := range lines {
+		if _, err := receipt.DecodeLine([]byte(line)); err != nil || !json.Valid([]byte(line)) {
+			t.Errorf("the README's example event line does not decode: %v", err)
+		}
+	}
+	if got := buildCompleteness(t, lines); len(got) != 1 || got[0] != "full" {
+		t.Errorf("the README's example run builds %v, want one full receipt", got)
+	}
+	if got := buildCompleteness(t, lines[:2]); len(got) != 1 || got[0] != "partial" {
+		t.Errorf("the README's example run without its settlement answer builds %v, want partial", got)
+	}
+	// template show x402-buyer prints this very run.
+	if out, _, code := runCLI(t, "template", "show", "x402-buyer"); code != 0 || strings.Join(exampleLines(out), "\n") != strings.Join(lines, "\n") {
+		t.Errorf("template show x402-buyer (exit %d) prints another example than the README's", code)
 	}
 	// The example template parses.
 	tmpl := regexp.MustCompile("(?s)```yaml\n(template: my-flow.*?)```").FindStringSubmatch(readme)

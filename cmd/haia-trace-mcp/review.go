@@ -7,10 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
+	"math/big"
 	"os"
 	"os/user"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -20,7 +19,6 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
-	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
@@ -56,10 +54,10 @@ exit codes: 0 done, 1 error, 2 usage (or --dir is not a Trace root), 3 unknown r
 // reviewFlags are the review subcommands' flags; a pointer is nil where
 // the subcommand does not take the flag.
 type reviewFlags struct {
-	dir, reviewers, guardConfig, tenant, tenantsDir, storeFlag *string
-	note, by, reviewerKey, expectTerms, consoleURL             *string
-	asJSON, all                                                *bool
-	lockWait, olderThan                                        *time.Duration
+	stack                                          stackFlags
+	note, by, reviewerKey, expectTerms, consoleURL *string
+	asJSON, all                                    *bool
+	lockWait, olderThan                            *time.Duration
 }
 
 // defineReview is the human's side of the guard: list the reviews the
@@ -67,15 +65,12 @@ type reviewFlags struct {
 func defineReview(verb string) func(fs *flag.FlagSet) runFunc {
 	return func(fs *flag.FlagSet) runFunc {
 		var o reviewFlags
-		o.dir = dirFlag(fs)
+		o.stack.register(fs, false)
+		o.stack.tenantScope = true
 		o.asJSON = jsonFlag(fs)
 		o.lockWait = lockWaitFlag(fs)
-		o.reviewers = reviewersFlag(fs)
-		o.guardConfig = guardConfigFlag(fs)
-		o.tenant = fs.String("tenant", "", "the tenant: with --tenants-dir its root is DIR/<tenant>; written as scope.tenant into decision receipts (default haia-trace-mcp)")
-		o.tenantsDir = new(string)
-		tenantsDirFlagVar(fs, o.tenantsDir)
-		o.storeFlag = storeFlag(fs)
+		guardConfigFlagVar(fs, &o.stack.guardConfig)
+		fs.StringVar(&o.stack.tenant, "tenant", "", "the tenant: with --tenants-dir its root is DIR/<tenant>, read as the server serving those tenants reads it (only the reviewers granted it decide); written as scope.tenant into decision receipts (default: the tenant the server records for the root, else haia-trace-mcp)")
 		switch verb {
 		case "archive":
 			o.olderThan = fs.Duration("older-than", 90*24*time.Hour, "archive final reviews whose last line is older than this")
@@ -97,8 +92,8 @@ func defineReview(verb string) func(fs *flag.FlagSet) runFunc {
 }
 
 func runReview(ctx context.Context, stdout, stderr io.Writer, verb string, pos []string, o reviewFlags) error {
-	dir, asJSON, lockWait, all, note, by, reviewerKey, expectTerms := o.dir, o.asJSON, o.lockWait, o.all, o.note, o.by, o.reviewerKey, o.expectTerms
-	reviewers, guardConfig, tenant, tenantsDir, storeFlag, olderThan, consoleURL := o.reviewers, o.guardConfig, o.tenant, o.tenantsDir, o.storeFlag, o.olderThan, o.consoleURL
+	asJSON, lockWait, all, note, by, reviewerKey, expectTerms := o.asJSON, o.lockWait, o.all, o.note, o.by, o.reviewerKey, o.expectTerms
+	olderThan, consoleURL := o.olderThan, o.consoleURL
 	var pageOf func(id string) string
 	if consoleURL != nil && *consoleURL != "" {
 		u, err := console.ParseURL(*consoleURL)
@@ -107,39 +102,31 @@ func runReview(ctx context.Context, stdout, stderr io.Writer, verb string, pos [
 		}
 		pageOf = func(id string) string { return console.PageOf(u, id) }
 	}
-
-	tenantLayer := "" // the policy's tenant layer applies with --tenants-dir
-	if *tenantsDir != "" {
-		tenantLayer = *tenant
-		if !receipt.IsSlug(*tenant) {
-			return usageErrorf("--tenants-dir needs --tenant naming one tenant (a bare slug), got %q", *tenant)
-		}
-		*dir = filepath.Join(*tenantsDir, *tenant)
-		// The tenant's own database, where --store names one per tenant.
-		spec, err := app.TenantStore(storeSpec(*storeFlag), *tenant)
-		if err != nil {
-			return usageErrorf("%v", err)
-		}
-		*storeFlag = spec
+	st, err := o.stack.open(ctx, func(c *app.Config) {
+		c.LockWait = *lockWait
+		c.ProgressOf = func(string) func(done, total int) { return newProgress(stderr, "review "+verb+": index").runs }
+	})
+	if err != nil {
+		return err
 	}
-	if *tenant == "" {
-		*tenant = "haia-trace-mcp"
-	}
-	g, code := openCLIGuard(ctx, "review "+verb, *dir, *storeFlag, *reviewers, *guardConfig, stderr)
-	if g == nil {
-		return exitCode(code)
-	}
-	defer g.Close()
-	if !g.policyKnown {
+	defer st.Close()
+	if !st.PolicyKnown() {
 		if verb == "approve" || verb == "reject" || verb == "archive" {
 			fmt.Fprintf(stderr, "haia-trace-mcp review %s: cannot decide: %s\n", verb, errPolicyUnknown)
 			return exitCode(exitFail)
 		}
 		fmt.Fprintln(stderr, "haia-trace-mcp review "+verb+": note: the policy the server runs with is not recorded in the guard's store; expiry is judged under the built-in reviewTtlMinutes")
 	}
-	root, pol := g.root, g.policy
-	g.tenant = tenantLayer
-	log := reviewlog.OpenStore(g.store, g.grantOptions(reviewlog.Options{LockWait: *lockWait, ReviewTTL: pol.ReviewTTL, Reviewers: g.loadReviewers, Passkeys: g.loadPasskeys}))
+	// scope.tenant of the decisions: --tenant, else the tenant the store
+	// is served as, else the server's default.
+	signedAs := o.stack.tenant
+	if signedAs == "" {
+		signedAs = st.Tenant()
+	}
+	if signedAs == "" {
+		signedAs = "haia-trace-mcp"
+	}
+	root, pol, log := st.Root(), st.Policy(), st.Log()
 
 	switch verb {
 	case "archive":
@@ -169,7 +156,7 @@ func runReview(ctx context.Context, stdout, stderr io.Writer, verb string, pos [
 				reviews[i].ReviewURL = pageOf(reviews[i].ID)
 			}
 		}
-		moot, why := reviewMoot(ctx, g, log, tenantLayer, *tenant, reviews, newProgress(stderr, "review list: index"))
+		moot, why := reviewMoot(ctx, st, signedAs, reviews)
 		if *asJSON {
 			listed := make([]reviewListed, len(reviews))
 			for i, r := range reviews {
@@ -201,7 +188,7 @@ func runReview(ctx context.Context, stdout, stderr io.Writer, verb string, pos [
 			return exitCode(reviewFailed(stderr, verb, err))
 		}
 		bearing := reservationsBearing(rv, r)
-		moot, why := reviewMoot(ctx, g, log, tenantLayer, *tenant, []reviewlog.Review{r}, newProgress(stderr, "review show: index"))
+		moot, why := reviewMoot(ctx, st, signedAs, []reviewlog.Review{r})
 		if *asJSON {
 			return exitCode(reviewWriteJSON(stdout, stderr, struct {
 				reviewlog.Review
@@ -215,14 +202,7 @@ func runReview(ctx context.Context, stdout, stderr io.Writer, verb string, pos [
 		// The evidence is explained through the catalog the server reads,
 		// under the template the guard judged by; a catalog that cannot be
 		// opened leaves the review itself readable.
-		var explain func(guard.Ref) string
-		cat, closeCat, err := openCatalog(root, "", slog.New(slog.DiscardHandler), nil)
-		if err != nil {
-			explain = func(guard.Ref) string { return fmt.Sprintf("(no explanation: %v)", err) }
-		} else {
-			defer closeCat()
-			explain = func(ref guard.Ref) string { return explainRef(ctx, cat, r.Template, ref) }
-		}
+		explain := func(ref guard.Ref) string { return explainRef(ctx, st.Catalog(), r.Template, ref) }
 		reviewPrintOne(stdout, r, pol.Assets, explain)
 		if r.ReviewURL != "" {
 			fmt.Fprintf(stdout, "console: %s\n", r.ReviewURL)
@@ -233,7 +213,7 @@ func runReview(ctx context.Context, stdout, stderr io.Writer, verb string, pos [
 		case why != "":
 			fmt.Fprintf(stdout, "moot: not judged here: %s\n", why)
 		}
-		reviewPrintReservations(stdout, bearing, rv)
+		reviewPrintReservations(stdout, bearing, rv, pol.Assets)
 		return nil
 	}
 
@@ -252,7 +232,7 @@ func runReview(ctx context.Context, stdout, stderr io.Writer, verb string, pos [
 		fmt.Fprintf(stderr, "haia-trace-mcp review %s: --reviewer-key: %v (create one with: haia-trace-mcp reviewer init --id YOUR-ID)\n", verb, err)
 		return exitCode(exitFail)
 	}
-	trusted, err := g.loadReviewers()
+	trusted, err := reviewlog.LoadReviewers(st.ReviewersPath())
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp review %s: %v (haia-trace-mcp reviewer init adds a reviewer to it)\n", verb, err)
 		return exitCode(reviewExitUntrusted)
@@ -260,7 +240,7 @@ func runReview(ctx context.Context, stdout, stderr io.Writer, verb string, pos [
 	signer := noa.NewKeySigner(key)
 	id, ok := trusted.IDOf(signer.PublicKey())
 	if !ok {
-		fmt.Fprintf(stderr, "haia-trace-mcp review %s: the key %s (kid %s) is not in the trusted reviewers file %s; nothing was written\n", verb, keyPath, signer.KeyID(), g.reviewersPath)
+		fmt.Fprintf(stderr, "haia-trace-mcp review %s: the key %s (kid %s) is not in the trusted reviewers file %s; nothing was written\n", verb, keyPath, signer.KeyID(), st.ReviewersPath())
 		return exitCode(reviewExitUntrusted)
 	}
 	if *by != "" && *by != id {
@@ -273,7 +253,7 @@ func runReview(ctx context.Context, stdout, stderr io.Writer, verb string, pos [
 	}
 	// The decision is signed into the reviewer's chain inside the log's
 	// lock; if it cannot be signed, it is not recorded at all (fail closed).
-	chains := &reviewlog.Chains{Signer: signer, Tenant: *tenant}
+	chains := &reviewlog.Chains{Signer: signer, Tenant: signedAs}
 	r, err := engine.Decider{Log: log, Chains: chains, ExpectTermsHash: *expectTerms}.Decide(ctx, pos[0], status, *note, id)
 	if err != nil {
 		return exitCode(reviewFailed(stderr, verb, err))
@@ -370,7 +350,7 @@ func reviewPrintList(w io.Writer, reviews []reviewlog.Review, all bool, assets g
 			resource = "-"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", r.ID, status, r.CreatedAt, reviewOneLine(reviewCaller(t)), reviewOneLine(t.Counterparty),
-			reviewOneLine(t.Amount), reviewOneLine(reviewAsset(t.Asset, assets)), reviewOneLine(resource), reviewOneLine(strings.Join(t.Rules, ",")))
+			reviewOneLine(displayDecimal(t.Amount, t.Asset, assets)), reviewOneLine(reviewAsset(t.Asset, assets)), reviewOneLine(resource), reviewOneLine(strings.Join(t.Rules, ",")))
 		if links {
 			fmt.Fprintf(tw, "\t%s", r.ReviewURL)
 		}
@@ -416,7 +396,7 @@ func reviewAsset(key string, assets guard.Registry) string {
 // reviewQuestion is the question in one line.
 func reviewQuestion(r reviewlog.Review, assets guard.Registry) string {
 	t := reviewTermsOf(r)
-	q := fmt.Sprintf("pay %s %s to %s", t.Amount, reviewAsset(t.Asset, assets), t.Counterparty)
+	q := fmt.Sprintf("pay %s %s to %s", displayDecimal(t.Amount, t.Asset, assets), reviewAsset(t.Asset, assets), t.Counterparty)
 	if t.AmountAtomic != "" {
 		q += fmt.Sprintf(" (%s atomic units)", t.AmountAtomic)
 	}
@@ -520,8 +500,8 @@ func reservationsBearing(v reviewlog.ReservationView, r reviewlog.Review) []revi
 }
 
 // reviewPrintReservations writes what is reserved beside a review.
-func reviewPrintReservations(w io.Writer, bearing []reviewlog.Reservation, v reviewlog.ReservationView) {
-	fmt.Fprintf(w, "reservations: %d held to anyone (they count towards the total and velocity limits), %d to this counterparty\n", len(v.Held), len(bearing))
+func reviewPrintReservations(w io.Writer, bearing []reviewlog.Reservation, v reviewlog.ReservationView, assets guard.Registry) {
+	fmt.Fprintf(w, "reservations: %s held to anyone (they count towards the total and velocity limits), %d to this counterparty\n", count(len(v.Held), "amount", "amounts"), len(bearing))
 	for _, x := range bearing {
 		whom := x.PayTo
 		if x.Host != "" {
@@ -534,7 +514,11 @@ func reviewPrintReservations(w io.Writer, bearing []reviewlog.Reservation, v rev
 		if x.Until != "" {
 			until = "until the Trace shows it or " + x.Until
 		}
-		fmt.Fprintf(w, "  %s atomic units of %s to %s by %s, receipt %s, %s\n", x.Atomic, termsafe.String(x.Asset), termsafe.String(whom), termsafe.String(x.Caller), termsafe.String(x.ReceiptID), until)
+		amount := x.Atomic + " atomic units of " + x.Asset
+		if n, ok := new(big.Int).SetString(x.Atomic, 10); ok {
+			amount = amountText(n, x.Asset, assets)
+		}
+		fmt.Fprintf(w, "  %s to %s by %s, receipt %s, %s\n", termsafe.String(amount), termsafe.String(whom), termsafe.String(x.Caller), termsafe.String(x.ReceiptID), until)
 	}
 	for _, p := range v.Problems {
 		fmt.Fprintf(w, "  RESERVATIONS UNVERIFIED: %s\n", termsafe.String(p))

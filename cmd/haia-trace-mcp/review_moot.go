@@ -29,7 +29,7 @@ import (
 // under a key that verifies every reservation held (with none held, the
 // key does not matter). signedAs is the tenant the server signs as
 // (scope.tenant), which every reservation record of this store names.
-func reviewMoot(ctx context.Context, g *cliGuard, log *reviewlog.Log, tenant, signedAs string, reviews []reviewlog.Review, progress *progress) (map[string]bool, string) {
+func reviewMoot(ctx context.Context, st *app.Stack, signedAs string, reviews []reviewlog.Review) (map[string]bool, string) {
 	pending := false
 	for _, r := range reviews {
 		pending = pending || r.Status == reviewlog.Pending
@@ -37,30 +37,22 @@ func reviewMoot(ctx context.Context, g *cliGuard, log *reviewlog.Log, tenant, si
 	if !pending {
 		return map[string]bool{}, ""
 	}
-	if !g.policyKnown {
+	if !st.PolicyKnown() {
 		return nil, "the policy the server runs with is not recorded in the guard's store, and no --guard-config was given"
 	}
-	pol := g.policy
-	if tenant != "" {
-		pol = pol.ForTenant(tenant)
-	}
+	pol := st.Policy()
 	quiet := slog.New(slog.DiscardHandler)
 	rules, err := app.LoadRules(pol, "cannot judge", quiet)
 	if err != nil {
 		return nil, err.Error()
 	}
-	cat, closeCat, err := openCatalog(g.root, "", quiet, progress.runs)
-	if err != nil {
-		return nil, err.Error()
-	}
-	defer closeCat()
 	keys, err := serverParamsKeys()
 	if err != nil {
 		return nil, err.Error()
 	}
 	var last []string
 	for _, key := range keys {
-		eng, err := engine.New(engine.Config{Policy: pol, Rules: rules, Templates: cat.Templates(), History: cat, Log: log,
+		eng, err := engine.New(engine.Config{Policy: pol, Rules: rules, Templates: st.Templates(), History: st.Catalog(), Log: st.Log(),
 			Chains: &reviewlog.Chains{Tenant: signedAs}, ParamsKey: key, Logger: quiet})
 		if err != nil {
 			return nil, err.Error()

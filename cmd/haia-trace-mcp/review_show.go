@@ -5,13 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"sort"
 
-	"github.com/haia-trace-mcp/haia-trace-mcp/app"
 	"github.com/haia-trace-mcp/haia-trace-mcp/app/catalog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
-	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 )
@@ -38,27 +35,6 @@ func explainRef(ctx context.Context, cat *catalog.Catalog, template string, ref 
 		return fmt.Sprintf("(no explanation: run %s has no operation %s)", ref.RunID, ref.OperationID)
 	}
 	return fmt.Sprintf("(no explanation: %v)", err)
-}
-
-// openCatalog opens the catalog of a Trace root as the server reads it: its
-// events/ (which may not exist yet) and the operator's templates beside the
-// bundled ones; progress, when set, follows the runs a listing must read.
-// close releases what it opened (not root).
-func openCatalog(root *confined.Dir, templatesDir string, logger *slog.Logger, progress func(done, total int)) (cat *catalog.Catalog, close func(), err error) {
-	r, err := app.RootOf(root)
-	if err != nil {
-		return nil, nil, err
-	}
-	templates, err := r.Templates(templatesDir, logger)
-	if err != nil {
-		r.Close()
-		return nil, nil, err
-	}
-	if cat, err = r.Catalog(templates, 0, logger, progress); err != nil {
-		r.Close()
-		return nil, nil, err
-	}
-	return cat, r.Close, nil
 }
 
 // reviewPrintCaps tells the reviewer which callers are at or near the cap

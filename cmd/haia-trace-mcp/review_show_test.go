@@ -1,14 +1,14 @@
 package main
 
 import (
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/app"
+	"github.com/haia-trace-mcp/haia-trace-mcp/app/catalog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
-	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 )
 
 // operatorBuyer replaces the bundled x402-buyer: its settlement stage is
@@ -50,17 +50,16 @@ func TestExplainRefUsesTheOperatorsTemplates(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "events", "buyer.ndjson"), run, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	root, err := confined.OpenRoot(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer root.Close()
-	quiet := slog.New(slog.DiscardHandler)
-	explain := func() string {
-		cat, closeCat, err := openCatalog(root, "", quiet, nil)
+	// The catalog as a command opens it: the root's templates, read anew.
+	openCatalog := func() (*catalog.Catalog, func()) {
+		st, err := app.Open(t.Context(), app.Config{Dir: dir, ReadOnly: true})
 		if err != nil {
 			t.Fatal(err)
 		}
+		return st.Catalog(), st.Close
+	}
+	explain := func() string {
+		cat, closeCat := openCatalog()
 		defer closeCat()
 		// op-9 paid and never saw a settlement answer.
 		return explainRef(t.Context(), cat, "", guard.Ref{RunID: "buyer", OperationID: "op-9"})
@@ -84,10 +83,7 @@ func TestExplainRefUsesTheOperatorsTemplates(t *testing.T) {
 		{guard.Ref{RunID: "gone", OperationID: "op-1"}, "(no explanation: run gone is no longer under events/)"},
 		{guard.Ref{RunID: "buyer", OperationID: "op-77"}, "(no explanation: run buyer has no operation op-77)"},
 	} {
-		cat, closeCat, err := openCatalog(root, "", quiet, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		cat, closeCat := openCatalog()
 		if got := explainRef(t.Context(), cat, "", tc.ref); got != tc.want {
 			t.Errorf("%+v: %q, want %q", tc.ref, got, tc.want)
 		}

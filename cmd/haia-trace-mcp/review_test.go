@@ -33,7 +33,7 @@ func reviewRoot(t *testing.T, n int) (string, []string) {
 	defer root.Close()
 	// As a server does when it starts: record the policy it runs with.
 	if err := filestore.New(root).Locked(context.Background(), time.Second, func(w reviewlog.Writer) error {
-		return w.SetPolicy(context.Background(), app.PolicyRecord(guard.DefaultConfig(), time.Now()))
+		return w.SetPolicy(context.Background(), app.PolicyRecord(guard.DefaultConfig(), "", time.Now()))
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +233,7 @@ func TestReviewCLITampered(t *testing.T) {
 	}
 	out, _, code = reviewCmd("show", ids[0], "--dir", dir)
 	hash := regexp.MustCompile(`terms        (sha256:[0-9a-f]{64}), signed by the server in receipt rcpt_`).FindStringSubmatch(out)
-	if code != 0 || hash == nil || !strings.Contains(out, "asked by     agent-1") || !strings.Contains(out, "pay 1 USDC") {
+	if code != 0 || hash == nil || !strings.Contains(out, "asked by     agent-1") || !strings.Contains(out, "pay 1.00 USDC") {
 		t.Fatalf("show: %d %s", code, out)
 	}
 	path := filepath.Join(dir, reviewlog.DirName, reviewlog.FileName)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/app"
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 )
@@ -36,29 +37,29 @@ const (
 
 // defineReviewWatch polls the review log and prints what changed.
 func defineReviewWatch(fs *flag.FlagSet) runFunc {
-	dir := dirFlag(fs)
+	var f stackFlags
+	f.register(fs, true)
 	asJSON := jsonFlag(fs)
 	interval := fs.Duration("interval", time.Second, "how often to read the review log")
-	reviewers := reviewersFlag(fs)
-	guardConfig := guardConfigFlag(fs)
-	storeFlag := storeFlag(fs)
+	guardConfigFlagVar(fs, &f.guardConfig)
 	return func(ctx context.Context, env *cmdEnv, _ []string) error {
-		return runReviewWatch(ctx, env.stdout, env.stderr, dir, reviewers, guardConfig, storeFlag, asJSON, interval)
+		return runReviewWatch(ctx, env.stdout, env.stderr, &f, asJSON, interval)
 	}
 }
 
-func runReviewWatch(ctx context.Context, stdout, stderr io.Writer, dir, reviewers, guardConfig, storeFlag *string, asJSON *bool, interval *time.Duration) error {
+func runReviewWatch(ctx context.Context, stdout, stderr io.Writer, f *stackFlags, asJSON *bool, interval *time.Duration) error {
 	if *interval < watchMinInterval || *interval > watchMaxInterval {
 		return usageErrorf("--interval %s is outside %s to %s", *interval, watchMinInterval, watchMaxInterval)
 	}
-	g, code := openCLIGuard(ctx, "review watch", *dir, *storeFlag, *reviewers, *guardConfig, stderr)
-	if g == nil {
-		return exitCode(code)
+	stack, err := f.open(ctx, nil)
+	if err != nil {
+		return err
 	}
-	defer g.Close()
-	st := g.store
+	defer stack.Close()
+	st := stack.Store()
 	w := &reviewWatcher{
-		log:    reviewlog.OpenStore(st, reviewlog.Options{ReviewTTL: g.policy.ReviewTTL, Reviewers: g.loadReviewers, Passkeys: g.loadPasskeys}),
+		log:    stack.Log(),
+		assets: stack.Policy().Assets,
 		path:   st.Describe(),
 		json:   *asJSON,
 		stdout: stdout,
@@ -80,7 +81,9 @@ func runReviewWatch(ctx context.Context, stdout, stderr io.Writer, dir, reviewer
 }
 
 type reviewWatcher struct {
-	log            *reviewlog.Log
+	log *reviewlog.Log
+	// assets name the amounts' assets by their symbols.
+	assets         guard.Registry
 	path           string
 	json           bool
 	stdout, stderr io.Writer
@@ -226,9 +229,18 @@ func (w *reviewWatcher) print(c watchChange) error {
 	if r.Tampered {
 		status += "  TAMPERED (review show says how)"
 	}
-	_, err := fmt.Fprintf(w.stdout, "%s  %-14s  %s  %s  %s %s  %s\n", watchField(c.Time), c.Event, watchField(r.ID),
-		watchField(r.Counterparty), watchField(r.Amount), watchField(r.Asset), status)
+	_, err := fmt.Fprintf(w.stdout, "%s  %-14s  %s  %s  %s  %s\n", watchField(c.Time), c.Event, watchField(r.ID),
+		watchField(r.Counterparty), watchAmount(r, w.assets), status)
 	return err
+}
+
+// watchAmount is a review's amount as every command prints it ("0.40
+// USDC"), or its fields as the log has them when its asset is unknown.
+func watchAmount(r reviewlog.Review, assets guard.Registry) string {
+	if a, ok := assets.Lookup(r.Asset); ok && a.Symbol != "" {
+		return termsafe.String(decimalText(r.Amount, r.Asset, assets))
+	}
+	return watchField(r.Amount) + " " + watchField(r.Asset)
 }
 
 // watchField shows an empty string as "" so the columns stay countable.

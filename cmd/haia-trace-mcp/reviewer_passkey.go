@@ -40,8 +40,10 @@ func defineReviewerPasskey(verb string) func(fs *flag.FlagSet) runFunc {
 		reviewers := reviewersFlag(fs)
 		consoleURL, yes, wait, credential := new(string), new(bool), new(time.Duration), new(string)
 		tenants := new(listFlag)
+		keys := new(enrolKeyFlags)
 		if verb == "add" {
 			tenants = tenantGrantFlag(fs)
+			keys.register(fs)
 			fs.StringVar(consoleURL, "console-url", "http://localhost:8787/console/", "the console's address `URL` as the server's --console-url gives it")
 			fs.BoolVar(yes, "yes", false, "write the passkey without asking (for scripts; compare the fingerprint yourself)")
 			fs.DurationVar(wait, "wait", console.EnrolTTL, "how long to wait for the reviewer to register (at most 10m)")
@@ -49,12 +51,23 @@ func defineReviewerPasskey(verb string) func(fs *flag.FlagSet) runFunc {
 			fs.StringVar(credential, "credential", "", "the credential `ID` to remove (default: every passkey of --id)")
 		}
 		return func(ctx context.Context, env *cmdEnv, _ []string) error {
-			return runReviewerPasskey(ctx, env.stdin, env.stdout, env.stderr, verb, id, reviewers, consoleURL, credential, yes, wait, *tenants)
+			return runReviewerPasskey(ctx, env.stdin, env.stdout, env.stderr, verb, id, reviewers, consoleURL, credential, yes, wait, *tenants, keys)
 		}
 	}
 }
 
-func runReviewerPasskey(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, verb string, id, reviewers, consoleURL, credential *string, yes *bool, wait *time.Duration, tenants []string) error {
+// enrolKeyFlags name the server's key, from which the command derives the
+// key that signs enrolment links (the console refuses any other link).
+type enrolKeyFlags struct {
+	keyFile, paramsKeyFile string
+}
+
+func (k *enrolKeyFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&k.keyFile, "key-file", "", "the server's signing key `FILE` (its --key-file), read to sign the enrolment link; never created (default: the server's default, $HAIA_CONFIG_DIR/signing-key.pem or $XDG_CONFIG_HOME/haia-trace-mcp/signing-key.pem)")
+	fs.StringVar(&k.paramsKeyFile, "params-key-file", "", "the server's paramsHash key `FILE` (its --params-key-file), read instead of --key-file when the server signs through --signer")
+}
+
+func runReviewerPasskey(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, verb string, id, reviewers, consoleURL, credential *string, yes *bool, wait *time.Duration, tenants []string, keys *enrolKeyFlags) error {
 	if err := reviewlog.CheckReviewerID(*id); err != nil {
 		return usageErrorf("--id: %v", err)
 	}
@@ -86,15 +99,27 @@ func runReviewerPasskey(ctx context.Context, stdin io.Reader, stdout, stderr io.
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || !console.IsConsolePath(u.Path) {
 		return usageErrorf("--console-url %q: want the console's absolute URL ending in /console/ (or a tenant's, /console/t/TENANT/)", *consoleURL)
 	}
-	token, err := console.NewEnrolToken(*id, time.Now())
+	paramsKey, err := serverParamsKey(keys.keyFile, keys.paramsKeyFile)
+	if err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp reviewer passkey add: the enrolment link is signed with a key derived from the server's: %v; nothing was written\n", err)
+		return exitCode(exitFail)
+	}
+	token, err := console.NewEnrolToken(consoleEnrolKey(paramsKey), *id, time.Now())
 	if err != nil {
 		return usageErrorf("--id: %v", err)
 	}
 	origin := u.Scheme + "://" + u.Host
+	collectURL := u.ResolveReference(&url.URL{Path: "api/enrol/collect"}).String()
+	// Before the link is shown: the console must answer, and accept a link
+	// signed with this key (else the reviewer would open a dead link).
+	if err := checkEnrolLink(ctx, collectURL, token); err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp reviewer passkey add: %v; no link was issued, nothing was written\n", err)
+		return exitCode(exitFail)
+	}
 	fmt.Fprintf(stdout, "Open this one-time link (valid %s) where %s registers a passkey:\n", console.EnrolTTL, termsafe.String(*id))
 	fmt.Fprintf(stdout, "%senrol?t=%s\n", origin+u.Path, url.QueryEscape(token))
 	fmt.Fprintf(stdout, "waiting for the registration…\n")
-	cred, err := collectEnrolment(ctx, u.ResolveReference(&url.URL{Path: "api/enrol/collect"}).String(), token, *wait)
+	cred, err := collectEnrolment(ctx, collectURL, token, *wait)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp reviewer passkey add: %v; nothing was written\n", err)
 		return exitCode(exitFail)
@@ -179,6 +204,36 @@ func collectEnrolment(ctx context.Context, endpoint, token string, wait time.Dur
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// checkEnrolLink asks the console once whether it takes token: it answers
+// that it waits for the reviewer (202), or why not.
+func checkEnrolLink(ctx context.Context, endpoint, token string) error {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	body, _ := json.Marshal(map[string]string{"token": token})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		return fmt.Errorf("the console at %s cannot be reached: %w", endpoint, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode == http.StatusAccepted {
+		return nil
+	}
+	var e struct {
+		Error string `json:"error"`
+	}
+	_ = json.Unmarshal(data, &e)
+	if resp.StatusCode == http.StatusForbidden {
+		return fmt.Errorf("the console refuses a link signed with this key (%s): give the server's own --key-file, or its --params-key-file when it signs through --signer", termsafe.String(e.Error))
+	}
+	return fmt.Errorf("the console refused the link: %s (HTTP %d)", termsafe.String(e.Error), resp.StatusCode)
 }
 
 func stdinIsTerminal(r io.Reader) bool {

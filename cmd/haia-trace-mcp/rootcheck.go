@@ -52,13 +52,20 @@ func openCLIRoot(command, dir string, stderr io.Writer) (*confined.Dir, int) {
 // rootOpenProblem says why the Trace root dir could not be opened, for a
 // person: a missing one names the two ways on (init, --dir) rather than a
 // system call; any other failure names the directory and the cause alone.
+// What it carries from dir and err is escaped for a terminal.
 func rootOpenProblem(dir string, err error) string {
-	where := termsafe.String(dir)
+	return termsafe.String(rootOpenProblemRaw(dir, err))
+}
+
+// rootOpenProblemRaw is rootOpenProblem unescaped, for a message escaped
+// whole where it is printed.
+func rootOpenProblemRaw(dir string, err error) string {
+	where := dir
 	if abs, aerr := filepath.Abs(dir); aerr == nil && abs != dir {
-		where += " (" + termsafe.String(abs) + ")"
+		where += " (" + abs + ")"
 	}
 	if errors.Is(err, fs.ErrNotExist) {
-		return "no Trace root at " + where + ": run `haia-trace-mcp init " + shellWord(dir) + "` to create one, " +
+		return "no Trace root at " + where + ": run `haia-trace-mcp init " + shellWordRaw(dir) + "` to create one, " +
 			"or pass --dir with the Trace root the recorders write into"
 	}
 	cause := err
@@ -66,13 +73,14 @@ func rootOpenProblem(dir string, err error) string {
 	if errors.As(err, &pe) {
 		cause = pe.Err
 	}
-	return "the Trace root " + where + " cannot be opened: " + termsafe.String(cause.Error())
+	return "the Trace root " + where + " cannot be opened: " + cause.Error()
 }
 
-// shellWord quotes s for a POSIX shell when it needs quoting.
-func shellWord(s string) string {
+// shellWordRaw quotes s for a POSIX shell when it needs quoting (the
+// message it goes into is escaped where it is printed).
+func shellWordRaw(s string) string {
 	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/+:@%=,") == "" {
 		return s
 	}
-	return "'" + strings.ReplaceAll(termsafe.String(s), "'", `'\''`) + "'"
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/app"
 	"github.com/haia-trace-mcp/haia-trace-mcp/console"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/notify"
 	"github.com/haia-trace-mcp/haia-trace-mcp/server"
 )
@@ -247,7 +249,7 @@ func openServed(ctx context.Context, f *serveFlags, notifier *notify.Group, nm *
 			closeStacks()
 			return nil, nil, nil, err
 		}
-		f.console.tenants = &tenantConsoles{site: site, mux: http.NewServeMux()}
+		f.console.tenants = &tenantConsoles{site: site, mux: http.NewServeMux(), clients: f.console.clients}
 		// /console/ itself says where each tenant's console is.
 		f.console.tenants.mux.Handle(site.u.Path, console.TenantsIndex(site.u))
 		stopConsole = site.close
@@ -274,10 +276,32 @@ func openServed(ctx context.Context, f *serveFlags, notifier *notify.Group, nm *
 		stopConsole = serveConsole(ctx, &f.console, tc.site, tc.mux, tc.rpID, func() {}, logger)
 		logger.Info("the reviewer console serves each tenant under its own path", "url", tc.site.u.String()+"t/<tenant>/")
 	}
-	stopHUP := reloadOnHUP(ctx, stacks)
-	closeStacksAndHUP := closeAll
-	closeAll = func() { stopHUP(); closeStacksAndHUP() }
 	return servers, ready, closeAll, nil
+}
+
+// startServed puts the served stacks to work once the server serves (the
+// listener is open, the upstream attached): each records its policy in
+// its store and starts its outbox (app.Stack.Start), and SIGHUP reloads
+// them from then on. Before it, a refused start has changed nothing in any
+// store. stop ends the SIGHUP handling.
+func startServed(ctx context.Context, servers map[string]*served) (stop func(), err error) {
+	names := make([]string, 0, len(servers))
+	for name := range servers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	stacks := make([]*app.Stack, 0, len(names))
+	for _, name := range names {
+		st := servers[name].st
+		if err := st.Start(ctx); err != nil {
+			if name != "" {
+				return nil, fmt.Errorf("tenant %s: %w", name, err)
+			}
+			return nil, err
+		}
+		stacks = append(stacks, st)
+	}
+	return reloadOnHUP(ctx, stacks), nil
 }
 
 func newLogger(stderr io.Writer, level string) (*slog.Logger, error) {
@@ -297,6 +321,9 @@ func defineServe(fs *flag.FlagSet) runFunc {
 	h.register(fs)
 	return func(ctx context.Context, env *cmdEnv, pos []string) error {
 		if len(pos) != 0 {
+			if near := nearest(pos[0], commandTable().subNames()); near != "" {
+				return usageErrorf("unknown command %q; did you mean %q?", pos[0], near)
+			}
 			return usageErrorf("unknown command %q", pos[0])
 		}
 		return runServe(ctx, env, f, h)
@@ -318,13 +345,21 @@ func runServe(ctx context.Context, env *cmdEnv, f serveFlags, h httpFlags) error
 		env.fs.Visit(func(fl *flag.Flag) {
 			switch fl.Name {
 			case "guard-config", "agent-id", "reviewers", "notify-command", "notify-env", "notify-url", "notify-secret-file", "store", "key-file", "signer", "params-key-file",
-				"payer-key", "payer-key-password-file", "payer-signer", "console", "console-addr", "console-url":
+				"payer-key", "payer-key-password-file", "payer-signer", "console", "console-addr", "console-url", "console-trusted-proxy", "console-proxy-header":
 				guardFlags = append(guardFlags, "--"+fl.Name)
 			}
 		})
 		if len(guardFlags) > 0 {
 			return usageErrorf("--read-only serves no guard, so %s would do nothing; drop them or --read-only", strings.Join(guardFlags, ", "))
 		}
+	}
+	if err := refuseIdleFlags(env.fs, &f, &h); err != nil {
+		return err
+	}
+	given := map[string]bool{}
+	env.fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	if err := f.console.check(func(name string) bool { return given[name] }); err != nil {
+		return err
 	}
 	servers, ready, closeAll, err := openFront(ctx, &f, &h, logger, stderr)
 	if err != nil {
@@ -334,6 +369,12 @@ func runServe(ctx context.Context, env *cmdEnv, f serveFlags, h httpFlags) error
 	if h.addr != "" {
 		return exitCode(runHTTP(ctx, servers, ready, &h, logger, stderr))
 	}
+	stopHUP, err := startServed(ctx, servers)
+	if err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp: %s\n", termsafe.String(err.Error()))
+		return exitCode(exitFail)
+	}
+	defer stopHUP()
 	srv := servers[""].srv
 	logger.Info("serving MCP over stdio", "root", servers[""].st.Root().Path())
 	stdio := mcpserver.NewStdioServer(srv.MCP())
@@ -343,6 +384,59 @@ func runServe(ctx context.Context, env *cmdEnv, f serveFlags, h httpFlags) error
 		return exitCode(exitFail)
 	}
 	logger.Info("stdin closed; stopping")
+	return nil
+}
+
+// idleFlagRules are the serving flags that act only beside another: given
+// without it, each would silently do nothing, so it is refused by name.
+var idleFlagRules = []struct {
+	flags []string
+	// needs names what they act with, for the message.
+	needs  string
+	active func(f *serveFlags, h *httpFlags) bool
+}{
+	{[]string{"tenant-claim", "tenant-fair-share", "tenant-slots", "tenant-max-in-flight", "tenant-queue", "tenant-wait"},
+		"--tenants-dir (they set how the tenants are told apart and share the decision slots)",
+		func(f *serveFlags, _ *httpFlags) bool { return f.tenantsDir != "" }},
+	{[]string{"public-url", "auth-issuer", "auth-jwks", "auth-hmac-secret", "auth-scope", "auth-tool-scope", "auth-max-token-lifetime",
+		"http-insecure-no-auth", "http-max-body", "http-max-sessions", "http-session-idle", "http-session-key", "http-max-streams",
+		"http-stream-idle", "http-stream-ping", "rate-limit", "rate-burst", "http-read-header-timeout", "http-read-timeout",
+		"http-write-timeout", "http-idle-timeout", "http-shutdown-timeout"},
+		"--http (they set the Streamable HTTP endpoint; over stdio there is none)",
+		func(_ *serveFlags, h *httpFlags) bool { return h.addr != "" }},
+	{[]string{"http-allow-remote"}, "--http or --console (it lets their listener leave loopback)",
+		func(f *serveFlags, h *httpFlags) bool { return h.addr != "" || f.console.on }},
+	{[]string{"console-addr", "console-url"}, "--console (they place the reviewer console)",
+		func(f *serveFlags, _ *httpFlags) bool { return f.console.on }},
+}
+
+// refuseIdleFlags refuses, by name, each flag given (on fs) that would do
+// nothing beside the others given.
+func refuseIdleFlags(fs *flag.FlagSet, f *serveFlags, h *httpFlags) error {
+	given := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	var msgs []string
+	for _, r := range idleFlagRules {
+		if r.active(f, h) {
+			continue
+		}
+		var idle []string
+		for _, name := range r.flags {
+			if given[name] {
+				idle = append(idle, "--"+name)
+			}
+		}
+		switch len(idle) {
+		case 0:
+		case 1:
+			msgs = append(msgs, fmt.Sprintf("%s does nothing without %s", idle[0], r.needs))
+		default:
+			msgs = append(msgs, fmt.Sprintf("%s do nothing without %s", orList(idle), r.needs))
+		}
+	}
+	if len(msgs) > 0 {
+		return usageErrorf("%s; drop them or add what they need", strings.Join(msgs, "; "))
+	}
 	return nil
 }
 
@@ -369,6 +463,13 @@ func openFront(ctx context.Context, f *serveFlags, h *httpFlags, logger *slog.Lo
 	if f.tenantsDir != "" && (h.addr == "" || h.insecure || h.tenantClaim == "") {
 		closeNotifier()
 		return nil, nil, nil, usageErrorf("--tenants-dir serves tenants over --http with authentication, the tenant named by --tenant-claim")
+	}
+	if h.addr != "" {
+		// What the flags refuse is refused before a store is opened.
+		if _, err := h.plan(); err != nil {
+			closeNotifier()
+			return nil, nil, nil, usageErrorf("%v", err)
+		}
 	}
 	servers, ready, closeServed, err := openServed(ctx, f, notifier, notifyMetrics, logger)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/auth"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
 	"github.com/haia-trace-mcp/haia-trace-mcp/server"
 )
 
@@ -333,6 +334,13 @@ func runHTTP(ctx context.Context, servers map[string]*served, ready func(context
 		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
 		return exitFail
 	}
+	stopHUP, err := startServed(ctx, servers)
+	if err != nil {
+		ln.Close()
+		fmt.Fprintf(stderr, "haia-trace-mcp: %s\n", termsafe.String(err.Error()))
+		return exitFail
+	}
+	defer stopHUP()
 	if p.auth == nil {
 		logger.Warn("serving WITHOUT authentication (--http-insecure-no-auth); loopback only")
 	}

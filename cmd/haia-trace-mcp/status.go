@@ -10,15 +10,14 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"log/slog"
 	"math/big"
 	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/app"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
@@ -30,18 +29,23 @@ operations (full or partial), open payments by counterparty, pending reviews
 by age, reservations, every decision chain's head and whether it verifies
 (against the store's keyring), the policy in force (the one the server
 recorded in the store; its source and SHA-256), a policy file on disk that
-is not it, and the trusted reviewers. Nothing is written. --json prints one
-JSON object.
+is not it, the trusted reviewers, and what a guard proxy serving the root
+does with each upstream tool (guard/proxy-tools.json, which the proxy
+writes). Nothing is written. --json prints one JSON object.
 
 exit codes: 0 everything verifies, 1 error, 2 usage, 3 a chain does not verify,
-a run cannot be read, a reservation is unverified or the policy on disk is not
-the one in force
+a run cannot be read, a reservation is unverified, the policy on disk is not
+the one in force, or the guard proxy refuses an upstream tool as new, forwards
+one that looks like a payment unchecked, or refuses every call
 `
 
 // statusReport is what status prints; its JSON form is for scripts.
 type statusReport struct {
-	Root         string           `json:"root"`
-	Store        string           `json:"store"`
+	Root  string `json:"root"`
+	Store string `json:"store"`
+	// Tenant is the tenant its server serves the store as ("" for a
+	// single root).
+	Tenant       string           `json:"tenant,omitempty"`
 	Runs         statusRuns       `json:"runs"`
 	OpenPayments []statusOpen     `json:"open_payments"`
 	Reviews      statusReviews    `json:"reviews"`
@@ -53,6 +57,9 @@ type statusReport struct {
 	GeneratedAt  string           `json:"generated_at"`
 	Templates    []string         `json:"history_templates"`
 	Unreadable   []statusNotFound `json:"unreadable_runs"`
+	// Proxy is what a guard proxy serving this root wrote of its
+	// upstream's tools (absent when none has).
+	Proxy *statusProxy `json:"proxy,omitempty"`
 }
 
 type statusRuns struct {
@@ -108,12 +115,33 @@ type statusChain struct {
 type statusPolicy struct {
 	Source string `json:"source"`
 	SHA256 string `json:"sha256"`
+	// Refused is the last reload the server refused since it recorded
+	// the policy in force (which stays in force).
+	Refused *reviewlog.RefusedPolicy `json:"refused,omitempty"`
 }
 
+// statusReviewers are the trusted reviewers: every one, whether it signs
+// with a key, passkeys or both, and the tenants it is granted.
 type statusReviewers struct {
-	File  string   `json:"file"`
-	IDs   []string `json:"ids"`
-	Error string   `json:"error,omitempty"`
+	File    string           `json:"file"`
+	IDs     []string         `json:"ids"`
+	Entries []statusReviewer `json:"entries"`
+	Error   string           `json:"error,omitempty"`
+}
+
+type statusReviewer struct {
+	ID string `json:"id"`
+	// SignsWith are the kinds of key it decides with: "key" (an Ed25519
+	// key, the CLI's), "passkey" (the console's).
+	SignsWith []string `json:"signs_with"`
+	// KeyID is the kid of its Ed25519 key ("" without one).
+	KeyID    string `json:"key_id,omitempty"`
+	Passkeys int    `json:"passkeys"`
+	// Tenants are the tenants it is granted ("*": every tenant).
+	Tenants []string `json:"tenants"`
+	// Decides says whether its decisions count in this store: on a
+	// tenant's, only a reviewer granted the tenant's do.
+	Decides bool `json:"decides"`
 }
 
 type statusNotFound struct {
@@ -130,13 +158,10 @@ var statusAges = []struct {
 // defineStatus is `status`: the state at a glance.
 func defineStatus(flags *flag.FlagSet) runFunc {
 	var o statusFlags
-	o.dir = dirFlag(flags)
-	o.reviewers = reviewersFlag(flags)
+	o.stack.register(flags, true)
 	o.guardConfig = guardConfigFlag(flags)
-	o.templatesDir = new(string)
-	templatesDirFlagVar(flags, o.templatesDir)
+	templatesDirFlagVar(flags, &o.stack.templatesDir)
 	o.asJSON = jsonFlag(flags)
-	o.store = storeFlag(flags)
 	return func(ctx context.Context, env *cmdEnv, _ []string) error {
 		return runStatus(ctx, env.stdout, env.stderr, o)
 	}
@@ -144,82 +169,89 @@ func defineStatus(flags *flag.FlagSet) runFunc {
 
 // statusFlags are status's flags.
 type statusFlags struct {
-	dir, reviewers, guardConfig, templatesDir, store *string
-	asJSON                                           *bool
+	stack       stackFlags
+	guardConfig *string
+	asJSON      *bool
 }
 
 func runStatus(ctx context.Context, stdout, stderr io.Writer, o statusFlags) error {
-	dir, reviewers, guardConfig, templatesDir, asJSON, storeFlag := o.dir, o.reviewers, o.guardConfig, o.templatesDir, o.asJSON, o.store
+	guardConfig, asJSON := o.guardConfig, o.asJSON
+	progress := newProgress(stderr, "status")
+	defer progress.done()
+	// The policy in effect is the one the server recorded in the store;
+	// a file on disk is reported against it, never taken in its place.
+	st, err := o.stack.open(ctx, func(c *app.Config) {
+		c.ProgressOf = func(string) func(done, total int) {
+			return func(done, total int) {
+				progress.step(fmt.Sprintf("reading the runs under events/ (%d of %d)", done, total))
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
 	policyPath, policySource := *guardConfig, "--guard-config "+*guardConfig
 	if policyPath == "" {
-		beside := filepath.Join(filepath.Dir(filepath.Clean(*dir)), "haia-guard.config.json")
+		beside := app.PolicyFileBeside(st.Root().Path())
 		if _, err := os.Stat(beside); err == nil {
 			policyPath, policySource = beside, beside+" (beside the Trace root)"
 		}
 	}
-	// The policy in effect is the one the server recorded in the store;
-	// a file on disk is reported against it, never taken in its place.
-	g, code := openCLIGuard(ctx, "status", *dir, *storeFlag, *reviewers, "", stderr)
-	if g == nil {
-		return exitCode(code)
-	}
-	defer g.Close()
-	rep := statusReport{Root: g.root.Path(), Store: g.store.Describe(), GeneratedAt: time.Now().UTC().Format(time.RFC3339),
+	rep := statusReport{Root: st.Root().Path(), Store: st.Store().Describe(), Tenant: st.Tenant(), GeneratedAt: time.Now().UTC().Format(time.RFC3339),
 		Problems: []string{}, OpenPayments: []statusOpen{}, Chains: []statusChain{}, Unreadable: []statusNotFound{}}
-	progress := newProgress(stderr, "status")
-	defer progress.done()
 
 	// The policy in effect: as the server recorded it, else the file.
+	pol := st.Policy()
 	builtinSum := func() string {
 		def, _ := json.Marshal(guard.DefaultConfig())
 		sum := sha256.Sum256(def)
 		return hex.EncodeToString(sum[:])
 	}
-	if g.policyKnown {
-		rep.Policy = statusPolicy{Source: g.policy.Source + ", recorded in the store by the server", SHA256: g.policy.Hash}
-		if g.policy.Hash == "" {
+	if st.PolicyKnown() {
+		rep.Policy = statusPolicy{Source: pol.Source + ", recorded in the store by the server", SHA256: pol.Hash}
+		if pol.Hash == "" {
 			rep.Policy.SHA256 = builtinSum()
+		}
+		if rec, ok := st.RecordedPolicy(); ok && rec.Refused != nil {
+			rep.Policy.Refused = rec.Refused
+			rep.Problems = append(rep.Problems, fmt.Sprintf("the server refused to reload %s at %s (%s): the policy above stays in force; fix the file and reload again (SIGHUP)", rec.Refused.Source, rec.Refused.At, rec.Refused.Error))
 		}
 		if policyPath != "" {
 			data, err := os.ReadFile(policyPath)
 			sum := sha256.Sum256(data)
-			if err != nil || hex.EncodeToString(sum[:]) != g.policy.Hash {
+			if err != nil || hex.EncodeToString(sum[:]) != pol.Hash {
 				rep.Problems = append(rep.Problems, fmt.Sprintf("%s is not the policy the server runs with (%s): restart or SIGHUP the server to put it in force", policySource, rep.Policy.Source))
 			}
 		}
 	} else if policyPath == "" {
-		def, _ := json.Marshal(guard.DefaultConfig())
-		sum := sha256.Sum256(def)
-		rep.Policy = statusPolicy{Source: "built-in defaults (no --guard-config and no haia-guard.config.json beside the Trace root); sha256 of their JSON form", SHA256: hex.EncodeToString(sum[:])}
+		rep.Policy = statusPolicy{Source: "built-in defaults (no --guard-config and no haia-guard.config.json beside the Trace root); sha256 of their JSON form", SHA256: builtinSum()}
 	} else {
-		pol, err := guard.LoadConfig(policyPath)
-		if err != nil {
-			fmt.Fprintf(stderr, "haia-trace-mcp status: %v\n", err)
-			return exitCode(exitFail)
+		if pol, err = guard.LoadConfig(policyPath); err != nil {
+			return err
 		}
-		g.policy = pol
+		if st.Tenant() != "" {
+			pol = pol.ForTenant(st.Tenant())
+		}
 		data, err := os.ReadFile(policyPath)
 		if err != nil {
-			fmt.Fprintf(stderr, "haia-trace-mcp status: %v\n", err)
-			return exitCode(exitFail)
+			return err
 		}
 		sum := sha256.Sum256(data)
 		rep.Policy = statusPolicy{Source: policySource, SHA256: hex.EncodeToString(sum[:])}
 	}
-	rep.Templates = g.policy.HistoryTemplates
+	rep.Templates = pol.HistoryTemplates
 
 	// Runs and open payments, read as the server reads them.
 	progress.step("reading the runs under events/")
-	if err := statusRunsOf(ctx, g, *templatesDir, &rep, func(done, total int) {
-		progress.step(fmt.Sprintf("reading the runs under events/ (%d of %d)", done, total))
-	}); err != nil {
+	if err := statusRunsOf(ctx, st, pol, &rep); err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp status: %s\n", termsafe.String(err.Error()))
 		return exitCode(exitFail)
 	}
 
-	// Pending reviews by age.
+	// Pending reviews by age, in the review log as the server reads it.
 	progress.step("reading the review log")
-	log := reviewlog.OpenStore(g.store, reviewlog.Options{ReviewTTL: g.policy.ReviewTTL, Reviewers: g.loadReviewers})
+	log := st.Log()
 	pending, err := log.List(ctx, false)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp status: the review log: %s\n", termsafe.String(err.Error()))
@@ -229,7 +261,7 @@ func runStatus(ctx context.Context, stdout, stderr io.Writer, o statusFlags) err
 
 	// No reservation is kept by this build.
 	// What allows hold now, checked against the decision chain.
-	rv, err := log.Reservations(ctx, g.policy.ReservationTTL)
+	rv, err := log.Reservations(ctx, pol.ReservationTTL)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp status: the reservations: %s\n", termsafe.String(err.Error()))
 		return exitCode(exitFail)
@@ -241,10 +273,8 @@ func runStatus(ctx context.Context, stdout, stderr io.Writer, o statusFlags) err
 			to = x.Host
 		}
 		amount := x.Atomic + " atomic units of " + x.Asset
-		if a, ok := g.policy.Assets.Lookup(x.Asset); ok {
-			if n, ok := new(big.Int).SetString(x.Atomic, 10); ok {
-				amount = guard.FormatAmount(n, a.Decimals) + " " + a.Symbol
-			}
+		if n, ok := new(big.Int).SetString(x.Atomic, 10); ok {
+			amount = amountText(n, x.Asset, pol.Assets)
 		}
 		until := "until the Trace shows it"
 		if x.Until != "" {
@@ -258,7 +288,7 @@ func runStatus(ctx context.Context, stdout, stderr io.Writer, o statusFlags) err
 	}
 
 	// Chains and whether they verify against the store's keyring.
-	err = g.store.View(ctx, func(r reviewlog.Reader) error {
+	err = st.Store().View(ctx, func(r reviewlog.Reader) error {
 		chains, err := reviewlog.ListChains(ctx, r)
 		if err != nil {
 			return err
@@ -287,19 +317,16 @@ func runStatus(ctx context.Context, stdout, stderr io.Writer, o statusFlags) err
 		return exitCode(exitFail)
 	}
 
-	// The trusted reviewers.
-	rep.Reviewers.File = g.reviewersPath
-	rep.Reviewers.IDs = []string{}
-	if trusted, err := g.loadReviewers(); err != nil {
-		rep.Reviewers.Error = err.Error()
-		if !errors.Is(err, fs.ErrNotExist) {
-			rep.Problems = append(rep.Problems, "the trusted reviewers file cannot be read: "+err.Error())
-		}
-	} else {
-		for id := range trusted {
-			rep.Reviewers.IDs = append(rep.Reviewers.IDs, id)
-		}
-		sort.Strings(rep.Reviewers.IDs)
+	// What a guard proxy does with its upstream's tools.
+	var proxyProblems []string
+	rep.Proxy, proxyProblems = proxyStatusOf(st.Root().Dir())
+	rep.Problems = append(rep.Problems, proxyProblems...)
+
+	// The trusted reviewers: every one, with the kinds of key it signs
+	// with and the tenants it is granted.
+	var rerr error
+	if rep.Reviewers, rerr = statusReviewersOf(st.ReviewersPath(), st.Tenant()); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+		rep.Problems = append(rep.Problems, "the trusted reviewers file cannot be read: "+rerr.Error())
 	}
 	progress.done()
 
@@ -321,20 +348,15 @@ func runStatus(ctx context.Context, stdout, stderr io.Writer, o statusFlags) err
 }
 
 // statusRunsOf reads every run under the policy's history templates the
-// way the server does (its own index) and fills the runs, the unreadable
-// runs and the open payments.
-func statusRunsOf(ctx context.Context, g *cliGuard, templatesDir string, rep *statusReport, progress func(done, total int)) error {
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cat, closeCat, err := openCatalog(g.root, templatesDir, quiet, progress)
-	if err != nil {
-		return err
-	}
-	defer closeCat()
+// way the server does (the stack's catalog) and fills the runs, the
+// unreadable runs and the open payments.
+func statusRunsOf(ctx context.Context, st *app.Stack, pol *guard.Config, rep *statusReport) error {
+	cat := st.Catalog()
 	seen := map[string]bool{}
 	open := map[string]*statusOpen{}
 	sums := map[string]map[string]*big.Int{}
 	runs := map[string]bool{}
-	for _, name := range g.policy.HistoryTemplates {
+	for _, name := range pol.HistoryTemplates {
 		t, err := cat.Templates().Resolve(name)
 		if err != nil {
 			return fmt.Errorf("history template %s: %w", name, err)
@@ -396,11 +418,7 @@ func statusRunsOf(ctx context.Context, g *cliGuard, templatesDir string, rep *st
 	rep.Runs.Unreadable = len(rep.Unreadable)
 	for who, o := range open {
 		for _, asset := range slices.Sorted(mapKeys(sums[who])) {
-			amount := sums[who][asset].String() + " atomic units of " + asset
-			if a, ok := g.policy.Assets.Lookup(asset); ok {
-				amount = guard.FormatAmount(sums[who][asset], a.Decimals) + " " + a.Symbol
-			}
-			o.Amounts = append(o.Amounts, amount)
+			o.Amounts = append(o.Amounts, amountText(sums[who][asset], asset, pol.Assets))
 		}
 		if o.Amounts == nil {
 			o.Amounts = []string{}
@@ -415,6 +433,44 @@ func statusRunsOf(ctx context.Context, g *cliGuard, templatesDir string, rep *st
 		return a.Counterparty < b.Counterparty
 	})
 	return nil
+}
+
+// statusReviewersOf lists every reviewer the trusted reviewers file at
+// path trusts — by an Ed25519 key, passkeys, or both — with the tenants it
+// is granted; on tenant's store ("" for a single root, which reads no
+// grant) a reviewer not granted it decides nothing.
+func statusReviewersOf(path, tenant string) (statusReviewers, error) {
+	out := statusReviewers{File: path, IDs: []string{}, Entries: []statusReviewer{}}
+	trust, err := reviewlog.LoadReviewerTrust(path, tenant)
+	if err != nil {
+		out.Error = err.Error()
+		return out, err
+	}
+	ids := map[string]bool{}
+	for id := range trust.Reviewers {
+		ids[id] = true
+	}
+	for id, cs := range trust.Passkeys {
+		if len(cs) > 0 {
+			ids[id] = true
+		}
+	}
+	for _, id := range slices.Sorted(mapKeys(ids)) {
+		r := statusReviewer{ID: id, SignsWith: []string{}, Passkeys: len(trust.Passkeys[id]), Tenants: slices.Clone(trust.Grants[id]), Decides: tenant == "" || trust.Grants.Allows(id, tenant)}
+		if pub, ok := trust.Reviewers[id]; ok {
+			r.SignsWith, r.KeyID = append(r.SignsWith, "key"), noa.KeyID(pub)
+		}
+		if r.Passkeys > 0 {
+			r.SignsWith = append(r.SignsWith, "passkey")
+		}
+		if r.Tenants == nil {
+			r.Tenants = []string{}
+		}
+		slices.Sort(r.Tenants)
+		out.IDs = append(out.IDs, id)
+		out.Entries = append(out.Entries, r)
+	}
+	return out, nil
 }
 
 func mapKeys[V any](m map[string]V) func(func(string) bool) {
@@ -454,8 +510,13 @@ func statusPending(pending []reviewlog.Review, now time.Time) statusReviews {
 
 func printStatus(w io.Writer, rep statusReport) {
 	s := termsafe.String
-	fmt.Fprintf(w, "Trace root  %s\nstore       %s\n\n", s(rep.Root), s(rep.Store))
-	fmt.Fprintf(w, "runs        %d runs, %d operations (%d full, %d partial) under %s\n", rep.Runs.Runs, rep.Runs.Operations, rep.Runs.Full, rep.Runs.Partial, strings.Join(rep.Templates, ", "))
+	fmt.Fprintf(w, "Trace root  %s\nstore       %s\n", s(rep.Root), s(rep.Store))
+	if rep.Tenant != "" {
+		fmt.Fprintf(w, "tenant      %s (its server serves this store as that tenant: only the reviewers granted it decide)\n", s(rep.Tenant))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "runs        %s, %s (%d full, %d partial) under %s\n", count(rep.Runs.Runs, "run", "runs"), count(rep.Runs.Operations, "operation", "operations"),
+		rep.Runs.Full, rep.Runs.Partial, strings.Join(rep.Templates, ", "))
 	for _, u := range rep.Unreadable {
 		fmt.Fprintf(w, "            run %s cannot be read: %s\n", s(u.RunID), s(u.Error))
 	}
@@ -464,7 +525,7 @@ func printStatus(w io.Writer, rep statusReport) {
 	} else {
 		fmt.Fprintf(w, "open        payments whose outcome is not confirmed, by counterparty:\n")
 		for _, o := range rep.OpenPayments {
-			fmt.Fprintf(w, "            %-44s %d  %s\n", s(o.Counterparty), o.Operations, s(strings.Join(o.Amounts, " + ")))
+			fmt.Fprintf(w, "            %-44s %-14s %s\n", s(o.Counterparty), count(o.Operations, "operation", "operations"), s(strings.Join(o.Amounts, " + ")))
 		}
 	}
 	fmt.Fprintf(w, "reviews     %d pending", rep.Reviews.Pending)
@@ -478,7 +539,8 @@ func printStatus(w io.Writer, rep statusReport) {
 		fmt.Fprintf(w, " (%s; oldest opened %s)", strings.Join(parts, ", "), s(rep.Reviews.Oldest))
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "reserved    %d held by allows (they count towards the limits until the Trace shows the payment)\n", rep.Reservations.Held)
+	held := count(rep.Reservations.Held, "amount held by an earlier allow", "amounts held by earlier allows")
+	fmt.Fprintf(w, "reserved    %s (counted towards the limits until the Trace shows the payment)\n", held)
 	for _, x := range rep.Reservations.Items {
 		fmt.Fprintf(w, "            %s to %s by %s, receipt %s, %s\n", s(x.Amount), s(x.To), s(x.Caller), s(x.ReceiptID), s(x.Until))
 	}
@@ -490,24 +552,60 @@ func printStatus(w io.Writer, rep statusReport) {
 		if i > 0 {
 			label = "           "
 		}
-		fmt.Fprintf(w, "%s %s  %s  %d receipts, %d segments, head %s\n", label, ch.Verdict, s(ch.ID), ch.Receipts, ch.Segments, s(ch.Head))
+		fmt.Fprintf(w, "%s %s  %s  %s, %s, head %s\n", label, ch.Verdict, s(ch.ID), count(ch.Receipts, "receipt", "receipts"), count(ch.Segments, "segment", "segments"), s(ch.Head))
 		if ch.Reason != "" {
 			fmt.Fprintf(w, "              %s\n", s(ch.Reason))
 		}
 	}
 	fmt.Fprintf(w, "policy      %s\n            sha256 %s\n", s(rep.Policy.Source), rep.Policy.SHA256)
+	if r := rep.Policy.Refused; r != nil {
+		fmt.Fprintf(w, "            RELOAD REFUSED at %s: %s: %s; the policy above stays in force\n", s(r.At), s(r.Source), s(r.Error))
+	}
+	printStatusProxy(w, rep.Proxy)
 	switch {
 	case rep.Reviewers.Error != "":
 		fmt.Fprintf(w, "reviewers   %s: %s\n", s(rep.Reviewers.File), s(rep.Reviewers.Error))
-	case len(rep.Reviewers.IDs) == 0:
+	case len(rep.Reviewers.Entries) == 0:
 		fmt.Fprintf(w, "reviewers   none trusted in %s\n", s(rep.Reviewers.File))
 	default:
-		fmt.Fprintf(w, "reviewers   %s (%s)\n", s(strings.Join(rep.Reviewers.IDs, ", ")), s(rep.Reviewers.File))
+		fmt.Fprintf(w, "reviewers   %s trusted in %s\n", count(len(rep.Reviewers.Entries), "reviewer", "reviewers"), s(rep.Reviewers.File))
+		width := 0
+		for _, r := range rep.Reviewers.Entries {
+			width = max(width, len(s(r.ID)))
+		}
+		for _, r := range rep.Reviewers.Entries {
+			fmt.Fprintf(w, "            %-*s  %s\n", width, s(r.ID), s(statusReviewerLine(r, rep.Tenant)))
+		}
 	}
 	if len(rep.Problems) > 0 {
-		fmt.Fprintf(w, "\n%d problem(s):\n", len(rep.Problems))
+		fmt.Fprintf(w, "\n%s:\n", count(len(rep.Problems), "problem", "problems"))
 		for _, p := range rep.Problems {
 			fmt.Fprintf(w, "  - %s\n", s(p))
 		}
 	}
+}
+
+// statusReviewerLine says what a reviewer signs with and for which
+// tenants: "key haia-1a07…, 2 passkeys; tenants acme, globex".
+func statusReviewerLine(r statusReviewer, tenant string) string {
+	var keys []string
+	if r.KeyID != "" {
+		keys = append(keys, "key "+r.KeyID)
+	}
+	if r.Passkeys > 0 {
+		keys = append(keys, count(r.Passkeys, "passkey", "passkeys"))
+	}
+	line := strings.Join(keys, ", ")
+	switch {
+	case slices.Contains(r.Tenants, reviewlog.AllTenants):
+		line += "; every tenant"
+	case len(r.Tenants) > 0:
+		line += "; tenants " + strings.Join(r.Tenants, ", ")
+	default:
+		line += "; no tenant"
+	}
+	if !r.Decides {
+		line += fmt.Sprintf(" (not granted %s: its decisions do not count here)", tenant)
+	}
+	return line
 }

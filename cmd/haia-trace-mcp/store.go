@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,9 +13,9 @@ import (
 	"strings"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/app"
-	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
+	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/filestore"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/pgstore"
@@ -37,172 +35,92 @@ func storeSpec(flagValue string) string {
 	return "file:"
 }
 
-// openCLIStore opens --dir (a Trace root, see openCLIRoot) and the store
-// for a command-line tool. With the PostgreSQL store, guard/ need not exist
-// under the root.
-func openCLIStore(ctx context.Context, command, dir, spec string, stderr io.Writer) (*confined.Dir, reviewlog.Store, int) {
-	if err := app.CheckStoreSpec(spec); err != nil {
-		fmt.Fprintf(stderr, "haia-trace-mcp %s: %v\n", command, err)
-		return nil, nil, exitUsage
-	}
-	if _, err := app.TenantStore(spec, ""); err != nil {
-		fmt.Fprintf(stderr, "haia-trace-mcp %s: %v\n", command, err)
-		return nil, nil, exitUsage
-	}
-	root, code := openCLIRoot(command, dir, stderr)
-	if root == nil {
-		return nil, nil, code
-	}
-	st, err := app.OpenStore(ctx, root, spec)
-	if err != nil {
-		root.Close()
-		fmt.Fprintf(stderr, "haia-trace-mcp %s: %s\n", command, termsafe.String(err.Error()))
-		return nil, nil, exitFail
-	}
-	return root, st, exitOK
+// stackFlags are the flags of the commands that open the guard's stack
+// beside the server (review, status, audit, authorization show, review
+// watch): the Trace root, the store, the trusted reviewers, the policy and
+// the tenant. open turns them into the app.Config the server serves the
+// same root with, so that every command reads the review log with the
+// server's options.
+type stackFlags struct {
+	dir, store, reviewers, guardConfig, templatesDir, tenantsDir, tenant string
+	// tenantScope: --tenant without --tenants-dir is the scope.tenant of
+	// the decisions written (review), not a usage error.
+	tenantScope bool
 }
 
-// cliGuard is what the review-log commands open first: the Trace root, the
-// guard's store, the trusted reviewers file and the policy.
-type cliGuard struct {
-	root          *confined.Dir
-	store         reviewlog.Store
-	reviewersPath string
-	policy        *guard.Config
-	// tenant is the tenant of a --tenants-dir server whose root this is
-	// ("" for a single root): its review log trusts only the reviewers
-	// the file grants it.
-	tenant string
-	// policyKnown is false when the policy the server runs with could not
-	// be known (nothing recorded in the store, no --guard-config): policy
-	// is then the built-in defaults, fit for listing but not for deciding.
-	policyKnown bool
+// register declares the flags every such command takes: --dir, --store,
+// --reviewers, --tenants-dir (and --tenant, unless the command declares
+// its own).
+func (f *stackFlags) register(fs *flag.FlagSet, tenant bool) {
+	dirFlagVar(fs, &f.dir)
+	storeFlagVar(fs, &f.store)
+	reviewersFlagVar(fs, &f.reviewers)
+	tenantsDirFlagVar(fs, &f.tenantsDir)
+	if tenant {
+		tenantFlagVar(fs, &f.tenant)
+	}
+}
+
+// open opens the guard's stack as a command uses it (app.Config.Tool):
+// the same store as the server's, its review log with the server's
+// options — the trusted reviewers' keys, passkeys and grants, the tenant,
+// the policy the server recorded — and nothing written. tune, when set,
+// adjusts the configuration (lock wait, keys). Its error carries the exit
+// code and what to print.
+func (f *stackFlags) open(ctx context.Context, tune func(*app.Config)) (*app.Stack, error) {
+	dir, tenant := f.dir, ""
+	switch {
+	case f.tenantsDir != "":
+		if !receipt.IsSlug(f.tenant) {
+			return nil, usageErrorf("--tenants-dir needs --tenant naming one tenant (a bare slug), got %q", f.tenant)
+		}
+		dir, tenant = filepath.Join(f.tenantsDir, f.tenant), f.tenant
+	case f.tenant != "" && !f.tenantScope:
+		return nil, usageErrorf("--tenant %q names a tenant of --tenants-dir, which is not given (a tenant's own root, --dir DIR/NAME, is read as its server records it)", f.tenant)
+	}
+	spec := storeSpec(f.store)
+	if err := app.CheckStoreSpec(spec); err != nil {
+		return nil, usageErrorf("%v", err)
+	}
+	// The tenant's own database, where --store names one per tenant.
+	if _, err := app.TenantStore(spec, tenant); err != nil {
+		return nil, usageErrorf("%v", err)
+	}
+	reviewers, err := reviewersFile(f.reviewers)
+	if err != nil {
+		return nil, err
+	}
+	cfg := app.Config{Dir: dir, Tenant: tenant, Store: spec, ReviewersPath: reviewers, GuardConfig: f.guardConfig,
+		TemplatesDir: f.templatesDir, Tool: true, Logger: slog.New(slog.DiscardHandler)}
+	if tune != nil {
+		tune(&cfg)
+	}
+	st, err := app.Open(ctx, cfg)
+	if err == nil {
+		return st, nil
+	}
+	var re *app.RootError
+	var ce *app.CheckError
+	var cfgErr *app.ConfigError
+	switch {
+	case errors.As(err, &re):
+		return nil, &exitError{code: exitUsage, err: errors.New(rootOpenProblemRaw(re.Dir, re.Err))}
+	case errors.Is(err, app.ErrNotTraceRoot):
+		abs, _ := filepath.Abs(dir)
+		return nil, &exitError{code: exitUsage, err: fmt.Errorf("%s is not a Trace root: it holds neither events/ nor guard/ "+
+			"(a Trace root holds events/<run_id>.ndjson from the recorders and guard/ with the review log); pass --dir with the Trace root", abs)}
+	case errors.As(err, &ce):
+		abs, _ := filepath.Abs(dir)
+		return nil, fmt.Errorf("%s/%s: %w", abs, ce.Name, ce.Err)
+	case errors.As(err, &cfgErr):
+		return nil, &exitError{code: exitUsage, err: err}
+	}
+	return nil, err
 }
 
 // errPolicyUnknown is why a command that decides refuses to when the
 // server's policy cannot be known.
-const errPolicyUnknown = "the policy the server runs with is not recorded in the guard's store (a server records it when it starts), and no --guard-config was given: a decision could be taken under another reviewTtlMinutes than the server's. Start the server once on this store, or pass --guard-config with the file it runs with; nothing was written"
-
-func (g *cliGuard) Close() { g.store.Close(); g.root.Close() }
-
-// openCLIGuard opens them for command, printing what went wrong and
-// returning the exit code when something did.
-func openCLIGuard(ctx context.Context, command, dir, storeFlag, reviewers, guardConfig string, stderr io.Writer) (*cliGuard, int) {
-	root, st, code := openCLIStore(ctx, command, dir, storeSpec(storeFlag), stderr)
-	if root == nil {
-		return nil, code
-	}
-	g := &cliGuard{root: root, store: st}
-	var err error
-	if g.reviewersPath, err = reviewersFile(reviewers); err != nil {
-		g.Close()
-		fmt.Fprintf(stderr, "haia-trace-mcp %s: %v\n", command, err)
-		return nil, exitFail
-	}
-	if code := g.openPolicy(ctx, command, guardConfig, stderr); code != exitOK {
-		g.Close()
-		return nil, code
-	}
-	return g, exitOK
-}
-
-// openPolicy finds the policy the server runs with: the one the server
-// recorded in the store (a --guard-config that differs from it is
-// refused), else --guard-config, else unknown (built-in defaults, for
-// listing only; see policyKnown).
-func (g *cliGuard) openPolicy(ctx context.Context, command, guardConfig string, stderr io.Writer) int {
-	rec, recorded, err := recordedPolicy(ctx, g.store)
-	if err != nil {
-		fmt.Fprintf(stderr, "haia-trace-mcp %s: %s\n", command, termsafe.String(err.Error()))
-		return exitFail
-	}
-	var given *guard.Config
-	if guardConfig != "" {
-		if given, err = guard.LoadConfig(guardConfig); err != nil {
-			fmt.Fprintf(stderr, "haia-trace-mcp %s: --guard-config: %v\n", command, err)
-			return exitUsage
-		}
-	}
-	switch {
-	case recorded:
-		pol, err := policyFromRecord(rec)
-		if err != nil {
-			fmt.Fprintf(stderr, "haia-trace-mcp %s: %s\n", command, termsafe.String(err.Error()))
-			return exitFail
-		}
-		if given != nil && given.Hash != rec.SHA256 {
-			fmt.Fprintf(stderr, "haia-trace-mcp %s: --guard-config %s is not the policy the server runs with (the store records %s, sha256 %s, since %s); drop --guard-config to use the server's, or restart (or SIGHUP) the server with this file; nothing was written\n",
-				command, guardConfig, termsafe.String(rec.Source), shortHash(rec.SHA256), rec.At)
-			return exitUsage
-		}
-		g.policy, g.policyKnown = pol, true
-	case given != nil:
-		g.policy, g.policyKnown = given, true
-	default:
-		g.policy = guard.DefaultConfig()
-	}
-	return exitOK
-}
-
-// recordedPolicy reads the policy in effect from the store.
-func recordedPolicy(ctx context.Context, st reviewlog.Store) (rec reviewlog.PolicyRecord, ok bool, err error) {
-	err = st.View(ctx, func(r reviewlog.Reader) error {
-		rec, ok, err = r.Policy(ctx)
-		return err
-	})
-	if err != nil {
-		return rec, false, fmt.Errorf("read the policy the server recorded in %s: %w", st.Describe(), err)
-	}
-	return rec, ok, nil
-}
-
-// policyFromRecord parses a recorded policy as the server did.
-func policyFromRecord(rec reviewlog.PolicyRecord) (*guard.Config, error) {
-	if rec.Text == "" {
-		return guard.DefaultConfig(), nil
-	}
-	sum := sha256.Sum256([]byte(rec.Text))
-	if hex.EncodeToString(sum[:]) != rec.SHA256 {
-		return nil, fmt.Errorf("the policy recorded in the store does not match its own hash (%s): it was altered; restart the server to record it again", shortHash(rec.SHA256))
-	}
-	pol, err := guard.ParseConfig([]byte(rec.Text), filepath.Dir(rec.Source))
-	if err != nil {
-		return nil, fmt.Errorf("the policy recorded in the store (%s) does not load: %w", rec.Source, err)
-	}
-	pol.Source, pol.Text, pol.Hash = rec.Source+" (as the server recorded it at "+rec.At+")", []byte(rec.Text), rec.SHA256
-	return pol, nil
-}
-
-func shortHash(h string) string {
-	if len(h) > 12 {
-		return h[:12] + "…"
-	}
-	return h
-}
-
-// loadReviewers reads the trusted reviewers each time a decision is
-// verified.
-func (g *cliGuard) loadReviewers() (reviewlog.Reviewers, error) {
-	return reviewlog.LoadReviewers(g.reviewersPath)
-}
-
-// loadPasskeys reads the trusted reviewers' passkeys each time a decision
-// is verified.
-func (g *cliGuard) loadPasskeys() (reviewlog.Passkeys, error) {
-	return reviewlog.LoadPasskeys(g.reviewersPath)
-}
-
-// grantOptions sets o's tenant and grants as the server reads them: for a
-// tenant of a --tenants-dir server, only the reviewers the file grants it
-// decide; a single root reads no grant.
-func (g *cliGuard) grantOptions(o reviewlog.Options) reviewlog.Options {
-	if g.tenant != "" {
-		path := g.reviewersPath
-		o.Tenant = g.tenant
-		o.Grants = func() (reviewlog.Grants, error) { return reviewlog.LoadGrants(path) }
-	}
-	return o
-}
+const errPolicyUnknown = "the policy the server runs with is not recorded in the guard's store (a server records it once it serves), and no --guard-config was given: a decision could be taken under another reviewTtlMinutes than the server's. Start the server once on this store, or pass --guard-config with the file it runs with; nothing was written"
 
 const storeDetails = `migrate applies the schema migrations this binary carries (safe to run from
 every replica at once: they take turns) and refuses a schema ahead of the

@@ -74,9 +74,17 @@ const (
 	// with nothing to say whether it paid first (the guard map's
 	// "errors": "unknown", the default).
 	OutcomeToolErrorUnknown Outcome = "upstream_tool_error_unknown"
-	// OutcomeRefused: the upstream answered with a protocol error (the
-	// call was not run).
+	// OutcomeRefused: the upstream's answer proves the call was not run:
+	// it was never sent, or the upstream refused the request before any
+	// handler ran (JSON-RPC -32700, -32600, -32601 or -32602: a request it
+	// could not read, an unknown method or tool, arguments refused before
+	// execution).
 	OutcomeRefused Outcome = "upstream_refused"
+	// OutcomeErrorUnknown: the upstream answered with a JSON-RPC error that
+	// does not prove the call was not run (an internal error, a
+	// server-defined or application code, a handler that threw): whether
+	// it paid first is unknown, as for OutcomeToolErrorUnknown.
+	OutcomeErrorUnknown Outcome = "upstream_error_unknown"
 	// OutcomeTimeout: no answer in time; the upstream may still run it.
 	OutcomeTimeout Outcome = "upstream_timeout"
 	// OutcomeLost: the upstream went away during the call.

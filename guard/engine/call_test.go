@@ -89,7 +89,7 @@ func TestCheckCallRecordsTheCallAndItsOutcome(t *testing.T) {
 	if strings.Join(verdicts, ",") != "ALLOWED,EXECUTED,FAILED,FAILED" {
 		t.Fatalf("verdicts %v", verdicts)
 	}
-	if !OutcomeToolError.Settled() || OutcomeToolErrorUnknown.Settled() || OutcomeLost.Settled() || OutcomeTimeout.Settled() || OutcomeExecuted.Settled() {
+	if !OutcomeToolError.Settled() || !OutcomeRefused.Settled() || OutcomeToolErrorUnknown.Settled() || OutcomeErrorUnknown.Settled() || OutcomeLost.Settled() || OutcomeTimeout.Settled() || OutcomeExecuted.Settled() {
 		t.Fatal("Settled")
 	}
 }

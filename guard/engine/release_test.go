@@ -43,6 +43,7 @@ func TestOutcomeReleasesTheReservation(t *testing.T) {
 			{OutcomeToolError, true},
 			{OutcomeToolErrorUnknown, false},
 			{OutcomeRefused, true},
+			{OutcomeErrorUnknown, false},
 			{OutcomeTimeout, false},
 			{OutcomeLost, false},
 			{OutcomeExecuted, false},

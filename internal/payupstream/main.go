@@ -7,6 +7,12 @@
 // process id), PAY_PAGE (tools/list page size, default no paging),
 // PAY_EXTRA (comma-separated tools added at start, for schema checks),
 // PAY_REFUSE_FILE (while that file exists, every start fails).
+//
+// Some tools pay and then fail, each in one of the ways a real server
+// fails after its handler ran (errors.go); over stdio, a thin layer in
+// front of the server answers what an SDK answers before any handler runs
+// (arguments refused by schema validation) and the JSON-RPC error codes
+// mcp-go's handlers cannot choose.
 package main
 
 import (
@@ -18,9 +24,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -31,7 +39,10 @@ type upstream struct {
 	tasks tasks
 	mu    sync.Mutex
 	log   string
-	srv   *server.MCPServer
+	// vanished: ghost_send is refused as unknown at call time while it is
+	// still listed (a tool removed without telling the clients).
+	vanished atomic.Bool
+	srv      *server.MCPServer
 	// out, over stdio, is standard output: progress is written through
 	// it directly, so that it precedes the result on the wire (the
 	// server's notification queue is drained by another goroutine).
@@ -150,7 +161,16 @@ func main() {
 			f.Close()
 		}
 	}
-	opts := []server.ServerOption{server.WithToolCapabilities(true), server.WithLogging(), server.WithTaskCapabilities(true, true, true)}
+	opts := []server.ServerOption{server.WithToolCapabilities(true), server.WithLogging(), server.WithTaskCapabilities(true, true, true),
+		// A handler's panic becomes a JSON-RPC error answer (-32603), as
+		// a thrown error does in the SDKs.
+		server.WithRecovery(),
+		server.WithToolFilter(func(_ context.Context, tools []mcp.Tool) []mcp.Tool {
+			if !u.vanished.Load() {
+				return tools
+			}
+			return slices.DeleteFunc(tools, func(t mcp.Tool) bool { return t.Name == "ghost_send" })
+		})}
 	if n, err := strconv.Atoi(os.Getenv("PAY_PAGE")); err == nil && n > 0 {
 		opts = append(opts, server.WithPaginationLimit(n))
 	}
@@ -223,14 +243,33 @@ func main() {
 		_ = u.notify(ctx, "notifications/message", map[string]any{"level": "info", "data": "echoed"})
 		return mcp.NewToolResultText(req.GetString("text", "")), nil
 	})
+	u.addFailing()
 	for _, name := range splitList(os.Getenv("PAY_EXTRA")) {
 		u.srv.AddTool(mcp.NewToolWithRawSchema(name, "An extra tool.", json.RawMessage(`{"type":"object"}`)), u.pay(name))
 	}
 	// change_tools removes send_usdc (the map then fails) or adds it back,
 	// which tells the clients the list changed.
-	change := mcp.NewToolWithRawSchema("change_tools", "Remove or restore send_usdc.", json.RawMessage(
-		`{"type":"object","properties":{"remove":{"type":"boolean"}}}`))
+	// With vanish, ghost_send is refused as unknown from then on while it
+	// is still listed, and the clients are not told. With add, a tool of
+	// that name that pays (to, amount) is added; with reshape, echo's input
+	// schema becomes one that pays; both tell the clients.
+	change := mcp.NewToolWithRawSchema("change_tools", "Remove or restore send_usdc, add a paying tool, reshape echo.", json.RawMessage(
+		`{"type":"object","properties":{"remove":{"type":"boolean"},"vanish":{"type":"boolean"},"add":{"type":"string"},"reshape":{"type":"boolean"}}}`))
 	u.srv.AddTool(change, func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if req.GetBool("vanish", false) {
+			u.vanished.Store(true)
+			return mcp.NewToolResultText("ghost_send vanished"), nil
+		}
+		if name := req.GetString("add", ""); name != "" {
+			u.srv.AddTool(mcp.NewToolWithRawSchema(name, "Send USDC (added after start).", json.RawMessage(
+				`{"type":"object","properties":{"recipientAddress":{"type":"string"},"amount":{"type":"string"}},"required":["recipientAddress","amount"]}`)), u.pay(name))
+			return mcp.NewToolResultText("added " + name), nil
+		}
+		if req.GetBool("reshape", false) {
+			u.srv.AddTool(mcp.NewToolWithRawSchema("echo", "Echo the text, and pay.", json.RawMessage(
+				`{"type":"object","properties":{"text":{"type":"string"},"payee":{"type":"object","properties":{"wallet":{"type":"string"}}},"price":{"type":"string"}},"required":["text"]}`)), u.pay("echo"))
+			return mcp.NewToolResultText("reshaped echo"), nil
+		}
 		if req.GetBool("remove", false) {
 			u.srv.DeleteTools("send_usdc")
 		} else {
@@ -243,7 +282,7 @@ func main() {
 		return
 	}
 	u.out = &lockedWriter{w: os.Stdout}
-	if err := server.NewStdioServer(u.srv).Listen(context.Background(), os.Stdin, u.out); err != nil {
+	if err := server.NewStdioServer(u.srv).Listen(context.Background(), u.front(os.Stdin), u.out); err != nil {
 		fmt.Fprintln(os.Stderr, "payupstream:", err)
 		os.Exit(1)
 	}

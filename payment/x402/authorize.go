@@ -17,6 +17,18 @@ import (
 // valid when the policy sets no maxAuthorizationSeconds.
 const DefaultMaxAuthorizationSeconds = 300
 
+// MinAuthorizationSeconds is the shortest validity an authorization is
+// signed with: the official facilitator refuses one whose validBefore is
+// less than 6 seconds ahead when it verifies (its allowance for block
+// time), and the header must first reach the seller and the seller the
+// facilitator (10 seconds allowed). A shorter one could only be refused
+// while its amount stays reserved, so it is never signed.
+const MinAuthorizationSeconds = 6 + 10
+
+// TransferEIP3009 is the one assetTransferMethod signed here (x402's
+// default when extra names none); "permit2" is not signed.
+const TransferEIP3009 = "eip3009"
+
 // validAfterSkew backdates validAfter a little, so that a chain whose
 // latest block is a few seconds behind this clock accepts the
 // authorization at once.
@@ -97,10 +109,29 @@ func choose(r Requirements, assets guard.Registry) (Choice, string) {
 	if atomic.Sign() == 0 {
 		return Choice{}, "the amount is zero; there is nothing to authorize"
 	}
+	switch r.TransferMethod {
+	case "", TransferEIP3009:
+	case "permit2":
+		return Choice{}, "extra.assetTransferMethod is permit2, which this signer does not sign (only EIP-3009 transferWithAuthorization), and an EIP-3009 signature would not settle it"
+	default:
+		return Choice{}, fmt.Sprintf("extra.assetTransferMethod %q is not one x402 names (eip3009, permit2)", clip(r.TransferMethod))
+	}
 	if r.Name == "" || r.Version == "" {
 		return Choice{}, "extra has no EIP-712 name and version for the token, so the domain to sign under is unknown"
 	}
+	if r.MaxTimeoutSeconds < MinAuthorizationSeconds {
+		return Choice{}, fmt.Sprintf("maxTimeoutSeconds is %s; an authorization valid that briefly cannot settle (the official facilitator refuses a validBefore less than 6 s ahead when it verifies), so at least %d are needed",
+			seconds(r.MaxTimeoutSeconds), MinAuthorizationSeconds)
+	}
 	return Choice{Req: r, Asset: asset, Atomic: atomic, PayTo: payTo, Token: token, ChainID: chain, Network: network}, ""
+}
+
+// seconds writes "1 second" / "5 seconds".
+func seconds(n int64) string {
+	if n == 1 {
+		return "1 second"
+	}
+	return fmt.Sprintf("%d seconds", n)
 }
 
 // Amount is the choice's amount in the asset's display units, as the guard
@@ -235,19 +266,18 @@ func (pr *PaymentRequired) ResourceURL(c Choice) string {
 }
 
 // SameResource compares the URL the agent asked for with the seller's
-// declaration: scheme, host and path must agree (the query is not compared,
-// since sellers commonly declare the path only).
+// declaration, both in canonical form (guard.CanonicalResource): scheme,
+// host and path must agree, and the declared query must be none (sellers
+// commonly declare the path only) or the asked one exactly, parameters in
+// the same order. A seller that could declare a query the agent did not
+// ask for could make every repeat of one payment look like a new resource.
 func SameResource(asked, declared string) bool {
 	a, err1 := guard.CanonicalResource(asked, false)
 	d, err2 := guard.CanonicalResource(declared, false)
 	if err1 != nil || err2 != nil {
 		return false
 	}
-	cut := func(s string) string {
-		if i := strings.IndexAny(s, "?#"); i >= 0 {
-			return s[:i]
-		}
-		return s
-	}
-	return cut(a) == cut(d)
+	ap, aq, _ := strings.Cut(a, "?")
+	dp, dq, _ := strings.Cut(d, "?")
+	return ap == dp && (dq == "" || dq == aq)
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/lineproto"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/strictjson"
 )
 
 // The payer signer protocol: over a unix socket (see noa.ListenSigner for
@@ -100,15 +101,17 @@ func (j AuthorizationJSON) Read() (Authorization, error) {
 }
 
 // ServePayer answers payer-signing requests on ln until ctx is done, then
-// closes ln, waits for the connections in progress and returns nil.
-func ServePayer(ctx context.Context, ln net.Listener, s *KeySigner, log *slog.Logger) error {
-	log.Info("payer signer ready", "payer", s.Address().Hex(), "addr", ln.Addr().String())
+// closes ln, waits for the connections in progress and returns nil. It
+// signs only what lim allows, and logs every signature and refusal.
+func ServePayer(ctx context.Context, ln net.Listener, s *KeySigner, lim PayerLimits, log *slog.Logger) error {
+	log.Info("payer signer ready", "payer", s.Address().Hex(), "addr", ln.Addr().String(),
+		"max_value", lim.MaxValue, "max_authorization_seconds", lim.MaxSeconds)
 	return lineproto.Serve(ctx, ln, "payer signer", log, func(ctx context.Context, conn net.Conn) {
-		servePayerConn(ctx, conn, s, log)
+		servePayerConn(ctx, conn, s, lim, log)
 	})
 }
 
-func servePayerConn(ctx context.Context, conn net.Conn, s *KeySigner, log *slog.Logger) {
+func servePayerConn(ctx context.Context, conn net.Conn, s *KeySigner, lim PayerLimits, log *slog.Logger) {
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
 	defer stop()
@@ -123,14 +126,23 @@ func servePayerConn(ctx context.Context, conn net.Conn, s *KeySigner, log *slog.
 			}
 			return
 		}
-		if err := enc.Encode(answerPayer(ctx, line, s, log)); err != nil {
+		if err := enc.Encode(answerPayer(ctx, line, s, lim, log)); err != nil {
 			return
 		}
 	}
 }
 
-func answerPayer(ctx context.Context, line []byte, s *KeySigner, log *slog.Logger) payerResponse {
+func answerPayer(ctx context.Context, line []byte, s *KeySigner, lim PayerLimits, log *slog.Logger) payerResponse {
 	var req payerRequest
+	// Read exactly: a member named twice or spelled in another case would
+	// be read one way here and another way by whoever wrote the request.
+	if err := strictjson.Check(line, &req); err != nil {
+		var se *strictjson.Error
+		if errors.As(err, &se) {
+			return payerResponse{Error: "request is not exact: " + clip(se.Error())}
+		}
+		return payerResponse{Error: "request is not a JSON object"}
+	}
 	if err := json.Unmarshal(line, &req); err != nil {
 		return payerResponse{Error: "request is not a JSON object"}
 	}
@@ -149,12 +161,18 @@ func answerPayer(ctx context.Context, line []byte, s *KeySigner, log *slog.Logge
 		if err != nil {
 			return payerResponse{Error: "authorization: " + err.Error()}
 		}
+		asset, err := lim.check(d, a)
+		if err != nil {
+			log.Warn("payer signer refused a request", "reason", err.Error(), "to", a.To.Hex(), "value_atomic", clip(a.Value.String()))
+			return payerResponse{Error: err.Error()}
+		}
 		sig, err := s.SignAuthorization(ctx, d, a)
 		if err != nil {
 			log.Warn("payer signer refused a request", "reason", err.Error())
 			return payerResponse{Error: err.Error()}
 		}
-		log.Info("payer signer signed", "to", a.To.Hex(), "value", a.Value.String(), "chain_id", d.ChainID.String(), "token", d.VerifyingContract.Hex(), "nonce", "0x"+hex.EncodeToString(a.Nonce[:]))
+		log.Info("payer signer signed", "payee", a.To.Hex(), "value", display(a.Value, asset), "value_atomic", a.Value.String(),
+			"asset", asset.Key, "valid_before", a.ValidBefore.String(), "nonce", "0x"+hex.EncodeToString(a.Nonce[:]))
 		return payerResponse{Signature: "0x" + hex.EncodeToString(sig[:])}
 	}
 	return payerResponse{Error: fmt.Sprintf("unknown op %q", clip(req.Op))}

@@ -60,6 +60,9 @@ type Requirements struct {
 	// Name and Version are extra.name and extra.version: the token's
 	// EIP-712 domain. Empty when extra does not carry them as strings.
 	Name, Version string
+	// TransferMethod is extra.assetTransferMethod ("" when absent: x402
+	// then means EIP-3009).
+	TransferMethod string
 	// Resource is a v1 entry's resource URL ("" in v2).
 	Resource string
 	Raw      json.RawMessage
@@ -82,6 +85,9 @@ func ParseArgument(v any) (*PaymentRequired, error) {
 	switch x := v.(type) {
 	case string:
 		return ParseHeaderOrJSON(x)
+	case json.RawMessage:
+		// The object's own bytes, as the agent sent them.
+		return Parse(x)
 	case map[string]any:
 		// mcp-go hands arguments over already decoded (duplicate keys were
 		// merged by then); encode again and read strictly.
@@ -271,13 +277,13 @@ func readRequirements(raw json.RawMessage, version int) (Requirements, error) {
 		if err := json.Unmarshal(v, &extra); err != nil || extra == nil {
 			problems = append(problems, "extra must be an object")
 		} else {
-			if err := exactNames(extra, "name", "version"); err != nil {
+			if err := exactNames(extra, "name", "version", "assetTransferMethod"); err != nil {
 				problems = append(problems, "extra: "+err.Error())
 			}
 			for _, f := range []struct {
 				key string
 				dst *string
-			}{{"name", &r.Name}, {"version", &r.Version}} {
+			}{{"name", &r.Name}, {"version", &r.Version}, {"assetTransferMethod", &r.TransferMethod}} {
 				if raw, ok := extra[f.key]; ok {
 					if err := json.Unmarshal(raw, f.dst); err != nil || len(*f.dst) > 256 {
 						problems = append(problems, "extra."+f.key+" must be a string of at most 256 bytes")

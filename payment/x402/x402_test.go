@@ -1,6 +1,7 @@
 package x402
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/hex"
@@ -268,6 +269,25 @@ func TestSelect(t *testing.T) {
 		{"payTo bad", func(m map[string]any) { m["payTo"] = "0x12" }, "payTo", nil},
 		{"timeout 0", func(m map[string]any) { m["maxTimeoutSeconds"] = 0 }, "maxTimeoutSeconds", nil},
 		{"timeout fraction", func(m map[string]any) { m["maxTimeoutSeconds"] = 1.5 }, "maxTimeoutSeconds", nil},
+		// What the official facilitator would refuse is never chosen.
+		{"timeout 5", func(m map[string]any) { m["maxTimeoutSeconds"] = 5 }, "maxTimeoutSeconds is 5 seconds; an authorization valid that briefly cannot settle", nil},
+		{"timeout 15", func(m map[string]any) { m["maxTimeoutSeconds"] = 15 }, "at least 16 are needed", nil},
+		{"timeout 16", func(m map[string]any) { m["maxTimeoutSeconds"] = 16 }, "", func(t *testing.T, c Choice) {}},
+		{"permit2", func(m map[string]any) {
+			m["extra"] = map[string]any{"name": "USD Coin", "version": "2", "assetTransferMethod": "permit2"}
+		}, "assetTransferMethod is permit2", nil},
+		{"eip3009 named", func(m map[string]any) {
+			m["extra"] = map[string]any{"name": "USD Coin", "version": "2", "assetTransferMethod": "eip3009"}
+		}, "", func(t *testing.T, c Choice) {}},
+		{"unknown method", func(m map[string]any) {
+			m["extra"] = map[string]any{"name": "USD Coin", "version": "2", "assetTransferMethod": "erc7710"}
+		}, "not one x402 names", nil},
+		{"method number", func(m map[string]any) {
+			m["extra"] = map[string]any{"name": "USD Coin", "version": "2", "assetTransferMethod": 1}
+		}, "extra.assetTransferMethod must be a string", nil},
+		{"method case twin", func(m map[string]any) {
+			m["extra"] = map[string]any{"name": "USD Coin", "version": "2", "AssetTransferMethod": "permit2"}
+		}, "not spelled", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			doc := map[string]any{"x402Version": 2, "resource": map[string]any{"url": "https://a.example/x"}, "accepts": []any{entry(tc.mod)}}
@@ -368,7 +388,12 @@ func TestRemotePayerSigner(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- ServePayer(ctx, ln, s, slog.New(slog.DiscardHandler)) }()
+	cfg, _ := guard.ParseConfig([]byte(`{}`), "")
+	lim, err := NewPayerLimits(300, "5.00", cfg.Assets, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- ServePayer(ctx, ln, s, lim, slog.New(slog.DiscardHandler)) }()
 	rs, err := DialPayer(context.Background(), path, 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -376,7 +401,6 @@ func TestRemotePayerSigner(t *testing.T) {
 	if rs.Address() != s.Address() {
 		t.Fatal("the remote signer announces another address")
 	}
-	cfg, _ := guard.ParseConfig([]byte(`{}`), "")
 	pr, _ := ParseHeaderOrJSON(v2Required("10000", payee))
 	c, _ := Select(pr, cfg.Assets)
 	terms, _ := TermsFor(c, rs.Address(), "rcpt", time.Now(), 300)
@@ -402,7 +426,7 @@ func TestRemotePayerSigner(t *testing.T) {
 	buf := make([]byte, 256)
 	n, _ := conn.Read(buf)
 	conn.Close()
-	if !strings.Contains(string(buf[:n]), "unknown op") {
+	if !strings.Contains(string(buf[:n]), `"error":"request is not exact: unknown field \"msg\""`) {
 		t.Fatalf("raw sign: %s", buf[:n])
 	}
 	cancel()
@@ -432,6 +456,14 @@ func TestSameResource(t *testing.T) {
 		{"https://api.example.com/data", "https://evil.example/data", false},
 		{"https://api.example.com/data", "https://api.example.com/other", false},
 		{"not a url", "https://api.example.com/data", false},
+		{"https://api.example.com/data", "https://API.Example.com:443/./data#frag", true},
+		{"https://api.example.com/data?x=1", "https://api.example.com/data?x=1", true},
+		{"https://api.example.com/data?x=1", "https://api.example.com/a/../data?x=%31", true},
+		// A query the agent did not ask for, or another one: another URL.
+		{"https://api.example.com/data", "https://api.example.com/data?n=2", false},
+		{"https://api.example.com/data?x=1", "https://api.example.com/data?x=2", false},
+		// Order matters: the declaration is another URL.
+		{"https://api.example.com/data?a=1&b=2", "https://api.example.com/data?b=2&a=1", false},
 	} {
 		if got := SameResource(tc.a, tc.d); got != tc.same {
 			t.Errorf("SameResource(%q, %q) = %v", tc.a, tc.d, got)
@@ -512,8 +544,12 @@ func FuzzPayerRequest(f *testing.F) {
 	f.Add([]byte(`{"op":"sign","msg":"AAAA"}`))
 	f.Add([]byte(`{"op":"sign_authorization","domain":{},"authorization":{}}`))
 	log := slog.New(slog.DiscardHandler)
+	lim, err := NewPayerLimits(300, "5.00", cfg.Assets, func() time.Time { return time.Unix(1_800_000_000, 0) })
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, line []byte) {
-		resp := answerPayer(context.Background(), line, s, log)
+		resp := answerPayer(context.Background(), line, s, lim, log)
 		if resp.Signature == "" {
 			return
 		}
@@ -533,5 +569,89 @@ func FuzzPayerRequest(f *testing.F) {
 		if who, err := Recover(digest, sig); err != nil || who != s.Address() {
 			t.Fatalf("the signature does not recover to the payer: %v", err)
 		}
+		if a.Value.Cmp(big.NewInt(5_000_000)) > 0 || a.ValidBefore.Cmp(big.NewInt(1_800_000_300)) > 0 {
+			t.Fatalf("signed past the limits: value %s, validBefore %s", a.Value, a.ValidBefore)
+		}
 	})
+}
+
+// The payer signer holds its own line: a value above --max-value, a
+// validity past maxAuthorizationSeconds (up to 2^256-1) or a token whose
+// decimals it does not know is refused by name, and each signature is
+// logged with its payee, value, asset, validBefore and nonce.
+func TestPayerSignerLimits(t *testing.T) {
+	s := testSigner(t)
+	cfg, _ := guard.ParseConfig([]byte(`{}`), "")
+	now := time.Unix(1_800_000_000, 0)
+	lim, err := NewPayerLimits(120, "1.50", cfg.Assets, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, _ := ParseHeaderOrJSON(v2Required("1500000", payee))
+	c, _ := Select(pr, cfg.Assets)
+	terms, _ := TermsFor(c, s.Address(), "r", now, 120)
+	req := func(mod func(d *domainJSON, a *AuthorizationJSON)) []byte {
+		d := domainJSON{Name: "USD Coin", Version: "2", ChainID: "8453", VerifyingContract: baseUSDC}
+		a := terms.Authorization.JSON()
+		if mod != nil {
+			mod(&d, &a)
+		}
+		b, _ := json.Marshal(payerRequest{Op: "sign_authorization", Domain: &d, Authorization: &a})
+		return b
+	}
+	var logged bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logged, nil))
+	for _, tc := range []struct {
+		name string
+		mod  func(d *domainJSON, a *AuthorizationJSON)
+		want string
+	}{
+		{"at the ceiling", nil, ""},
+		{"above the ceiling", func(_ *domainJSON, a *AuthorizationJSON) { a.Value = "1500001" }, "the value 1.500001 USDC is above this signer's --max-value 1.5 USDC"},
+		{"valid for ever", func(_ *domainJSON, a *AuthorizationJSON) {
+			a.ValidBefore = new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 256), big.NewInt(1)).String()
+		}, "this signer signs authorizations valid for at most 120 seconds"},
+		{"one second too long", func(_ *domainJSON, a *AuthorizationJSON) { a.ValidBefore = "1800000121" }, "is 121 seconds ahead"},
+		{"unknown token", func(d *domainJSON, _ *AuthorizationJSON) { d.VerifyingContract = payee }, "is not among this signer's assets"},
+		{"other chain", func(d *domainJSON, _ *AuthorizationJSON) { d.ChainID = "1" }, "on chain 1 is not among this signer's assets"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := answerPayer(context.Background(), req(tc.mod), s, lim, log)
+			if tc.want == "" {
+				if resp.Signature == "" {
+					t.Fatalf("refused: %s", resp.Error)
+				}
+				return
+			}
+			if resp.Signature != "" || !strings.Contains(resp.Error, tc.want) {
+				t.Fatalf("answer %+v; want a refusal saying %q", resp, tc.want)
+			}
+		})
+	}
+	// A request that says two things is refused: a member named twice, or
+	// spelled in another case beside the exact one.
+	good := string(req(nil))
+	for _, line := range []string{
+		strings.Replace(good, `"op":"sign_authorization"`, `"op":"sign_authorization","op":"payer"`, 1),
+		strings.Replace(good, `"value":"1500000"`, `"value":"1500000","Value":"9000000"`, 1),
+		strings.Replace(good, `"domain":`, `"Domain":`, 1),
+	} {
+		if resp := answerPayer(context.Background(), []byte(line), s, lim, log); resp.Signature != "" || !strings.Contains(resp.Error, "request is not exact") {
+			t.Errorf("%s: %+v", line, resp)
+		}
+	}
+	out := logged.String()
+	for _, want := range []string{"payer signer signed", "payee=" + payee, `value="1.5 USDC"`, "asset=" + guard.USDCBase, "valid_before=1800000120", "nonce=0x", "payer signer refused a request"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the log lacks %q:\n%s", want, out)
+		}
+	}
+	for _, bad := range []struct {
+		secs  int64
+		value string
+	}{{15, "1"}, {86401, "1"}, {300, "0"}, {300, "-1"}, {300, "1e3"}, {300, ""}} {
+		if _, err := NewPayerLimits(bad.secs, bad.value, cfg.Assets, nil); err == nil {
+			t.Errorf("limits %d s, %q accepted", bad.secs, bad.value)
+		}
+	}
 }
