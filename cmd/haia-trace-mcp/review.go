@@ -181,9 +181,9 @@ func runReview(ctx context.Context, stdout, stderr io.Writer, verb string, pos [
 		if pageOf != nil {
 			r.ReviewURL = pageOf(r.ID)
 		}
-		// The reservations that bear on it: what allows to its payee still
-		// hold, as the log records them and the signed chain backs them.
-		rv, err := log.Reservations(ctx, pol.ReservationTTL)
+		// The commitments that bear on it: what the spend ledger holds to
+		// its payee, verified as the server verifies it.
+		rv, err := committedView(ctx, st, signedAs, pol)
 		if err != nil {
 			return exitCode(reviewFailed(stderr, verb, err))
 		}

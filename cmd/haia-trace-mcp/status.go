@@ -259,9 +259,12 @@ func runStatus(ctx context.Context, stdout, stderr io.Writer, o statusFlags) err
 	}
 	rep.Reviews = statusPending(pending, time.Now())
 
-	// No reservation is kept by this build.
-	// What allows hold now, checked against the decision chain.
-	rv, err := log.Reservations(ctx, pol.ReservationTTL)
+	// What the spend ledger holds now, verified as the server verifies it.
+	signedAs := st.Tenant()
+	if signedAs == "" {
+		signedAs = "haia-trace-mcp"
+	}
+	rv, err := committedView(ctx, st, signedAs, pol)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp status: the reservations: %s\n", termsafe.String(err.Error()))
 		return exitCode(exitFail)

@@ -54,7 +54,7 @@ func Example() {
 		return
 	}
 	fmt.Println(ans.Decision, ans.Reasons[0].Rule, ans.Reasons[0].Evidence)
-	chains, _ := filepath.Glob(filepath.Join(dir, "guard", "receipts", "*.ndjson"))
+	chains, _ := filepath.Glob(filepath.Join(dir, "guard", "receipts", "decisions-*.ndjson"))
 	fmt.Println("chains:", len(chains), "review opened:", ans.ReviewID != "")
 	// Output:
 	// review open_partial [{run-1 op-1}]
