@@ -55,6 +55,9 @@ type Book struct {
 	applied   int64
 	// genesis is the ledger's first entry (KindGenesis), once read.
 	genesis *Entry
+	// noSeal: lines are read as they say, their seals unchecked (an
+	// audit without the server's key).
+	noSeal bool
 }
 
 type head struct {
@@ -198,7 +201,7 @@ func (b *Book) apply(r Raw) {
 		// Read on from here: what follows is still what it says, and is
 		// counted; the gap stays a finding.
 	}
-	e, err := Parse(r.Line, b.key)
+	e, err := b.parse(r.Line)
 	if err != nil {
 		b.finding("ledger lane %d, entry %d: %v", r.Lane, r.Seq, err)
 		h.seq, h.off, h.hash = r.Seq+1, r.Off+int64(len(r.Line))+1, Hash(r.Line)
@@ -215,6 +218,13 @@ func (b *Book) apply(r Raw) {
 	h.seq, h.off, h.hash = r.Seq+1, r.Off+int64(len(r.Line))+1, Hash(r.Line)
 	b.applied++
 	b.take(e)
+}
+
+func (b *Book) parse(line []byte) (Entry, error) {
+	if b.noSeal {
+		return Peek(line)
+	}
+	return Parse(line, b.key)
 }
 
 // take counts a verified entry.

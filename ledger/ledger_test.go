@@ -369,3 +369,64 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestAudit(t *testing.T) {
+	build := func(t *testing.T) (*chain, []Commitment) {
+		c := &chain{}
+		c.add(t, Entry{Kind: KindGenesis, At: FormatTime(t0), Receipt: "gen", Caller: "haia-trace-mcp"})
+		commits := []Commitment{{ID: "gen", TS: t0, Genesis: true}}
+		for i := range 4 {
+			id := fmt.Sprintf("rcpt_%d", i)
+			e := hold(id, "0xb0b", "100", t0.Add(time.Duration(i+1)*time.Second), time.Hour)
+			if i == 1 {
+				e.Review = "rev-1"
+			}
+			c.add(t, e)
+			commits = append(commits, Commitment{ID: id, TS: t0.Add(time.Duration(i+1) * time.Second)})
+		}
+		return c, commits
+	}
+	t.Run("clean", func(t *testing.T) {
+		c, commits := build(t)
+		rep := Audit(c.raws, testKey, "", commits)
+		if len(rep.Findings)+len(rep.Incomplete) != 0 || rep.Entries != 5 || !rep.Sealed {
+			t.Fatalf("%+v", rep)
+		}
+		if rep := Audit(c.raws, nil, "", commits); len(rep.Findings) != 0 || rep.Sealed {
+			t.Fatalf("without a key: %+v", rep)
+		}
+	})
+	for name, tc := range map[string]struct {
+		edit       func(c *chain, commits []Commitment) ([]Raw, []Commitment)
+		finding    string
+		incomplete string
+	}{
+		"the last entry removed": {func(c *chain, cm []Commitment) ([]Raw, []Commitment) { return c.raws[:4], cm }, "no entry", ""},
+		"a middle entry removed": {func(c *chain, cm []Commitment) ([]Raw, []Commitment) {
+			return append(append([]Raw(nil), c.raws[:2]...), c.raws[3:]...), cm
+		}, "missing", ""},
+		"the ledger emptied":   {func(c *chain, cm []Commitment) ([]Raw, []Commitment) { return nil, cm }, "emptied", ""},
+		"a receipt never made": {func(c *chain, cm []Commitment) ([]Raw, []Commitment) { return c.raws, cm[:4] }, "", "rcpt_3"},
+		"an approval used twice": {func(c *chain, cm []Commitment) ([]Raw, []Commitment) {
+			e := hold("rcpt_9", "0xb0b", "100", t0.Add(time.Minute), time.Hour)
+			e.Review = "rev-1"
+			c.add(t, e)
+			return c.raws, append(cm, Commitment{ID: "rcpt_9", TS: t0.Add(time.Minute)})
+		}, "used twice", ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, commits := build(t)
+			raws, cm := tc.edit(c, commits)
+			rep := Audit(raws, testKey, "", cm)
+			if tc.finding != "" && !strings.Contains(strings.Join(rep.Findings, ";"), tc.finding) {
+				t.Fatalf("findings %q, want %q", rep.Findings, tc.finding)
+			}
+			if tc.finding == "" && len(rep.Findings) != 0 {
+				t.Fatalf("findings %q for what a crash leaves", rep.Findings)
+			}
+			if tc.incomplete != "" && !strings.Contains(strings.Join(rep.Incomplete, ";"), tc.incomplete) {
+				t.Fatalf("incomplete %q, want %q", rep.Incomplete, tc.incomplete)
+			}
+		})
+	}
+}

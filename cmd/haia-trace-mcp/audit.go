@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/app"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
+	"github.com/haia-trace-mcp/haia-trace-mcp/ledger"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
@@ -27,6 +29,14 @@ before its log line, so a writer killed between the two leaves receipts whose
 line was never written (an opening, a decision, a use). Those are listed as
 INCOMPLETE, with their own exit code: nothing was forged, and the guard reads
 such a review as the receipts say.
+
+The spend ledger is checked whole: every lane links without a gap from its
+start, each entry is sealed by the server's params key (found where the server
+keeps it: params-key.pem, else signing-key.pem; without one the seals are not
+checked, and a note says so), no receipt has two entries, no approval is used
+twice, and every commitment receipt signed since the ledger started has its
+entry (LEDGER findings, exit 2). An entry whose receipt no chain holds is what
+a crash between the two leaves (INCOMPLETE, exit 4): it counts, as it should.
 
 With --tenants-dir DIR --tenant NAME the root is DIR/NAME, read as the server
 serving those tenants reads it: a decision counts only by a reviewer the
@@ -107,6 +117,25 @@ func runAudit(ctx context.Context, stdout, stderr io.Writer, f *stackFlags, keyr
 		}
 		return exitCode(exitFail)
 	}
+	// The spend ledger, against the chains' commitment receipts.
+	signedAs := st.Tenant()
+	if signedAs == "" {
+		signedAs = "haia-trace-mcp"
+	}
+	lrep, note, err := auditLedger(ctx, st, signedAs)
+	if err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp audit: the spend ledger: %s\n", termsafe.String(err.Error()))
+		return exitCode(exitFail)
+	}
+	if note != "" {
+		fmt.Fprintf(stderr, "haia-trace-mcp audit: note: %s\n", note)
+	}
+	for _, f := range lrep.Findings {
+		rep.Findings = append(rep.Findings, "LEDGER "+f)
+	}
+	for _, f := range lrep.Incomplete {
+		rep.Incomplete = append(rep.Incomplete, "ledger: "+f)
+	}
 	for _, f := range rep.Findings {
 		fmt.Fprintln(stdout, termsafe.String(f))
 	}
@@ -124,6 +153,45 @@ func runAudit(ctx context.Context, stdout, stderr io.Writer, f *stackFlags, keyr
 		fmt.Fprintf(stdout, "INCOMPLETE: %d chains, %d receipts, %d reviews; %d leftovers of writes a crash cut short (a receipt whose log line was never written), no sign of tampering\n", rep.Chains, rep.Receipts, rep.Reviews, len(rep.Incomplete))
 		return exitCode(auditExitIncomplete)
 	}
-	fmt.Fprintf(stdout, "CONSISTENT: %d chains, %d receipts, %d reviews; every review matches its signed receipts\n", rep.Chains, rep.Receipts, rep.Reviews)
+	fmt.Fprintf(stdout, "CONSISTENT: %d chains, %d receipts, %d reviews; every review matches its signed receipts; %d ledger entries, every commitment receipt has its entry\n", rep.Chains, rep.Receipts, rep.Reviews, lrep.Entries)
 	return nil
+}
+
+// auditLedger checks the whole spend ledger against every commitment
+// receipt of the chains: under the server's params key where one found
+// here seals it (serverParamsKeys), else with the seals unchecked (note
+// says so).
+func auditLedger(ctx context.Context, st *app.Stack, tenant string) (ledger.AuditReport, string, error) {
+	var raws []ledger.Raw
+	var commits []ledger.Commitment
+	err := st.Store().View(ctx, func(r reviewlog.Reader) error {
+		var tail reviewlog.ReceiptTail
+		rs, err := tail.Next(ctx, r)
+		if err != nil {
+			return err
+		}
+		for _, c := range rs {
+			commits = append(commits, ledger.Commitment{ID: c.ID, TS: c.TS, Genesis: c.Canonical == reviewlog.CanonicalLedgerGenesis})
+		}
+		raws, err = r.Ledger().Since(ctx, nil)
+		return err
+	})
+	if err != nil {
+		return ledger.AuditReport{}, "", err
+	}
+	keys, err := serverParamsKeys()
+	if err != nil {
+		return ledger.AuditReport{}, "", err
+	}
+	for _, key := range keys {
+		rep := ledger.Audit(raws, key, tenant, commits)
+		if !strings.Contains(strings.Join(rep.Findings, "\n"), ledger.ErrNotSealed.Error()) {
+			return rep, "", nil
+		}
+	}
+	rep := ledger.Audit(raws, nil, tenant, commits)
+	if rep.Entries == 0 {
+		return rep, "", nil
+	}
+	return rep, "no params key found here (params-key.pem, signing-key.pem) seals the spend ledger: its links, order and receipts were checked, its seals were not", nil
 }

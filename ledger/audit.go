@@ -1,0 +1,90 @@
+package ledger
+
+import (
+	"fmt"
+	"sort"
+	"time"
+)
+
+// Commitment is a signed receipt that commits a payment (or starts the
+// ledger: Genesis), as the decision chains hold it.
+type Commitment struct {
+	ID      string
+	TS      time.Time
+	Genesis bool
+}
+
+// AuditReport is what Audit found.
+type AuditReport struct {
+	// Entries is how many lines the ledger holds, Lanes how many lanes.
+	Entries, Lanes int
+	// Sealed says whether every seal was checked (a key was given).
+	Sealed bool
+	// Findings are what only tampering makes: a line that does not verify
+	// or does not link, a gap, a replay, an approval used twice, a signed
+	// commitment without its entry, a start without its entry.
+	Findings []string
+	// Incomplete is what a crash between an entry and its receipt leaves:
+	// an entry whose receipt no chain holds.
+	Incomplete []string
+}
+
+// Audit checks a whole ledger (every lane, from its start) against the
+// commitment receipts of the decision chains. Under a nil key the seals are
+// not checked (the lines are read as they say), everything else is.
+func Audit(raws []Raw, key []byte, tenant string, receipts []Commitment) AuditReport {
+	var rep AuditReport
+	b := NewBook(key, tenant, 0)
+	b.noSeal = key == nil
+	rep.Sealed = key != nil
+	lanes := map[int]bool{}
+	for _, r := range raws {
+		if r.Line != nil {
+			lanes[r.Lane] = true
+			rep.Entries++
+		}
+	}
+	rep.Lanes = len(lanes)
+	rep.Findings = append(rep.Findings, b.Apply(raws)...)
+	signed := map[string]bool{}
+	gen, at, started := b.Genesis()
+	for _, c := range receipts {
+		signed[c.ID] = true
+		switch {
+		case c.Genesis:
+			if !started || gen != c.ID {
+				rep.Findings = append(rep.Findings, fmt.Sprintf("receipt %s started the spend ledger, but the ledger does not hold that start: the ledger was emptied or replaced", c.ID))
+			}
+		case started && !c.TS.Before(at) && !b.Has(c.ID):
+			rep.Findings = append(rep.Findings, fmt.Sprintf("receipt %s (signed %s) commits a payment the spend ledger holds no entry of: the entry was removed", c.ID, c.TS.UTC().Format(time.RFC3339)))
+		}
+	}
+	var missing []string
+	b.mu.Lock()
+	for id, r := range b.byReceipt {
+		if !signed[id] && !r.carried(at) {
+			missing = append(missing, fmt.Sprintf("the ledger entry of receipt %s (lane %d, entry %d, %s) has no receipt in any chain: a writer stopped between the two (the commitment counts until %s)", id, r.e.Lane, r.e.Seq, r.e.At, untilText(r.e.Until)))
+		}
+	}
+	if b.genesis != nil && !signed[b.genesis.Receipt] {
+		missing = append(missing, fmt.Sprintf("the ledger's start (receipt %s) has no receipt in any chain: a writer stopped between the two", b.genesis.Receipt))
+	}
+	b.mu.Unlock()
+	sort.Strings(missing)
+	rep.Incomplete = missing
+	return rep
+}
+
+// carried says whether an entry was carried into the ledger at its start
+// (an earlier build's reservation record, whose receipt may be archived or
+// gone): it is older than the start.
+func (r *rec) carried(genesis time.Time) bool {
+	return !genesis.IsZero() && r.at.Before(genesis)
+}
+
+func untilText(u string) string {
+	if u == "" {
+		return "the Trace shows it"
+	}
+	return u
+}
