@@ -306,3 +306,40 @@ func TestLedgerEntryNamesItsTenant(t *testing.T) {
 		t.Fatalf("an entry moved to another tenant's store: %+v", a)
 	}
 }
+
+// A forwarded paying call is spend: it counts for the policy's whole
+// window, not for reservationMinutes, so an agent that spaces its calls
+// past the reservation time still meets a 24-hour limit. A check_before_pay
+// allow the agent never used lapses as before.
+func TestForwardedCallCountsForItsWindow(t *testing.T) {
+	for _, kind := range stores(t) {
+		t.Run(string(kind), func(t *testing.T) {
+			f := newFleet(t, kind, 1, `{"reviewAbove": "1000", "perCounterpartyLimit": {"amount": "5.00", "windowHours": 24}, "reservationMinutes": 15}`)
+			e := f.engines[0]
+			if a := checkCall(t, e, "5.00", "first"); a.Decision != guard.Allow {
+				t.Fatalf("first: %+v", a)
+			} else if _, err := e.RecordOutcome(context.Background(), "bot", a, OutcomeExecuted); err != nil {
+				t.Fatal(err)
+			}
+			f.advance(16 * time.Minute)
+			if a := checkCall(t, e, "5.00", "second"); a.Decision != guard.Review || reasonOf(a, guard.RulePerCounterparty) == "" {
+				t.Fatalf("16 minutes after a forwarded 5.00, another 5.00 under 5.00 a day: %+v", a)
+			}
+			if a := checkCall(t, f.fresh(t), "0.01", "third"); a.Decision != guard.Review {
+				t.Fatalf("a new process forgot the forwarded call: %+v", a)
+			}
+			f.advance(24 * time.Hour)
+			if a := checkCall(t, e, "5.00", "fourth"); a.Decision != guard.Allow {
+				t.Fatalf("a day later: %+v", a)
+			}
+			// A check_before_pay allow still lapses after reservationMinutes.
+			if a := check(t, e, "bot", Question{Counterparty: sellerB, Amount: "5.00"}); a.Decision != guard.Allow {
+				t.Fatalf("check: %+v", a)
+			}
+			f.advance(16 * time.Minute)
+			if a := check(t, e, "bot", Question{Counterparty: sellerB, Amount: "5.00"}); a.Decision != guard.Allow {
+				t.Fatalf("a hold did not lapse: %+v", a)
+			}
+		})
+	}
+}
