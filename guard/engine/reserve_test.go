@@ -51,7 +51,7 @@ type fleet struct {
 
 // fresh is one more engine over the fleet's store, as a process that
 // starts now (nothing read yet), added to the fleet.
-func (f *fleet) fresh(t *testing.T) *Engine {
+func (f *fleet) fresh(t testing.TB) *Engine {
 	t.Helper()
 	root, events := openTestRoot(t, f.dir)
 	var st reviewlog.Store = filestore.New(root)
@@ -109,7 +109,7 @@ func stores(t *testing.T) []storeKind {
 	return []storeKind{fileKind, pgKind}
 }
 
-func newFleet(t *testing.T, kind storeKind, n int, policyJSON string) *fleet {
+func newFleet(t testing.TB, kind storeKind, n int, policyJSON string) *fleet {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "events"), 0o755); err != nil {

@@ -48,10 +48,28 @@ func (r ledgerReader) Since(ctx context.Context, from []ledger.Pos) ([]ledger.Ra
 			start[p.Lane] = p
 		}
 	}
+	// Lane 0 is the file store's own; the others exist only where an
+	// export from PostgreSQL wrote them (or where one was read before and
+	// is now gone: a lane cut short).
+	present := map[int]bool{0: true}
+	ents, err := r.g.ReadDir()
+	if err != nil {
+		return nil, fmt.Errorf("list the guard directory %s: %w", r.g.Path(), err)
+	}
+	for _, e := range ents {
+		for lane := 1; lane < ledger.Lanes; lane++ {
+			if e.Name == LedgerLaneFile(lane) {
+				present[lane] = true
+			}
+		}
+	}
 	var out []ledger.Raw
 	for lane := range ledger.Lanes {
 		if err := ctx.Err(); err != nil {
 			return nil, err
+		}
+		if !present[lane] && start[lane].Off == 0 {
+			continue
 		}
 		raws, err := readLane(r.g, lane, start[lane])
 		if err != nil {
