@@ -88,3 +88,16 @@ func untilText(u string) string {
 	}
 	return u
 }
+
+// Unsealed reads a whole ledger without the server's key, for a reader
+// that may not hold it (status, review show): the lines' links and order
+// are checked, their seals are not, so what it gives is what the lines say
+// and is never to be decided on. It gives the entries that count at now on
+// their own (not released, not lapsed; whether the Trace shows them is not
+// judged) and what does not hold together.
+func Unsealed(raws []Raw, tenant string, now time.Time) ([]Entry, []string) {
+	b := NewBook(nil, tenant, 0)
+	b.noSeal = true
+	found := b.Apply(raws)
+	return b.Live(now), found
+}

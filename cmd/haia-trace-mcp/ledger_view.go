@@ -4,10 +4,12 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/app"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
+	"github.com/haia-trace-mcp/haia-trace-mcp/ledger"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 )
 
@@ -18,9 +20,12 @@ import (
 // verifies the ledger, the entries are not trusted and the view says so
 // (Problems), listing none.
 func committedView(ctx context.Context, st *app.Stack, signedAs string, pol *guard.Config) (reviewlog.ReservationView, error) {
-	keys, err := serverParamsKeys()
+	keys, err := foundParamsKeys()
 	if err != nil {
 		return reviewlog.ReservationView{}, err
+	}
+	if len(keys) == 0 {
+		return unsealedView(ctx, st, signedAs)
 	}
 	quiet := slog.New(slog.DiscardHandler)
 	var last []string
@@ -45,4 +50,35 @@ func committedView(ctx context.Context, st *app.Stack, signedAs string, pol *gua
 		last = problems
 	}
 	return reviewlog.ReservationView{Held: []reviewlog.Reservation{}, Problems: []string{"the spend ledger does not verify under a params key found here (params-key.pem, signing-key.pem): " + strings.Join(last, "; ")}}, nil
+}
+
+// unsealedView is the ledger read here without the server's key (none is
+// found where the server keeps it by default): the entries as their lines
+// say, their links and order checked, their seals not — as review show
+// read reservation records against the chain before the ledger. A break in
+// the lines is a problem; unchecked seals are not.
+func unsealedView(ctx context.Context, st *app.Stack, signedAs string) (reviewlog.ReservationView, error) {
+	var raws []ledger.Raw
+	err := st.Store().View(ctx, func(r reviewlog.Reader) error {
+		var err error
+		raws, err = r.Ledger().Since(ctx, nil)
+		return err
+	})
+	if err != nil {
+		return reviewlog.ReservationView{}, err
+	}
+	live, found := ledger.Unsealed(raws, signedAs, time.Now())
+	v := reviewlog.ReservationView{Held: []reviewlog.Reservation{}, Problems: found}
+	for _, en := range live {
+		if en.Kind == ledger.KindGenesis || en.Kind == ledger.KindRelease {
+			continue
+		}
+		until := en.Until
+		if en.Kind == ledger.KindAuthorization {
+			until = ""
+		}
+		v.Held = append(v.Held, reviewlog.Reservation{ReceiptID: en.Receipt, Caller: en.Caller, PayTo: en.PayTo, Host: en.Host, Resource: en.Resource,
+			Atomic: en.Atomic, Asset: en.Asset, Until: until, Open: en.Open, ReviewID: en.Review, At: en.At})
+	}
+	return v, nil
 }

@@ -74,6 +74,23 @@ func reviewMoot(ctx context.Context, st *app.Stack, signedAs string, reviews []r
 // readable, one random key, under which only an empty set of reservations
 // verifies.
 func serverParamsKeys() ([][]byte, error) {
+	keys, err := foundParamsKeys()
+	if err != nil {
+		return nil, err
+	}
+	if len(keys) == 0 {
+		none := make([]byte, 32)
+		if _, err := rand.Read(none); err != nil {
+			return nil, err
+		}
+		keys = append(keys, none)
+	}
+	return keys, nil
+}
+
+// foundParamsKeys are the params keys of the server's default key files
+// that exist here, in the order the server would use them.
+func foundParamsKeys() ([][]byte, error) {
 	var keys [][]byte
 	for _, f := range []struct{ flag, name string }{{"--params-key-file", "params-key.pem"}, {"--key-file", "signing-key.pem"}} {
 		path, err := defaultKeyPath(f.flag, f.name)
@@ -88,13 +105,6 @@ func serverParamsKeys() ([][]byte, error) {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 		keys = append(keys, engine.ParamsKeyFrom(key.Seed()))
-	}
-	if len(keys) == 0 {
-		none := make([]byte, 32)
-		if _, err := rand.Read(none); err != nil {
-			return nil, err
-		}
-		keys = append(keys, none)
 	}
 	return keys, nil
 }
