@@ -400,6 +400,8 @@ func (c *Console) asset(w http.ResponseWriter, r *http.Request) {
 		ctype = "text/javascript; charset=utf-8"
 	case "console.css":
 		ctype = "text/css; charset=utf-8"
+	case "favicon.svg":
+		ctype = "image/svg+xml"
 	default:
 		http.NotFound(w, r)
 		return
@@ -1112,11 +1114,20 @@ type pageData struct {
 	Base     string
 	CSRF     string
 	Reviewer string
-	Pending  []reviewlog.Review
-	Decided  []reviewlog.Review
+	Pending  []questionView
+	Decided  []questionView
 	Review   *reviewlog.Review
-	Reasons  []reasonView
-	Enrol    *enrolView
+	// Question is the review as a question; Known what the Trace knows
+	// beside its payee (hosts) or host (payees), KnownProblem why that
+	// cannot be read.
+	Question     *questionView
+	Known        []string
+	KnownProblem string
+	Reasons      []reasonView
+	// Read is what the guard read (the history line), apart from the
+	// reasons: it is no rule.
+	Read  string
+	Enrol *enrolView
 	// Chart is the review's timeline of recent payments (nil: none);
 	// ChartProblem says why the history could not be read.
 	Chart        *chartView
@@ -1124,8 +1135,9 @@ type pageData struct {
 }
 
 type reasonView struct {
-	Rule, Detail string
-	Evidence     []evidenceView
+	Rule     ruleView
+	Detail   string
+	Evidence []evidenceView
 }
 
 type evidenceView struct {
@@ -1133,7 +1145,8 @@ type evidenceView struct {
 }
 
 type enrolView struct {
-	Reviewer, Expires, Token string
+	Reviewer, Token string
+	Expires         timeView
 }
 
 func (c *Console) page(fn func(r *http.Request, d *pageData) (string, error)) http.HandlerFunc {
@@ -1188,11 +1201,16 @@ func (c *Console) review(r *http.Request, d *pageData) (string, error) {
 	if err != nil {
 		return "", reviewError(err)
 	}
-	rv.AssetSymbol = c.cfg.AssetSymbol(rv.Asset)
-	d.Title = "Review " + rv.ID
-	d.Review = &rv
+	rv.AssetSymbol = c.symbol(rv.Asset)
+	q := c.question(rv, c.cfg.Now())
+	d.Title = q.Headline + "?"
+	d.Review, d.Question = &rv, &q
 	for _, rs := range rv.Reasons {
-		v := reasonView{Rule: rs.Rule, Detail: rs.Detail}
+		if rs.Rule == guard.RuleHistory {
+			d.Read = rs.Detail
+			continue
+		}
+		v := reasonView{Rule: describeRule(rs.Rule), Detail: rs.Detail}
 		for _, ref := range rs.Evidence {
 			v.Evidence = append(v.Evidence, evidenceView{RunID: ref.RunID, OperationID: ref.OperationID, Explain: c.cfg.Explain(rv.Template, ref)})
 		}
@@ -1203,8 +1221,10 @@ func (c *Console) review(r *http.Request, d *pageData) (string, error) {
 		if err != nil {
 			c.cfg.Logger.Warn("console: the guard's history could not be read for the timeline", "review", rv.ID, "err", err)
 			d.ChartProblem = "The guard's history cannot be read now; the server's log says why."
+			d.KnownProblem = d.ChartProblem
 		} else {
 			d.Chart = buildChart(h, rv, c.cfg.Assets)
+			d.Known = knownFor(h, q)
 		}
 	}
 	return "review", nil
@@ -1217,7 +1237,7 @@ func (c *Console) enrolPage(r *http.Request, d *pageData) (string, error) {
 		return "", err
 	}
 	d.Title = "Register a passkey"
-	d.Enrol = &enrolView{Reviewer: who, Expires: exp.UTC().Format(time.RFC3339), Token: tok}
+	d.Enrol = &enrolView{Reviewer: who, Expires: newTime(exp.UTC().Format(time.RFC3339), c.cfg.Now()), Token: tok}
 	return "enrol", nil
 }
 

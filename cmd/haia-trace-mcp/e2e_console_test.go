@@ -143,7 +143,7 @@ func TestConsoleEndToEnd(t *testing.T) {
 	// The review page draws the guard's recent payments (the loop root's
 	// payments to the seller), as inline SVG.
 	if code, page, _ := b.Get("reviews/" + r1.ReviewID); code != 200 || !strings.Contains(page, `<svg class="timeline" role="img"`) ||
-		!strings.Contains(page, `to this review&#39;s counterparty`) || !strings.Contains(page, "USDC") {
+		!strings.Contains(page, `to this review&#39;s payee`) || !strings.Contains(page, "USDC") {
 		t.Fatalf("review page without the timeline: %d %s", code, page)
 	}
 	if res, err := b.Decide(r1.ReviewID, "approved", "fine from the console"); err != nil || res["status"] != "approved" || res["decided_by"] != "pat" {
