@@ -257,7 +257,7 @@ func TestStatusReadsAsEnglishEndToEnd(t *testing.T) {
 		"reserved    1 amount held by an earlier allow",
 		"0.40 USDC to 0xf7e5000000000000000000000000000000000005",
 		"1 receipt, 1 segment, head",
-		"reviewers   2 reviewers trusted in " + reviewers,
+		"reviewers   2 reviewers trusted in " + reviewers + " (a single root: every trusted reviewer decides, no grant is read)",
 		"alice  key haia-",
 		", 1 passkey; tenants acme, globex",
 		"pat    2 passkeys; every tenant",
