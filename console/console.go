@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/go-webauthn/webauthn/protocol"
+	"github.com/go-webauthn/webauthn/protocol/webauthncose"
 	"github.com/go-webauthn/webauthn/webauthn"
 	"golang.org/x/time/rate"
 
@@ -962,7 +963,7 @@ func (c *Console) enrolBegin(_ http.ResponseWriter, r *http.Request, body []byte
 		}
 	}
 	creation, sess, err := c.wa.BeginRegistration(enrolUser{id: who}, webauthn.WithExclusions(exclude),
-		webauthn.WithCredentialParameters([]protocol.CredentialParameter{{Type: protocol.PublicKeyCredentialType, Algorithm: -7}}))
+		webauthn.WithCredentialParameters(credentialParameters()))
 	if err != nil {
 		return nil, fmt.Errorf("begin registration: %w", err)
 	}
@@ -1002,6 +1003,16 @@ func (c *Console) enrolLinkAs(r *http.Request, kind, tok string) (string, time.T
 	return who, exp, nil
 }
 
+// credentialParameters offers every algorithm the server verifies, in
+// its order of preference.
+func credentialParameters() []protocol.CredentialParameter {
+	var out []protocol.CredentialParameter
+	for _, a := range passkey.Algorithms() {
+		out = append(out, protocol.CredentialParameter{Type: protocol.PublicKeyCredentialType, Algorithm: webauthncose.COSEAlgorithmIdentifier(a.ID)})
+	}
+	return out
+}
+
 func enrolKey(token string) string {
 	// The secret is the key of the in-memory entry; keep only its hash.
 	return base64.RawURLEncoding.EncodeToString(sha256Sum([]byte(token)))
@@ -1033,6 +1044,12 @@ func (c *Console) enrolFinish(_ http.ResponseWriter, r *http.Request, body []byt
 	parsed, err := protocol.ParseCredentialCreationResponseBytes(req.Credential)
 	if err != nil {
 		return nil, fail(http.StatusBadRequest, "credential: not a WebAuthn registration")
+	}
+	// A key this server cannot verify would make a passkey that signs in
+	// and decides nothing: refused here, naming the algorithms it verifies.
+	if err := passkey.CheckAlgorithm(parsed.Response.AttestationObject.AuthData.AttData.CredentialPublicKey); err != nil {
+		c.cfg.Logger.Info("console: a registration with a passkey algorithm this server does not verify was refused", "reviewer", who, "err", err)
+		return nil, fail(http.StatusBadRequest, "registration refused: %s. Register a passkey on an authenticator that offers one of them", strings.TrimPrefix(err.Error(), passkey.ErrUnsupportedAlgorithm.Error()+": "))
 	}
 	cred, err := c.wa.CreateCredential(enrolUser{id: who}, *sess, parsed)
 	if err != nil {
@@ -1147,6 +1164,8 @@ type evidenceView struct {
 type enrolView struct {
 	Reviewer, Token string
 	Expires         timeView
+	// Algorithms names the passkey algorithms the server verifies.
+	Algorithms string
 }
 
 func (c *Console) page(fn func(r *http.Request, d *pageData) (string, error)) http.HandlerFunc {
@@ -1237,7 +1256,7 @@ func (c *Console) enrolPage(r *http.Request, d *pageData) (string, error) {
 		return "", err
 	}
 	d.Title = "Register a passkey"
-	d.Enrol = &enrolView{Reviewer: who, Expires: newTime(exp.UTC().Format(time.RFC3339), c.cfg.Now()), Token: tok}
+	d.Enrol = &enrolView{Reviewer: who, Expires: newTime(exp.UTC().Format(time.RFC3339), c.cfg.Now()), Token: tok, Algorithms: passkey.AlgorithmNames()}
 	return "enrol", nil
 }
 

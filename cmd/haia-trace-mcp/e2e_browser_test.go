@@ -167,6 +167,19 @@ const width, height = 1200, 900
 // ctx). logs is the server's output, for a failure.
 func browserRegister(ctx context.Context, t *testing.T, chromium, link string, logs func() string) context.Context {
 	t.Helper()
+	bctx, st := browserRegisterWith(ctx, t, chromium, link, logs, "")
+	var fp string
+	if err := chromedp.Run(bctx, chromedp.Text(`#fingerprint`, &fp, chromedp.ByQuery)); err != nil || !strings.HasPrefix(fp, "sha256:") {
+		t.Fatalf("registration did not complete: %q %v (page: %q; server: %s)", fp, err, st, logs())
+	}
+	return bctx
+}
+
+// browserRegisterWith is browserRegister that runs the script before on
+// the enrolment page before pressing Register passkey, and returns what
+// the page then says (the registration may fail).
+func browserRegisterWith(ctx context.Context, t *testing.T, chromium, link string, logs func() string, before string) (context.Context, string) {
+	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
 		chromedp.Flag("headless", "new"), chromedp.WindowSize(width, height))
 	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
@@ -186,16 +199,18 @@ func browserRegister(ctx context.Context, t *testing.T, chromium, link string, l
 		})); err != nil {
 		t.Fatalf("start chromium with a virtual authenticator: %v", err)
 	}
-	var fp, st string
+	if before != "" {
+		if err := chromedp.Run(bctx, chromedp.Evaluate(before, nil)); err != nil {
+			t.Fatalf("the script before Register: %v", err)
+		}
+	}
+	var st string
 	if err := chromedp.Run(bctx, chromedp.Click(`#register`, chromedp.ByQuery),
 		chromedp.Poll(`document.getElementById("fingerprint").textContent.startsWith("sha256:") || document.getElementById("status").textContent.startsWith("Registration failed")`, nil),
-		chromedp.Text(`#fingerprint`, &fp, chromedp.ByQuery), chromedp.Text(`#status`, &st, chromedp.ByQuery)); err != nil {
+		chromedp.Text(`#status`, &st, chromedp.ByQuery)); err != nil {
 		t.Fatalf("register: %v (server: %s)", err, logs())
 	}
-	if !strings.HasPrefix(fp, "sha256:") {
-		t.Fatalf("registration did not complete: %q %q", fp, st)
-	}
-	return bctx
+	return bctx, st
 }
 
 // A real browser (Debian chromium, driven over DevTools, with the DevTools

@@ -422,8 +422,8 @@ func TestConsoleLinkAndProxyFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--console-trusted-proxy", "10.0.0.5"}, "--console-trusted-proxy without --console"},
-		{[]string{"--console", "--console-proxy-header", "Forwarded"}, "without --console-trusted-proxy"},
+		{[]string{"--console-trusted-proxy", "10.0.0.5"}, "--console-trusted-proxy does nothing without --console"},
+		{[]string{"--console", "--console-proxy-header", "Forwarded"}, "--console-proxy-header does nothing without --console --console-trusted-proxy"},
 		{[]string{"--console", "--console-trusted-proxy", "proxy.internal"}, `"proxy.internal" is not an IP address`},
 		{[]string{"--console", "--console-trusted-proxy", "10.0.0.5", "--console-proxy-header", "X-Real-IP"}, "X-Forwarded-For or Forwarded"},
 	} {

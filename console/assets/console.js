@@ -80,7 +80,16 @@
         const o = (await post("api/enrol/begin", { token: token })).publicKey;
         o.challenge = unb64u(o.challenge); o.user.id = unb64u(o.user.id);
         (o.excludeCredentials || []).forEach(function (c) { c.id = unb64u(c.id); });
-        const c = await navigator.credentials.create({ publicKey: o });
+        let c;
+        try {
+          c = await navigator.credentials.create({ publicKey: o });
+        } catch (e) {
+          // The browser says as little as it can (NotAllowedError for a
+          // cancel, a timeout and an authenticator without any of the
+          // algorithms offered alike): name what the server takes.
+          throw new Error(e.message + " This server takes passkeys that sign with " + enrol.getAttribute("data-algorithms") +
+            "; if your authenticator offers none of them, register on another one.");
+        }
         const res = await post("api/enrol/finish", { token: token, credential: { id: c.id, rawId: b64u(c.rawId), type: c.type,
           response: { clientDataJSON: b64u(c.response.clientDataJSON), attestationObject: b64u(c.response.attestationObject) } } });
         say("Registered. Fingerprint " + res.fingerprint + " — tell the operator, who confirms it matches.");
