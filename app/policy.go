@@ -29,10 +29,15 @@ func LoadPolicy(flagPath, rootPath string, logger *slog.Logger) (*guard.Config, 
 	}
 	cfg, err := guard.LoadConfig(path)
 	if err != nil {
-		if flagPath == "" {
-			return nil, fmt.Errorf("the guard policy beside the Trace root: %w", err)
+		var ces guard.ConfigErrors
+		hint := ""
+		if errors.As(err, &ces) {
+			hint = fmt.Sprintf(" (haia-trace-mcp policy check %s lists each with its line)", path)
 		}
-		return nil, fmt.Errorf("--guard-config: %w", err)
+		if flagPath == "" {
+			return nil, fmt.Errorf("the guard policy beside the Trace root: %w%s", err, hint)
+		}
+		return nil, fmt.Errorf("--guard-config: %w%s", err, hint)
 	}
 	return cfg, nil
 }

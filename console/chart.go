@@ -80,7 +80,7 @@ func buildChart(h guard.History, rv reviewlog.Review, assets AssetInfo) *chartVi
 				ref:  op.RunID + "/" + op.OperationID}
 			p.amount, p.asset = op.Money.Atomic.String(), op.Money.Asset
 			if sym, dec, ok := assets(op.Money.Asset); ok {
-				p.amount, p.asset = guard.FormatAmount(op.Money.Atomic, dec), sym
+				p.amount, p.asset = guard.FormatDisplay(op.Money.Atomic, dec), sym
 			}
 			ps = append(ps, p)
 		}
@@ -112,9 +112,14 @@ func buildChart(h guard.History, rv reviewlog.Review, assets AssetInfo) *chartVi
 			largest = p.atomic
 		}
 	}
+	// same names what the outlined bars share with the review.
+	same := "host"
+	if isAddress(rv.Counterparty) {
+		same = "payee"
+	}
 	tallest := chartBase - chartTop
 	v := &chartView{Width: chartWidth, Height: chartHeight, Base: chartBase, Right: chartWidth - chartPadX,
-		From: from.Format(time.RFC3339), To: to.Format(time.RFC3339)}
+		From: utcMinute(from), To: utcMinute(to)}
 	for _, p := range ps {
 		// height = tallest × amount / largest, at least 2 px to be seen.
 		hgt := new(big.Int).Mul(p.atomic, big.NewInt(int64(tallest)))
@@ -135,20 +140,23 @@ func buildChart(h guard.History, rv reviewlog.Review, assets AssetInfo) *chartVi
 		toWhom := ""
 		if p.same {
 			class += " same"
-			toWhom = ", to this review's counterparty"
+			toWhom = ", to this review's " + same
 			v.Same++
 		}
 		v.Bars = append(v.Bars, barView{X: x(p.at), Y: chartBase - bh, W: barWidth, H: bh, Class: class,
-			Label: fmt.Sprintf("%s: %s %s, %s%s (%s)", p.at.Format(time.RFC3339), p.amount, p.asset, state, toWhom, p.ref)})
+			Label: fmt.Sprintf("%s: %s %s, %s%s (%s)", utcMinute(p.at), p.amount, p.asset, state, toWhom, p.ref)})
 	}
 	v.Payments = len(ps)
 	if hasOpened {
-		v.Opened = &markView{X: x(opened) + barWidth/2, Label: "review opened " + opened.UTC().Format(time.RFC3339)}
+		v.Opened = &markView{X: x(opened) + barWidth/2, Label: "review opened " + utcMinute(opened)}
 	}
 	v.Title = "Recent payments in the guard's history"
 	var d strings.Builder
-	fmt.Fprintf(&d, "%d payments from %s to %s; %d open, faulted or reserved; %d to this review's counterparty.",
-		v.Payments, v.From, v.To, v.Open, v.Same)
+	fmt.Fprintf(&d, "%s from %s to %s; %d open, faulted or reserved; %d to this review's %s.",
+		plural(v.Payments, "payment", "payments"), v.From, v.To, v.Open, v.Same, same)
 	v.Desc = d.String()
 	return v
 }
+
+// utcMinute is an instant to the minute, in UTC, as a person reads it.
+func utcMinute(t time.Time) string { return t.UTC().Format("2006-01-02 15:04") + " UTC" }

@@ -51,10 +51,10 @@ func TestBuildChart(t *testing.T) {
 	want := []struct {
 		class, label string
 	}{
-		{"paid", "2026-11-30T10:00:00Z: 0.25 USDC, settled (run-1/op-a)"},
-		{"faulted", "2026-11-30T11:00:00Z: 1 USDC, faulted (run-1/op-b)"},
-		{"open same", "2026-11-30T12:00:00Z: 0.5 USDC, open (paid, outcome not confirmed), to this review's counterparty (run-1/op-c)"},
-		{"reserved same", "2026-11-30T13:00:00Z: 0.1 USDC, reserved (allowed, not yet in the Trace), to this review's counterparty (run-1/reservation)"},
+		{"paid", "2026-11-30 10:00 UTC: 0.25 USDC, settled (run-1/op-a)"},
+		{"faulted", "2026-11-30 11:00 UTC: 1.00 USDC, faulted (run-1/op-b)"},
+		{"open same", "2026-11-30 12:00 UTC: 0.50 USDC, open (paid, outcome not confirmed), to this review's payee (run-1/op-c)"},
+		{"reserved same", "2026-11-30 13:00 UTC: 0.10 USDC, reserved (allowed, not yet in the Trace), to this review's payee (run-1/reservation)"},
 	}
 	if len(v.Bars) != len(want) {
 		t.Fatalf("%d bars: %+v", len(v.Bars), v.Bars)
@@ -86,14 +86,21 @@ func TestBuildChart(t *testing.T) {
 			t.Errorf("bars %d and %d are %d apart, not %d", i-1, i, d, step)
 		}
 	}
-	if v.Opened == nil || v.Opened.X != chartWidth-chartPadX-barWidth+barWidth/2 || !strings.Contains(v.Opened.Label, "2026-11-30T14:00:00Z") {
+	if v.Opened == nil || v.Opened.X != chartWidth-chartPadX-barWidth+barWidth/2 || !strings.Contains(v.Opened.Label, "2026-11-30 14:00 UTC") {
 		t.Errorf("opened mark %+v", v.Opened)
 	}
-	if v.Payments != 4 || v.Open != 3 || v.Same != 2 || v.From != "2026-11-30T10:00:00Z" || v.To != "2026-11-30T14:00:00Z" {
+	if v.Payments != 4 || v.Open != 3 || v.Same != 2 || v.From != "2026-11-30 10:00 UTC" || v.To != "2026-11-30 14:00 UTC" {
 		t.Errorf("summary %d %d %d %s %s", v.Payments, v.Open, v.Same, v.From, v.To)
 	}
-	if !strings.Contains(v.Desc, "4 payments from 2026-11-30T10:00:00Z to 2026-11-30T14:00:00Z; 3 open, faulted or reserved; 2 to this review's counterparty") {
+	if !strings.Contains(v.Desc, "4 payments from 2026-11-30 10:00 UTC to 2026-11-30 14:00 UTC; 3 open, faulted or reserved; 2 to this review's payee") {
 		t.Errorf("desc %q", v.Desc)
+	}
+
+	// A host's review: the outlined bars are to this review's host; one
+	// payment is one.
+	hv := buildChart(guard.History{Ops: h.Ops[:1]}, reviewlog.Review{ID: "r-2", Counterparty: "b.example.net", CreatedAt: rv.CreatedAt}, usdcInfo)
+	if hv == nil || !strings.HasPrefix(hv.Desc, "1 payment from ") || !strings.HasSuffix(hv.Desc, "0 to this review's host.") {
+		t.Errorf("a host's chart: %+v", hv)
 	}
 
 	// No payment: no chart. An unknown asset is shown in atomic units.

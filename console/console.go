@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/go-webauthn/webauthn/protocol"
+	"github.com/go-webauthn/webauthn/protocol/webauthncose"
 	"github.com/go-webauthn/webauthn/webauthn"
 	"golang.org/x/time/rate"
 
@@ -400,6 +401,8 @@ func (c *Console) asset(w http.ResponseWriter, r *http.Request) {
 		ctype = "text/javascript; charset=utf-8"
 	case "console.css":
 		ctype = "text/css; charset=utf-8"
+	case "favicon.svg":
+		ctype = "image/svg+xml"
 	default:
 		http.NotFound(w, r)
 		return
@@ -960,7 +963,7 @@ func (c *Console) enrolBegin(_ http.ResponseWriter, r *http.Request, body []byte
 		}
 	}
 	creation, sess, err := c.wa.BeginRegistration(enrolUser{id: who}, webauthn.WithExclusions(exclude),
-		webauthn.WithCredentialParameters([]protocol.CredentialParameter{{Type: protocol.PublicKeyCredentialType, Algorithm: -7}}))
+		webauthn.WithCredentialParameters(credentialParameters()))
 	if err != nil {
 		return nil, fmt.Errorf("begin registration: %w", err)
 	}
@@ -1000,6 +1003,16 @@ func (c *Console) enrolLinkAs(r *http.Request, kind, tok string) (string, time.T
 	return who, exp, nil
 }
 
+// credentialParameters offers every algorithm the server verifies, in
+// its order of preference.
+func credentialParameters() []protocol.CredentialParameter {
+	var out []protocol.CredentialParameter
+	for _, a := range passkey.Algorithms() {
+		out = append(out, protocol.CredentialParameter{Type: protocol.PublicKeyCredentialType, Algorithm: webauthncose.COSEAlgorithmIdentifier(a.ID)})
+	}
+	return out
+}
+
 func enrolKey(token string) string {
 	// The secret is the key of the in-memory entry; keep only its hash.
 	return base64.RawURLEncoding.EncodeToString(sha256Sum([]byte(token)))
@@ -1031,6 +1044,12 @@ func (c *Console) enrolFinish(_ http.ResponseWriter, r *http.Request, body []byt
 	parsed, err := protocol.ParseCredentialCreationResponseBytes(req.Credential)
 	if err != nil {
 		return nil, fail(http.StatusBadRequest, "credential: not a WebAuthn registration")
+	}
+	// A key this server cannot verify would make a passkey that signs in
+	// and decides nothing: refused here, naming the algorithms it verifies.
+	if err := passkey.CheckAlgorithm(parsed.Response.AttestationObject.AuthData.AttData.CredentialPublicKey); err != nil {
+		c.cfg.Logger.Info("console: a registration with a passkey algorithm this server does not verify was refused", "reviewer", who, "err", err)
+		return nil, fail(http.StatusBadRequest, "registration refused: %s. Register a passkey on an authenticator that offers one of them", strings.TrimPrefix(err.Error(), passkey.ErrUnsupportedAlgorithm.Error()+": "))
 	}
 	cred, err := c.wa.CreateCredential(enrolUser{id: who}, *sess, parsed)
 	if err != nil {
@@ -1112,11 +1131,20 @@ type pageData struct {
 	Base     string
 	CSRF     string
 	Reviewer string
-	Pending  []reviewlog.Review
-	Decided  []reviewlog.Review
+	Pending  []questionView
+	Decided  []questionView
 	Review   *reviewlog.Review
-	Reasons  []reasonView
-	Enrol    *enrolView
+	// Question is the review as a question; Known what the Trace knows
+	// beside its payee (hosts) or host (payees), KnownProblem why that
+	// cannot be read.
+	Question     *questionView
+	Known        []string
+	KnownProblem string
+	Reasons      []reasonView
+	// Read is what the guard read (the history line), apart from the
+	// reasons: it is no rule.
+	Read  string
+	Enrol *enrolView
 	// Chart is the review's timeline of recent payments (nil: none);
 	// ChartProblem says why the history could not be read.
 	Chart        *chartView
@@ -1124,8 +1152,9 @@ type pageData struct {
 }
 
 type reasonView struct {
-	Rule, Detail string
-	Evidence     []evidenceView
+	Rule     ruleView
+	Detail   string
+	Evidence []evidenceView
 }
 
 type evidenceView struct {
@@ -1133,7 +1162,10 @@ type evidenceView struct {
 }
 
 type enrolView struct {
-	Reviewer, Expires, Token string
+	Reviewer, Token string
+	Expires         timeView
+	// Algorithms names the passkey algorithms the server verifies.
+	Algorithms string
 }
 
 func (c *Console) page(fn func(r *http.Request, d *pageData) (string, error)) http.HandlerFunc {
@@ -1188,11 +1220,16 @@ func (c *Console) review(r *http.Request, d *pageData) (string, error) {
 	if err != nil {
 		return "", reviewError(err)
 	}
-	rv.AssetSymbol = c.cfg.AssetSymbol(rv.Asset)
-	d.Title = "Review " + rv.ID
-	d.Review = &rv
+	rv.AssetSymbol = c.symbol(rv.Asset)
+	q := c.question(rv, c.cfg.Now())
+	d.Title = q.Headline + "?"
+	d.Review, d.Question = &rv, &q
 	for _, rs := range rv.Reasons {
-		v := reasonView{Rule: rs.Rule, Detail: rs.Detail}
+		if rs.Rule == guard.RuleHistory {
+			d.Read = rs.Detail
+			continue
+		}
+		v := reasonView{Rule: describeRule(rs.Rule), Detail: rs.Detail}
 		for _, ref := range rs.Evidence {
 			v.Evidence = append(v.Evidence, evidenceView{RunID: ref.RunID, OperationID: ref.OperationID, Explain: c.cfg.Explain(rv.Template, ref)})
 		}
@@ -1203,8 +1240,10 @@ func (c *Console) review(r *http.Request, d *pageData) (string, error) {
 		if err != nil {
 			c.cfg.Logger.Warn("console: the guard's history could not be read for the timeline", "review", rv.ID, "err", err)
 			d.ChartProblem = "The guard's history cannot be read now; the server's log says why."
+			d.KnownProblem = d.ChartProblem
 		} else {
 			d.Chart = buildChart(h, rv, c.cfg.Assets)
+			d.Known = knownFor(h, q)
 		}
 	}
 	return "review", nil
@@ -1217,7 +1256,7 @@ func (c *Console) enrolPage(r *http.Request, d *pageData) (string, error) {
 		return "", err
 	}
 	d.Title = "Register a passkey"
-	d.Enrol = &enrolView{Reviewer: who, Expires: exp.UTC().Format(time.RFC3339), Token: tok}
+	d.Enrol = &enrolView{Reviewer: who, Expires: newTime(exp.UTC().Format(time.RFC3339), c.cfg.Now()), Token: tok, Algorithms: passkey.AlgorithmNames()}
 	return "enrol", nil
 }
 

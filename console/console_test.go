@@ -395,7 +395,7 @@ func TestConsoleEnrolSignInDecide(t *testing.T) {
 		t.Fatal("the queue is not newest first")
 	}
 	code, page = b.get("reviews/" + r1.ID)
-	for _, want := range []string{">Approve<", ">Reject<", `<label for="note">Note</label>`, r1.TermsHash, "open_payments"} {
+	for _, want := range []string{">Approve<", ">Reject<", `<label for="note">Note</label>`, r1.TermsHash, "open payments"} {
 		if code != 200 || !strings.Contains(page, want) {
 			t.Fatalf("review page lacks %q (%d)", want, code)
 		}
@@ -941,9 +941,9 @@ func TestConsoleReviewTimeline(t *testing.T) {
 	svg = svg[:strings.Index(svg, "</svg>")]
 	for _, want := range []string{`<svg class="timeline" role="img" aria-labelledby="chart-title chart-desc" viewBox="0 0 640 160"`,
 		`<title id="chart-title">Recent payments in the guard&#39;s history</title>`,
-		`2 payments from`, `; 1 open, faulted or reserved; 1 to this review&#39;s counterparty.`,
-		`<rect class="paid same" `, `: 0.1 USDC, settled, to this review&#39;s counterparty (run-1/op-a)</title></rect>`,
-		`<rect class="open" `, `: 0.3 USDC, open (paid, outcome not confirmed) (run-1/op-b\u202e)</title>`,
+		`2 payments from`, `; 1 open, faulted or reserved; 1 to this review&#39;s host.`,
+		`<rect class="paid same" `, `: 0.10 USDC, settled, to this review&#39;s host (run-1/op-a)</title></rect>`,
+		`<rect class="open" `, `: 0.30 USDC, open (paid, outcome not confirmed) (run-1/op-b\u202e)</title>`,
 		`<line class="opened" `} {
 		if !strings.Contains(svg, want) {
 			t.Fatalf("the chart lacks %q:\n%s", want, svg)

@@ -109,15 +109,23 @@ func (c *Console) queueData(ctx context.Context, d *pageData) error {
 	if err != nil {
 		return err
 	}
+	var pending, decided []reviewlog.Review
 	for _, rv := range all {
 		if rv.Status == reviewlog.Pending {
-			d.Pending = append(d.Pending, rv)
+			pending = append(pending, rv)
 		} else {
-			d.Decided = append(d.Decided, rv)
+			decided = append(decided, rv)
 		}
 	}
-	slices.SortStableFunc(d.Pending, func(a, b reviewlog.Review) int { return strings.Compare(b.CreatedAt, a.CreatedAt) })
-	slices.SortStableFunc(d.Decided, func(a, b reviewlog.Review) int { return strings.Compare(b.DecidedAt, a.DecidedAt) })
+	slices.SortStableFunc(pending, func(a, b reviewlog.Review) int { return strings.Compare(b.CreatedAt, a.CreatedAt) })
+	slices.SortStableFunc(decided, func(a, b reviewlog.Review) int { return strings.Compare(b.DecidedAt, a.DecidedAt) })
+	now := c.cfg.Now()
+	for _, rv := range pending {
+		d.Pending = append(d.Pending, c.question(rv, now))
+	}
+	for _, rv := range decided {
+		d.Decided = append(d.Decided, c.question(rv, now))
+	}
 	return nil
 }
 

@@ -238,11 +238,33 @@ func LoadConfig(path string) (*Config, error) {
 }
 
 // ParseConfig builds a Config from the JSON text of a policy file. dir is the
-// directory a relative "policy" path is resolved against.
+// directory a relative "policy" path is resolved against. A file with
+// mistakes gives ConfigErrors: every mistake the loader found, each with
+// where it is, not only the first.
 func ParseConfig(data []byte, dir string) (*Config, error) {
+	c, problems := CheckConfig(data, dir)
+	if len(problems) > 0 {
+		return nil, problems
+	}
+	return c, nil
+}
+
+// CheckConfig reads a policy file as ParseConfig does and returns every
+// mistake in it, with what could be read around them (nil when the file
+// is no JSON object): for a checker that goes on to what the server
+// checks next (the history templates, the custom rules file). A Config
+// with problems is never one to run with.
+func CheckConfig(data []byte, dir string) (*Config, ConfigErrors) {
+	var ps problems
+	c := parseConfig(data, dir, &ps)
+	return c, ps.list
+}
+
+func parseConfig(data []byte, dir string, ps *problems) *Config {
 	top, err := objectMembers(data, "the policy file")
 	if err != nil {
-		return nil, err
+		ps.add(Path{}, err)
+		return nil
 	}
 	c := &Config{Assets: newRegistry(), Limit: Limit{Window: defaultWindowHours * time.Hour}, Layers: []string{LayerDefaults, LayerFile},
 		HistoryTemplates: []string{DefaultTemplate}, UnreadableHistory: Review, UnattributableHistory: Review,
@@ -250,40 +272,38 @@ func ParseConfig(data []byte, dir string) (*Config, error) {
 		MaxPendingReviews: defaultMaxPendingReviews, MaxAuthorizationSeconds: DefaultMaxAuthorizationSeconds,
 		ReservationTTL: defaultReservationTTL}
 
-	// Assets and the default asset first: every amount depends on them.
+	// Assets and the default asset first: every amount depends on them. A
+	// default asset that cannot be read leaves USDC's decimals, so that the
+	// amounts are still checked.
 	if raw, ok := top.get("assets"); ok {
-		if err := c.readAssets(raw); err != nil {
-			return nil, err
-		}
+		c.readAssets(raw, ps)
 	}
-	defaultKey := USDCBase
+	c.DefaultAsset, _ = c.Assets.Lookup(USDCBase)
 	if raw, ok := top.get("defaultAsset"); ok {
-		if defaultKey, err = readString(raw, "defaultAsset"); err != nil {
-			return nil, err
+		at := Path{"defaultAsset"}
+		if defaultKey, err := readString(raw, "defaultAsset"); err != nil {
+			ps.add(at, err)
+		} else if _, _, key, err := parseAssetKey(defaultKey); err != nil {
+			ps.add(at, fmt.Errorf("%w: defaultAsset: %w", ErrConfig, err))
+		} else if def, ok := c.Assets.Lookup(key); !ok {
+			ps.add(at, fmt.Errorf("%w: defaultAsset %q is neither a built-in asset nor listed under assets", ErrConfig, clip(defaultKey)))
+		} else {
+			c.DefaultAsset = def
 		}
 	}
-	_, _, key, err := parseAssetKey(defaultKey)
-	if err != nil {
-		return nil, fmt.Errorf("%w: defaultAsset: %w", ErrConfig, err)
-	}
-	def, ok := c.Assets.Lookup(key)
-	if !ok {
-		return nil, fmt.Errorf("%w: defaultAsset %q is neither a built-in asset nor listed under assets", ErrConfig, clip(defaultKey))
-	}
-	c.DefaultAsset = def
+	def := c.DefaultAsset
 	if c.Limit.Amount, err = ParseAmount(defaultLimitAmount, def.Decimals); err != nil {
-		return nil, fmt.Errorf("%w: perCounterpartyLimit.amount in %s: %w", ErrConfig, def.Symbol, err)
+		ps.add(Path{"defaultAsset"}, fmt.Errorf("%w: perCounterpartyLimit.amount in %s: %w", ErrConfig, def.Symbol, err))
 	}
 	if c.ReviewAbove, err = ParseAmount(defaultReviewAbove, def.Decimals); err != nil {
-		return nil, fmt.Errorf("%w: reviewAbove in %s: %w", ErrConfig, def.Symbol, err)
+		ps.add(Path{"defaultAsset"}, fmt.Errorf("%w: reviewAbove in %s: %w", ErrConfig, def.Symbol, err))
 	}
 
 	var agents, tenants json.RawMessage
 	for _, m := range top {
+		at := Path{m.key}
 		if isLimitKey(m.key) {
-			if err := c.readLimitKey(m, ""); err != nil {
-				return nil, err
-			}
+			c.readLimitKey(m, Path{}, ps)
 			continue
 		}
 		switch m.key {
@@ -295,26 +315,30 @@ func ParseConfig(data []byte, dir string) (*Config, error) {
 		case "policy":
 			p, err := readString(m.value, m.key)
 			if err != nil {
-				return nil, err
+				ps.add(at, err)
+				continue
 			}
 			if p == "" {
-				return nil, fmt.Errorf("%w: policy must name a file", ErrConfig)
+				ps.add(at, fmt.Errorf("%w: policy must name a file", ErrConfig))
+				continue
 			}
 			if !filepath.IsAbs(p) && dir != "" {
 				p = filepath.Join(dir, p)
 			}
 			c.PolicyFile = p
 		case "historyTemplates":
-			if c.HistoryTemplates, err = readTemplateNames(m.value, m.key); err != nil {
-				return nil, err
+			if names, ok := readTemplateNames(m.value, at, ps); ok {
+				c.HistoryTemplates = names
 			}
 		case "unreadableHistory", "unattributableHistory":
 			v, err := readString(m.value, m.key)
 			if err != nil {
-				return nil, err
+				ps.add(at, err)
+				continue
 			}
 			if v != Review && v != Ignore {
-				return nil, fmt.Errorf("%w: %s must be %q or %q (got %q)", ErrConfig, m.key, Review, Ignore, clip(v))
+				ps.add(at, fmt.Errorf("%w: %s must be %q or %q (got %q)", ErrConfig, m.key, Review, Ignore, clip(v)))
+				continue
 			}
 			if m.key == "unreadableHistory" {
 				c.UnreadableHistory = v
@@ -324,7 +348,8 @@ func ParseConfig(data []byte, dir string) (*Config, error) {
 		case "reviewTtlMinutes", "approvalTtlMinutes":
 			n, err := readInt(m.value, m.key, 1, maxWindowHours*60)
 			if err != nil {
-				return nil, err
+				ps.add(at, err)
+				continue
 			}
 			if m.key == "reviewTtlMinutes" {
 				c.ReviewTTL = time.Duration(n) * time.Minute
@@ -334,68 +359,65 @@ func ParseConfig(data []byte, dir string) (*Config, error) {
 		case "rejectionHoldHours":
 			n, err := readInt(m.value, m.key, 0, maxWindowHours)
 			if err != nil {
-				return nil, err
+				ps.add(at, err)
+				continue
 			}
 			c.RejectionHold = time.Duration(n) * time.Hour
 		case "maxPendingReviewsPerCaller":
 			n, err := readInt(m.value, m.key, 1, maxOpenPartialCap)
 			if err != nil {
-				return nil, err
+				ps.add(at, err)
+				continue
 			}
 			c.MaxPendingReviews = n
 		case "maxAuthorizationSeconds":
 			n, err := readInt(m.value, m.key, 1, maxAuthorizationSecondsCap)
 			if err != nil {
-				return nil, err
+				ps.add(at, err)
+				continue
 			}
 			c.MaxAuthorizationSeconds = n
 		case "reservationMinutes":
 			n, err := readInt(m.value, m.key, 1, int64(MaxReservationTTL/time.Minute))
 			if err != nil {
-				return nil, err
+				ps.add(at, err)
+				continue
 			}
 			c.ReservationTTL = time.Duration(n) * time.Minute
 		default:
-			return nil, fmt.Errorf("%w: unknown key %q (known: %s)", ErrConfig, clip(m.key), strings.Join(ConfigKeys(), ", "))
+			ps.add(at, fmt.Errorf("%w: unknown key %q (known: %s)", ErrConfig, clip(m.key), strings.Join(ConfigKeys(), ", ")))
 		}
 	}
 	// Tenants and agents last: each layer composes over the complete
 	// policy of the layers before it (see compose).
 	var agentLayers []layer
 	if agents != nil {
-		if agentLayers, err = readAgentLayers(agents, "agents", ""); err != nil {
-			return nil, err
-		}
+		agentLayers = readAgentLayers(agents, Path{"agents"}, "", ps)
 		c.Agents = make(map[string]*Config, len(agentLayers))
 		for _, a := range agentLayers {
-			ac, err := c.compose(a)
-			if err != nil {
-				return nil, err
-			}
-			c.Agents[a.agent] = ac
+			c.Agents[a.agent] = c.compose(a, ps)
 		}
 	}
 	if tenants != nil {
-		if err := c.readTenants(tenants, agentLayers); err != nil {
-			return nil, err
-		}
+		c.readTenants(tenants, agentLayers, ps)
 	}
-	return c, nil
+	return c
 }
 
 // layer is one layer of the policy as written: its limit keys, in order.
 type layer struct {
-	name   string // for the history line: "tenant acme", "agent bot"
-	prefix string // where it is in the file, for messages: `agents["bot"].`
-	agent  string // the caller id of an agent layer
-	keys   members
+	name  string // for the history line: "tenant acme", "agent bot"
+	at    Path   // where it is in the file: agents["bot"]
+	agent string // the caller id of an agent layer
+	keys  members
 }
 
 // compose returns a copy of c with the layer l over it, key by key: a key l
 // does not name keeps c's value; inside an object a nested key not given
 // keeps c's; null turns an optional rule off; a denylist adds to c's; an
 // allowlist narrows c's (see readLimitKey). The copy shares no list with c.
-func (c *Config) compose(l layer) (*Config, error) {
+// A key with a mistake is reported to ps and leaves c's value.
+func (c *Config) compose(l layer, ps *problems) *Config {
 	out := *c
 	out.Agents, out.Tenants = nil, nil
 	out.Allowlist = slices.Clone(c.Allowlist)
@@ -405,57 +427,64 @@ func (c *Config) compose(l layer) (*Config, error) {
 		out.Agent = l.agent
 	}
 	for _, m := range l.keys {
-		if err := out.readLimitKey(m, l.prefix); err != nil {
-			return nil, err
-		}
+		out.readLimitKey(m, l.at, ps)
 	}
-	return &out, nil
+	return &out
 }
 
-func (c *Config) readAssets(raw json.RawMessage) error {
+func (c *Config) readAssets(raw json.RawMessage, ps *problems) {
 	entries, err := objectMembers(raw, "assets")
+	if err != nil {
+		ps.add(Path{"assets"}, err)
+		return
+	}
+	for _, e := range entries {
+		at := Path{"assets", Name(e.key)}
+		if err := c.readAsset(e, at); err != nil {
+			ps.add(at, err)
+		}
+	}
+}
+
+// readAsset reads one entry of assets, at at.
+func (c *Config) readAsset(e member, at Path) error {
+	where := at.String()
+	network, address, key, err := parseAssetKey(e.key)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrConfig, where, err)
+	}
+	fields, err := objectMembers(e.value, where)
 	if err != nil {
 		return err
 	}
-	for _, e := range entries {
-		where := fmt.Sprintf("assets[%q]", clip(e.key))
-		network, address, key, err := parseAssetKey(e.key)
-		if err != nil {
-			return fmt.Errorf("%w: %s: %w", ErrConfig, where, err)
-		}
-		fields, err := objectMembers(e.value, where)
-		if err != nil {
-			return err
-		}
-		a := Asset{Key: key, Network: network, Address: address, Decimals: -1}
-		for _, f := range fields {
-			switch f.key {
-			case "symbol":
-				if a.Symbol, err = readString(f.value, where+".symbol"); err != nil {
-					return err
-				}
-				if a.Symbol == "" || len(a.Symbol) > 32 || !allBytes(a.Symbol, func(c byte) bool { return isAlpha(c) || isDigit(c) || c == '.' || c == '-' || c == '_' }) {
-					return fmt.Errorf("%w: %s.symbol must be 1 to 32 characters of [A-Za-z0-9._-]", ErrConfig, where)
-				}
-			case "decimals":
-				if a.Decimals, err = readInt(f.value, where+".decimals", 0, maxDecimals); err != nil {
-					return err
-				}
-			default:
-				return fmt.Errorf("%w: unknown key %q in %s (known: symbol, decimals)", ErrConfig, clip(f.key), where)
+	a := Asset{Key: key, Network: network, Address: address, Decimals: -1}
+	for _, f := range fields {
+		switch f.key {
+		case "symbol":
+			if a.Symbol, err = readString(f.value, where+".symbol"); err != nil {
+				return err
 			}
+			if a.Symbol == "" || len(a.Symbol) > 32 || !allBytes(a.Symbol, func(c byte) bool { return isAlpha(c) || isDigit(c) || c == '.' || c == '-' || c == '_' }) {
+				return fmt.Errorf("%w: %s.symbol must be 1 to 32 characters of [A-Za-z0-9._-]", ErrConfig, where)
+			}
+		case "decimals":
+			if a.Decimals, err = readInt(f.value, where+".decimals", 0, maxDecimals); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("%w: unknown key %q in %s (known: symbol, decimals)", ErrConfig, clip(f.key), where)
 		}
-		if a.Symbol == "" {
-			return fmt.Errorf("%w: %s.symbol is required", ErrConfig, where)
-		}
-		if a.Decimals < 0 {
-			return fmt.Errorf("%w: %s.decimals is required", ErrConfig, where)
-		}
-		if b, ok := c.Assets.Lookup(key); ok && b.Decimals != a.Decimals {
-			return fmt.Errorf("%w: %s.decimals is %d, but the built-in %s has %d decimals", ErrConfig, where, a.Decimals, b.Symbol, b.Decimals)
-		}
-		c.Assets.byKey[key] = a
 	}
+	if a.Symbol == "" {
+		return fmt.Errorf("%w: %s.symbol is required", ErrConfig, where)
+	}
+	if a.Decimals < 0 {
+		return fmt.Errorf("%w: %s.decimals is required", ErrConfig, where)
+	}
+	if b, ok := c.Assets.Lookup(key); ok && b.Decimals != a.Decimals {
+		return fmt.Errorf("%w: %s.decimals is %d, but the built-in %s has %d decimals", ErrConfig, where, a.Decimals, b.Symbol, b.Decimals)
+	}
+	c.Assets.byKey[key] = a
 	return nil
 }
 
@@ -467,57 +496,75 @@ func ConfigKeys() []string {
 		"unattributableHistory", "reviewTtlMinutes", "approvalTtlMinutes", "rejectionHoldHours", "maxPendingReviewsPerCaller", "maxAuthorizationSeconds", "reservationMinutes"}
 }
 
-// readTemplateNames reads historyTemplates: a non-empty list of distinct
-// bare template names. Whether each exists is checked when the engine
-// starts, against the templates loaded then.
-func readTemplateNames(raw json.RawMessage, key string) ([]string, error) {
+// readTemplateNames reads historyTemplates (at at): a non-empty list of
+// distinct bare template names. Whether each exists is checked when the
+// engine starts, against the templates loaded then. ok is false when the
+// list has a mistake (reported to ps).
+func readTemplateNames(raw json.RawMessage, at Path, ps *problems) (names []string, ok bool) {
+	key := at.String()
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil || items == nil {
-		return nil, fmt.Errorf("%w: %s must be a list of template names", ErrConfig, key)
+		ps.add(at, fmt.Errorf("%w: %s must be a list of template names", ErrConfig, key))
+		return nil, false
 	}
 	if len(items) == 0 || len(items) > maxHistoryTemplates {
-		return nil, fmt.Errorf("%w: %s must name between 1 and %d templates", ErrConfig, key, maxHistoryTemplates)
+		ps.add(at, fmt.Errorf("%w: %s must name between 1 and %d templates", ErrConfig, key, maxHistoryTemplates))
+		return nil, false
 	}
+	before := ps.count()
 	out := make([]string, 0, len(items))
 	for i, it := range items {
-		where := fmt.Sprintf("%s[%d]", key, i)
+		iat := at.with(i)
+		where := iat.String()
 		s, err := readString(it, where)
 		if err != nil {
-			return nil, err
+			ps.add(iat, err)
+			continue
 		}
 		if s == "" || len(s) > 64 || !allBytes(s, func(c byte) bool { return isAlpha(c) || isDigit(c) || c == '-' || c == '_' }) {
-			return nil, fmt.Errorf("%w: %s must be a bare template name ([A-Za-z0-9_-]+, at most 64 characters), got %q", ErrConfig, where, clip(s))
+			ps.add(iat, fmt.Errorf("%w: %s must be a bare template name ([A-Za-z0-9_-]+, at most 64 characters), got %q", ErrConfig, where, clip(s)))
+			continue
 		}
 		if slices.Contains(out, s) {
-			return nil, fmt.Errorf("%w: %s names %q twice", ErrConfig, key, s)
+			ps.add(iat, fmt.Errorf("%w: %s names %q twice", ErrConfig, key, s))
+			continue
 		}
 		out = append(out, s)
 	}
-	return out, nil
+	return out, ps.count() == before
 }
 
-func readCounterparties(raw json.RawMessage, key string) ([]Counterparty, error) {
+// readCounterparties reads a list of counterparties at at; ok is false
+// when an entry has a mistake (reported to ps).
+func readCounterparties(raw json.RawMessage, at Path, ps *problems) (list []Counterparty, ok bool) {
+	key := at.String()
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil || items == nil {
-		return nil, fmt.Errorf("%w: %s must be a list of strings", ErrConfig, key)
+		ps.add(at, fmt.Errorf("%w: %s must be a list of strings", ErrConfig, key))
+		return nil, false
 	}
 	if len(items) > maxListEntries {
-		return nil, fmt.Errorf("%w: %s has %d entries; at most %d are accepted", ErrConfig, key, len(items), maxListEntries)
+		ps.add(at, fmt.Errorf("%w: %s has %d entries; at most %d are accepted", ErrConfig, key, len(items), maxListEntries))
+		return nil, false
 	}
+	before := ps.count()
 	out := make([]Counterparty, 0, len(items))
 	for i, it := range items {
-		where := fmt.Sprintf("%s[%d]", key, i)
+		iat := at.with(i)
+		where := iat.String()
 		s, err := readString(it, where)
 		if err != nil {
-			return nil, err
+			ps.add(iat, err)
+			continue
 		}
 		cp, err := ParseCounterparty(s)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %w", ErrConfig, where, err)
+			ps.add(iat, fmt.Errorf("%w: %s: %w", ErrConfig, where, err))
+			continue
 		}
 		out = append(out, cp)
 	}
-	return out, nil
+	return out, ps.count() == before
 }
 
 func readString(raw json.RawMessage, where string) (string, error) {
@@ -649,9 +696,11 @@ func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "
 
 // readLimitKey applies one limit key to c. A nested key not given keeps what
 // c already has, so an agent's "perCounterpartyLimit": {"amount": "1"} keeps
-// the default window. prefix names where the key is, for messages.
-func (c *Config) readLimitKey(m member, prefix string) error {
-	where := prefix + m.key
+// the default window. base is where the key's layer is in the file; a
+// mistake is reported to ps and leaves c's value as it was.
+func (c *Config) readLimitKey(m member, base Path, ps *problems) {
+	at := base.with(m.key)
+	where := at.String()
 	dec := c.DefaultAsset.Decimals
 	amount := func(raw json.RawMessage, key string) (*big.Int, error) {
 		text, err := readString(raw, key)
@@ -664,12 +713,11 @@ func (c *Config) readLimitKey(m member, prefix string) error {
 		}
 		return a, nil
 	}
-	var err error
 	switch m.key {
 	case "allowlist", "denylist":
-		list, err := readCounterparties(m.value, where)
-		if err != nil {
-			return err
+		list, ok := readCounterparties(m.value, at, ps)
+		if !ok {
+			return
 		}
 		if m.key == "allowlist" {
 			c.narrowAllowlist(list)
@@ -677,80 +725,92 @@ func (c *Config) readLimitKey(m member, prefix string) error {
 			c.Denylist = unionCounterparties(c.Denylist, list)
 		}
 	case "perCounterpartyLimit":
-		l, err := c.readLimit(m.value, where, &c.Limit, amount)
-		if err != nil {
-			return err
+		if l := c.readLimit(m.value, at, &c.Limit, amount, ps); l != nil {
+			c.Limit = *l
 		}
-		c.Limit = *l
 	case "totalLimit":
 		if isNull(m.value) {
 			c.TotalLimit = nil
-			return nil
+			return
 		}
-		if c.TotalLimit, err = c.readLimit(m.value, where, c.TotalLimit, amount); err != nil {
-			return err
+		if l := c.readLimit(m.value, at, c.TotalLimit, amount, ps); l != nil {
+			c.TotalLimit = l
 		}
 	case "maxOpenPartialPerCounterparty":
-		if c.MaxOpenPartial, err = readInt(m.value, where, 0, maxOpenPartialCap); err != nil {
-			return err
+		n, err := readInt(m.value, where, 0, maxOpenPartialCap)
+		if err != nil {
+			ps.add(at, err)
+			return
 		}
+		c.MaxOpenPartial = n
 	case "reviewAbove":
-		if c.ReviewAbove, err = amount(m.value, where); err != nil {
-			return err
+		a, err := amount(m.value, where)
+		if err != nil {
+			ps.add(at, err)
+			return
 		}
+		c.ReviewAbove = a
 	case "velocity":
 		if isNull(m.value) {
 			c.Velocity = Velocity{}
-			return nil
+			return
 		}
 		inner, err := objectMembers(m.value, where)
 		if err != nil {
-			return err
+			ps.add(at, err)
+			return
 		}
+		v := c.Velocity
 		for _, im := range inner {
+			iat := at.with(im.key)
 			var slot **CountLimit
 			switch im.key {
 			case "perCounterparty":
-				slot = &c.Velocity.PerCounterparty
+				slot = &v.PerCounterparty
 			case "total":
-				slot = &c.Velocity.Total
+				slot = &v.Total
 			default:
-				return fmt.Errorf("%w: unknown key %q in %s (known: perCounterparty, total)", ErrConfig, clip(im.key), where)
+				ps.add(iat, fmt.Errorf("%w: unknown key %q in %s (known: perCounterparty, total)", ErrConfig, clip(im.key), where))
+				continue
 			}
 			if isNull(im.value) {
 				*slot = nil
 				continue
 			}
-			if *slot, err = readCountLimit(im.value, where+"."+im.key, *slot); err != nil {
-				return err
+			if l := readCountLimit(im.value, iat, *slot, ps); l != nil {
+				*slot = l
 			}
 		}
+		c.Velocity = v
 	case "duplicatePayment":
 		if isNull(m.value) {
 			c.DuplicateWindow = 0
-			return nil
+			return
 		}
 		inner, err := objectMembers(m.value, where)
 		if err != nil {
-			return err
+			ps.add(at, err)
+			return
 		}
 		window := c.DuplicateWindow
 		if window == 0 {
 			window = defaultDuplicateMinutes * time.Minute
 		}
 		for _, im := range inner {
+			iat := at.with(im.key)
 			if im.key != "windowMinutes" {
-				return fmt.Errorf("%w: unknown key %q in %s (known: windowMinutes)", ErrConfig, clip(im.key), where)
+				ps.add(iat, fmt.Errorf("%w: unknown key %q in %s (known: windowMinutes)", ErrConfig, clip(im.key), where))
+				continue
 			}
-			n, err := readInt(im.value, where+".windowMinutes", 1, maxWindowHours*60)
+			n, err := readInt(im.value, iat.String(), 1, maxWindowHours*60)
 			if err != nil {
-				return err
+				ps.add(iat, err)
+				continue
 			}
 			window = time.Duration(n) * time.Minute
 		}
 		c.DuplicateWindow = window
 	}
-	return nil
 }
 
 // unionCounterparties is a followed by every entry of b not already in a:
@@ -787,69 +847,97 @@ func (c *Config) narrowAllowlist(list []Counterparty) {
 	c.Allowlist = kept
 }
 
-// readLimit reads {amount, windowHours} over base (nil: nothing yet, so the
-// amount is required and the window defaults to 24 hours). It never changes
-// *base, which the default policy may share with an agent's.
-func (c *Config) readLimit(raw json.RawMessage, where string, base *Limit, amount func(json.RawMessage, string) (*big.Int, error)) (*Limit, error) {
+// readLimit reads {amount, windowHours} at at over base (nil: nothing
+// yet, so the amount is required and the window defaults to 24 hours). It
+// never changes *base, which the default policy may share with an
+// agent's. nil when it has a mistake (reported to ps).
+func (c *Config) readLimit(raw json.RawMessage, at Path, base *Limit, amount func(json.RawMessage, string) (*big.Int, error), ps *problems) *Limit {
+	where := at.String()
 	inner, err := objectMembers(raw, where)
 	if err != nil {
-		return nil, err
+		ps.add(at, err)
+		return nil
 	}
 	l := Limit{Window: defaultWindowHours * time.Hour}
 	if base != nil {
 		l = *base
 	}
+	before := ps.count()
 	for _, im := range inner {
+		iat := at.with(im.key)
 		switch im.key {
 		case "amount":
-			if l.Amount, err = amount(im.value, where+".amount"); err != nil {
-				return nil, err
+			a, err := amount(im.value, iat.String())
+			if err != nil {
+				ps.add(iat, err)
+				continue
 			}
+			l.Amount = a
 		case "windowHours":
-			if l.Window, err = readWindow(im.value, where+".windowHours"); err != nil {
-				return nil, err
+			w, err := readWindow(im.value, iat.String())
+			if err != nil {
+				ps.add(iat, err)
+				continue
 			}
+			l.Window = w
 		default:
-			return nil, fmt.Errorf("%w: unknown key %q in %s (known: amount, windowHours)", ErrConfig, clip(im.key), where)
+			ps.add(iat, fmt.Errorf("%w: unknown key %q in %s (known: amount, windowHours)", ErrConfig, clip(im.key), where))
 		}
 	}
-	if l.Amount == nil {
-		return nil, fmt.Errorf("%w: %s.amount is required", ErrConfig, where)
+	if ps.count() > before {
+		return nil
 	}
-	return &l, nil
+	if l.Amount == nil {
+		ps.add(at, fmt.Errorf("%w: %s.amount is required", ErrConfig, where))
+		return nil
+	}
+	return &l
 }
 
-// readCountLimit reads {count, windowMinutes} over base (nil: the count is
-// required and the window defaults to 60 minutes).
-func readCountLimit(raw json.RawMessage, where string, base *CountLimit) (*CountLimit, error) {
+// readCountLimit reads {count, windowMinutes} at at over base (nil: the
+// count is required and the window defaults to 60 minutes). nil when it
+// has a mistake (reported to ps).
+func readCountLimit(raw json.RawMessage, at Path, base *CountLimit, ps *problems) *CountLimit {
+	where := at.String()
 	inner, err := objectMembers(raw, where)
 	if err != nil {
-		return nil, err
+		ps.add(at, err)
+		return nil
 	}
 	l := CountLimit{Count: -1, Window: defaultVelocityMinutes * time.Minute}
 	if base != nil {
 		l = *base
 	}
+	before := ps.count()
 	for _, im := range inner {
+		iat := at.with(im.key)
 		switch im.key {
 		case "count":
-			if l.Count, err = readInt(im.value, where+".count", 1, maxCount); err != nil {
-				return nil, err
-			}
-		case "windowMinutes":
-			n, err := readInt(im.value, where+".windowMinutes", 1, maxWindowHours*60)
+			n, err := readInt(im.value, iat.String(), 1, maxCount)
 			if err != nil {
-				return nil, err
+				ps.add(iat, err)
+				continue
+			}
+			l.Count = n
+		case "windowMinutes":
+			n, err := readInt(im.value, iat.String(), 1, maxWindowHours*60)
+			if err != nil {
+				ps.add(iat, err)
+				continue
 			}
 			l.Window = time.Duration(n) * time.Minute
 		default:
-			return nil, fmt.Errorf("%w: unknown key %q in %s (known: count, windowMinutes)", ErrConfig, clip(im.key), where)
+			ps.add(iat, fmt.Errorf("%w: unknown key %q in %s (known: count, windowMinutes)", ErrConfig, clip(im.key), where))
 		}
 	}
-	if l.Count < 0 {
-		return nil, fmt.Errorf("%w: %s.count is required", ErrConfig, where)
+	if ps.count() > before {
+		return nil
 	}
-	return &l, nil
+	if l.Count < 0 {
+		ps.add(at, fmt.Errorf("%w: %s.count is required", ErrConfig, where))
+		return nil
+	}
+	return &l
 }
 
 // readTenants reads tenants: {"<tenant>": {limit keys, "agents": {…}}}.
@@ -857,42 +945,44 @@ func readCountLimit(raw json.RawMessage, where string, base *CountLimit) (*Count
 // Within a tenant, a caller with an entry under the top-level agents, under
 // the tenant's own agents, or both, gets the tenant's policy with the
 // top-level agent layer and then the tenant's agent layer composed over it.
-func (c *Config) readTenants(raw json.RawMessage, agentLayers []layer) error {
+func (c *Config) readTenants(raw json.RawMessage, agentLayers []layer, ps *problems) {
 	entries, err := objectMembers(raw, "tenants")
 	if err != nil {
-		return err
+		ps.add(Path{"tenants"}, err)
+		return
 	}
 	c.Tenants = make(map[string]*Config, len(entries))
 	for _, e := range entries {
+		at := Path{"tenants", Name(e.key)}
 		if e.key == "" || len(e.key) > 64 || !allBytes(e.key, func(b byte) bool { return isAlpha(b) || isDigit(b) || b == '-' || b == '_' }) {
-			return fmt.Errorf("%w: tenants: %q is not a tenant name (a bare slug [A-Za-z0-9_-], at most 64 characters)", ErrConfig, clip(e.key))
+			ps.add(at, fmt.Errorf("%w: tenants: %q is not a tenant name (a bare slug [A-Za-z0-9_-], at most 64 characters)", ErrConfig, clip(e.key)))
+			continue
 		}
-		prefix := fmt.Sprintf("tenants[%q].", e.key)
-		keys, err := objectMembers(e.value, strings.TrimSuffix(prefix, "."))
+		where := at.String()
+		keys, err := objectMembers(e.value, where)
 		if err != nil {
-			return err
+			ps.add(at, err)
+			continue
 		}
-		tl := layer{name: "tenant " + e.key, prefix: prefix}
+		tl := layer{name: "tenant " + e.key, at: at}
 		var own []layer
 		for _, m := range keys {
+			kat := at.with(m.key)
 			if m.key == "agents" {
-				if own, err = readAgentLayers(m.value, prefix+"agents", "tenant "+e.key+" "); err != nil {
-					return err
-				}
+				own = readAgentLayers(m.value, kat, "tenant "+e.key+" ", ps)
 				continue
 			}
 			if !isLimitKey(m.key) {
 				if slices.Contains(ConfigKeys(), m.key) {
-					return fmt.Errorf("%w: %s%s applies to every tenant and cannot be set per tenant (a tenant may set: %s, agents)", ErrConfig, prefix, m.key, strings.Join(limitKeys, ", "))
+					ps.add(kat, fmt.Errorf("%w: %s applies to every tenant and cannot be set per tenant (a tenant may set: %s, agents)", ErrConfig, kat, strings.Join(limitKeys, ", ")))
+				} else {
+					ps.add(kat, fmt.Errorf("%w: unknown key %q in %s (known: %s, agents)", ErrConfig, clip(m.key), where, strings.Join(limitKeys, ", ")))
 				}
-				return fmt.Errorf("%w: unknown key %q in %s (known: %s, agents)", ErrConfig, clip(m.key), strings.TrimSuffix(prefix, "."), strings.Join(limitKeys, ", "))
+				continue
 			}
 			tl.keys = append(tl.keys, m)
 		}
-		t, err := c.compose(tl)
-		if err != nil {
-			return err
-		}
+		t := c.compose(tl, ps)
 		// Every caller with an agent layer at either level, in a stable order.
 		byAgent := map[string][2]*layer{}
 		var ids []string
@@ -911,7 +1001,8 @@ func (c *Config) readTenants(raw json.RawMessage, agentLayers []layer) error {
 			byAgent[a.agent] = pair
 		}
 		if len(ids) > maxAgents {
-			return fmt.Errorf("%w: %s has %d callers with their own policy; at most %d are accepted", ErrConfig, strings.TrimSuffix(prefix, "."), len(ids), maxAgents)
+			ps.add(at, fmt.Errorf("%w: %s has %d callers with their own policy; at most %d are accepted", ErrConfig, where, len(ids), maxAgents))
+			continue
 		}
 		if len(ids) > 0 {
 			t.Agents = make(map[string]*Config, len(ids))
@@ -922,49 +1013,57 @@ func (c *Config) readTenants(raw json.RawMessage, agentLayers []layer) error {
 				if l == nil {
 					continue
 				}
-				if ac, err = ac.compose(*l); err != nil {
-					return err
-				}
+				ac = ac.compose(*l, ps)
 			}
 			t.Agents[id] = ac
 		}
 		c.Tenants[e.key] = t
 	}
-	return nil
 }
 
 // readAgentLayers reads an agents object, {"<caller id>": {limit keys}},
-// at where ("agents" or `tenants["acme"].agents`); naming prefixes each
-// layer's name ("" or "tenant acme ").
-func readAgentLayers(raw json.RawMessage, where, naming string) ([]layer, error) {
+// at at (agents or tenants["acme"].agents); naming prefixes each layer's
+// name ("" or "tenant acme "). An entry with a mistake (reported to ps)
+// is left out.
+func readAgentLayers(raw json.RawMessage, at Path, naming string, ps *problems) []layer {
+	where := at.String()
 	entries, err := objectMembers(raw, where)
 	if err != nil {
-		return nil, err
+		ps.add(at, err)
+		return nil
 	}
 	if len(entries) > maxAgents {
-		return nil, fmt.Errorf("%w: %s has %d entries; at most %d are accepted", ErrConfig, where, len(entries), maxAgents)
+		ps.add(at, fmt.Errorf("%w: %s has %d entries; at most %d are accepted", ErrConfig, where, len(entries), maxAgents))
+		return nil
 	}
 	out := make([]layer, 0, len(entries))
 	for _, e := range entries {
+		eat := at.with(Name(e.key))
 		if !ValidAgentID(e.key) {
-			return nil, fmt.Errorf("%w: %s: %q is not a caller id (1 to %d bytes of UTF-8 without control characters)", ErrConfig, where, clip(e.key), maxAgentIDBytes)
+			ps.add(eat, fmt.Errorf("%w: %s: %q is not a caller id (1 to %d bytes of UTF-8 without control characters)", ErrConfig, where, clip(e.key), maxAgentIDBytes))
+			continue
 		}
-		prefix := fmt.Sprintf("%s[%q].", where, clip(e.key))
-		keys, err := objectMembers(e.value, strings.TrimSuffix(prefix, "."))
+		keys, err := objectMembers(e.value, eat.String())
 		if err != nil {
-			return nil, err
+			ps.add(eat, err)
+			continue
 		}
+		var limits members
 		for _, m := range keys {
+			kat := eat.with(m.key)
 			if !isLimitKey(m.key) {
 				if slices.Contains(ConfigKeys(), m.key) {
-					return nil, fmt.Errorf("%w: %s%s applies to every caller and cannot be set per agent (an agent may set: %s)", ErrConfig, prefix, m.key, strings.Join(limitKeys, ", "))
+					ps.add(kat, fmt.Errorf("%w: %s applies to every caller and cannot be set per agent (an agent may set: %s)", ErrConfig, kat, strings.Join(limitKeys, ", ")))
+				} else {
+					ps.add(kat, fmt.Errorf("%w: unknown key %q in %s (known: %s)", ErrConfig, clip(m.key), eat, strings.Join(limitKeys, ", ")))
 				}
-				return nil, fmt.Errorf("%w: unknown key %q in %s (known: %s)", ErrConfig, clip(m.key), strings.TrimSuffix(prefix, "."), strings.Join(limitKeys, ", "))
+				continue
 			}
+			limits = append(limits, m)
 		}
-		out = append(out, layer{name: naming + "agent " + e.key, prefix: prefix, agent: e.key, keys: keys})
+		out = append(out, layer{name: naming + "agent " + e.key, at: eat, agent: e.key, keys: limits})
 	}
-	return out, nil
+	return out
 }
 
 // ValidAgentID says whether s can be a caller id: 1 to 256 bytes of UTF-8

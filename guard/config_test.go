@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -255,5 +256,30 @@ func TestQuestionTemplate(t *testing.T) {
 				t.Fatalf("a question naming no template is judged under %q, want %q", req.Template, tc.want)
 			}
 		})
+	}
+}
+
+// The loader goes on past a mistake: a file with several gives every one,
+// each with its path (the one its message names), in the order read.
+func TestParseConfigReportsEveryMistake(t *testing.T) {
+	_, err := ParseConfig([]byte(`{"reviewAbove": "x", "allowlist": ["0xzz", "ok.example", 3],
+		"velocity": {"total": {"count": 0, "windowMinutes": 0}}, "nope": 1,
+		"agents": {"bot": {"reviewAbove": "y", "historyTemplates": ["a"]}},
+		"tenants": {"acme": {"denylist": [1]}, "b c": {}}}`), "")
+	var ces ConfigErrors
+	if !errors.As(err, &ces) || !errors.Is(err, ErrConfig) {
+		t.Fatalf("%v: want ConfigErrors wrapping ErrConfig", err)
+	}
+	var got []string
+	for _, p := range ces {
+		got = append(got, p.Path.JSONPath())
+		if !strings.Contains(p.Err.Error(), p.Path.String()) && len(p.Path) > 0 && p.Path[0] != "tenants" {
+			t.Errorf("%s: the message %q does not name its path", p.Path.JSONPath(), p.Err)
+		}
+	}
+	want := []string{`$.reviewAbove`, `$.allowlist[0]`, `$.allowlist[2]`, `$.velocity.total.count`, `$.velocity.total.windowMinutes`, `$.nope`,
+		`$.agents["bot"].historyTemplates`, `$.agents["bot"].reviewAbove`, `$.tenants["acme"].denylist[0]`, `$.tenants["b c"]`}
+	if !slices.Equal(got, want) {
+		t.Errorf("paths %q\nwant   %q", got, want)
 	}
 }

@@ -55,24 +55,15 @@ func (c *consoleFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.proxyHeader, "console-proxy-header", clientaddr.HeaderXForwardedFor, "the `HEADER` the --console-trusted-proxy writes the client into: X-Forwarded-For or Forwarded (the other is never read)")
 }
 
-// check resolves the trusted proxies; given without --console, or
-// --console-proxy-header without a proxy, they would do nothing and are
-// refused.
-func (c *consoleFlags) check(given func(name string) bool) error {
+// check resolves the trusted proxies (refuseIdleFlags refuses them
+// without --console, and the header without a proxy).
+func (c *consoleFlags) check() error {
 	if !c.on {
-		for _, name := range []string{"console-trusted-proxy", "console-proxy-header"} {
-			if given(name) {
-				return usageErrorf("--%s without --console would do nothing: add --console or drop it", name)
-			}
-		}
 		return nil
 	}
 	var list []string
 	for _, v := range c.trustedProxies {
 		list = append(list, strings.Split(v, ",")...)
-	}
-	if len(list) == 0 && given("console-proxy-header") {
-		return usageErrorf("--console-proxy-header without --console-trusted-proxy would do nothing: a forwarding header is read only from a proxy you name")
 	}
 	r, err := clientaddr.New(list, c.proxyHeader)
 	if err != nil {

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"image"
+	"image/color"
 	"image/png"
 	"os"
 	"os/exec"
@@ -108,8 +110,51 @@ func checkScreenshot(t *testing.T, what string, data []byte, w, h int) {
 		t.Fatalf("%s screenshot is one colour", what)
 	}
 	if dir := os.Getenv("HAIA_SCREENSHOTS"); dir != "" {
-		_ = os.WriteFile(filepath.Join(dir, what+".png"), data, 0o644)
+		if err := os.WriteFile(filepath.Join(dir, what+".png"), smallPNG(img, data), 0o644); err != nil {
+			t.Fatalf("keep the %s screenshot: %v", what, err)
+		}
 	}
+}
+
+// smallPNG re-encodes a screenshot for the docs: its colours to the
+// nearest of a 256-colour palette when it has no more (near-white kept
+// white), at the best compression; data itself when it has more.
+func smallPNG(img image.Image, data []byte) []byte {
+	q := func(v uint32) uint8 {
+		v >>= 8
+		if v >= 248 {
+			return 255
+		}
+		return uint8(v) &^ 7
+	}
+	b := img.Bounds()
+	var pal color.Palette
+	index := map[color.RGBA]bool{}
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			r, g, bl, _ := img.At(x, y).RGBA()
+			c := color.RGBA{q(r), q(g), q(bl), 255}
+			if !index[c] {
+				if len(pal) == 256 {
+					return data
+				}
+				index[c] = true
+				pal = append(pal, c)
+			}
+		}
+	}
+	out := image.NewPaletted(b, pal)
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			r, g, bl, _ := img.At(x, y).RGBA()
+			out.Set(x, y, color.RGBA{q(r), q(g), q(bl), 255})
+		}
+	}
+	var buf bytes.Buffer
+	if err := (&png.Encoder{CompressionLevel: png.BestCompression}).Encode(&buf, out); err != nil {
+		return data
+	}
+	return buf.Bytes()
 }
 
 // The browser tests' window.
@@ -121,6 +166,19 @@ const width, height = 1200, 900
 // the browser's context once the page shows the fingerprint (it ends with
 // ctx). logs is the server's output, for a failure.
 func browserRegister(ctx context.Context, t *testing.T, chromium, link string, logs func() string) context.Context {
+	t.Helper()
+	bctx, st := browserRegisterWith(ctx, t, chromium, link, logs, "")
+	var fp string
+	if err := chromedp.Run(bctx, chromedp.Text(`#fingerprint`, &fp, chromedp.ByQuery)); err != nil || !strings.HasPrefix(fp, "sha256:") {
+		t.Fatalf("registration did not complete: %q %v (page: %q; server: %s)", fp, err, st, logs())
+	}
+	return bctx
+}
+
+// browserRegisterWith is browserRegister that runs the script before on
+// the enrolment page before pressing Register passkey, and returns what
+// the page then says (the registration may fail).
+func browserRegisterWith(ctx context.Context, t *testing.T, chromium, link string, logs func() string, before string) (context.Context, string) {
 	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
 		chromedp.Flag("headless", "new"), chromedp.WindowSize(width, height))
@@ -141,16 +199,18 @@ func browserRegister(ctx context.Context, t *testing.T, chromium, link string, l
 		})); err != nil {
 		t.Fatalf("start chromium with a virtual authenticator: %v", err)
 	}
-	var fp, st string
+	if before != "" {
+		if err := chromedp.Run(bctx, chromedp.Evaluate(before, nil)); err != nil {
+			t.Fatalf("the script before Register: %v", err)
+		}
+	}
+	var st string
 	if err := chromedp.Run(bctx, chromedp.Click(`#register`, chromedp.ByQuery),
 		chromedp.Poll(`document.getElementById("fingerprint").textContent.startsWith("sha256:") || document.getElementById("status").textContent.startsWith("Registration failed")`, nil),
-		chromedp.Text(`#fingerprint`, &fp, chromedp.ByQuery), chromedp.Text(`#status`, &st, chromedp.ByQuery)); err != nil {
+		chromedp.Text(`#status`, &st, chromedp.ByQuery)); err != nil {
 		t.Fatalf("register: %v (server: %s)", err, logs())
 	}
-	if !strings.HasPrefix(fp, "sha256:") {
-		t.Fatalf("registration did not complete: %q %q", fp, st)
-	}
-	return bctx
+	return bctx, st
 }
 
 // A real browser (Debian chromium, driven over DevTools, with the DevTools
@@ -197,7 +257,7 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	var shot []byte
 	if err := chromedp.Run(bctx, chromedp.Navigate(base), chromedp.Click(`#signin`, chromedp.ByQuery),
-		chromedp.WaitVisible(`table[aria-label="Pending reviews"]`, chromedp.ByQuery), chromedp.CaptureScreenshot(&shot)); err != nil {
+		chromedp.WaitVisible(`[aria-label="Pending reviews"]`, chromedp.ByQuery), chromedp.CaptureScreenshot(&shot)); err != nil {
 		t.Fatalf("sign in: %v (server: %s)", err, serverErr.String())
 	}
 	checkScreenshot(t, "queue", shot, width, height)
@@ -205,7 +265,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !hasName(names, "link", r1.ReviewID) || !hasName(names, "table", "Pending reviews") {
+	if !hasName(names, "link", "Pay 0.10 USDC to 0xb0b0…0002") || !hasName(names, "list", "Pending reviews") || reviewLink(t, bctx, r1.ReviewID) == "" {
 		t.Fatalf("the queue's accessible names lack the review: %v", names)
 	}
 	// The queue is live: a review the agent opens now appears on the open
@@ -223,7 +283,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	if err != nil || loaded != "once" {
 		t.Fatalf("the new review %s did not appear on the open queue page (reloaded: %v): %v (server: %s)", r3.ReviewID, loaded != "once", err, serverErr.String())
 	}
-	if names, err = accessibleNames(bctx); err != nil || !hasName(names, "link", r3.ReviewID) || !hasName(names, "link", r1.ReviewID) {
+	if names, err = accessibleNames(bctx); err != nil || !hasName(names, "link", "Pay 0.30 USDC to 0xb0b0…0002") || !hasName(names, "link", "Pay 0.10 USDC to 0xb0b0…0002") {
 		t.Fatalf("after the live update the queue's names are %v (%v)", names, err)
 	}
 
@@ -259,6 +319,17 @@ func TestConsoleInBrowser(t *testing.T) {
 	if out, errOut, code := runCLI(t, "audit", "--dir", root, "--reviewers", reviewers); code != 0 {
 		t.Fatalf("audit: %d\n%s\n%s", code, out, errOut)
 	}
+}
+
+// reviewLink is the text of the open page's link to review id ("" when
+// there is none).
+func reviewLink(t *testing.T, bctx context.Context, id string) string {
+	t.Helper()
+	var text string
+	if err := chromedp.Run(bctx, chromedp.Evaluate(`(function(){const a = document.querySelector('a[href$="/reviews/`+id+`"]'); return a ? a.textContent : "";})()`, &text)); err != nil {
+		t.Fatal(err)
+	}
+	return text
 }
 
 // decidedText waits until the page a decision leads to is shown (no note

@@ -143,7 +143,7 @@ func TestConsoleEndToEnd(t *testing.T) {
 	// The review page draws the guard's recent payments (the loop root's
 	// payments to the seller), as inline SVG.
 	if code, page, _ := b.Get("reviews/" + r1.ReviewID); code != 200 || !strings.Contains(page, `<svg class="timeline" role="img"`) ||
-		!strings.Contains(page, `to this review&#39;s counterparty`) || !strings.Contains(page, "USDC") {
+		!strings.Contains(page, `to this review&#39;s payee`) || !strings.Contains(page, "USDC") {
 		t.Fatalf("review page without the timeline: %d %s", code, page)
 	}
 	if res, err := b.Decide(r1.ReviewID, "approved", "fine from the console"); err != nil || res["status"] != "approved" || res["decided_by"] != "pat" {
@@ -422,8 +422,8 @@ func TestConsoleLinkAndProxyFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--console-trusted-proxy", "10.0.0.5"}, "--console-trusted-proxy without --console"},
-		{[]string{"--console", "--console-proxy-header", "Forwarded"}, "without --console-trusted-proxy"},
+		{[]string{"--console-trusted-proxy", "10.0.0.5"}, "--console-trusted-proxy does nothing without --console"},
+		{[]string{"--console", "--console-proxy-header", "Forwarded"}, "--console-proxy-header does nothing without --console --console-trusted-proxy"},
 		{[]string{"--console", "--console-trusted-proxy", "proxy.internal"}, `"proxy.internal" is not an IP address`},
 		{[]string{"--console", "--console-trusted-proxy", "10.0.0.5", "--console-proxy-header", "X-Real-IP"}, "X-Forwarded-For or Forwarded"},
 	} {

@@ -257,7 +257,7 @@ func TestStatusReadsAsEnglishEndToEnd(t *testing.T) {
 		"reserved    1 amount held by an earlier allow",
 		"0.40 USDC to 0xf7e5000000000000000000000000000000000005",
 		"1 receipt, 1 segment, head",
-		"reviewers   2 reviewers trusted in " + reviewers,
+		"reviewers   2 reviewers trusted in " + reviewers + " (a single root: every trusted reviewer decides, no grant is read)",
 		"alice  key haia-",
 		", 1 passkey; tenants acme, globex",
 		"pat    2 passkeys; every tenant",
@@ -282,5 +282,106 @@ func TestStatusReadsAsEnglishEndToEnd(t *testing.T) {
 	if len(st.Reviewers.Entries) != 2 || !reflect.DeepEqual(st.Reviewers.Entries[1], pat) || !reflect.DeepEqual(st.Reviewers.Entries[0].SignsWith, []string{"key", "passkey"}) ||
 		!reflect.DeepEqual(st.Reviewers.IDs, []string{"alice", "pat"}) {
 		t.Errorf("status --json reviewers: %+v", st.Reviewers)
+	}
+}
+
+// policy check tells the two kinds of policy file apart and validates each
+// with the server's loader: the guard policy init writes is valid, and what
+// it sets is said; a guard policy with five kinds of mistakes gets every
+// one with its JSON path and line (the server refuses it too, naming
+// policy check); a rule file, good and bad, the same; a guard policy's
+// custom rules and history templates are checked as the server checks them.
+func TestPolicyCheckBothKindsEndToEnd(t *testing.T) {
+	work := t.TempDir()
+	cfg := filepath.Join(t.TempDir(), "config")
+	env := []string{"HAIA_CONFIG_DIR=" + cfg}
+	root := filepath.Join(work, ".trace")
+	if out, errOut, code := runCLIEnv(t, env, "init", root); code != 0 {
+		t.Fatalf("init: %d %s %s", code, out, errOut)
+	}
+	initFile := filepath.Join(work, "haia-guard.config.json")
+	out, errOut, code := runCLI(t, "policy", "check", initFile, "--dir", root)
+	if code != 0 || errOut != "" {
+		t.Fatalf("policy check on init's file: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		initFile + ": a guard policy, valid",
+		"review above  1.00 USDC",
+		"limits        5.00 USDC to one counterparty per day; no total limit; 0 payments whose outcome is not confirmed tolerated per counterparty",
+		"lists         no allowlist (any counterparty may be paid); no denylist",
+		"history       read under x402-buyer",
+		"windows       a review expires after 1 day; an approval is honoured for 1 hour; a rejection holds for 1 day",
+		"layers        none",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("policy check on init's file lacks %q:\n%s", want, out)
+		}
+	}
+
+	// Five kinds of mistakes: a value of the wrong form, a value out of
+	// range, an unknown key, a key a layer may not set, a template that
+	// does not exist — and a list entry of the wrong type, in a layer.
+	bad := writeFile(t, "bad.json", `{
+  "reviewAbove": "lots",
+  "reviewTtlMinutes": 0,
+  "colour": "blue",
+  "tenants": {
+    "acme": {"historyTemplates": ["x402-buyer"],
+             "denylist": ["evil.example", 7]}
+  },
+  "historyTemplates": ["x402-buyer", "no-such-template"]
+}`)
+	out, errOut, code = runCLI(t, "policy", "check", bad, "--dir", root)
+	if code != 1 || out != "" || !strings.Contains(errOut, "a guard policy with 6 problems:") {
+		t.Fatalf("policy check on a bad file: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		bad + `:2:3: $.reviewAbove: reviewAbove in USDC: unreadable amount`,
+		bad + `:3:3: $.reviewTtlMinutes: reviewTtlMinutes must be between 1`,
+		bad + `:4:3: $.colour: unknown key "colour"`,
+		bad + `:6:14: $.tenants["acme"].historyTemplates: tenants["acme"].historyTemplates applies to every tenant and cannot be set per tenant`,
+		bad + `:7:43: $.tenants["acme"].denylist[1]: tenants["acme"].denylist[1] must be a string`,
+		bad + `:9:38: $.historyTemplates[1]: history template "no-such-template" cannot be used`,
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("policy check lacks %q:\n%s", want, errOut)
+		}
+	}
+	var js struct {
+		Kind     string
+		Valid    bool
+		Problems []struct {
+			Path string
+			Line int
+		}
+	}
+	jout, _, code := runCLI(t, "policy", "check", "--json", bad, "--dir", root)
+	if err := json.Unmarshal([]byte(jout), &js); err != nil || code != 1 || js.Valid || js.Kind != "guard policy" || len(js.Problems) != 6 || js.Problems[4].Path != `$.tenants["acme"].denylist[1]` || js.Problems[4].Line != 7 {
+		t.Errorf("policy check --json on the bad file: exit %d %+v (%v)\n%s", code, js, err, jout)
+	}
+	// The server refuses the same file and points at policy check.
+	_, errOut, code = runCLI(t, "--dir", root, "--guard-config", bad, "--key-file", filepath.Join(t.TempDir(), "k.pem"))
+	if code == 0 || !strings.Contains(errOut, "policy check "+bad+" lists each with its line") {
+		t.Errorf("serving the bad file: exit %d %s", code, errOut)
+	}
+
+	// A rule file, good and bad, and a guard policy that names one.
+	rules := writeFile(t, "rules.json", cliPolicy)
+	out, errOut, code = runCLI(t, "policy", "check", rules)
+	if code != 0 || !strings.Contains(out, "a noa.policy/0.2 rule file, valid") || !strings.Contains(out, "rules         2 rules in order: big, ok") {
+		t.Errorf("policy check on a rule file: exit %d\n%s%s", code, out, errOut)
+	}
+	badRules := writeFile(t, "bad-rules.json", `{"spec":"noa.policy/0.2","id":"r","requiredPaths":[],
+ "rules":[{"id":"a","when":{"op":"exists","path":"x"},"then":"MAYBE"}]}`)
+	layered := writeFile(t, "layered.json", `{"reviewAbove": "2", "agents": {"bot": {"reviewAbove": "0.5"}}, "policy": "`+rules+`"}`)
+	out, errOut, code = runCLI(t, "policy", "check", layered, "--dir", root)
+	if code != 0 || !strings.Contains(out, "layers        agent bot: review above 0.50 USDC") || !strings.Contains(out, "custom rules  "+rules+", valid:") {
+		t.Errorf("policy check on a layered policy: exit %d\n%s%s", code, out, errOut)
+	}
+	layered = writeFile(t, "layered-bad.json", `{"policy": "`+badRules+`"}`)
+	_, errOut, code = runCLI(t, "policy", "check", layered, "--dir", root)
+	if code != 1 || !strings.Contains(errOut, layered+`:1:2: $.policy: the custom rules `+badRules+` are invalid (1 problem, below)`) ||
+		!strings.Contains(errOut, badRules+`:2:55: $.rules[0].then: must be exactly "ALLOW" or "DENY"`) {
+		t.Errorf("policy check on a policy naming bad rules: exit %d\n%s", code, errOut)
 	}
 }

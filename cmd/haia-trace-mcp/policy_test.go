@@ -49,8 +49,10 @@ func TestPolicyCLI(t *testing.T) {
 		emptyStdout bool
 	}{
 		{name: "check valid", args: []string{"check", p("p.json")}, code: 0,
-			stdout: `{"policyHash":"sha256:` /* prefix; full value checked below */},
-		{name: "check invalid", args: []string{"check", p("bad.json")}, code: 1, stderrHas: "$.rules[0].when.clauses", emptyStdout: true},
+			stdout: p("p.json") + ": a noa.policy/0.2 rule file, valid\n"},
+		{name: "check valid json", args: []string{"check", "--json", p("p.json")}, code: 0,
+			stdout: `{"file":"` + p("p.json") + `","kind":"noa.policy/0.2 rule file","valid":true,"problems":[],"policyHash":"sha256:` /* prefix; full value checked below */},
+		{name: "check invalid", args: []string{"check", p("bad.json")}, code: 1, stderrHas: "bad.json:1:94: $.rules[0].when.clauses", emptyStdout: true},
 		{name: "check not json", args: []string{"check", p("notjson.json")}, code: 1, stderrHas: "not a strict JSON document", emptyStdout: true},
 		{name: "check missing file", args: []string{"check", p("nope.json")}, code: 1, stderrHas: "nope.json", emptyStdout: true},
 		{name: "check no file", args: []string{"check"}, code: 2, emptyStdout: true},
@@ -94,17 +96,21 @@ func TestPolicyCLI(t *testing.T) {
 		})
 	}
 
-	// check prints exactly the two hashes, and key order does not change them.
+	// check --json gives the two hashes, and key order does not change them.
 	hashes := func(file string) map[string]string {
 		var out, errb bytes.Buffer
-		if code := run(context.Background(), []string{"policy", "check", p(file)}, strings.NewReader(""), &out, &errb); code != 0 {
+		if code := run(context.Background(), []string{"policy", "check", "--json", p(file)}, strings.NewReader(""), &out, &errb); code != 0 {
 			t.Fatalf("check %s: exit %d: %s", file, code, errb.String())
 		}
-		var m map[string]string
-		if err := json.Unmarshal(out.Bytes(), &m); err != nil {
+		var full map[string]any
+		if err := json.Unmarshal(out.Bytes(), &full); err != nil {
 			t.Fatalf("check output %q: %v", out.String(), err)
 		}
-		if len(m) != 2 || !strings.HasPrefix(m["policyHash"], "sha256:") || len(m["policyHash"]) != 71 ||
+		m := map[string]string{}
+		for _, k := range []string{"policyHash", "readSetHash"} {
+			m[k], _ = full[k].(string)
+		}
+		if !strings.HasPrefix(m["policyHash"], "sha256:") || len(m["policyHash"]) != 71 ||
 			!strings.HasPrefix(m["readSetHash"], "sha256:") || len(m["readSetHash"]) != 71 {
 			t.Fatalf("check output %q: want policyHash and readSetHash", out.String())
 		}

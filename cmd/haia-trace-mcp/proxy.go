@@ -84,6 +84,9 @@ func runProxy(ctx context.Context, env *cmdEnv, f serveFlags, h httpFlags, pf pr
 	if err := refuseIdleFlags(env.fs, &f, &h); err != nil {
 		return err
 	}
+	if err := f.console.check(); err != nil {
+		return err
+	}
 	logger, err := newLogger(stderr, f.logLevel)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)

@@ -356,9 +356,7 @@ func runServe(ctx context.Context, env *cmdEnv, f serveFlags, h httpFlags) error
 	if err := refuseIdleFlags(env.fs, &f, &h); err != nil {
 		return err
 	}
-	given := map[string]bool{}
-	env.fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
-	if err := f.console.check(func(name string) bool { return given[name] }); err != nil {
+	if err := f.console.check(); err != nil {
 		return err
 	}
 	servers, ready, closeAll, err := openFront(ctx, &f, &h, logger, stderr)
@@ -406,8 +404,10 @@ var idleFlagRules = []struct {
 		func(_ *serveFlags, h *httpFlags) bool { return h.addr != "" }},
 	{[]string{"http-allow-remote"}, "--http or --console (it lets their listener leave loopback)",
 		func(f *serveFlags, h *httpFlags) bool { return h.addr != "" || f.console.on }},
-	{[]string{"console-addr", "console-url"}, "--console (they place the reviewer console)",
+	{[]string{"console-addr", "console-url", "console-trusted-proxy"}, "--console (they place the reviewer console and name the proxy in front of it)",
 		func(f *serveFlags, _ *httpFlags) bool { return f.console.on }},
+	{[]string{"console-proxy-header"}, "--console --console-trusted-proxy (a forwarding header is read only from a proxy you name)",
+		func(f *serveFlags, _ *httpFlags) bool { return f.console.on && len(f.console.trustedProxies) > 0 }},
 }
 
 // refuseIdleFlags refuses, by name, each flag given (on fs) that would do

@@ -571,7 +571,11 @@ func printStatus(w io.Writer, rep statusReport) {
 	case len(rep.Reviewers.Entries) == 0:
 		fmt.Fprintf(w, "reviewers   none trusted in %s\n", s(rep.Reviewers.File))
 	default:
-		fmt.Fprintf(w, "reviewers   %s trusted in %s\n", count(len(rep.Reviewers.Entries), "reviewer", "reviewers"), s(rep.Reviewers.File))
+		scope := "a single root: every trusted reviewer decides, no grant is read"
+		if rep.Tenant != "" {
+			scope = "tenant " + rep.Tenant + ": only the reviewers granted it decide"
+		}
+		fmt.Fprintf(w, "reviewers   %s trusted in %s (%s)\n", count(len(rep.Reviewers.Entries), "reviewer", "reviewers"), s(rep.Reviewers.File), s(scope))
 		width := 0
 		for _, r := range rep.Reviewers.Entries {
 			width = max(width, len(s(r.ID)))
@@ -605,7 +609,7 @@ func statusReviewerLine(r statusReviewer, tenant string) string {
 	case len(r.Tenants) > 0:
 		line += "; tenants " + strings.Join(r.Tenants, ", ")
 	default:
-		line += "; no tenant"
+		line += "; no tenant granted"
 	}
 	if !r.Decides {
 		line += fmt.Sprintf(" (not granted %s: its decisions do not count here)", tenant)

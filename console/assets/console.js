@@ -34,6 +34,44 @@
       clientDataJSON: b64u(c.response.clientDataJSON), authenticatorData: b64u(c.response.authenticatorData),
       signature: b64u(c.response.signature), userHandle: c.response.userHandle ? b64u(c.response.userHandle) : undefined } };
   }
+  // Times: the server writes each one's age and UTC instant; here they
+  // read in the reviewer's local time, the UTC instant on hover (title).
+  function plural(n, one, many) { return n === 1 ? "1 " + one : n + " " + many; }
+  function age(at, now) {
+    let d = now - at; const future = d < 0; if (future) { d = -d; }
+    const min = 60000, hour = 60 * min;
+    let s;
+    if (d < min) { return "just now"; }
+    if (d < hour) { s = plural(Math.floor(d / min), "minute", "minutes"); }
+    else if (d < 48 * hour) { s = plural(Math.floor(d / hour), "hour", "hours"); }
+    else { s = plural(Math.floor(d / (24 * hour)), "day", "days"); }
+    return future ? "in " + s : s + " ago";
+  }
+  function two(n) { return (n < 10 ? "0" : "") + n; }
+  function local(at, now) {
+    const hm = two(at.getHours()) + ":" + two(at.getMinutes());
+    if (at.toDateString() === now.toDateString()) { return hm; }
+    return at.getFullYear() + "-" + two(at.getMonth() + 1) + "-" + two(at.getDate()) + " " + hm;
+  }
+  function localise(root) {
+    const now = new Date();
+    root.querySelectorAll("time[data-age]").forEach(function (el) {
+      const at = new Date(el.getAttribute("datetime"));
+      if (isNaN(at.getTime())) { return; }
+      el.textContent = age(at, now) + " (" + local(at, now) + ")";
+    });
+  }
+  localise(document);
+  window.setInterval(function () { localise(document); }, 30000);
+  const signout = document.getElementById("signout");
+  if (signout) {
+    signout.addEventListener("click", async function () {
+      try {
+        await post("api/logout");
+        window.location.assign(base);
+      } catch (e) { say("Sign-out failed: " + e.message); }
+    });
+  }
   const enrol = document.getElementById("register");
   if (enrol) {
     enrol.addEventListener("click", async function () {
@@ -42,7 +80,16 @@
         const o = (await post("api/enrol/begin", { token: token })).publicKey;
         o.challenge = unb64u(o.challenge); o.user.id = unb64u(o.user.id);
         (o.excludeCredentials || []).forEach(function (c) { c.id = unb64u(c.id); });
-        const c = await navigator.credentials.create({ publicKey: o });
+        let c;
+        try {
+          c = await navigator.credentials.create({ publicKey: o });
+        } catch (e) {
+          // The browser says as little as it can (NotAllowedError for a
+          // cancel, a timeout and an authenticator without any of the
+          // algorithms offered alike): name what the server takes.
+          throw new Error(e.message + " This server takes passkeys that sign with " + enrol.getAttribute("data-algorithms") +
+            "; if your authenticator offers none of them, register on another one.");
+        }
         const res = await post("api/enrol/finish", { token: token, credential: { id: c.id, rawId: b64u(c.rawId), type: c.type,
           response: { clientDataJSON: b64u(c.response.clientDataJSON), attestationObject: b64u(c.response.attestationObject) } } });
         say("Registered. Fingerprint " + res.fingerprint + " — tell the operator, who confirms it matches.");
@@ -69,6 +116,7 @@
     events.addEventListener("queue", function (ev) {
       const doc = new DOMParser().parseFromString("<body>" + ev.data + "</body>", "text/html");
       queue.replaceChildren.apply(queue, Array.from(doc.body.childNodes));
+      localise(queue);
     });
   }
   document.querySelectorAll("button[data-decision]").forEach(function (btn) {

@@ -1,17 +1,23 @@
-// Package softauthn is a software WebAuthn authenticator for tests: an
-// ECDSA P-256 key that produces real attestation ("none") and assertion
-// bytes, as a browser hands them to a relying party.
+// Package softauthn is a software WebAuthn authenticator for tests: a key
+// (ECDSA P-256 by default; P-384, Ed25519 or RSA on request) that produces
+// real attestation ("none") and assertion bytes, as a browser hands them
+// to a relying party.
 package softauthn
 
 import (
+	"crypto"
 	"crypto/ecdsa"
+	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/sha256"
+	"crypto/sha512"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math/big"
 
 	"github.com/go-webauthn/webauthn/protocol/webauthncbor"
 )
@@ -23,9 +29,21 @@ const (
 	FlagAT = 0x40
 )
 
+// COSE algorithms an Authenticator can hold a key of.
+const (
+	ES256 = -7
+	ES384 = -35
+	EdDSA = -8
+	RS256 = -257
+)
+
 // Authenticator holds one credential.
 type Authenticator struct {
+	// Key is the ES256 key (nil for another algorithm); signer signs for
+	// Alg, the credential's COSE algorithm.
 	Key     *ecdsa.PrivateKey
+	Alg     int
+	signer  crypto.Signer
 	CredID  []byte
 	Counter uint32
 	// Flags are set on every assertion (UP|UV unless a test changes them).
@@ -34,16 +52,34 @@ type Authenticator struct {
 
 // New returns an authenticator with a fresh key and a random 32-byte
 // credential id.
-func New() (*Authenticator, error) {
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+func New() (*Authenticator, error) { return NewAlg(ES256) }
+
+// NewAlg is New with a key of COSE algorithm alg (ES256, ES384, EdDSA or
+// RS256).
+func NewAlg(alg int) (*Authenticator, error) {
+	a := &Authenticator{Alg: alg, Flags: FlagUP | FlagUV}
+	var err error
+	switch alg {
+	case ES256:
+		a.Key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		a.signer = a.Key
+	case ES384:
+		a.signer, err = ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+	case EdDSA:
+		_, a.signer, err = ed25519.GenerateKey(rand.Reader)
+	case RS256:
+		a.signer, err = rsa.GenerateKey(rand.Reader, 2048)
+	default:
+		return nil, fmt.Errorf("softauthn: no key of COSE algorithm %d", alg)
+	}
 	if err != nil {
 		return nil, err
 	}
-	id := make([]byte, 32)
-	if _, err := rand.Read(id); err != nil {
+	a.CredID = make([]byte, 32)
+	if _, err := rand.Read(a.CredID); err != nil {
 		return nil, err
 	}
-	return &Authenticator{Key: k, CredID: id, Flags: FlagUP | FlagUV}, nil
+	return a, nil
 }
 
 var b64 = base64.RawURLEncoding
@@ -51,17 +87,48 @@ var b64 = base64.RawURLEncoding
 // CredentialID is the credential id, base64url.
 func (a *Authenticator) CredentialID() string { return b64.EncodeToString(a.CredID) }
 
-// COSEKey is the credential's public key as a COSE_Key (EC2, ES256, P-256).
+// COSEKey is the credential's public key as a COSE_Key (EC2 P-256 for
+// ES256, P-384 for ES384, OKP Ed25519, RSA).
 func (a *Authenticator) COSEKey() []byte {
-	x := make([]byte, 32)
-	y := make([]byte, 32)
-	a.Key.X.FillBytes(x)
-	a.Key.Y.FillBytes(y)
-	b, err := webauthncbor.Marshal(map[int]any{1: 2, 3: -7, -1: 1, -2: x, -3: y})
+	var m map[int]any
+	switch k := a.signer.Public().(type) {
+	case *ecdsa.PublicKey:
+		crv := 1
+		if k.Curve == elliptic.P384() {
+			crv = 2
+		}
+		point, err := k.Bytes() // 0x04 ‖ x ‖ y
+		if err != nil {
+			panic(err) // a generated key always encodes
+		}
+		size := (len(point) - 1) / 2
+		m = map[int]any{1: 2, 3: a.Alg, -1: crv, -2: point[1 : 1+size], -3: point[1+size:]}
+	case ed25519.PublicKey:
+		m = map[int]any{1: 1, 3: a.Alg, -1: 6, -2: []byte(k)}
+	case *rsa.PublicKey:
+		m = map[int]any{1: 3, 3: a.Alg, -1: k.N.Bytes(), -2: big.NewInt(int64(k.E)).Bytes()}
+	}
+	b, err := webauthncbor.Marshal(m)
 	if err != nil {
 		panic(err) // a map of ints and byte strings always marshals
 	}
 	return b
+}
+
+// sign signs data as the credential's algorithm does.
+func (a *Authenticator) sign(data []byte) ([]byte, error) {
+	switch a.Alg {
+	case ES384:
+		d := sha512.Sum384(data)
+		return ecdsa.SignASN1(rand.Reader, a.signer.(*ecdsa.PrivateKey), d[:])
+	case EdDSA:
+		return a.signer.Sign(rand.Reader, data, crypto.Hash(0))
+	case RS256:
+		d := sha256.Sum256(data)
+		return a.signer.Sign(rand.Reader, d[:], crypto.SHA256)
+	}
+	d := sha256.Sum256(data)
+	return ecdsa.SignASN1(rand.Reader, a.Key, d[:])
 }
 
 func clientData(typ string, challenge []byte, origin string) []byte {
@@ -113,8 +180,7 @@ func (a *Authenticator) Assert(rpID, origin string, challenge []byte) (Assertion
 func (a *Authenticator) AssertRaw(rpID string, cd []byte) (Assertion, error) {
 	ad := a.authData(rpID, a.Flags, nil)
 	cdh := sha256.Sum256(cd)
-	digest := sha256.Sum256(append(append([]byte{}, ad...), cdh[:]...))
-	sig, err := ecdsa.SignASN1(rand.Reader, a.Key, digest[:])
+	sig, err := a.sign(append(append([]byte{}, ad...), cdh[:]...))
 	if err != nil {
 		return Assertion{}, err
 	}

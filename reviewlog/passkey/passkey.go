@@ -58,8 +58,8 @@ type Assertion struct {
 }
 
 // Check says whether c is a credential that can verify anything: its id
-// and key decode, the key is a COSE key go-webauthn reads, and the relying
-// party and origin are named.
+// and key decode, the key is a COSE key go-webauthn reads in one of
+// Algorithms, and the relying party and origin are named.
 func (c Credential) Check() error {
 	id, err := decode("credential_id", c.ID, maxCredentialID)
 	if err != nil {
@@ -74,6 +74,9 @@ func (c Credential) Check() error {
 	}
 	if _, err := webauthncose.ParsePublicKey(pk); err != nil {
 		return fmt.Errorf("%w: public_key is no COSE key this server reads", ErrInvalid)
+	}
+	if err := CheckAlgorithm(pk); err != nil {
+		return err
 	}
 	if c.RPID == "" || strings.ContainsAny(c.RPID, "/: \t") {
 		return fmt.Errorf("%w: rp_id %q is no host name", ErrInvalid, clip(c.RPID))

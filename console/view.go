@@ -1,0 +1,265 @@
+package console
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+)
+
+// What a reviewer reads: each review as the question it asks — the
+// amount with its symbol, to whom, for what, asked by whom and how long
+// ago — and each reason in words with the policy setting that fired it.
+// The identifiers (the review's UUID, the asset's CAIP id, the full
+// address, the terms hash) stay on the page, below, as the server signed
+// them.
+
+// questionView is one review as a question.
+type questionView struct {
+	ID string
+	// Amount is the amount with its symbol ("0.25 USDC"), or with the
+	// asset's id when the policy does not name it.
+	Amount string
+	// Payee is the address paid ("" when the question named a host only),
+	// PayeeShort its first and last characters; Host the host the question
+	// named ("" when none).
+	Payee, PayeeShort, Host string
+	// Headline is the question in words, without its question mark:
+	// "Pay 0.25 USDC to 0xb0b0…0002".
+	Headline string
+	Caller   string
+	Resource string
+	Opened   timeView
+	// Rules are the rules that asked, in words.
+	Rules []ruleView
+	// The state.
+	Status, DecidedBy, DecidedWith string
+	Decided, Used                  timeView
+	Tampered                       bool
+}
+
+// timeView is an instant as a person reads it: how long ago (server-side,
+// refreshed by the page's script), the UTC instant (on hover, and as the
+// text where no script runs) and the machine form the script reads to
+// show the reviewer's local time.
+type timeView struct {
+	ISO, UTC, Age string
+}
+
+// ruleView is one rule in words and the policy setting behind it ("" when
+// no setting turns it on or off).
+type ruleView struct {
+	ID, Title, Setting string
+}
+
+func (t timeView) Set() bool { return t.ISO != "" }
+
+// newTime reads an RFC 3339 instant of the log; the zero timeView when it
+// cannot be read.
+func newTime(s string, now time.Time) timeView {
+	at, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return timeView{}
+	}
+	at = at.UTC()
+	return timeView{ISO: at.Format(time.RFC3339Nano), UTC: at.Format("2006-01-02 15:04:05") + " UTC", Age: age(at, now)}
+}
+
+// age says how long before now at was ("just now", "1 minute ago", "3
+// hours ago", "2 days ago"); a time ahead of now reads "in …". The page's
+// script words it the same way.
+func age(at, now time.Time) string {
+	d := now.Sub(at)
+	future := d < 0
+	if future {
+		d = -d
+	}
+	var s string
+	switch {
+	case d < time.Minute:
+		return "just now"
+	case d < time.Hour:
+		s = plural(int(d/time.Minute), "minute", "minutes")
+	case d < 48*time.Hour:
+		s = plural(int(d/time.Hour), "hour", "hours")
+	default:
+		s = plural(int(d/(24*time.Hour)), "day", "days")
+	}
+	if future {
+		return "in " + s
+	}
+	return s + " ago"
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+// shortAddress is an address's first six and last four characters
+// ("0xb0b0…0002"); anything shorter than 14 characters as it is.
+func shortAddress(a string) string {
+	if len(a) < 14 {
+		return a
+	}
+	return a[:6] + "…" + a[len(a)-4:]
+}
+
+// isAddress reports whether s is a 0x address (the canonical payee form).
+func isAddress(s string) bool {
+	if len(s) != 42 || !strings.HasPrefix(s, "0x") {
+		return false
+	}
+	for _, r := range s[2:] {
+		if !strings.ContainsRune("0123456789abcdefABCDEF", r) {
+			return false
+		}
+	}
+	return true
+}
+
+// symbol is the asset's symbol where the policy names it ("" when not).
+func (c *Console) symbol(asset string) string {
+	if sym, _, ok := c.cfg.Assets(asset); ok && sym != "" {
+		return sym
+	}
+	return c.cfg.AssetSymbol(asset)
+}
+
+// amountText is a decimal amount of asset as the CLI prints it: with the
+// symbol, at least two decimals ("0.40 USDC"); of an asset the policy does
+// not name, as given with the asset's id.
+func (c *Console) amountText(amount, asset string) string {
+	sym := c.symbol(asset)
+	if sym == "" {
+		return amount + " of " + asset
+	}
+	if _, dec, ok := c.cfg.Assets(asset); ok {
+		if n, err := guard.ParseAmount(amount, dec); err == nil {
+			return guard.FormatDisplay(n, dec) + " " + sym
+		}
+	}
+	return amount + " " + sym
+}
+
+// question is rv as a question, at now.
+func (c *Console) question(rv reviewlog.Review, now time.Time) questionView {
+	q := questionView{ID: rv.ID, Caller: rv.Caller, Resource: rv.Resource, Status: rv.Status, DecidedBy: rv.DecidedBy,
+		DecidedWith: rv.DecidedWith, Tampered: rv.Tampered,
+		Opened: newTime(rv.CreatedAt, now), Decided: newTime(rv.DecidedAt, now), Used: newTime(rv.UsedAt, now)}
+	q.Amount = c.amountText(rv.Amount, rv.Asset)
+	switch {
+	case isAddress(rv.Counterparty):
+		q.Payee = rv.Counterparty
+	case rv.Counterparty != "":
+		q.Host = rv.Counterparty
+		if isAddress(rv.PayTo) {
+			q.Payee = rv.PayTo
+		}
+	}
+	q.PayeeShort = shortAddress(q.Payee)
+	to := q.PayeeShort
+	if to == "" {
+		to = q.Host
+	} else if q.Host != "" {
+		to += " at " + q.Host
+	}
+	q.Headline = "Pay " + q.Amount + " to " + to
+	rules := reviewlog.ReviewRules(rv.Reasons)
+	if rv.Terms != nil {
+		rules = rv.Terms.Rules
+	}
+	for _, r := range rules {
+		q.Rules = append(q.Rules, describeRule(r))
+	}
+	return q
+}
+
+// knownFor lists what the Trace knows beside the question's payee or
+// host: for an address, the hosts of the operations that paid it; for a
+// host, the addresses its operations paid. At most 10, sorted.
+func knownFor(h guard.History, q questionView) []string {
+	var out []string
+	for _, set := range [][]guard.Op{h.Ops, h.Reserved} {
+		for _, op := range set {
+			if op.Money == nil {
+				continue
+			}
+			var found []string
+			switch {
+			case q.Payee != "" && slices.Contains(op.Money.PayTos, q.Payee):
+				found = op.Money.Hosts
+			case q.Payee == "" && q.Host != "" && slices.Contains(op.Money.Hosts, q.Host):
+				found = op.Money.PayTos
+			}
+			for _, f := range found {
+				if f != "" && f != q.Host && !slices.Contains(out, f) {
+					out = append(out, f)
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	if len(out) > 10 {
+		out = out[:10]
+	}
+	return out
+}
+
+// describeRule is a rule in words, with the policy setting (the key of the
+// guard policy file, docs/rules.md) that fired it.
+func describeRule(rule string) ruleView {
+	v := ruleView{ID: rule}
+	switch rule {
+	case guard.RuleDenylist:
+		v.Title, v.Setting = "The payee is on the denylist", "denylist"
+	case guard.RuleAllowlist:
+		v.Title, v.Setting = "The payee is not on the allowlist", "allowlist"
+	case guard.RuleOpenPartial:
+		v.Title, v.Setting = "Earlier payments to this payee are still open", "maxOpenPartialPerCounterparty"
+	case guard.RuleUnattributable:
+		v.Title, v.Setting = "Payments in the Trace the guard cannot attribute", "unattributableHistory"
+	case guard.RuleUnreadable:
+		v.Title, v.Setting = "Part of the Trace cannot be read", "unreadableHistory"
+	case guard.RuleUnknownAsset:
+		v.Title, v.Setting = "An asset the policy does not know", "assets"
+	case guard.RuleUnparseableAmount:
+		v.Title, v.Setting = "The amount cannot be read", "defaultAsset"
+	case guard.RuleAssetMismatch:
+		v.Title, v.Setting = "Not the asset the limits are in", "defaultAsset"
+	case guard.RulePerCounterparty:
+		v.Title, v.Setting = "Over the limit for this payee", "perCounterpartyLimit"
+	case guard.RuleMixedAssets:
+		v.Title, v.Setting = "Payments in another asset cannot be added to a limit", "defaultAsset"
+	case guard.RuleUnparseableHistory:
+		v.Title, v.Setting = "Payments whose amount or time cannot be read", "perCounterpartyLimit, totalLimit"
+	case guard.RuleTotalLimit:
+		v.Title, v.Setting = "Over the total limit", "totalLimit"
+	case guard.RuleVelocity:
+		v.Title, v.Setting = "Too many payments in a short time", "velocity"
+	case guard.RuleDuplicatePayment:
+		v.Title, v.Setting = "This resource was already paid for", "duplicatePayment"
+	case guard.RuleReviewAbove:
+		v.Title, v.Setting = "More than a payment may be without a review", "reviewAbove"
+	case guard.RuleReservationUnverified:
+		v.Title = "What earlier allows hold cannot be checked"
+	case guard.RuleReserved:
+		v.Title, v.Setting = "An amount held by an earlier allow", "reservationMinutes"
+	case ruleCustom:
+		v.Title, v.Setting = "A custom rule", "policy"
+	case engine.RuleQueueFull:
+		v.Title, v.Setting = "The caller holds too many pending reviews", "maxPendingReviewsPerCaller"
+	default:
+		v.Title = strings.ReplaceAll(rule, "_", " ")
+	}
+	return v
+}
+
+// ruleCustom is the rule the engine names a custom rule's answer by.
+const ruleCustom = "custom_rule"
