@@ -101,3 +101,18 @@ func Unsealed(raws []Raw, tenant string, now time.Time) ([]Entry, []string) {
 	found := b.Apply(raws)
 	return b.Live(now), found
 }
+
+// Sealed says whether key seals the ledger: some line of it verifies under
+// the key (a reader that holds several candidate keys picks the one the
+// server used, and then checks every line under it).
+func Sealed(raws []Raw, key []byte) bool {
+	for _, r := range raws {
+		if r.Line == nil {
+			continue
+		}
+		if _, err := Parse(r.Line, key); err == nil {
+			return true
+		}
+	}
+	return false
+}

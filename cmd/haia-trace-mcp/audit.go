@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/app"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
@@ -58,12 +57,14 @@ func defineAudit(fs *flag.FlagSet) runFunc {
 	f.register(fs, true)
 	keyringPath := keyringFlag(fs)
 	guardConfigFlagVar(fs, &f.guardConfig)
+	var keys paramsKeyFlags
+	keys.register(fs)
 	return func(ctx context.Context, env *cmdEnv, _ []string) error {
-		return runAudit(ctx, env.stdout, env.stderr, &f, *keyringPath)
+		return runAudit(ctx, env.stdout, env.stderr, &f, *keyringPath, &keys)
 	}
 }
 
-func runAudit(ctx context.Context, stdout, stderr io.Writer, f *stackFlags, keyringPath string) error {
+func runAudit(ctx context.Context, stdout, stderr io.Writer, f *stackFlags, keyringPath string, keys *paramsKeyFlags) error {
 	// The keys the server's signatures are verified against: --keyring's,
 	// else the store's; the reviewers' keys come from the trusted file,
 	// whatever the volume's keyring copy says.
@@ -122,7 +123,11 @@ func runAudit(ctx context.Context, stdout, stderr io.Writer, f *stackFlags, keyr
 	if signedAs == "" {
 		signedAs = "haia-trace-mcp"
 	}
-	lrep, note, err := auditLedger(ctx, st, signedAs)
+	paramsKeys, err := keys.keys()
+	if err != nil {
+		return usageErrorf("%v", err)
+	}
+	lrep, note, err := auditLedger(ctx, st, signedAs, paramsKeys, keys.given())
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp audit: the spend ledger: %s\n", termsafe.String(err.Error()))
 		return exitCode(exitFail)
@@ -161,7 +166,7 @@ func runAudit(ctx context.Context, stdout, stderr io.Writer, f *stackFlags, keyr
 // receipt of the chains: under the server's params key where one found
 // here seals it (serverParamsKeys), else with the seals unchecked (note
 // says so).
-func auditLedger(ctx context.Context, st *app.Stack, tenant string) (ledger.AuditReport, string, error) {
+func auditLedger(ctx context.Context, st *app.Stack, tenant string, keys [][]byte, explicit bool) (ledger.AuditReport, string, error) {
 	var raws []ledger.Raw
 	var commits []ledger.Commitment
 	err := st.Store().View(ctx, func(r reviewlog.Reader) error {
@@ -179,19 +184,19 @@ func auditLedger(ctx context.Context, st *app.Stack, tenant string) (ledger.Audi
 	if err != nil {
 		return ledger.AuditReport{}, "", err
 	}
-	keys, err := serverParamsKeys()
-	if err != nil {
-		return ledger.AuditReport{}, "", err
-	}
 	for _, key := range keys {
-		rep := ledger.Audit(raws, key, tenant, commits)
-		if !strings.Contains(strings.Join(rep.Findings, "\n"), ledger.ErrNotSealed.Error()) {
-			return rep, "", nil
+		if ledger.Sealed(raws, key) {
+			return ledger.Audit(raws, key, tenant, commits), "", nil
 		}
+	}
+	if explicit {
+		// The key the operator named seals no line: every line is checked
+		// under it, and each is a finding.
+		return ledger.Audit(raws, keys[0], tenant, commits), "", nil
 	}
 	rep := ledger.Audit(raws, nil, tenant, commits)
 	if rep.Entries == 0 {
 		return rep, "", nil
 	}
-	return rep, "no params key found here (params-key.pem, signing-key.pem) seals the spend ledger: its links, order and receipts were checked, its seals were not", nil
+	return rep, "no params key found here seals the spend ledger (give the server's --key-file, or its --params-key-file): its links, order and receipts were checked, its seals were not", nil
 }

@@ -153,11 +153,11 @@ func TestProxyUpstreamErrorAfterPayingKeepsTheSpend(t *testing.T) {
 			}
 		})
 	}
-	data, err := os.ReadFile(filepath.Join(p.e.root, "guard", "decisions.ndjson"))
+	data, err := os.ReadFile(filepath.Join(p.e.root, "guard", "ledger.ndjson"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(string(data), `"type":"released"`) {
+	if strings.Contains(string(data), `"kind":"release"`) {
 		t.Fatal("a reservation was released after an error that does not prove the call was not run")
 	}
 }

@@ -61,11 +61,11 @@ func paidTaskSteps(t *testing.T, e *proxyEnv, call rpcCall, seller, caller strin
 	if r := lastRule(); r != "upstream_tool_error_unknown" {
 		t.Fatalf("outcome of the failed task under the default errors setting: %q, want upstream_tool_error_unknown", r)
 	}
-	data, err := os.ReadFile(filepath.Join(e.root, "guard", "decisions.ndjson"))
+	data, err := os.ReadFile(filepath.Join(e.root, "guard", "ledger.ndjson"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := bytes.Count(data, []byte(`"type":"released"`)); n != 0 {
+	if n := bytes.Count(data, []byte(`"kind":"release"`)); n != 0 {
 		t.Fatalf("%d releases after a failed task whose errors may mean paid, want none", n)
 	}
 	// Held: 0.30 executed and the failed 0.60 kept. 0.20 more passes

@@ -113,12 +113,12 @@ func TestProxyTasks(t *testing.T) {
 	if r := lastRule(); r != "upstream_tool_error" {
 		t.Fatalf("outcome of the failed task: %q", r)
 	}
-	data, err := os.ReadFile(logPath)
+	data, err := os.ReadFile(filepath.Join(filepath.Dir(logPath), "ledger.ndjson"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := bytes.Count(data, []byte(`"type":"released"`)); n != 1 {
-		t.Fatalf("%d releases after the failed task, want 1", n)
+	if n := bytes.Count(data, []byte(`"kind":"release"`)); n != 1 {
+		t.Fatalf("%d releases in the spend ledger after the failed task, want 1", n)
 	}
 
 	// Cancelled by the host: the upstream's task is cancelled too, pays

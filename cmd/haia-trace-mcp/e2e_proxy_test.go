@@ -432,32 +432,34 @@ func TestProxyUpstreamFailureAndKill(t *testing.T) {
 	if receiptField(last, "governance", "verdict") != "FAILED" || receiptField(last, "governance", "ruleId") != "upstream_tool_error" {
 		t.Fatalf("last receipt after a failed call: %v", last)
 	}
-	logPath := filepath.Join(e.root, "guard", "decisions.ndjson")
-	data, err := os.ReadFile(logPath)
+	// The release is a sealed entry of the spend ledger naming the outcome
+	// receipt.
+	ledgerPath := filepath.Join(e.root, "guard", "ledger.ndjson")
+	data, err := os.ReadFile(ledgerPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	i := bytes.Index(data, []byte(`"type":"released"`))
-	if i < 0 || !bytes.Contains(data[i:], []byte(`"outcome_receipt":"`+last["id"].(string)+`"`)) {
-		t.Fatalf("no release naming the outcome receipt %v in the log:\n%s", last["id"], data)
+	i := bytes.Index(data, []byte(`"kind":"release"`))
+	if i < 0 || !bytes.Contains(data[i:], []byte(`"receipt":"`+last["id"].(string)+`"`)) {
+		t.Fatalf("no release naming the outcome receipt %v in the ledger:\n%s", last["id"], data)
 	}
-	// Whoever edits the release line (its seal) gets the reservation back:
-	// 0.55 more does not fit beside 0.60, and the records are not trusted.
+	// Whoever edits the release line (its seal) is seen by audit (the
+	// ledger does not verify: exit 2), and by every process that reads the
+	// ledger from then on.
+	keyFile := filepath.Join(filepath.Dir(e.payLog), "signing-key.pem")
+	if out, _, code := runCLI(t, "audit", "--dir", e.root, "--key-file", keyFile); code != 0 {
+		t.Fatalf("audit before the edit: %d %s", code, out)
+	}
 	mac := bytes.LastIndex(data, []byte(`"mac":"`)) + len(`"mac":"`)
 	edited := bytes.Clone(data)
 	edited[mac] = map[bool]byte{true: '1', false: '0'}[edited[mac] == '0']
-	if err := os.WriteFile(logPath, edited, 0o600); err != nil {
+	if err := os.WriteFile(ledgerPath, edited, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if d := decisionOf(t, pay("send_usdc", "0.55")); d.Decision == "allow" || !d.has("reservation_unverified") {
-		t.Fatalf("an edited release was honoured: %+v", d)
+	if out, _, code := runCLI(t, "audit", "--dir", e.root, "--key-file", keyFile); code != 2 || !strings.Contains(out, "LEDGER") || !strings.Contains(out, "not sealed") {
+		t.Fatalf("audit of an edited release: %d %s", code, out)
 	}
-	now, err := os.ReadFile(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	copy(now, data) // the release as the server sealed it, and what followed
-	if err := os.WriteFile(logPath, now, 0o600); err != nil {
+	if err := os.WriteFile(ledgerPath, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	// Released: 0.60 fits under 1.00 again and is forwarded.
@@ -526,9 +528,9 @@ func TestProxyUpstreamFailureAndKill(t *testing.T) {
 			t.Fatalf("the killed call was carried out: %v", p)
 		}
 	}
-	data, _ = os.ReadFile(logPath)
-	if n := bytes.Count(data, []byte(`"type":"released"`)); n != 1 {
-		t.Fatalf("%d releases in the log, want only the failed call's", n)
+	data, _ = os.ReadFile(ledgerPath)
+	if n := bytes.Count(data, []byte(`"kind":"release"`)); n != 1 {
+		t.Fatalf("%d releases in the spend ledger, want only the failed call's", n)
 	}
 }
 
@@ -542,7 +544,6 @@ func TestProxyToolErrorAfterPayingKeepsTheReservation(t *testing.T) {
 	gmap := strings.Replace(proxyMapJSON, `"errors": "unpaid"`, `"errors": "unknown"`, 1)
 	e := newProxyEnv(t, gmap, `{"reviewAbove": "100", "perCounterpartyLimit": {"amount": "1.00", "windowHours": 24}, "reservationMinutes": 15}`)
 	e.start(t, nil)
-	logPath := filepath.Join(e.root, "guard", "decisions.ndjson")
 	for i, tool := range []string{"pay_then_fail", "fail_send"} {
 		res := e.callRaw(t, tool, `{"to":"`+sellerE+`","amount":"0.45"}`)
 		if !res.IsError || res.StructuredContent != nil {
@@ -553,12 +554,12 @@ func TestProxyToolErrorAfterPayingKeepsTheReservation(t *testing.T) {
 		if receiptField(last, "governance", "verdict") != "FAILED" || receiptField(last, "governance", "ruleId") != "upstream_tool_error_unknown" {
 			t.Fatalf("%s: last receipt %v, want FAILED upstream_tool_error_unknown", tool, last)
 		}
-		data, err := os.ReadFile(logPath)
+		data, err := os.ReadFile(filepath.Join(e.root, "guard", "ledger.ndjson"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if bytes.Contains(data, []byte(`"type":"released"`)) {
-			t.Fatalf("after %s (call %d) a reservation was released:\n%s", tool, i, data)
+		if bytes.Contains(data, []byte(`"kind":"release"`)) {
+			t.Fatalf("after %s (call %d) a commitment was released:\n%s", tool, i, data)
 		}
 	}
 	// pay_then_fail did pay: the upstream's log shows it.

@@ -86,7 +86,7 @@ func TestReservationsAcrossProcessesEndToEnd(t *testing.T) {
 	}
 	// A dry run now says review, and records nothing.
 	res := callTool(t, sessions[0], "check_before_pay", map[string]any{"counterparty": freshPayee, "amount": "1.00", "dry_run": true})
-	if text := resultText(res); res.IsError || !strings.HasPrefix(text, "DRY RUN") || !strings.Contains(text, "Decision: REVIEW") || !strings.Contains(text, "3 reservations of earlier allows") {
+	if text := resultText(res); res.IsError || !strings.HasPrefix(text, "DRY RUN") || !strings.Contains(text, "Decision: REVIEW") || !strings.Contains(text, "3 amounts held by earlier allows") {
 		t.Fatalf("dry run: %s", text)
 	}
 	// The review that question opens shows the reservations bearing on it,
@@ -116,7 +116,7 @@ func TestReservationsAcrossProcessesEndToEnd(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &shown); code != 0 || err != nil || len(shown.Reservations) != 3 || shown.ReservedTotal != 3 {
 		t.Fatalf("review show --json: %d %v %s %s", code, err, out, errOut)
 	}
-	if out, _, _ := runCLI(t, "review", "show", a.ReviewID, "--dir", root); !strings.Contains(out, "reservations: 3 held to anyone") || !strings.Contains(out, "1000000 atomic units") {
+	if out, _, _ := runCLI(t, "review", "show", a.ReviewID, "--dir", root); !strings.Contains(out, "reservations: 3 amounts held to anyone") || !strings.Contains(out, "1.00 USDC to "+strings.ToLower(freshPayee)) {
 		t.Fatalf("review show: %s", out)
 	}
 }

@@ -143,13 +143,13 @@ func termsAttacks(t *testing.T, cs *mcp.ClientSession, root string, store []stri
 	edit(t, r2.ReviewID, `"100000"`, `"200000"`)
 	out, errOut, code = cli("review", "show", r2.ReviewID)
 	hash := regexp.MustCompile(`--terms (sha256:[0-9a-f]{64})`).FindStringSubmatch(out)
-	if code != 0 || hash == nil || strings.Contains(out, "TAMPERED") || !strings.Contains(out, "pay 0.2 USDC") {
+	if code != 0 || hash == nil || strings.Contains(out, "TAMPERED") || !strings.Contains(out, "pay 0.20 USDC") {
 		t.Fatalf("review show of the restored line: %d %s %s", code, out, errOut)
 	}
 	if _, errOut, code := cli("review", "approve", r2.ReviewID, "--terms", "sha256:"+strings.Repeat("0", 64)); code != reviewExitTampered {
 		t.Fatalf("approve with other terms than shown: %d %s", code, errOut)
 	}
-	if out, errOut, code := cli("review", "approve", r2.ReviewID, "--terms", hash[1]); code != 0 || !strings.Contains(out, "signed: pay 0.2 USDC") {
+	if out, errOut, code := cli("review", "approve", r2.ReviewID, "--terms", hash[1]); code != 0 || !strings.Contains(out, "signed: pay 0.20 USDC") {
 		t.Fatalf("approve with the terms shown: %d %s %s", code, out, errOut)
 	}
 	if a := ask("0.2"); a.Decision != "allow" || !hasRule(a, "human_approved") {

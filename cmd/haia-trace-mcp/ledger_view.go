@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"log/slog"
 	"strings"
 	"time"
@@ -81,4 +82,31 @@ func unsealedView(ctx context.Context, st *app.Stack, signedAs string) (reviewlo
 			Atomic: en.Atomic, Asset: en.Asset, Until: until, Open: en.Open, ReviewID: en.Review, At: en.At})
 	}
 	return v, nil
+}
+
+// paramsKeyFlags name the server's params key for a command that verifies
+// the spend ledger's seals: read, never created.
+type paramsKeyFlags struct {
+	keyFile, paramsKeyFile string
+}
+
+func (k *paramsKeyFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&k.keyFile, "key-file", "", "the server's signing key `FILE` (its --key-file), read to check the spend ledger's seals; never created (default: the server's default files)")
+	fs.StringVar(&k.paramsKeyFile, "params-key-file", "", "the server's paramsHash key `FILE` (its --params-key-file), read instead of --key-file when the server signs through --signer")
+}
+
+// given says whether the flags name a key.
+func (k *paramsKeyFlags) given() bool { return k.keyFile != "" || k.paramsKeyFile != "" }
+
+// keys are the params keys to try: the one the flags name, else those of
+// the server's default files that exist here.
+func (k *paramsKeyFlags) keys() ([][]byte, error) {
+	if k.keyFile == "" && k.paramsKeyFile == "" {
+		return foundParamsKeys()
+	}
+	key, err := serverParamsKey(k.keyFile, k.paramsKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	return [][]byte{key}, nil
 }
