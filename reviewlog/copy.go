@@ -9,6 +9,7 @@ import (
 	"io"
 	"sort"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/ledger"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
 
@@ -21,7 +22,7 @@ var ErrStoreNotEmpty = errors.New("the destination store is not empty")
 
 // CopyReport says what CopyStore copied.
 type CopyReport struct {
-	LogLines, Archives, Chains, Receipts, Keys int
+	LogLines, Archives, Chains, Receipts, Keys, LedgerEntries int
 }
 
 // outboxSettler is a writer whose store notifies opened reviews: a copy
@@ -115,6 +116,15 @@ func CopyStore(ctx context.Context, src, dst Store) (CopyReport, error) {
 				}
 				rep.Archives++
 			}
+			// The spend ledger, lane by lane, line for line.
+			raws, err := r.Ledger().Since(ctx, nil)
+			if err != nil {
+				return fmt.Errorf("the spend ledger: %w", err)
+			}
+			if err := copyLedger(ctx, w.LedgerAppender(), raws); err != nil {
+				return err
+			}
+			rep.LedgerEntries = len(raws)
 			if s, ok := w.(outboxSettler); ok {
 				return s.SettleNotifications(ctx)
 			}
@@ -143,6 +153,34 @@ func CopyStore(ctx context.Context, src, dst Store) (CopyReport, error) {
 	return rep, nil
 }
 
+// copyLedger appends every lane's lines to the destination's lane of the
+// same number, from its start (a bulk copy may write any lane). A lane
+// the source holds cut short is refused: it is not copied as if whole.
+func copyLedger(ctx context.Context, app ledger.Appender, raws []ledger.Raw) error {
+	byLane := map[int][][]byte{}
+	next := map[int]int64{}
+	var lanes []int
+	for _, r := range raws {
+		if r.Line == nil {
+			return fmt.Errorf("%w: the spend ledger's lane %d is cut short", ErrBadInput, r.Lane)
+		}
+		if r.Seq != next[r.Lane] {
+			return fmt.Errorf("%w: the spend ledger's lane %d goes from entry %d to %d", ErrBadInput, r.Lane, next[r.Lane]-1, r.Seq)
+		}
+		if _, ok := byLane[r.Lane]; !ok {
+			lanes = append(lanes, r.Lane)
+		}
+		next[r.Lane] = r.Seq + 1
+		byLane[r.Lane] = append(byLane[r.Lane], r.Line)
+	}
+	for _, lane := range lanes {
+		if err := app.Append(ctx, ledger.Pos{Lane: lane}, byLane[lane]); err != nil {
+			return fmt.Errorf("the spend ledger's lane %d: %w", lane, err)
+		}
+	}
+	return nil
+}
+
 func checkEmpty(ctx context.Context, r Reader) error {
 	l, err := r.Log(ctx)
 	if err != nil {
@@ -162,8 +200,12 @@ func checkEmpty(ctx context.Context, r Reader) error {
 	if err != nil {
 		return err
 	}
-	if size > 0 || len(segs) > 0 || len(kr) > 0 || len(arch) > 0 {
-		return fmt.Errorf("%w: it holds a review log of %d bytes, %d chain segments, %d keys and %d archives; copy only into an empty store", ErrStoreNotEmpty, size, len(segs), len(kr), len(arch))
+	led, err := r.Ledger().Since(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if size > 0 || len(segs) > 0 || len(kr) > 0 || len(arch) > 0 || len(led) > 0 {
+		return fmt.Errorf("%w: it holds a review log of %d bytes, %d chain segments, %d keys, %d archives and %d ledger entries; copy only into an empty store", ErrStoreNotEmpty, size, len(segs), len(kr), len(arch), len(led))
 	}
 	return nil
 }

@@ -31,6 +31,11 @@ const (
 	// so the repair is itself part of the audit trail and readers never
 	// have to guess.
 	typeRepair = "repair"
+	// typeLedger records that the spend ledger started (its genesis
+	// receipt): from then on commitments are ledger entries, not reserved
+	// lines. A build that predates the ledger reads the line as unknown and
+	// gives no decision, rather than decide without the ledger.
+	typeLedger = "ledger"
 	// typeUsed records that an approval was honoured: the caller's
 	// identical question was answered allow on its strength, once.
 	typeUsed = "used"
@@ -74,6 +79,8 @@ type record struct {
 	Reservation *Reservation `json:"reservation,omitempty"`
 	// Release is what a released record releases.
 	Release *Release `json:"release,omitempty"`
+	// Ledger is the genesis receipt of the spend ledger (a ledger line).
+	Ledger string `json:"ledger,omitempty"`
 }
 
 const timeLayout = "2006-01-02T15:04:05.000Z"
@@ -130,6 +137,9 @@ func decodeRecord(b []byte) (record, error) {
 	if r.Type != typeOpened && r.PayTo != "" {
 		return r, errors.New("only an opened record carries pay_to")
 	}
+	if r.Type != typeLedger && r.Ledger != "" {
+		return r, errors.New("only a ledger record names the ledger's start")
+	}
 	switch r.Type {
 	case typeOpened:
 		if err := checkID(r.ReviewID); err != nil {
@@ -178,6 +188,10 @@ func decodeRecord(b []byte) (record, error) {
 	case typeReleased:
 		if err := checkRelease(r); err != nil {
 			return r, err
+		}
+	case typeLedger:
+		if r.Ledger == "" || r.ReviewID != "" || r.Counterparty != "" || r.Amount != nil || r.Status != "" || r.By != "" || r.Caller != "" || r.ParamsHash != "" || r.Terms != nil || r.Lines != nil {
+			return r, errors.New("a ledger record carries only at and ledger")
 		}
 	case typeRepair:
 		if len(r.Lines) == 0 || r.ReviewID != "" || r.Counterparty != "" || r.Amount != nil || r.Status != "" || r.By != "" || r.Caller != "" || r.ParamsHash != "" || r.Terms != nil {

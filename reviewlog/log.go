@@ -367,6 +367,20 @@ func (l *Log) WithLock(ctx context.Context, fn Hook) error {
 	})
 }
 
+// StartLedger runs fn under the whole log's lock, and appends, in the same
+// commit, a line saying the spend ledger started with the genesis receipt
+// fn returns ("": nothing appended): a build older than the ledger then
+// refuses the log instead of deciding without the ledger.
+func (l *Log) StartLedger(ctx context.Context, fn func(tx Tx) (string, error)) error {
+	return l.transact(ctx, func(g Writer, st *state, at time.Time) (*record, error) {
+		id, err := fn(Tx{Store: g, At: at})
+		if err != nil || id == "" {
+			return nil, err
+		}
+		return &record{Type: typeLedger, At: formatTime(at), Ledger: id}, nil
+	})
+}
+
 // Get returns one review as the signatures prove it (see Verified).
 func (l *Log) Get(ctx context.Context, id string) (Review, error) {
 	r, _, err := l.Verified(ctx, id)

@@ -221,8 +221,8 @@ func runStore(ctx context.Context, stdout, stderr io.Writer, verb string, storeF
 		}
 		return exitCode(exitFail)
 	}
-	fmt.Fprintf(stdout, "%s %s → %s: %d review log lines, %d archives, %d chains (%d receipts, every one VALID before and after), %d keys\n",
-		verb, src.Describe(), dst.Describe(), rep.LogLines, rep.Archives, rep.Chains, rep.Receipts, rep.Keys)
+	fmt.Fprintf(stdout, "%s %s → %s: %d review log lines, %d archives, %d chains (%d receipts, every one VALID before and after), %d keys, %d ledger entries\n",
+		verb, src.Describe(), dst.Describe(), rep.LogLines, rep.Archives, rep.Chains, rep.Receipts, rep.Keys, rep.LedgerEntries)
 	return nil
 }
 

@@ -123,16 +123,16 @@ func (e *Engine) ensureLedger(ctx context.Context) error {
 		return err
 	}
 	var raws []ledger.Raw
-	err = e.cfg.Log.WithLock(ctx, func(tx reviewlog.Tx) error {
+	err = e.cfg.Log.StartLedger(ctx, func(tx reviewlog.Tx) (string, error) {
 		if err := e.catchUp(ctx, tx.Store); err != nil {
-			return err
+			return "", err
 		}
 		if _, _, ok := e.book.Genesis(); ok {
-			return nil
+			return "", nil
 		}
 		id, err := newReceiptID()
 		if err != nil {
-			return err
+			return "", err
 		}
 		entries := []ledger.Entry{{Kind: ledger.KindGenesis, At: ledger.FormatTime(tx.At), Receipt: id, Caller: "haia-trace-mcp", Tenant: e.cfg.Chains.Tenant}}
 		entries = append(entries, carried...)
@@ -144,7 +144,7 @@ func (e *Engine) ensureLedger(ctx context.Context) error {
 			en.Lane, en.Seq, en.Prev = pos.Lane, pos.Seq+int64(i), prev
 			line, err := en.Seal(e.cfg.ParamsKey)
 			if err != nil {
-				return err
+				return "", err
 			}
 			raws = append(raws, ledger.Raw{Pos: ledger.Pos{Lane: pos.Lane, Seq: en.Seq, Off: pos.Off}, Line: line})
 			pos.Off += int64(len(line)) + 1
@@ -153,11 +153,11 @@ func (e *Engine) ensureLedger(ctx context.Context) error {
 		}
 		first, _ := e.book.Next(app.Lane())
 		if err := app.Append(ctx, first, lines); err != nil {
-			return err
+			return "", err
 		}
 		ph, err := noa.ParamsHash(e.cfg.ParamsKey, map[string]any{"ledger": "genesis", "tenant": e.cfg.Chains.Tenant})
 		if err != nil {
-			return err
+			return "", err
 		}
 		// The start is signed into a chain of its own ("ledger-<kid>"),
 		// beside the decisions.
@@ -166,7 +166,10 @@ func (e *Engine) ensureLedger(ctx context.Context) error {
 		_, err = gc.Append(ctx, tx.Store, noa.Draft{ID: id, TS: tx.At, Agent: noa.Agent{ID: noa.ContinueAgent, Principal: noa.PrincipalService},
 			Action:     noa.Action{ID: "ledger:genesis", Canonical: reviewlog.CanonicalLedgerGenesis, RiskClass: "IRREVERSIBLE", ParamsHash: ph, Reversible: false},
 			Governance: noa.Governance{Mode: governanceMode, Verdict: noa.VerdictAllowed}})
-		return err
+		if err != nil {
+			return "", err
+		}
+		return id, nil
 	})
 	if err != nil {
 		return fmt.Errorf("start the spend ledger: %w", err)

@@ -142,10 +142,10 @@ func (l *fileLedger) Lane() int { return 0 }
 // before the receipt it stands for. The section's end is remembered so
 // that a section that fails cuts its entries off again.
 func (l *fileLedger) Append(ctx context.Context, at ledger.Pos, lines [][]byte) error {
-	if at.Lane != 0 {
-		return fmt.Errorf("the file store appends to ledger lane 0, not %d", at.Lane)
+	if at.Lane != 0 && !(reviewlog.IsBulk(ctx) && at.Lane > 0 && at.Lane < ledger.Lanes) {
+		return fmt.Errorf("the file store appends to ledger lane 0, not %d (other lanes only in a copy)", at.Lane)
 	}
-	f, err := l.w.g.OpenFile(LedgerFile, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := l.w.g.OpenFile(LedgerLaneFile(at.Lane), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return fmt.Errorf("open the ledger: %w", err)
 	}
@@ -164,7 +164,7 @@ func (l *fileLedger) Append(ctx context.Context, at ledger.Pos, lines [][]byte) 
 	if err := f.Truncate(at.Off); err != nil {
 		return fmt.Errorf("drop the ledger's torn tail: %w", err)
 	}
-	if l.w.ledgerEnd < 0 {
+	if l.w.ledgerEnd < 0 && at.Lane == 0 {
 		l.w.ledgerEnd = at.Off
 	}
 	if _, err := f.WriteAt(buf, at.Off); err != nil {

@@ -108,10 +108,12 @@ func (l pgLedger) Since(ctx context.Context, from []ledger.Pos) ([]ledger.Raw, e
 type pgLedgerAppender struct {
 	pgLedger
 	lane int
+	// bulk: a copy, which may write any lane.
+	bulk bool
 }
 
 func (w *writer) LedgerAppender() ledger.Appender {
-	return &pgLedgerAppender{pgLedger: pgLedger{q: w.q}, lane: 0}
+	return &pgLedgerAppender{pgLedger: pgLedger{q: w.q}, lane: 0, bulk: w.bulk}
 }
 
 func (w *scopedWriter) LedgerAppender() ledger.Appender {
@@ -123,14 +125,14 @@ func (a *pgLedgerAppender) Lane() int { return a.lane }
 // Append inserts the lines as rows; a seq already taken is refused by the
 // primary key (ledger.ErrSeqTaken), the section then failing whole.
 func (a *pgLedgerAppender) Append(ctx context.Context, at ledger.Pos, lines [][]byte) error {
-	if at.Lane != a.lane {
+	if at.Lane != a.lane && !(a.bulk && at.Lane >= 0 && at.Lane < ledger.Lanes) {
 		return fmt.Errorf("this section holds ledger lane %d, not %d", a.lane, at.Lane)
 	}
 	for i, line := range lines {
-		_, err := a.q.Exec(ctx, "INSERT INTO ledger_entries (lane, seq, line) VALUES ($1, $2, $3)", a.lane, at.Seq+int64(i), line)
+		_, err := a.q.Exec(ctx, "INSERT INTO ledger_entries (lane, seq, line) VALUES ($1, $2, $3)", at.Lane, at.Seq+int64(i), line)
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "23505" {
-			return fmt.Errorf("%w (lane %d, entry %d)", ledger.ErrSeqTaken, a.lane, at.Seq+int64(i))
+			return fmt.Errorf("%w (lane %d, entry %d)", ledger.ErrSeqTaken, at.Lane, at.Seq+int64(i))
 		}
 		if err != nil {
 			return fmt.Errorf("append to the ledger: %w", scrub(err))
