@@ -157,6 +157,17 @@ func (l *fileLedger) Append(ctx context.Context, at ledger.Pos, lines [][]byte) 
 	if st.Size() < at.Off {
 		return fmt.Errorf("the ledger %s is %d bytes, shorter than the %d its entries were read to: cut short behind the guard's back", l.w.Locate(LedgerFile), st.Size(), at.Off)
 	}
+	if st.Size() > at.Off {
+		// Only a torn tail (no whole line) is cut off; a whole line past
+		// at.Off is an entry another writer committed.
+		tail := make([]byte, st.Size()-at.Off)
+		if _, err := f.ReadAt(tail, at.Off); err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("read the ledger's tail: %w", err)
+		}
+		if bytes.IndexByte(tail, '\n') >= 0 {
+			return fmt.Errorf("%w (lane %d, entry %d: the ledger holds whole lines past byte %d)", ledger.ErrSeqTaken, at.Lane, at.Seq, at.Off)
+		}
+	}
 	var buf []byte
 	for _, line := range lines {
 		buf = append(append(buf, line...), '\n')

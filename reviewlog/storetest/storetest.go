@@ -264,6 +264,7 @@ func Run(t *testing.T, factory Factory) {
 	t.Run("ExactAcrossManyReplicas", func(t *testing.T) { testManyReplicas(t, newFixture(t, factory)) })
 	t.Run("TornTailRepaired", func(t *testing.T) { testTornTail(t, newFixture(t, factory)) })
 	runAdversary(t, factory)
+	runLedger(t, factory)
 }
 
 // A log that ends in a line the log cannot read (a write cut short on a
