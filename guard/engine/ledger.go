@@ -116,6 +116,13 @@ func (e *Engine) ensureLedger(ctx context.Context) error {
 	if _, _, ok := e.book.Genesis(); ok {
 		return nil
 	}
+	// Most often another process started it: read the ledger first.
+	if err := e.cfg.Log.Store().View(ctx, func(r reviewlog.Reader) error { return e.catchUp(ctx, r) }); err != nil {
+		return err
+	}
+	if _, _, ok := e.book.Genesis(); ok {
+		return nil
+	}
 	// What an earlier build reserved, read before the lock (the log's
 	// reader takes it); only an earlier build writes such records.
 	carried, err := e.legacy(ctx, e.cfg.Now())
