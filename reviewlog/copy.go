@@ -121,7 +121,7 @@ func CopyStore(ctx context.Context, src, dst Store) (CopyReport, error) {
 			if err != nil {
 				return fmt.Errorf("the spend ledger: %w", err)
 			}
-			if err := copyLedger(ctx, w.LedgerAppender(), raws); err != nil {
+			if err := copyLedger(Bulk(ctx), w.LedgerAppender(), raws); err != nil {
 				return err
 			}
 			rep.LedgerEntries = len(raws)

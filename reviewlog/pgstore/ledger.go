@@ -21,9 +21,20 @@ ORDER BY e.lane, e.seq`
 
 const ledgerEndsSQL = `SELECT lane, max(seq) FROM ledger_entries GROUP BY lane`
 
-type pgLedger struct{ q querier }
+type pgLedger struct {
+	q querier
+	// ends: a lane cut short behind the position asked is reported. Only
+	// in a locked section (READ COMMITTED: each statement sees every
+	// commit before it, and the positions a process asks from are of
+	// commits before it); a view's snapshot may be older than what the
+	// process read since, and its lanes would read as cut short.
+	ends bool
+}
 
 func (r *reader) Ledger() ledger.Reader { return pgLedger{q: r.q} }
+
+// Ledger in a locked section reports a lane cut short.
+func (w *writer) Ledger() ledger.Reader { return pgLedger{q: w.q, ends: true} }
 
 // Since reads the lanes from the positions asked (byte offsets are not
 // kept: a lane is its rows by seq).
@@ -64,7 +75,7 @@ func (l pgLedger) Since(ctx context.Context, from []ledger.Pos) ([]ledger.Raw, e
 	// A lane with nothing from its position on: does it still reach it?
 	var check bool
 	for i, s := range seqs {
-		if s > 0 && !seen[i] {
+		if s > 0 && !seen[i] && l.ends {
 			check = true
 		}
 	}
@@ -113,11 +124,11 @@ type pgLedgerAppender struct {
 }
 
 func (w *writer) LedgerAppender() ledger.Appender {
-	return &pgLedgerAppender{pgLedger: pgLedger{q: w.q}, lane: 0, bulk: w.bulk}
+	return &pgLedgerAppender{pgLedger: pgLedger{q: w.q, ends: true}, lane: 0, bulk: w.bulk}
 }
 
 func (w *scopedWriter) LedgerAppender() ledger.Appender {
-	return &pgLedgerAppender{pgLedger: pgLedger{q: w.q}, lane: w.lane}
+	return &pgLedgerAppender{pgLedger: pgLedger{q: w.q, ends: true}, lane: w.lane}
 }
 
 func (a *pgLedgerAppender) Lane() int { return a.lane }
