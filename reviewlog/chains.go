@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
@@ -165,6 +166,14 @@ func (c *Chains) Append(ctx context.Context, w Writer, d noa.Draft) (noa.Receipt
 		return c.startSegment(ctx, w, end, base, k, *prev, d)
 	}
 	d.Chain = name
+	if head != nil {
+		// One chain, one order: a receipt is never dated before the one it
+		// follows (sections of one lane may read their clocks in another
+		// order than they take the lane).
+		if prev, err := time.Parse(time.RFC3339Nano, head.TS); err == nil && d.TS.Before(prev) {
+			d.TS = prev
+		}
+	}
 	r, line, err := noa.Seal(ctx, d, head, c.Signer)
 	if err != nil {
 		return noa.Receipt{}, fmt.Errorf("sign decision receipt: %w", err)
@@ -201,6 +210,9 @@ func openHead(ctx context.Context, r Reader, file string) (*noa.Receipt, int64, 
 // tail, if any, begins).
 func (c *Chains) startSegment(ctx context.Context, w Writer, end int64, base string, k int, prev noa.Receipt, d noa.Draft) (noa.Receipt, error) {
 	name := noa.SegmentChain(base, k)
+	if t, err := time.Parse(time.RFC3339Nano, prev.TS); err == nil && d.TS.Before(t) {
+		d.TS = t
+	}
 	cont, contLine, err := noa.Seal(ctx, noa.ContinueDraft(base, k, prev, d.TS, c.Tenant), nil, c.Signer)
 	if err != nil {
 		return noa.Receipt{}, fmt.Errorf("sign the continuation of chain %s: %w", name, err)

@@ -3,10 +3,12 @@ package engine
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -339,6 +341,61 @@ func TestForwardedCallCountsForItsWindow(t *testing.T) {
 			f.advance(16 * time.Minute)
 			if a := check(t, e, "bot", Question{Counterparty: sellerB, Amount: "5.00"}); a.Decision != guard.Allow {
 				t.Fatalf("a hold did not lapse: %+v", a)
+			}
+		})
+	}
+}
+
+// Many reviews opened at once: along every chain, a receipt is never dated
+// before the one it follows (verify warned "ts went backwards").
+func TestReceiptTimesNeverGoBackwards(t *testing.T) {
+	for _, kind := range stores(t) {
+		t.Run(string(kind), func(t *testing.T) {
+			f := newFleet(t, kind, 3, `{"reviewAbove": "0.01", "maxPendingReviewsPerCaller": 1000}`)
+			// A clock that jitters backwards by up to a millisecond between
+			// readings, as two goroutines reading one clock can see it.
+			var mu sync.Mutex
+			tick := 0
+			for _, e := range f.engines {
+				e.cfg.Now = func() time.Time {
+					mu.Lock()
+					defer mu.Unlock()
+					tick++
+					return f.clock().Add(time.Duration(tick%3) * time.Millisecond * -1)
+				}
+			}
+			var wg sync.WaitGroup
+			for i := range 30 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_, err := f.engines[i%3].Check(context.Background(), fmt.Sprintf("bot-%d", i), Question{Counterparty: sellerA, Amount: fmt.Sprintf("1.%02d", i)})
+					if err != nil {
+						t.Error(err)
+					}
+				}()
+			}
+			wg.Wait()
+			err := f.logs[0].Store().View(context.Background(), func(r reviewlog.Reader) error {
+				chains, err := reviewlog.ListChains(context.Background(), r)
+				if err != nil {
+					return err
+				}
+				for _, c := range chains {
+					rs, err := reviewlog.ReadChainFile(context.Background(), r, c.ID)
+					if err != nil {
+						return err
+					}
+					for i := 1; i < len(rs); i++ {
+						if rs[i].TS < rs[i-1].TS {
+							t.Errorf("chain %s: receipt %d at %s follows one at %s", c.ID, i, rs[i].TS, rs[i-1].TS)
+						}
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
 			}
 		})
 	}
