@@ -19,8 +19,12 @@ type Committed interface {
 	Tally(scope, asset string, from, now time.Time, refs int) ledger.Tally
 }
 
-// commitRun is the run id commitments carry as evidence.
-const commitRun = "ledger"
+// CommitRun is the run id a commitment of the spend ledger carries as
+// evidence (its operation id is the receipt that committed it): an amount
+// held, not a run of the Trace.
+const CommitRun = "ledger"
+
+const commitRun = CommitRun
 
 // tallied is one scope's commitments as a rule reads them.
 type tallied struct {

@@ -854,8 +854,8 @@ func historyReason(h History, f *Figures, cfg *Config, cp Counterparty, req Requ
 		templates = cfg.HistoryTemplates
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "read %s in %s under template %s (the policy's history templates); %d are with %s",
-		count(f.Operations, "operation", "operations"), count(f.Runs, "run", "runs"), strings.Join(templates, ", "), f.Matched, cp.Value)
+	fmt.Fprintf(&b, "read %s in %s under template %s (the policy's history templates); %d %s with %s",
+		count(f.Operations, "operation", "operations"), count(f.Runs, "run", "runs"), strings.Join(templates, ", "), f.Matched, isAre(f.Matched), cp.Value)
 	if len(h.Overridden) > 0 {
 		fmt.Fprintf(&b, "; the operator's templates directory replaces the bundled %s", strings.Join(h.Overridden, ", "))
 	}

@@ -27,6 +27,8 @@ func explainRef(ctx context.Context, cat *catalog.Catalog, template string, ref 
 	switch {
 	case err == nil:
 		return receipt.Explain(ref.RunID, r)
+	case errors.As(err, &re) && re.Unknown && (ref.RunID == guard.CommitRun || ref.RunID == "reservation"):
+		return fmt.Sprintf("an amount held by an earlier allow (receipt %s), not a payment the Trace shows: it counts until the Trace shows the payment or it stops counting (see status)", ref.OperationID)
 	case errors.As(err, &re) && re.Unknown:
 		return fmt.Sprintf("(no explanation: run %s is no longer under events/)", ref.RunID)
 	case errors.As(err, &re):

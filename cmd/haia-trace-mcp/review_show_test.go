@@ -82,6 +82,7 @@ func TestExplainRefUsesTheOperatorsTemplates(t *testing.T) {
 	}{
 		{guard.Ref{RunID: "gone", OperationID: "op-1"}, "(no explanation: run gone is no longer under events/)"},
 		{guard.Ref{RunID: "buyer", OperationID: "op-77"}, "(no explanation: run buyer has no operation op-77)"},
+		{guard.Ref{RunID: guard.CommitRun, OperationID: "rcpt_1"}, "an amount held by an earlier allow (receipt rcpt_1), not a payment the Trace shows: it counts until the Trace shows the payment or it stops counting (see status)"},
 	} {
 		cat, closeCat := openCatalog()
 		if got := explainRef(t.Context(), cat, "", tc.ref); got != tc.want {
