@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/app"
@@ -17,50 +16,16 @@ import (
 // committedView is what the spend ledger holds now that the Trace does not
 // show yet, read as the server reads it (engine.Reservations): every entry
 // verified under the server's params key, looked for where the server
-// keeps it by default (serverParamsKeys). Under no key found here that
-// verifies the ledger, the entries are not trusted and the view says so
-// (Problems), listing none.
+// keeps it by default (foundParamsKeys) and chosen as the one that seals
+// the ledger. Where no key found here seals it, the entries are listed as
+// their lines say (unsealedView).
 func committedView(ctx context.Context, st *app.Stack, signedAs string, pol *guard.Config) (reviewlog.ReservationView, error) {
 	keys, err := foundParamsKeys()
 	if err != nil {
 		return reviewlog.ReservationView{}, err
 	}
-	if len(keys) == 0 {
-		return unsealedView(ctx, st, signedAs)
-	}
-	quiet := slog.New(slog.DiscardHandler)
-	var last []string
-	for _, key := range keys {
-		eng, err := engine.New(engine.Config{Policy: pol, Templates: st.Templates(), History: st.Catalog(), Log: st.Log(),
-			Chains: &reviewlog.Chains{Tenant: signedAs}, ParamsKey: key, Logger: quiet})
-		if err != nil {
-			return reviewlog.ReservationView{}, err
-		}
-		infos, problems, err := eng.Reservations(ctx)
-		if err != nil {
-			return reviewlog.ReservationView{}, err
-		}
-		if len(problems) == 0 {
-			v := reviewlog.ReservationView{Held: []reviewlog.Reservation{}}
-			for _, i := range infos {
-				v.Held = append(v.Held, reviewlog.Reservation{ReceiptID: i.ReceiptID, Caller: i.Caller, PayTo: i.PayTo, Host: i.Host, Resource: i.Resource,
-					Atomic: i.AmountAtomic, Asset: i.Asset, Until: i.Until, Open: i.Open, ReviewID: i.ReviewID, At: i.At})
-			}
-			return v, nil
-		}
-		last = problems
-	}
-	return reviewlog.ReservationView{Held: []reviewlog.Reservation{}, Problems: []string{"the spend ledger does not verify under a params key found here (params-key.pem, signing-key.pem): " + strings.Join(last, "; ")}}, nil
-}
-
-// unsealedView is the ledger read here without the server's key (none is
-// found where the server keeps it by default): the entries as their lines
-// say, their links and order checked, their seals not — as review show
-// read reservation records against the chain before the ledger. A break in
-// the lines is a problem; unchecked seals are not.
-func unsealedView(ctx context.Context, st *app.Stack, signedAs string) (reviewlog.ReservationView, error) {
 	var raws []ledger.Raw
-	err := st.Store().View(ctx, func(r reviewlog.Reader) error {
+	err = st.Store().View(ctx, func(r reviewlog.Reader) error {
 		var err error
 		raws, err = r.Ledger().Since(ctx, nil)
 		return err
@@ -68,6 +33,42 @@ func unsealedView(ctx context.Context, st *app.Stack, signedAs string) (reviewlo
 	if err != nil {
 		return reviewlog.ReservationView{}, err
 	}
+	// The key the server sealed the ledger with, among those found here.
+	var key []byte
+	for _, k := range keys {
+		if ledger.Sealed(raws, k) {
+			key = k
+			break
+		}
+	}
+	if key == nil {
+		return unsealedView(raws, signedAs), nil
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	eng, err := engine.New(engine.Config{Policy: pol, Templates: st.Templates(), History: st.Catalog(), Log: st.Log(),
+		Chains: &reviewlog.Chains{Tenant: signedAs}, ParamsKey: key, Logger: quiet})
+	if err != nil {
+		return reviewlog.ReservationView{}, err
+	}
+	infos, problems, err := eng.Reservations(ctx)
+	if err != nil {
+		return reviewlog.ReservationView{}, err
+	}
+	v := reviewlog.ReservationView{Held: []reviewlog.Reservation{}, Problems: problems}
+	for _, i := range infos {
+		v.Held = append(v.Held, reviewlog.Reservation{ReceiptID: i.ReceiptID, Caller: i.Caller, PayTo: i.PayTo, Host: i.Host, Resource: i.Resource,
+			Atomic: i.AmountAtomic, Asset: i.Asset, Until: i.Until, Open: i.Open, ReviewID: i.ReviewID, At: i.At})
+	}
+	return v, nil
+}
+
+// unsealedView is the ledger read here without the server's key (no key
+// found where the server keeps it by default seals it): the entries as
+// their lines say, their links and order checked, their seals not — as
+// review show read reservation records against the chain before the
+// ledger; audit, given the server's key, checks the seals. A break in the
+// lines is a problem; unchecked seals are not.
+func unsealedView(raws []ledger.Raw, signedAs string) reviewlog.ReservationView {
 	live, found := ledger.Unsealed(raws, signedAs, time.Now())
 	v := reviewlog.ReservationView{Held: []reviewlog.Reservation{}, Problems: found}
 	for _, en := range live {
@@ -81,7 +82,7 @@ func unsealedView(ctx context.Context, st *app.Stack, signedAs string) (reviewlo
 		v.Held = append(v.Held, reviewlog.Reservation{ReceiptID: en.Receipt, Caller: en.Caller, PayTo: en.PayTo, Host: en.Host, Resource: en.Resource,
 			Atomic: en.Atomic, Asset: en.Asset, Until: until, Open: en.Open, ReviewID: en.Review, At: en.At})
 	}
-	return v, nil
+	return v
 }
 
 // paramsKeyFlags name the server's params key for a command that verifies
