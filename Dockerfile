@@ -2,18 +2,54 @@
 #
 # haia-trace-mcp: a static Go binary in a distroless "nonroot" image.
 #
-#   docker build -t haia-trace-mcp .
-#   docker run --read-only -p 127.0.0.1:3000:3000 -v trace:/trace ... haia-trace-mcp \
-#     --dir /trace --auth-issuer https://auth.example --auth-jwks /etc/haia-trace-mcp/jwks.json
+#   podman build --format docker -t localhost/haia-trace-mcp .   # or docker build; docker format keeps HEALTHCHECK
+#   podman run -d --read-only -p 127.0.0.1:8080:3000 -v trace:/trace -v haia-config:/etc/haia-trace-mcp
+#     -v "$PWD/jwks.json:/run/secrets/jwks.json:ro" localhost/haia-trace-mcp
+#     --dir /trace --http-allowed-host 127.0.0.1:8080
+#     --auth-issuer https://auth.example --auth-jwks /run/secrets/jwks.json
+#
+# Why each run flag:
+#   --read-only            the image writes nothing outside its volumes; a compromise cannot alter it
+#   -p 127.0.0.1:8080:3000 publish on the host's loopback only; a proxy or the host's own agents reach it
+#   -v trace:/trace        the Trace root: recorders write events/, the server writes guard/
+#   -v haia-config:/etc/…  HAIA_CONFIG_DIR: the signing key is created there on the first start
+#   -v …:/run/secrets/…:ro files the server only reads (JWKS, trusted reviewers), read-only
+#   --http-allowed-host    the Host clients send through the mapping (127.0.0.1:8080), which is not the
+#                          container's 0.0.0.0:3000; without it every request is 403. The token audience
+#                          stays the resource URL (--public-url changes both)
+#   --ulimit nofile=N:N --ulimit nproc=N:N   only for podman run as root on a host whose hard limits
+#                          (ulimit -Hn, ulimit -Hu) are below podman's defaults (1048576 files, 4194304
+#                          processes), e.g. podman inside another container: runc cannot raise them and the
+#                          container does not start ("error setting rlimit"). Docker (its daemon's limits) and rootless podman (the user's)
+#                          keep limits the host allows and need neither.
+#
+# On a closed network (no registry, no module proxy): vendor the modules, load
+# the two base images into the local store, and build with no network at all
+# (docs/deployment.md#a-closed-network):
+#
+#   go mod verify && go mod vendor    # where the module cache is; vendor/ is git-ignored
+#   podman load -i base-images.tar    # GO_IMAGE and RUNTIME_IMAGE below, pulled and `podman save`d where the registries are
+#   podman build --network=none --pull=never --format docker --build-arg GOFLAGS=-mod=vendor
+#     --build-arg GO_IMAGE=docker.io/library/golang:1.26.5
+#     --build-arg RUNTIME_IMAGE=gcr.io/distroless/static-debian12:nonroot -t localhost/haia-trace-mcp .
 #
 # Base images are pinned by tag and digest (the multi-platform index
 # digests as published; refresh both together with `crane digest IMAGE:TAG`).
+# GO_IMAGE and RUNTIME_IMAGE name them; a build that cannot reach their
+# registries passes a local name or a mirror of the same image instead.
+ARG GO_IMAGE=docker.io/library/golang:1.26.5@sha256:3aff6657219a4d9c14e27fb1d8976c49c29fddb70ba835014f477e1c70636647
+ARG RUNTIME_IMAGE=gcr.io/distroless/static-debian12:nonroot@sha256:afa5c872c891853ca7fcf1f12c3edb23f7eeef36189728842dd51042ff57f7ab
 
-FROM docker.io/library/golang:1.26.5@sha256:3aff6657219a4d9c14e27fb1d8976c49c29fddb70ba835014f477e1c70636647 AS build
+FROM ${GO_IMAGE} AS build
 WORKDIR /src
+# GOFLAGS=-mod=vendor builds from vendor/ in the context (`go mod vendor`
+# first) and downloads nothing; the go command refuses a vendor/ that does
+# not match go.mod. Without it the modules are downloaded and verified
+# against go.sum.
+ARG GOFLAGS=
 # Modules first, so a source edit does not re-download them.
 COPY go.mod go.sum ./
-RUN go mod download && go mod verify
+RUN case " $GOFLAGS " in *" -mod=vendor "*) echo "GOFLAGS=$GOFLAGS: the modules come from vendor/; nothing is downloaded" ;; *) go mod download && go mod verify ;; esac
 COPY . .
 # -buildvcs=auto stamps the revision into the build info (read by
 # `haia-trace-mcp version`) when .git is in the build context, and builds
@@ -26,7 +62,7 @@ RUN CGO_ENABLED=0 go build -trimpath -buildvcs=auto -ldflags "-s -w" \
 # /etc/haia-trace-mcp is HAIA_CONFIG_DIR (default keys, reviewer files): private.
 RUN mkdir -p /out/trace/events /out/trace/guard /out/run/haia-signer /out/etc/haia-trace-mcp && chmod 0700 /out/etc/haia-trace-mcp
 
-FROM gcr.io/distroless/static-debian12:nonroot@sha256:afa5c872c891853ca7fcf1f12c3edb23f7eeef36189728842dd51042ff57f7ab
+FROM ${RUNTIME_IMAGE}
 COPY --from=build /out/haia-trace-mcp /haia-trace-mcp
 COPY --from=build --chown=65532:65532 /out/trace /trace
 COPY --from=build --chown=65532:65532 /out/run/haia-signer /run/haia-signer

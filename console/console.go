@@ -24,6 +24,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -47,20 +48,25 @@ var files embed.FS
 // Bounds.
 const (
 	// EnrolTTL is how long a one-time enrolment link is valid.
-	EnrolTTL       = 10 * time.Minute
-	sessionTTL     = 8 * time.Hour
-	ceremonyTTL    = 5 * time.Minute
-	maxBody        = 64 << 10
-	maxPending     = 1024 // ceremonies and enrolments held in memory
-	sessionCookie  = "haia_console"
-	csrfCookie     = "haia_console_csrf"
-	csrfHeader     = "X-CSRF-Token"
-	maxNoteBytes   = 4096
-	tokenBytes     = 32
-	signInPerIP    = 0.5 // sign-in and enrolment requests per second per client (or per reviewer)
-	signInBurst    = 20
-	collectPerSec  = 2 // the operator's command polls collect with a link of its own
-	collectBurst   = 20
+	EnrolTTL      = 10 * time.Minute
+	sessionTTL    = 8 * time.Hour
+	ceremonyTTL   = 5 * time.Minute
+	maxBody       = 64 << 10
+	maxPending    = 1024 // ceremonies and enrolments held in memory
+	sessionCookie = "haia_console"
+	csrfCookie    = "haia_console_csrf"
+	csrfHeader    = "X-CSRF-Token"
+	maxNoteBytes  = 4096
+	tokenBytes    = 32
+	signInPerIP   = 0.5 // sign-in and enrolment requests per second per client (or per reviewer)
+	signInBurst   = 20
+	collectPerSec = 2 // the operator's command polls collect with a link of its own
+	collectBurst  = 20
+	// MaxCollectWait is the longest a collect request is held waiting for
+	// the registration (?wait=SECONDS): the operator's command asks about
+	// three times a minute however long the reviewer takes, and the hold
+	// stays under the console listener's 30 s write timeout.
+	MaxCollectWait = 20 * time.Second
 	maxLimited     = 4096 // rate-limit buckets held
 	enrolTokenName = "t"
 	// MinEnrolKey is the shortest key that signs enrolment links.
@@ -146,6 +152,9 @@ type Console struct {
 	sessionKey []byte
 	logins     map[string]time.Time // login challenges used here (base64url) → expiry
 	enrolments map[string]*enrolment
+	// registered is closed, and replaced, when a passkey is registered:
+	// it wakes the collect requests held waiting.
+	registered chan struct{}
 	limits     map[string]*rate.Limiter
 	feed       feed
 	streams    int
@@ -270,7 +279,7 @@ func New(cfg Config) (*Console, error) {
 		return nil, fmt.Errorf("console: templates: %w", err)
 	}
 	c := &Console{cfg: cfg, wa: wa, rpID: host, origin: origin, base: cfg.URL.Path, secure: cfg.URL.Scheme == "https",
-		pages: pages, signedOut: map[string]time.Time{}, logins: map[string]time.Time{}, enrolments: map[string]*enrolment{},
+		pages: pages, signedOut: map[string]time.Time{}, logins: map[string]time.Time{}, enrolments: map[string]*enrolment{}, registered: make(chan struct{}),
 		limits: map[string]*rate.Limiter{}, counts: map[string]uint32{},
 		feed: feed{ch: make(chan struct{})}, done: make(chan struct{})}
 	c.sessionKey = cfg.SessionKey
@@ -1069,6 +1078,8 @@ func (c *Console) enrolFinish(_ http.ResponseWriter, r *http.Request, body []byt
 	}
 	c.mu.Lock()
 	e.credential = &pc
+	close(c.registered) // wake the collect requests held waiting
+	c.registered = make(chan struct{})
 	c.mu.Unlock()
 	c.cfg.Logger.Info("console: passkey registered, waiting for the operator's confirmation", "reviewer", who, "fingerprint", fp, "remote", r.RemoteAddr)
 	return map[string]string{"reviewer": who, "fingerprint": fp}, nil
@@ -1083,8 +1094,14 @@ func webauthnDetail(err error) string {
 }
 
 // collect hands the registered credential to the operator's command
-// holding the link's secret, once.
+// holding the link's secret, once. With ?wait=SECONDS (at most
+// MaxCollectWait) a request made before the registration is held until it
+// arrives or the wait ends, so the command need not ask again and again
+// while the reviewer takes their time. Its "waiting" answer names the
+// console's origin and relying party, which the command checks before it
+// shows the link.
 func (c *Console) collect(w http.ResponseWriter, r *http.Request) {
+	wait, werr := collectWait(r.URL.Query().Get("wait"))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 4096))
 	if err != nil {
 		writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": "request too large"})
@@ -1094,6 +1111,9 @@ func (c *Console) collect(w http.ResponseWriter, r *http.Request) {
 		Token string `json:"token"`
 	}
 	err = decodeStrict(body, &req)
+	if err == nil && werr != nil {
+		err = werr
+	}
 	if err != nil {
 		err = limited(c.allowClient(r), err)
 	} else {
@@ -1106,22 +1126,56 @@ func (c *Console) collect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := enrolKey(req.Token)
-	c.mu.Lock()
-	e, ok := c.enrolments[key]
-	var cred *passkey.Credential
-	if ok && e.credential != nil && !e.collected {
-		cred, e.collected = e.credential, true
+	var timeout <-chan time.Time
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		timeout = t.C
 	}
-	collected := ok && e.collected && cred == nil
-	c.mu.Unlock()
-	switch {
-	case cred != nil:
-		writeJSON(w, http.StatusOK, map[string]any{"reviewer": e.reviewer, "credential": cred})
-	case collected:
-		writeJSON(w, http.StatusGone, map[string]string{"error": "this registration was collected already"})
-	default:
-		writeJSON(w, http.StatusAccepted, map[string]string{"status": "waiting for the reviewer to register"})
+	for {
+		c.mu.Lock()
+		e, ok := c.enrolments[key]
+		var cred *passkey.Credential
+		if ok && e.credential != nil && !e.collected {
+			cred, e.collected = e.credential, true
+		}
+		collected := ok && e.collected && cred == nil
+		registered := c.registered
+		c.mu.Unlock()
+		switch {
+		case cred != nil:
+			writeJSON(w, http.StatusOK, map[string]any{"reviewer": e.reviewer, "credential": cred})
+			return
+		case collected:
+			writeJSON(w, http.StatusGone, map[string]string{"error": "this registration was collected already"})
+			return
+		}
+		if timeout != nil {
+			select {
+			case <-registered:
+				continue // a registration: this link's, or another's
+			case <-timeout:
+			case <-c.done:
+			case <-r.Context().Done():
+				return // the command gave up or the server stops
+			}
+		}
+		writeJSON(w, http.StatusAccepted, map[string]string{"status": "waiting for the reviewer to register", "origin": c.origin, "rp_id": c.rpID})
+		return
 	}
+}
+
+// collectWait reads collect's ?wait=SECONDS: whole seconds from 0 to
+// MaxCollectWait; none is 0 (answer at once).
+func collectWait(v string) (time.Duration, error) {
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || time.Duration(n)*time.Second > MaxCollectWait {
+		return 0, fail(http.StatusBadRequest, "wait %q: want whole seconds from 0 to %d", clip(v), int(MaxCollectWait/time.Second))
+	}
+	return time.Duration(n) * time.Second, nil
 }
 
 // --- pages ---

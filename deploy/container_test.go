@@ -104,14 +104,20 @@ func (p *podman) run(args ...string) string {
 // try runs podman and returns stdout, stderr and the exit code.
 func (p *podman) try(args ...string) (string, string, int) {
 	p.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	return p.tryWithin(5*time.Minute, args...)
+}
+
+// tryWithin is try with another limit (a build that compiles everything).
+func (p *podman) tryWithin(limit time.Duration, args ...string) (string, string, int) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "podman", append(append([]string{}, p.global...), args...)...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
 	if ctx.Err() != nil {
-		p.t.Fatalf("podman %s did not finish within 5 minutes", strings.Join(args, " "))
+		p.t.Fatalf("podman %s did not finish within %v", strings.Join(args, " "), limit)
 	}
 	var ee *exec.ExitError
 	switch {
@@ -477,6 +483,8 @@ func TestContainer(t *testing.T) {
 	t.Run("server.json package over stdio", func(t *testing.T) { containerManifestStdio(t, p.with(t)) })
 	t.Run("PostgreSQL store from the image", func(t *testing.T) { containerPostgresStore(t, p.with(t)) })
 	t.Run("docs/operations.md's podman run", func(t *testing.T) { containerDocsRun(t, p.with(t), bin) })
+	t.Run("port mapping with --http-allowed-host", func(t *testing.T) { containerPortMapping(t, p.with(t)) })
+	t.Run("offline build from a vendored context", func(t *testing.T) { containerOfflineBuild(t, p.with(t)) })
 }
 
 // containerPostgresStore runs the image's binary against a real PostgreSQL

@@ -87,6 +87,9 @@ func TestDockerfile(t *testing.T) {
 	ins := loadDockerfile(t)
 	stages := map[string]bool{}
 	froms := 0
+	// The base images are named by ARGs declared before the first FROM
+	// (a closed network passes local names); their defaults are checked.
+	globals := globalArgs(ins)
 	for _, in := range ins {
 		switch in.cmd {
 		case "FROM":
@@ -98,6 +101,13 @@ func TestDockerfile(t *testing.T) {
 					image = w
 					break
 				}
+			}
+			if name, ok := argRef(image); ok {
+				def, declared := globals[name]
+				if !declared || def == "" {
+					t.Errorf("line %d: FROM %s names no ARG with a default before the first FROM", in.line, image)
+				}
+				image = def
 			}
 			if !stages[image] && !digestPinned(image) {
 				t.Errorf("line %d: base image %q is not pinned by tag and digest", in.line, image)
@@ -184,6 +194,62 @@ func TestDockerfile(t *testing.T) {
 		if !strings.Contains(build, want) {
 			t.Errorf("the go build step lacks %s: %q", want, build)
 		}
+	}
+}
+
+// globalArgs are the ARGs before the first FROM, with their defaults.
+func globalArgs(ins []instruction) map[string]string {
+	out := map[string]string{}
+	for _, in := range ins {
+		if in.cmd == "FROM" {
+			break
+		}
+		if in.cmd == "ARG" {
+			k, v, _ := strings.Cut(in.rest, "=")
+			out[strings.TrimSpace(k)] = strings.Trim(strings.TrimSpace(v), `"`)
+		}
+	}
+	return out
+}
+
+// argRef reads "${NAME}" or "$NAME".
+func argRef(s string) (string, bool) {
+	if n, ok := strings.CutPrefix(s, "${"); ok && strings.HasSuffix(n, "}") {
+		return strings.TrimSuffix(n, "}"), true
+	}
+	if n, ok := strings.CutPrefix(s, "$"); ok && n != "" {
+		return n, true
+	}
+	return "", false
+}
+
+// The Dockerfile builds on a closed network from a vendored module tree:
+// with GOFLAGS=-mod=vendor the module download is skipped (the RUN that
+// downloads is conditional on it), and the base images are ARGs a local
+// name can replace. TestContainer's offline build runs it for real.
+func TestDockerfileBuildsOffline(t *testing.T) {
+	ins := loadDockerfile(t)
+	globals := globalArgs(ins)
+	for _, name := range []string{"GO_IMAGE", "RUNTIME_IMAGE"} {
+		if !digestPinned(globals[name]) {
+			t.Errorf("ARG %s default %q is not pinned by tag and digest", name, globals[name])
+		}
+	}
+	build := buildStage(ins, "build")
+	var goflags, download bool
+	for _, in := range build {
+		switch {
+		case in.cmd == "ARG" && strings.HasPrefix(in.rest, "GOFLAGS"):
+			goflags = true
+		case in.cmd == "RUN" && strings.Contains(in.rest, "go mod download"):
+			download = true
+			if !strings.Contains(in.rest, "-mod=vendor") {
+				t.Errorf("line %d: the module download does not skip a vendored build: %s", in.line, in.rest)
+			}
+		}
+	}
+	if !goflags || !download {
+		t.Errorf("the build stage declares ARG GOFLAGS %v and downloads modules %v; want both", goflags, download)
 	}
 }
 

@@ -426,6 +426,47 @@ func AddPasskey(path, id string, c passkey.Credential, tenants ...string) (chang
 	return true, writeTrust(path, t)
 }
 
+// CheckAddPasskey reports what would stop AddPasskey from adding a passkey
+// of reviewer id, with these tenant grants, to the file at path — short of
+// the credential itself: an id or a grant it refuses, a file that does not
+// read, a directory where the file cannot be written. Nothing it writes
+// stays. The operator's command asks it before it issues an enrolment
+// link, so that no reviewer registers a passkey that cannot be trusted.
+func CheckAddPasskey(path, id string, tenants ...string) error {
+	if err := CheckReviewerID(id); err != nil {
+		return err
+	}
+	t, err := loadTrustOrEmpty(path)
+	if err != nil {
+		return err
+	}
+	if _, err := t.grant(id, tenants); err != nil {
+		return err
+	}
+	// writeTrust creates the directory and renames a file into it: the
+	// nearest directory that exists must take a new file.
+	dir := filepath.Dir(path)
+	for {
+		st, err := os.Stat(dir)
+		if err == nil {
+			if !st.IsDir() {
+				return fmt.Errorf("write %s: %s is not a directory", path, dir)
+			}
+			break
+		}
+		if !errors.Is(err, os.ErrNotExist) || filepath.Dir(dir) == dir {
+			return fmt.Errorf("write %s: %w", path, err)
+		}
+		dir = filepath.Dir(dir)
+	}
+	probe, err := os.CreateTemp(dir, ".reviewers-probe-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	probe.Close()
+	return os.Remove(probe.Name())
+}
+
 // RemovePasskeys removes reviewer id's passkeys from the file at path: the
 // one whose credential id is credID, or every one when credID is "". It
 // returns how many it removed. The reviewer's tenant grants are kept while

@@ -302,7 +302,16 @@ type enrolment struct {
 // the enrolment link under base.
 func startEnrol(ctx context.Context, t *testing.T, base string, args ...string) *enrolment {
 	t.Helper()
+	return startEnrolEnv(ctx, t, base, nil, args...)
+}
+
+// startEnrolEnv is startEnrol with variables added to the environment.
+func startEnrolEnv(ctx context.Context, t *testing.T, base string, env []string, args ...string) *enrolment {
+	t.Helper()
 	en := &enrolment{cmd: exec.CommandContext(ctx, binPath, append([]string{"reviewer", "passkey", "add"}, args...)...)}
+	if env != nil {
+		en.cmd.Env = append(os.Environ(), env...)
+	}
 	stdout, err := en.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,9 +28,12 @@ import (
 type httpFlags struct {
 	// console is the reviewer console to serve under /console/ (set when
 	// --console is given without --console-addr).
-	console      http.Handler
-	addr         string
-	publicURL    string
+	console   http.Handler
+	addr      string
+	publicURL string
+	// allowedHosts are --http-allowed-host's values, lower-cased once
+	// checked: more Host values /mcp answers to, not more audiences.
+	allowedHosts listFlag
 	issuer       string
 	jwks         string
 	hmacSecret   string
@@ -106,6 +110,7 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 func (h *httpFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&h.addr, "http", "", "serve Streamable HTTP on HOST:PORT instead of stdio (loopback unless --http-allow-remote)")
 	fs.StringVar(&h.publicURL, "public-url", "", "the public base URL behind a TLS proxy, e.g. https://mcp.example.com; the resource is <public-url>/mcp")
+	fs.Var(&h.allowedHosts, "http-allowed-host", "a `HOST[:PORT]` clients may send as Host besides the listen address and --public-url's host, such as the published port of a container (podman run -p 8080:3000 → localhost:8080); repeatable; the token audience stays the resource URL")
 	fs.StringVar(&h.issuer, "auth-issuer", "", "the authorization server's issuer; tokens must carry it as iss")
 	fs.StringVar(&h.jwks, "auth-jwks", "", "JWKS file with the authorization server's public keys (RS256, ES256); reloaded on SIGHUP")
 	fs.StringVar(&h.hmacSecret, "auth-hmac-secret", "", "HS256 secret file, for a local authorization server only")
@@ -169,6 +174,13 @@ func (h *httpFlags) plan() (httpPlan, error) {
 	p := httpPlan{host: host, loopback: isLoopbackHost(host)}
 	if err := h.checkBounds(); err != nil {
 		return p, err
+	}
+	for i, v := range h.allowedHosts {
+		norm, err := checkAllowedHost(v)
+		if err != nil {
+			return p, err
+		}
+		h.allowedHosts[i] = norm
 	}
 	if !p.loopback && !h.allowRemote {
 		return p, fmt.Errorf("--http %q is not a loopback address: add --http-allow-remote to listen beyond this machine", h.addr)
@@ -268,7 +280,72 @@ func (h *httpFlags) resourceAndHosts(p httpPlan, port string) (string, []string,
 			hosts = append(hosts, net.JoinHostPort(u.Hostname(), def))
 		}
 	}
+	for _, a := range h.allowedHosts {
+		if !slices.Contains(hosts, a) {
+			hosts = append(hosts, a)
+		}
+	}
 	return resource, hosts, nil
+}
+
+// checkAllowedHost reads one --http-allowed-host: a DNS name or an IP
+// address (IPv6 in brackets), with an optional port, exactly as a client
+// writes it in the Host header. A wildcard, a scheme or a path is refused:
+// the value is compared whole, so that the check still refuses the names a
+// DNS-rebinding page would send.
+func checkAllowedHost(v string) (string, error) {
+	bad := func(why string) (string, error) {
+		return "", fmt.Errorf("--http-allowed-host %q: %s; want HOST or HOST:PORT as a client sends it in the Host header, such as localhost:8080 or mcp.internal", v, why)
+	}
+	switch {
+	case v == "":
+		return bad("empty")
+	case strings.Contains(v, "*"):
+		return bad("a wildcard would answer to any name, which the Host check exists to refuse")
+	case strings.Contains(v, "://") || strings.ContainsAny(v, "/?#@"):
+		return bad("a scheme, path, query or user is no part of a Host header")
+	}
+	host, port := v, ""
+	if h, p, err := net.SplitHostPort(v); err == nil {
+		host, port = h, p
+		if port == "" {
+			return bad("the port after the colon is missing")
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || port != strconv.Itoa(n) {
+			return bad("the port must be a number from 1 to 65535")
+		}
+	} else if b, ok := strings.CutPrefix(v, "["); ok && strings.HasSuffix(b, "]") {
+		host = strings.TrimSuffix(b, "]")
+	} else if strings.Contains(v, ":") {
+		return bad("an IPv6 address goes in brackets ([::1]:8080), and a port after one colon")
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		if ip.To4() == nil && !strings.HasPrefix(v, "[") {
+			return bad("an IPv6 address goes in brackets")
+		}
+		if ip.To4() != nil && strings.HasPrefix(v, "[") {
+			return bad("only an IPv6 address goes in brackets")
+		}
+		return strings.ToLower(v), nil
+	}
+	if strings.HasPrefix(v, "[") {
+		return bad("not an IPv6 address in the brackets")
+	}
+	if len(host) > 253 {
+		return bad("the name is longer than 253 characters")
+	}
+	for _, label := range strings.Split(strings.TrimSuffix(host, "."), ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return bad("not a DNS name: each dot-separated label is 1 to 63 letters, digits, underscores or inner hyphens")
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return bad("not a DNS name: each dot-separated label is 1 to 63 letters, digits, underscores or inner hyphens (an international name in its xn-- form)")
+			}
+		}
+	}
+	return strings.ToLower(v), nil
 }
 
 // runHTTP serves servers over Streamable HTTP: one server under the key
@@ -313,7 +390,7 @@ func runHTTP(ctx context.Context, servers map[string]*served, ready func(context
 		Auth:           p.auth,
 		AllowedHosts:   hosts,
 		AllowedOrigins: auth.OriginsFor(hosts),
-		HostsHint:      "--http sets the listen address's host:port and --public-url the public name behind a proxy",
+		HostsHint:      "--http sets the listen address's host:port, --public-url the public name behind a proxy, --http-allowed-host more names (a port mapping's, a proxy's)",
 		MaxBodyBytes:   h.maxBody,
 		MaxSessions:    h.maxSessions,
 		SessionIdle:    h.sessionIdle,
