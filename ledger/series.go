@@ -22,12 +22,7 @@ type series struct {
 	count fenwickInt
 	open  fenwickInt
 	sum   fenwickBig
-	// dead is how many entries at the front can no longer count in any
-	// window: dropped when they are half the series.
-	dead int
 }
-
-func (s *series) len() int { return len(s.at) }
 
 // add puts r in time order; an entry older than the newest (another
 // replica's clock) is inserted, which rebuilds the trees.

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"strings"
 	"testing"
@@ -109,28 +108,6 @@ func TestOutcomeNeverReleasesAHold(t *testing.T) {
 	if _, err := e.RecordOutcome(context.Background(), "bot", rv, OutcomeToolError); err == nil {
 		t.Fatal("an outcome of a review was recorded")
 	}
-}
-
-// editLines rewrites every line holding marker.
-func editLines(data []byte, marker string, fn func(line string) string) []byte {
-	var out []byte
-	for _, l := range bytes.SplitAfter(data, []byte("\n")) {
-		if bytes.Contains(l, []byte(marker)) {
-			l = []byte(fn(string(l)))
-		}
-		out = append(out, l...)
-	}
-	return out
-}
-
-// replaceMAC flips the first hex digit of the line's last "mac".
-func replaceMAC(l string) string {
-	i := strings.LastIndex(l, `"mac":"`) + len(`"mac":"`)
-	c := byte('0')
-	if l[i] == '0' {
-		c = '1'
-	}
-	return l[:i] + string(c) + l[i+1:]
 }
 
 // The seal cache answers only for the very record that verified: any

@@ -5,7 +5,6 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"math/big"
 	"strconv"
@@ -113,36 +112,6 @@ func (e *Engine) released(r *reviewlog.Reservation) (bool, []string) {
 	return ok, problems
 }
 
-// reservation builds the record an allow writes, and its description.
-func (e *Engine) reservation(req guard.Request, caller, receiptID string, tx reviewlog.Tx, pol *guard.Config, hold bool) (*reviewlog.Reservation, *ReservationInfo, error) {
-	if receiptID == "" {
-		return nil, nil, errors.New("reserve: the allow has no receipt")
-	}
-	if req.Atomic == nil || req.AssetErr != nil {
-		return nil, nil, errors.New("reserve: an allow whose amount cannot be read cannot be reserved")
-	}
-	r := &reviewlog.Reservation{ReceiptID: receiptID, Caller: caller, Tenant: e.cfg.Chains.Tenant, Resource: req.Resource, Atomic: req.Atomic.String(), Asset: req.Asset.Key, Open: hold}
-	switch req.Counterparty.Kind {
-	case guard.KindAddress:
-		r.PayTo = req.Counterparty.Value
-	default:
-		r.Host, r.PayTo = req.Counterparty.Value, req.PayTo
-	}
-	if tx.Kind == "used" {
-		r.ReviewID = tx.Review.ID
-	}
-	if !hold {
-		r.Until = reviewlog.FormatTime(tx.At.Add(pol.ReservationTTL))
-	}
-	at := reviewlog.FormatTime(tx.At)
-	r.MAC = reservationMAC(e.cfg.ParamsKey, r, at)
-	g, err := toGuard(*r, at)
-	if err != nil {
-		return nil, nil, err
-	}
-	return r, info(g, *r, at, req.Asset.Decimals), nil
-}
-
 func toGuard(r reviewlog.Reservation, at string) (guard.Reservation, error) {
 	g := guard.Reservation{ReceiptID: r.ReceiptID, Caller: r.Caller, PayTo: r.PayTo, Host: r.Host, Resource: r.Resource, Asset: r.Asset, Open: r.Open, ReviewID: r.ReviewID}
 	var err error
@@ -169,47 +138,6 @@ func info(g guard.Reservation, r reviewlog.Reservation, at string, decimals int)
 	}
 	return &ReservationInfo{ReceiptID: r.ReceiptID, Caller: r.Caller, PayTo: r.PayTo, Host: r.Host, Resource: r.Resource,
 		Amount: amount, AmountAtomic: r.Atomic, Asset: r.Asset, At: at, Until: r.Until, Open: r.Open, ReviewID: r.ReviewID, res: g}
-}
-
-// verified turns the log's reservation records into reservations, checking
-// each record's seal; a record that does not verify is a problem, never a
-// reservation to drop silently. infos are built only when asked for.
-func (e *Engine) verified(v reviewlog.ReservationView, wantInfos bool) ([]guard.Reservation, []*ReservationInfo, []string) {
-	problems := append([]string(nil), v.Problems...)
-	var rs []guard.Reservation
-	var infos []*ReservationInfo
-	for _, r := range v.Held {
-		g, sealed, err := e.seals.check(e.cfg.ParamsKey, &r)
-		if !sealed {
-			problems = append(problems, fmt.Sprintf("the reservation record of receipt %s is not sealed by this server's key (altered or forged)", r.ReceiptID))
-			continue
-		}
-		if r.Tenant != "" && r.Tenant != e.cfg.Chains.Tenant {
-			// Sealed, but for another tenant's store: moved here.
-			problems = append(problems, fmt.Sprintf("the reservation record of receipt %s was written for tenant %q, not this store's %q (moved between tenants' stores)", r.ReceiptID, clipText(r.Tenant), e.cfg.Chains.Tenant))
-			continue
-		}
-		if err != nil {
-			problems = append(problems, err.Error())
-			continue
-		}
-		rel, bad := e.released(&r)
-		problems = append(problems, bad...)
-		if rel {
-			continue
-		}
-		rs = append(rs, g)
-		if !wantInfos {
-			continue
-		}
-		decimals := -1
-		if a, ok := e.Policy().Assets.Lookup(r.Asset); ok {
-			decimals = a.Decimals
-		}
-		infos = append(infos, info(g, r, r.At, decimals))
-	}
-	e.seals.trim(len(v.Held))
-	return rs, infos, problems
 }
 
 // sealCache remembers the reservation records whose seal verified, by
@@ -267,14 +195,6 @@ func (c *sealCache) trim(live int) {
 		c.ok = nil
 	}
 	c.mu.Unlock()
-}
-
-// withReservations is history with what earlier allows still reserve.
-func (e *Engine) withReservations(h guard.History, v reviewlog.ReservationView, now time.Time) guard.History {
-	rs, _, problems := e.verified(v, false)
-	h.Reserved, h.ReservationProblems = nil, problems
-	h.Reserve(rs, now)
-	return h
 }
 
 // moot says whether a pending review's question would now be answered
