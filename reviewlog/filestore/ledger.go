@@ -49,17 +49,27 @@ func (r ledgerReader) Since(ctx context.Context, from []ledger.Pos) ([]ledger.Ra
 		}
 	}
 	// Lane 0 is the file store's own; the others exist only where an
-	// export from PostgreSQL wrote them (or where one was read before and
-	// is now gone: a lane cut short).
+	// export from PostgreSQL wrote them (into a store that was empty, so
+	// before any reader read it). They are looked for on a first read
+	// (every position at its start), and after that only those read before.
 	present := map[int]bool{0: true}
-	ents, err := r.g.ReadDir()
-	if err != nil {
-		return nil, fmt.Errorf("list the guard directory %s: %w", r.g.Path(), err)
+	first := true
+	for _, p := range start {
+		if p.Off > 0 {
+			present[p.Lane] = true
+			first = false
+		}
 	}
-	for _, e := range ents {
-		for lane := 1; lane < ledger.Lanes; lane++ {
-			if e.Name == LedgerLaneFile(lane) {
-				present[lane] = true
+	if first {
+		ents, err := r.g.ReadDir()
+		if err != nil {
+			return nil, fmt.Errorf("list the guard directory %s: %w", r.g.Path(), err)
+		}
+		for _, e := range ents {
+			for lane := 1; lane < ledger.Lanes; lane++ {
+				if e.Name == LedgerLaneFile(lane) {
+					present[lane] = true
+				}
 			}
 		}
 	}
@@ -68,7 +78,7 @@ func (r ledgerReader) Since(ctx context.Context, from []ledger.Pos) ([]ledger.Ra
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if !present[lane] && start[lane].Off == 0 {
+		if !present[lane] {
 			continue
 		}
 		raws, err := readLane(r.g, lane, start[lane])
