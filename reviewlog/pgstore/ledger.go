@@ -13,13 +13,16 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 )
 
-// ledgerSinceSQL reads every lane from the seq asked on, and each lane's
-// last seq (so that a lane cut short behind the position asked is seen).
-const ledgerSinceSQL = `SELECT e.lane, e.seq, e.line FROM ledger_entries e
-JOIN unnest($1::int[], $2::bigint[]) AS h(lane, seq) ON e.lane = h.lane AND e.seq >= h.seq
-ORDER BY e.lane, e.seq`
-
-const ledgerEndsSQL = `SELECT lane, max(seq) FROM ledger_entries GROUP BY lane`
+// ledgerSinceSQL reads every lane from the seq asked on, each lane by its
+// primary key (LATERAL: an index range a lane, whatever the table holds),
+// and, where $3, each lane's last seq as a row without a line, so that a
+// lane cut short behind the position asked is seen in the same statement.
+const ledgerSinceSQL = `SELECT h.lane, e.seq, e.line FROM unnest($1::int[], $2::bigint[]) AS h(lane, seq)
+CROSS JOIN LATERAL (SELECT seq, line FROM ledger_entries WHERE lane = h.lane AND seq >= h.seq ORDER BY seq) AS e
+UNION ALL
+SELECT h.lane, coalesce((SELECT seq FROM ledger_entries WHERE lane = h.lane ORDER BY seq DESC LIMIT 1), -1), NULL
+FROM unnest($1::int[], $2::bigint[]) AS h(lane, seq) WHERE $3 AND h.seq > 0
+ORDER BY 1, 2`
 
 type pgLedger struct {
 	q querier
@@ -37,7 +40,7 @@ func (r *reader) Ledger() ledger.Reader { return pgLedger{q: r.q} }
 func (w *writer) Ledger() ledger.Reader { return pgLedger{q: w.q, ends: true} }
 
 // Since reads the lanes from the positions asked (byte offsets are not
-// kept: a lane is its rows by seq).
+// kept: a lane is its rows by seq), in one statement.
 func (l pgLedger) Since(ctx context.Context, from []ledger.Pos) ([]ledger.Raw, error) {
 	lanes := make([]int32, ledger.Lanes)
 	seqs := make([]int64, ledger.Lanes)
@@ -49,67 +52,41 @@ func (l pgLedger) Since(ctx context.Context, from []ledger.Pos) ([]ledger.Raw, e
 			seqs[p.Lane] = p.Seq
 		}
 	}
-	var out []ledger.Raw
-	rows, err := l.q.Query(ctx, ledgerSinceSQL, lanes, seqs)
+	rows, err := l.q.Query(ctx, ledgerSinceSQL, lanes, seqs, l.ends)
 	if err != nil {
 		return nil, fmt.Errorf("read the ledger: %w", scrub(err))
 	}
+	defer rows.Close()
+	var out []ledger.Raw
 	seen := make([]bool, ledger.Lanes)
+	last := make([]int64, ledger.Lanes)
 	for rows.Next() {
 		var lane int32
 		var seq int64
 		var line []byte
 		if err := rows.Scan(&lane, &seq, &line); err != nil {
-			rows.Close()
 			return nil, fmt.Errorf("read the ledger: %w", scrub(err))
 		}
-		out = append(out, ledger.Raw{Pos: ledger.Pos{Lane: int(lane), Seq: seq}, Line: line})
-		if int(lane) < ledger.Lanes {
-			seen[lane] = true
+		if lane < 0 || int(lane) >= ledger.Lanes {
+			continue
 		}
+		if line == nil {
+			last[lane] = seq
+			continue
+		}
+		out = append(out, ledger.Raw{Pos: ledger.Pos{Lane: int(lane), Seq: seq}, Line: line})
+		seen[lane] = true
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read the ledger: %w", scrub(err))
 	}
-	// A lane with nothing from its position on: does it still reach it?
-	var check bool
-	for i, s := range seqs {
-		if s > 0 && !seen[i] && l.ends {
-			check = true
-		}
-	}
-	if !check {
-		return out, nil
-	}
-	ends := map[int]int64{}
-	erows, err := l.q.Query(ctx, ledgerEndsSQL)
-	if err != nil {
-		return nil, fmt.Errorf("read the ledger: %w", scrub(err))
-	}
-	for erows.Next() {
-		var lane int32
-		var last int64
-		if err := erows.Scan(&lane, &last); err != nil {
-			erows.Close()
-			return nil, fmt.Errorf("read the ledger: %w", scrub(err))
-		}
-		ends[int(lane)] = last
-	}
-	erows.Close()
-	if err := erows.Err(); err != nil {
-		return nil, fmt.Errorf("read the ledger: %w", scrub(err))
-	}
-	for i, s := range seqs {
-		if s == 0 || seen[i] {
-			continue
-		}
-		last, ok := ends[i]
-		if !ok {
-			last = -1
-		}
-		if last+1 < s {
-			out = append(out, ledger.Raw{Pos: ledger.Pos{Lane: i, Seq: last + 1}})
+	if l.ends {
+		// A lane read before that holds nothing from where it stood, and
+		// whose last entry is before it: cut short.
+		for i, s := range seqs {
+			if s > 0 && !seen[i] && last[i]+1 < s {
+				out = append(out, ledger.Raw{Pos: ledger.Pos{Lane: i, Seq: last[i] + 1}})
+			}
 		}
 	}
 	return out, nil
@@ -154,9 +131,9 @@ func (a *pgLedgerAppender) Append(ctx context.Context, at ledger.Pos, lines [][]
 
 // segmentLinesSQL reads the receipts of the named segments past their
 // offsets, up to each segment's size in the reader's snapshot.
-const segmentLinesSQL = `SELECT r.stream, r.off, r.line FROM receipts r
-JOIN unnest($1::text[], $2::bigint[], $3::bigint[]) AS f(stream, off, upto) ON r.stream = f.stream AND r.off >= f.off AND r.off < f.upto
-ORDER BY r.stream, r.off`
+const segmentLinesSQL = `SELECT f.stream, r.off, r.line FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS f(stream, off, upto)
+CROSS JOIN LATERAL (SELECT off, line FROM receipts WHERE stream = f.stream AND off >= f.off AND off < f.upto ORDER BY off) AS r
+ORDER BY 1, 2`
 
 // SegmentLinesSince reads every named segment's new receipts in one
 // statement.
