@@ -35,7 +35,7 @@ type ArchiveResult struct {
 // leaves the reviews in both files (audit reads each once), never in none.
 func (l *Log) Archive(ctx context.Context, before time.Time) (ArchiveResult, error) {
 	var res ArchiveResult
-	err := l.locked(ctx, nil, func(g Writer, st *state, at time.Time) error {
+	err := l.locked(ctx, nil, nil, func(g Writer, st *state, at time.Time) error {
 		if len(st.tail) > 0 || st.partial > 0 || !st.endsClean {
 			return fmt.Errorf("%w: the log ends in an unfinished line; the next decision repairs it — archive after that", ErrBadInput)
 		}

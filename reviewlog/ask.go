@@ -54,6 +54,10 @@ type AskRequest struct {
 	// Reservations: decide reads the reservations (AskView.Reservations);
 	// a store that indexes them may read them with its locks.
 	Reservations bool
+	// Prefetch, when set, names what decide will read beside the log (the
+	// spend ledger, the chains' new receipts), for a store that can read
+	// it with its locks; it is called once the question is checked.
+	Prefetch func() *Prefetch
 }
 
 // AskPlan is the answer the decide function of Ask chose, for the log to
@@ -131,7 +135,11 @@ func (l *Log) Ask(ctx context.Context, req AskRequest, decide func(v *AskView) (
 			ctx = withMark(ctx, linesFrom{l.linesFrom()})
 		}
 	}
-	err := l.transactAll(ctx, req.scopes(), func(g Writer, st *state, at time.Time) ([]record, error) {
+	var pre *Prefetch
+	if req.Prefetch != nil {
+		pre = req.Prefetch()
+	}
+	err := l.transactAll(ctx, req.scopes(), pre, func(g Writer, st *state, at time.Time) ([]record, error) {
 		_, scoped := g.(ScopedWriter)
 		view := &AskView{l: l, ctx: ctx, g: g, st: st, at: at, req: &req, scoped: scoped}
 		plan, err := decide(view)

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
@@ -67,6 +68,9 @@ type Chains struct {
 	// Name is the chain's name before its key id ("" : "decisions"); the
 	// spend ledger's own receipts go to "ledger".
 	Name string
+	// keyed is the key id this Chains read in the store's keyring once
+	// (committed by an earlier section): it is not read again.
+	keyed atomic.Value
 }
 
 // ChainID names the chain this signer appends to (in lane 0: see
@@ -308,16 +312,21 @@ func readHead(f Stream) (*noa.Receipt, int64, error) {
 
 // ensureKeyring records the signer's public key in the store's keyring.
 func (c *Chains) ensureKeyring(ctx context.Context, w Writer) error {
+	kid := c.Signer.KeyID()
+	if k, ok := c.keyed.Load().(string); ok && k == kid {
+		// Read in the keyring before (the keyring only grows).
+		return nil
+	}
 	kr, err := w.Keyring(ctx)
 	if err != nil {
 		return err
 	}
-	kid := c.Signer.KeyID()
 	spki := noa.EncodeSPKI(c.Signer.PublicKey())
 	if cur, ok := kr[kid]; ok {
 		if cur != spki {
 			return fmt.Errorf("%s: key id %s is recorded with another public key", KeyringFile, kid)
 		}
+		c.keyed.Store(kid)
 		return nil
 	}
 	return w.AddKey(ctx, kid, spki)

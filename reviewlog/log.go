@@ -498,7 +498,7 @@ type step func(w Writer, st *state, at time.Time) (*record, error)
 // scopes, a store that can (ScopedStore) locks only those: fn must then
 // depend on nothing outside them, or return errWiden to be run again
 // under the whole lock.
-func (l *Log) locked(ctx context.Context, scopes []Scope, fn func(w Writer, st *state, at time.Time) error) error {
+func (l *Log) locked(ctx context.Context, scopes []Scope, pre *Prefetch, fn func(w Writer, st *state, at time.Time) error) error {
 	deadline := time.Now().Add(l.lockWait)
 	release, err := l.acquire(ctx, deadline)
 	if err != nil {
@@ -516,7 +516,7 @@ func (l *Log) locked(ctx context.Context, scopes []Scope, fn func(w Writer, st *
 		return l.withFold(ctx, w, func(st *state) error { return fn(w, st, l.now()) })
 	}
 	if ss, ok := l.store.(ScopedStore); ok && len(scopes) > 0 {
-		err := ss.LockedScopes(ctx, max(time.Until(deadline), time.Millisecond), scopes, section)
+		err := ss.LockedScopes(ctx, max(time.Until(deadline), time.Millisecond), scopes, pre, section)
 		if !errors.Is(err, errWiden) {
 			return err
 		}
@@ -528,7 +528,7 @@ func (l *Log) locked(ctx context.Context, scopes []Scope, fn func(w Writer, st *
 // decide (and run its hook), then append fn's record — preceded, when the
 // log ends in a torn tail, by a newline and a repair record.
 func (l *Log) transact(ctx context.Context, fn step) error {
-	return l.transactAll(ctx, nil, func(w Writer, st *state, at time.Time) ([]record, error) {
+	return l.transactAll(ctx, nil, nil, func(w Writer, st *state, at time.Time) ([]record, error) {
 		rec, err := fn(w, st, at)
 		if err != nil || rec == nil {
 			return nil, err
@@ -539,8 +539,8 @@ func (l *Log) transact(ctx context.Context, fn step) error {
 
 // transactAll is transact for a step that appends several records, in one
 // write, locking only scopes where the store can (nil: everything).
-func (l *Log) transactAll(ctx context.Context, scopes []Scope, fn func(w Writer, st *state, at time.Time) ([]record, error)) error {
-	return l.locked(ctx, scopes, func(w Writer, st *state, at time.Time) error {
+func (l *Log) transactAll(ctx context.Context, scopes []Scope, pre *Prefetch, fn func(w Writer, st *state, at time.Time) ([]record, error)) error {
+	return l.locked(ctx, scopes, pre, func(w Writer, st *state, at time.Time) error {
 		recs, err := fn(w, st, at)
 		if err != nil || len(recs) == 0 {
 			return err

@@ -98,6 +98,18 @@ func (t *ReceiptTail) Next(ctx context.Context, r Reader) ([]Reserving, error) {
 	return out, nil
 }
 
+// Marks is how far the tail has read each segment: where the next read
+// starts.
+func (t *ReceiptTail) Marks() map[string]SegmentMark {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make(map[string]SegmentMark, len(t.marks))
+	for k, v := range t.marks {
+		out[k] = v
+	}
+	return out
+}
+
 // ReadSegmentLines is SegmentLinesSince for a store that reads segments as
 // streams (the file store): each named segment's whole lines from its
 // offset on.

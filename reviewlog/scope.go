@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
+	"github.com/haia-trace-mcp/haia-trace-mcp/ledger"
 	"sort"
 	"strings"
 	"time"
@@ -93,7 +94,29 @@ type ScopedStore interface {
 	// appends land at the end of each stream as it is at commit. When fn
 	// returns nil, what it wrote is committed; otherwise nothing it wrote
 	// is.
-	LockedScopes(ctx context.Context, wait time.Duration, scopes []Scope, fn func(w Writer) error) error
+	//
+	// pre, when not nil, names what the section will read beside its
+	// locks' answers — the spend ledger from where this process last read
+	// it, the chains' segments from where it last read them — so that the
+	// store may read them in the round trip that takes the locks (after
+	// every lock is held); the section then reads them as usual and gets
+	// what was read.
+	LockedScopes(ctx context.Context, wait time.Duration, scopes []Scope, pre *Prefetch, fn func(w Writer) error) error
+}
+
+// Prefetch is what a locked section will read beside its locks, named
+// before it starts (see ScopedStore.LockedScopes).
+type Prefetch struct {
+	// Ledger are the positions the section reads the spend ledger from
+	// (ledger.Reader.Since).
+	Ledger []ledger.Pos
+	// Segments are how far the section's process read each chain segment
+	// (ReceiptTail); segments not named are read from their start.
+	Segments map[string]SegmentMark
+	// Caller and ParamsHash name the question whose reviews the chains'
+	// receipts may name (a rejection that holds: ReceiptIndex's
+	// QuestionReceipts); "": none.
+	Caller, ParamsHash string
 }
 
 // ChainLaner is a Writer that appends each locked section's receipts to

@@ -41,6 +41,9 @@ type AskRequest struct {
 	// review's approval: a signed use, whatever the review log says, and
 	// such an approval is not honoured again.
 	Used func(review string) bool
+	// Prefetch names what Judge will read beside the log (see
+	// reviewlog.AskRequest.Prefetch).
+	Prefetch func() *reviewlog.Prefetch
 	// Moot, when set, says whether one of the caller's pending reviews
 	// would now be answered without review; a moot review does not count
 	// towards MaxPending.
@@ -64,7 +67,7 @@ type AskRequest struct {
 // review into an allow.
 func Ask(ctx context.Context, log *reviewlog.Log, req AskRequest, hook func(tx reviewlog.Tx, out reviewlog.AskOutcome) error) (reviewlog.AskOutcome, error) {
 	rec := reviewlog.AskRequest{Caller: req.Caller, Question: req.Question, ParamsHash: req.ParamsHash,
-		Tenant: req.Tenant, Resource: req.Resource, AmountAtomic: req.AmountAtomic, DryRun: req.DryRun, Totals: req.Totals}
+		Tenant: req.Tenant, Resource: req.Resource, AmountAtomic: req.AmountAtomic, DryRun: req.DryRun, Totals: req.Totals, Prefetch: req.Prefetch}
 	return log.Ask(ctx, rec, func(v *reviewlog.AskView) (reviewlog.AskPlan, error) { return settle(v, req) }, hook)
 }
 

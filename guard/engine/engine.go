@@ -321,6 +321,9 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 			return dec.Decision, dec.Reasons, nil
 		},
 		Used: func(review string) bool { _, used := e.book.Used(review); return used },
+		Prefetch: func() *reviewlog.Prefetch {
+			return &reviewlog.Prefetch{Ledger: e.book.Heads(), Segments: e.tail.Marks(), Caller: caller, ParamsHash: paramsHash}
+		},
 		Moot: func(r reviewlog.Review) bool { return e.moot(r, judged, now) },
 	}, func(tx reviewlog.Tx, out reviewlog.AskOutcome) error {
 		if out.Kind == reviewlog.AskOpened && !opts.DryRun {

@@ -139,8 +139,8 @@ func (s foldOnly) Locked(ctx context.Context, wait time.Duration, fn func(w revi
 	return s.Store.Locked(ctx, wait, func(w reviewlog.Writer) error { return fn(plainWriter{w}) })
 }
 
-func (s foldOnly) LockedScopes(ctx context.Context, wait time.Duration, scopes []reviewlog.Scope, fn func(w reviewlog.Writer) error) error {
-	return s.Store.LockedScopes(ctx, wait, scopes, func(w reviewlog.Writer) error { return fn(scopedWriter{w}) })
+func (s foldOnly) LockedScopes(ctx context.Context, wait time.Duration, scopes []reviewlog.Scope, pre *reviewlog.Prefetch, fn func(w reviewlog.Writer) error) error {
+	return s.Store.LockedScopes(ctx, wait, scopes, pre, func(w reviewlog.Writer) error { return fn(scopedWriter{w}) })
 }
 
 type plainWriter struct{ reviewlog.Writer }

@@ -3,11 +3,10 @@ package pgstore
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/ledger"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
@@ -25,7 +24,8 @@ FROM unnest($1::int[], $2::bigint[]) AS h(lane, seq) WHERE $3 AND h.seq > 0
 ORDER BY 1, 2`
 
 type pgLedger struct {
-	q querier
+	q   querier
+	pre *prefetchedLedger
 	// ends: a lane cut short behind the position asked is reported. Only
 	// in a locked section (READ COMMITTED: each statement sees every
 	// commit before it, and the positions a process asks from are of
@@ -39,9 +39,8 @@ func (r *reader) Ledger() ledger.Reader { return pgLedger{q: r.q} }
 // Ledger in a locked section reports a lane cut short.
 func (w *writer) Ledger() ledger.Reader { return pgLedger{q: w.q, ends: true} }
 
-// Since reads the lanes from the positions asked (byte offsets are not
-// kept: a lane is its rows by seq), in one statement.
-func (l pgLedger) Since(ctx context.Context, from []ledger.Pos) ([]ledger.Raw, error) {
+// ledgerArgs are ledgerSinceSQL's arguments for the positions asked.
+func ledgerArgs(from []ledger.Pos, ends bool) []any {
 	lanes := make([]int32, ledger.Lanes)
 	seqs := make([]int64, ledger.Lanes)
 	for i := range lanes {
@@ -52,11 +51,20 @@ func (l pgLedger) Since(ctx context.Context, from []ledger.Pos) ([]ledger.Raw, e
 			seqs[p.Lane] = p.Seq
 		}
 	}
-	rows, err := l.q.Query(ctx, ledgerSinceSQL, lanes, seqs, l.ends)
-	if err != nil {
-		return nil, fmt.Errorf("read the ledger: %w", scrub(err))
-	}
+	return []any{lanes, seqs, ends}
+}
+
+// collectLedger reads ledgerSinceSQL's rows: the lines, and, where ends,
+// a Raw without a line for each lane read before that now ends before the
+// position asked (cut short).
+func collectLedger(rows pgx.Rows, from []ledger.Pos, ends bool) ([]ledger.Raw, error) {
 	defer rows.Close()
+	seqs := make([]int64, ledger.Lanes)
+	for _, p := range from {
+		if p.Lane >= 0 && p.Lane < ledger.Lanes {
+			seqs[p.Lane] = p.Seq
+		}
+	}
 	var out []ledger.Raw
 	seen := make([]bool, ledger.Lanes)
 	last := make([]int64, ledger.Lanes)
@@ -80,9 +88,7 @@ func (l pgLedger) Since(ctx context.Context, from []ledger.Pos) ([]ledger.Raw, e
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read the ledger: %w", scrub(err))
 	}
-	if l.ends {
-		// A lane read before that holds nothing from where it stood, and
-		// whose last entry is before it: cut short.
+	if ends {
 		for i, s := range seqs {
 			if s > 0 && !seen[i] && last[i]+1 < s {
 				out = append(out, ledger.Raw{Pos: ledger.Pos{Lane: i, Seq: last[i] + 1}})
@@ -92,40 +98,93 @@ func (l pgLedger) Since(ctx context.Context, from []ledger.Pos) ([]ledger.Raw, e
 	return out, nil
 }
 
+// prefetchedLedger is the ledger a section read with its locks, from the
+// positions it named.
+type prefetchedLedger struct {
+	from []ledger.Pos
+	raws []ledger.Raw
+	used bool
+}
+
+// Since reads the lanes from the positions asked (byte offsets are not
+// kept: a lane is its rows by seq), in one statement — or gives what the
+// section read with its locks from those very positions.
+//
+// The prefetch serves positions at or past those it read from: it holds
+// every line committed before it (after every lock of the section was
+// held) from where it began, and lines before the positions now asked were
+// taken in by the reader already (another section of its process), which
+// skips them.
+func (l pgLedger) Since(ctx context.Context, from []ledger.Pos) ([]ledger.Raw, error) {
+	if p := l.pre; p != nil && !p.used && atOrPast(from, p.from) {
+		p.used = true
+		return p.raws, nil
+	}
+	rows, err := l.q.Query(ctx, ledgerSinceSQL, ledgerArgs(from, l.ends)...)
+	if err != nil {
+		return nil, fmt.Errorf("read the ledger: %w", scrub(err))
+	}
+	return collectLedger(rows, from, l.ends)
+}
+
+// atOrPast says whether every lane of a is at or past its place in b.
+func atOrPast(a, b []ledger.Pos) bool {
+	seq := func(ps []ledger.Pos) [ledger.Lanes]int64 {
+		var out [ledger.Lanes]int64
+		for _, p := range ps {
+			if p.Lane >= 0 && p.Lane < ledger.Lanes {
+				out[p.Lane] = p.Seq
+			}
+		}
+		return out
+	}
+	sa, sb := seq(a), seq(b)
+	for i := range sa {
+		if sa[i] < sb[i] {
+			return false
+		}
+	}
+	return true
+}
+
 // pgLedgerAppender appends in the section's transaction.
 type pgLedgerAppender struct {
 	pgLedger
 	lane int
 	// bulk: a copy, which may write any lane.
 	bulk bool
+	// w queues the appends for the section's commit.
+	w *writer
 }
 
 func (w *writer) LedgerAppender() ledger.Appender {
-	return &pgLedgerAppender{pgLedger: pgLedger{q: w.q, ends: true}, lane: 0, bulk: w.bulk}
+	return &pgLedgerAppender{pgLedger: pgLedger{q: w.q, ends: true}, lane: 0, bulk: w.bulk, w: w}
 }
 
 func (w *scopedWriter) LedgerAppender() ledger.Appender {
-	return &pgLedgerAppender{pgLedger: pgLedger{q: w.q, ends: true}, lane: w.lane}
+	return &pgLedgerAppender{pgLedger: pgLedger{q: w.q, ends: true, pre: w.preLedger}, lane: w.lane, w: &w.writer}
 }
+
+// Ledger in a scoped section serves what the section read with its locks.
+func (w *scopedWriter) Ledger() ledger.Reader { return pgLedger{q: w.q, ends: true, pre: w.preLedger} }
 
 func (a *pgLedgerAppender) Lane() int { return a.lane }
 
-// Append inserts the lines as rows; a seq already taken is refused by the
-// primary key (ledger.ErrSeqTaken), the section then failing whole.
+// Append queues the lines' rows for the section's commit (one round trip
+// with it); a seq already taken is refused by the primary key there
+// (ledger.ErrSeqTaken), the section then failing whole.
 func (a *pgLedgerAppender) Append(ctx context.Context, at ledger.Pos, lines [][]byte) error {
 	if at.Lane != a.lane && !(a.bulk && at.Lane >= 0 && at.Lane < ledger.Lanes) {
 		return fmt.Errorf("this section holds ledger lane %d, not %d", a.lane, at.Lane)
 	}
-	for i, line := range lines {
-		_, err := a.q.Exec(ctx, "INSERT INTO ledger_entries (lane, seq, line) VALUES ($1, $2, $3)", at.Lane, at.Seq+int64(i), line)
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == "23505" {
-			return fmt.Errorf("%w (lane %d, entry %d)", ledger.ErrSeqTaken, at.Lane, at.Seq+int64(i))
-		}
-		if err != nil {
-			return fmt.Errorf("append to the ledger: %w", scrub(err))
-		}
+	b := &pgx.Batch{}
+	lanes := make([]int32, len(lines))
+	seqs := make([]int64, len(lines))
+	for i := range lines {
+		lanes[i], seqs[i] = int32(at.Lane), at.Seq+int64(i)
 	}
+	b.Queue("INSERT INTO ledger_entries (lane, seq, line) SELECT * FROM unnest($1::int[], $2::bigint[], $3::bytea[])", lanes, seqs, lines)
+	a.w.queue(b)
 	return nil
 }
 
@@ -134,6 +193,80 @@ func (a *pgLedgerAppender) Append(ctx context.Context, at ledger.Pos, lines [][]
 const segmentLinesSQL = `SELECT f.stream, r.off, r.line FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS f(stream, off, upto)
 CROSS JOIN LATERAL (SELECT off, line FROM receipts WHERE stream = f.stream AND off >= f.off AND off < f.upto ORDER BY off) AS r
 ORDER BY 1, 2`
+
+// segmentsSinceSQL reads, for a section's prefetch, every segment's
+// receipts past where its process read it (from the start for a segment it
+// has not read, or whose generation changed).
+const segmentsSinceSQL = `SELECT g.name, r.off, r.line FROM guard_streams AS g
+LEFT JOIN unnest($1::text[], $2::bigint[], $3::text[]) AS m(stream, off, gen) ON m.stream = g.name
+CROSS JOIN LATERAL (SELECT off, line FROM receipts WHERE stream = g.name AND off >= CASE WHEN m.gen = g.generation THEN m.off ELSE 0 END ORDER BY off) AS r
+WHERE starts_with(g.name, '` + receiptsPrefix + `')
+ORDER BY 1, 2`
+
+func segmentArgs(marks map[string]reviewlog.SegmentMark) []any {
+	var names, gens []string
+	var offs []int64
+	for name, m := range marks {
+		names = append(names, receiptsPrefix+name)
+		offs = append(offs, m.Off)
+		gens = append(gens, m.Identity)
+	}
+	return []any{names, offs, gens}
+}
+
+func collectSegmentLines(rows pgx.Rows) ([]reviewlog.SegmentLine, error) {
+	defer rows.Close()
+	var out []reviewlog.SegmentLine
+	for rows.Next() {
+		var name string
+		var off int64
+		var line []byte
+		if err := rows.Scan(&name, &off, &line); err != nil {
+			return nil, err
+		}
+		out = append(out, reviewlog.SegmentLine{Segment: strings.TrimPrefix(name, receiptsPrefix), Off: off, Line: bytes.TrimRight(line, "\r\n")})
+	}
+	return out, rows.Err()
+}
+
+// prefetchedSegments are the chains' receipts a section read with its
+// locks, past the marks it named.
+type prefetchedSegments struct {
+	marks map[string]reviewlog.SegmentMark
+	lines []reviewlog.SegmentLine
+}
+
+// SegmentLinesSince in a scoped section serves what the section read with
+// its locks, where that covers what is asked: each segment from an offset
+// the prefetch read from, up to the snapshot's size.
+func (w *scopedWriter) SegmentLinesSince(ctx context.Context, from map[string]int64) ([]reviewlog.SegmentLine, error) {
+	p := w.preSegs
+	if p == nil {
+		return w.writer.SegmentLinesSince(ctx, from)
+	}
+	infos, err := w.Segments(ctx)
+	if err != nil {
+		return nil, err
+	}
+	size := map[string]int64{}
+	for _, si := range infos {
+		size[si.Name] = si.Size
+		start, asked := from[si.Name]
+		if m, ok := p.marks[si.Name]; asked && ok && m.Identity == si.Identity && start < m.Off {
+			// Asked from before where the prefetch began: not covered.
+			return w.writer.SegmentLinesSince(ctx, from)
+		}
+	}
+	var out []reviewlog.SegmentLine
+	for _, l := range p.lines {
+		start, asked := from[l.Segment]
+		if !asked || l.Off < start || l.Off >= size[l.Segment] {
+			continue
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
 
 // SegmentLinesSince reads every named segment's new receipts in one
 // statement.

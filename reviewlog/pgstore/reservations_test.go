@@ -89,11 +89,11 @@ func TestReservationRowsFollowTheLog(t *testing.T) {
 	scopes := []reviewlog.Scope{{Kind: reviewlog.ScopeCounterparty, Tenant: "t1", Key: payB}}
 	forged := `{"type":"reserved","at":"2026-12-01T09:00:00.000Z","reservation":{"receipt_id":"rx-forged","caller":"agent-1","pay_to":"x","atomic":"1","asset":"a","mac":"00","Extra":1}}` + "\n"
 	second := reservedLine("rx-2", "t1", payB, "") + forged
-	if err := s.LockedScopes(ctx, time.Second, scopes, func(w reviewlog.Writer) error { return w.AppendLog(ctx, []byte(second)) }); err != nil {
+	if err := s.LockedScopes(ctx, time.Second, scopes, nil, func(w reviewlog.Writer) error { return w.AppendLog(ctx, []byte(second)) }); err != nil {
 		t.Fatal(err)
 	}
 	// Releases: the scoped writer's and the whole lock's.
-	if err := s.LockedScopes(ctx, time.Second, scopes, func(w reviewlog.Writer) error { return w.AppendLog(ctx, []byte(releasedLine("rx-2"))) }); err != nil {
+	if err := s.LockedScopes(ctx, time.Second, scopes, nil, func(w reviewlog.Writer) error { return w.AppendLog(ctx, []byte(releasedLine("rx-2"))) }); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Locked(ctx, time.Second, func(w reviewlog.Writer) error {

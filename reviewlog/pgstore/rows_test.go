@@ -269,7 +269,7 @@ func TestOneOpenReviewByTheDatabase(t *testing.T) {
 	if err := appendLines(t, st, second); !errors.Is(err, reviewlog.ErrReviewOpen) {
 		t.Fatalf("a second open review in the whole store's section: %v, want ErrReviewOpen", err)
 	}
-	err := st.LockedScopes(t.Context(), time.Second, []reviewlog.Scope{{Kind: reviewlog.ScopeCaller, Tenant: "acme", Key: "bøt"}}, func(w reviewlog.Writer) error {
+	err := st.LockedScopes(t.Context(), time.Second, []reviewlog.Scope{{Kind: reviewlog.ScopeCaller, Tenant: "acme", Key: "bøt"}}, nil, func(w reviewlog.Writer) error {
 		return w.AppendLog(t.Context(), second)
 	})
 	if !errors.Is(err, reviewlog.ErrReviewOpen) {

@@ -32,7 +32,7 @@ const (
 // the streams as that one statement saw them: later than the last commit
 // of every scope it holds, and the same moment for the log and every
 // chain.
-func (s *Store) LockedScopes(ctx context.Context, wait time.Duration, scopes []reviewlog.Scope, fn func(w reviewlog.Writer) error) error {
+func (s *Store) LockedScopes(ctx context.Context, wait time.Duration, scopes []reviewlog.Scope, pre *reviewlog.Prefetch, fn func(w reviewlog.Writer) error) error {
 	if reviewlog.IsBulk(ctx) {
 		return errors.New("a bulk copy locks the whole store")
 	}
@@ -91,6 +91,32 @@ func (s *Store) LockedScopes(ctx context.Context, wait time.Duration, scopes []r
 			return err
 		})
 	}
+	if pre != nil {
+		// What the section reads beside its locks, after every lock (the
+		// lane's included) is held: the spend ledger from the positions
+		// its process read to, and the chains' receipts past where it read
+		// them (ledgerSince and segmentLinesSince serve them from here).
+		w.preLedger = &prefetchedLedger{from: pre.Ledger}
+		b.Queue(ledgerSinceSQL, ledgerArgs(pre.Ledger, true)...).Query(func(rows pgx.Rows) error {
+			got, err := collectLedger(rows, w.preLedger.from, true)
+			w.preLedger.raws = got
+			return err
+		})
+		if pre.Caller != "" {
+			w.preQuestion = &prefetchedQuestion{agent: pre.Caller, paramsHash: pre.ParamsHash}
+			b.Queue(questionReceiptsSQL, pre.Caller, pre.ParamsHash).Query(func(rows pgx.Rows) error {
+				got, err := collectReceipts(rows)
+				w.preQuestion.rows = got
+				return err
+			})
+		}
+		w.preSegs = &prefetchedSegments{marks: pre.Segments}
+		b.Queue(segmentsSinceSQL, segmentArgs(pre.Segments)...).Query(func(rows pgx.Rows) error {
+			got, err := collectSegmentLines(rows)
+			w.preSegs.lines = got
+			return err
+		})
+	}
 	if q, ok := reviewlog.ReservationQueryOf(ctx); ok {
 		// The reservations the section will read, after its locks.
 		sql, args := indexedQuery(q)
@@ -116,15 +142,16 @@ func (s *Store) LockedScopes(ctx context.Context, wait time.Duration, scopes []r
 			return err
 		}
 		// Read before this wait: read again when asked.
-		w.pre, w.preLines = nil, nil
+		w.pre, w.preLines, w.preLedger, w.preSegs, w.preQuestion = nil, nil, nil, nil, nil
 	}
 	w.lane = lane
 	if err := fn(w); err != nil {
 		return err
 	}
-	tag, err := conn.Exec(ctx, "COMMIT")
+	// What the section appended and the commit, in one round trip.
+	tag, err := w.commit(ctx)
 	if err != nil {
-		return fmt.Errorf("PostgreSQL at %s: commit: %w", s.describe, scrub(err))
+		return err
 	}
 	if tag.String() != "COMMIT" {
 		// A transaction a statement failed in ends rolled back.
@@ -169,6 +196,11 @@ type scopedWriter struct {
 	preReviews *prefetchedReviews
 	// preLines are the reservation lines read with the locks (nil: none).
 	preLines *prefetchedLines
+	// preLedger and preSegs are the spend ledger and the chains' receipts
+	// read with the locks (nil: none).
+	preLedger   *prefetchedLedger
+	preSegs     *prefetchedSegments
+	preQuestion *prefetchedQuestion
 }
 
 // prefetchedLines are the reserved and released lines from offset from,
@@ -196,6 +228,21 @@ func (w *scopedWriter) ReservationLines(ctx context.Context, from int64) ([]revi
 type prefetchedReviews struct {
 	q    reviewlog.ReviewQuery
 	rows []reviewlog.IndexedReview
+}
+
+// prefetchedQuestion are the receipts of a question read with the locks.
+type prefetchedQuestion struct {
+	agent, paramsHash string
+	rows              []reviewlog.IndexedReceipt
+}
+
+// QuestionReceipts gives the receipts read with the locks for this very
+// question, and reads them otherwise.
+func (w *scopedWriter) QuestionReceipts(ctx context.Context, agent, paramsHash string) ([]reviewlog.IndexedReceipt, error) {
+	if p := w.preQuestion; p != nil && p.agent == agent && p.paramsHash == paramsHash {
+		return p.rows, nil
+	}
+	return w.writer.QuestionReceipts(ctx, agent, paramsHash)
 }
 
 // IndexedReviews gives the rows read with the locks when they cover q,

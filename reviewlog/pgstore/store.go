@@ -32,6 +32,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/ledger"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
@@ -236,6 +237,9 @@ func (s *Store) Locked(ctx context.Context, wait time.Duration, fn func(w review
 	}
 	w := &writer{reader: reader{s: s, q: tx}, bulk: reviewlog.IsBulk(ctx)}
 	if err := fn(w); err != nil {
+		return err
+	}
+	if err := w.flush(ctx); err != nil {
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -513,6 +517,10 @@ func (r *reader) Archive(ctx context.Context, name string) (reviewlog.Stream, er
 
 type writer struct {
 	reader
+	// pending are appends queued for the commit's round trip (the chains'
+	// receipts and the ledger's entries): a failure among them fails the
+	// commit, and the section with it.
+	pending *pgx.Batch
 	// closings are the CloseOpen calls to send with the next append.
 	closings []closing
 	// bulk: the section is a bulk copy (reviewlog.Bulk), whose lines were
@@ -675,6 +683,10 @@ func (w *writer) send(ctx context.Context, b *pgx.Batch) error {
 		if u := useRefused(err); u != nil {
 			return u
 		}
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "ledger_entries_pkey" {
+			return fmt.Errorf("%w: %s", ledger.ErrSeqTaken, pe.Detail)
+		}
 		if o := openRefused(err); o != nil {
 			return o
 		}
@@ -684,6 +696,9 @@ func (w *writer) send(ctx context.Context, b *pgx.Batch) error {
 }
 
 func (w *writer) AppendLog(ctx context.Context, data []byte) error {
+	if err := w.flush(ctx); err != nil {
+		return err
+	}
 	lines, err := splitLines(data)
 	if err != nil {
 		return fmt.Errorf("append to %s: %w", logStream, err)
@@ -722,12 +737,16 @@ func (w *writer) AppendSegment(ctx context.Context, file string, end int64, data
 	}
 	// A row is a whole receipt or nothing: there is never a torn tail to
 	// cut, so end must be the stream's size (the first statement checks
-	// it), all in one round trip.
-	b := &pgx.Batch{}
+	// it). The statements go with the commit (pending), in its round trip.
 	n := int64(len(data))
-	var gen string
-	b.Queue(growSQL, name, end, end+n, n).QueryRow(func(row pgx.Row) error {
-		err := row.Scan(&gen)
+	gen := ""
+	if w.snap != nil && w.snap.taken {
+		gen = w.snap.streams[name].gen
+	}
+	queued := &pgx.Batch{}
+	queued.Queue(growSQL, name, end, end+n, n).QueryRow(func(row pgx.Row) error {
+		var got string
+		err := row.Scan(&got)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("%w: stream %s is not %d bytes long as its writer read it; refusing to append", errNotAsRead, name, end)
 		}
@@ -739,20 +758,35 @@ func (w *writer) AppendSegment(ctx context.Context, file string, end int64, data
 		if err != nil {
 			// A writer whose idea of the segment's length is wrong hears
 			// that first.
+			if ferr := w.flush(ctx); ferr != nil {
+				return ferr
+			}
 			if gerr := w.grow(ctx, name, end, n); gerr != nil {
 				return gerr
 			}
 			return fmt.Errorf("chain %s: the receipt to append cannot be read: %w", file, err)
 		}
 		// The receipt and its row (receipts.go), in one statement.
-		b.Queue(appendReceiptSQL, receiptArgs(name, off, line, &rc)...)
+		queued.Queue(appendReceiptSQL, receiptArgs(name, off, line, &rc)...)
 		off += int64(len(line))
 	}
-	if err := w.send(ctx, b); err != nil {
-		if errors.Is(err, errNotAsRead) {
+	if gen == "" {
+		// A new stream (or a section with no snapshot): its generation is
+		// the store's, read now; send at once.
+		if err := w.flush(ctx); err != nil {
 			return err
 		}
-		return fmt.Errorf("PostgreSQL at %s: append to chain %s: %w", w.s.describe, file, err)
+		var g string
+		queued.Queue("SELECT generation FROM guard_streams WHERE name = $1", name).QueryRow(func(row pgx.Row) error { return row.Scan(&g) })
+		if err := w.send(ctx, queued); err != nil {
+			if errors.Is(err, errNotAsRead) {
+				return err
+			}
+			return fmt.Errorf("PostgreSQL at %s: append to chain %s: %w", w.s.describe, file, err)
+		}
+		gen = g
+	} else {
+		w.queue(queued)
 	}
 	if w.snap != nil && w.snap.taken {
 		w.snap.streams[name] = streamInfo{size: end + n, gen: gen}
@@ -763,6 +797,49 @@ func (w *writer) AppendSegment(ctx context.Context, file string, end int64, data
 	last := lines[len(lines)-1]
 	w.written[name] = head{gen: gen, size: end + n, off: end + n - int64(len(last)), line: bytes.Clone(last)}
 	return nil
+}
+
+// queue adds a batch's statements to the pending appends.
+func (w *writer) queue(b *pgx.Batch) {
+	if w.pending == nil {
+		w.pending = &pgx.Batch{}
+	}
+	w.pending.QueuedQueries = append(w.pending.QueuedQueries, b.QueuedQueries...)
+}
+
+// flush sends the pending appends (before a statement that must see them,
+// or before the commit of a section that commits by itself).
+func (w *writer) flush(ctx context.Context) error {
+	if w.pending == nil || w.pending.Len() == 0 {
+		return nil
+	}
+	b := w.pending
+	w.pending = nil
+	if err := w.send(ctx, b); err != nil {
+		if errors.Is(err, errNotAsRead) || errors.Is(err, ledger.ErrSeqTaken) {
+			return err
+		}
+		return fmt.Errorf("PostgreSQL at %s: append: %w", w.s.describe, err)
+	}
+	return nil
+}
+
+// commit sends the pending appends and COMMIT in one round trip.
+func (w *writer) commit(ctx context.Context) (pgconn.CommandTag, error) {
+	b := w.pending
+	w.pending = nil
+	if b == nil {
+		b = &pgx.Batch{}
+	}
+	var tag pgconn.CommandTag
+	b.Queue("COMMIT").Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
+	if err := w.send(ctx, b); err != nil {
+		if errors.Is(err, errNotAsRead) || errors.Is(err, ledger.ErrSeqTaken) {
+			return tag, err
+		}
+		return tag, fmt.Errorf("PostgreSQL at %s: commit: %w", w.s.describe, err)
+	}
+	return tag, nil
 }
 
 // errNotAsRead: a stream is not as long as its writer read it.

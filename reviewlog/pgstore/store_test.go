@@ -339,7 +339,7 @@ func TestScopedLocksIsolate(t *testing.T) {
 	held, release := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		done <- a.LockedScopes(t.Context(), time.Second, scope("acme", "0xabc"), func(w reviewlog.Writer) error {
+		done <- a.LockedScopes(t.Context(), time.Second, scope("acme", "0xabc"), nil, func(w reviewlog.Writer) error {
 			close(held)
 			<-release
 			return nil
@@ -367,7 +367,7 @@ func TestScopedLocksIsolate(t *testing.T) {
 			if tc.wholeTx {
 				err = b.Locked(t.Context(), wait, func(reviewlog.Writer) error { return nil })
 			} else {
-				err = b.LockedScopes(t.Context(), wait, tc.scopes, func(reviewlog.Writer) error { return nil })
+				err = b.LockedScopes(t.Context(), wait, tc.scopes, nil, func(reviewlog.Writer) error { return nil })
 			}
 			took := time.Since(begun)
 			if tc.waits {
@@ -395,7 +395,7 @@ func TestScopedLocksIsolate(t *testing.T) {
 		})
 	}()
 	<-held
-	err := b.LockedScopes(t.Context(), wait, scope("globex", "0x123"), func(reviewlog.Writer) error { return nil })
+	err := b.LockedScopes(t.Context(), wait, scope("globex", "0x123"), nil, func(reviewlog.Writer) error { return nil })
 	if !errors.Is(err, reviewlog.ErrLockTimeout) {
 		t.Fatalf("a scope while the whole store is held: %v, want ErrLockTimeout", err)
 	}
@@ -421,7 +421,7 @@ func TestApprovalUsedOnceByTheDatabase(t *testing.T) {
 	for name, lock := range map[string]func() error{
 		"the whole store": func() error { return st.Locked(t.Context(), time.Second, appendLog) },
 		"a scoped section": func() error {
-			return st.LockedScopes(t.Context(), time.Second, []reviewlog.Scope{{Kind: reviewlog.ScopeCaller, Tenant: "t", Key: "agent-1"}}, appendLog)
+			return st.LockedScopes(t.Context(), time.Second, []reviewlog.Scope{{Kind: reviewlog.ScopeCaller, Tenant: "t", Key: "agent-1"}}, nil, appendLog)
 		},
 	} {
 		if err := lock(); !errors.Is(err, reviewlog.ErrAlreadyDecided) {
