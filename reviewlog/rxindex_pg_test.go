@@ -60,7 +60,8 @@ func newIndexedChain(t *testing.T) *indexedChain {
 		verdict string
 		age     time.Duration
 	}{{noa.VerdictAllowed, 2 * time.Hour}, {noa.VerdictDeferred, time.Minute}, {noa.VerdictAllowed, 30 * time.Second}, {noa.VerdictDeferred, 10 * time.Second}} {
-		err := st.Locked(t.Context(), time.Second, func(w reviewlog.Writer) error {
+		// Receipts as a copy brings them: no ledger entries (commitment_in_ledger).
+		err := st.Locked(reviewlog.Bulk(t.Context()), time.Second, func(w reviewlog.Writer) error {
 			r, err := c.Append(t.Context(), w, noa.Draft{TS: now.Add(-d.age), Agent: noa.Agent{ID: "bot", Principal: noa.PrincipalService},
 				Action:     noa.Action{ID: "x402.pay", Canonical: "x402.payment", RiskClass: "IRREVERSIBLE", ParamsHash: "hmac-sha256:" + strings.Repeat("0", 64)},
 				Governance: noa.Governance{Mode: "on", Verdict: d.verdict}})
@@ -204,7 +205,7 @@ func TestReceiptRowsMovedFindNothing(t *testing.T) {
 		{Agent: noa.Agent{ID: "bot", Principal: noa.PrincipalService}, Action: noa.Action{ID: "review:r2", ParamsHash: ph}, Governance: noa.Governance{Verdict: noa.VerdictDeferred}},
 	} {
 		d.TS, d.Action.Canonical, d.Action.RiskClass, d.Governance.Mode = time.Now(), "x402.payment", "IRREVERSIBLE", "on"
-		if err := st.Locked(t.Context(), time.Second, func(w reviewlog.Writer) error { _, err := c.Append(t.Context(), w, d); return err }); err != nil {
+		if err := st.Locked(reviewlog.Bulk(t.Context()), time.Second, func(w reviewlog.Writer) error { _, err := c.Append(t.Context(), w, d); return err }); err != nil {
 			t.Fatal(err)
 		}
 	}

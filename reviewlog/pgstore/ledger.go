@@ -180,10 +180,17 @@ func (a *pgLedgerAppender) Append(ctx context.Context, at ledger.Pos, lines [][]
 	b := &pgx.Batch{}
 	lanes := make([]int32, len(lines))
 	seqs := make([]int64, len(lines))
-	for i := range lines {
+	receipts := make([]*string, len(lines))
+	for i, line := range lines {
 		lanes[i], seqs[i] = int32(at.Lane), at.Seq+int64(i)
+		// The receipt the entry names, as an index beside the line (the
+		// line, which readers verify, is the record).
+		if e, err := ledger.Peek(line); err == nil && e.Receipt != "" && e.Kind != ledger.KindRelease {
+			r := e.Receipt
+			receipts[i] = &r
+		}
 	}
-	b.Queue("INSERT INTO ledger_entries (lane, seq, line) SELECT * FROM unnest($1::int[], $2::bigint[], $3::bytea[])", lanes, seqs, lines)
+	b.Queue("INSERT INTO ledger_entries (lane, seq, line, receipt) SELECT * FROM unnest($1::int[], $2::bigint[], $3::bytea[], $4::text[])", lanes, seqs, lines, receipts)
 	a.w.queue(b)
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/ledger"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/pgstore"
@@ -134,12 +135,50 @@ func fillChains(t *testing.T, st *pgstore.Store) {
 	} {
 		d.draft.TS = at.Add(time.Duration(i) * time.Second)
 		d.draft.Action.RiskClass, d.draft.Governance.Mode = "IRREVERSIBLE", "on"
-		if err := st.Locked(t.Context(), time.Second, func(w reviewlog.Writer) error {
+		// Receipts as a build before the spend ledger signed them: a copy
+		// (commitment_in_ledger lets a copy bring them without entries).
+		if err := st.Locked(reviewlog.Bulk(t.Context()), time.Second, func(w reviewlog.Writer) error {
 			_, err := d.c.Append(t.Context(), w, d.draft)
 			return err
 		}); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// A receipt that commits a payment commits only with its entry in the
+// spend ledger: a build older than the ledger, which writes none, has its
+// allow refused at commit, nothing written; with the entry it commits.
+func TestCommitmentNeedsItsLedgerEntry(t *testing.T) {
+	st := open(t, freshStore(t, true))
+	defer st.Close()
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	c := &reviewlog.Chains{Signer: noa.NewKeySigner(key)}
+	draft := noa.Draft{ID: "rcpt_allow1", TS: time.Now(), Agent: noa.Agent{ID: "bot", Principal: noa.PrincipalService},
+		Action:     noa.Action{ID: "check:1", Canonical: "x402.payment", RiskClass: "IRREVERSIBLE", ParamsHash: "hmac-sha256:" + strings.Repeat("ab", 32)},
+		Governance: noa.Governance{Mode: "on", Verdict: noa.VerdictAllowed}}
+	err := st.Locked(t.Context(), time.Second, func(w reviewlog.Writer) error {
+		_, err := c.Append(t.Context(), w, draft)
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "without its entry in the spend ledger") {
+		t.Fatalf("an allow without its ledger entry: %v, want refused at commit", err)
+	}
+	err = st.Locked(t.Context(), time.Second, func(w reviewlog.Writer) error {
+		e := ledger.Entry{Kind: ledger.KindHold, At: ledger.FormatTime(time.Now()), Until: ledger.FormatTime(time.Now().Add(time.Hour)), Receipt: "rcpt_allow1",
+			Caller: "bot", PayTo: "0xabc", Atomic: "1", Asset: "usdc"}
+		line, err := e.Seal([]byte("k"))
+		if err != nil {
+			return err
+		}
+		if err := w.LedgerAppender().Append(t.Context(), ledger.Pos{}, [][]byte{line}); err != nil {
+			return err
+		}
+		_, err = c.Append(t.Context(), w, draft)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("an allow with its ledger entry: %v", err)
 	}
 }
 

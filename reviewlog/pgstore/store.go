@@ -236,6 +236,13 @@ func (s *Store) Locked(ctx context.Context, wait time.Duration, fn func(w review
 		return fmt.Errorf("PostgreSQL at %s: take the guard lock: %w", s.describe, scrub(err))
 	}
 	w := &writer{reader: reader{s: s, q: tx}, bulk: reviewlog.IsBulk(ctx)}
+	if w.bulk {
+		// A copy brings receipts signed before the ledger, with their
+		// entries where there are any (commitment_in_ledger).
+		if _, err := tx.Exec(ctx, "SET LOCAL haia.copy = 'on'"); err != nil {
+			return fmt.Errorf("PostgreSQL at %s: %w", s.describe, scrub(err))
+		}
+	}
 	if err := fn(w); err != nil {
 		return err
 	}
