@@ -262,6 +262,15 @@ func (st *Stack) openGuard(ctx context.Context) error {
 		return err
 	}
 	logger.Info("guard store", "store", st.store.Describe())
+	if o, ok := st.store.(interface {
+		OwnsTables(context.Context) (bool, error)
+	}); ok {
+		// A runtime role that owns the tables can disable the triggers that
+		// keep its records fixed: say so once, at start (docs/store.md, Roles).
+		if owns, err := o.OwnsTables(ctx); err == nil && owns {
+			logger.Warn("the server's PostgreSQL role owns the guard's tables (or is a superuser): it could disable the triggers that keep its records fixed; run store migrate --grant ROLE as the owner and serve as ROLE (docs/store.md, Roles)")
+		}
+	}
 	// The policy is recorded in the store when the server serves (Start):
 	// a start refused after this point leaves the store as it was.
 	st.policy, st.policyKnown = pol, true

@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"net/url"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/pgtest"
 )
 
 // another starts one more replica on the set's root, key and database: a
@@ -102,5 +105,76 @@ func TestHiddenApprovalUseEndToEnd(t *testing.T) {
 				t.Fatalf("audit does not name the ledger: %s", out)
 			}
 		})
+	}
+}
+
+// The role the server runs as need own nothing: `store migrate --grant`,
+// run as the tables' owner, gives it what a server needs, and the whole
+// path — an answer, a review approved by the CLI, its use, audit — works
+// as that role, while what the table owner could do to the records is
+// refused to it. A server running as the owner says so at start.
+func TestRuntimeRoleOwnsNothing(t *testing.T) {
+	db := pgtest.Database(t, pgtest.DSN(t))
+	runtime, role := pgtest.AsRuntime(t, db)
+	owner, err := url.Parse(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ grant, want string }{
+		{"haia_no_such_role", "no such role"},
+		{owner.User.Username(), "the role this migration runs as"},
+	} {
+		if out, errOut, code := runCLI(t, "store", "migrate", "--store", db, "--grant", c.grant); code != 1 || !strings.Contains(errOut, c.want) {
+			t.Fatalf("store migrate --grant %s: %d %s %s, want exit 1 naming %q", c.grant, code, out, errOut, c.want)
+		}
+	}
+	if out, errOut, code := runCLI(t, "store", "migrate", "--store", db, "--grant", role); code != 0 || !strings.Contains(out, "granted "+role) {
+		t.Fatalf("store migrate --grant %s: %d %s %s", role, code, out, errOut)
+	}
+	rs := startReplicas(t, runtime, 1)
+	if logs := rs.procs[0].logs(); strings.Contains(logs, "owns the guard's tables") {
+		t.Fatalf("a server that owns nothing warned that it owns the tables:\n%s", logs)
+	}
+	var first checkAnswer
+	decodeStructured(t, callTool(t, rs.sessions[0], "check_before_pay", map[string]any{"counterparty": sellerB, "amount": "0.10"}), &first)
+	if first.Decision != "review" || first.ReviewID == "" {
+		t.Fatalf("first: %+v\n%s", first, rs.procs[0].logs())
+	}
+	if out, errOut, code := runCLI(t, "review", "approve", first.ReviewID, "--dir", rs.root, "--store", runtime); code != 0 {
+		t.Fatalf("approve as the runtime role: %d %s %s", code, out, errOut)
+	}
+	var use checkAnswer
+	decodeStructured(t, callTool(t, rs.sessions[0], "check_before_pay", map[string]any{"counterparty": sellerB, "amount": "0.10"}), &use)
+	if use.Decision != "allow" || !hasRule(use, "human_approved") {
+		t.Fatalf("use: %+v\n%s", use, rs.procs[0].logs())
+	}
+	if out, errOut, code := runCLI(t, "audit", "--dir", rs.root, "--store", runtime, "--key-file", rs.key); code != 0 {
+		t.Fatalf("audit as the runtime role: %d %s %s", code, out, errOut)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, runtime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, q := range []string{
+		"ALTER TABLE ledger_entries DISABLE TRIGGER USER",
+		"ALTER TABLE receipt_rows DISABLE TRIGGER USER",
+		"DELETE FROM ledger_entries",
+		"UPDATE ledger_entries SET line = line",
+		"TRUNCATE ledger_entries",
+		"UPDATE receipts SET line = line",
+		"DELETE FROM receipts",
+		"DELETE FROM review_uses",
+		"DROP TABLE ledger_entries",
+	} {
+		if _, err := conn.Exec(ctx, q); err == nil || !strings.Contains(err.Error(), "permission denied") && !strings.Contains(err.Error(), "must be owner") {
+			t.Errorf("as the runtime role, %s: %v, want refused for want of privilege", q, err)
+		}
+	}
+	// The owner's server is told.
+	owned := startReplicas(t, db, 1)
+	if logs := owned.procs[0].logs(); !strings.Contains(logs, "owns the guard's tables") {
+		t.Fatalf("a server running as the tables' owner did not say so:\n%s", logs)
 	}
 }

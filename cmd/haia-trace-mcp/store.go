@@ -124,7 +124,8 @@ const errPolicyUnknown = "the policy the server runs with is not recorded in the
 
 const storeDetails = `migrate applies the schema migrations this binary carries (safe to run from
 every replica at once: they take turns) and refuses a schema ahead of the
-binary. import copies the file store under the Trace root's guard/ into an
+binary. With --grant ROLE it then gives ROLE, the role the server runs
+as, what a server needs and nothing more (run it as the tables' owner). import copies the file store under the Trace root's guard/ into an
 empty PostgreSQL store; every chain is verified before and after, and the
 copy is byte for byte. export writes the PostgreSQL store back out as the
 file layout under OUT/guard/ (which must be empty or absent).
@@ -136,20 +137,22 @@ file layout under OUT/guard/ (which must be empty or absent).
 func defineStore(verb string) func(fs *flag.FlagSet) runFunc {
 	return func(fs *flag.FlagSet) runFunc {
 		storeFlag := storeFlag(fs)
-		var dir *string
+		var dir, grant *string
 		switch verb {
+		case "migrate":
+			grant = fs.String("grant", "", "after migrating, give `ROLE` (the role the server runs as, not the one migrating) what a server needs and nothing more: read and append the signed records, update the working tables; it then owns nothing (docs/store.md, Roles)")
 		case "import":
 			dir = fs.String("dir", "", "the Trace root `DIR` whose guard/ is copied from (required)")
 		case "export":
 			dir = fs.String("dir", "", "the `DIR` whose guard/ the store is written to, as the file layout (required)")
 		}
 		return func(ctx context.Context, env *cmdEnv, _ []string) error {
-			return runStore(ctx, env.stdout, env.stderr, verb, storeFlag, dir)
+			return runStore(ctx, env.stdout, env.stderr, verb, storeFlag, dir, grant)
 		}
 	}
 }
 
-func runStore(ctx context.Context, stdout, stderr io.Writer, verb string, storeFlag, dir *string) error {
+func runStore(ctx context.Context, stdout, stderr io.Writer, verb string, storeFlag, dir, grant *string) error {
 	spec := storeSpec(*storeFlag)
 	if !pgstore.IsURL(spec) {
 		return usageErrorf("--store (or $%s) must be a postgres:// URL", storeEnv)
@@ -174,6 +177,17 @@ func runStore(ctx context.Context, stdout, stderr io.Writer, verb string, storeF
 			fmt.Fprintf(stdout, "%s: schema version %d, already this binary's\n", pgstore.Redact(spec), after.Database)
 		default:
 			fmt.Fprintf(stdout, "%s: schema version %d → %d\n", pgstore.Redact(spec), before.Database, after.Database)
+		}
+		if *grant != "" {
+			stmts, err := pgstore.Grant(ctx, spec, *grant)
+			if err != nil {
+				fmt.Fprintf(stderr, "haia-trace-mcp store migrate: %s\n", termsafe.String(err.Error()))
+				return exitCode(exitFail)
+			}
+			fmt.Fprintf(stdout, "granted %s what a server needs, and nothing more:\n", *grant)
+			for _, s := range stmts {
+				fmt.Fprintf(stdout, "  %s\n", s)
+			}
 		}
 		return nil
 	}

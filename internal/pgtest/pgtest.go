@@ -89,3 +89,29 @@ func create(t testing.TB, dsn, name string) string {
 	u.Path = "/" + name
 	return u.String()
 }
+
+// RuntimeEnv names a second login role on the same server (a DSN whose
+// user and password are used; its database is not), one that owns
+// nothing: the role a server runs as when `store migrate --grant` gave it
+// its privileges.
+const RuntimeEnv = "HAIA_TEST_POSTGRES_RUNTIME"
+
+// AsRuntime is db's DSN with the runtime role's user and password, and
+// that role's name; it skips t where RuntimeEnv is not set.
+func AsRuntime(t testing.TB, db string) (dsn, role string) {
+	t.Helper()
+	rt := os.Getenv(RuntimeEnv)
+	if rt == "" {
+		t.Skip(RuntimeEnv + " is not set: no second PostgreSQL role to serve as (.ci/run creates one)")
+	}
+	ru, err := url.Parse(rt)
+	if err != nil || ru.User == nil {
+		t.Fatalf("%s: want postgres://ROLE:PASSWORD@HOST/DB", RuntimeEnv)
+	}
+	u, err := url.Parse(db)
+	if err != nil {
+		t.Fatalf("the test database's DSN: %v", err)
+	}
+	u.User = ru.User
+	return u.String(), ru.User.Username()
+}
