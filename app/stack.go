@@ -23,6 +23,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/policy"
 	"github.com/haia-trace-mcp/haia-trace-mcp/payment"
+	"github.com/haia-trace-mcp/haia-trace-mcp/payment/evmrpc"
 	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
 	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
@@ -61,6 +62,9 @@ type Config struct {
 	Store string
 	// Payer, when set, signs the x402 payments the engine allows.
 	Payer x402.Signer
+	// ChainRPC, when set, reads the asset contracts of expired
+	// authorizations (--chain-rpc).
+	ChainRPC *evmrpc.Endpoints
 	// Notifier, when it has members, is told of each opened review.
 	Notifier *notify.Group
 	// Integrity counts integrity warnings; nil gives the stack its own.
@@ -294,7 +298,7 @@ func (st *Stack) openGuard(ctx context.Context) error {
 	if st.integrity == nil {
 		st.integrity = NewIntegrityCounter()
 	}
-	if st.engine, err = engine.New(engine.Config{
+	ec := engine.Config{
 		Notify:      st.notifier(ctx, pol),
 		ReviewURL:   st.reviewPage,
 		OnIntegrity: st.integrity.Inc,
@@ -307,7 +311,14 @@ func (st *Stack) openGuard(ctx context.Context) error {
 		ParamsKey:   paramsKey,
 		Now:         cfg.Now,
 		Logger:      logger,
-	}); err != nil {
+	}
+	if cfg.ChainRPC.Len() > 0 {
+		ec.Authorizations = cfg.ChainRPC
+		for network, host := range cfg.ChainRPC.Networks() {
+			logger.Info("expired authorizations are checked on chain", "network", network, "endpoint", host)
+		}
+	}
+	if st.engine, err = engine.New(ec); err != nil {
 		return err
 	}
 	logger.Info("guard policy loaded", "source", pol.Source, "history_templates", strings.Join(pol.HistoryTemplates, ","),

@@ -50,6 +50,8 @@ type Reservation struct {
 	Asset    string
 	// ReviewID names the review whose approval was used, or "".
 	ReviewID string
+	// ValidBefore is a signed authorization's validBefore, when known.
+	ValidBefore time.Time
 }
 
 // Holds says whether the reservation still holds at now (before it lapses).
@@ -211,9 +213,13 @@ func ReservationLine(r Reservation, cfg *Config) Reason {
 		fmt.Fprintf(&b, " for %s", r.Resource)
 	}
 	b.WriteString(": it counts at once against every limit, velocity and duplicate rule, for every caller, ")
-	if r.Until.IsZero() {
+	switch {
+	case r.Until.IsZero() && !r.ValidBefore.IsZero():
+		fmt.Fprintf(&b, "and as a payment open to it, until the Trace shows the payment or, once the authorization expires at %s, the asset contract says it was never used",
+			r.ValidBefore.UTC().Format(time.RFC3339))
+	case r.Until.IsZero():
 		b.WriteString("and as a payment open to it, until the Trace shows the payment")
-	} else {
+	default:
 		fmt.Fprintf(&b, "until the Trace shows the payment or the reservation lapses at %s", r.Until.UTC().Format(time.RFC3339))
 	}
 	if r.ReceiptID != "" {

@@ -3,6 +3,7 @@ package ledger
 import (
 	"fmt"
 	"math/big"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -58,6 +59,11 @@ type Book struct {
 	// noSeal: lines are read as they say, their seals unchecked (an
 	// audit without the server's key).
 	noSeal bool
+	// expiring are the authorizations that name their terms (payer,
+	// nonce, validBefore), by validBefore: what Expired offers for a
+	// check on chain. Those that stopped counting or were set aside are
+	// dropped as Expired walks past them.
+	expiring []*rec
 }
 
 type head struct {
@@ -80,6 +86,10 @@ type rec struct {
 	shown     bool // the Trace shows its payment
 	released  bool
 	series    []*series
+	// validBefore is an authorization's expiry (zero: not recorded);
+	// aside: Expired no longer offers it (SetAside).
+	validBefore time.Time
+	aside       bool
 }
 
 func (r *rec) counts() bool { return !r.shown && !r.released }
@@ -264,6 +274,11 @@ func (b *Book) take(e Entry) {
 	a, _ := new(big.Int).SetString(e.Atomic, 10)
 	r := &rec{e: e, at: at, until: until, atomic: a}
 	b.byReceipt[e.Receipt] = r
+	if e.Kind == KindAuthorization && e.ValidBefore != "" {
+		r.validBefore, _ = ParseTime(e.ValidBefore)
+		i := sort.Search(len(b.expiring), func(i int) bool { return b.expiring[i].validBefore.After(r.validBefore) })
+		b.expiring = slices.Insert(b.expiring, i, r)
+	}
 	if e.Review != "" {
 		if first, ok := b.used[e.Review]; ok {
 			b.finding("the approval of review %s was used twice (receipts %s and %s)", e.Review, first.e.Receipt, e.Receipt)
@@ -455,6 +470,44 @@ func (b *Book) Live(now time.Time) []Entry {
 		return out[i].Receipt < out[j].Receipt
 	})
 	return out
+}
+
+// Expired lists, earliest first, at most n authorizations that still
+// count, name their payer, nonce and validBefore, have a validBefore
+// before cutoff, and were not set aside: those whose use the asset
+// contract can now settle for good.
+func (b *Book) Expired(cutoff time.Time, n int) []Entry {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []Entry
+	keep := b.expiring[:0]
+	for i, r := range b.expiring {
+		if !r.validBefore.Before(cutoff) || len(out) == n {
+			keep = append(keep, b.expiring[i:]...)
+			break
+		}
+		if !r.counts() || r.aside || b.byReceipt[r.e.Receipt] != r || (!r.until.IsZero() && r.until.Before(cutoff)) {
+			// Stopped counting, set aside, let go, or past its window:
+			// nothing left to release.
+			continue
+		}
+		keep = append(keep, r)
+		out = append(out, r.e)
+	}
+	clear(b.expiring[len(keep):])
+	b.expiring = keep
+	return out
+}
+
+// SetAside stops Expired offering the authorization of receipt: this
+// process knows what the chain says of it (used: it keeps counting) or
+// cannot ask. It keeps counting as before.
+func (b *Book) SetAside(receipt string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if r, ok := b.byReceipt[receipt]; ok {
+		r.aside = true
+	}
 }
 
 // Prune lets go of what can no longer count at now in any window the

@@ -104,8 +104,13 @@ type Entry struct {
 	Open bool `json:"open,omitempty"`
 	// Review names the review whose approval this commitment used.
 	Review string `json:"review,omitempty"`
-	// Nonce and ValidBefore are an authorization's EIP-3009 nonce and
-	// expiry, when known.
+	// Payer (a lower-case address), Nonce (0x and 64 lower-case hex
+	// digits) and ValidBefore (a time as At) are an authorization's
+	// EIP-3009 signer, nonce and expiry: all three, or none (an entry
+	// written before they were recorded). With them, once ValidBefore has
+	// passed, the asset contract can say the authorization was never used
+	// and a release lets it go (OutcomeUnused).
+	Payer       string `json:"payer,omitempty"`
 	Nonce       string `json:"nonce,omitempty"`
 	ValidBefore string `json:"valid_before,omitempty"`
 	// Target is the receipt of the entry a release lets go; Outcome says
@@ -135,6 +140,7 @@ type body struct {
 	Asset       string `json:"asset,omitempty"`
 	Open        bool   `json:"open,omitempty"`
 	Review      string `json:"review,omitempty"`
+	Payer       string `json:"payer,omitempty"`
 	Nonce       string `json:"nonce,omitempty"`
 	ValidBefore string `json:"valid_before,omitempty"`
 	Target      string `json:"target,omitempty"`
@@ -143,7 +149,7 @@ type body struct {
 
 func (e *Entry) body() body {
 	return body{e.V, e.Lane, e.Seq, e.Prev, e.Kind, e.At, e.Until, e.Receipt, e.Caller, e.Tenant, e.PayTo, e.Host,
-		e.Resource, e.Atomic, e.Asset, e.Open, e.Review, e.Nonce, e.ValidBefore, e.Target, e.Outcome}
+		e.Resource, e.Atomic, e.Asset, e.Open, e.Review, e.Payer, e.Nonce, e.ValidBefore, e.Target, e.Outcome}
 }
 
 // prefix is the line up to its seal: the body's JSON without its closing
@@ -291,7 +297,13 @@ func (e *Entry) check() error {
 		if e.Target != "" || e.Outcome != "" {
 			return fmt.Errorf("a %s names a target", e.Kind)
 		}
+		if err := e.checkTerms(); err != nil {
+			return err
+		}
 	case KindRelease:
+		if e.Payer != "" || e.Nonce != "" || e.ValidBefore != "" {
+			return errors.New("a release names no authorization terms")
+		}
 		if e.Target == "" || e.Outcome == "" {
 			return errors.New("a release without a target or an outcome")
 		}
@@ -299,6 +311,39 @@ func (e *Entry) check() error {
 		return fmt.Errorf("unknown kind %q", e.Kind)
 	}
 	return nil
+}
+
+// checkTerms checks an authorization's payer, nonce and validBefore: all
+// three or none, each written the one way, and only on an authorization.
+func (e *Entry) checkTerms() error {
+	if e.Payer == "" && e.Nonce == "" && e.ValidBefore == "" {
+		return nil
+	}
+	switch {
+	case e.Kind != KindAuthorization:
+		return fmt.Errorf("a %s names authorization terms", e.Kind)
+	case !lowerHex(e.Payer, 20):
+		return fmt.Errorf("payer %q is not 0x and 40 lower-case hex digits", clip(e.Payer))
+	case !lowerHex(e.Nonce, 32):
+		return fmt.Errorf("nonce %q is not 0x and 64 lower-case hex digits", clip(e.Nonce))
+	}
+	if _, err := ParseTime(e.ValidBefore); err != nil {
+		return fmt.Errorf("valid_before: %w", err)
+	}
+	return nil
+}
+
+// lowerHex says whether s is 0x and n bytes in lower-case hex.
+func lowerHex(s string, n int) bool {
+	if len(s) != 2+2*n || s[:2] != "0x" {
+		return false
+	}
+	for _, c := range s[2:] {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // timeLayout is the one way times are written: UTC, milliseconds.

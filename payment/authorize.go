@@ -145,10 +145,17 @@ func (a *Authorizer) Authorize(ctx context.Context, caller string, req Request) 
 	// host and the payee address are judged together, so that lists,
 	// limits and open payments bind a seller that names a new payTo in
 	// every 402.
-	ans, err := a.cfg.Engine.Authorize(ctx, caller, engine.Question{
+	// The validBefore is chosen before the engine is asked, and sealed
+	// with its hold: the authorization signed is valid no later, so that
+	// once it has passed the hold can be released if the asset contract
+	// says the nonce was never used.
+	maxSeconds := int64(a.cfg.Engine.Policy().MaxAuthorizationSeconds)
+	before := x402.ValidBeforeFor(choice, a.cfg.Now(), maxSeconds)
+	ans, err := a.cfg.Engine.AuthorizeTerms(ctx, caller, engine.Question{
 		Counterparty: host, PayTo: choice.PayTo.Lower(), Amount: choice.Amount(), Asset: choice.Asset.Key,
 		Resource: resource, SellerResource: sellerResource,
-	})
+	}, engine.AuthorizationTerms{Payer: a.cfg.Signer.Address().Lower(), ValidBefore: time.Unix(before, 0),
+		Nonce: func(receiptID string) string { n := x402.NonceFor(receiptID); return "0x" + hex.EncodeToString(n[:]) }})
 	if err != nil {
 		return Result{}, err
 	}
@@ -158,7 +165,7 @@ func (a *Authorizer) Authorize(ctx context.Context, caller string, req Request) 
 	if ans.Decision != guard.Allow {
 		return res, nil
 	}
-	terms, err := x402.TermsFor(choice, a.cfg.Signer.Address(), ans.ReceiptID, a.cfg.Now(), int64(a.cfg.Engine.Policy().MaxAuthorizationSeconds))
+	terms, err := x402.TermsUntil(choice, a.cfg.Signer.Address(), ans.ReceiptID, a.cfg.Now(), before)
 	if err != nil {
 		return Result{}, fmt.Errorf("authorization terms: %w", err)
 	}

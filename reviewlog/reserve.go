@@ -57,6 +57,9 @@ type Reservation struct {
 	// receipt, as the log holds them: unverified until the engine checks
 	// their seals.
 	Releases []Release `json:"-"`
+	// ValidBefore is a signed authorization's validBefore as the spend
+	// ledger records it (a view only: no record carries it).
+	ValidBefore string `json:"-"`
 }
 
 // ReservationView is what a locked section (or a reader) knows of the

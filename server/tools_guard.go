@@ -221,9 +221,12 @@ func (s *Server) getReviewStatus(ctx context.Context, raw any) (*mcp.CallToolRes
 	}
 	for _, r := range out.Reservations {
 		text += fmt.Sprintf(" Reserved: %s %s to %s by %s (receipt %s)", r.Amount, r.Asset, reservedTo(r), r.Caller, r.ReceiptID)
-		if r.Until != "" {
+		switch {
+		case r.Until != "":
 			text += " until " + r.Until + "."
-		} else {
+		case r.ValidBefore != "":
+			text += ", open until the Trace shows it or, after its validBefore " + r.ValidBefore + ", the asset contract says it was never used."
+		default:
 			text += ", open until the Trace shows it."
 		}
 	}

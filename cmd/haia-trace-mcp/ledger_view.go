@@ -57,7 +57,7 @@ func committedView(ctx context.Context, st *app.Stack, signedAs string, pol *gua
 	v := reviewlog.ReservationView{Held: []reviewlog.Reservation{}, Problems: problems}
 	for _, i := range infos {
 		v.Held = append(v.Held, reviewlog.Reservation{ReceiptID: i.ReceiptID, Caller: i.Caller, PayTo: i.PayTo, Host: i.Host, Resource: i.Resource,
-			Atomic: i.AmountAtomic, Asset: i.Asset, Until: i.Until, Open: i.Open, ReviewID: i.ReviewID, At: i.At})
+			Atomic: i.AmountAtomic, Asset: i.Asset, Until: i.Until, Open: i.Open, ReviewID: i.ReviewID, At: i.At, ValidBefore: i.ValidBefore})
 	}
 	return v, nil
 }
@@ -80,9 +80,29 @@ func unsealedView(raws []ledger.Raw, signedAs string) reviewlog.ReservationView 
 			until = ""
 		}
 		v.Held = append(v.Held, reviewlog.Reservation{ReceiptID: en.Receipt, Caller: en.Caller, PayTo: en.PayTo, Host: en.Host, Resource: en.Resource,
-			Atomic: en.Atomic, Asset: en.Asset, Until: until, Open: en.Open, ReviewID: en.Review, At: en.At})
+			Atomic: en.Atomic, Asset: en.Asset, Until: until, Open: en.Open, ReviewID: en.Review, At: en.At, ValidBefore: en.ValidBefore})
 	}
 	return v
+}
+
+// holdUntil says how long a held amount counts, as status and review show
+// list it: an authorization with a recorded validBefore is valid until then
+// (local time); after it, it stays held until the Trace shows it or the
+// server releases it, which it does only when the asset contract says the
+// authorization was never used (--chain-rpc): this command does not read
+// the chain, so the outcome is unknown here.
+func holdUntil(x reviewlog.Reservation, now time.Time) (text string, expired bool) {
+	if vb, err := ledger.ParseTime(x.ValidBefore); err == nil {
+		local := vb.Local().Format("2006-01-02 15:04:05 MST")
+		if now.Before(vb) {
+			return "authorization valid until " + local, false
+		}
+		return "expired, outcome unknown (the authorization was valid until " + local + "; held until the Trace shows it or the server, reading the asset contract through --chain-rpc, finds it was never used)", true
+	}
+	if x.Until != "" {
+		return "until the Trace shows it or " + x.Until, false
+	}
+	return "until the Trace shows it", false
 }
 
 // paramsKeyFlags name the server's params key for a command that verifies

@@ -510,9 +510,9 @@ func reviewPrintReservations(w io.Writer, bearing []reviewlog.Reservation, v rev
 				whom += " (pay_to " + x.PayTo + ")"
 			}
 		}
-		until := "until the Trace shows it (an authorization, open)"
-		if x.Until != "" {
-			until = "until the Trace shows it or " + x.Until
+		until, _ := holdUntil(x, time.Now())
+		if x.Until == "" && x.ValidBefore == "" {
+			until += " (an authorization, open)"
 		}
 		amount := x.Atomic + " atomic units of " + x.Asset
 		if n, ok := new(big.Int).SetString(x.Atomic, 10); ok {

@@ -21,6 +21,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/app"
 	"github.com/haia-trace-mcp/haia-trace-mcp/console"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
+	"github.com/haia-trace-mcp/haia-trace-mcp/payment/evmrpc"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/notify"
 	"github.com/haia-trace-mcp/haia-trace-mcp/server"
 )
@@ -43,6 +44,7 @@ type serveFlags struct {
 	store        string
 	readOnly     bool
 	payer        payerFlags
+	chainRPC     listFlag
 	tools        string
 	// proxy serves the guard proxy's stack: no check_before_pay (the proxy
 	// asks the engine before each paying call) and a tool list that follows
@@ -69,6 +71,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	storeFlagVar(fs, &f.store)
 	fs.BoolVar(&f.readOnly, "read-only", false, "serve the tools that read the Trace alone (list_operations, get_receipt, explain): no guard, nothing signed or written")
 	f.payer.register(fs)
+	fs.Var(&f.chainRPC, "chain-rpc", "read an EVM network through a JSON-RPC endpoint, `NETWORK=URL` (eip155:8453=https://…; https, or http on loopback; repeatable): an authorization whose validBefore passed and whose nonce the asset contract says was never used stops being held; without one, an expired authorization is held for the policy's longest window")
 	fs.StringVar(&f.tools, "tools", "", "serve only these tools, comma-separated (default: all); e.g. leave check_before_pay out so that an agent with authorize_payment has one way to pay")
 	tenantsDirFlagVar(fs, &f.tenantsDir)
 }
@@ -107,6 +110,9 @@ func (f *serveFlags) appConfig(ctx context.Context, notifier *notify.Group, logg
 		return cfg, err
 	}
 	if cfg.Payer, err = f.payer.open(ctx); err != nil {
+		return cfg, err
+	}
+	if cfg.ChainRPC, err = evmrpc.Parse(f.chainRPC); err != nil {
 		return cfg, err
 	}
 	return cfg, nil
@@ -345,7 +351,7 @@ func runServe(ctx context.Context, env *cmdEnv, f serveFlags, h httpFlags) error
 		env.fs.Visit(func(fl *flag.Flag) {
 			switch fl.Name {
 			case "guard-config", "agent-id", "reviewers", "notify-command", "notify-env", "notify-url", "notify-secret-file", "store", "key-file", "signer", "params-key-file",
-				"payer-key", "payer-key-password-file", "payer-signer", "console", "console-addr", "console-url", "console-trusted-proxy", "console-proxy-header":
+				"payer-key", "payer-key-password-file", "payer-signer", "chain-rpc", "console", "console-addr", "console-url", "console-trusted-proxy", "console-proxy-header":
 				guardFlags = append(guardFlags, "--"+fl.Name)
 			}
 		})

@@ -101,6 +101,11 @@ type statusReservation struct {
 	Caller    string `json:"caller"`
 	ReceiptID string `json:"receipt_id"`
 	Until     string `json:"until"`
+	// ValidBefore is a signed authorization's validBefore (UTC), when
+	// recorded; Expired: it has passed, and the hold is kept with its
+	// outcome unknown here.
+	ValidBefore string `json:"valid_before,omitempty"`
+	Expired     bool   `json:"expired,omitempty"`
 }
 
 type statusChain struct {
@@ -279,11 +284,9 @@ func runStatus(ctx context.Context, stdout, stderr io.Writer, o statusFlags) err
 		if n, ok := new(big.Int).SetString(x.Atomic, 10); ok {
 			amount = amountText(n, x.Asset, pol.Assets)
 		}
-		until := "until the Trace shows it"
-		if x.Until != "" {
-			until += " or " + x.Until
-		}
-		rep.Reservations.Items = append(rep.Reservations.Items, statusReservation{To: to, Amount: amount, Caller: x.Caller, ReceiptID: x.ReceiptID, Until: until})
+		until, expired := holdUntil(x, time.Now())
+		rep.Reservations.Items = append(rep.Reservations.Items, statusReservation{To: to, Amount: amount, Caller: x.Caller, ReceiptID: x.ReceiptID, Until: until,
+			ValidBefore: x.ValidBefore, Expired: expired})
 	}
 	for _, p := range rv.Problems {
 		rep.Reservations.Problems = append(rep.Reservations.Problems, p)

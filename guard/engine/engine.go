@@ -70,6 +70,11 @@ type Config struct {
 	// OnIntegrity, when set, is called once per integrity warning (the log
 	// and the signatures disagree about a review), for a metric.
 	OnIntegrity func()
+	// Authorizations, when set, reads asset contracts on chain: an
+	// authorization whose validBefore passed and that the contract says
+	// was never used stops counting (see expire). Nil: expired
+	// authorizations count for their window.
+	Authorizations AuthorizationChain
 }
 
 // Engine answers check_before_pay questions.
@@ -86,6 +91,8 @@ type Engine struct {
 	pruned atomic.Int64
 	// tail reads the decision chains' new commitment receipts.
 	tail reviewlog.ReceiptTail
+	// expiry is when expired authorizations may be asked about again.
+	expiry expiryState
 }
 
 // judged is a policy with its custom rules, swapped together.
@@ -186,6 +193,9 @@ type CheckOptions struct {
 	// Hold makes an allow hold its payment as an open payment to the
 	// counterparty until the Trace shows it (see Authorize).
 	Hold bool
+	// Authorization, with Hold, names what the allow will sign, so that
+	// its hold can be released once the authorization expired unused.
+	Authorization *AuthorizationTerms
 }
 
 // RefusedError means the question cannot be judged as asked; nothing was
@@ -236,6 +246,17 @@ func (e *Engine) Authorize(ctx context.Context, caller string, q Question) (Answ
 	return e.check(ctx, caller, q, nil, CheckOptions{Hold: true})
 }
 
+// AuthorizeTerms is Authorize for an authorization whose terms are known
+// before it is signed: its payer, its validBefore and its nonce are sealed
+// into the hold, which is released once validBefore has passed and the
+// asset contract says the nonce was never used (Config.Authorizations).
+func (e *Engine) AuthorizeTerms(ctx context.Context, caller string, q Question, terms AuthorizationTerms) (Answer, error) {
+	if terms.Nonce == nil || terms.Payer == "" || terms.ValidBefore.IsZero() {
+		return Answer{}, errors.New("engine: authorization terms without a payer, a validBefore or a nonce")
+	}
+	return e.check(ctx, caller, q, nil, CheckOptions{Hold: true, Authorization: &terms})
+}
+
 // CheckWith is Check with options.
 func (e *Engine) CheckWith(ctx context.Context, caller string, q Question, opts CheckOptions) (Answer, error) {
 	return e.check(ctx, caller, q, nil, opts)
@@ -262,6 +283,10 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 		if err := e.ensureLedger(ctx); err != nil {
 			return Answer{}, e.notRecorded("start the spend ledger", err)
 		}
+		// Before the decision's section: the chain is read without the
+		// store's lock, and what it releases counts no more for this
+		// decision.
+		e.expire(ctx)
 	}
 	now := e.cfg.Now()
 	var paramsHash string
@@ -366,6 +391,9 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 			en, err := e.commitment(req, caller, id, tx, pol, kind)
 			if err != nil {
 				return err
+			}
+			if t := opts.Authorization; t != nil && opts.Hold {
+				en.Payer, en.Nonce, en.ValidBefore = strings.ToLower(t.Payer), strings.ToLower(t.Nonce(id)), ledger.FormatTime(t.ValidBefore)
 			}
 			raw, err := e.appendEntry(ctx, tx.Store, en)
 			if err != nil {

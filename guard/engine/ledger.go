@@ -331,8 +331,14 @@ func (e *Engine) entryInfo(en ledger.Entry) *ReservationInfo {
 	if a, ok := e.Policy().Assets.Lookup(en.Asset); ok {
 		decimals = a.Decimals
 	}
+	if en.ValidBefore != "" {
+		// The authorization can move money until then; after it, the
+		// asset contract says whether it did.
+		g.ValidBefore, _ = ledger.ParseTime(en.ValidBefore)
+	}
 	i := info(g, r, en.At, decimals)
 	i.Kind = en.Kind
+	i.ValidBefore = en.ValidBefore
 	return i
 }
 

@@ -36,6 +36,10 @@ type ReservationInfo struct {
 	// Kind is the ledger entry's kind: hold (an allow), authorization (a
 	// signed payment) or spend (a forwarded paying call).
 	Kind string `json:"kind,omitempty"`
+	// ValidBefore is an authorization's validBefore, when recorded: once
+	// it has passed, the hold is released if the asset contract says the
+	// authorization was never used.
+	ValidBefore string `json:"valid_before,omitempty"`
 
 	res guard.Reservation
 }

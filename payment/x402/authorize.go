@@ -156,12 +156,23 @@ type Terms struct {
 // plus maxTimeoutSeconds capped by maxSeconds, with the nonce derived from
 // the decision receipt.
 func TermsFor(c Choice, payer Address, receiptID string, now time.Time, maxSeconds int64) (Terms, error) {
+	return TermsUntil(c, payer, receiptID, now, ValidBeforeFor(c, now, maxSeconds))
+}
+
+// ValidBeforeFor is the validBefore TermsFor gives a choice at now: now
+// plus maxTimeoutSeconds capped by maxSeconds, in Unix seconds.
+func ValidBeforeFor(c Choice, now time.Time, maxSeconds int64) int64 {
 	if maxSeconds <= 0 {
 		maxSeconds = DefaultMaxAuthorizationSeconds
 	}
-	life := min(c.Req.MaxTimeoutSeconds, maxSeconds)
+	return now.Unix() + min(c.Req.MaxTimeoutSeconds, maxSeconds)
+}
+
+// TermsUntil is TermsFor with a validBefore chosen before (the one the
+// guard's ledger sealed with the decision): valid from a minute before now
+// until before, with the nonce derived from the decision receipt.
+func TermsUntil(c Choice, payer Address, receiptID string, now time.Time, before int64) (Terms, error) {
 	after := now.Add(-validAfterSkew).Unix()
-	before := now.Unix() + life
 	t := Terms{Domain: c.Domain(), Authorization: Authorization{
 		From: payer, To: c.PayTo, Value: new(big.Int).Set(c.Atomic),
 		ValidAfter: big.NewInt(max(after, 0)), ValidBefore: big.NewInt(before),

@@ -11,7 +11,8 @@
 //     serving the data once a payment settles;
 //   - /control/* endpoints the Go test reads the chain through (balances,
 //     a direct on-chain submission, the chain's clock, viem's recovery of a
-//     typed-data signature).
+//     typed-data signature);
+//   - /rpc, the chain's JSON-RPC over HTTP, as a node serves it.
 // It prints one JSON line with what the test needs, then serves until
 // stdin closes.
 import { readFileSync } from "node:fs";
@@ -215,9 +216,21 @@ async function control(req, res, url) {
   return send(res, 404, {}, { error: "no such control" });
 }
 
+// The chain's JSON-RPC, as a node serves it over HTTP: what the product
+// reads through --chain-rpc (eth_chainId, eth_getBlockByNumber, eth_call).
+async function rpc(req, res) {
+  const body = await readJSON(req);
+  try {
+    const result = await provider.request({ method: body.method, params: body.params || [] });
+    return send(res, 200, {}, { jsonrpc: "2.0", id: body.id, result });
+  } catch (e) {
+    return send(res, 200, {}, { jsonrpc: "2.0", id: body.id, error: { code: e.code ?? -32000, message: String(e.message || e) } });
+  }
+}
+
 const server = createServer((req, res) => {
   const url = new URL(req.url, `http://${req.headers.host}`);
-  const handler = url.pathname.startsWith("/control/") ? control : paid;
+  const handler = url.pathname === "/rpc" ? rpc : url.pathname.startsWith("/control/") ? control : paid;
   handler(req, res, url).catch(e => send(res, 500, {}, { error: String(e.message || e) }));
 });
 server.listen(0, "127.0.0.1", () => {
