@@ -8,7 +8,8 @@
 #      (go test -run OIDC with HAIA_NODE set);
 #   5. npm ci in tools/x402e2e (ganache, solc, viem, @x402/core, @x402/evm,
 #      pinned by package-lock.json) and the x402 payment end to end on a local
-#      chain (go test -run X402OnChain with HAIA_NODE set);
+#      chain, and an expired authorization released or kept through its RPC
+#      (go test -run X402OnChain with HAIA_NODE set);
 #   6. the guard proxy in front of the reference MCP server
 #      @modelcontextprotocol/server-everything (npm ci in tools/everything,
 #      pinned by package-lock.json; go test -run ProxyEverything).

@@ -26,7 +26,7 @@ type expiryAnswer struct {
 	} `json:"authorization"`
 }
 
-// TestX402ExpiredAuthorizationOnChain: an authorization signed by
+// TestX402OnChainExpiredAuthorization: an authorization signed by
 // authorize_payment holds its payment until the Trace shows it. Once its
 // validBefore has passed (and the skew after it), a server given the
 // chain's RPC endpoint (--chain-rpc) reads authorizationState on the real
@@ -34,7 +34,7 @@ type expiryAnswer struct {
 // seller is allowed again; the one used on chain (transferWithAuthorization
 // submitted, not written to the Trace) is kept. Without --chain-rpc the
 // hold is kept, and status says its outcome is unknown.
-func TestX402ExpiredAuthorizationOnChain(t *testing.T) {
+func TestX402OnChainExpiredAuthorization(t *testing.T) {
 	h := startChainHarness(t, e2ePayerAddr)
 	tokenKey := h.Network + "/" + strings.ToLower(h.Token)
 	// The shortest validity the server signs (x402.MinAuthorizationSeconds),
@@ -145,8 +145,14 @@ func TestX402ExpiredAuthorizationOnChain(t *testing.T) {
 		!strings.Contains(rep.Reservations.Items[0].Until, "expired, outcome unknown") {
 		t.Fatalf("status after validBefore, without --chain-rpc:\n%s\n%+v", out, rep)
 	}
-	if held := payU("/big"); held.Decision == "allow" {
+	held := payU("/big")
+	if held.Decision != "review" || held.ReviewID == "" {
 		t.Fatalf("without --chain-rpc the expired hold stopped counting: %+v", held)
+	}
+	// review show lists the hold beside the review it caused, the same way.
+	if out, errOut, code := runCLI(t, "review", "show", held.ReviewID, "--dir", u.root); code != 0 || !strings.Contains(out, a.ReceiptID) ||
+		!strings.Contains(out, "expired, outcome unknown") {
+		t.Fatalf("review show: %d\n%s%s", code, out, errOut)
 	}
 	// The same store, served with --chain-rpc: the next decision reads
 	// the token, releases the unused hold, and is judged without it.
