@@ -164,6 +164,10 @@ func TestX402OnChainExpiredAuthorization(t *testing.T) {
 	if _, rep := status(u); len(rep.Reservations.Items) != 1 || rep.Reservations.Items[0].ReceiptID != again.ReceiptID {
 		t.Fatalf("status after the release lists %+v, want only the new hold %s", rep.Reservations.Items, again.ReceiptID)
 	}
+	// The release is a sealed entry the whole ledger's audit accepts.
+	if out, errOut, code := runCLI(t, "audit", "--dir", u.root, "--key-file", u.key); code != 0 || !strings.Contains(out, "CONSISTENT") {
+		t.Fatalf("audit after the release: %d\n%s%s", code, out, errOut)
+	}
 
 	// The used one is kept: the chain says it moved money the Trace does
 	// not show.
