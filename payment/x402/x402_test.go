@@ -343,6 +343,15 @@ func TestSignRecoverAndPayload(t *testing.T) {
 	if short, _ := TermsFor(c, s.Address(), "r", now, 3600); short.Authorization.ValidBefore.Int64() != now.Unix()+600 {
 		t.Fatal("maxTimeoutSeconds did not bound the validity")
 	}
+	// The validBefore chosen before the decision (and sealed into its
+	// hold) is the one signed, however late the signing.
+	if vb := ValidBeforeFor(c, now, 300); vb != now.Unix()+300 {
+		t.Fatalf("ValidBeforeFor = %d", vb)
+	}
+	if late, _ := TermsUntil(c, s.Address(), "r", now.Add(7*time.Second), now.Unix()+300); late.Authorization.ValidBefore.Int64() != now.Unix()+300 ||
+		late.Authorization.ValidAfter.Int64() != now.Unix()+7-60 {
+		t.Fatalf("TermsUntil signs %v..%v", late.Authorization.ValidAfter, late.Authorization.ValidBefore)
+	}
 	sig, err := Sign(context.Background(), s, terms)
 	if err != nil {
 		t.Fatal(err)
