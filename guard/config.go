@@ -35,6 +35,10 @@ type Config struct {
 	MaxOpenPartial int
 	// ReviewAbove sends any single payment larger than this to review.
 	ReviewAbove *big.Int
+	// Quorum is the two-person rule: a review of a payment above a tier's
+	// amount needs that many approvals from distinct trusted reviewers.
+	// Sorted by Above, each Above once; empty when the policy sets none.
+	Quorum []QuorumTier
 	// DefaultAsset is the asset every policy amount is expressed in.
 	DefaultAsset Asset
 	// Assets is the registry: the built-in USDC deployments plus the file's own.
@@ -99,6 +103,35 @@ type Config struct {
 	// file's policy with the tenant's layer composed over it; their Agents
 	// compose the agent layers over the tenant's.
 	Tenants map[string]*Config
+}
+
+// QuorumTier is one entry of the policy key quorum: a review of a payment
+// of more than Above (atomic units of the default asset) needs Approvals
+// approvals from distinct trusted reviewers.
+type QuorumTier struct {
+	Above     *big.Int
+	Approvals int
+}
+
+// Bounds of the key quorum.
+const (
+	maxQuorumTiers     = 16
+	maxQuorumApprovals = 20
+)
+
+// ApprovalsFor is how many distinct reviewers must approve a review of a
+// payment of atomic units of the policy's default asset: the largest
+// approvals of the tiers the amount is above, 1 when none. known is false
+// when the amount cannot be read in the policy's asset; then no threshold
+// can be compared, and the largest quorum of any tier applies.
+func (c *Config) ApprovalsFor(atomic *big.Int, known bool) int {
+	n := 1
+	for _, t := range c.Quorum {
+		if (!known || atomic == nil || atomic.Cmp(t.Above) > 0) && t.Approvals > n {
+			n = t.Approvals
+		}
+	}
+	return n
 }
 
 // Velocity caps the number of payments in a window, to one counterparty and
@@ -492,7 +525,7 @@ func (c *Config) readAsset(e member, at Path) error {
 // policy reference (docs/rules.md) documents them.
 func ConfigKeys() []string {
 	return []string{"allowlist", "denylist", "perCounterpartyLimit", "maxOpenPartialPerCounterparty", "totalLimit", "velocity",
-		"duplicatePayment", "reviewAbove", "agents", "tenants", "defaultAsset", "assets", "policy", "historyTemplates", "unreadableHistory",
+		"duplicatePayment", "reviewAbove", "quorum", "agents", "tenants", "defaultAsset", "assets", "policy", "historyTemplates", "unreadableHistory",
 		"unattributableHistory", "reviewTtlMinutes", "approvalTtlMinutes", "rejectionHoldHours", "maxPendingReviewsPerCaller", "maxAuthorizationSeconds", "reservationMinutes"}
 }
 
@@ -687,7 +720,7 @@ func (c *Config) FormatDefault(atomic *big.Int) string {
 // limitKeys are the keys an agent's own policy may set; every other key
 // applies to every caller.
 var limitKeys = []string{"allowlist", "denylist", "perCounterpartyLimit", "maxOpenPartialPerCounterparty",
-	"totalLimit", "velocity", "duplicatePayment", "reviewAbove"}
+	"totalLimit", "velocity", "duplicatePayment", "reviewAbove", "quorum"}
 
 func isLimitKey(k string) bool { return slices.Contains(limitKeys, k) }
 
@@ -750,6 +783,10 @@ func (c *Config) readLimitKey(m member, base Path, ps *problems) {
 			return
 		}
 		c.ReviewAbove = a
+	case "quorum":
+		if tiers, ok := readQuorum(m.value, at, amount, ps); ok {
+			c.Quorum = tiers
+		}
 	case "velocity":
 		if isNull(m.value) {
 			c.Velocity = Velocity{}
@@ -811,6 +848,83 @@ func (c *Config) readLimitKey(m member, base Path, ps *problems) {
 		}
 		c.DuplicateWindow = window
 	}
+}
+
+// readQuorum reads quorum at at: null or a list of {"above": amount,
+// "approvals": 2 to 20}, each above once, sorted by above in the result.
+// A layer's list replaces the wider layer's; null or [] sets none. ok is
+// false when it has a mistake (reported to ps).
+func readQuorum(raw json.RawMessage, at Path, amount func(json.RawMessage, string) (*big.Int, error), ps *problems) (tiers []QuorumTier, ok bool) {
+	where := at.String()
+	if isNull(raw) {
+		return nil, true
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil || items == nil {
+		ps.add(at, fmt.Errorf("%w: %s must be a list of {\"above\": amount, \"approvals\": n}", ErrConfig, where))
+		return nil, false
+	}
+	if len(items) > maxQuorumTiers {
+		ps.add(at, fmt.Errorf("%w: %s has %d entries; at most %d are accepted", ErrConfig, where, len(items), maxQuorumTiers))
+		return nil, false
+	}
+	before := ps.count()
+	for i, it := range items {
+		iat := at.with(i)
+		iwhere := iat.String()
+		inner, err := objectMembers(it, iwhere)
+		if err != nil {
+			ps.add(iat, err)
+			continue
+		}
+		t := QuorumTier{Approvals: -1}
+		for _, im := range inner {
+			kat := iat.with(im.key)
+			switch im.key {
+			case "above":
+				a, err := amount(im.value, kat.String())
+				if err != nil {
+					ps.add(kat, err)
+					continue
+				}
+				t.Above = a
+			case "approvals":
+				n, err := readInt(im.value, kat.String(), 2, maxQuorumApprovals)
+				if err != nil {
+					ps.add(kat, err)
+					continue
+				}
+				t.Approvals = n
+			default:
+				ps.add(kat, fmt.Errorf("%w: unknown key %q in %s (known: above, approvals)", ErrConfig, clip(im.key), iwhere))
+			}
+		}
+		if t.Above == nil && !inner.has("above") {
+			ps.add(iat, fmt.Errorf("%w: %s.above is required", ErrConfig, iwhere))
+		}
+		if t.Approvals < 0 && !inner.has("approvals") {
+			ps.add(iat, fmt.Errorf("%w: %s.approvals is required", ErrConfig, iwhere))
+		}
+		if t.Above == nil || t.Approvals < 0 {
+			continue
+		}
+		for _, o := range tiers {
+			if o.Above.Cmp(t.Above) == 0 {
+				ps.add(iat.with("above"), fmt.Errorf("%w: %s.above names an amount an earlier entry of %s names already", ErrConfig, iwhere, where))
+			}
+		}
+		tiers = append(tiers, t)
+	}
+	if ps.count() > before {
+		return nil, false
+	}
+	slices.SortFunc(tiers, func(a, b QuorumTier) int { return a.Above.Cmp(b.Above) })
+	return tiers, true
+}
+
+func (ms members) has(key string) bool {
+	_, ok := ms.get(key)
+	return ok
 }
 
 // unionCounterparties is a followed by every entry of b not already in a:

@@ -39,6 +39,9 @@ type AskRequest struct {
 	// amount in atomic units, "" when it cannot be read) complete the
 	// terms of a review (see Terms).
 	Tenant, Resource, AmountAtomic string
+	// Approvals is the quorum a review opened now needs (the policy's
+	// quorum for the amount; 0 or 1: one approval).
+	Approvals int
 	// Reserve gives the reservation recorded with an answer whose plan
 	// says Reserve, in the same commit; it runs after the hook.
 	Reserve func(tx Tx) (*Reservation, error)
@@ -417,7 +420,15 @@ func (a *AskView) livePending() []*entry {
 func (a *AskView) Terms(reasons []guard.Reason) Terms {
 	q := a.req.Question
 	return Terms{Caller: a.req.Caller, Tenant: a.req.Tenant, Counterparty: q.Counterparty, Amount: q.Amount, AmountAtomic: a.req.AmountAtomic,
-		Asset: q.Asset, Resource: a.req.Resource, Template: q.Template, Rules: ReviewRules(reasons), ParamsHash: a.req.ParamsHash}
+		Asset: q.Asset, Resource: a.req.Resource, Template: q.Template, Rules: ReviewRules(reasons), ParamsHash: a.req.ParamsHash, Approvals: quorumOf(a.req.Approvals)}
+}
+
+// quorumOf is the Terms.Approvals of a quorum: 0 when one approval suffices.
+func quorumOf(n int) int {
+	if n <= 1 {
+		return 0
+	}
+	return n
 }
 
 // opening is a new review of the question, and its opened record.

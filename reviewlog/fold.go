@@ -72,6 +72,12 @@ type Review struct {
 	PayTo string `json:"pay_to,omitempty"`
 	// UsedAt is when an approval was honoured (once).
 	UsedAt string `json:"used_at,omitempty"`
+	// Approvals is how many distinct trusted reviewers must approve the
+	// review (its signed terms' quorum; omitted when one suffices), and
+	// ApprovedBy those whose signed approval counts so far, in the order
+	// they signed, each once.
+	Approvals  int      `json:"approvals_needed,omitempty"`
+	ApprovedBy []string `json:"approved_by,omitempty"`
 	// Integrity lists what the log and the signatures disagree on for this
 	// review; empty when they agree.
 	Integrity []string `json:"integrity,omitempty"`

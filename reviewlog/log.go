@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -269,11 +270,15 @@ type Tx struct {
 	At time.Time
 	// Kind is "opened" (a new review), "reused" (an existing pending review
 	// answers the question again; nothing is appended to this log),
-	// "decided", "used", or "" for WithLock.
+	// "decided", "used", KindApproval, or "" for WithLock.
 	Kind string
 	// Review is the review's state once this transaction commits.
 	Review Review
 }
+
+// KindApproval is the Tx.Kind of an approval that does not complete its
+// review's quorum: the hook signs it, and nothing is appended to the log.
+const KindApproval = "approval"
 
 // Hook runs inside the lock before the line is written; an error aborts the
 // append and is returned to the caller.
@@ -346,6 +351,28 @@ func (l *Log) DecideReview(ctx context.Context, id, status, note, by string, hoo
 		}
 		out = vr // the terms as checked against the server's signature
 		out.Integrity = nil
+		if status == Approved && vr.Approvals > 1 {
+			// The two-person rule: each reviewer's approval counts once, and
+			// only the one that completes the quorum decides the review.
+			if slices.Contains(vr.ApprovedBy, by) {
+				return nil, fmt.Errorf("%w: reviewer %q approved review %s already (%s), and an approval counts once; it needs another reviewer's approval — nothing was written", ErrAlreadyDecided, clip(by), id, QuorumText(vr))
+			}
+			if len(vr.ApprovedBy)+1 < vr.Approvals {
+				if note != "" {
+					return nil, fmt.Errorf("%w: review %s needs %d approvals and this one does not complete them (%s), so it carries no note — the approval that completes them, or a rejection, carries one; nothing was written", ErrBadInput, id, vr.Approvals, QuorumText(vr))
+				}
+				// No line: the reviewer's signed approval is the record,
+				// and every reader counts it from the chains.
+				out.Status, out.DecidedAt, out.DecidedBy, out.Note = Approved, formatTime(at), by, ""
+				if err := runHook(hook, Tx{Store: g, At: at, Kind: KindApproval, Review: out}); err != nil {
+					return nil, err
+				}
+				out.Status, out.DecidedAt, out.DecidedBy, out.DecidedWith = Pending, "", "", ""
+				out.ApprovedBy = append(slices.Clone(vr.ApprovedBy), by)
+				return nil, nil
+			}
+			out.ApprovedBy = append(slices.Clone(vr.ApprovedBy), by)
+		}
 		out.Status, out.DecidedAt, out.DecidedBy, out.Note = status, formatTime(at), by, note
 		if err := runHook(hook, Tx{Store: g, At: at, Kind: "decided", Review: out}); err != nil {
 			return nil, err

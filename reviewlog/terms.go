@@ -13,6 +13,9 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
 
+// maxApprovals bounds a review's quorum (the policy allows at most 20).
+const maxApprovals = 20
+
 // RuleReviewTerms is the rule id of the receipt the server signs when it
 // opens a review: its paramsHash is the TermsHash of the review's terms.
 const RuleReviewTerms = "review_terms"
@@ -49,7 +52,16 @@ type Terms struct {
 	// carry; beside binding the terms to those answers it is a secret salt:
 	// without the server's key no one can guess the terms from their hash.
 	ParamsHash string `json:"params_hash"`
+	// Approvals is the review's quorum: how many distinct trusted
+	// reviewers must approve it (the policy key quorum, fixed when the
+	// review opened); 0 or 1 is one approval, and is then left out of the
+	// JSON and of the hash, so terms opened before the key hash as they did.
+	Approvals int `json:"approvals,omitempty"`
 }
+
+// Quorum is how many distinct trusted reviewers must approve the review:
+// Approvals, at least 1.
+func (t Terms) Quorum() int { return max(t.Approvals, 1) }
 
 // TermsHash is the one hash that stands for the terms of a review:
 // "sha256:" and the hex SHA-256 of the JCS (RFC 8785) canonical JSON of the
@@ -65,11 +77,16 @@ func TermsHash(t Terms) (string, error) {
 	for _, r := range t.Rules {
 		rules = append(rules, r)
 	}
-	return hashOf(map[string]any{
+	m := map[string]any{
 		"review_id": t.ReviewID, "caller": t.Caller, "tenant": t.Tenant, "counterparty": t.Counterparty,
 		"amount": t.Amount, "amount_atomic": t.AmountAtomic, "asset": t.Asset, "resource": t.Resource,
 		"template": t.Template, "rules": rules, "params_hash": t.ParamsHash,
-	})
+	}
+	if t.Approvals > 1 {
+		// A number in JCS is its shortest form; 2 to 20 are plain integers.
+		m["approvals"] = t.Approvals
+	}
+	return hashOf(m)
 }
 
 // TermsKey is the hex key of terms without their review id: two reviews
@@ -85,6 +102,12 @@ func TermsKey(t Terms) string {
 	fmt.Fprintf(h, "rules:%d;", len(t.Rules))
 	for _, r := range t.Rules {
 		fmt.Fprintf(h, "%d:%s;", len(r), r)
+	}
+	if t.Approvals > 1 {
+		// Only when set, so the key of terms without a quorum (and the
+		// migration's SQL, which knows none) is as it was: a review opened
+		// under a larger quorum than a pending one is a question of its own.
+		fmt.Fprintf(h, "approvals:%d;", t.Approvals)
 	}
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
@@ -119,6 +142,9 @@ func (t Terms) check() error {
 	}
 	if t.Counterparty == "" {
 		return fmt.Errorf("%w: terms need a counterparty", ErrBadInput)
+	}
+	if t.Approvals < 0 || t.Approvals > maxApprovals {
+		return fmt.Errorf("%w: terms ask for %d approvals; between 1 and %d are possible", ErrBadInput, t.Approvals, maxApprovals)
 	}
 	return nil
 }

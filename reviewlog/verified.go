@@ -32,9 +32,12 @@ type signed struct {
 	receipts []noa.Receipt // every receipt of the review, in chain order
 	ids      []string
 	human    *noa.Receipt // the first receipt of a trusted reviewer's decision
-	terms    *noa.Receipt // the first service receipt of rule review_terms
-	uses     []noa.Receipt
-	problems []string
+	// decisions are every trusted reviewer's decision receipt, in chain
+	// order (a review with a quorum reads them all).
+	decisions []*noa.Receipt
+	terms     *noa.Receipt // the first service receipt of rule review_terms
+	uses      []noa.Receipt
+	problems  []string
 	// tenant is the log's tenant ("" on a single root): terms that name
 	// another do not count here.
 	tenant string
@@ -43,7 +46,7 @@ type signed struct {
 // signedFor reads the receipts of review r: its trusted human decision, the
 // server's signed terms, the honoured uses of an approval, and every human
 // receipt that does not hold.
-func signedFor(rcs []noa.Receipt, trusted trustSet) signed {
+func signedFor(rcs []noa.Receipt, trusted trustSet, quorum int) signed {
 	s := signed{receipts: rcs, tenant: trusted.tenant}
 	for i, rc := range rcs {
 		s.ids = append(s.ids, rc.ID)
@@ -54,8 +57,11 @@ func signedFor(rcs []noa.Receipt, trusted trustSet) signed {
 				s.problems = append(s.problems, fmt.Sprintf("human receipt %s does not count: %s", rc.ID, why))
 				continue
 			}
+			s.decisions = append(s.decisions, &rcs[i])
 			if s.human == nil {
 				s.human = &rcs[i]
+			} else if quorum > 1 {
+				// Several approvals are the rule here: resolveQuorum reads them.
 			} else if s.human.Governance.Verdict != g.Verdict {
 				s.problems = append(s.problems, fmt.Sprintf("human receipt %s contradicts the earlier decision %s; the earlier one stands", rc.ID, s.human.ID))
 			}
@@ -279,7 +285,10 @@ func resolve(r Review, s signed, keys noa.Keyring, now time.Time, ttl time.Durat
 		out.TermsReceipt = s.terms.ID
 	}
 	add := func(f finding) { fs = append(fs, f) }
-	if s.human != nil {
+	if r.Terms != nil && r.Terms.Quorum() > 1 {
+		out.Approvals = r.Terms.Quorum()
+		resolveQuorum(r, s, th, now, ttl, &out, add)
+	} else if s.human != nil {
 		out.DecidedWith = DecidedWithKey
 		if _, pk, _ := passkey.DecodeModel(s.human.Agent.Model); pk {
 			out.DecidedWith = DecidedWithPasskey
@@ -310,7 +319,7 @@ func resolve(r Review, s signed, keys noa.Keyring, now time.Time, ttl time.Durat
 			out.bound = false
 			out.Status, out.DecidedBy, out.DecidedAt, out.Note = Expired, s.human.Agent.ID, s.human.Governance.Approval.At, ""
 			add(finding{what: fmt.Sprintf("the approval of receipt %s was signed after the review expired (time to live %s): it does not count", s.human.ID, ttl)})
-		} else if status == Approved && !out.bound && r.Status != Pending {
+		} else if status == Approved && !out.bound && (r.Status != Pending || th == "" && r.Terms != nil) {
 			// An approval counts only for the terms it signed. (Where the
 			// log lacks the decided line — a write in flight, or cut short
 			// by a crash — the approval reads as signed but is not bound,
@@ -353,6 +362,139 @@ func resolve(r Review, s signed, keys noa.Keyring, now time.Time, ttl time.Durat
 		}
 	}
 	return out, fs
+}
+
+// resolveQuorum is resolve for a review whose signed terms need n > 1
+// approvals (the two-person rule). Each trusted reviewer counts once,
+// whether they signed with a key or a passkey, and however often they
+// signed. An approval that does not complete the quorum signs the terms
+// with an empty note and writes no log line; the one that completes it
+// writes the decided line, whose note it signs. The review is approved,
+// and its approval usable, only when n distinct reviewers' approvals sign
+// its signed terms and the log records the decision; a trusted rejection
+// rejects it whatever approvals came before (it is never lifted by an
+// unsigned record, as in resolve). th is "" when the terms in the log are
+// not the ones the server signed: then no approval counts.
+func resolveQuorum(r Review, s signed, th string, now time.Time, ttl time.Duration, out *Review, add func(finding)) {
+	n := r.Terms.Quorum()
+	// In the order the reviewers signed (each reviewer signs into a chain
+	// of their own, so chain order says nothing across them).
+	s.decisions = slices.Clone(s.decisions)
+	slices.SortStableFunc(s.decisions, func(a, b *noa.Receipt) int {
+		return strings.Compare(a.Governance.Approval.At, b.Governance.Approval.At)
+	})
+	// One rejection rejects: the first a trusted reviewer signed stands.
+	for _, rc := range s.decisions {
+		if rc.Governance.Verdict != noa.VerdictBlocked {
+			continue
+		}
+		out.DecidedWith = decidedWith(rc)
+		if th != "" {
+			if want, err := DecisionHash(th, Rejected, r.Note); err == nil && rc.Action.ParamsHash == want && r.Status == Rejected {
+				out.bound = true
+			}
+		}
+		switch {
+		case r.Status == Pending:
+			add(finding{what: fmt.Sprintf("the log does not record the rejected decision that receipt %s signs", rc.ID), crash: true})
+			out.Note = ""
+		case r.Status != Rejected:
+			add(finding{what: TamperedPrefix + fmt.Sprintf("the log says %s, but a trusted reviewer's signed rejection (receipt %s) rejects the review", r.Status, rc.ID)})
+			out.Note = ""
+		case !out.bound:
+			add(finding{what: TamperedPrefix + fmt.Sprintf("the rejected decision of receipt %s signs other terms or another note than the log holds", rc.ID)})
+		}
+		out.Status, out.DecidedBy, out.DecidedAt = Rejected, rc.Agent.ID, rc.Governance.Approval.At
+		out.ApprovedBy = countedApprovals(r, s, th, ttl, nil)
+		return
+	}
+	var last *noa.Receipt
+	out.ApprovedBy = countedApprovals(r, s, th, ttl, func(rc *noa.Receipt, why string) {
+		if why != "" {
+			add(finding{what: fmt.Sprintf("the approval of receipt %s does not count: %s", rc.ID, why)})
+			return
+		}
+		last = rc
+	})
+	have := len(out.ApprovedBy)
+	switch {
+	case have >= n && r.Status == Approved:
+		out.bound = true
+		out.Status, out.DecidedBy, out.DecidedAt = Approved, last.Agent.ID, last.Governance.Approval.At
+		out.DecidedWith = decidedWith(last)
+	case have >= n && r.Status == Pending:
+		// Complete in the signatures, but the decided line is not there
+		// (a write in flight, or cut short by a crash): read as signed,
+		// never honoured until the line is.
+		add(finding{what: fmt.Sprintf("the log does not record the approval that %d reviewers signed", have), crash: true})
+		out.Status, out.DecidedBy, out.DecidedAt = Approved, last.Agent.ID, last.Governance.Approval.At
+		out.DecidedWith = decidedWith(last)
+	case r.Status == Approved || r.Status == Rejected:
+		add(finding{what: TamperedPrefix + fmt.Sprintf("the log says %s by %s, but %s", r.Status, clip(r.DecidedBy), QuorumText(*out))})
+		out.Status, out.Note = Unverified, ""
+	case ttl > 0:
+		if t, err := parseTime(r.CreatedAt); err == nil && !now.Before(t.Add(ttl)) {
+			out.Status = Expired
+		}
+	}
+}
+
+// countedApprovals lists the distinct trusted reviewers whose approval of
+// r counts, in chain order, telling each approval receipt to seen ("" when
+// it counts, else why not; nil: tell nothing). A reviewer's second
+// approval counts once.
+func countedApprovals(r Review, s signed, th string, ttl time.Duration, seen func(rc *noa.Receipt, why string)) []string {
+	var by []string
+	partial, _ := DecisionHash(th, Approved, "")
+	final := ""
+	if r.Status == Approved {
+		final, _ = DecisionHash(th, Approved, r.Note)
+	}
+	for _, rc := range s.decisions {
+		if rc.Governance.Verdict != noa.VerdictAllowed {
+			continue
+		}
+		why := ""
+		switch {
+		case th == "":
+			why = "the review's terms in the log are not the ones the server signed"
+		case rc.Action.ParamsHash != partial && (final == "" || rc.Action.ParamsHash != final):
+			why = "it does not sign the terms of this review as signed by the server (or the note the log holds)"
+		case ttl > 0 && s.terms != nil && !decidedInTime(s.terms.TS, rc.Governance.Approval.At, ttl):
+			why = fmt.Sprintf("it was signed after the review expired (time to live %s)", ttl)
+		case slices.Contains(by, rc.Agent.ID):
+			why = fmt.Sprintf("reviewer %q approved this review already, and counts once", clip(rc.Agent.ID))
+		}
+		if why == "" {
+			by = append(by, rc.Agent.ID)
+		}
+		if seen != nil {
+			seen(rc, why)
+		}
+	}
+	return by
+}
+
+// decidedWith says how a trusted decision receipt was proven.
+func decidedWith(rc *noa.Receipt) string {
+	if _, pk, _ := passkey.DecodeModel(rc.Agent.Model); pk {
+		return DecidedWithPasskey
+	}
+	return DecidedWithKey
+}
+
+// QuorumText says how far a review with a quorum is: "1 of 2 approvals
+// (alice)", "0 of 2 approvals", "2 of 2 approvals (alice, bob)"; "" when
+// one approval suffices.
+func QuorumText(r Review) string {
+	if r.Approvals <= 1 {
+		return ""
+	}
+	s := fmt.Sprintf("%d of %d approvals", len(r.ApprovedBy), r.Approvals)
+	if len(r.ApprovedBy) > 0 {
+		s += " (" + strings.Join(r.ApprovedBy, ", ") + ")"
+	}
+	return s
 }
 
 // verifier resolves reviews against the chains of one guard/ directory.
@@ -462,7 +604,11 @@ func (v *verifier) signed(r *Review) (signed, error) {
 	if err != nil {
 		return signed{}, err
 	}
-	s := signedFor(rcs, v.trusted)
+	quorum := 1
+	if r.Terms != nil {
+		quorum = r.Terms.Quorum()
+	}
+	s := signedFor(rcs, v.trusted, quorum)
 	if v.problem != "" && (r.Status != Pending || len(s.problems) > 0) {
 		s.problems = append(s.problems, v.problem)
 	}

@@ -197,6 +197,9 @@ func (s *Server) getReviewStatus(ctx context.Context, raw any) (*mcp.CallToolRes
 	if rv.DecidedAt != "" {
 		text += fmt.Sprintf(" (decided %s by %s)", rv.DecidedAt, rv.DecidedBy)
 	}
+	if out.Quorum != "" {
+		text += fmt.Sprintf("; %s", out.Quorum)
+	}
 	if rv.Note != "" {
 		text += fmt.Sprintf("; note: %s", rv.Note)
 	}

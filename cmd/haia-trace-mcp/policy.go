@@ -121,6 +121,7 @@ func printPolicySummary(w io.Writer, chk app.PolicyCheck, templatesFrom string) 
 	}
 	line("asset", pol.DefaultAsset.Describe()+fmt.Sprintf(", %d decimals: every amount below is in it", pol.DefaultAsset.Decimals))
 	line("review above", policyAmount(pol, pol.ReviewAbove)+" (a larger payment goes to a person)")
+	line("quorum", policyQuorum(pol))
 	line("limits", policyLimits(pol))
 	line("velocity", policyVelocity(pol))
 	line("duplicates", policyDuplicates(pol))
@@ -263,11 +264,27 @@ func policyLayers(pol *guard.Config) []string {
 	return out
 }
 
+// policyQuorum says who must approve a review: "one reviewer" or "2
+// distinct reviewers above 50 USDC, 3 above 100 USDC".
+func policyQuorum(pol *guard.Config) string {
+	if len(pol.Quorum) == 0 {
+		return "one reviewer's approval suffices"
+	}
+	var parts []string
+	for _, t := range pol.Quorum {
+		parts = append(parts, fmt.Sprintf("%d distinct reviewers above %s", t.Approvals, policyAmount(pol, t.Above)))
+	}
+	return strings.Join(parts, ", ") + "; one rejection rejects"
+}
+
 // policyLayerDiff says what layer sets that base does not.
 func policyLayerDiff(base, layer *guard.Config) string {
 	var parts []string
 	if layer.ReviewAbove.Cmp(base.ReviewAbove) != 0 {
 		parts = append(parts, "review above "+policyAmount(layer, layer.ReviewAbove))
+	}
+	if a, b := policyQuorum(base), policyQuorum(layer); a != b {
+		parts = append(parts, "quorum "+b)
 	}
 	if a, b := policyLimits(base), policyLimits(layer); a != b {
 		parts = append(parts, "limits "+b)
@@ -331,6 +348,7 @@ func policyCheckJSON(chk app.PolicyCheck, templatesFrom string) any {
 		"sha256":                     pol.Hash,
 		"asset":                      pol.DefaultAsset.Key,
 		"reviewAbove":                policyAmount(pol, pol.ReviewAbove),
+		"quorum":                     policyQuorum(pol),
 		"limits":                     policyLimits(pol),
 		"velocity":                   policyVelocity(pol),
 		"duplicates":                 policyDuplicates(pol),

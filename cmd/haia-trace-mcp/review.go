@@ -261,7 +261,16 @@ func runReview(ctx context.Context, stdout, stderr io.Writer, verb string, pos [
 	if *asJSON {
 		return exitCode(reviewWriteJSON(stdout, stderr, r))
 	}
-	fmt.Fprintf(stdout, "review %s %s by %s at %s\n", r.ID, r.Status, r.DecidedBy, r.DecidedAt)
+	if r.Status == reviewlog.Pending && r.Approvals > 1 {
+		// An approval that does not complete the review's quorum.
+		fmt.Fprintf(stdout, "review %s approved by %s: %s; it needs %s from another trusted reviewer\n", r.ID, id,
+			reviewlog.QuorumText(r), plural(r.Approvals-len(r.ApprovedBy), "more approval", "more approvals"))
+	} else {
+		fmt.Fprintf(stdout, "review %s %s by %s at %s\n", r.ID, r.Status, r.DecidedBy, r.DecidedAt)
+		if q := reviewlog.QuorumText(r); q != "" {
+			fmt.Fprintf(stdout, "approvals: %s\n", q)
+		}
+	}
 	fmt.Fprintf(stdout, "signed: %s\n", reviewQuestion(r, pol.Assets))
 	fmt.Fprintf(stdout, "terms %s (signed by the server in receipt %s)\n", r.TermsHash, r.TermsReceipt)
 	return nil
@@ -408,6 +417,9 @@ func reviewQuestion(r reviewlog.Review, assets guard.Registry) string {
 
 func reviewPrintOne(w io.Writer, r reviewlog.Review, assets guard.Registry, explain func(guard.Ref) string) {
 	fmt.Fprintf(w, "review       %s\nstatus       %s\ncreated      %s\n", r.ID, r.Status, r.CreatedAt)
+	if q := reviewlog.QuorumText(r); q != "" {
+		fmt.Fprintf(w, "approvals    %s (each from a distinct trusted reviewer; one rejection rejects)\n", q)
+	}
 	t := reviewTermsOf(r)
 	switch {
 	case r.Tampered:

@@ -31,6 +31,11 @@ type AskRequest struct {
 	// amount in atomic units, "" when it cannot be read) complete the
 	// terms of a review (see reviewlog.Terms).
 	Tenant, Resource, AmountAtomic string
+	// Approvals is the quorum of the caller's policy for this amount
+	// (guard.Config.ApprovalsFor): a review opened now needs that many
+	// distinct reviewers, and a review is reused, or its approval
+	// honoured, only when its signed terms need at least as many.
+	Approvals int
 
 	// Judge, when set, decides inside the lock, from the section's store
 	// (the spend ledger as it stands), and replaces Decision and Reasons:
@@ -67,7 +72,7 @@ type AskRequest struct {
 // review into an allow.
 func Ask(ctx context.Context, log *reviewlog.Log, req AskRequest, hook func(tx reviewlog.Tx, out reviewlog.AskOutcome) error) (reviewlog.AskOutcome, error) {
 	rec := reviewlog.AskRequest{Caller: req.Caller, Question: req.Question, ParamsHash: req.ParamsHash,
-		Tenant: req.Tenant, Resource: req.Resource, AmountAtomic: req.AmountAtomic, DryRun: req.DryRun, Totals: req.Totals, Prefetch: req.Prefetch}
+		Tenant: req.Tenant, Resource: req.Resource, AmountAtomic: req.AmountAtomic, Approvals: req.Approvals, DryRun: req.DryRun, Totals: req.Totals, Prefetch: req.Prefetch}
 	return log.Ask(ctx, rec, func(v *reviewlog.AskView) (reviewlog.AskPlan, error) { return settle(v, req) }, hook)
 }
 
@@ -204,7 +209,9 @@ func answers(r reviewlog.Review, want reviewlog.Terms) bool {
 	if r.Status == reviewlog.Approved && !r.Bound() {
 		return false
 	}
-	return r.Terms.SameQuestion(want) && r.Terms.Covers(want.Rules)
+	// A quorum is fixed when a review opens: a policy that now asks for
+	// more approvals than a review's signed terms do is not answered by it.
+	return r.Terms.SameQuestion(want) && r.Terms.Covers(want.Rules) && r.Terms.Quorum() >= want.Quorum()
 }
 
 // OpenReviewCaller is the caller OpenReview opens reviews for.

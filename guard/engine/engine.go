@@ -335,8 +335,9 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 		ApprovalTTL: pol.ApprovalTTL, RejectionHold: pol.RejectionHold, MaxPending: pol.MaxPendingReviews,
 		ExactParams: call != nil,
 		Tenant:      e.cfg.Chains.Tenant, Resource: req.Resource, AmountAtomic: atomicText(req),
-		DryRun: opts.DryRun,
-		Totals: readsTotals(pol, e.judged.Load().rules != nil),
+		Approvals: pol.ApprovalsFor(req.Atomic, req.AssetErr == nil && req.AmountErr == nil && req.Atomic != nil && req.Asset.Key == pol.DefaultAsset.Key),
+		DryRun:    opts.DryRun,
+		Totals:    readsTotals(pol, e.judged.Load().rules != nil),
 		Judge: func(w reviewlog.Writer) (string, []guard.Reason, error) {
 			if err := e.catchUp(ctx, w); err != nil {
 				return "", nil, err

@@ -17,6 +17,9 @@ import (
 type ReviewStatus struct {
 	reviewlog.Review
 	Receipts []string `json:"receipts"`
+	// Quorum says how far a review that needs several approvals is: "1 of
+	// 2 approvals (alice)" ("" when one approval suffices).
+	Quorum string `json:"quorum,omitempty"`
 	// Moot: the review is pending, but its question would now be answered
 	// without review; it no longer counts towards the caller's pending
 	// cap, and a reviewer may still decide it.
@@ -47,7 +50,7 @@ func (e *Engine) ReviewStatus(ctx context.Context, id string) (ReviewStatus, err
 	if e.cfg.ReviewURL != nil {
 		rv.ReviewURL = e.cfg.ReviewURL(rv.ID)
 	}
-	st := ReviewStatus{Review: rv, Receipts: ids}
+	st := ReviewStatus{Review: rv, Receipts: ids, Quorum: reviewlog.QuorumText(rv)}
 	if err := e.bearing(ctx, &st); err != nil {
 		return ReviewStatus{}, fmt.Errorf("read the reservations bearing on review %s: %w", id, err)
 	}

@@ -151,8 +151,14 @@ func (f *fixture) askOf(ctx context.Context, l *reviewlog.Log, caller, cp string
 
 // askCapped is askOf with the caller's pending reviews capped at maxPending.
 func (f *fixture) askCapped(ctx context.Context, l *reviewlog.Log, caller, cp string, n int, decision string, reasons []guard.Reason, maxPending int) (reviewlog.AskOutcome, error) {
+	return f.askQuorum(ctx, l, caller, cp, n, decision, reasons, maxPending, 0)
+}
+
+// askQuorum is askCapped under a policy whose quorum for the amount is
+// approvals.
+func (f *fixture) askQuorum(ctx context.Context, l *reviewlog.Log, caller, cp string, n int, decision string, reasons []guard.Reason, maxPending, approvals int) (reviewlog.AskOutcome, error) {
 	return engine.Ask(ctx, l, engine.AskRequest{Caller: caller, Question: questionTo(cp, n), ParamsHash: paramsHash(n), Decision: decision, Reasons: reasons,
-		ApprovalTTL: time.Hour, RejectionHold: time.Hour, MaxPending: maxPending, Tenant: tenant},
+		ApprovalTTL: time.Hour, RejectionHold: time.Hour, MaxPending: maxPending, Tenant: tenant, Approvals: approvals},
 		func(tx reviewlog.Tx, out reviewlog.AskOutcome) error {
 			if out.Kind == reviewlog.AskOpened {
 				d, err := reviewlog.TermsDraft(out.Review, tx.At)
@@ -189,7 +195,12 @@ func (f *fixture) decide(ctx context.Context, l *reviewlog.Log, id, status strin
 
 // decideNote is decide with the reviewer's note.
 func (f *fixture) decideNote(ctx context.Context, l *reviewlog.Log, id, status, note string) (reviewlog.Review, error) {
-	return l.DecideReview(ctx, id, status, note, reviewerID, func(tx reviewlog.Tx) error {
+	return f.decideAs(ctx, l, f.reviewer, reviewerID, id, status, note)
+}
+
+// decideAs is decideNote by reviewer by, signing with chains.
+func (f *fixture) decideAs(ctx context.Context, l *reviewlog.Log, chains *reviewlog.Chains, by, id, status, note string) (reviewlog.Review, error) {
+	return l.DecideReview(ctx, id, status, note, by, func(tx reviewlog.Tx) error {
 		at, err := time.Parse(time.RFC3339Nano, tx.Review.DecidedAt)
 		if err != nil {
 			return err
@@ -203,11 +214,11 @@ func (f *fixture) decideNote(ctx context.Context, l *reviewlog.Log, id, status, 
 		if err != nil {
 			return err
 		}
-		_, err = f.reviewer.Append(ctx, tx.Store, noa.Draft{TS: at,
-			Agent:  noa.Agent{ID: reviewerID, Principal: noa.PrincipalHuman},
+		_, err = chains.Append(ctx, tx.Store, noa.Draft{TS: at,
+			Agent:  noa.Agent{ID: by, Principal: noa.PrincipalHuman},
 			Action: noa.Action{ID: reviewlog.ActionID(tx.Review.ID), Canonical: "payment.x402", RiskClass: "IRREVERSIBLE", ParamsHash: ph},
 			Governance: noa.Governance{Mode: "approvals_on", Verdict: verdict, RuleID: &rule,
-				Approval: &noa.Approval{By: reviewerID, At: noa.FormatTS(at)}}})
+				Approval: &noa.Approval{By: by, At: noa.FormatTS(at)}}})
 		return err
 	})
 }
@@ -265,6 +276,7 @@ func Run(t *testing.T, factory Factory) {
 	t.Run("TornTailRepaired", func(t *testing.T) { testTornTail(t, newFixture(t, factory)) })
 	runAdversary(t, factory)
 	runLedger(t, factory)
+	runQuorum(t, factory)
 }
 
 // A log that ends in a line the log cannot read (a write cut short on a
