@@ -48,6 +48,8 @@ type rig struct {
 	origin    string
 	rpID      string
 	enrolKey  []byte // signs the rig's enrolment links, as the operator's command does
+	// approvals is the quorum the rig's questions are asked under (0: one).
+	approvals int
 }
 
 func newRig(t *testing.T, opts ...func(*console.Config)) *rig {
@@ -136,7 +138,7 @@ func (g *rig) askAs(caller string, q guard.Question, reasons []guard.Reason, n i
 	ph := fmt.Sprintf("hmac-sha256:%064x", n)
 	out, err := engine.Ask(ctx, g.log, engine.AskRequest{Caller: caller, Question: q, ParamsHash: ph, Decision: guard.Review,
 		Reasons: reasons, ApprovalTTL: time.Hour, RejectionHold: time.Hour,
-		MaxPending: 50, Tenant: "t1"},
+		MaxPending: 50, Tenant: "t1", Approvals: g.approvals},
 		func(tx reviewlog.Tx, out reviewlog.AskOutcome) error {
 			if out.Kind == reviewlog.AskOpened {
 				d, err := reviewlog.TermsDraft(out.Review, tx.At)

@@ -87,7 +87,7 @@ func (c *Console) refresh(ctx context.Context) error {
 	}
 	h := sha256.New()
 	for _, rv := range all {
-		fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00%t\x00%s\n", rv.ID, rv.Status, rv.DecidedBy, rv.DecidedWith, rv.Tampered, rv.UsedAt)
+		fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00%t\x00%s\x00%s\n", rv.ID, rv.Status, rv.DecidedBy, rv.DecidedWith, rv.Tampered, rv.UsedAt, strings.Join(rv.ApprovedBy, ","))
 	}
 	sig := hex.EncodeToString(h.Sum(nil))
 	c.mu.Lock()

@@ -40,6 +40,9 @@ type questionView struct {
 	Status, DecidedBy, DecidedWith string
 	Decided, Used                  timeView
 	Tampered                       bool
+	// Quorum says how far a review that needs several reviewers'
+	// approvals is: "1 of 2 approvals (alice)" ("" when one suffices).
+	Quorum string
 }
 
 // timeView is an instant as a person reads it: how long ago (server-side,
@@ -151,7 +154,7 @@ func (c *Console) amountText(amount, asset string) string {
 // question is rv as a question, at now.
 func (c *Console) question(rv reviewlog.Review, now time.Time) questionView {
 	q := questionView{ID: rv.ID, Caller: rv.Caller, Resource: rv.Resource, Status: rv.Status, DecidedBy: rv.DecidedBy,
-		DecidedWith: rv.DecidedWith, Tampered: rv.Tampered,
+		DecidedWith: rv.DecidedWith, Tampered: rv.Tampered, Quorum: reviewlog.QuorumText(rv),
 		Opened: newTime(rv.CreatedAt, now), Decided: newTime(rv.DecidedAt, now), Used: newTime(rv.UsedAt, now)}
 	q.Amount = c.amountText(rv.Amount, rv.Asset)
 	switch {

@@ -80,6 +80,17 @@ type statusReviews struct {
 	Pending int           `json:"pending"`
 	ByAge   []statusCount `json:"by_age"`
 	Oldest  string        `json:"oldest_created_at,omitempty"`
+	// Approving are the pending reviews that need several reviewers'
+	// approvals and have some: how far each is.
+	Approving []statusApproving `json:"approving,omitempty"`
+}
+
+// statusApproving is a pending review part-way through its quorum.
+type statusApproving struct {
+	ReviewID   string   `json:"review_id"`
+	Needed     int      `json:"approvals_needed"`
+	ApprovedBy []string `json:"approved_by"`
+	Text       string   `json:"text"`
 }
 
 type statusCount struct {
@@ -510,6 +521,9 @@ func statusPending(pending []reviewlog.Review, now time.Time) statusReviews {
 		if out.Oldest == "" || r.CreatedAt < out.Oldest {
 			out.Oldest = r.CreatedAt
 		}
+		if r.Approvals > 1 && len(r.ApprovedBy) > 0 {
+			out.Approving = append(out.Approving, statusApproving{ReviewID: r.ID, Needed: r.Approvals, ApprovedBy: r.ApprovedBy, Text: reviewlog.QuorumText(r)})
+		}
 	}
 	return out
 }
@@ -545,6 +559,9 @@ func printStatus(w io.Writer, rep statusReport) {
 		fmt.Fprintf(w, " (%s; oldest opened %s)", strings.Join(parts, ", "), s(rep.Reviews.Oldest))
 	}
 	fmt.Fprintln(w)
+	for _, a := range rep.Reviews.Approving {
+		fmt.Fprintf(w, "            review %s: %s\n", s(a.ReviewID), s(a.Text))
+	}
 	held := count(rep.Reservations.Held, "amount held by an earlier allow", "amounts held by earlier allows")
 	fmt.Fprintf(w, "reserved    %s (counted towards the limits until the Trace shows the payment)\n", held)
 	for _, x := range rep.Reservations.Items {
