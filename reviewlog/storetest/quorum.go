@@ -142,6 +142,9 @@ func testQuorum(t *testing.T, f *quorumFixture) {
 	}
 	f.verifyAll(ctx)
 	f.checkRows(t, 1)
+	if rep := f.audit(ctx); strings.Contains(strings.Join(append(rep.Findings, rep.Incomplete...), "\n"), id) {
+		t.Fatalf("audit of a complete two-person approval: %+v, want nothing said of %s", rep, id)
+	}
 }
 
 func testQuorumRejection(t *testing.T, f *quorumFixture) {
@@ -187,6 +190,9 @@ func testQuorumTwice(t *testing.T, f *quorumFixture) {
 	if !strings.Contains(strings.Join(r.Integrity, "\n"), "counts once") {
 		t.Fatalf("the second receipt is not named: %v", r.Integrity)
 	}
+	if rep := f.audit(ctx); !strings.Contains(strings.Join(rep.Findings, "\n"), "review "+id+": ") || !strings.Contains(strings.Join(rep.Findings, "\n"), "counts once") {
+		t.Fatalf("audit: %+v, want alice's second approval named", rep)
+	}
 	if again, err := f.askTwo(ctx, 33); err != nil || again.Kind != reviewlog.AskReused {
 		t.Fatalf("the question: %+v %v, want the review", again, err)
 	}
@@ -220,6 +226,9 @@ func testQuorumForged(t *testing.T, f *quorumFixture) {
 	if retry, err := f.askTwo(ctx, 34); err != nil || retry.Kind == reviewlog.AskApproved {
 		t.Fatalf("the question after the forged line: %+v %v", retry, err)
 	}
+	if rep := f.audit(ctx); !strings.Contains(strings.Join(rep.Findings, "\n"), "review "+id+": "+reviewlog.TamperedPrefix+"the log says approved by bob, but 1 of 2 approvals (alice)") {
+		t.Fatalf("audit: %+v, want the approval checked against its quorum", rep)
+	}
 }
 
 // The table owner edits the terms in the log to need one approval: the
@@ -235,6 +244,7 @@ func testQuorumLowered(t *testing.T, f *quorumFixture) {
 		t.Fatal(err)
 	}
 	f.tamper.EditLog(t, id, `"approvals":2`, `"approvals":1`)
+	wantTampered(t, f.fixture, ctx, id)
 	r, err := f.log(0).Get(ctx, id)
 	if err != nil || !r.Tampered || r.Status == reviewlog.Approved {
 		t.Fatalf("terms edited to one approval: %+v %v, want TAMPERED and not approved", r, err)
