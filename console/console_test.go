@@ -80,7 +80,16 @@ func newReplicas(t *testing.T, n int, opts ...func(*console.Config)) *rig {
 		return pk, err
 	}
 	openLog := func() *reviewlog.Log {
-		return reviewlog.OpenStore(filestore.New(root), reviewlog.Options{Reviewers: func() (reviewlog.Reviewers, error) { return reviewlog.Reviewers{}, nil }, Passkeys: pks})
+		// The reviewers' own keys, as the server reads them (none unless a
+		// test adds one).
+		keys := func() (reviewlog.Reviewers, error) {
+			rs, err := reviewlog.LoadReviewers(reviewers)
+			if os.IsNotExist(err) || (err != nil && strings.Contains(err.Error(), "no such file")) {
+				return reviewlog.Reviewers{}, nil
+			}
+			return rs, err
+		}
+		return reviewlog.OpenStore(filestore.New(root), reviewlog.Options{Reviewers: keys, Passkeys: pks})
 	}
 	log := openLog()
 	chains := &reviewlog.Chains{Signer: noa.NewKeySigner(key), Tenant: "t1"}

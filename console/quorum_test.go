@@ -1,8 +1,17 @@
 package console_test
 
 import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/softauthn"
 )
@@ -42,6 +51,34 @@ func TestConsoleTwoPersonRule(t *testing.T) {
 	}
 	if _, code, res := g.decide(ab, r.ID, "approved", "", alice); code == 200 || !strings.Contains(strings.ToLower(res["error"].(string)), "counts once") {
 		t.Fatalf("alice's second approval: %d %v, want it refused", code, res)
+	}
+	// Alice's own key is alice too: her approval with it counts once.
+	pub, sk, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reviewlog.AddReviewer(g.reviewers, "alice", pub); err != nil {
+		t.Fatal(err)
+	}
+	byKey := engine.Decider{Log: g.log, Chains: &reviewlog.Chains{Signer: noa.NewKeySigner(sk), Tenant: "t1"}}
+	if _, err := byKey.Decide(context.Background(), r.ID, reviewlog.Approved, "", "alice"); !errors.Is(err, reviewlog.ErrAlreadyDecided) || !strings.Contains(err.Error(), "counts once") {
+		t.Fatalf("alice's approval with her key after her passkey's: %v, want it refused", err)
+	}
+	// Signed by hand with her key, it is read, and counted once.
+	rv, err := g.log.Get(context.Background(), r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rv.Status, rv.DecidedBy, rv.DecidedAt, rv.Note = reviewlog.Approved, "alice", time.Now().UTC().Format(time.RFC3339Nano), ""
+	draft, err := engine.HumanDecisionDraft(rv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.log.WithLock(context.Background(), func(tx reviewlog.Tx) error { _, err := byKey.Chains.Append(context.Background(), tx.Store, draft); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := g.log.Get(context.Background(), r.ID); err != nil || got.Status != reviewlog.Pending || reviewlog.QuorumText(got) != "1 of 2 approvals (alice)" || !strings.Contains(strings.Join(got.Integrity, " "), "counts once") {
+		t.Fatalf("alice's passkey and key approvals: %+v %v, want them counted once", got, err)
 	}
 	if _, code, res := g.decide(bb, r.ID, "approved", "looks right", bob); code != 200 || res["status"] != "approved" {
 		t.Fatalf("bob's approval: %d %v", code, res)
