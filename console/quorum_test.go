@@ -74,7 +74,10 @@ func TestConsoleTwoPersonRule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := g.log.WithLock(context.Background(), func(tx reviewlog.Tx) error { _, err := byKey.Chains.Append(context.Background(), tx.Store, draft); return err }); err != nil {
+	if err := g.log.WithLock(context.Background(), func(tx reviewlog.Tx) error {
+		_, err := byKey.Chains.Append(context.Background(), tx.Store, draft)
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := g.log.Get(context.Background(), r.ID); err != nil || got.Status != reviewlog.Pending || reviewlog.QuorumText(got) != "1 of 2 approvals (alice)" || !strings.Contains(strings.Join(got.Integrity, " "), "counts once") {
