@@ -309,16 +309,5 @@ func (r *reader) SegmentLinesSince(ctx context.Context, from map[string]int64) (
 	if err != nil {
 		return nil, fmt.Errorf("PostgreSQL at %s: read the chains: %w", r.s.describe, scrub(err))
 	}
-	defer rows.Close()
-	var out []reviewlog.SegmentLine
-	for rows.Next() {
-		var name string
-		var off int64
-		var line []byte
-		if err := rows.Scan(&name, &off, &line); err != nil {
-			return nil, err
-		}
-		out = append(out, reviewlog.SegmentLine{Segment: strings.TrimPrefix(name, receiptsPrefix), Off: off, Line: bytes.TrimRight(line, "\r\n")})
-	}
-	return out, rows.Err()
+	return collectSegmentLines(rows)
 }
