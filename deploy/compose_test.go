@@ -3,6 +3,7 @@ package deploy
 import (
 	"bytes"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -433,10 +434,21 @@ func TestComposeReferencedFiles(t *testing.T) {
 // servers refuse to start on any other.
 func storeMigrateArgv() []string { return []string{binaryName, "store", "migrate"} }
 
+// grantedRole is the role a `store migrate` one-shot's arguments give the
+// server's privileges to (--grant ROLE), or "" with any other arguments.
+func grantedRole(args []string) string {
+	if len(args) == 2 && args[0] == "--grant" {
+		return args[1]
+	}
+	return ""
+}
+
 // TestComposePostgresStore: the PostgreSQL topology starts the database,
-// migrates, then the replicas; the DSN reaches only the containers that
+// migrates, then the replicas; each DSN reaches only the containers that
 // need it, and only through HAIA_STORE from an env_file outside the
-// repository.
+// repository: the owner's the migration alone, the runtime role's the
+// replicas. The runtime role is created at the database's first
+// initialisation, its password from a secret file, and owns nothing.
 func TestComposePostgresStore(t *testing.T) {
 	repo, err := filepath.Abs("..")
 	if err != nil {
@@ -448,7 +460,7 @@ func TestComposePostgresStore(t *testing.T) {
 			if strings.HasPrefix(s.Image, "docker.io/library/postgres:15") {
 				pgName = n
 			}
-			if slices.Equal(s.Entrypoint, storeMigrateArgv()) && len(s.Command) == 0 {
+			if slices.Equal(s.Entrypoint, storeMigrateArgv()) {
 				if migrateName != "" {
 					t.Errorf("services %s and %s both run store migrate", migrateName, n)
 				}
@@ -510,19 +522,32 @@ func TestComposePostgresStore(t *testing.T) {
 			}
 			return false
 		}
-		needsDSN := append(serverServices(c), migrateName)
+		// Two roles: the migration runs as the owner and grants the runtime
+		// role, which the replicas run as.
+		role := grantedRole(migrate.Command)
+		if role == "" {
+			t.Fatalf("service %s runs store migrate with %q; want --grant ROLE, the role the replicas run as", migrateName, migrate.Command)
+		}
+		servers := serverServices(c)
+		runtimeEnv := c.Services[servers[0]].EnvFile
+		needsDSN := append(slices.Clone(servers), migrateName)
 		for _, name := range needsDSN {
 			s := c.Services[name]
 			if name != migrateName {
 				if got := s.DependsOn[migrateName].Condition; got != "service_completed_successfully" {
 					t.Errorf("service %s waits for %s with condition %q; want service_completed_successfully", name, migrateName, got)
 				}
+				if !slices.Equal(s.EnvFile, runtimeEnv) {
+					t.Errorf("service %s: env_file %v differs from %s's %v", name, s.EnvFile, servers[0], runtimeEnv)
+				}
+			}
+			for _, f := range s.EnvFile {
+				if name != migrateName && slices.Contains(migrate.EnvFile, f) {
+					t.Errorf("service %s reads %s, the owner's env_file: the owner's DSN goes to %s alone", name, f, migrateName)
+				}
 			}
 			if !storeNets(s) {
 				t.Errorf("service %s shares no network with %s", name, pgName)
-			}
-			if !slices.Equal(s.EnvFile, migrate.EnvFile) {
-				t.Errorf("service %s: env_file %v differs from %s's %v", name, s.EnvFile, migrateName, migrate.EnvFile)
 			}
 			if len(s.EnvFile) == 0 {
 				t.Errorf("service %s has no env_file: HAIA_STORE would be unset and the server would use the file store", name)
@@ -563,7 +588,118 @@ func TestComposePostgresStore(t *testing.T) {
 				t.Errorf("config %s (%s) holds the DSN; configs are not secret", name, ref.File)
 			}
 		}
+		checkRuntimeRoleCreated(t, c, pgName, role)
+		checkDocumentedDSNs(t, c.Services[pgName].Environment["POSTGRES_USER"], role, migrate.EnvFile, runtimeEnv)
 	})
+}
+
+// initdbDir is where the postgres image looks for the scripts it runs once,
+// on an empty data directory.
+const initdbDir = "/docker-entrypoint-initdb.d/"
+
+// checkRuntimeRoleCreated: the postgres service creates role at its first
+// initialisation with one SQL script of its own, a LOGIN role and nothing
+// more, its password read by psql from a secret only that service mounts
+// (neither the owner's password nor in the environment or a command line).
+func checkRuntimeRoleCreated(t *testing.T, c *composeFile, pgName, role string) {
+	t.Helper()
+	pg := c.Services[pgName]
+	var scripts []string
+	for _, cf := range pg.Configs {
+		if strings.HasPrefix(cf.Target, initdbDir) {
+			if !strings.HasSuffix(cf.Target, ".sql") {
+				t.Errorf("service %s: init script %s is not .sql (the image would run a shell script with its environment)", pgName, cf.Target)
+			}
+			scripts = append(scripts, c.Configs[cf.Source].File)
+		}
+	}
+	if len(scripts) != 1 {
+		t.Fatalf("service %s: init scripts %v; want one that creates %s", pgName, scripts, role)
+	}
+	data, err := os.ReadFile(scripts[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	sql := string(data)
+	create := fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD :'", role)
+	var creates []string
+	for _, line := range strings.Split(sql, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "CREATE ROLE") {
+			creates = append(creates, strings.TrimSpace(line))
+		}
+	}
+	if len(creates) != 1 || !strings.HasPrefix(creates[0], create) || strings.Count(creates[0], ":'") != 1 {
+		t.Errorf("%s: CREATE ROLE statements %q; want one, %q<variable>', a login role with nothing else", scripts[0], creates, create)
+	}
+	for _, w := range []string{"SUPERUSER", "CREATEDB", "CREATEROLE", "REPLICATION", "BYPASSRLS", "GRANT", "ALTER", "OWNER"} {
+		if strings.Contains(strings.ToUpper(strings.Join(creates, " ")), w) || strings.Contains(sql, w+" ") {
+			t.Errorf("%s gives %s %s; the runtime role gets its privileges from store migrate --grant alone", scripts[0], role, w)
+		}
+	}
+	for _, set := range []string{"SET log_statement = 'none';", "SET log_min_error_statement = 'panic';"} {
+		if !strings.Contains(sql, set) {
+			t.Errorf("%s lacks %q: the statement carrying the password could reach the server's log", scripts[0], set)
+		}
+	}
+	_, rest, ok := strings.Cut(sql, "`cat /run/secrets/")
+	secret, _, _ := strings.Cut(rest, "`")
+	if !ok || !slices.Contains(pg.Secrets, secret) {
+		t.Fatalf("%s reads the password from /run/secrets/%q, which is not a secret of service %s (%v)", scripts[0], secret, pgName, pg.Secrets)
+	}
+	if strings.TrimPrefix(pg.Environment["POSTGRES_PASSWORD_FILE"], "/run/secrets/") == secret {
+		t.Errorf("%s: %s's password is the owner's", scripts[0], role)
+	}
+	for name, s := range c.Services {
+		if name != pgName && slices.Contains(s.Secrets, secret) {
+			t.Errorf("service %s mounts secret %s, %s's password; the replicas have it in their DSN only", name, secret, role)
+		}
+	}
+}
+
+// checkDocumentedDSNs: the compose file's header tells the operator to
+// put the owner's DSN in the migration's env_file and the runtime role's
+// in the replicas'.
+func checkDocumentedDSNs(t *testing.T, owner, role string, ownerEnv, runtimeEnv []string) {
+	t.Helper()
+	data, err := os.ReadFile("compose.postgres.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(data), "\n")
+	// The DSN documented for file: the first HAIA_STORE= line after the
+	// comment line that names it.
+	user := func(file string) string {
+		for i, l := range lines {
+			if !strings.HasPrefix(l, "#") {
+				break
+			}
+			if !strings.Contains(l, file) {
+				continue
+			}
+			for _, next := range lines[i:] {
+				if _, dsn, ok := strings.Cut(next, "HAIA_STORE="); ok {
+					u, err := url.Parse(strings.TrimSpace(dsn))
+					if err != nil || u.User == nil {
+						return ""
+					}
+					return u.User.Username()
+				}
+			}
+		}
+		return ""
+	}
+	for _, d := range []struct {
+		files []string
+		want  string
+	}{{ownerEnv, owner}, {runtimeEnv, role}} {
+		if len(d.files) != 1 {
+			t.Errorf("env_file %v; want one file", d.files)
+			continue
+		}
+		if got := user(d.files[0]); got != d.want || got == "" {
+			t.Errorf("the header documents %s with a DSN of role %q; want %q", d.files[0], got, d.want)
+		}
+	}
 }
 
 // TestComposePostgresMatchesFileStore: every container of the project's

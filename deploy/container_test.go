@@ -17,6 +17,7 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -489,28 +490,41 @@ func TestContainer(t *testing.T) {
 
 // containerPostgresStore runs the image's binary against a real PostgreSQL
 // (the test server, over the host's network) the way the PostgreSQL
-// manifests do: read-only root, the DSN only in HAIA_STORE, `store
-// migrate` first, then the CLI on the migrated store.
+// manifests do: read-only root, the DSN only in HAIA_STORE, `store migrate
+// --grant ROLE` first as the tables' owner, then the CLI on the migrated
+// store as ROLE, which owns nothing.
 func containerPostgresStore(t *testing.T, p *podman) {
-	dsn := pgtest.Database(t, pgtest.DSN(t))
-	base := []string{"run", "--rm", "--no-healthcheck", "--read-only", "--read-only-tmpfs=false", "--network", "host", "--cap-drop", "ALL",
-		"--ulimit", "nofile=20000:20000", "--ulimit", "nproc=4096:4096", "--env", "HAIA_STORE=" + dsn, "--entrypoint", "/haia-trace-mcp", imageName}
+	owner := pgtest.Database(t, pgtest.DSN(t))
+	runtime, role := pgtest.AsRuntime(t, owner)
+	run := func(dsn string) []string {
+		return []string{"run", "--rm", "--no-healthcheck", "--read-only", "--read-only-tmpfs=false", "--network", "host", "--cap-drop", "ALL",
+			"--ulimit", "nofile=20000:20000", "--ulimit", "nproc=4096:4096", "--env", "HAIA_STORE=" + dsn, "--entrypoint", "/haia-trace-mcp", imageName}
+	}
 	steps := []struct {
+		dsn  string
 		args []string
 		want string
 	}{
-		{[]string{"store", "migrate"}, fmt.Sprintf("schema version 0 → %d", latestSchema(t))},
-		{[]string{"store", "migrate"}, "already this binary's"},
-		{[]string{"review", "list", "--dir", "/trace"}, "no pending reviews"},
-		{[]string{"chain", "list"}, ""},
+		{owner, []string{"store", "migrate", "--grant", role}, fmt.Sprintf("schema version 0 → %d", latestSchema(t))},
+		{owner, []string{"store", "migrate", "--grant", role}, "granted " + role},
+		{runtime, []string{"review", "list", "--dir", "/trace"}, "no pending reviews"},
+		{runtime, []string{"chain", "list"}, ""},
+	}
+	secrets := []string{"haia_ci:haia_ci@", ":haia@"}
+	if u, err := url.Parse(runtime); err == nil {
+		if pw, ok := u.User.Password(); ok {
+			secrets = append(secrets, ":"+pw+"@")
+		}
 	}
 	for _, st := range steps {
-		out, errOut, code := p.try(append(append([]string{}, base...), st.args...)...)
+		out, errOut, code := p.try(append(run(st.dsn), st.args...)...)
 		if code != 0 || !strings.Contains(out+errOut, st.want) {
 			t.Fatalf("%s in the image: exit %d, want %q\n%s%s", strings.Join(st.args, " "), code, st.want, out, errOut)
 		}
-		if strings.Contains(out+errOut, "haia_ci:haia_ci@") || strings.Contains(out+errOut, ":haia@") {
-			t.Fatalf("%s printed the DSN's password:\n%s%s", strings.Join(st.args, " "), out, errOut)
+		for _, s := range secrets {
+			if strings.Contains(out+errOut, s) {
+				t.Fatalf("%s printed the DSN's password:\n%s%s", strings.Join(st.args, " "), out, errOut)
+			}
 		}
 	}
 }

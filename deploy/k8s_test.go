@@ -901,12 +901,18 @@ const (
 	storeSecretName = "haia-trace-mcp-store"
 	storeEnv        = "HAIA_STORE"
 	migrateInit     = "store-migrate"
+	// The store Secret's keys: the DSN of the role that owns the tables,
+	// for the migration alone, and of the role the server runs as.
+	ownerDSNKey   = "owner-dsn"
+	runtimeDSNKey = "dsn"
 )
 
 // TestKubernetesPostgresStore: the PostgreSQL Deployment runs three replicas,
-// each migrating the schema before its server starts; the DSN reaches only
-// those two containers, as HAIA_STORE from the Secret, and appears in no
-// command line or ConfigMap. The file-store Deployment sets no store at all.
+// each migrating the schema before its server starts; the owner's DSN
+// reaches only the migration and the runtime role's only the server, each as
+// HAIA_STORE from its own key of the Secret, and neither appears in a command
+// line or ConfigMap; the migration grants the role the server's DSN names.
+// The file-store Deployment sets no store at all.
 func TestKubernetesPostgresStore(t *testing.T) {
 	eachK8s(t, func(t *testing.T, v k8sVariant, objs []k8sObject) {
 		dep := find[*appsv1.Deployment](t, objs, "haia-trace-mcp")
@@ -939,18 +945,28 @@ func TestKubernetesPostgresStore(t *testing.T) {
 				}
 			}
 		}
-		// takers: the containers given HAIA_STORE, each from the Secret.
-		takers := map[string]bool{}
+		// takers: the containers given HAIA_STORE, each from the Secret, by
+		// the key each reads.
+		takers := map[string]string{}
 		for _, c := range allContainers(pod) {
 			for _, e := range c.Env {
+				ref := e.ValueFrom
+				if ref != nil && ref.SecretKeyRef != nil && ref.SecretKeyRef.Name == storeSecretName && e.Name != storeEnv {
+					t.Errorf("container %s: env %s takes key %s of Secret %s; a DSN goes in %s only", c.Name, e.Name, ref.SecretKeyRef.Key, storeSecretName, storeEnv)
+				}
 				if e.Name != storeEnv {
 					continue
 				}
-				takers[c.Name] = true
-				ref := e.ValueFrom
 				if e.Value != "" || ref == nil || ref.SecretKeyRef == nil || ref.SecretKeyRef.Name != storeSecretName {
 					t.Errorf("container %s: %s is not taken from Secret %s", c.Name, storeEnv, storeSecretName)
+					continue
 				}
+				takers[c.Name] = ref.SecretKeyRef.Key
+			}
+		}
+		for _, vol := range pod.Volumes {
+			if vol.Secret != nil && vol.Secret.SecretName == storeSecretName {
+				t.Errorf("volume %s presents Secret %s as files: every container mounting it would read both DSNs", vol.Name, storeSecretName)
 			}
 		}
 		if !v.postgres {
@@ -959,8 +975,10 @@ func TestKubernetesPostgresStore(t *testing.T) {
 			}
 			return
 		}
-		if want := map[string]bool{serverContainer: true, migrateInit: true}; !maps.Equal(takers, want) {
-			t.Errorf("%s goes to containers %v; want exactly %v", storeEnv, takers, want)
+		// The owner's DSN to the migration alone, the runtime role's to the
+		// server alone.
+		if want := map[string]string{serverContainer: runtimeDSNKey, migrateInit: ownerDSNKey}; !maps.Equal(takers, want) {
+			t.Errorf("%s goes to containers from keys %v; want exactly %v", storeEnv, takers, want)
 		}
 		// An init container ends before any container starts.
 		var migrate *corev1.Container
@@ -972,9 +990,10 @@ func TestKubernetesPostgresStore(t *testing.T) {
 		if migrate == nil {
 			t.Fatalf("no init container %s", migrateInit)
 		}
-		if got := slices.Concat(migrate.Command, migrate.Args); !slices.Equal(got, storeMigrateArgv()) {
-			t.Errorf("init container %s runs %v, want %v", migrateInit, got, storeMigrateArgv())
+		if !slices.Equal(migrate.Command, storeMigrateArgv()) {
+			t.Errorf("init container %s runs %v, want %v", migrateInit, migrate.Command, storeMigrateArgv())
 		}
+		checkTwoRoles(t, objs, grantedRole(migrate.Args))
 		if migrate.Image != container(t, pod, serverContainer).Image {
 			t.Errorf("init container %s runs image %s, not the server's", migrateInit, migrate.Image)
 		}
@@ -989,6 +1008,38 @@ func TestKubernetesPostgresStore(t *testing.T) {
 			t.Errorf("PodDisruptionBudget maxUnavailable %v; want a number from 1 to %d", mu, v.replicas-1)
 		}
 	})
+}
+
+// checkTwoRoles: the migration grants role, the role the placeholder
+// server DSN names; the owner's DSN names another; the Deployment's header
+// tells the DBA to create role as a login role.
+func checkTwoRoles(t *testing.T, objs []k8sObject, role string) {
+	t.Helper()
+	if role == "" {
+		t.Fatalf("init container %s does not run store migrate --grant ROLE, the role the server runs as", migrateInit)
+	}
+	s := find[*corev1.Secret](t, objs, storeSecretName)
+	user := func(key string) string {
+		u, err := url.Parse(s.StringData[key])
+		if err != nil || u.User == nil {
+			t.Errorf("Secret %s key %s: %q is not a DSN naming its role", storeSecretName, key, s.StringData[key])
+			return ""
+		}
+		return u.User.Username()
+	}
+	if got := user(runtimeDSNKey); got != role {
+		t.Errorf("Secret %s key %s names role %q; the migration grants %q", storeSecretName, runtimeDSNKey, got, role)
+	}
+	if got := user(ownerDSNKey); got == role || got == "" {
+		t.Errorf("Secret %s key %s names role %q; the owner must be another role than %q", storeSecretName, ownerDSNKey, got, role)
+	}
+	data, err := os.ReadFile(filepath.Join(k8sPostgresDir, "deployment.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(data, []byte("#   CREATE ROLE "+role+" LOGIN PASSWORD")) {
+		t.Errorf("%s/deployment.yaml's header does not tell the DBA to CREATE ROLE %s LOGIN PASSWORD …", k8sPostgresDir, role)
+	}
 }
 
 // TestKubernetesPostgresMatchesFileStore: the PostgreSQL Deployment differs

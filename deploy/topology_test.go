@@ -56,6 +56,11 @@ type pod struct {
 	port   string // the free port standing in for containerPort
 	// volumeDir is where each volume of the pod lives on this machine.
 	volumeDir map[string]string
+	// grant stands in for the role a `store migrate --grant ROLE` names:
+	// the manifest's is the one the DBA creates; the test server's role
+	// that owns nothing is pgtest's runtime role, which the server's DSN
+	// names.
+	grant string
 }
 
 // at is where a path of the image's own filesystem lives on this machine.
@@ -137,7 +142,7 @@ func testSecrets(t *testing.T, bin, dir string, iss *authtest.Issuer, dsn string
 		"params.key":     key(),
 		"jwks.json":      read(iss.JWKSPath),
 		"reviewers.json": read(reviewers),
-		"dsn":            []byte(dsn),
+		runtimeDSNKey:    []byte(dsn),
 	}
 }
 
@@ -264,7 +269,14 @@ func (p *pod) runInit(c corev1.Container, env []string) {
 	argv := slices.Concat(c.Command, c.Args)
 	switch {
 	case len(argv) > 0 && argv[0] == binaryName:
-		p.exec(c, argv[1:], env)
+		args := slices.Clone(argv[1:])
+		if i := slices.Index(args, "--grant"); i >= 0 && i+1 < len(args) {
+			if p.grant == "" {
+				t.Fatalf("init container %s grants %s, and the test has no role to stand in for it", c.Name, args[i+1])
+			}
+			args[i+1] = p.grant
+		}
+		p.exec(c, args, env)
 	case len(argv) > 2 && argv[0] == "/bin/mkdir" && argv[1] == "-p":
 		for _, d := range argv[2:] {
 			if err := os.MkdirAll(p.in(c, d), 0o755); err != nil {
@@ -504,11 +516,16 @@ func runK8sTopology(t *testing.T, bin string, cfg finalConfig, v k8sVariant) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dsn := ""
+	// With PostgreSQL, two roles as the manifests have them: the
+	// migration runs as the test database's owner, the server as a role
+	// that owns nothing.
+	owner, runtime := "", ""
 	if v.postgres {
-		dsn = pgtest.Database(t, pgtest.DSN(t))
+		owner = pgtest.Database(t, pgtest.DSN(t))
+		runtime, p.grant = pgtest.AsRuntime(t, owner)
 	}
-	secrets := testSecrets(t, bin, t.TempDir(), iss, dsn)
+	secrets := testSecrets(t, bin, t.TempDir(), iss, runtime)
+	secrets[ownerDSNKey] = []byte(owner)
 	p.layOut(spec, objs, secrets)
 
 	for _, c := range spec.InitContainers {
@@ -574,8 +591,15 @@ func runK8sTopology(t *testing.T, bin string, cfg finalConfig, v k8sVariant) {
 	if code, body, _ := p.probe(srv.ReadinessProbe); code != http.StatusOK {
 		t.Errorf("readiness after the questions: %d %q", code, body)
 	}
+	if v.postgres && strings.Contains(logs.String(), ownsTablesWarning) {
+		t.Errorf("the server runs as a role that owns the guard's tables:\n%s", logs)
+	}
 	t.Logf("%s: ready and answering", v.name)
 }
+
+// ownsTablesWarning is what a server says at start when its PostgreSQL role
+// owns the guard's tables, is a member of their owner or a superuser.
+const ownsTablesWarning = "owns the guard's tables"
 
 // ask lists the recorder's operation and asks about its silent seller as
 // an agent of tenant (none when ""), the way a client behind the public URL
