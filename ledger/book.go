@@ -44,7 +44,10 @@ type Book struct {
 	groups    map[groupKey]*series
 	byScope   map[string][]*series
 	used      map[string]*rec
-	findings  []string
+	// mandates are what each mandate's uses add up to, whatever their
+	// age (a mandate may outlive every window): released uses excluded.
+	mandates map[string]*MandateUse
+	findings []string
 	// horizon is the longest window a question reads: entries that can no
 	// longer count in it are let go.
 	horizon time.Duration
@@ -119,7 +122,7 @@ func (r *rec) amount() *big.Int {
 // verify under key. horizon is the longest window a question reads.
 func NewBook(key []byte, tenant string, horizon time.Duration) *Book {
 	return &Book{key: key, tenant: tenant, horizon: horizon, byReceipt: map[string]*rec{}, groups: map[groupKey]*series{},
-		byScope: map[string][]*series{}, used: map[string]*rec{},
+		byScope: map[string][]*series{}, used: map[string]*rec{}, mandates: map[string]*MandateUse{},
 		byTerms: map[string][]*rec{}, shownSet: map[*rec]bool{}}
 }
 
@@ -259,6 +262,10 @@ func (b *Book) take(e Entry) {
 			b.finding("a release of receipt %s names caller %q, not the commitment's", e.Target, clip(e.Caller))
 		case !t.released:
 			b.setCounts(t, func() { t.released = true })
+			if u := b.mandates[t.e.Mandate]; t.e.Mandate != "" && u != nil {
+				u.Count--
+				u.Atomic.Sub(u.Atomic, t.atomic)
+			}
 		}
 		return
 	}
@@ -284,6 +291,18 @@ func (b *Book) take(e Entry) {
 			b.finding("the approval of review %s was used twice (receipts %s and %s)", e.Review, first.e.Receipt, e.Receipt)
 		} else {
 			b.used[e.Review] = r
+		}
+	}
+	if e.Mandate != "" {
+		u := b.mandates[e.Mandate]
+		if u == nil {
+			u = &MandateUse{Atomic: new(big.Int), Asset: e.Asset}
+			b.mandates[e.Mandate] = u
+		}
+		u.Count++
+		u.Atomic.Add(u.Atomic, a)
+		if e.Asset != u.Asset {
+			b.finding("mandate %s is charged in two assets (receipt %s)", e.Mandate, e.Receipt)
 		}
 	}
 	dur := time.Duration(-1)
@@ -371,6 +390,26 @@ func (b *Book) Used(review string) (receipt string, ok bool) {
 		return "", false
 	}
 	return r.e.Receipt, true
+}
+
+// MandateUse is what the uses of one mandate add up to: how many, and
+// their sum in atomic units of Asset.
+type MandateUse struct {
+	Count  int
+	Atomic *big.Int
+	Asset  string
+}
+
+// Mandate is what the ledger charged to a mandate, every use that was not
+// released, whatever its age.
+func (b *Book) Mandate(id string) MandateUse {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	u := b.mandates[id]
+	if u == nil {
+		return MandateUse{Atomic: new(big.Int)}
+	}
+	return MandateUse{Count: u.Count, Atomic: new(big.Int).Set(u.Atomic), Asset: u.Asset}
 }
 
 // Has says whether the Book holds the commitment of a receipt (a release

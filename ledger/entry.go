@@ -117,6 +117,10 @@ type Entry struct {
 	// why.
 	Target  string `json:"target,omitempty"`
 	Outcome string `json:"outcome,omitempty"`
+	// Mandate names the standing approval (package mandate) this
+	// commitment was allowed under: it is charged to the mandate's
+	// budget and count as well as to every limit.
+	Mandate string `json:"mandate,omitempty"`
 	// MAC seals every byte of the line before it with the server's key.
 	MAC string `json:"mac"`
 }
@@ -145,11 +149,12 @@ type body struct {
 	ValidBefore string `json:"valid_before,omitempty"`
 	Target      string `json:"target,omitempty"`
 	Outcome     string `json:"outcome,omitempty"`
+	Mandate     string `json:"mandate,omitempty"`
 }
 
 func (e *Entry) body() body {
 	return body{e.V, e.Lane, e.Seq, e.Prev, e.Kind, e.At, e.Until, e.Receipt, e.Caller, e.Tenant, e.PayTo, e.Host,
-		e.Resource, e.Atomic, e.Asset, e.Open, e.Review, e.Payer, e.Nonce, e.ValidBefore, e.Target, e.Outcome}
+		e.Resource, e.Atomic, e.Asset, e.Open, e.Review, e.Payer, e.Nonce, e.ValidBefore, e.Target, e.Outcome, e.Mandate}
 }
 
 // prefix is the line up to its seal: the body's JSON without its closing
@@ -272,7 +277,7 @@ func (e *Entry) check() error {
 		}
 	}
 	if e.Kind == KindGenesis {
-		if e.Receipt == "" || e.PayTo != "" || e.Host != "" || e.Atomic != "" || e.Target != "" {
+		if e.Receipt == "" || e.PayTo != "" || e.Host != "" || e.Atomic != "" || e.Target != "" || e.Mandate != "" {
 			return errors.New("a genesis names its receipt and nothing else")
 		}
 		return nil
@@ -297,10 +302,16 @@ func (e *Entry) check() error {
 		if e.Target != "" || e.Outcome != "" {
 			return fmt.Errorf("a %s names a target", e.Kind)
 		}
+		if e.Mandate != "" && (len(e.Mandate) != 18 || e.Mandate[:2] != "m_" || !lowerHex("0x"+e.Mandate[2:], 8)) {
+			return fmt.Errorf("mandate %q is not a mandate id (m_ and 16 hex digits)", clip(e.Mandate))
+		}
 		if err := e.checkTerms(); err != nil {
 			return err
 		}
 	case KindRelease:
+		if e.Mandate != "" {
+			return errors.New("a release names no mandate")
+		}
 		if e.Payer != "" || e.Nonce != "" || e.ValidBefore != "" {
 			return errors.New("a release names no authorization terms")
 		}

@@ -22,7 +22,7 @@ var ErrStoreNotEmpty = errors.New("the destination store is not empty")
 
 // CopyReport says what CopyStore copied.
 type CopyReport struct {
-	LogLines, Archives, Chains, Receipts, Keys, LedgerEntries int
+	LogLines, Archives, Chains, Receipts, Keys, LedgerEntries, Mandates int
 }
 
 // outboxSettler is a writer whose store notifies opened reviews: a copy
@@ -125,6 +125,18 @@ func CopyStore(ctx context.Context, src, dst Store) (CopyReport, error) {
 				return err
 			}
 			rep.LedgerEntries = len(raws)
+			// The mandate records, line for line (each is signed and
+			// linked to the one before it).
+			ms, err := r.Mandates(ctx)
+			if err != nil {
+				return err
+			}
+			for i, line := range ms {
+				if err := w.AppendMandate(ctx, i, line); err != nil {
+					return err
+				}
+			}
+			rep.Mandates = len(ms)
 			if s, ok := w.(outboxSettler); ok {
 				return s.SettleNotifications(ctx)
 			}

@@ -16,6 +16,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"github.com/haia-trace-mcp/haia-trace-mcp/mandate"
 	"io"
 	"slices"
 	"strings"
@@ -679,4 +680,30 @@ func (l *Log) ReviewersReadable() error {
 	}
 	_, err := l.reviewers()
 	return err
+}
+
+// MandateTrust is who may sign the mandates this log's guard honours:
+// the trusted reviewers' keys and, for a tenant's log (Options.Tenant),
+// only the reviewers the file grants that tenant. A log that trusts no
+// one trusts no mandate.
+func (l *Log) MandateTrust() (mandate.Trust, error) {
+	if l.reviewers == nil {
+		return mandate.Trust{}, nil
+	}
+	rs, err := l.reviewers()
+	if err != nil {
+		return mandate.Trust{}, fmt.Errorf("read the trusted reviewers: %w", err)
+	}
+	t := mandate.Trust{Keys: rs}
+	if l.tenant != "" {
+		var g Grants
+		if l.grants != nil {
+			if g, err = l.grants(); err != nil {
+				return mandate.Trust{}, fmt.Errorf("the trusted reviewers file's tenant grants cannot be read: %w", err)
+			}
+		}
+		tenant := l.tenant
+		t.Granted = func(reviewer string) bool { return g.Allows(reviewer, tenant) }
+	}
+	return t, nil
 }

@@ -2,6 +2,7 @@ package reviewlog
 
 import (
 	"context"
+	"errors"
 	"io"
 	"time"
 
@@ -69,6 +70,9 @@ type Reader interface {
 	// from the given byte offsets on, as of the moment the reader reads
 	// the streams' sizes (Segments).
 	SegmentLinesSince(ctx context.Context, from map[string]int64) ([]SegmentLine, error)
+	// Mandates reads the mandate records (package mandate), every whole
+	// line in order (a torn tail left out).
+	Mandates(ctx context.Context) ([][]byte, error)
 }
 
 // Writer is a Reader inside the write lock, that can also append.
@@ -95,7 +99,14 @@ type Writer interface {
 	// synced at once (before the receipt it stands for) and cut off again
 	// if the section fails.
 	LedgerAppender() ledger.Appender
+	// AppendMandate appends one mandate record after the n records the
+	// section read (ErrMandateTaken when another writer appended first).
+	AppendMandate(ctx context.Context, n int, line []byte) error
 }
+
+// ErrMandateTaken is an append of a mandate record after fewer records
+// than the store holds: another writer appended one first.
+var ErrMandateTaken = errors.New("another mandate record was appended first; read them again")
 
 // Stream is one append-only stream of lines, read at byte offsets.
 type Stream interface {

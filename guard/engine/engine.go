@@ -22,6 +22,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/policy"
 	"github.com/haia-trace-mcp/haia-trace-mcp/ledger"
+	"github.com/haia-trace-mcp/haia-trace-mcp/mandate"
 	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
@@ -93,6 +94,10 @@ type Engine struct {
 	tail reviewlog.ReceiptTail
 	// expiry is when expired authorizations may be asked about again.
 	expiry expiryState
+	// mandateSigs are the mandate records whose signature verified;
+	// mandateLines is how many records this process read at most.
+	mandateSigs  mandate.Cache
+	mandateLines atomic.Int64
 }
 
 // judged is a policy with its custom rules, swapped together.
@@ -322,6 +327,8 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 		judged guard.History
 		ans    Answer
 		own    *ledger.Raw
+		// under is the mandate the answer allows under (nil: none).
+		under *mandateUse
 	)
 	kind := ledger.KindHold
 	switch {
@@ -344,6 +351,20 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 			}
 			judged = e.withLedger(hist, now)
 			dec = e.decide(req, judged, pol, now, &draft)
+			under = nil
+			if amountOnly(dec) {
+				// Only the amount asks for a review: a mandate a reviewer
+				// signed may answer it, read as this section sees the
+				// records and the ledger's uses of it.
+				mu, why := e.fitMandate(ctx, w, req, caller, pol, now)
+				switch {
+				case mu != nil:
+					under = mu
+					withMandate(&dec, mu, pol)
+				case why != "":
+					notCovered(&dec, why)
+				}
+			}
 			return dec.Decision, dec.Reasons, nil
 		},
 		Used: func(review string) bool { _, used := e.book.Used(review); return used },
@@ -392,6 +413,9 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 			en, err := e.commitment(req, caller, id, tx, pol, kind)
 			if err != nil {
 				return err
+			}
+			if under != nil && out.Kind == reviewlog.AskPlain {
+				en.Mandate = under.m.Grant.ID
 			}
 			if t := opts.Authorization; t != nil && opts.Hold {
 				en.Payer, en.Nonce, en.ValidBefore = strings.ToLower(t.Payer), strings.ToLower(t.Nonce(id)), ledger.FormatTime(t.ValidBefore)

@@ -47,6 +47,9 @@ type fleet struct {
 	// dsn is the fleet's database ("" on files).
 	dsn  string
 	kind storeKind
+	// reviewers, when set, are the trusted reviewers of every engine
+	// fresh adds.
+	reviewers reviewlog.Reviewers
 }
 
 // fresh is one more engine over the fleet's store, as a process that
@@ -63,7 +66,11 @@ func (f *fleet) fresh(t testing.TB) *Engine {
 		t.Cleanup(func() { s.Close() })
 		st = s
 	}
-	log := reviewlog.OpenStore(st, reviewlog.Options{Now: f.clock, ReviewTTL: f.pol.ReviewTTL, LockWait: 30 * time.Second})
+	opts := reviewlog.Options{Now: f.clock, ReviewTTL: f.pol.ReviewTTL, LockWait: 30 * time.Second}
+	if f.reviewers != nil {
+		opts.Reviewers = func() (reviewlog.Reviewers, error) { return f.reviewers, nil }
+	}
+	log := reviewlog.OpenStore(st, opts)
 	eng, err := New(Config{Policy: f.pol, Templates: receipt.Resolver{}, History: ScanHistory{Events: events}, Log: log,
 		Chains: &reviewlog.Chains{Signer: noa.NewKeySigner(f.key)}, ParamsKey: ParamsKeyFrom(f.key.Seed()), Now: f.clock})
 	if err != nil {
