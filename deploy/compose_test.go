@@ -3,7 +3,6 @@ package deploy
 import (
 	"bytes"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -661,33 +660,6 @@ func checkRuntimeRoleCreated(t *testing.T, c *composeFile, pgName, role string) 
 // in the replicas'.
 func checkDocumentedDSNs(t *testing.T, owner, role string, ownerEnv, runtimeEnv []string) {
 	t.Helper()
-	data, err := os.ReadFile("compose.postgres.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(string(data), "\n")
-	// The DSN documented for file: the first HAIA_STORE= line after the
-	// comment line that names it.
-	user := func(file string) string {
-		for i, l := range lines {
-			if !strings.HasPrefix(l, "#") {
-				break
-			}
-			if !strings.Contains(l, file) {
-				continue
-			}
-			for _, next := range lines[i:] {
-				if _, dsn, ok := strings.Cut(next, "HAIA_STORE="); ok {
-					u, err := url.Parse(strings.TrimSpace(dsn))
-					if err != nil || u.User == nil {
-						return ""
-					}
-					return u.User.Username()
-				}
-			}
-		}
-		return ""
-	}
 	for _, d := range []struct {
 		files []string
 		want  string
@@ -696,51 +668,9 @@ func checkDocumentedDSNs(t *testing.T, owner, role string, ownerEnv, runtimeEnv 
 			t.Errorf("env_file %v; want one file", d.files)
 			continue
 		}
-		if got := user(d.files[0]); got != d.want || got == "" {
+		u := documentedDSN(t, d.files[0])
+		if got := u.User.Username(); got != d.want || got == "" {
 			t.Errorf("the header documents %s with a DSN of role %q; want %q", d.files[0], got, d.want)
 		}
 	}
-}
-
-// TestComposePostgresMatchesFileStore: every container of the project's
-// image in the PostgreSQL topology is hardened exactly as in compose.yaml,
-// and the servers and the signer run as there, word for word.
-func TestComposePostgresMatchesFileStore(t *testing.T) {
-	base := loadCompose(t)
-	_, baseSrv := serverService(t, base)
-	_, baseSigner := signerService(t, base)
-	hardening := func(s composeService) string {
-		return fmt.Sprint(s.Image, s.Build, s.User, s.ReadOnly, s.CapDrop, s.SecurityOpt)
-	}
-	eachPostgresCompose(t, func(t *testing.T, c *composeFile) {
-		for name, s := range c.Services {
-			if builtHere(s) && hardening(s) != hardening(baseSrv) {
-				t.Errorf("service %s: hardening %s differs from compose.yaml's %s", name, hardening(s), hardening(baseSrv))
-			}
-		}
-		same := func(name string, got, want composeService) {
-			t.Helper()
-			for _, d := range []struct {
-				what      string
-				got, want any
-			}{
-				{"entrypoint", got.Entrypoint, want.Entrypoint},
-				{"command", got.Command, want.Command},
-				{"secrets", got.Secrets, want.Secrets},
-				{"configs", got.Configs, want.Configs},
-				{"healthcheck", got.Healthcheck, want.Healthcheck},
-				{"limits", got.Deploy, want.Deploy},
-				{"network_mode", got.NetworkMode, want.NetworkMode},
-			} {
-				if g, w := fmt.Sprintf("%+v", d.got), fmt.Sprintf("%+v", d.want); g != w {
-					t.Errorf("service %s: %s %s differs from compose.yaml's %s", name, d.what, g, w)
-				}
-			}
-		}
-		for _, name := range serverServices(c) {
-			same(name, c.Services[name], baseSrv)
-		}
-		signerName, signer := signerService(t, c)
-		same(signerName, signer, baseSigner)
-	})
 }

@@ -482,6 +482,11 @@ func TestTopologiesBecomeReady(t *testing.T) {
 			runK8sTopology(t, bin, cfg, v)
 		})
 	}
+	for _, v := range composeVariants() {
+		if v.postgres {
+			t.Run("compose "+v.file, func(t *testing.T) { runComposePostgresTopology(t, bin, cfg, v.file) })
+		}
+	}
 }
 
 func runK8sTopology(t *testing.T, bin string, cfg finalConfig, v k8sVariant) {
