@@ -248,6 +248,8 @@ func describeRule(rule string) ruleView {
 		v.Title, v.Setting = "Too many payments in a short time", "velocity"
 	case guard.RuleDuplicatePayment:
 		v.Title, v.Setting = "This resource was already paid for", "duplicatePayment"
+	case guard.RuleSignedOffer:
+		v.Title, v.Setting = "The seller's signed offer is missing, differs, or is signed by a key not trusted", "requireSignedOffers, sellerKeys"
 	case guard.RuleReviewAbove:
 		v.Title, v.Setting = "More than a payment may be without a review", "reviewAbove"
 	case guard.RuleReservationUnverified:

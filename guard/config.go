@@ -85,6 +85,14 @@ type Config struct {
 	// DuplicateWindow: a payment for a resource already paid for inside it
 	// goes to review; 0 when the policy sets none.
 	DuplicateWindow time.Duration
+	// RequireSignedOffers: every 402 paid must carry a signed offer
+	// (signed_offer); RequireSignedOffersFrom names the counterparties
+	// that must, when not every one must.
+	RequireSignedOffers     bool
+	RequireSignedOffersFrom []Counterparty
+	// SellerKeys are the keys trusted to sign offers and receipts, each
+	// for one counterparty.
+	SellerKeys []SellerKey
 
 	// Allowlisting is true when some layer named a non-empty allowlist: then
 	// every counterparty not on Allowlist goes to review, even when the
@@ -526,7 +534,8 @@ func (c *Config) readAsset(e member, at Path) error {
 func ConfigKeys() []string {
 	return []string{"allowlist", "denylist", "perCounterpartyLimit", "maxOpenPartialPerCounterparty", "totalLimit", "velocity",
 		"duplicatePayment", "reviewAbove", "quorum", "agents", "tenants", "defaultAsset", "assets", "policy", "historyTemplates", "unreadableHistory",
-		"unattributableHistory", "reviewTtlMinutes", "approvalTtlMinutes", "rejectionHoldHours", "maxPendingReviewsPerCaller", "maxAuthorizationSeconds", "reservationMinutes"}
+		"unattributableHistory", "reviewTtlMinutes", "approvalTtlMinutes", "rejectionHoldHours", "maxPendingReviewsPerCaller", "maxAuthorizationSeconds", "reservationMinutes",
+		"requireSignedOffers", "sellerKeys"}
 }
 
 // readTemplateNames reads historyTemplates (at at): a non-empty list of
@@ -720,7 +729,7 @@ func (c *Config) FormatDefault(atomic *big.Int) string {
 // limitKeys are the keys an agent's own policy may set; every other key
 // applies to every caller.
 var limitKeys = []string{"allowlist", "denylist", "perCounterpartyLimit", "maxOpenPartialPerCounterparty",
-	"totalLimit", "velocity", "duplicatePayment", "reviewAbove", "quorum"}
+	"totalLimit", "velocity", "duplicatePayment", "reviewAbove", "quorum", "requireSignedOffers", "sellerKeys"}
 
 func isLimitKey(k string) bool { return slices.Contains(limitKeys, k) }
 
@@ -787,6 +796,10 @@ func (c *Config) readLimitKey(m member, base Path, ps *problems) {
 		if tiers, ok := readQuorum(m.value, at, amount, ps); ok {
 			c.Quorum = tiers
 		}
+	case "requireSignedOffers":
+		c.readRequireSignedOffers(m.value, at, ps)
+	case "sellerKeys":
+		c.readSellerKeys(m.value, at, ps)
 	case "velocity":
 		if isNull(m.value) {
 			c.Velocity = Velocity{}

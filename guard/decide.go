@@ -53,7 +53,7 @@ type Ref struct {
 func Rules() []string {
 	return []string{RuleDenylist, RuleAllowlist, RuleOpenPartial, RuleUnknownAsset, RuleUnparseableAmount,
 		RuleAssetMismatch, RulePerCounterparty, RuleMixedAssets, RuleUnparseableHistory, RuleUnattributable,
-		RuleUnreadable, RuleTotalLimit, RuleVelocity, RuleDuplicatePayment, RuleReviewAbove, RuleHistory}
+		RuleUnreadable, RuleTotalLimit, RuleVelocity, RuleDuplicatePayment, RuleSignedOffer, RuleReviewAbove, RuleHistory}
 }
 
 // Reason is one line of a decision's explanation.
@@ -562,6 +562,11 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 	// 6'. What earlier allows reserved cannot be known.
 	if len(h.ReservationProblems) > 0 {
 		add(Reason{Rule: RuleReservationUnverified, Detail: fmt.Sprintf("what earlier allows reserved cannot be known, so no limit can be judged: %s", strings.Join(h.ReservationProblems, "; "))}, Review)
+	}
+	// 5d. signed_offer: what the seller signed, when the payment came
+	// with its 402.
+	if r, outcome, ok := signedOffer(req, cfg); ok {
+		add(r, outcome)
 	}
 	// 6. review_above
 	if moneyOK && req.Atomic.Cmp(cfg.ReviewAbove) > 0 {

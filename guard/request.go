@@ -30,6 +30,9 @@ type RawRequest struct {
 	// compares both with history, which records what sellers declared.
 	// It is not an argument of check_before_pay.
 	SellerResource string `json:"-"`
+	// Offer is what the seller's 402 says about its signed offer
+	// (authorize_payment and the proxy; nil otherwise).
+	Offer *OfferEvidence `json:"-"`
 }
 
 // Request is a parsed question. A counterparty that cannot be read is an
@@ -58,6 +61,8 @@ type Request struct {
 	// where it differs from Resource, or "": a second key for
 	// duplicate_payment, never the question's identity.
 	SellerResource string
+	// Offer is the seller's signed offer as the payment reader found it.
+	Offer *OfferEvidence
 }
 
 // ErrRequest marks a request that cannot be judged at all.
@@ -76,7 +81,7 @@ func ParseRequest(raw RawRequest, cfg *Config) (Request, error) {
 	if tmpl == "" {
 		tmpl = cfg.QuestionTemplate()
 	}
-	req := Request{Counterparty: cp, AmountText: raw.Amount, AssetText: raw.Asset, Template: tmpl}
+	req := Request{Counterparty: cp, AmountText: raw.Amount, AssetText: raw.Asset, Template: tmpl, Offer: raw.Offer}
 	if raw.Resource != "" {
 		if req.Resource, err = CanonicalResource(raw.Resource, false); err != nil {
 			return Request{}, fmt.Errorf("%w: resource: %w", ErrRequest, err)

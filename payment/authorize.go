@@ -7,6 +7,7 @@ package payment
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -92,6 +93,21 @@ type Result struct {
 	Reservation   *engine.ReservationInfo `json:"reservation,omitempty"`
 	Payment       *x402.Payment           `json:"payment,omitempty"`
 	Authorization *Signed                 `json:"authorization,omitempty"`
+	// Offer is the seller's signed offer for the entry, as checked before
+	// the engine was asked (nil when the 402 carried none).
+	Offer *OfferResult `json:"offer,omitempty"`
+}
+
+// OfferResult is what was found of the seller's signed offer.
+type OfferResult struct {
+	// Verified: the signature verified and the terms are the entry's
+	// (whether the signer is trusted is the decision's signed_offer reason).
+	Verified bool                 `json:"verified"`
+	Problem  string               `json:"problem,omitempty"`
+	Signer   *x402.ArtifactSigner `json:"signer,omitempty"`
+	Terms    *x402.OfferTerms     `json:"terms,omitempty"`
+	// Artifact is the offer as the seller sent it.
+	Artifact *x402.Artifact `json:"artifact,omitempty"`
 }
 
 // RefusedError means nothing was asked or signed; Message is for the caller.
@@ -149,11 +165,15 @@ func (a *Authorizer) Authorize(ctx context.Context, caller string, req Request) 
 	// with its hold: the authorization signed is valid no later, so that
 	// once it has passed the hold can be released if the asset contract
 	// says the nonce was never used.
+	// The seller's signed offer is checked before the engine is asked:
+	// the engine judges what was found (signed_offer), never the bytes.
+	oc := x402.CheckOffer(pr, choice, resource, a.cfg.Now().Unix(), pol.SellerKeyFor)
+	ev, offer := offerEvidence(oc, choice.Index)
 	maxSeconds := int64(a.cfg.Engine.Policy().MaxAuthorizationSeconds)
 	before := x402.ValidBeforeFor(choice, a.cfg.Now(), maxSeconds)
 	ans, err := a.cfg.Engine.AuthorizeTerms(ctx, caller, engine.Question{
 		Counterparty: host, PayTo: choice.PayTo.Lower(), Amount: choice.Amount(), Asset: choice.Asset.Key,
-		Resource: resource, SellerResource: sellerResource,
+		Resource: resource, SellerResource: sellerResource, Offer: ev,
 	}, engine.AuthorizationTerms{Payer: a.cfg.Signer.Address().Lower(), ValidBefore: time.Unix(before, 0),
 		Nonce: func(receiptID string) string { n := x402.NonceFor(receiptID); return "0x" + hex.EncodeToString(n[:]) }})
 	if err != nil {
@@ -161,7 +181,7 @@ func (a *Authorizer) Authorize(ctx context.Context, caller string, req Request) 
 	}
 	res := Result{Decision: ans.Decision, Reasons: ans.Reasons, ReceiptID: ans.ReceiptID, ReviewID: ans.ReviewID, ReviewURL: ans.ReviewURL, Reservation: ans.Reservation,
 		Accepted: Accepted{Index: choice.Index, Network: choice.Network, Asset: choice.Asset.Key, Amount: choice.Amount(),
-			Atomic: choice.Atomic.String(), PayTo: choice.PayTo.Hex(), Host: host}}
+			Atomic: choice.Atomic.String(), PayTo: choice.PayTo.Hex(), Host: host}, Offer: offer}
 	if ans.Decision != guard.Allow {
 		return res, nil
 	}
@@ -183,6 +203,7 @@ func (a *Authorizer) Authorize(ctx context.Context, caller string, req Request) 
 		Name: terms.Domain.Name, Version: terms.Domain.Version, From: au.From, To: au.To, Value: au.Value,
 		ValidAfter: au.ValidAfter, ValidBefore: au.ValidBefore, Nonce: au.Nonce,
 		Signature: "0x" + hex.EncodeToString(sig[:]), Digest: "0x" + hex.EncodeToString(terms.Digest[:]), Resource: resource,
+		Offer: offerBytes(offer), OfferSigner: ev.Signer,
 	}, terms.Digest)
 	if err != nil {
 		return Result{}, err
@@ -191,6 +212,40 @@ func (a *Authorizer) Authorize(ctx context.Context, caller string, req Request) 
 	res.Authorization = &Signed{Payer: au.From, PayTo: au.To, Value: au.Value, ValidAfter: terms.Authorization.ValidAfter.Int64(),
 		ValidBefore: terms.Authorization.ValidBefore.Int64(), Nonce: au.Nonce, ReceiptID: rec.Receipt}
 	return res, nil
+}
+
+// offerEvidence turns the offer check into what the engine judges and
+// what the answer shows.
+func offerEvidence(oc x402.OfferCheck, index int) (*guard.OfferEvidence, *OfferResult) {
+	ev := &guard.OfferEvidence{Carried: oc.Carried, Problem: oc.Problem, Index: index}
+	if !oc.Carried {
+		return ev, nil
+	}
+	res := &OfferResult{Verified: oc.Problem == "" && oc.Signer != nil, Problem: oc.Problem, Signer: oc.Signer, Artifact: oc.Offer}
+	if oc.Offer != nil {
+		t := oc.Terms
+		res.Terms = &t
+	}
+	if s := oc.Signer; s != nil {
+		ev.Signer = s.String()
+		if s.Address != "" {
+			ev.SignerAddress = strings.ToLower(s.Address)
+		}
+		ev.SignerKID, ev.SignerThumbprint = s.KID, s.Thumbprint
+	}
+	return ev, res
+}
+
+// offerBytes is the offer as the seller sent it, for the record.
+func offerBytes(o *OfferResult) json.RawMessage {
+	if o == nil || o.Artifact == nil {
+		return nil
+	}
+	b, err := json.Marshal(o.Artifact)
+	if err != nil {
+		return nil
+	}
+	return b
 }
 
 // sellerHost is the host judged beside payTo: the host of the URL the

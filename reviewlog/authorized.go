@@ -3,6 +3,7 @@ package reviewlog
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -49,6 +50,12 @@ type Authorized struct {
 	Digest string `json:"digest"`
 	// Resource is the URL the seller declared for the payment.
 	Resource string `json:"resource,omitempty"`
+	// Offer is the seller's signed offer for the entry paid (the x402
+	// offer-receipt extension's artifact, as sent), and OfferSigner who
+	// signed it as verified before the engine was asked; both empty when
+	// the 402 carried none.
+	Offer       json.RawMessage `json:"offer,omitempty"`
+	OfferSigner string          `json:"offer_signer,omitempty"`
 }
 
 var (
@@ -75,6 +82,8 @@ func checkAuthorized(a *Authorized) error {
 		return errors.New("an authorized record's value and validity are decimal numbers")
 	case a.Network == "" || a.Name == "" || a.Version == "" || len(a.Network) > 64 || len(a.Name) > 256 || len(a.Version) > 256 || len(a.Resource) > maxFieldBytes:
 		return errors.New("an authorized record needs its network, name and version")
+	case len(a.Offer) > 16<<10 || len(a.OfferSigner) > maxFieldBytes || (len(a.Offer) > 0 && !json.Valid(a.Offer)):
+		return errors.New("an authorized record's offer is one JSON object of at most 16 KiB")
 	}
 	return nil
 }

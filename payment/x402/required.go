@@ -76,6 +76,8 @@ type PaymentRequired struct {
 	Version  int
 	Resource Resource
 	Accepts  []Requirements
+	// Offers are the seller's signed offers (the offer-receipt extension).
+	Offers Offers
 }
 
 // ParseArgument reads a payment_required tool argument: a JSON object, or
@@ -207,6 +209,7 @@ func Parse(data []byte) (*PaymentRequired, error) {
 		}
 		pr.Accepts = append(pr.Accepts, r)
 	}
+	pr.Offers = readOffers(top["extensions"])
 	return pr, nil
 }
 
