@@ -54,9 +54,6 @@ type AskRequest struct {
 	// otherwise only for those of the same caller, counterparty or
 	// resource (see Scope).
 	Totals bool
-	// Reservations: decide reads the reservations (AskView.Reservations);
-	// a store that indexes them may read them with its locks.
-	Reservations bool
 	// Prefetch, when set, names what decide will read beside the log (the
 	// spend ledger, the chains' new receipts), for a store that can read
 	// it with its locks; it is called once the question is checked.
@@ -126,17 +123,10 @@ func (l *Log) Ask(ctx context.Context, req AskRequest, decide func(v *AskView) (
 		}
 	}
 	var out AskOutcome
-	if req.Reservations {
-		// The section's time is no earlier than now.
-		ctx = withMark(ctx, req.reservationQuery(l.now(), 0))
-	}
 	if _, ok := l.store.(ScopedStore); ok {
 		// A scoped section reads the reviews by index (ReviewIndex), with
 		// its locks where the store can.
 		ctx = withMark(ctx, req.reviewQuery(l.now(), l.ttl()))
-		if req.Reservations {
-			ctx = withMark(ctx, linesFrom{l.linesFrom()})
-		}
 	}
 	var pre *Prefetch
 	if req.Prefetch != nil {
@@ -260,19 +250,6 @@ func (a *AskView) verifier() (*verifier, error) {
 		a.v = v
 	}
 	return a.v, nil
-}
-
-// Reservations are the reservations that may hold now (ttl is the policy's
-// reservationMinutes), checked against the decision chain.
-func (a *AskView) Reservations(ttl time.Duration) (ReservationView, error) {
-	if _, err := a.verifier(); err != nil {
-		return ReservationView{}, err
-	}
-	st := a.st.reservationState()
-	if idx, ok := a.g.(ReservationIndex); ok {
-		return a.l.indexedView(a.ctx, idx, st, a.req, a.at, ttl)
-	}
-	return a.l.reservationView(st, a.at, ttl)
 }
 
 // Reviews are the caller's reviews of this very question (the same

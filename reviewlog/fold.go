@@ -150,22 +150,9 @@ type state struct {
 	// releases are the offsets of the released records naming a receipt
 	// (pruned with the reservations: see reservationView).
 	releases map[string][]int64
-	// heads are the reserved lines a store's index pointed to, as read
-	// (see lineHead).
-	heads map[int64]parsedHead
 	// rows, when set, says this state is a scoped section's read by index
-	// (withIndex): the reviews are rows's, not the fold's; resv holds the
-	// reservations (nil: this state's own).
+	// (withIndex): the reviews are rows's, not the fold's.
 	rows *rowIndex
-	resv *state
-}
-
-// reservationState is the state that holds the reservations.
-func (st *state) reservationState() *state {
-	if st.resv != nil {
-		return st.resv
-	}
-	return st
 }
 
 func newState() *state {

@@ -140,9 +140,6 @@ type Log struct {
 	lastArchive     *state
 	lastArchiveName string
 	rx              receiptIndex
-	// resLane is the reservation records read from the log's reserved
-	// and released lines alone, where the store gives them (l.mu).
-	resLane *laneReservations
 	// lanes, on a store that locks scopes, are further logs over the same
 	// store, each with its own fold and its own turn, that answer
 	// questions side by side as replicas would; subs lists them (nil:
@@ -202,14 +199,11 @@ func OpenStore(s Store, opts Options) *Log {
 	return l
 }
 
-// warm folds the log and indexes the chains of a lane that has not read
-// them yet, outside any lock, so that its first question does not hold its
-// scopes' locks while it reads everything. What it cannot read now is read
-// again under the lock, where a failure counts.
-//
-// A lane whose store gives the reservation lines (ReservationLines) reads
-// its reviews by index and never folds the log: it reads those lines and
-// indexes the chains.
+// warm indexes the chains of a lane that has not read them yet, outside
+// any lock, so that its first question does not hold its scopes' locks
+// while it reads everything. What it cannot read now is read again under
+// the lock, where a failure counts. A lane of a store that locks scopes
+// reads its reviews by index and never folds the log; any other folds it.
 func (l *Log) warm(ctx context.Context) {
 	l.mu.Lock()
 	cold := !l.warmed
@@ -219,8 +213,7 @@ func (l *Log) warm(ctx context.Context) {
 		return
 	}
 	_ = l.store.View(ctx, func(r Reader) error {
-		rl, ok := r.(ReservationLines)
-		if !ok {
+		if _, scoped := l.store.(ScopedStore); !scoped {
 			return l.withFold(ctx, r, func(*state) error {
 				_, err := l.newVerifier(ctx, r)
 				return err
@@ -228,15 +221,7 @@ func (l *Log) warm(ctx context.Context) {
 		}
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		if _, err := l.newVerifier(ctx, r); err != nil {
-			return err
-		}
-		s, err := r.Log(ctx)
-		if err != nil {
-			return err
-		}
-		defer s.Close()
-		_, err = l.laneReservationState(ctx, rl, s)
+		_, err := l.newVerifier(ctx, r)
 		return err
 	})
 }

@@ -263,21 +263,6 @@ func (l *Log) withIndex(ctx context.Context, w Writer, ix ReviewIndex, q ReviewQ
 	}
 	st := newState()
 	st.src, st.offset, st.rows = s, s.Size(), x
-	if _, ok := ReservationQueryOf(ctx); !ok {
-		return fn(w, st, l.now())
-	}
-	// The reservation records the checks read: the lane's, from the
-	// reserved and released lines alone where the store gives them, the
-	// fold's otherwise.
-	var err2 error
-	if rl, ok := w.(ReservationLines); ok {
-		st.resv, err2 = l.laneReservationState(ctx, rl, s)
-	} else {
-		st.resv, err2 = l.refresh(s)
-	}
-	if err2 != nil {
-		return err2
-	}
 	return fn(w, st, l.now())
 }
 
@@ -409,4 +394,19 @@ func (a *AskView) indexedFind(ids []string) (func(id string) (*state, *entry, er
 		}
 		return x.st, x.st.byID[id], nil
 	}, nil
+}
+
+// markKey is the key of what a locked section is about to read, of type
+// T, that a store may read in the round trip that takes its locks.
+type markKey[T any] struct{}
+
+// withMark marks ctx with v (a ReviewQuery).
+func withMark[T any](ctx context.Context, v T) context.Context {
+	return context.WithValue(ctx, markKey[T]{}, v)
+}
+
+// markOf is what ctx was marked with (ok: it was).
+func markOf[T any](ctx context.Context) (T, bool) {
+	v, ok := ctx.Value(markKey[T]{}).(T)
+	return v, ok
 }

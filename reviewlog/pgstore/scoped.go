@@ -72,15 +72,6 @@ func (s *Store) LockedScopes(ctx context.Context, wait time.Duration, scopes []r
 		return err
 	})
 	b.Queue(snapshotLastSQL).Query(func(rows pgx.Rows) error { return w.readSnapshotLast(rows) })
-	if from, ok := reviewlog.LinesFromOf(ctx); ok {
-		// The reserved and released lines appended since the section's
-		// lane last read them.
-		b.Queue(reservationLinesSQL, from).Query(func(rows pgx.Rows) error {
-			got, err := collectLines(rows)
-			w.preLines = &prefetchedLines{from: from, lines: got}
-			return err
-		})
-	}
 	if q, ok := reviewlog.ReviewQueryOf(ctx); ok {
 		// The reviews the section will read, after its locks: the
 		// caller's scope is held, so no other section changes them.
@@ -117,15 +108,6 @@ func (s *Store) LockedScopes(ctx context.Context, wait time.Duration, scopes []r
 			return err
 		})
 	}
-	if q, ok := reviewlog.ReservationQueryOf(ctx); ok {
-		// The reservations the section will read, after its locks.
-		sql, args := indexedQuery(q)
-		b.Queue(sql, args...).Query(func(rows pgx.Rows) error {
-			got, err := collectIndexed(rows)
-			w.pre = &prefetched{q: q, rows: got}
-			return err
-		})
-	}
 	open = true
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return s.lockError(err, wait)
@@ -142,7 +124,7 @@ func (s *Store) LockedScopes(ctx context.Context, wait time.Duration, scopes []r
 			return err
 		}
 		// Read before this wait: read again when asked.
-		w.pre, w.preLines, w.preLedger, w.preSegs, w.preQuestion = nil, nil, nil, nil, nil
+		w.preLedger, w.preSegs, w.preQuestion = nil, nil, nil
 	}
 	w.lane = lane
 	if err := fn(w); err != nil {
@@ -190,37 +172,13 @@ type scopedWriter struct {
 	writer
 	scopes []reviewlog.Scope
 	lane   int
-	// pre are the reservations read with the locks (nil: none).
-	pre *prefetched
 	// preReviews are the reviews read with the locks (nil: none).
 	preReviews *prefetchedReviews
-	// preLines are the reservation lines read with the locks (nil: none).
-	preLines *prefetchedLines
 	// preLedger and preSegs are the spend ledger and the chains' receipts
 	// read with the locks (nil: none).
 	preLedger   *prefetchedLedger
 	preSegs     *prefetchedSegments
 	preQuestion *prefetchedQuestion
-}
-
-// prefetchedLines are the reserved and released lines from offset from,
-// read in the round trip that took a scoped section's locks.
-type prefetchedLines struct {
-	from  int64
-	lines []reviewlog.IndexedLine
-}
-
-// ReservationLines gives the lines read with the locks when they start no
-// later than from, and reads them otherwise.
-func (w *scopedWriter) ReservationLines(ctx context.Context, from int64) ([]reviewlog.IndexedLine, error) {
-	if p := w.preLines; p != nil && p.from <= from {
-		i := 0
-		for i < len(p.lines) && p.lines[i].Off < from {
-			i++
-		}
-		return p.lines[i:], nil
-	}
-	return w.writer.ReservationLines(ctx, from)
 }
 
 // prefetchedReviews are the rows of q, read in the round trip that took a
@@ -252,22 +210,6 @@ func (w *scopedWriter) IndexedReviews(ctx context.Context, q reviewlog.ReviewQue
 		return w.preReviews.rows, nil
 	}
 	return w.writer.IndexedReviews(ctx, q)
-}
-
-// prefetched are the rows of q, read in the round trip that took a scoped
-// section's locks.
-type prefetched struct {
-	q    reviewlog.ReservationQuery
-	rows []reviewlog.IndexedReservation
-}
-
-// IndexedReservations gives the rows read with the locks when they cover
-// q, and reads q otherwise.
-func (w *scopedWriter) IndexedReservations(ctx context.Context, q reviewlog.ReservationQuery) ([]reviewlog.IndexedReservation, error) {
-	if w.pre != nil && w.pre.q.Covers(q) {
-		return w.pre.rows, nil
-	}
-	return w.writer.IndexedReservations(ctx, q)
 }
 
 func (w *scopedWriter) Scopes() []reviewlog.Scope { return w.scopes }
