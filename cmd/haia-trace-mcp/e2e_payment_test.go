@@ -409,7 +409,11 @@ func TestStdioPayerSignerProcess(t *testing.T) {
 // BenchmarkAuthorizePaymentStdio times authorize_payment over stdio
 // against the real binary (the official Go SDK as the client): what an
 // agent host waits for, from the request to the signed payment, a fresh
-// seller (host and payee) each time.
+// seller (host and payee) each time. Each authorization is an entry of the
+// spend ledger until its validBefore, so with -benchtime 2250x the last 250
+// are answered with 2,000 entries live (reportWindows):
+//
+//	HAIA_E2E_NORACE=1 go test -run '^$' -bench AuthorizePaymentStdio -benchtime 2250x ./cmd/haia-trace-mcp/
 func BenchmarkAuthorizePaymentStdio(b *testing.B) {
 	root := b.TempDir()
 	payerKey := filepath.Join(b.TempDir(), "payer.key")
@@ -440,6 +444,7 @@ func BenchmarkAuthorizePaymentStdio(b *testing.B) {
 		ds = append(ds, time.Since(t0))
 	}
 	b.StopTimer()
+	reportWindows(b, "authorize", ds)
 	slices.Sort(ds)
 	b.ReportMetric(float64(ds[len(ds)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(ds[len(ds)*99/100].Microseconds())/1000, "p99-ms")

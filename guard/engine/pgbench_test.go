@@ -23,10 +23,11 @@ import (
 // PostgreSQL, every answer an allow that reserves (reservationMinutes 1, on
 // the real clock, so about a minute of allows holds): 16 callers (8 a CPU
 // on 2 CPUs), each paying a counterparty of its own (distinct) or all one
-// (shared), over 1 and 3 handles (replicas). reads=index finds a
-// decision's reservations by the reservations table's indexes
-// (ReservationIndex); reads=fold hides the index, so the decision reads
-// them from the log's fold as the file store does — both side by side in
+// (shared), over 1 and 3 handles (replicas). reads=index is the store as
+// the server opens it: a decision reads its reviews and receipts by the
+// tables' indexes, with its locks; reads=fold hides every optional
+// interface of the store's writers but the scopes, so a decision reads the
+// log's fold and the chains as the file store does — both side by side in
 // one run:
 //
 //	HAIA_TEST_POSTGRES=postgres://… go test -run '^$' -bench PostgresCheck -benchtime 5s ./guard/engine/
@@ -130,9 +131,9 @@ func (pb *pgBench) engine(b *testing.B, c *pgstore.Counter, fold bool, opts revi
 	return e
 }
 
-// foldOnly is a PostgreSQL store whose writers hide the reservations
-// index, so that a decision reads its reservations from the log's fold
-// (the comparison of BenchmarkPostgresCheck).
+// foldOnly is a PostgreSQL store whose writers hide their indexes, so
+// that a decision reads the log's fold (the comparison of
+// BenchmarkPostgresCheck).
 type foldOnly struct{ *pgstore.Store }
 
 func (s foldOnly) Locked(ctx context.Context, wait time.Duration, fn func(w reviewlog.Writer) error) error {
