@@ -25,7 +25,10 @@ type series struct {
 }
 
 // add puts r in time order; an entry older than the newest (another
-// replica's clock) is inserted, which rebuilds the trees.
+// replica's, committed while this one wrote its own) is inserted, and the
+// trees are made again from its place on only: the nodes before it sum
+// entries that did not move. Replicas' entries arrive at most a few
+// decisions late, so that is a few pushes, not the whole series.
 func (s *series) add(r *rec) {
 	ms := r.at.UnixMilli()
 	i := len(s.at)
@@ -36,7 +39,7 @@ func (s *series) add(r *rec) {
 		copy(s.at[i+1:], s.at[i:])
 		copy(s.recs[i+1:], s.recs[i:])
 		s.at[i], s.recs[i] = ms, r
-		s.rebuild()
+		s.rebuildFrom(i)
 		return
 	}
 	s.at = append(s.at, ms)
@@ -85,7 +88,15 @@ func (s *series) index(r *rec) int {
 // rebuild makes the trees again from the entries.
 func (s *series) rebuild() {
 	s.count, s.open, s.sum = fenwickInt{}, fenwickInt{}, fenwickBig{}
-	for _, r := range s.recs {
+	s.rebuildFrom(0)
+}
+
+// rebuildFrom makes the trees' nodes again from entry i on. A node k
+// (1-based) sums entries (k - lowbit(k), k], so the first i nodes read
+// only entries before i and stay as they are.
+func (s *series) rebuildFrom(i int) {
+	s.count.t, s.open.t, s.sum.t = s.count.t[:i], s.open.t[:i], s.sum.t[:i]
+	for _, r := range s.recs[i:] {
 		s.count.push(r.weight())
 		s.open.push(r.openWeight())
 		s.sum.push(r.amount())
