@@ -88,12 +88,14 @@ func (t *ReceiptTail) Next(ctx context.Context, r Reader) ([]Reserving, error) {
 		if !bytes.Contains(l.Line, []byte(`"`+noa.VerdictAllowed+`"`)) {
 			continue
 		}
-		rc, err := noa.ParseReceipt(l.Line)
-		if err != nil || (ReservesOf(&rc) == "" && rc.Action.Canonical != CanonicalLedgerGenesis) {
+		// The head alone: this picks the lines the ledger must hold,
+		// and a line that is no receipt commits nothing.
+		h, err := noa.ParseHead(l.Line)
+		if err != nil || (reservesHead(h) == "" && h.Action.Canonical != CanonicalLedgerGenesis) {
 			continue
 		}
-		ts, _ := time.Parse(time.RFC3339Nano, rc.TS)
-		out = append(out, Reserving{ID: rc.ID, Agent: rc.Agent.ID, Canonical: rc.Action.Canonical, TS: ts, Segment: l.Segment, Off: l.Off})
+		ts, _ := time.Parse(time.RFC3339Nano, h.TS)
+		out = append(out, Reserving{ID: h.ID, Agent: h.Agent.ID, Canonical: h.Action.Canonical, TS: ts, Segment: l.Segment, Off: l.Off})
 	}
 	return out, nil
 }

@@ -349,15 +349,24 @@ const (
 // SERVICE ALLOWED answer to a question, "hold" for one that holds an
 // authorization, "" otherwise (r's time must read, too).
 func ReservesOf(r *noa.Receipt) string {
-	if r.Agent.Principal != noa.PrincipalService || r.Governance.Verdict != noa.VerdictAllowed || r.Agent.ID == noa.ContinueAgent {
+	return reserves(r.Agent.Principal, r.Agent.ID, r.Governance.Verdict, r.TS, r.Action.Canonical)
+}
+
+// reservesHead is ReservesOf of a receipt's head.
+func reservesHead(h noa.Head) string {
+	return reserves(h.Agent.Principal, h.Agent.ID, h.Governance.Verdict, h.TS, h.Action.Canonical)
+}
+
+func reserves(principal, agent, verdict, ts, canonical string) string {
+	if principal != noa.PrincipalService || verdict != noa.VerdictAllowed || agent == noa.ContinueAgent {
 		return ""
 	}
-	if _, err := time.Parse(time.RFC3339Nano, r.TS); err != nil {
+	if _, err := time.Parse(time.RFC3339Nano, ts); err != nil {
 		return ""
 	}
 	// Only the answers to questions reserve (not, say, the record of an
 	// authorization signed after one).
-	switch r.Action.Canonical {
+	switch canonical {
 	case canonicalPayment:
 		return ReservesAllow
 	case CanonicalAuthorization:

@@ -123,7 +123,7 @@ func (pb *pgBench) engine(b *testing.B, c *pgstore.Counter, fold bool, opts revi
 		st = foldOnly{s}
 	}
 	_, events := openTestRoot(b, pb.dir)
-	e, err := New(Config{Policy: pb.pol, Templates: receipt.Resolver{}, History: ScanHistory{Events: events}, Log: reviewlog.OpenStore(st, opts),
+	e, err := New(Config{Policy: pb.pol, Templates: bundledTemplates(b), History: ScanHistory{Events: events}, Log: reviewlog.OpenStore(st, opts),
 		Chains: &reviewlog.Chains{Signer: noa.NewKeySigner(pb.key)}, ParamsKey: ParamsKeyFrom(pb.key.Seed()), Now: time.Now})
 	if err != nil {
 		b.Fatal(err)
@@ -150,3 +150,13 @@ type scopedWriter struct{ reviewlog.Writer }
 
 func (w scopedWriter) Scopes() []reviewlog.Scope { return w.Writer.(reviewlog.ScopedWriter).Scopes() }
 func (w scopedWriter) ChainLane() int            { return w.Writer.(reviewlog.ChainLaner).ChainLane() }
+
+// bundledTemplates is the bundled templates, parsed once, as the server
+// holds them (a Resolver parses a template at every question).
+func bundledTemplates(tb testing.TB) *receipt.TemplateSet {
+	set, errs := receipt.NewTemplateSet(func() (*receipt.Registry, []error) { return receipt.LoadRegistry(nil, "", nil) })
+	if set == nil {
+		tb.Fatal(errs)
+	}
+	return set
+}

@@ -18,7 +18,6 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/pgtest"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/simrec"
-	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/filestore"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
@@ -71,7 +70,7 @@ func (f *fleet) fresh(t testing.TB) *Engine {
 		opts.Reviewers = func() (reviewlog.Reviewers, error) { return f.reviewers, nil }
 	}
 	log := reviewlog.OpenStore(st, opts)
-	eng, err := New(Config{Policy: f.pol, Templates: receipt.Resolver{}, History: ScanHistory{Events: events}, Log: log,
+	eng, err := New(Config{Policy: f.pol, Templates: bundledTemplates(t), History: ScanHistory{Events: events}, Log: log,
 		Chains: &reviewlog.Chains{Signer: noa.NewKeySigner(f.key)}, ParamsKey: ParamsKeyFrom(f.key.Seed()), Now: f.clock})
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +85,7 @@ func (f *fleet) fresh(t testing.TB) *Engine {
 func (f *fleet) engineFor(t *testing.T, tenant string) *Engine {
 	t.Helper()
 	_, events := openTestRoot(t, f.dir)
-	eng, err := New(Config{Policy: f.pol, Templates: receipt.Resolver{}, History: ScanHistory{Events: events}, Log: f.logs[0],
+	eng, err := New(Config{Policy: f.pol, Templates: bundledTemplates(t), History: ScanHistory{Events: events}, Log: f.logs[0],
 		Chains: &reviewlog.Chains{Signer: noa.NewKeySigner(f.key), Tenant: tenant}, ParamsKey: ParamsKeyFrom(f.key.Seed()), Now: f.clock})
 	if err != nil {
 		t.Fatal(err)
