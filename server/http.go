@@ -99,6 +99,12 @@ type HTTPConfig struct {
 	// behind the same Host and Origin guard as /mcp; it authenticates its
 	// own users (passkeys), never with the MCP endpoint's tokens.
 	Console http.Handler
+	// Ingest, when set, is the recorders' batch endpoint, served at
+	// POST /v1/events:batch. It authenticates its callers with its own
+	// keys (never the MCP endpoint's tokens) and answers machines, not
+	// browsers, so neither the Host and Origin guard nor the token
+	// verifier stands in front of it.
+	Ingest http.Handler
 }
 
 // HTTP is the Streamable HTTP front of a Server: a router with /mcp, the
@@ -303,6 +309,9 @@ func (s *Server) NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 	r.Handle("/mcp", endpoint)
 	if cfg.Console != nil {
 		r.Handle("/console/*", auth.OriginGuard(cfg.AllowedHosts, cfg.AllowedOrigins, cfg.HostsHint, cfg.Console))
+	}
+	if cfg.Ingest != nil {
+		r.Handle("/v1/events:batch", cfg.Ingest)
 	}
 	h.handler = r
 	return h, nil

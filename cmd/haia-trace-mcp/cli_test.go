@@ -65,7 +65,7 @@ func tableCommands(t *testing.T) []tableCommand {
 // flag is one line on stderr that names the flag and the command and
 // points at --help, with the command's usage exit code (verify: 4).
 func TestEveryCommandHelpListsItsFlags(t *testing.T) {
-	oneLine := regexp.MustCompile(`^haia-trace-mcp[a-z ]*: .*\(see haia-trace-mcp[a-z ]* --help\)\n$`)
+	oneLine := regexp.MustCompile(`^haia-trace-mcp[a-z -]*: .*\(see haia-trace-mcp[a-z -]* --help\)\n$`)
 	for _, c := range tableCommands(t) {
 		name := strings.Join(c.path, " ")
 		t.Run(strings.ReplaceAll("cmd "+name, " ", "_"), func(t *testing.T) {
@@ -131,7 +131,7 @@ func TestEveryCommandHelpListsItsFlags(t *testing.T) {
 // subcommand and its summary; without a subcommand, or with an unknown
 // one, it is a usage error naming the group.
 func TestGroupsHelpAndUsage(t *testing.T) {
-	oneLine := regexp.MustCompile(`^haia-trace-mcp[a-z ]*: .*\(see haia-trace-mcp[a-z ]* --help\)\n$`)
+	oneLine := regexp.MustCompile(`^haia-trace-mcp[a-z -]*: .*\(see haia-trace-mcp[a-z -]* --help\)\n$`)
 	root := commandTable()
 	var walk func(c *cmdSpec, path []string)
 	groups := 0
@@ -406,7 +406,7 @@ func TestCLIPageListsEveryCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	listed := map[string]bool{}
-	for _, m := range regexp.MustCompile("(?m)^\\| `haia-trace-mcp ([a-z ]+)` \\|").FindAllStringSubmatch(string(data), -1) {
+	for _, m := range regexp.MustCompile("(?m)^\\| `haia-trace-mcp ([a-z -]+)` \\|").FindAllStringSubmatch(string(data), -1) {
 		listed[m[1]] = true
 	}
 	root := commandTable()
@@ -460,7 +460,7 @@ func TestSharedFlagsHaveOneHelpText(t *testing.T) {
 		"payer-key":               {"signer"},
 		"payer-key-password-file": {"signer"},
 		"guard-config":            {"signer"},
-		"tenant":                  {"", "proxy", "chain checkpoint", "review list", "review show", "review approve", "review reject", "review archive", "verify", "reviewer init", "reviewer passkey add"},
+		"tenant":                  {"", "proxy", "chain checkpoint", "review list", "review show", "review approve", "review reject", "review archive", "verify", "reviewer init", "reviewer passkey add", "ingest-key create"},
 		"console-url":             {"review list", "review show", "reviewer passkey add"},
 		"id":                      {"reviewer init", "reviewer passkey add", "reviewer passkey remove"},
 		"all":                     {"chain export"},

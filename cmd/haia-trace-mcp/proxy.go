@@ -66,6 +66,7 @@ func defineProxy(fs *flag.FlagSet) runFunc {
 func runProxy(ctx context.Context, env *cmdEnv, f serveFlags, h httpFlags, pf proxyFlags) error {
 	stdin, stdout, stderr := env.stdin, env.stdout, env.stderr
 	pos := env.tail
+	h.reviewers = &f.reviewers
 	if pf.guardMap == "" {
 		return usageErrorf("--guard-map is required")
 	}

@@ -340,6 +340,7 @@ func runServe(ctx context.Context, env *cmdEnv, f serveFlags, h httpFlags) error
 	stdin, stdout, stderr := env.stdin, env.stdout, env.stderr
 	f.console.allowRemote = &h.allowRemote
 	f.console.http = &h
+	h.reviewers = &f.reviewers
 	logger, err := newLogger(stderr, f.logLevel)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
@@ -355,6 +356,9 @@ func runServe(ctx context.Context, env *cmdEnv, f serveFlags, h httpFlags) error
 				guardFlags = append(guardFlags, "--"+fl.Name)
 			}
 		})
+		if h.ingest.on {
+			return usageErrorf("--read-only writes nothing, so it cannot take recorders' events (--ingest); drop one of them")
+		}
 		if len(guardFlags) > 0 {
 			return usageErrorf("--read-only serves no guard, so %s would do nothing; drop them or --read-only", strings.Join(guardFlags, ", "))
 		}
@@ -408,6 +412,10 @@ var idleFlagRules = []struct {
 		"http-write-timeout", "http-idle-timeout", "http-shutdown-timeout"},
 		"--http (they set the Streamable HTTP endpoint; over stdio there is none)",
 		func(_ *serveFlags, h *httpFlags) bool { return h.addr != "" }},
+	{[]string{"ingest"}, "--http (the recorders' batch endpoint is served over HTTP)",
+		func(_ *serveFlags, h *httpFlags) bool { return h.addr != "" }},
+	{[]string{"ingest-keys", "ingest-max-body"}, "--ingest (they set the recorders' batch endpoint)",
+		func(_ *serveFlags, h *httpFlags) bool { return h.ingest.on }},
 	{[]string{"http-allow-remote"}, "--http or --console (it lets their listener leave loopback)",
 		func(f *serveFlags, h *httpFlags) bool { return h.addr != "" || f.console.on }},
 	{[]string{"console-addr", "console-url", "console-trusted-proxy"}, "--console (they place the reviewer console and name the proxy in front of it)",

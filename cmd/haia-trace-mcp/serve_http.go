@@ -59,6 +59,10 @@ type httpFlags struct {
 	shutdown     time.Duration
 	tenantClaim  string
 	fair         fairFlags
+	// ingest is the recorders' batch endpoint (--ingest); reviewers is
+	// the command's --reviewers, beside which its keys file is by default.
+	ingest    ingestFlags
+	reviewers *string
 }
 
 // fairFlags are the tenants' fair share (--tenant-*): slots and perTenant
@@ -146,6 +150,7 @@ func (h *httpFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&h.writeTimeout, "http-write-timeout", server.DefaultWriteTimeout, "time allowed to write a response (bounds SSE streams too)")
 	fs.DurationVar(&h.idleTimeout, "http-idle-timeout", server.DefaultIdleTimeout, "keep-alive idle time")
 	fs.DurationVar(&h.shutdown, "http-shutdown-timeout", server.DefaultShutdownTimeout, "time in-flight requests get to finish on SIGTERM")
+	h.ingest.register(fs)
 }
 
 // isLoopbackHost reports whether a listen host only reaches this machine.
@@ -378,6 +383,21 @@ func runHTTP(ctx context.Context, servers map[string]*served, ready func(context
 		fmt.Fprintf(stderr, "haia-trace-mcp: listen on %s: %v\n", h.addr, err)
 		return exitFail
 	}
+	var ingestEndpoint http.Handler
+	if h.ingest.on {
+		reviewers := ""
+		if h.reviewers != nil {
+			reviewers = *h.reviewers
+		}
+		var closeIngest func()
+		ingestEndpoint, closeIngest, err = ingestHandler(&h.ingest, reviewers, servers, logger)
+		if err != nil {
+			ln.Close()
+			fmt.Fprintf(stderr, "haia-trace-mcp: %s\n", termsafe.String(err.Error()))
+			return exitFail
+		}
+		defer closeIngest()
+	}
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	resource, hosts, err := h.resourceAndHosts(p, port)
 	if err != nil {
@@ -405,6 +425,7 @@ func runHTTP(ctx context.Context, servers map[string]*served, ready func(context
 		Ready:          ready,
 		Logger:         logger,
 		Console:        h.console,
+		Ingest:         ingestEndpoint,
 	})
 	if err != nil {
 		ln.Close()
