@@ -27,6 +27,9 @@ type AuditReport struct {
 	// Incomplete is what a crash between an entry and its receipt leaves:
 	// an entry whose receipt no chain holds.
 	Incomplete []string
+	// Mandated are the entries charged to a mandate and not released, in
+	// the order they were committed.
+	Mandated []Entry
 }
 
 // Audit checks a whole ledger (every lane, from its start) against the
@@ -69,7 +72,18 @@ func Audit(raws []Raw, key []byte, tenant string, receipts []Commitment) AuditRe
 	if b.genesis != nil && !signed[b.genesis.Receipt] {
 		missing = append(missing, fmt.Sprintf("the ledger's start (receipt %s) has no receipt in any chain: a writer stopped between the two", b.genesis.Receipt))
 	}
+	for _, r := range b.byReceipt {
+		if r.e.Mandate != "" && !r.released {
+			rep.Mandated = append(rep.Mandated, r.e)
+		}
+	}
 	b.mu.Unlock()
+	sort.Slice(rep.Mandated, func(i, j int) bool {
+		if rep.Mandated[i].At != rep.Mandated[j].At {
+			return rep.Mandated[i].At < rep.Mandated[j].At
+		}
+		return rep.Mandated[i].Receipt < rep.Mandated[j].Receipt
+	})
 	sort.Strings(missing)
 	rep.Incomplete = missing
 	return rep

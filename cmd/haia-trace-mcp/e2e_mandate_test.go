@@ -1,0 +1,90 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// Standing approvals end to end with the real binary: a question only
+// reviewAbove sends to review is allowed once alice grants a mandate,
+// with what is left said; mandate list and show say what it used; a key
+// not trusted writes nothing; a revocation holds for the next question.
+func TestMandateEndToEnd(t *testing.T) {
+	root := sampleRoot(t)
+	keys := t.TempDir()
+	reviewers := filepath.Join(keys, "reviewers.json")
+	for _, id := range []string{"alice", "mallory"} {
+		args := []string{"reviewer", "init", "--id", id, "--key-file", filepath.Join(keys, id+".pem"), "--reviewers", reviewers}
+		if id == "mallory" {
+			// Mallory's key exists, but another reviewers file trusts it.
+			args[len(args)-1] = filepath.Join(keys, "other.json")
+		}
+		if out, errOut, code := runCLI(t, args...); code != 0 {
+			t.Fatalf("reviewer init %s: %d %s %s", id, code, out, errOut)
+		}
+	}
+	policy := filepath.Join(keys, "policy.json")
+	if err := os.WriteFile(policy, []byte(`{"reviewAbove": "0.05"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cs := mcpSession(t, nil, "--dir", root, "--key-file", filepath.Join(keys, "signing.pem"), "--agent-id", "agent-007",
+		"--reviewers", reviewers, "--guard-config", policy)
+	ask := func() checkAnswer {
+		t.Helper()
+		var a checkAnswer
+		decodeStructured(t, callTool(t, cs, "check_before_pay", map[string]any{"counterparty": sellerA, "amount": "0.10", "asset": "USDC"}), &a)
+		return a
+	}
+	if a := ask(); a.Decision != "review" || !hasRule(a, "review_above") {
+		t.Fatalf("before the mandate: %+v", a)
+	}
+	cli := func(args ...string) (string, string, int) {
+		return runCLI(t, append(args, "--dir", root, "--reviewers", reviewers)...)
+	}
+	out, errOut, code := cli("mandate", "grant", "--payee", sellerA, "--max-amount", "0.50", "--budget", "0.25", "--count", "2", "--expires", "1h",
+		"--note", "weekly reports", "--reviewer-key", filepath.Join(keys, "alice.pem"))
+	id := regexp.MustCompile(`^mandate (m_[0-9a-f]{16}) granted by alice: up to 0.50 USDC a payment to `).FindStringSubmatch(out)
+	if code != 0 || id == nil {
+		t.Fatalf("mandate grant: %d %s %s", code, out, errOut)
+	}
+	a := ask()
+	if a.Decision != "allow" || !hasRule(a, "mandate") || !strings.Contains(resultReasons(a), "mandate "+id[1]+": 0.15 USDC and 1 payment left after this one (signed by alice") {
+		t.Fatalf("inside the mandate: %+v", a)
+	}
+	if out, errOut, code := cli("mandate", "list"); code != 0 || !strings.Contains(out, id[1]+"  live") || !strings.Contains(out, "0.10 USDC in 1 payment") || !strings.Contains(out, "0.15 USDC and 1 payment") {
+		t.Fatalf("mandate list: %d %s %s", code, out, errOut)
+	}
+	if out, errOut, code := cli("mandate", "show", id[1]); code != 0 || !strings.Contains(out, "note         weekly reports") || !strings.Contains(out, "signed by    1 of 1 signatures (alice)") {
+		t.Fatalf("mandate show: %d %s %s", code, out, errOut)
+	}
+	// Mallory's key is not trusted: refused, nothing written.
+	if out, errOut, code := cli("mandate", "grant", "--payee", sellerA, "--max-amount", "5", "--budget", "50", "--expires", "1h", "--reviewer-key", filepath.Join(keys, "mallory.pem")); code != 6 || !strings.Contains(errOut, "nothing was written") {
+		t.Fatalf("an untrusted grant: %d %s %s, want exit 6", code, out, errOut)
+	}
+	if out, errOut, code := cli("mandate", "revoke", id[1], "--reviewer-key", filepath.Join(keys, "mallory.pem")); code != 6 {
+		t.Fatalf("an untrusted revocation: %d %s %s, want exit 6", code, out, errOut)
+	}
+	if out, _, _ := cli("mandate", "list", "--json"); strings.Count(out, `"kind": "grant"`) != 1 {
+		t.Fatalf("after the refused grant: %s", out)
+	}
+	if out, errOut, code := cli("mandate", "revoke", id[1], "--reviewer-key", filepath.Join(keys, "alice.pem")); code != 0 || !strings.Contains(out, "revoked by alice") {
+		t.Fatalf("mandate revoke: %d %s %s", code, out, errOut)
+	}
+	if a := ask(); a.Decision != "review" || hasRule(a, "mandate") || !strings.Contains(resultReasons(a), "mandate "+id[1]+" does not cover it (revoked by alice") {
+		t.Fatalf("after the revocation: %+v", a)
+	}
+	if out, errOut, code := cli("mandate", "show", "m_0000000000000000"); code != 3 {
+		t.Fatalf("an unknown mandate: %d %s %s, want exit 3", code, out, errOut)
+	}
+}
+
+func resultReasons(a checkAnswer) string {
+	var b strings.Builder
+	for _, r := range a.Reasons {
+		b.WriteString(r.Rule + ": " + r.Detail + "\n")
+	}
+	return b.String()
+}
