@@ -42,57 +42,79 @@ type unattributed struct {
 	why             map[string]int
 }
 
-// BuildIndex indexes h.Ops; h must not change afterwards.
+// BuildIndex indexes h.Ops; h must not change afterwards (but see
+// ExtendIndex).
 func (h *History) BuildIndex() {
 	ix := &HistoryIndex{byPayTo: map[string][]int32{}, byHost: map[string][]int32{}, unattributable: map[CounterpartyKind]*unattributed{},
-		paid: make([]paidTime, len(h.Ops)), latestPayTo: map[string]time.Time{}, latestHost: map[string]time.Time{}}
+		paid: make([]paidTime, 0, len(h.Ops)), latestPayTo: map[string]time.Time{}, latestHost: map[string]time.Time{}}
 	for _, k := range []CounterpartyKind{KindAddress, KindHost} {
 		ix.unattributable[k] = &unattributed{why: map[string]int{}}
 	}
 	for i, o := range h.Ops {
-		n := int32(i)
-		if o.Money != nil {
-			at, shows := o.paidAt()
-			ix.paid[i] = paidTime{at: at, ok: shows}
-			for _, p := range o.Money.PayTos {
-				ix.byPayTo[p] = append(ix.byPayTo[p], n)
-				if l, seen := ix.latestPayTo[p]; shows && (!seen || at.After(l)) {
-					ix.latestPayTo[p] = at
-				}
-			}
-			for _, host := range o.Money.Hosts {
-				ix.byHost[host] = append(ix.byHost[host], n)
-				if l, seen := ix.latestHost[host]; shows && (!seen || at.After(l)) {
-					ix.latestHost[host] = at
-				}
-			}
-		}
-		for _, k := range []CounterpartyKind{KindAddress, KindHost} {
-			why := o.unattributableFor(k)
-			if why == "" {
-				continue
-			}
-			u := ix.unattributable[k]
-			u.n++
-			u.why[why]++
-			if o.Open {
-				u.open = append(u.open, n)
-			}
-			if o.Spent {
-				u.spent = append(u.spent, n)
-			}
-			if o.Spent && (o.Money == nil || len(o.Money.Hosts) == 0) {
-				u.paidWithoutHost++
-			}
-		}
-		if o.SettlementUnconfirmed {
-			ix.settleUnconfirmed++
-		}
-		if o.Open {
-			ix.open = append(ix.open, n)
-		}
+		ix.add(int32(i), o)
 	}
 	h.Index = ix
+}
+
+// ExtendIndex indexes the operations appended to h.Ops since its index was
+// built or last extended, for a reader that reveals history in order (a
+// replay of past questions, each judged on the Trace as it stood): the
+// operations already indexed must be unchanged, and a History handed out
+// before shares the index and must no longer be read.
+func (h *History) ExtendIndex() {
+	if h.Index == nil {
+		h.BuildIndex()
+		return
+	}
+	for i := len(h.Index.paid); i < len(h.Ops); i++ {
+		h.Index.add(int32(i), h.Ops[i])
+	}
+}
+
+// add indexes operation o at position n (the next one).
+func (ix *HistoryIndex) add(n int32, o Op) {
+	var pt paidTime
+	if o.Money != nil {
+		at, shows := o.paidAt()
+		pt = paidTime{at: at, ok: shows}
+		for _, p := range o.Money.PayTos {
+			ix.byPayTo[p] = append(ix.byPayTo[p], n)
+			if l, seen := ix.latestPayTo[p]; shows && (!seen || at.After(l)) {
+				ix.latestPayTo[p] = at
+			}
+		}
+		for _, host := range o.Money.Hosts {
+			ix.byHost[host] = append(ix.byHost[host], n)
+			if l, seen := ix.latestHost[host]; shows && (!seen || at.After(l)) {
+				ix.latestHost[host] = at
+			}
+		}
+	}
+	ix.paid = append(ix.paid, pt)
+	for _, k := range []CounterpartyKind{KindAddress, KindHost} {
+		why := o.unattributableFor(k)
+		if why == "" {
+			continue
+		}
+		u := ix.unattributable[k]
+		u.n++
+		u.why[why]++
+		if o.Open {
+			u.open = append(u.open, n)
+		}
+		if o.Spent {
+			u.spent = append(u.spent, n)
+		}
+		if o.Spent && (o.Money == nil || len(o.Money.Hosts) == 0) {
+			u.paidWithoutHost++
+		}
+	}
+	if o.SettlementUnconfirmed {
+		ix.settleUnconfirmed++
+	}
+	if o.Open {
+		ix.open = append(ix.open, n)
+	}
 }
 
 // with returns the positions of the operations with counterparty c.

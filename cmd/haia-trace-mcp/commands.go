@@ -24,11 +24,13 @@ func commandTable() *cmdSpec {
 				{name: "show", summary: "a template's stages in order, the fields each needs, and an example run that builds full",
 					synopsis: "NAME|PATH [--dir .trace] [--templates-dir DIR] [--json]", args: oneArg("one template NAME or PATH"), define: defineTemplateShow},
 			}},
-			{name: "policy", summary: "check a guard policy or a noa.policy/0.2 rule file; evaluate a rule file", details: policyDetails, subs: []*cmdSpec{
+			{name: "policy", summary: "check a guard policy or a noa.policy/0.2 rule file; evaluate a rule file; try a policy on history", details: policyDetails, subs: []*cmdSpec{
 				{name: "check", summary: "validate a guard policy or a rule file with the server's loader: what it sets, or every problem with its path and line",
 					synopsis: "FILE [--dir .trace] [--json]", args: oneArg("exactly one FILE"), define: definePolicyCheck},
 				{name: "eval", summary: "evaluate a policy over an input snapshot; print the verdict and the rule that fired",
 					synopsis: "FILE --input INPUT.json", args: oneArg("exactly one FILE"), define: definePolicyEval},
+				{name: "simulate", summary: "try a candidate guard policy on history: replay every recorded question and print the decisions that would change",
+					synopsis: "--guard-config NEW.json [--since 30d] [--dir .trace] [--store URL] [--json]", details: policySimulateDetails, define: definePolicySimulate},
 			}},
 			{name: "verify", summary: "verify a NOA receipt v0.1 chain offline (or every segment of a chain in a store)",
 				synopsis: "CHAIN [KEYRING] [--keyring K] [--checkpoint C] [--identity M] [--follow] [--store URL]",

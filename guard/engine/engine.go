@@ -431,6 +431,11 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 		if err != nil {
 			return err
 		}
+		// The question beside its receipt, for a policy tried on
+		// history (Simulate).
+		if err := e.keepQuestion(ctx, tx.Store, r, questionKind(opts, call), caller, req, q, call); err != nil {
+			return err
+		}
 		ans.ReceiptID = r.ID
 		ans.ActionID = d.Action.ID
 		ans.ParamsHash = paramsHash
@@ -465,6 +470,17 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 	}
 	e.cfg.Logger.Info("check_before_pay", "decision", ans.Decision, "outcome", out.Kind, "review_id", ans.ReviewID, "receipt_id", ans.ReceiptID, "caller", caller)
 	return ans, nil
+}
+
+// questionKind names the entry point that asked.
+func questionKind(opts CheckOptions, call *Call) string {
+	switch {
+	case call != nil:
+		return QuestionCall
+	case opts.Hold:
+		return QuestionAuthorize
+	}
+	return QuestionCheck
 }
 
 // readsTotals says whether an answer under pol reads what every

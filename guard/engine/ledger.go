@@ -233,7 +233,13 @@ func (e *Engine) legacy(ctx context.Context, now time.Time) ([]ledger.Entry, err
 // reservation problems (nothing is allowed while there are any).
 func (e *Engine) withLedger(h guard.History, now time.Time) guard.History {
 	since := now.Add(-e.book.Horizon())
-	e.book.Match(historyPrint(h), func() []ledger.Payment { return h.Payments(since) })
+	return e.withLedgerPaid(h, now, func() []ledger.Payment { return h.Payments(since) })
+}
+
+// withLedgerPaid is withLedger with the Trace's payments since the Book's
+// horizon given by the caller (a replay keeps them sorted by time).
+func (e *Engine) withLedgerPaid(h guard.History, now time.Time, payments func() []ledger.Payment) guard.History {
+	e.book.Match(historyPrint(h), payments)
 	h.Reserved = nil
 	h.Committed = e.book
 	h.ReservationProblems = e.book.Findings()

@@ -1,0 +1,101 @@
+package filestore
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+)
+
+// KeepQuestion appends a decision's question to guard/questions.ndjson and
+// syncs it, inside the section's flock and after the decision's receipt:
+// a crash between the two leaves a receipt whose question is not kept
+// (a replay counts it as such), never a question without its receipt that
+// a replay would trust — a question is replayed only with its receipt.
+func (w *fileWriter) KeepQuestion(ctx context.Context, receipt string, line []byte) error {
+	if bytes.IndexByte(line, '\n') >= 0 || len(line) == 0 || len(line) > reviewlog.MaxQuestionLine {
+		return fmt.Errorf("the question of receipt %s is not one line of at most %d bytes", receipt, reviewlog.MaxQuestionLine)
+	}
+	f, err := w.g.OpenFile(reviewlog.QuestionsFile, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", w.Locate(reviewlog.QuestionsFile), err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	end := st.Size()
+	if end > 0 {
+		// A torn tail (a writer killed mid-line) is cut off: the line
+		// appended now must start a line of its own.
+		n := min(end, int64(reviewlog.MaxQuestionLine)+1)
+		tail := make([]byte, n)
+		if _, err := f.ReadAt(tail, end-n); err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("read the end of %s: %w", w.Locate(reviewlog.QuestionsFile), err)
+		}
+		if tail[n-1] != '\n' {
+			end -= n - int64(bytes.LastIndexByte(tail, '\n')+1)
+		}
+	}
+	buf := append(append(make([]byte, 0, len(line)+1), line...), '\n')
+	if _, err := f.WriteAt(buf, end); err != nil {
+		_ = f.Truncate(end)
+		return fmt.Errorf("append to %s: %w", w.Locate(reviewlog.QuestionsFile), err)
+	}
+	if err := f.Truncate(end + int64(len(buf))); err != nil {
+		return fmt.Errorf("append to %s: %w", w.Locate(reviewlog.QuestionsFile), err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", w.Locate(reviewlog.QuestionsFile), err)
+	}
+	return nil
+}
+
+// Questions reads guard/questions.ndjson line by line (none when it is
+// absent); a torn last line is not a question yet.
+func (r *fileReader) Questions(ctx context.Context, fn func(line []byte) error) error {
+	if r.g == nil {
+		return nil
+	}
+	f, err := r.g.Open(reviewlog.QuestionsFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("open %s: %w", r.Locate(reviewlog.QuestionsFile), err)
+	}
+	defer f.Close()
+	br := bufio.NewReaderSize(f, 64<<10)
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		line, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			// Longer than any question kept: read past it whole, and hand
+			// it on for the reader to report.
+			long := append([]byte(nil), line...)
+			for errors.Is(err, bufio.ErrBufferFull) {
+				line, err = br.ReadSlice('\n')
+				long = append(long, line...)
+			}
+			line = long
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read %s: %w", r.Locate(reviewlog.QuestionsFile), err)
+		}
+		if err := fn(line[:len(line)-1]); err != nil {
+			return err
+		}
+	}
+}
