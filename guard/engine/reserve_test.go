@@ -53,7 +53,10 @@ type fleet struct {
 
 // fresh is one more engine over the fleet's store, as a process that
 // starts now (nothing read yet), added to the fleet.
-func (f *fleet) fresh(t testing.TB) *Engine {
+func (f *fleet) fresh(t testing.TB) *Engine { return f.freshWith(t, nil) }
+
+// freshWith is fresh whose PostgreSQL store is wrapped (nil: as opened).
+func (f *fleet) freshWith(t testing.TB, wrap func(*pgstore.Store) reviewlog.Store) *Engine {
 	t.Helper()
 	root, events := openTestRoot(t, f.dir)
 	var st reviewlog.Store = filestore.New(root)
@@ -64,6 +67,9 @@ func (f *fleet) fresh(t testing.TB) *Engine {
 		}
 		t.Cleanup(func() { s.Close() })
 		st = s
+		if wrap != nil {
+			st = wrap(s)
+		}
 	}
 	opts := reviewlog.Options{Now: f.clock, ReviewTTL: f.pol.ReviewTTL, LockWait: 30 * time.Second}
 	if f.reviewers != nil {
