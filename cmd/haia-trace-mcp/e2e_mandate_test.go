@@ -5,7 +5,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // Standing approvals end to end with the real binary: a question only
@@ -87,4 +90,85 @@ func resultReasons(a checkAnswer) string {
 		b.WriteString(r.Rule + ": " + r.Detail + "\n")
 	}
 	return b.String()
+}
+
+// Ten check_before_pay at once, five to each of two server processes on
+// one PostgreSQL store, against a mandate of three payments: exactly
+// three are allowed; the revocation through the CLI holds on both from
+// the next question.
+func TestMandateAcrossPostgresReplicas(t *testing.T) {
+	dsn := e2eDatabase(t)
+	keys := t.TempDir()
+	reviewers := filepath.Join(keys, "reviewers.json")
+	if out, errOut, code := runCLI(t, "reviewer", "init", "--id", "alice", "--key-file", filepath.Join(keys, "alice.pem"), "--reviewers", reviewers); code != 0 {
+		t.Fatalf("reviewer init: %d %s %s", code, out, errOut)
+	}
+	policy := filepath.Join(keys, "policy.json")
+	if err := os.WriteFile(policy, []byte(`{"reviewAbove": "0.05"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rs := startReplicas(t, dsn, 2, "--reviewers", reviewers, "--guard-config", policy)
+	cli := func(args ...string) (string, string, int) {
+		return runCLI(t, append(args, "--dir", rs.root, "--store", dsn, "--reviewers", reviewers)...)
+	}
+	out, errOut, code := cli("mandate", "grant", "--payee", sellerA, "--max-amount", "1", "--budget", "100", "--count", "3", "--expires", "1h",
+		"--reviewer-key", filepath.Join(keys, "alice.pem"))
+	id := regexp.MustCompile(`^mandate (m_[0-9a-f]{16}) granted`).FindStringSubmatch(out)
+	if code != 0 || id == nil {
+		t.Fatalf("mandate grant: %d %s %s", code, out, errOut)
+	}
+	ask := func(cs *mcp.ClientSession) checkAnswer {
+		res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "check_before_pay", Arguments: map[string]any{"counterparty": sellerA, "amount": "0.50"}})
+		if err != nil {
+			t.Error(err)
+			return checkAnswer{}
+		}
+		var a checkAnswer
+		decodeStructured(t, res, &a)
+		return a
+	}
+	var mu sync.Mutex
+	got := map[string]int{}
+	var wg sync.WaitGroup
+	for i := range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a := ask(rs.sessions[i%2])
+			mu.Lock()
+			defer mu.Unlock()
+			got[a.Decision]++
+			if a.Decision == "allow" && !hasRule(a, "mandate") {
+				t.Errorf("an allow without the mandate: %+v", a)
+			}
+		}()
+	}
+	wg.Wait()
+	if got["allow"] != 3 || got["review"] != 7 {
+		t.Fatalf("ten questions against three payments: %v, want 3 allow and 7 review", got)
+	}
+	if out, errOut, code := cli("mandate", "show", id[1]); code != 0 || !strings.Contains(out, "1.50 USDC in 3 payments") || !strings.Contains(out, "left         98.50 USDC and 0 payments") {
+		t.Fatalf("mandate show: %d %s %s", code, out, errOut)
+	}
+	// A second mandate, revoked through the CLI: the next question on
+	// each replica is a review again.
+	out, errOut, code = cli("mandate", "grant", "--payee", sellerA, "--max-amount", "1", "--budget", "100", "--expires", "1h",
+		"--reviewer-key", filepath.Join(keys, "alice.pem"))
+	id = regexp.MustCompile(`^mandate (m_[0-9a-f]{16}) granted`).FindStringSubmatch(out)
+	if code != 0 || id == nil {
+		t.Fatalf("mandate grant: %d %s %s", code, out, errOut)
+	}
+	for i, cs := range rs.sessions {
+		if a := ask(cs); a.Decision != "allow" || !hasRule(a, "mandate") {
+			t.Fatalf("replica %d under the second mandate: %+v", i, a)
+		}
+	}
+	if out, errOut, code := cli("mandate", "revoke", id[1], "--reviewer-key", filepath.Join(keys, "alice.pem")); code != 0 {
+		t.Fatalf("mandate revoke: %d %s %s", code, out, errOut)
+	}
+	for i, cs := range rs.sessions {
+		if a := ask(cs); a.Decision != "review" || hasRule(a, "mandate") {
+			t.Fatalf("replica %d after the revocation: %+v", i, a)
+		}
+	}
 }
