@@ -250,6 +250,8 @@ func describeRule(rule string) ruleView {
 		v.Title, v.Setting = "This resource was already paid for", "duplicatePayment"
 	case guard.RuleSignedOffer:
 		v.Title, v.Setting = "The seller's signed offer is missing, differs, or is signed by a key not trusted", "requireSignedOffers, sellerKeys"
+	case guard.RuleNewPayee:
+		v.Title, v.Setting = "A first payment to a new payee", "reviewNewPayee"
 	case guard.RuleReviewAbove:
 		v.Title, v.Setting = "More than a payment may be without a review", "reviewAbove"
 	case guard.RuleReservationUnverified:

@@ -17,6 +17,9 @@ type Committed interface {
 	// Tally sums the commitments of a scope (ledger.Scope*) made at or
 	// after from that still count at now; refs bounds the receipts named.
 	Tally(scope, asset string, from, now time.Time, refs int) ledger.Tally
+	// Seen says whether any commitment ever named scope (ledger.ScopePayTo
+	// + address, ledger.ScopeHost + host), whether it still counts or not.
+	Seen(scope string) bool
 }
 
 // CommitRun is the run id a commitment of the spend ledger carries as

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -39,6 +40,15 @@ type Config struct {
 	// amount needs that many approvals from distinct trusted reviewers.
 	// Sorted by Above, each Above once; empty when the policy sets none.
 	Quorum []QuorumTier
+	// ReviewNewPayee sends a payment to a payee that neither the Trace nor
+	// the spend ledger has seen for the tenant to review: a person confirms
+	// each new payee once, and the payment the approval allows makes it
+	// known.
+	ReviewNewPayee bool
+	// Payees are the operator's names of payee addresses (canonical lower-
+	// case 0x address → name), shown beside the address for people. A name
+	// is display only: every rule matches by address.
+	Payees map[string]string
 	// DefaultAsset is the asset every policy amount is expressed in.
 	DefaultAsset Asset
 	// Assets is the registry: the built-in USDC deployments plus the file's own.
@@ -343,7 +353,7 @@ func parseConfig(data []byte, dir string, ps *problems) *Config {
 	var agents, tenants json.RawMessage
 	for _, m := range top {
 		at := Path{m.key}
-		if isLimitKey(m.key) {
+		if isLimitKey(m.key) || isTenantKey(m.key) {
 			c.readLimitKey(m, Path{}, ps)
 			continue
 		}
@@ -463,6 +473,7 @@ func (c *Config) compose(l layer, ps *problems) *Config {
 	out.Agents, out.Tenants = nil, nil
 	out.Allowlist = slices.Clone(c.Allowlist)
 	out.Denylist = slices.Clone(c.Denylist)
+	out.Payees = maps.Clone(c.Payees)
 	out.Layers = append(slices.Clip(slices.Clone(c.Layers)), l.name)
 	if l.agent != "" {
 		out.Agent = l.agent
@@ -533,7 +544,7 @@ func (c *Config) readAsset(e member, at Path) error {
 // policy reference (docs/rules.md) documents them.
 func ConfigKeys() []string {
 	return []string{"allowlist", "denylist", "perCounterpartyLimit", "maxOpenPartialPerCounterparty", "totalLimit", "velocity",
-		"duplicatePayment", "reviewAbove", "quorum", "agents", "tenants", "defaultAsset", "assets", "policy", "historyTemplates", "unreadableHistory",
+		"duplicatePayment", "reviewAbove", "quorum", "reviewNewPayee", "payees", "agents", "tenants", "defaultAsset", "assets", "policy", "historyTemplates", "unreadableHistory",
 		"unattributableHistory", "reviewTtlMinutes", "approvalTtlMinutes", "rejectionHoldHours", "maxPendingReviewsPerCaller", "maxAuthorizationSeconds", "reservationMinutes",
 		"requireSignedOffers", "sellerKeys"}
 }
@@ -729,9 +740,15 @@ func (c *Config) FormatDefault(atomic *big.Int) string {
 // limitKeys are the keys an agent's own policy may set; every other key
 // applies to every caller.
 var limitKeys = []string{"allowlist", "denylist", "perCounterpartyLimit", "maxOpenPartialPerCounterparty",
-	"totalLimit", "velocity", "duplicatePayment", "reviewAbove", "quorum", "requireSignedOffers", "sellerKeys"}
+	"totalLimit", "velocity", "duplicatePayment", "reviewAbove", "quorum", "requireSignedOffers", "sellerKeys", "reviewNewPayee"}
 
 func isLimitKey(k string) bool { return slices.Contains(limitKeys, k) }
+
+// tenantKeys are the keys a tenant's layer may set beyond the limit keys:
+// what names a tenant's payees is the tenant's, not an agent's.
+var tenantKeys = []string{"payees"}
+
+func isTenantKey(k string) bool { return slices.Contains(tenantKeys, k) }
 
 // isNull: the JSON value null, which turns an optional rule off.
 func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
@@ -800,6 +817,30 @@ func (c *Config) readLimitKey(m member, base Path, ps *problems) {
 		c.readRequireSignedOffers(m.value, at, ps)
 	case "sellerKeys":
 		c.readSellerKeys(m.value, at, ps)
+	case "reviewNewPayee":
+		if isNull(m.value) {
+			c.ReviewNewPayee = false
+			return
+		}
+		var b bool
+		if err := json.Unmarshal(m.value, &b); err != nil {
+			ps.add(at, fmt.Errorf("%w: %s must be true or false", ErrConfig, where))
+			return
+		}
+		c.ReviewNewPayee = b
+	case "payees":
+		if names, ok := readPayees(m.value, at, ps); ok {
+			if names == nil {
+				c.Payees = nil
+				return
+			}
+			merged := maps.Clone(c.Payees)
+			if merged == nil {
+				merged = make(map[string]string, len(names))
+			}
+			maps.Copy(merged, names)
+			c.Payees = merged
+		}
 	case "velocity":
 		if isNull(m.value) {
 			c.Velocity = Velocity{}
@@ -1099,11 +1140,12 @@ func (c *Config) readTenants(raw json.RawMessage, agentLayers []layer, ps *probl
 				own = readAgentLayers(m.value, kat, "tenant "+e.key+" ", ps)
 				continue
 			}
-			if !isLimitKey(m.key) {
+			if !isLimitKey(m.key) && !isTenantKey(m.key) {
+				may := strings.Join(append(slices.Clone(limitKeys), tenantKeys...), ", ")
 				if slices.Contains(ConfigKeys(), m.key) {
-					ps.add(kat, fmt.Errorf("%w: %s applies to every tenant and cannot be set per tenant (a tenant may set: %s, agents)", ErrConfig, kat, strings.Join(limitKeys, ", ")))
+					ps.add(kat, fmt.Errorf("%w: %s applies to every tenant and cannot be set per tenant (a tenant may set: %s, agents)", ErrConfig, kat, may))
 				} else {
-					ps.add(kat, fmt.Errorf("%w: unknown key %q in %s (known: %s, agents)", ErrConfig, clip(m.key), where, strings.Join(limitKeys, ", ")))
+					ps.add(kat, fmt.Errorf("%w: unknown key %q in %s (known: %s, agents)", ErrConfig, clip(m.key), where, may))
 				}
 				continue
 			}
@@ -1178,6 +1220,10 @@ func readAgentLayers(raw json.RawMessage, at Path, naming string, ps *problems) 
 		var limits members
 		for _, m := range keys {
 			kat := eat.with(m.key)
+			if isTenantKey(m.key) {
+				ps.add(kat, fmt.Errorf("%w: %s names payees for every caller of its tenant: set it at the top of the file or in a tenant's layer, not per agent", ErrConfig, kat))
+				continue
+			}
 			if !isLimitKey(m.key) {
 				if slices.Contains(ConfigKeys(), m.key) {
 					ps.add(kat, fmt.Errorf("%w: %s applies to every caller and cannot be set per agent (an agent may set: %s)", ErrConfig, kat, strings.Join(limitKeys, ", ")))

@@ -34,6 +34,7 @@ const (
 	RuleTotalLimit         = "total_limit"
 	RuleVelocity           = "velocity_limit"
 	RuleDuplicatePayment   = "duplicate_payment"
+	RuleNewPayee           = "new_payee"
 	RuleReviewAbove        = "review_above"
 	RuleHistory            = "history"
 )
@@ -53,7 +54,7 @@ type Ref struct {
 func Rules() []string {
 	return []string{RuleDenylist, RuleAllowlist, RuleOpenPartial, RuleUnknownAsset, RuleUnparseableAmount,
 		RuleAssetMismatch, RulePerCounterparty, RuleMixedAssets, RuleUnparseableHistory, RuleUnattributable,
-		RuleUnreadable, RuleTotalLimit, RuleVelocity, RuleDuplicatePayment, RuleSignedOffer, RuleReviewAbove, RuleHistory}
+		RuleUnreadable, RuleTotalLimit, RuleVelocity, RuleDuplicatePayment, RuleSignedOffer, RuleNewPayee, RuleReviewAbove, RuleHistory}
 }
 
 // Reason is one line of a decision's explanation.
@@ -411,18 +412,18 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 	// 1. denylist
 	if listed(cfg.Denylist, cp) || (payCp != nil && listed(cfg.Denylist, *payCp)) {
 		f.Denylisted = true
-		who := cp.Value
+		who := cfg.Label(cp.Value)
 		if !listed(cfg.Denylist, cp) {
-			who = payCp.Value + " (the pay_to of this payment)"
+			who = cfg.Label(payCp.Value) + " (the pay_to of this payment)"
 		}
 		add(Reason{Rule: RuleDenylist, Detail: fmt.Sprintf("the counterparty %s is on the denylist", who)}, Block)
 	}
 	// 2. allowlist
 	f.Allowlisted = listed(cfg.Allowlist, cp) || (payCp != nil && listed(cfg.Allowlist, *payCp))
 	if (cfg.Allowlisting || len(cfg.Allowlist) > 0) && !f.Allowlisted {
-		detail := fmt.Sprintf("the allowlist has %d entries and the counterparty %s is not one of them", len(cfg.Allowlist), cp.Value)
+		detail := fmt.Sprintf("the allowlist has %d entries and the counterparty %s is not one of them", len(cfg.Allowlist), cfg.Label(cp.Value))
 		if len(cfg.Allowlist) == 0 {
-			detail = fmt.Sprintf("the allowlists of the policy's layers (%s) have no counterparty in common, so %s is not on the allowlist", cfg.Name(), cp.Value)
+			detail = fmt.Sprintf("the allowlists of the policy's layers (%s) have no counterparty in common, so %s is not on the allowlist", cfg.Name(), cfg.Label(cp.Value))
 		}
 		add(Reason{Rule: RuleAllowlist, Detail: detail}, Review)
 	}
@@ -441,7 +442,7 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 			what = "partial operations (some under a template without stage roles, where every partial counts as open)"
 		}
 		detail := fmt.Sprintf("%s with %s; the policy tolerates %d. From the buyer's side a payment whose settlement answer never arrived and one that settled silently look the same",
-			count(nOpen, strings.Replace(what, "operations", "operation", 1), what), cp.Value, cfg.MaxOpenPartial)
+			count(nOpen, strings.Replace(what, "operations", "operation", 1), what), cfg.Label(cp.Value), cfg.MaxOpenPartial)
 		if live.open > 0 {
 			detail += fmt.Sprintf(" (%s of them %s signed by this server that the Trace does not show settled yet)", count(live.open, "is an authorization", "are authorizations"), isAre(live.open))
 		}
@@ -455,7 +456,7 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 			why = joinWhy(why, fmt.Sprintf("%d: an authorization this server signed names no %s", liveUn.open, kindWord(kind)))
 		}
 		detail := fmt.Sprintf("%s paid and not settled cannot be attributed to any %s (%s), so any of them may be with %s",
-			count(n, "operation", "operations"), kindWord(kind), why, cp.Value)
+			count(n, "operation", "operations"), kindWord(kind), why, cfg.Label(cp.Value))
 		add(Reason{Rule: RuleUnattributable, Detail: detail + moreNote(n), Evidence: refsWith(unattributedOpen, liveUn.openRefs)}, Review)
 	}
 	// 3a'. A host alone is tied to a payment only by the resource URL its
@@ -463,13 +464,13 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 	// declared for other hosts may be with this one.
 	if n := len(elsewhereOpen) + elsewhere.open; n > 0 && cfg.UnattributableHistory != Ignore {
 		detail := fmt.Sprintf("%s paid and not settled %s attributed to other hosts only by the resource URL their sellers declared, and a seller can declare any host, so any of them may be with %s; pass pay_to (the payee address of the 402) beside the host to tell them apart",
-			count(n, "operation", "operations"), isAre(n), cp.Value)
+			count(n, "operation", "operations"), isAre(n), cfg.Label(cp.Value))
 		add(Reason{Rule: RuleUnattributable, Detail: detail + moreNote(n), Evidence: refsWith(elsewhereOpen, elsewhere.openRefs)}, Review)
 	}
 	// 3b. unreadable_history: a run that cannot be read may hide anything.
 	if len(h.Unreadable) > 0 && cfg.UnreadableHistory != Ignore {
 		add(Reason{Rule: RuleUnreadable, Detail: fmt.Sprintf("%s cannot be read (%s), so the guard cannot tell whether it hides payments to %s that were never settled",
-			count(len(h.Unreadable), "run", "runs"), unreadableNames(h.Unreadable), cp.Value)}, Review)
+			count(len(h.Unreadable), "run", "runs"), unreadableNames(h.Unreadable), cfg.Label(cp.Value))}, Review)
 	}
 	// 4. can the amount be read in the policy's asset?
 	moneyOK := true
@@ -526,15 +527,15 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 		f.SpendWithAmount = new(big.Int).Add(spend, req.Atomic)
 		if f.SpendWithAmount.Cmp(cfg.Limit.Amount) > 0 {
 			add(Reason{Rule: RulePerCounterparty, Detail: fmt.Sprintf("%s to %s in the last %s plus %s makes %s, over the limit of %s",
-				spentAndHeld(cfg, spend, held), cp.Value, hours(cfg.Limit.Window), cfg.FormatDefault(req.Atomic), cfg.FormatDefault(f.SpendWithAmount), cfg.FormatDefault(cfg.Limit.Amount)) + moreNote(nIn),
+				spentAndHeld(cfg, spend, held), cfg.Label(cp.Value), hours(cfg.Limit.Window), cfg.FormatDefault(req.Atomic), cfg.FormatDefault(f.SpendWithAmount), cfg.FormatDefault(cfg.Limit.Amount)) + moreNote(nIn),
 				Evidence: refsWith(inWindow, held.refs)}, Review)
 		}
 		if nMixed > 0 {
-			add(Reason{Rule: RuleMixedAssets, Detail: fmt.Sprintf("%s with %s in the window are in another asset than %s and cannot be added to the limit", count(nMixed, "paid operation", "paid operations"), cp.Value, cfg.DefaultAsset.Symbol) + moreNote(nMixed),
+			add(Reason{Rule: RuleMixedAssets, Detail: fmt.Sprintf("%s with %s in the window are in another asset than %s and cannot be added to the limit", count(nMixed, "paid operation", "paid operations"), cfg.Label(cp.Value), cfg.DefaultAsset.Symbol) + moreNote(nMixed),
 				Evidence: refsWith(mixed, held.refs)}, Review)
 		}
 		if len(unparseable) > 0 {
-			add(Reason{Rule: RuleUnparseableHistory, Detail: fmt.Sprintf("%s with %s have an amount, asset or time that cannot be read (%s), so the spend in the window is unknown", count(len(unparseable), "paid operation", "paid operations"), cp.Value, firstProblem(unparseable)) + moreNote(len(unparseable)),
+			add(Reason{Rule: RuleUnparseableHistory, Detail: fmt.Sprintf("%s with %s have an amount, asset or time that cannot be read (%s), so the spend in the window is unknown", count(len(unparseable), "paid operation", "paid operations"), cfg.Label(cp.Value), firstProblem(unparseable)) + moreNote(len(unparseable)),
 				Evidence: refs(unparseable)}, Review)
 		}
 		// 5'. Paid operations that cannot be attributed to anyone may, at
@@ -558,6 +559,16 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 	}
 	if r, ok := duplicate(req, h, cv, cfg, now, f); ok {
 		add(r, Review)
+	}
+	// 5e. new_payee: a first payment to a payee needs a person's word.
+	if cfg.ReviewNewPayee {
+		payee := cp
+		if payCp != nil {
+			payee = *payCp
+		}
+		if r, ok := newPayee(h, payee, cfg); ok {
+			add(r, Review)
+		}
 	}
 	// 6'. What earlier allows reserved cannot be known.
 	if len(h.ReservationProblems) > 0 {
@@ -686,7 +697,7 @@ func velocity(h History, cv commitView, matched, unattributed []Op, cfg *Config,
 		}
 		return cv.ours(from)
 	}
-	n := check(cfg.Velocity.PerCounterparty, slices.Values(matched), ours, &f.PaymentsInWindow, cp.Value)
+	n := check(cfg.Velocity.PerCounterparty, slices.Values(matched), ours, &f.PaymentsInWindow, cfg.Label(cp.Value))
 	if lim := cfg.Velocity.PerCounterparty; lim != nil && n+1 <= lim.Count && cfg.UnattributableHistory != Ignore {
 		// At worst, the payments no one can attribute were with it too.
 		un := inside(lim, slices.Values(unattributed))
@@ -697,7 +708,7 @@ func velocity(h History, cv commitView, matched, unattributed []Op, cfg *Config,
 				why = joinWhy(why, fmt.Sprintf("%d: held by earlier allows that name no %s", c.n, kindWord(kind)))
 			}
 			out = append(out, Reason{Rule: RuleUnattributable, Detail: fmt.Sprintf("%s settled in the last %s cannot be attributed to any %s (%s); at worst they were to %s, and this one would make %d, more than the %d the policy allows",
-				count(m, "payment", "payments"), minutes(lim.Window), kindWord(kind), why, cp.Value, n+m+1, lim.Count) + moreNote(m), Evidence: refsWith(un, c.refs)})
+				count(m, "payment", "payments"), minutes(lim.Window), kindWord(kind), why, cfg.Label(cp.Value), n+m+1, lim.Count) + moreNote(m), Evidence: refsWith(un, c.refs)})
 		}
 	}
 	check(cfg.Velocity.Total, h.all(), func(from time.Time) tallied { return cv.tally(ledger.ScopeAll, from) }, &f.PaymentsTotalInWindow, "all counterparties")
@@ -735,11 +746,11 @@ func unattributedLimit(ops []Op, held tallied, withAmount *big.Int, cfg *Config,
 		return Reason{}, false
 	case nUnknown > 0:
 		return Reason{Rule: RuleUnattributable, Detail: fmt.Sprintf("%s in the last %s cannot be attributed to any %s (%s), and %d of them have no amount that can be read in %s; at worst they were paid to %s and take it over the limit of %s",
-			count(n, "paid operation", "paid operations"), hours(cfg.Limit.Window), kindWord(kind), why, nUnknown, cfg.DefaultAsset.Symbol, cp.Value, cfg.FormatDefault(cfg.Limit.Amount)) + moreNote(n),
+			count(n, "paid operation", "paid operations"), hours(cfg.Limit.Window), kindWord(kind), why, nUnknown, cfg.DefaultAsset.Symbol, cfg.Label(cp.Value), cfg.FormatDefault(cfg.Limit.Amount)) + moreNote(n),
 			Evidence: refsWith(in, held.refs)}, true
 	case worst.Cmp(cfg.Limit.Amount) > 0:
 		return Reason{Rule: RuleUnattributable, Detail: fmt.Sprintf("%s settled in the last %s (%s) cannot be attributed to any %s (%s); at worst they were paid to %s, which with this payment makes %s, over the limit of %s",
-			count(n, "paid operation", "paid operations"), hours(cfg.Limit.Window), cfg.FormatDefault(sum), kindWord(kind), why, cp.Value, cfg.FormatDefault(worst), cfg.FormatDefault(cfg.Limit.Amount)) + moreNote(n),
+			count(n, "paid operation", "paid operations"), hours(cfg.Limit.Window), cfg.FormatDefault(sum), kindWord(kind), why, cfg.Label(cp.Value), cfg.FormatDefault(worst), cfg.FormatDefault(cfg.Limit.Amount)) + moreNote(n),
 			Evidence: refsWith(in, held.refs)}, true
 	}
 	return Reason{}, false
@@ -796,6 +807,47 @@ func duplicate(req Request, h History, cv commitView, cfg *Config, now time.Time
 	}
 	return Reason{Rule: RuleDuplicatePayment, Detail: fmt.Sprintf("%s was already paid for in the last %s (%s); paying again may pay twice for the same thing",
 		what, minutes(cfg.DuplicateWindow), count(n, "payment", "payments")+heldNote(held.n)) + moreNote(n), Evidence: refsWith(paid, held.refs)}, true
+}
+
+// newPayee is rule 5e: neither the Trace (an operation with the payee
+// whose payment was made) nor the spend ledger (a commitment ever made to
+// it, which an approval's use is) has seen the payee for this tenant. Where
+// part of the Trace cannot be read an earlier payment cannot be known
+// either, and the answer stays review.
+func newPayee(h History, payee Counterparty, cfg *Config) (Reason, bool) {
+	if h.Committed != nil {
+		scope := ledger.ScopePayTo + payee.Value
+		if payee.Kind == KindHost {
+			scope = ledger.ScopeHost + payee.Value
+		}
+		if h.Committed.Seen(scope) {
+			return Reason{}, false
+		}
+	}
+	paid := func(o Op) bool { return o.Spent && o.matches(payee) }
+	if ix := h.Index; ix != nil {
+		for _, i := range ix.with(payee) {
+			if paid(h.Ops[i]) {
+				return Reason{}, false
+			}
+		}
+	} else {
+		for _, o := range h.Ops {
+			if paid(o) {
+				return Reason{}, false
+			}
+		}
+	}
+	for _, o := range h.Reserved {
+		if paid(o) {
+			return Reason{}, false
+		}
+	}
+	detail := fmt.Sprintf("first payment to %s: neither the Trace nor the spend ledger shows a payment to it for this tenant, and the policy (reviewNewPayee) has a person confirm a new payee once", cfg.Label(payee.Value))
+	if n := len(h.Unreadable); n > 0 {
+		detail += fmt.Sprintf("; %s of the Trace cannot be read, so an earlier payment to it there cannot be known", count(n, "run", "runs"))
+	}
+	return Reason{Rule: RuleNewPayee, Detail: detail}, true
 }
 
 // count writes "1 run" / "3 runs": n, then the singular or the plural
@@ -860,12 +912,12 @@ func historyReason(h History, f *Figures, cfg *Config, cp Counterparty, req Requ
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "read %s in %s under template %s (the policy's history templates); %d %s with %s",
-		count(f.Operations, "operation", "operations"), count(f.Runs, "run", "runs"), strings.Join(templates, ", "), f.Matched, isAre(f.Matched), cp.Value)
+		count(f.Operations, "operation", "operations"), count(f.Runs, "run", "runs"), strings.Join(templates, ", "), f.Matched, isAre(f.Matched), cfg.Label(cp.Value))
 	if len(h.Overridden) > 0 {
 		fmt.Fprintf(&b, "; the operator's templates directory replaces the bundled %s", strings.Join(h.Overridden, ", "))
 	}
 	if req.PayTo != "" && kind == KindAddress && cp.Kind == KindHost {
-		fmt.Fprintf(&b, " or its pay_to %s", req.PayTo)
+		fmt.Fprintf(&b, " or its pay_to %s", cfg.Label(req.PayTo))
 	}
 	if n := len(h.Reserved); n > 0 {
 		fmt.Fprintf(&b, "; %s of earlier allows that the Trace does not show paid yet count as payments", count(n, "reservation", "reservations"))

@@ -62,6 +62,10 @@ type Book struct {
 	// noSeal: lines are read as they say, their seals unchecked (an
 	// audit without the server's key).
 	noSeal bool
+	// seen is every payee address and host an entry of the ledger ever
+	// named (ScopePayTo and ScopeHost keys): never pruned, so that a payee
+	// the guard once allowed stays known however long ago.
+	seen map[string]struct{}
 	// expiring are the authorizations that name their terms (payer,
 	// nonce, validBefore), by validBefore: what Expired offers for a
 	// check on chain. Those that stopped counting or were set aside are
@@ -123,7 +127,7 @@ func (r *rec) amount() *big.Int {
 func NewBook(key []byte, tenant string, horizon time.Duration) *Book {
 	return &Book{key: key, tenant: tenant, horizon: horizon, byReceipt: map[string]*rec{}, groups: map[groupKey]*series{},
 		byScope: map[string][]*series{}, used: map[string]*rec{}, mandates: map[string]*MandateUse{},
-		byTerms: map[string][]*rec{}, shownSet: map[*rec]bool{}}
+		byTerms: map[string][]*rec{}, shownSet: map[*rec]bool{}, seen: map[string]struct{}{}}
 }
 
 // SetHorizon changes the longest window kept (a new policy).
@@ -280,6 +284,12 @@ func (b *Book) take(e Entry) {
 	}
 	a, _ := new(big.Int).SetString(e.Atomic, 10)
 	r := &rec{e: e, at: at, until: until, atomic: a}
+	if e.PayTo != "" {
+		b.seen[ScopePayTo+e.PayTo] = struct{}{}
+	}
+	if e.Host != "" {
+		b.seen[ScopeHost+e.Host] = struct{}{}
+	}
 	b.byReceipt[e.Receipt] = r
 	if e.Kind == KindAuthorization && e.ValidBefore != "" {
 		r.validBefore, _ = ParseTime(e.ValidBefore)
@@ -431,6 +441,15 @@ func (b *Book) Get(receipt string) (e Entry, counting, ok bool) {
 		return Entry{}, false, false
 	}
 	return r.e, r.counts(), true
+}
+
+// Seen says whether any commitment the Book took in, however old, released
+// or shown by the Trace, named scope: ScopePayTo+address or ScopeHost+host.
+func (b *Book) Seen(scope string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.seen[scope]
+	return ok
 }
 
 // Tally is what one scope's commitments add up to in a window.

@@ -122,6 +122,8 @@ func printPolicySummary(w io.Writer, chk app.PolicyCheck, templatesFrom string) 
 	line("asset", pol.DefaultAsset.Describe()+fmt.Sprintf(", %d decimals: every amount below is in it", pol.DefaultAsset.Decimals))
 	line("review above", policyAmount(pol, pol.ReviewAbove)+" (a larger payment goes to a person)")
 	line("quorum", policyQuorum(pol))
+	line("new payees", policyNewPayee(pol))
+	line("payees", policyPayees(pol))
 	line("limits", policyLimits(pol))
 	line("velocity", policyVelocity(pol))
 	line("duplicates", policyDuplicates(pol))
@@ -277,6 +279,34 @@ func policyQuorum(pol *guard.Config) string {
 	return strings.Join(parts, ", ") + "; one rejection rejects"
 }
 
+// policyNewPayee says what a first payment to a new payee does.
+func policyNewPayee(pol *guard.Config) string {
+	if pol.ReviewNewPayee {
+		return "a payment to a payee the Trace and the spend ledger have not seen goes to a person once"
+	}
+	return "no review of its own (the other rules decide)"
+}
+
+// policyPayees lists the payees the policy names, "0x… Weather API".
+func policyPayees(pol *guard.Config) string {
+	if len(pol.Payees) == 0 {
+		return "none named"
+	}
+	addrs := slices.Sorted(maps.Keys(pol.Payees))
+	parts := make([]string, 0, len(addrs))
+	for _, a := range addrs {
+		parts = append(parts, pol.Label(a))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// policyPayeeNames is the payees' names by address, never nil.
+func policyPayeeNames(pol *guard.Config) map[string]string {
+	out := make(map[string]string, len(pol.Payees))
+	maps.Copy(out, pol.Payees)
+	return out
+}
+
 // policyLayerDiff says what layer sets that base does not.
 func policyLayerDiff(base, layer *guard.Config) string {
 	var parts []string
@@ -285,6 +315,12 @@ func policyLayerDiff(base, layer *guard.Config) string {
 	}
 	if a, b := policyQuorum(base), policyQuorum(layer); a != b {
 		parts = append(parts, "quorum "+b)
+	}
+	if a, b := policyNewPayee(base), policyNewPayee(layer); a != b {
+		parts = append(parts, "new payees: "+b)
+	}
+	if a, b := policyPayees(base), policyPayees(layer); a != b {
+		parts = append(parts, "payees: "+b)
 	}
 	if a, b := policyLimits(base), policyLimits(layer); a != b {
 		parts = append(parts, "limits "+b)
@@ -349,6 +385,8 @@ func policyCheckJSON(chk app.PolicyCheck, templatesFrom string) any {
 		"asset":                      pol.DefaultAsset.Key,
 		"reviewAbove":                policyAmount(pol, pol.ReviewAbove),
 		"quorum":                     policyQuorum(pol),
+		"reviewNewPayee":             pol.ReviewNewPayee,
+		"payees":                     policyPayeeNames(pol),
 		"limits":                     policyLimits(pol),
 		"velocity":                   policyVelocity(pol),
 		"duplicates":                 policyDuplicates(pol),
