@@ -391,3 +391,73 @@ func TestIngestUpstreamWriter(t *testing.T) {
 		}
 	})
 }
+
+// TestIngestReplicasWithoutASharedVolume: two replicas on separate roots
+// (no volume shared) and one PostgreSQL store. A recorder's run posted to
+// one is read by the other's tools and judged by its guard; a retry sent
+// to the other replica stores nothing twice; a replica started afterwards
+// on an empty root copies every event before it serves.
+func TestIngestReplicasWithoutASharedVolume(t *testing.T) {
+	dsn := e2eDatabase(t)
+	recorded := sampleRoot(t)
+	local, err := os.ReadFile(filepath.Join(recorded, "events", "run-1.ndjson"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "ingest-keys.json")
+	key := newIngestKey(t, keys)
+	signing := filepath.Join(dir, "signing.pem")
+	replica := func() (*httpProc, string) {
+		root := filepath.Join(t.TempDir(), ".trace")
+		if err := os.MkdirAll(filepath.Join(root, "events"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return startHTTPBinary(t, "--dir", root, "--key-file", signing, "--store", dsn, "--http-insecure-no-auth",
+			"--ingest", "--ingest-keys", keys), root
+	}
+	a, rootA := replica()
+	b, rootB := replica()
+	var events []json.RawMessage
+	for _, line := range strings.Split(strings.TrimSpace(string(local)), "\n") {
+		events = append(events, ingestEnvelope(t, line, "run-1"))
+	}
+	status, body := postBatch(t, a.base, key, batchOf(events...))
+	if status != 200 || !strings.Contains(body, fmt.Sprintf(`"accepted":%d,"duplicates":0`, len(events))) {
+		t.Fatalf("replica A: %d %s", status, body)
+	}
+	// A acknowledged it: its own copy holds it already.
+	got, _ := os.ReadFile(filepath.Join(rootA, "events", "run-1.ndjson"))
+	sameEvents(t, got, local)
+	// B copies it on A's commit.
+	runB := filepath.Join(rootB, "events", "run-1.ndjson")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if got, _ := os.ReadFile(runB); bytes.Count(got, []byte("\n")) == len(events) {
+			sameEvents(t, got, local)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica B did not copy the run:\n%s", b.logs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	status, body = postBatch(t, b.base, key, batchOf(events...))
+	if status != 200 || !strings.Contains(body, fmt.Sprintf(`"accepted":0,"duplicates":%d`, len(events))) {
+		t.Fatalf("the retry on replica B: %d %s", status, body)
+	}
+	cs, err := httpSession(t, b.resource, func() string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	exerciseEveryTool(t, cs)
+
+	c, rootC := replica()
+	got, _ = os.ReadFile(filepath.Join(rootC, "events", "run-1.ndjson"))
+	sameEvents(t, got, local)
+	for _, p := range []*httpProc{a, b, c} {
+		if p.stop(t) != 0 {
+			t.Errorf("exit:\n%s", p.logs())
+		}
+	}
+}

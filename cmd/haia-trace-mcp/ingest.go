@@ -9,11 +9,14 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"sync"
 	"text/tabwriter"
 	"time"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/app"
 	"github.com/haia-trace-mcp/haia-trace-mcp/ingest"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/pgstore"
 )
 
 const ingestKeyDetails = `An ingest key lets a Haia Trace recorder's Control Plane writer post its
@@ -56,8 +59,86 @@ func ingestKeysPath(keysFlag, reviewersFlag string) (string, error) {
 	return filepath.Join(filepath.Dir(reviewers), ingest.KeysFileName), nil
 }
 
-// ingestHandler builds the batch endpoint over the served stacks' roots.
-func ingestHandler(f *ingestFlags, reviewers string, servers map[string]*served, logger *slog.Logger) (http.Handler, func(), error) {
+// pgIngest keeps ingested events in each tenant's PostgreSQL database
+// (ingest_events) and copies them into this replica's own run files: on
+// every commit of any replica (LISTEN, and a poll every second), and
+// before a batch this replica took is acknowledged, so that its own
+// tools read what it acknowledged.
+type pgIngest struct {
+	events map[string]*pgstore.Events
+	mirror *ingest.Mirror
+	logger *slog.Logger
+}
+
+func (p *pgIngest) Store(ctx context.Context, tenant string, events []ingest.Event) ([]bool, error) {
+	e := p.events[tenant]
+	if e == nil {
+		return nil, fmt.Errorf("no PostgreSQL store for tenant %q", tenant)
+	}
+	dup, err := e.Store(ctx, tenant, events)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := p.mirror.Sync(ctx, tenant); err != nil {
+		// Stored and durable; the copy catches up on the next notification.
+		p.logger.WarnContext(ctx, "ingest: the events are stored, the run files' copy is behind", "tenant", tenant, "err", err)
+	}
+	return dup, nil
+}
+
+func (p *pgIngest) Since(ctx context.Context, tenant string, after int64, limit int) ([]ingest.Stored, error) {
+	e := p.events[tenant]
+	if e == nil {
+		return nil, fmt.Errorf("no PostgreSQL store for tenant %q", tenant)
+	}
+	return e.Since(ctx, tenant, after, limit)
+}
+
+func (p *pgIngest) close() {
+	for _, e := range p.events {
+		e.Close()
+	}
+	p.mirror.Close()
+}
+
+// openPGIngest opens the events table of every served tenant's database,
+// brings this replica's run files up to it, and keeps them so.
+func openPGIngest(ctx context.Context, spec string, roots map[string]string, logger *slog.Logger) (*pgIngest, func(), error) {
+	p := &pgIngest{events: map[string]*pgstore.Events{}, logger: logger}
+	p.mirror = ingest.NewMirror(p, roots, logger)
+	for tenant := range roots {
+		dsn, err := app.TenantStore(spec, tenant)
+		if err == nil {
+			p.events[tenant], err = pgstore.OpenEvents(ctx, dsn)
+		}
+		if err != nil {
+			p.close()
+			return nil, nil, fmt.Errorf("--ingest: %w", err)
+		}
+	}
+	if err := p.mirror.SyncAll(ctx); err != nil {
+		p.close()
+		return nil, nil, fmt.Errorf("--ingest: copy the ingested events into the run files: %w", err)
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for tenant, e := range p.events {
+		wg.Go(func() {
+			e.Listen(lctx, time.Second, func() {
+				if _, err := p.mirror.Sync(lctx, tenant); err != nil && lctx.Err() == nil {
+					logger.Warn("ingest: copying the ingested events into the run files failed; retrying", "tenant", tenant, "err", err)
+				}
+			}, logger)
+		})
+	}
+	return p, func() { cancel(); wg.Wait(); p.close() }, nil
+}
+
+// ingestHandler builds the batch endpoint over the served stacks' roots:
+// with the file store, events are appended to the run files; with
+// PostgreSQL, to the events table, which every replica copies into its
+// own run files.
+func ingestHandler(ctx context.Context, f *ingestFlags, reviewers, store string, servers map[string]*served, logger *slog.Logger) (http.Handler, func(), error) {
 	if f.maxBody <= 0 {
 		return nil, nil, usageErrorf("--ingest-max-body must be above zero")
 	}
@@ -73,7 +154,18 @@ func ingestHandler(f *ingestFlags, reviewers string, servers map[string]*served,
 	for name, s := range servers {
 		roots[name] = s.st.Root().Path()
 	}
-	sink := ingest.NewFileSink(roots)
+	var sink ingest.Sink
+	var closeSink func()
+	where := "the run files"
+	if spec := storeSpec(store); app.IsFileStore(spec) {
+		fs := ingest.NewFileSink(roots)
+		sink, closeSink = fs, fs.Close
+	} else {
+		if sink, closeSink, err = openPGIngest(ctx, spec, roots, logger); err != nil {
+			return nil, nil, err
+		}
+		where = "PostgreSQL (ingest_events), copied into the run files"
+	}
 	h, err := ingest.NewHandler(ingest.Config{
 		Keys:    keys,
 		Sink:    sink,
@@ -82,11 +174,11 @@ func ingestHandler(f *ingestFlags, reviewers string, servers map[string]*served,
 		Logger:  logger,
 	})
 	if err != nil {
-		sink.Close()
+		closeSink()
 		return nil, nil, err
 	}
-	logger.Info("accepting recorders' events", "path", ingest.Path, "keys", path)
-	return h, sink.Close, nil
+	logger.Info("accepting recorders' events", "path", ingest.Path, "keys", path, "into", where)
+	return h, closeSink, nil
 }
 
 func ingestKeysFlags(fs *flag.FlagSet) (keys, reviewers *string) {

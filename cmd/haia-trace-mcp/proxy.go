@@ -67,6 +67,7 @@ func runProxy(ctx context.Context, env *cmdEnv, f serveFlags, h httpFlags, pf pr
 	stdin, stdout, stderr := env.stdin, env.stdout, env.stderr
 	pos := env.tail
 	h.reviewers = &f.reviewers
+	h.store = &f.store
 	if pf.guardMap == "" {
 		return usageErrorf("--guard-map is required")
 	}

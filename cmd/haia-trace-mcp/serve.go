@@ -341,6 +341,7 @@ func runServe(ctx context.Context, env *cmdEnv, f serveFlags, h httpFlags) error
 	f.console.allowRemote = &h.allowRemote
 	f.console.http = &h
 	h.reviewers = &f.reviewers
+	h.store = &f.store
 	logger, err := newLogger(stderr, f.logLevel)
 	if err != nil {
 		fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)

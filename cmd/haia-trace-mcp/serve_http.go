@@ -63,6 +63,7 @@ type httpFlags struct {
 	// the command's --reviewers, beside which its keys file is by default.
 	ingest    ingestFlags
 	reviewers *string
+	store     *string
 }
 
 // fairFlags are the tenants' fair share (--tenant-*): slots and perTenant
@@ -385,12 +386,15 @@ func runHTTP(ctx context.Context, servers map[string]*served, ready func(context
 	}
 	var ingestEndpoint http.Handler
 	if h.ingest.on {
-		reviewers := ""
+		reviewers, store := "", ""
 		if h.reviewers != nil {
 			reviewers = *h.reviewers
 		}
+		if h.store != nil {
+			store = *h.store
+		}
 		var closeIngest func()
-		ingestEndpoint, closeIngest, err = ingestHandler(&h.ingest, reviewers, servers, logger)
+		ingestEndpoint, closeIngest, err = ingestHandler(ctx, &h.ingest, reviewers, store, servers, logger)
 		if err != nil {
 			ln.Close()
 			fmt.Fprintf(stderr, "haia-trace-mcp: %s\n", termsafe.String(err.Error()))

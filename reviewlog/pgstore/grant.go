@@ -15,7 +15,7 @@ import (
 // up to date it may also update and delete from. It owns nothing: only an
 // owner (or a superuser) can disable a trigger, drop a table or ALTER one.
 var (
-	appendOnlyTables = []string{"receipts", "receipt_rows", "ledger_entries", "keyring", "review_uses", "mandate_records", "decision_questions"}
+	appendOnlyTables = []string{"receipts", "receipt_rows", "ledger_entries", "keyring", "review_uses", "mandate_records", "decision_questions", "ingest_events"}
 	workingTables    = []string{"guard_meta", "guard_streams", "review_lines", "notify_outbox", "reviews", "reservations", "console_signins"}
 )
 

@@ -5,20 +5,27 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Listen calls wake whenever a NOTIFY arrives on channel, and at least
 // every interval (a notification can be missed while reconnecting), until
 // ctx ends. A lost connection is reopened with a growing pause.
 func (s *Store) Listen(ctx context.Context, channel string, interval time.Duration, wake func(), logger *slog.Logger) {
+	listen(ctx, s.pool, s.describe, channel, interval, wake, logger)
+}
+
+// listen is Listen on pool, described as describe in the log.
+func listen(ctx context.Context, pool *pgxpool.Pool, describe, channel string, interval time.Duration, wake func(), logger *slog.Logger) {
 	pause := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		err := s.listenOnce(ctx, channel, interval, wake, func() { pause = 100 * time.Millisecond })
+		err := listenOnce(ctx, pool, channel, interval, wake, func() { pause = 100 * time.Millisecond })
 		if ctx.Err() != nil {
 			return
 		}
 		if logger != nil {
-			logger.Warn("listening for store notifications failed; retrying", "store", s.describe, "channel", channel, "err", err, "retry_in", pause)
+			logger.Warn("listening for store notifications failed; retrying", "store", describe, "channel", channel, "err", err, "retry_in", pause)
 		}
 		wake() // catch up on what the outage hid
 		select {
@@ -30,8 +37,8 @@ func (s *Store) Listen(ctx context.Context, channel string, interval time.Durati
 	}
 }
 
-func (s *Store) listenOnce(ctx context.Context, channel string, interval time.Duration, wake, connected func()) error {
-	conn, err := s.pool.Acquire(ctx)
+func listenOnce(ctx context.Context, pool *pgxpool.Pool, channel string, interval time.Duration, wake, connected func()) error {
+	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return scrub(err)
 	}
