@@ -76,6 +76,13 @@ func ReadEvents(r io.Reader, firstLine int, lim Limits, fn func(Event) error) (c
 // It reads a MiB at a time and decodes the complete lines in it from one
 // string, instead of copying each line out on its own.
 func ScanEvents(r io.Reader, firstLine int, lim Limits, fn func(Event) error) (consumed int64, nextLine int, err error) {
+	return ScanEventsAt(r, firstLine, lim, func(ev Event, _ int64) error { return fn(ev) })
+}
+
+// ScanEventsAt is ScanEvents that also tells fn where each event's line
+// starts, in bytes from where r started: an index that keeps no event can
+// read one operation's lines again (see DecodeLineAt) instead of the file.
+func ScanEventsAt(r io.Reader, firstLine int, lim Limits, fn func(ev Event, at int64) error) (consumed int64, nextLine int, err error) {
 	lim = lim.orDefault()
 	if firstLine < 1 {
 		firstLine = 1
@@ -101,7 +108,11 @@ func ScanEvents(r io.Reader, firstLine int, lim Limits, fn func(Event) error) (c
 						Err: fmt.Errorf("run file is larger than the %s limit", size(lim.MaxRunBytes))}
 				}
 				if !isBlank(text) {
-					if err := decodeAt(&dec, text, line, true, fn); err != nil {
+					ev, err := decodeEvent(&dec, text, line, true)
+					if err == nil {
+						err = fn(ev, consumed)
+					}
+					if err != nil {
 						return consumed, line, err
 					}
 				}
@@ -173,7 +184,11 @@ func readEvents(r io.Reader, firstLine int, lim Limits, fn func(Event) error) (c
 				Err: fmt.Errorf("run file is larger than the %s limit", size(lim.MaxRunBytes))}
 		}
 		if !isBlank(text) {
-			if err := decodeAt(&dec, string(text), line, false, fn); err != nil {
+			ev, err := decodeEvent(&dec, string(text), line, false)
+			if err == nil {
+				err = fn(ev)
+			}
+			if err != nil {
 				return consumed, line, err
 			}
 		}
@@ -186,8 +201,8 @@ func readEvents(r io.Reader, firstLine int, lim Limits, fn func(Event) error) (c
 	}
 }
 
-// decodeAt decodes the text of line number line and hands the event to fn.
-func decodeAt(dec *jsjson.Decoder, text string, line int, transient bool, fn func(Event) error) error {
+// decodeEvent decodes the text of line number line.
+func decodeEvent(dec *jsjson.Decoder, text string, line int, transient bool) (Event, error) {
 	var (
 		ev  Event
 		err error
@@ -198,10 +213,20 @@ func decodeAt(dec *jsjson.Decoder, text string, line int, transient bool, fn fun
 		ev, err = decodeLine(dec, text)
 	}
 	if err != nil {
-		return atLine(err, line)
+		return Event{}, atLine(err, line)
 	}
 	ev.Line = line
-	return fn(ev)
+	return ev, nil
+}
+
+// DecodeLineAt decodes one line of a run file (without its line end),
+// known to be line number line, as ScanEvents would: a *LineError names
+// the line and the broken rule.
+func DecodeLineAt(text []byte, line int) (Event, error) {
+	if isBlank(text) {
+		return Event{}, &LineError{Line: line, Rule: RuleJSON, Err: errors.New("blank line where an event was")}
+	}
+	return decodeEvent(nil, string(text), line, false)
 }
 
 // atLine puts a line number on a decoding error.

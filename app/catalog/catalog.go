@@ -74,7 +74,6 @@ func New(cfg Config) (*Catalog, error) {
 		Limits:    cfg.Limits,
 		MaxBytes:  cfg.MaxBytes,
 		Extract:   extractFacts,
-		FactsCost: factsCost,
 		Compact:   compactEvent,
 		Summarize: summarize,
 		ItemCost:  summaryCost,

@@ -28,30 +28,15 @@ func compactEvent(e receipt.Event) receipt.Event {
 	return e
 }
 
-// extractFacts reads the guard's facts from an event and copies their
-// strings, which may otherwise point into the run's whole parse buffer and
-// keep it alive.
-func extractFacts(e receipt.Event) guard.EventFacts {
+// extractFacts reads the guard's facts from an event. Its strings may point
+// into the run's parse buffer, which is reused: those that repeat (hosts,
+// addresses, amounts, assets, an operation's resource) become the read's one
+// copy, the others are copied.
+func extractFacts(e receipt.Event, share func(string) string) guard.EventFacts {
 	f := guard.FactsOf(e)
-	// One copy holding all six strings: one allocation instead of six.
-	var b strings.Builder
-	b.Grow(len(f.EventID) + len(f.Host) + len(f.PayTo) + len(f.Atomic) + len(f.Asset) + len(f.Problem))
-	for _, s := range []string{f.EventID, f.Host, f.PayTo, f.Atomic, f.Asset, f.Problem} {
-		b.WriteString(s)
-	}
-	all := b.String()
-	cut := func(s string) string {
-		part := all[:len(s)]
-		all = all[len(s):]
-		return part
-	}
-	f.EventID, f.Host, f.PayTo, f.Atomic, f.Asset, f.Problem = cut(f.EventID), cut(f.Host), cut(f.PayTo), cut(f.Atomic), cut(f.Asset), cut(f.Problem)
+	f.EventID, f.Problem = strings.Clone(f.EventID), strings.Clone(f.Problem)
+	f.Host, f.Resource, f.PayTo, f.Atomic, f.Asset = share(f.Host), share(f.Resource), share(f.PayTo), share(f.Atomic), share(f.Asset)
 	return f
-}
-
-// factsCost estimates the memory of one event's guard facts.
-func factsCost(f guard.EventFacts) int64 {
-	return 112 + int64(len(f.EventID)+len(f.Host)+len(f.PayTo)+len(f.Atomic)+len(f.Asset)+len(f.Problem))
 }
 
 // summaryCost estimates the memory one cached summary holds: the struct
@@ -85,9 +70,16 @@ func summarize(runID string, r *receipt.Receipt, facts func(e *receipt.Event) gu
 	for _, m := range r.Missing {
 		sum.MissingStages = append(sum.MissingStages, m.Stage)
 	}
-	sum.LastEventAt = r.LastEventAt()
 	sum.Guard = guard.OpFromFacts(runID, r, facts)
-	// The receipt's events are not kept past this point.
+	// The receipt's events are not kept past this point: one copy holds
+	// both times, so that they pin none of the events' strings.
+	first, last := sum.Guard.FirstEventAt, r.LastEventAt()
+	var b strings.Builder
+	b.Grow(len(first) + len(last))
+	b.WriteString(first)
+	b.WriteString(last)
+	both := b.String()
+	sum.Guard.FirstEventAt, sum.LastEventAt = both[:len(first)], both[len(first):]
 	sum.Guard.LastEventAt = sum.LastEventAt
 	return sum
 }

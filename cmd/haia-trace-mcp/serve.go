@@ -59,7 +59,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	f.console.register(fs)
 	templatesDirFlagVar(fs, &f.templatesDir)
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level on stderr: debug, info, warn, error")
-	fs.Int64Var(&f.indexMaxMB, "index-max-mb", 256, "memory budget of the run index, in MiB")
+	fs.Int64Var(&f.indexMaxMB, "index-max-mb", 768, "memory budget of the run index, in MiB")
 	guardConfigFlagVar(fs, &f.guardConfig)
 	fs.StringVar(&f.agentID, "agent-id", "local-agent", "who the caller is over stdio, for decision receipts (over HTTP the token's subject is used)")
 	f.signing.register(fs)

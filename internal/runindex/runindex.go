@@ -1,12 +1,15 @@
-// Package runindex keeps an in-memory index of the run files under a Trace
-// root's events/ directory, so that repeated listings cost little.
+// Package runindex keeps an index of the run files under a Trace root's
+// events/ directory, so that repeated listings cost little.
 //
 // A run is keyed by its file identity (device, inode, size, modification
 // time). A file that grew under the same identity is read from where the last
 // read stopped, because run files are append-only; a file that was replaced or
-// shrank is read again from the start. The events kept are compacted by a
-// caller-supplied projection and their estimated size is bounded: past the
-// budget, the least recently used runs are dropped and read again on demand.
+// shrank is read again from the start. The index keeps no event: per run it
+// keeps the summaries of its operations (per template) and where each
+// operation's lines are in the file, and reads the lines again when it needs
+// them (an append re-assembles only the operations it touched, from their
+// earlier lines and the new ones). What it keeps is bounded: past the budget,
+// the least recently used runs are dropped and read again on demand.
 package runindex
 
 import (
@@ -16,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"runtime"
 	"slices"
 	"sort"
@@ -35,27 +39,30 @@ type Options[T, F any] struct {
 	Events *confined.Dir
 	// Limits bound what one line and one run file may cost.
 	Limits receipt.Limits
-	// MaxBytes is the budget, in estimated bytes, for the events the index
-	// keeps in memory. Zero means DefaultMaxBytes.
+	// MaxBytes is the budget, in estimated bytes, for what the index keeps
+	// in memory (summaries and the places of operations' lines). Zero means
+	// DefaultMaxBytes.
 	MaxBytes int64
-	// Compact is applied to each event before it is kept; it should drop what
-	// Summarize does not need (payloads, mostly), and must drop the event's
-	// Raw value, which is valid only during the call (Extract has read what
-	// is needed from it by then). Nil keeps events whole.
+	// Compact is applied to each event after Extract, before it is
+	// assembled; the index keeps no event past the read that assembles it.
+	// The event's Raw value is valid only during Extract. Nil changes
+	// nothing.
 	Compact func(receipt.Event) receipt.Event
-	// Extract reads, from each event before it is compacted, the facts
-	// Summarize will need (what the payload says, mostly); they are kept
-	// beside the event. Nil keeps zero facts.
-	Extract func(receipt.Event) F
-	// FactsCost estimates the memory one event's facts hold.
-	FactsCost func(F) int64
+	// Extract reads, from each event while its Raw value is valid, the facts
+	// Summarize will need (what the payload says, mostly). Strings it keeps
+	// must be copied out of the event's: share returns the read's one copy
+	// of a string (for those that repeat: hosts, addresses, amounts). Nil
+	// keeps zero facts.
+	Extract func(e receipt.Event, share func(string) string) F
 	// ItemCost estimates the memory one summary holds; summaries count
-	// against MaxBytes like the events they came from. Nil counts nothing.
+	// against MaxBytes. Nil counts nothing.
 	ItemCost func(T) int64
 	// Summarize turns one assembled receipt into what callers list. It is
 	// called once per operation and template, and again only for the
-	// operations an append touches; its results are cached. It may be called
-	// from several goroutines at once.
+	// operations an append touches; its results are cached, and must not
+	// keep the receipt's events or strings other than theirs (which the
+	// index copies out of the file's text). It may be called from several
+	// goroutines at once.
 	Summarize func(runID string, r *receipt.Receipt, facts func(e *receipt.Event) F) T
 	// Compare orders a run's summaries as callers list them (see
 	// RunView.Items); nil keeps the order of first appearance.
@@ -65,28 +72,25 @@ type Options[T, F any] struct {
 	Facet func(*T) string
 	// OperationID returns the operation a summary is about. With it, an
 	// append re-assembles only the operations it touched; without it, the
-	// whole run is assembled again.
+	// whole run is read and assembled again.
 	OperationID func(*T) string
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
 	// Progress, when set, is told how a refresh that must read runs goes:
-	// after each run it reads (a new or changed file, or one whose events
-	// were dropped), how many of the runs it must read are done, of how
-	// many. A cold index reads every run; a warm one reads only what
-	// changed. Calls come one at a time, done counting up from 1.
+	// after each run it reads (a new or changed file, or one dropped to
+	// honour the budget or not yet listed under the template), how many of
+	// the runs it must read are done, of how many. A cold index reads every
+	// run; a warm one reads only what changed. Calls come one at a time,
+	// done counting up from 1.
 	Progress func(done, total int)
 }
 
-// maxEventGuess caps the room reserved for a run's events before they are
-// read.
-const maxEventGuess = 4096
+// DefaultMaxBytes is the default memory budget of the index: the summaries
+// of a root of about three million events.
+const DefaultMaxBytes = 768 << 20
 
-// DefaultMaxBytes is the default memory budget for indexed events.
-const DefaultMaxBytes = 256 << 20
-
-// eventOverhead estimates the fixed memory of one kept event (the struct and
-// its string headers) on top of its string bytes.
-const eventOverhead = 200
+// locCost estimates the memory of one event's place (see loc).
+const locCost = 16
 
 // Index is safe for concurrent use; refreshes are serialized, and the runs a
 // refresh must read are read in parallel, at most GOMAXPROCS at once.
@@ -95,6 +99,9 @@ type Index[T, F any] struct {
 	mu   sync.Mutex
 	runs map[string]*run[T, F]
 	tick uint64
+	// templates are the templates listed so far, by fingerprint: a run read
+	// again (rewritten, grown) brings every view it had up to date.
+	templates map[string]*receipt.Template
 	// acct guards bytes and stats, which parallel reads update.
 	acct  sync.Mutex
 	bytes int64
@@ -120,12 +127,14 @@ type presentListing[T any] struct {
 // Stats reports what the index did, for benchmarks and /metrics.
 type Stats struct {
 	Runs          int   // runs currently known (readable or not)
-	ResidentRuns  int   // runs whose events are in memory
-	Events        int   // events in memory
-	Bytes         int64 // estimated bytes of events in memory
+	ResidentRuns  int   // runs whose summaries are in memory
+	Events        int   // events of operations whose places are kept
+	Bytes         int64 // estimated bytes the index keeps
 	BytesRead     int64 // total bytes read from run files since start
-	FullReads     int64 // runs read from the start
+	FullReads     int64 // runs read from the start (new, rewritten or dropped)
 	IncrementalRs int64 // runs read from a previous offset
+	LinesReread   int64 // earlier lines of operations an append touched, read again
+	ViewReads     int64 // runs read again to list them under another template or as of an earlier line
 	Evictions     int64 // runs dropped to honour the budget
 	SharedLists   int64 // listings of the present answered by one begun after they were asked
 }
@@ -140,20 +149,28 @@ type run[T, F any] struct {
 	id       string
 	name     string
 	ident    identity
-	resident bool  // events are in memory (views may outlive them)
 	offset   int64 // bytes consumed so far (up to the last complete line)
 	nextLine int
-	events   []receipt.Event
-	facts    []F // facts[i] belongs to events[i]
-	intern   map[string]string
-	cost     int64
-	err      error // why the run is unreadable, or nil
-	used     uint64
-	views    map[string]*view[T] // per template fingerprint
-	viewCost int64               // the part of cost that views hold
-	lastAt   string              // latest occurred_at, for "latest run"
-	anchor   anchor              // bytes an in-place rewrite would change
-	asOf     *view[T]            // the last view taken at an earlier line (paging)
+	// locs is where each event that belongs to an operation is, in line
+	// order; ops are the operations' ids (loc.op indexes them), each the
+	// one copy the run's summaries share.
+	locs   []loc
+	ops    []string
+	cost   int64
+	err    error // why the run is unreadable, or nil
+	used   uint64
+	views  map[string]*view[T] // per template fingerprint
+	lastAt string              // latest occurred_at, for "latest run"
+	anchor anchor              // bytes an in-place rewrite would change
+	asOf   *view[T]            // the last view taken at an earlier line (paging)
+}
+
+// loc is where one event's line starts in its run file, its line number,
+// and its operation (an index into run.ops).
+type loc struct {
+	off  int64
+	line int32
+	op   int32
 }
 
 // view is a run's summaries for one template, sorted by Options.Compare.
@@ -161,8 +178,8 @@ type view[T any] struct {
 	fp      string
 	items   []T
 	byFacet map[string][]int32
-	events  int // how many of the run's events it covers
-	lines   int // the run's complete lines it covers
+	lines   int    // the run's complete lines it covers
+	lastAt  string // the latest occurred_at of those lines (views as of a line)
 	cost    int64
 }
 
@@ -252,7 +269,7 @@ func New[T, F any](opt Options[T, F]) *Index[T, F] {
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Index[T, F]{opt: opt, runs: map[string]*run[T, F]{}, fullReads: make(chan struct{}, MaxConcurrentFullReads)}
+	return &Index[T, F]{opt: opt, runs: map[string]*run[T, F]{}, templates: map[string]*receipt.Template{}, fullReads: make(chan struct{}, MaxConcurrentFullReads)}
 }
 
 // Unreadable is a run (or a file in events/) that could not be used, with
@@ -347,6 +364,7 @@ func (ix *Index[T, F]) listLocked(ctx context.Context, t *receipt.Template, at m
 		v    *view[T]
 	}
 	slots := make([]slot, 0, len(entries))
+	ix.templates[fp] = t
 	for _, e := range entries {
 		id, ok := receipt.RunIDFromFileName(e.Name)
 		if !ok {
@@ -366,7 +384,7 @@ func (ix *Index[T, F]) listLocked(ctx context.Context, t *receipt.Template, at m
 			ix.forget(id)
 		}
 	}
-	// Read what changed, then bring each run's view up to date, in parallel.
+	// Read what changed, then take each run's view, in parallel.
 	toRead := 0
 	for _, sl := range slots {
 		if sl.r != nil && sl.work != nil {
@@ -398,19 +416,14 @@ func (ix *Index[T, F]) listLocked(ctx context.Context, t *receipt.Template, at m
 				return // the run did not exist at the snapshot
 			}
 			if lines < sl.r.nextLine-1 {
-				if !sl.r.resident {
-					ix.read(sl.r, sl.r.ident, false) // its events were dropped
-					if sl.r.err != nil {
-						return
-					}
+				var err error
+				if sl.v, err = ix.viewAt(sl.r, fp, t, lines); err != nil {
+					sl.bad = err
 				}
-				if lines < sl.r.nextLine-1 {
-					sl.v = ix.viewAt(sl.r, fp, t, lines)
-					return
-				}
+				return
 			}
 		}
-		sl.v = ix.currentView(sl.r, fp, t)
+		sl.v = sl.r.views[fp]
 	})
 	if err := ctx.Err(); err != nil {
 		return Listing[T]{}, err
@@ -427,7 +440,7 @@ func (ix *Index[T, F]) listLocked(ctx context.Context, t *receipt.Template, at m
 			sl.r.used = ix.tick
 			lastAt := sl.r.lastAt
 			if sl.v != sl.r.views[fp] {
-				lastAt = lastEventAt(sl.v, sl.r)
+				lastAt = sl.v.lastAt
 			}
 			out.Runs = append(out.Runs, RunView[T]{RunID: sl.id, LastEventAt: lastAt, Items: sl.v.items, ByFacet: sl.v.byFacet, Lines: sl.v.lines})
 		}
@@ -472,67 +485,434 @@ func (ix *Index[T, F]) account(fn func(bytes *int64, st *Stats)) {
 	ix.acct.Unlock()
 }
 
-// currentView returns the run's view for the template, built or brought up
-// to date with the events read since it was built.
-func (ix *Index[T, F]) currentView(r *run[T, F], fp string, t *receipt.Template) *view[T] {
-	old := r.views[fp]
-	if old != nil && old.events == len(r.events) && old.lines == r.nextLine-1 {
-		return old
+// forget drops everything known about a run.
+func (ix *Index[T, F]) forget(id string) {
+	if r, ok := ix.runs[id]; ok {
+		ix.account(func(b *int64, _ *Stats) { *b -= r.cost })
+		delete(ix.runs, id)
 	}
-	if old != nil && !r.resident {
-		return old // events dropped to honour the budget; the file is unchanged
-	}
-	var v *view[T]
-	if old != nil && ix.opt.OperationID != nil && ix.opt.Compare != nil {
-		v = ix.updated(r, old, t)
-	} else {
-		v = ix.build(r, fp, t, r.events)
-	}
-	v.fp, v.events, v.lines = fp, len(r.events), r.nextLine-1
-	if r.views == nil {
-		r.views = map[string]*view[T]{}
-	}
-	r.views[fp] = v
-	delta := v.cost
-	if old != nil {
-		delta -= old.cost
-	}
-	r.viewCost += delta
-	r.cost += delta
-	ix.account(func(b *int64, _ *Stats) { *b += delta })
-	return v
 }
 
-// viewAt returns the run's view as it was when it had lines complete lines
-// (not cached beyond the last one asked for, nor counted in the budget).
-func (ix *Index[T, F]) viewAt(r *run[T, F], fp string, t *receipt.Template, lines int) *view[T] {
-	if v := r.asOf; v != nil && v.fp == fp && v.lines == lines {
-		return v
-	}
-	n := sort.Search(len(r.events), func(i int) bool { return r.events[i].Line > lines })
-	v := ix.build(r, fp, t, r.events[:n])
-	v.fp, v.events, v.lines = fp, n, lines
-	r.asOf = v
-	return v
-}
-
-// lastEventAt is the latest occurred_at among the events a view covers.
-func lastEventAt[T, F any](v *view[T], r *run[T, F]) string {
-	last := ""
-	for i := range r.events[:v.events] {
-		if jsjson.CompareUTF16(r.events[i].OccurredAt, last) > 0 {
-			last = r.events[i].OccurredAt
+// plan finds out, from the directory entry alone, what bringing a run up
+// to date for the template fp takes: nothing, or work (reading the file)
+// that touches only this run and the shared counters, so that several runs'
+// work can run at once.
+func (ix *Index[T, F]) plan(id string, e confined.Entry, fp string) (*run[T, F], func()) {
+	cur := identity{dev: e.Dev, ino: e.Ino, size: e.Size, mtime: e.ModTime}
+	r, ok := ix.runs[id]
+	sameFile := ok && r.ident.dev == cur.dev && r.ident.ino == cur.ino
+	switch {
+	case ok && r.ident == cur && (r.err != nil || r.views[fp] != nil):
+		return r, nil // unchanged
+	case ok && r.ident == cur:
+		return r, func() { ix.addView(r, fp) } // unchanged, not yet listed under fp
+	case sameFile && r.err == nil && cur.size > r.ident.size:
+		return r, func() {
+			if ix.stillHolds(r) {
+				ix.readMore(r, cur, fp) // grew: read only the appended bytes
+			} else {
+				ix.readAll(r, cur, fp)
+			}
+		}
+	case sameFile && r.err != nil && cur.size >= r.ident.size:
+		return r, func() {
+			if ix.stillHolds(r) {
+				r.ident = cur // an append-only file with a bad line stays bad
+			} else {
+				ix.readAll(r, cur, fp)
+			}
 		}
 	}
-	return last
+	if ok {
+		ix.forget(id)
+	}
+	r = &run[T, F]{id: id, name: e.Name}
+	ix.runs[id] = r
+	return r, func() { ix.readAll(r, cur, fp) }
 }
 
-// build assembles events (a run's, or a prefix of them) into a sorted view.
-func (ix *Index[T, F]) build(r *run[T, F], fp string, t *receipt.Template, events []receipt.Event) *view[T] {
-	res := receipt.Assemble(events, t)
+// batch is events read for one assembly, in line order, with their facts.
+type batch[F any] struct {
+	events []receipt.Event
+	facts  []F // facts[i] belongs to events[i]
+}
+
+// factsOf returns the facts of one of the batch's events, found by its line
+// number.
+func (b *batch[F]) factsOf(e *receipt.Event) F {
+	i := sort.Search(len(b.events), func(i int) bool { return b.events[i].Line >= e.Line })
+	var zero F
+	if i < len(b.events) && b.events[i].Line == e.Line {
+		return b.facts[i]
+	}
+	return zero
+}
+
+// intern keeps one copy of the short strings that repeat across a read's
+// events (types, adapters, roles), so that what they share is not a copy of
+// each line.
+type intern map[string]string
+
+func (m intern) of(s string) string {
+	if v, ok := m[s]; ok {
+		return v
+	}
+	v := strings.Clone(s)
+	m[v] = v
+	return v
+}
+
+// take turns an event just read (its Raw valid, its strings parts of the
+// file's text) into one the batch keeps: facts extracted, compacted, its
+// strings copied, its operation id the run's one copy.
+func (ix *Index[T, F]) take(b *batch[F], in intern, ev receipt.Event, opID string) {
+	var facts F
+	if ix.opt.Extract != nil {
+		facts = ix.opt.Extract(ev, in.of)
+	}
+	if ix.opt.Compact != nil {
+		ev = ix.opt.Compact(ev)
+	}
+	ev.Raw = jsjson.Value{}
+	// One copy for the two: a Builder always copies (a concatenation with
+	// an empty string would not).
+	var sb strings.Builder
+	sb.Grow(len(ev.ID) + len(ev.OccurredAt))
+	sb.WriteString(ev.ID)
+	sb.WriteString(ev.OccurredAt)
+	both := sb.String()
+	ev.ID, ev.OccurredAt = both[:len(ev.ID)], both[len(ev.ID):]
+	ev.Type, ev.Adapter, ev.Role = in.of(ev.Type), in.of(ev.Adapter), in.of(ev.Role)
+	ev.ContextID = opID
+	b.events = append(b.events, ev)
+	b.facts = append(b.facts, facts)
+}
+
+// reset forgets what was read of a run, before it is read from the start.
+func (ix *Index[T, F]) reset(r *run[T, F]) {
+	old := r.cost
+	ix.account(func(b *int64, _ *Stats) { *b -= old })
+	r.offset, r.nextLine, r.locs, r.ops, r.cost, r.err, r.views, r.lastAt, r.asOf = 0, 1, nil, nil, 0, nil, nil, "", nil
+}
+
+// fail marks a run unreadable, keeping nothing else of it.
+func (ix *Index[T, F]) fail(r *run[T, F], err error) {
+	var le *receipt.LineError
+	if errors.As(err, &le) && le.Run == "" {
+		le.Run = r.id
+	}
+	ix.reset(r)
+	r.err = err
+}
+
+// recount sets the run's cost from what it keeps and accounts the change.
+func (ix *Index[T, F]) recount(r *run[T, F]) {
+	n := int64(len(r.locs))*locCost + int64(len(r.ops))*16 + 2*anchorBytes
+	for _, id := range r.ops {
+		n += int64(len(id))
+	}
+	for _, v := range r.views {
+		n += v.cost
+	}
+	delta := n - r.cost
+	r.cost = n
+	ix.account(func(b *int64, _ *Stats) { *b += delta })
+}
+
+// ingest reads the run from its offset to the end of its complete lines,
+// records where the new events' lines are, and returns them.
+func (ix *Index[T, F]) ingest(r *run[T, F], f *os.File) (batch[F], error) {
+	var b batch[F]
+	if r.offset > 0 {
+		if _, err := f.Seek(r.offset, io.SeekStart); err != nil {
+			return b, fmt.Errorf("run %s: seek to %d: %w", r.id, r.offset, err)
+		}
+	}
+	opIdx := make(map[string]int32, len(r.ops))
+	for i, id := range r.ops {
+		opIdx[id] = int32(i)
+	}
+	in := intern{}
+	remaining := ix.opt.Limits.MaxRunBytes - r.offset
+	consumed, next, err := receipt.ScanEventsAt(io.LimitReader(f, remaining+1), r.nextLine, ix.opt.Limits, func(ev receipt.Event, at int64) error {
+		opID := ""
+		if ev.ContextID != "" {
+			k, ok := opIdx[ev.ContextID]
+			if !ok {
+				k = int32(len(r.ops))
+				opIdx[ev.ContextID] = k
+				r.ops = append(r.ops, strings.Clone(ev.ContextID))
+			}
+			opID = r.ops[k]
+			r.locs = append(r.locs, loc{off: r.offset + at, line: int32(ev.Line), op: k})
+		}
+		ix.take(&b, in, ev, opID)
+		if jsjson.CompareUTF16(ev.OccurredAt, r.lastAt) > 0 {
+			r.lastAt = b.events[len(b.events)-1].OccurredAt
+		}
+		return nil
+	})
+	r.anchor = takeAnchor(f, r.offset+consumed, err != nil)
+	ix.account(func(_ *int64, st *Stats) { st.BytesRead += consumed })
+	r.offset += consumed
+	r.nextLine = next
+	if err == nil && r.offset >= ix.opt.Limits.MaxRunBytes {
+		err = fmt.Errorf("run %s: file larger than the %d-byte limit for one run", r.id, ix.opt.Limits.MaxRunBytes)
+	}
+	return b, err
+}
+
+// readAll reads a run from the start and builds its views: fp's and every
+// one it had.
+func (ix *Index[T, F]) readAll(r *run[T, F], cur identity, fp string) {
+	fps := []string{fp}
+	for k := range r.views {
+		if k != fp {
+			fps = append(fps, k)
+		}
+	}
+	ix.reset(r)
+	ix.account(func(_ *int64, st *Stats) { st.FullReads++ })
+	r.ident = cur
+	f, err := ix.opt.Events.Open(r.name)
+	if err != nil {
+		ix.fail(r, err)
+		return
+	}
+	defer f.Close()
+	b, err := ix.ingest(r, f)
+	if err != nil {
+		ix.fail(r, err)
+		return
+	}
+	r.views = make(map[string]*view[T], len(fps))
+	for _, k := range fps {
+		if t := ix.templates[k]; t != nil {
+			v := ix.build(r, t, &b)
+			v.fp, v.lines = k, r.nextLine-1
+			r.views[k] = v
+		}
+	}
+	ix.recount(r)
+}
+
+// readMore reads what was appended to a run and brings its views up to
+// date: only the operations the new lines touch are assembled again, from
+// their earlier lines (read again at their places) and the new ones.
+func (ix *Index[T, F]) readMore(r *run[T, F], cur identity, fp string) {
+	ix.account(func(_ *int64, st *Stats) { st.IncrementalRs++ })
+	f, err := ix.opt.Events.Open(r.name)
+	if err != nil {
+		ix.fail(r, err)
+		return
+	}
+	defer f.Close()
+	before, beforeLocs := r.offset, len(r.locs)
+	r.ident = cur
+	fresh, err := ix.ingest(r, f)
+	if err != nil {
+		ix.fail(r, err)
+		return
+	}
+	// r.asOf stays: an append leaves the earlier lines as they were.
+	if len(fresh.events) > 0 && len(r.views) > 0 {
+		if ix.opt.OperationID == nil || ix.opt.Compare == nil {
+			f.Close()
+			ix.readAll(r, cur, fp)
+			return
+		}
+		touched := map[int32]bool{}
+		for _, l := range r.locs[beforeLocs:] {
+			touched[l.op] = true
+		}
+		var earlier []loc
+		for _, l := range r.locs[:beforeLocs] {
+			if touched[l.op] {
+				earlier = append(earlier, l)
+			}
+		}
+		sel, err := ix.reread(r, f, earlier, before)
+		if err != nil {
+			// The lines are not what was read there before: the file was
+			// changed, not appended to.
+			ix.opt.Logger.Warn("a run's earlier lines changed under an append; reading it again from the start", "run", r.id, "err", err)
+			f.Close()
+			ix.readAll(r, cur, fp)
+			return
+		}
+		for i := range fresh.events {
+			if fresh.events[i].ContextID != "" {
+				sel.events = append(sel.events, fresh.events[i])
+				sel.facts = append(sel.facts, fresh.facts[i])
+			}
+		}
+		ids := map[string]bool{}
+		for k := range touched {
+			ids[r.ops[k]] = true
+		}
+		views := make(map[string]*view[T], len(r.views))
+		for k, old := range r.views {
+			v := ix.updated(r, old, ix.templates[k], ids, &sel)
+			v.fp, v.lines = k, r.nextLine-1
+			views[k] = v
+		}
+		r.views = views
+	} else {
+		views := make(map[string]*view[T], len(r.views))
+		for k, old := range r.views {
+			v := *old
+			v.lines = r.nextLine - 1
+			views[k] = &v
+		}
+		r.views = views
+	}
+	if r.views[fp] == nil {
+		if b, err := ix.readPrefix(r, f, r.nextLine-1); err == nil {
+			v := ix.build(r, ix.templates[fp], &b)
+			v.fp, v.lines = fp, r.nextLine-1
+			r.views[fp] = v
+		} else {
+			f.Close()
+			ix.readAll(r, cur, fp)
+			return
+		}
+	}
+	ix.recount(r)
+}
+
+// reread reads the lines at locs again (each before end), checks that each
+// is still the event of its operation read there before, and returns them.
+func (ix *Index[T, F]) reread(r *run[T, F], f io.ReaderAt, locs []loc, end int64) (batch[F], error) {
+	var b batch[F]
+	in := intern{}
+	buf := make([]byte, 0, 64<<10)
+	base := int64(-1) // where buf starts in the file
+	for _, l := range locs {
+		var text []byte
+		for {
+			if base >= 0 && l.off >= base && l.off < base+int64(len(buf)) {
+				if nl := indexNL(buf[l.off-base:]); nl >= 0 {
+					text = buf[l.off-base : l.off-base+int64(nl)]
+					break
+				}
+				if base == l.off && len(buf) == cap(buf) {
+					if cap(buf) > ix.opt.Limits.MaxLineBytes {
+						return b, fmt.Errorf("line %d is longer than the line limit", l.line)
+					}
+					buf = make([]byte, 0, 2*cap(buf))
+				}
+			}
+			n, err := f.ReadAt(buf[:min(int64(cap(buf)), end-l.off)], l.off)
+			if n == 0 && err != nil {
+				return b, fmt.Errorf("line %d: %w", l.line, err)
+			}
+			buf, base = buf[:n], l.off
+			if indexNL(buf) < 0 && (n < cap(buf) || err != nil) {
+				return b, fmt.Errorf("line %d has no end before byte %d", l.line, end)
+			}
+		}
+		ev, err := receipt.DecodeLineAt(text, int(l.line))
+		if err != nil {
+			return b, err
+		}
+		if ev.ContextID != r.ops[l.op] {
+			return b, fmt.Errorf("line %d belongs to operation %q, not %q", l.line, ev.ContextID, r.ops[l.op])
+		}
+		ix.take(&b, in, ev, r.ops[l.op])
+	}
+	ix.account(func(_ *int64, st *Stats) { st.LinesReread += int64(len(locs)) })
+	return b, nil
+}
+
+func indexNL(b []byte) int {
+	for i, c := range b {
+		if c == '\n' {
+			return i
+		}
+	}
+	return -1
+}
+
+// errStop ends a read at the line asked for.
+var errStop = errors.New("stop")
+
+// readPrefix reads the run's events up to line lines (at most its offset).
+func (ix *Index[T, F]) readPrefix(r *run[T, F], f io.ReaderAt, lines int) (batch[F], error) {
+	var b batch[F]
+	in := intern{}
+	consumed, _, err := receipt.ScanEventsAt(io.NewSectionReader(f, 0, r.offset), 1, ix.opt.Limits, func(ev receipt.Event, _ int64) error {
+		if ev.Line > lines {
+			return errStop
+		}
+		ix.take(&b, in, ev, strings.Clone(ev.ContextID))
+		return nil
+	})
+	ix.account(func(_ *int64, st *Stats) { st.ViewReads++; st.BytesRead += consumed })
+	if err != nil && !errors.Is(err, errStop) {
+		return b, err
+	}
+	return b, nil
+}
+
+// addView builds the run's view for a template it was not listed under
+// yet, from the file as far as it was read.
+func (ix *Index[T, F]) addView(r *run[T, F], fp string) {
+	f, err := ix.opt.Events.Open(r.name)
+	if err != nil {
+		ix.fail(r, err)
+		return
+	}
+	defer f.Close()
+	b, err := ix.readPrefix(r, f, r.nextLine-1)
+	if err != nil {
+		f.Close()
+		ix.readAll(r, r.ident, fp)
+		return
+	}
+	v := ix.build(r, ix.templates[fp], &b)
+	v.fp, v.lines = fp, r.nextLine-1
+	views := make(map[string]*view[T], len(r.views)+1)
+	for k, old := range r.views {
+		views[k] = old
+	}
+	views[fp] = v
+	r.views = views
+	ix.recount(r)
+}
+
+// viewAt returns the run's view as it was when it had lines complete lines,
+// read again from the file (not cached beyond the last one asked for, nor
+// counted in the budget).
+func (ix *Index[T, F]) viewAt(r *run[T, F], fp string, t *receipt.Template, lines int) (*view[T], error) {
+	if v := r.asOf; v != nil && v.fp == fp && v.lines == lines {
+		return v, nil
+	}
+	f, err := ix.opt.Events.Open(r.name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := ix.readPrefix(r, f, lines)
+	if err != nil {
+		return nil, err
+	}
+	v := ix.build(r, t, &b)
+	v.fp, v.lines = fp, lines
+	for i := range b.events {
+		if jsjson.CompareUTF16(b.events[i].OccurredAt, v.lastAt) > 0 {
+			v.lastAt = b.events[i].OccurredAt
+		}
+	}
+	r.asOf = v
+	return v, nil
+}
+
+// build assembles a batch of the run's events into a sorted view.
+func (ix *Index[T, F]) build(r *run[T, F], t *receipt.Template, b *batch[F]) *view[T] {
+	res := receipt.Assemble(b.events, t)
 	items := make([]T, 0, len(res.Receipts))
 	for i := range res.Receipts {
-		items = append(items, ix.opt.Summarize(r.id, &res.Receipts[i], r.factsOf))
+		items = append(items, ix.opt.Summarize(r.id, &res.Receipts[i], b.factsOf))
 	}
 	return ix.finish(ix.sorted(items))
 }
@@ -560,36 +940,21 @@ func (ix *Index[T, F]) sorted(items []T) []T {
 	return out
 }
 
-// updated brings a view up to date with the events appended since it was
-// built: only the operations those events belong to are assembled again,
-// sorted, and merged into the rest, which keep their order.
-func (ix *Index[T, F]) updated(r *run[T, F], old *view[T], t *receipt.Template) *view[T] {
-	touched := map[string]bool{}
-	for i := old.events; i < len(r.events); i++ {
-		if id := r.events[i].ContextID; id != "" {
-			touched[id] = true
-		}
-	}
-	if len(touched) == 0 {
-		return ix.finish(old.items)
-	}
-	var sel []receipt.Event
-	for i := range r.events {
-		if touched[r.events[i].ContextID] {
-			sel = append(sel, r.events[i])
-		}
-	}
-	res := receipt.Assemble(sel, t)
+// updated brings a view up to date with an append: the operations ids
+// names are assembled again from sel (every event of theirs, in line
+// order), sorted, and merged into the rest, which keep their order.
+func (ix *Index[T, F]) updated(r *run[T, F], old *view[T], t *receipt.Template, ids map[string]bool, sel *batch[F]) *view[T] {
+	res := receipt.Assemble(sel.events, t)
 	fresh := make([]T, 0, len(res.Receipts))
 	for i := range res.Receipts {
-		fresh = append(fresh, ix.opt.Summarize(r.id, &res.Receipts[i], r.factsOf))
+		fresh = append(fresh, ix.opt.Summarize(r.id, &res.Receipts[i], sel.factsOf))
 	}
 	fresh = ix.sorted(fresh)
 	items := make([]T, 0, len(old.items)+len(fresh))
 	k := 0
 	for i := range old.items {
 		it := &old.items[i]
-		if touched[ix.opt.OperationID(it)] {
+		if ids[ix.opt.OperationID(it)] {
 			continue
 		}
 		for k < len(fresh) && ix.opt.Compare(&fresh[k], it) < 0 {
@@ -621,210 +986,15 @@ func (ix *Index[T, F]) finish(items []T) *view[T] {
 	return v
 }
 
-// forget drops everything known about a run.
-func (ix *Index[T, F]) forget(id string) {
-	if r, ok := ix.runs[id]; ok {
-		ix.account(func(b *int64, _ *Stats) { *b -= r.cost })
-		delete(ix.runs, id)
-	}
-}
-
-// plan finds out, from the directory entry alone, what bringing a run up
-// to date takes: nothing, or work (reading the file) that touches only this
-// run and the shared counters, so that several runs' work can run at once.
-func (ix *Index[T, F]) plan(id string, e confined.Entry, fp string) (*run[T, F], func()) {
-	cur := identity{dev: e.Dev, ino: e.Ino, size: e.Size, mtime: e.ModTime}
-	r, ok := ix.runs[id]
-	sameFile := ok && r.ident.dev == cur.dev && r.ident.ino == cur.ino
-	switch {
-	case ok && r.ident == cur && (r.resident || r.err != nil || r.views[fp] != nil):
-		return r, nil // unchanged (its events may have been dropped, not its view)
-	case sameFile && r.resident && r.err == nil && cur.size > r.ident.size:
-		return r, func() {
-			if ix.stillHolds(r) {
-				ix.read(r, cur, true) // grew: read only the appended bytes
-			} else {
-				ix.read(r, cur, false)
-			}
-		}
-	case sameFile && r.err != nil && cur.size >= r.ident.size:
-		return r, func() {
-			if ix.stillHolds(r) {
-				r.ident = cur // an append-only file with a bad line stays bad
-			} else {
-				ix.read(r, cur, false)
-			}
-		}
-	}
-	if ok {
-		ix.forget(id)
-	}
-	r = &run[T, F]{id: id, name: e.Name}
-	ix.runs[id] = r
-	return r, func() { ix.read(r, cur, false) }
-}
-
-// read reads a run from its offset (incremental) or from the start.
-func (ix *Index[T, F]) read(r *run[T, F], cur identity, incremental bool) {
-	if !incremental {
-		old := r.cost
-		ix.account(func(b *int64, st *Stats) { *b -= old; st.FullReads++ })
-		r.events, r.facts, r.intern, r.cost, r.offset, r.nextLine, r.err, r.views, r.viewCost, r.lastAt, r.asOf = nil, nil, nil, 0, 0, 1, nil, nil, 0, "", nil
-	} else {
-		ix.account(func(_ *int64, st *Stats) { st.IncrementalRs++ })
-	}
-	r.ident = cur
-	r.resident = true
-	f, err := ix.opt.Events.Open(r.name)
-	if err != nil {
-		r.err = err
-		return
-	}
-	defer f.Close()
-	if r.offset > 0 {
-		if _, err := f.Seek(r.offset, io.SeekStart); err != nil {
-			r.err = fmt.Errorf("run %s: seek to %d: %w", r.id, r.offset, err)
-			return
-		}
-	}
-	// Room for the new events, guessed low from the new bytes (a recorder
-	// line is over half a KiB), so that the slices regrow less often.
-	// The guess is capped: a file's size is the writer's to choose (a
-	// sparse 1 GiB run would otherwise reserve room for 256k events before
-	// one line is read); appends grow the rest as they come.
-	if guess := min(int(min(cur.size-r.offset, ix.opt.Limits.MaxRunBytes)/1024), maxEventGuess); guess > cap(r.events)-len(r.events) {
-		r.events = slices.Grow(r.events, guess)
-		r.facts = slices.Grow(r.facts, guess)
-	}
-	remaining := ix.opt.Limits.MaxRunBytes - r.offset
-	var added int64
-	scan := receipt.ReadEvents
-	if ix.opt.Compact != nil {
-		scan = receipt.ScanEvents // the payload is dropped right away
-	}
-	consumed, next, err := scan(io.LimitReader(f, remaining+1), r.nextLine, ix.opt.Limits, func(ev receipt.Event) error {
-		var facts F
-		if ix.opt.Extract != nil {
-			facts = ix.opt.Extract(ev)
-			if ix.opt.FactsCost != nil {
-				added += ix.opt.FactsCost(facts)
-			}
-		}
-		if ix.opt.Compact != nil {
-			ev = ix.opt.Compact(ev)
-		}
-		if r.intern == nil {
-			r.intern = map[string]string{}
-		}
-		ev = r.detach(ev)
-		r.events = append(r.events, ev)
-		r.facts = append(r.facts, facts)
-		added += costOf(&ev)
-		if jsjson.CompareUTF16(ev.OccurredAt, r.lastAt) > 0 {
-			r.lastAt = ev.OccurredAt
-		}
-		return nil
-	})
-	r.anchor = takeAnchor(f, r.offset+consumed, err != nil)
-	r.cost += added
-	ix.account(func(b *int64, st *Stats) { st.BytesRead += consumed; *b += added })
-	r.offset += consumed
-	r.nextLine = next
-	if err == nil && r.offset >= ix.opt.Limits.MaxRunBytes {
-		err = fmt.Errorf("run %s: file larger than the %d-byte limit for one run", r.id, ix.opt.Limits.MaxRunBytes)
-	}
-	if err != nil {
-		var le *receipt.LineError
-		if errors.As(err, &le) && le.Run == "" {
-			le.Run = r.id
-		}
-		r.err = err
-		old := r.cost
-		ix.account(func(b *int64, _ *Stats) { *b -= old })
-		r.events, r.facts, r.intern, r.cost, r.views, r.viewCost, r.asOf = nil, nil, nil, 0, nil, 0, nil
-	}
-}
-
-// detach copies a compacted event's strings. The reader parses each line in
-// place, so they are substrings of the whole line: kept as they are, an ID of
-// a few bytes would keep its line's payload alive, and the index would hold
-// far more memory than its budget counts.
-func (r *run[T, F]) detach(e receipt.Event) receipt.Event {
-	// One copy for the two: a Builder always copies (a concatenation with
-	// an empty string would not).
-	var b strings.Builder
-	b.Grow(len(e.ID) + len(e.OccurredAt))
-	b.WriteString(e.ID)
-	b.WriteString(e.OccurredAt)
-	both := b.String()
-	e.ID, e.OccurredAt = both[:len(e.ID)], both[len(e.ID):]
-	// Types, adapters, roles and operation ids repeat: keep one copy each.
-	e.Type = r.share(e.Type)
-	e.Adapter = r.share(e.Adapter)
-	e.Role = r.share(e.Role)
-	e.ContextID = r.share(e.ContextID)
-	return e
-}
-
-// share returns the run's one copy of s (a copy, so it pins no line).
-func (r *run[T, F]) share(s string) string {
-	if v, ok := r.intern[s]; ok {
-		return v
-	}
-	v := strings.Clone(s)
-	r.intern[v] = v
-	return v
-}
-
-// factsOf returns the facts kept for one of the run's events, found by its
-// line number (events are kept in line order).
-func (r *run[T, F]) factsOf(e *receipt.Event) F {
-	i := sort.Search(len(r.events), func(i int) bool { return r.events[i].Line >= e.Line })
-	var zero F
-	if i < len(r.events) && r.events[i].Line == e.Line && i < len(r.facts) {
-		return r.facts[i]
-	}
-	return zero
-}
-
-func costOf(e *receipt.Event) int64 {
-	return eventOverhead + int64(len(e.ID)+len(e.Type)+len(e.OccurredAt)+len(e.Adapter)+len(e.Role)+len(e.ContextID)) + valueCost(e.Raw)
-}
-
-// valueCost estimates the memory a kept JSON value holds.
-func valueCost(v jsjson.Value) int64 {
-	switch v.Kind() {
-	case jsjson.String:
-		s, _ := v.Str()
-		return 32 + int64(len(s))
-	case jsjson.Array:
-		n := int64(48)
-		for _, it := range v.Items() {
-			n += valueCost(it)
-		}
-		return n
-	case jsjson.Object:
-		n := int64(48)
-		for _, m := range v.Members() {
-			n += 16 + int64(len(m.Key)) + valueCost(m.Value)
-		}
-		return n
-	default:
-		return 32
-	}
-}
-
-// evict honours the budget: it drops the least recently used runs' events
-// first, keeping their summaries (served as long as the file is unchanged;
-// a grown file is then read again from the start), and, if that is not
-// enough, their summaries too.
+// evict honours the budget: it drops the least recently used runs whole
+// (read again from the start when next listed).
 func (ix *Index[T, F]) evict() {
 	if ix.bytes <= ix.opt.MaxBytes {
 		return
 	}
 	kept := make([]*run[T, F], 0, len(ix.runs))
 	for _, r := range ix.runs {
-		if r.err == nil && (r.resident || len(r.views) > 0) {
+		if r.err == nil && len(r.views) > 0 {
 			kept = append(kept, r)
 		}
 	}
@@ -833,21 +1003,8 @@ func (ix *Index[T, F]) evict() {
 		if ix.bytes <= ix.opt.MaxBytes {
 			return
 		}
-		if r.resident {
-			freed := r.cost - r.viewCost
-			ix.bytes -= freed
-			r.cost = r.viewCost
-			r.events, r.facts, r.intern, r.resident, r.asOf = nil, nil, nil, false, nil
-			ix.stats.Evictions++
-		}
-	}
-	for _, r := range kept {
-		if ix.bytes <= ix.opt.MaxBytes {
-			return
-		}
-		ix.bytes -= r.cost
-		r.cost, r.views, r.viewCost = 0, nil, 0
-		r.offset, r.nextLine = 0, 1
+		ix.forget(r.id)
+		ix.stats.Evictions++
 	}
 }
 
@@ -859,9 +1016,9 @@ func (ix *Index[T, F]) Stats() Stats {
 	s.Runs = len(ix.runs)
 	s.Bytes = ix.bytes
 	for _, r := range ix.runs {
-		if r.resident && r.err == nil {
+		if len(r.views) > 0 && r.err == nil {
 			s.ResidentRuns++
-			s.Events += len(r.events)
+			s.Events += len(r.locs)
 		}
 	}
 	return s

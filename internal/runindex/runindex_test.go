@@ -40,7 +40,7 @@ func newIndex(t testing.TB) (*Index[item, string], string, *receipt.Template) {
 	ix := New(Options[item, string]{
 		Events:  d,
 		Limits:  receipt.DefaultLimits(),
-		Extract: func(e receipt.Event) string { return "facts of " + e.ID },
+		Extract: func(e receipt.Event, _ func(string) string) string { return "facts of " + e.ID },
 		Summarize: func(_ string, r *receipt.Receipt, facts func(*receipt.Event) string) item {
 			for i := range r.Events {
 				if got, want := facts(&r.Events[i]), "facts of "+r.Events[i].ID; got != want {
@@ -188,7 +188,7 @@ func TestCompactedEventsDoNotPinLines(t *testing.T) {
 		Events:  d,
 		Limits:  receipt.DefaultLimits(),
 		Compact: func(e receipt.Event) receipt.Event { e.Raw = jsjson.Value{}; return e },
-		Extract: func(e receipt.Event) string { return "facts of " + e.ID },
+		Extract: func(e receipt.Event, _ func(string) string) string { return "facts of " + e.ID },
 		Summarize: func(_ string, r *receipt.Receipt, facts func(*receipt.Event) string) item {
 			for i := range r.Events {
 				if got, want := facts(&r.Events[i]), "facts of "+r.Events[i].ID; got != want {
@@ -235,7 +235,7 @@ func sortedIndex(t *testing.T, dir string) (*Index[sumItem, string], *receipt.Te
 		Events:  d,
 		Limits:  receipt.DefaultLimits(),
 		Compact: func(e receipt.Event) receipt.Event { e.Raw = jsjson.Value{}; return e },
-		Extract: func(e receipt.Event) string { return e.ID },
+		Extract: func(e receipt.Event, _ func(string) string) string { return e.ID },
 		Summarize: func(_ string, r *receipt.Receipt, _ func(*receipt.Event) string) sumItem {
 			return sumItem{op: r.Operation.OperationID, last: r.LastEventAt(), events: len(r.Events)}
 		},
@@ -409,5 +409,102 @@ func TestProgressCountsTheRunsRead(t *testing.T) {
 		if got := refresh(); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: progress %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// The index keeps no event: after a listing, what stays in memory is the
+// summaries and the places of the operations' lines, a few bytes an event,
+// not the events (the index before kept each one, ~400 bytes).
+func TestIndexKeepsNoEvents(t *testing.T) {
+	dir := t.TempDir()
+	const events = 40_000
+	var b strings.Builder
+	for i := 1; i <= events; i++ {
+		b.WriteString(line(fmt.Sprintf("op-%d", i/4), i))
+	}
+	if err := os.WriteFile(filepath.Join(dir, "r.ndjson"), []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b = strings.Builder{}
+	ix, tmpl := sortedIndex(t, dir)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	l, err := ix.List(context.Background(), tmpl)
+	if err != nil || len(l.Runs) != 1 || len(l.Runs[0].Items) != events/4+1 {
+		t.Fatalf("listing: %v, %d runs", err, len(l.Runs))
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	// The summaries (sumItem: two strings and an int, ~60 bytes with the
+	// time's copy) for a quarter of the events, and 16 bytes a place.
+	perEvent := grew / events
+	t.Logf("heap grew by %d KiB: %d bytes an event; estimate %d KiB", grew>>10, perEvent, ix.Stats().Bytes>>10)
+	if perEvent > 80 {
+		t.Fatalf("the index holds %d bytes an event after listing: it keeps the events", perEvent)
+	}
+	runtime.KeepAlive(l)
+}
+
+// An append re-reads the earlier lines of the operations it touches, and
+// only those; a file whose earlier lines changed under an append (the
+// anchors still hold) is read again from the start, never summarised from
+// lines that are not the ones read before.
+func TestAppendRereadsOnlyTouchedOperations(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "r.ndjson")
+	var b strings.Builder
+	for i := 1; i <= 400; i++ {
+		b.WriteString(line(fmt.Sprintf("op-%03d", i%100), i))
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ix, tmpl := sortedIndex(t, dir)
+	list := func() []sumItem {
+		t.Helper()
+		l, err := ix.List(context.Background(), tmpl)
+		if err != nil || len(l.Runs) != 1 {
+			t.Fatalf("list: %v %+v", err, l)
+		}
+		return l.Runs[0].Items
+	}
+	list()
+	b.WriteString(line("op-007", 401) + line("op-new", 402))
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	items := list()
+	if st := ix.Stats(); st.LinesReread != 4 || st.FullReads != 1 || st.IncrementalRs != 1 {
+		t.Fatalf("stats %+v: want op-007's 4 earlier lines read again, one full and one incremental read", st)
+	}
+	for _, it := range items {
+		if it.op == "op-007" && it.events != 5 {
+			t.Fatalf("op-007 after the append: %+v, want 5 events", it)
+		}
+	}
+	// Rewrite op-007's second line to another operation of the same
+	// length, keep the first and last 512 bytes, and append.
+	text := b.String()
+	old := line("op-007", 107)
+	if !strings.Contains(text, old) {
+		t.Fatal("test line missing")
+	}
+	text = strings.Replace(text, old, strings.Replace(old, "op-007", "op-999", 2), 1) + line("op-007", 403)
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := list()
+	fresh, _ := sortedIndex(t, dir)
+	l, err := fresh.List(context.Background(), tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(l.Runs[0].Items) {
+		t.Fatalf("after a change under an append:\n%v\nwant what a fresh index reads:\n%v", got, l.Runs[0].Items)
+	}
+	if st := ix.Stats(); st.FullReads != 2 {
+		t.Fatalf("stats %+v: the changed run was not read again from the start", st)
 	}
 }
