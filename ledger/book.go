@@ -260,10 +260,21 @@ func (b *Book) take(e Entry) {
 		case !ok:
 			// The entry it releases is not held: too old to count, or not
 			// read yet (never: a release follows its entry in time).
-		case t.e.Kind == KindAuthorization && e.Outcome != OutcomeUnused:
+		case e.Outcome == OutcomeSettled && t.e.Kind != KindAuthorization:
+			b.finding("a settlement names receipt %s, which is a %s, not an authorization", e.Target, t.e.Kind)
+		case t.e.Kind == KindAuthorization && e.Outcome != OutcomeUnused && e.Outcome != OutcomeSettled:
 			b.finding("a release of the authorization of receipt %s gives outcome %q; only an authorization known unused is released", e.Target, e.Outcome)
 		case t.e.Caller != e.Caller:
 			b.finding("a release of receipt %s names caller %q, not the commitment's", e.Target, clip(e.Caller))
+		case e.Outcome == OutcomeSettled:
+			// Paid: still spend for its window, no longer open.
+			if t.counts() && t.e.Open {
+				for _, s := range t.series {
+					s.unopen(t)
+				}
+			}
+			t.e.Open = false
+			t.aside = true
 		case !t.released:
 			b.setCounts(t, func() { t.released = true })
 			if u := b.mandates[t.e.Mandate]; t.e.Mandate != "" && u != nil {

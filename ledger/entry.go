@@ -60,6 +60,11 @@ const (
 	// OutcomeRefused: the seller refused the payment (a 402 again, or an
 	// error that proves nothing was charged).
 	OutcomeRefused = "refused"
+	// OutcomeSettled: the seller's settlement answer for an authorization
+	// was handed in. Its target keeps counting as spend for its window,
+	// and no longer as a payment open to its payee; it is asked about on
+	// chain no more.
+	OutcomeSettled = "settled"
 )
 
 // Version is the entry format this package writes and reads.

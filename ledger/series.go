@@ -73,6 +73,13 @@ func (s *series) set(r *rec, before, after bool) {
 	s.sum.add(i, a)
 }
 
+// unopen stops r, which counts and is open, from counting as open.
+func (s *series) unopen(r *rec) {
+	if i := s.index(r); i >= 0 {
+		s.open.add(i, -1)
+	}
+}
+
 // index finds r's place (entries of one millisecond are few).
 func (s *series) index(r *rec) int {
 	ms := r.at.UnixMilli()

@@ -81,6 +81,8 @@ type record struct {
 	Release *Release `json:"release,omitempty"`
 	// Ledger is the genesis receipt of the spend ledger (a ledger line).
 	Ledger string `json:"ledger,omitempty"`
+	// Settlement is what a settled record records.
+	Settlement *Settled `json:"settlement,omitempty"`
 }
 
 const timeLayout = "2006-01-02T15:04:05.000Z"
@@ -127,6 +129,9 @@ func decodeRecord(b []byte) (record, error) {
 	}
 	if r.Type != typeAuthorized && r.Authorization != nil {
 		return r, errors.New("only an authorized record carries an authorization")
+	}
+	if r.Type != typeSettled && r.Settlement != nil {
+		return r, errors.New("only a settled record carries a settlement")
 	}
 	if r.Type != typeReserved && r.Reservation != nil {
 		return r, errors.New("only a reserved record carries a reservation")
@@ -179,6 +184,13 @@ func decodeRecord(b []byte) (record, error) {
 			return r, errors.New("an authorized record carries only at, caller and authorization")
 		}
 		if err := checkAuthorized(r.Authorization); err != nil {
+			return r, err
+		}
+	case typeSettled:
+		if r.Caller == "" || r.ReviewID != "" || r.Counterparty != "" || r.Amount != nil || r.Status != "" || r.By != "" || r.Reasons != nil || r.Lines != nil || r.ParamsHash != "" || r.Terms != nil {
+			return r, errors.New("a settled record carries only at, caller and settlement")
+		}
+		if err := checkSettled(r.Settlement); err != nil {
 			return r, err
 		}
 	case typeReserved:

@@ -114,6 +114,26 @@ func TestInputSchemasAgreeWithBehaviour(t *testing.T) {
 		}
 		valid["get_review_status"]["review_id"] = review.ReviewID
 	}
+	{
+		// record_receipt settles an authorization signed here.
+		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": map[string]any{"name": "authorize_payment",
+			"arguments": map[string]any{"payment_required": paymentRequired("20000", "0x209693bc6afc0c5328ba36faf03c514ef312287c")}}})
+		raw, _ := json.Marshal(s.MCP().HandleMessage(ctx, body))
+		var msg struct {
+			Result struct {
+				Structured struct {
+					Authorization struct{ Nonce, Payer string }
+				} `json:"structuredContent"`
+			} `json:"result"`
+		}
+		json.Unmarshal(raw, &msg)
+		au := msg.Result.Structured.Authorization
+		if au.Nonce == "" {
+			t.Fatalf("no authorization to settle: %s", raw)
+		}
+		valid["record_receipt"] = map[string]any{"nonce": au.Nonce, "payment_response": map[string]any{"success": true,
+			"transaction": "0x" + strings.Repeat("ab", 32), "network": "eip155:8453", "payer": au.Payer}}
+	}
 	for _, def := range append(s.tools(), s.guardTools()...) {
 		raw, err := schemaFiles.ReadFile("schema/" + def.name + ".input.json")
 		if err != nil {

@@ -55,7 +55,7 @@ func (s *Server) guardTools() []toolDef {
 		},
 	}
 	if s.guard != nil && s.guard.Payments != nil {
-		tools = append(tools, s.paymentTool())
+		tools = append(tools, s.paymentTool(), s.receiptTool())
 	}
 	if s.guard != nil && s.guard.NoCheckTool {
 		tools = tools[1:]

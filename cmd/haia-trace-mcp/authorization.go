@@ -20,6 +20,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
+	"github.com/haia-trace-mcp/haia-trace-mcp/payment"
 	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
@@ -55,6 +56,13 @@ type authorizationView struct {
 	Findings        []string             `json:"findings"`
 	Consistent      bool                 `json:"consistent"`
 	KeyringSource   string               `json:"keyring_source"`
+	// Settlement is the seller's settlement handed in with record_receipt
+	// (nil when none), with what checking it found (its Findings are the
+	// seller's disagreements, for a person to weigh; a settlement whose
+	// record and receipt disagree is a TAMPERED finding above).
+	Settlement *reviewlog.SettledLine `json:"settlement,omitempty"`
+	// Offer is the seller's signed offer recorded with the authorization.
+	OfferSigner string `json:"offer_signer,omitempty"`
 }
 
 type authorizationReview struct {
@@ -149,6 +157,24 @@ func runAuthorizationShow(ctx context.Context, stdout, stderr io.Writer, pos []s
 			if rv.Status != reviewlog.Approved {
 				v.Findings = append(v.Findings, fmt.Sprintf("the review %s it names is %s, not approved, as the signatures prove it", rv.ID, rv.Status))
 			}
+		}
+	}
+	v.OfferSigner = found.OfferSigner
+	if sts, err := log.Settlements(ctx); err != nil {
+		v.Findings = append(v.Findings, "the settlements cannot be read: "+err.Error())
+	} else {
+		for i := range sts {
+			if strings.EqualFold(sts[i].Nonce, found.Nonce) {
+				v.Settlement = &sts[i]
+			}
+		}
+	}
+	if sv := v.Settlement; sv != nil {
+		rs, err := findReceipts(ctx, st.Store(), sv.Receipt)
+		if err != nil {
+			v.Findings = append(v.Findings, "the settlement's receipt cannot be read: "+err.Error())
+		} else {
+			v.Findings = append(v.Findings, checkSettlement(sv.Settled, *found, rs, keyring)...)
 		}
 	}
 	if v.Trace, err = traceUses(st.Root().Dir(), *found); err != nil {
@@ -290,6 +316,39 @@ func checkAuthorization(a reviewlog.Authorized, receipts map[string]noa.Receipt,
 	return findings
 }
 
+// checkSettlement checks a settlement's record against its signed
+// receipt: the receipt verifies, names the nonce, and its paramsHash is the
+// hash of the record's digest, which is the digest of the record.
+func checkSettlement(sv reviewlog.Settled, a reviewlog.AuthorizedLine, receipts map[string]noa.Receipt, keyring noa.Keyring) []string {
+	var out []string
+	d := payment.SettlementDigest(sv)
+	if "0x"+hex.EncodeToString(d[:]) != sv.Digest {
+		out = append(out, fmt.Sprintf("TAMPERED: the settlement's record hashes to 0x%x, not the digest recorded with it (%s)", d, sv.Digest))
+	}
+	if sv.DecisionReceipt != a.DecisionReceipt || sv.AuthorizationReceipt != a.Receipt {
+		out = append(out, "TAMPERED: the settlement names other receipts than the authorization's")
+	}
+	rc, ok := receipts[sv.Receipt]
+	if !ok {
+		return append(out, fmt.Sprintf("MISSING: the settlement's receipt %s is in no decision chain of this store", sv.Receipt))
+	}
+	spki, ok := keyring[rc.Sig.KID]
+	if !ok {
+		return append(out, fmt.Sprintf("UNVERIFIED: the settlement's receipt %s is signed with key %s, which the keyring does not hold", rc.ID, rc.Sig.KID))
+	}
+	pub, err := noa.DecodeSPKI(spki)
+	if err == nil {
+		err = noa.VerifySignature(rc, ed25519.PublicKey(pub))
+	}
+	if err != nil {
+		return append(out, fmt.Sprintf("TAMPERED: the settlement's receipt %s does not verify: %v", rc.ID, err))
+	}
+	if rc.Action.ParamsHash != engine.AuthorizationParamsHash(d) || rc.Action.ID != "x402-settlement:"+strings.ToLower(a.Nonce) {
+		out = append(out, fmt.Sprintf("TAMPERED: the settlement's receipt %s signs another settlement", rc.ID))
+	}
+	return out
+}
+
 // authorizationDigest recomputes the EIP-712 digest of recorded terms.
 func authorizationDigest(a reviewlog.Authorized) ([32]byte, error) {
 	chain, err := x402.ChainID(a.Network)
@@ -351,6 +410,20 @@ func printAuthorization(w io.Writer, v authorizationView) {
 			how = "a settled payment of the same terms after the signature"
 		}
 		fmt.Fprintf(w, "  trace          run %s, operation %s (event line %d: %s)\n", s(u.RunID), s(u.OperationID), u.Line, how)
+	}
+	if v.OfferSigner != "" {
+		fmt.Fprintf(w, "  seller offer   signed by %s, checked before the engine was asked\n", s(v.OfferSigner))
+	}
+	if st := v.Settlement; st != nil {
+		fmt.Fprintf(w, "  settlement     transaction %s on %s, payer %s, recorded at %s as receipt %s\n", s(st.Transaction), s(st.Network), s(st.Payer), s(st.At), s(st.Receipt))
+		if st.SellerReceiptSigner != "" {
+			fmt.Fprintf(w, "  seller receipt signed by %s\n", s(st.SellerReceiptSigner))
+		}
+		for _, f := range st.Findings {
+			fmt.Fprintf(w, "  SELLER: %s\n", s(f))
+		}
+	} else {
+		fmt.Fprintln(w, "  settlement     none handed in (record_receipt)")
 	}
 	fmt.Fprintf(w, "  keys trusted   %s\n", v.KeyringSource)
 	if v.Consistent {

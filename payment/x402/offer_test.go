@@ -267,3 +267,23 @@ const (
 	offerDigestVector   = "0x080c2947f96376213d3de762c32b1f56ba5869acdeb87c7a44b7be5d33d397ea"
 	receiptDigestVector = "0x060dbcfb87035bac821d6baa07fdab2ec109e6f06deaa00e037c2c1f4fbe6f8b"
 )
+
+// FuzzSettlement: a PAYMENT-RESPONSE handed in by an agent never panics
+// the reader, and a success always names a transaction hash and a payer.
+func FuzzSettlement(f *testing.F) {
+	f.Add(`{"success":true,"transaction":"0x` + strings.Repeat("ab", 32) + `","network":"eip155:8453","payer":"` + payee + `"}`)
+	f.Add(`{"success":true,"transaction":"0x` + strings.Repeat("ab", 32) + `","network":"base","payer":"` + payee + `","extensions":{"offer-receipt":{"info":{"receipt":{"format":"jws","signature":"e30.e30.e30"}}}}}`)
+	f.Add(base64.StdEncoding.EncodeToString([]byte(`{"success":false,"errorReason":"insufficient_funds","transaction":"","network":"base"}`)))
+	f.Fuzz(func(t *testing.T, s string) {
+		st, err := ParseSettlementArgument(s)
+		if err != nil {
+			return
+		}
+		if st.Success && (!txHashRE.MatchString(st.Transaction) || st.Payer == "") {
+			t.Fatalf("a success without a transaction or payer: %+v", st)
+		}
+		if st.Receipt != nil {
+			_, _, _ = VerifyReceipt(*st.Receipt, nil)
+		}
+	})
+}

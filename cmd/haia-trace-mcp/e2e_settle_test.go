@@ -1,0 +1,58 @@
+package main
+
+import (
+	"bytes"
+	"encoding/base64"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestStdioRecordReceipt: the real binary takes the seller's settlement
+// answer (the PAYMENT-RESPONSE header's value) for an authorization it
+// signed, records it once, and `authorization show` proves it by its signed
+// receipt — an edited settlement line is TAMPERED; audit stays clean.
+func TestStdioRecordReceipt(t *testing.T) {
+	root := sampleRoot(t)
+	key := filepath.Join(t.TempDir(), "signing-key.pem")
+	payerKey := writeSecret(t, "payer.key", "0x"+e2ePayerKey+"\n")
+	cfg := writeSecret(t, "guard.json", `{"reviewAbove":"1.00"}`)
+	cs := mcpSession(t, nil, "--dir", root, "--key-file", key, "--guard-config", cfg, "--payer-key", payerKey)
+
+	allow := authorizeCall(t, cs, e2ePaymentRequired("250000", e2eSeller))
+	if allow.Decision != "allow" {
+		t.Fatalf("allow: %+v", allow)
+	}
+	tx := "0x" + strings.Repeat("5a", 32)
+	header := base64.StdEncoding.EncodeToString([]byte(`{"success":true,"transaction":"` + tx + `","network":"eip155:8453","payer":"` + e2ePayerAddr + `"}`))
+	var rec struct {
+		ReceiptID string   `json:"receipt_id"`
+		Findings  []string `json:"findings"`
+	}
+	decodeStructured(t, callTool(t, cs, "record_receipt", map[string]any{"nonce": allow.Authorization.Nonce, "payment_response": header}), &rec)
+	if rec.ReceiptID == "" || len(rec.Findings) != 0 {
+		t.Fatalf("record_receipt: %+v", rec)
+	}
+	out, errOut, code := runCLI(t, "authorization", "show", allow.Authorization.Nonce, "--dir", root)
+	if code != 0 || !strings.Contains(out, "settlement     transaction "+tx) || !strings.Contains(out, "CONSISTENT") {
+		t.Fatalf("authorization show: %d\n%s%s", code, out, errOut)
+	}
+	if out, errOut, code := runCLI(t, "audit", "--dir", root); code != 0 {
+		t.Fatalf("audit: %d %s %s", code, out, errOut)
+	}
+	logPath := filepath.Join(root, "guard", "decisions.ndjson")
+	data, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := bytes.Replace(data, []byte(`"transaction":"`+tx), []byte(`"transaction":"0x`+strings.Repeat("6b", 32)), 1)
+	if bytes.Equal(edited, data) {
+		t.Fatal("no settled line to edit")
+	}
+	os.WriteFile(logPath, edited, 0o600)
+	out, _, code = runCLI(t, "authorization", "show", allow.Authorization.Nonce, "--dir", root)
+	if code != authExitTampered || !strings.Contains(out, "TAMPERED: the settlement's record hashes to") {
+		t.Fatalf("an edited settlement: exit %d\n%s", code, out)
+	}
+}

@@ -1,0 +1,223 @@
+package payment
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/jcs"
+	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+)
+
+// ReceiptRequest is record_receipt's arguments: the authorization's nonce,
+// and the seller's settlement answer (PAYMENT-RESPONSE) and/or its signed
+// receipt.
+type ReceiptRequest struct {
+	Nonce           string
+	PaymentResponse any
+	Receipt         any
+}
+
+// ReceiptResult is record_receipt's answer.
+type ReceiptResult struct {
+	Nonce       string `json:"nonce"`
+	ReceiptID   string `json:"receipt_id"`
+	Transaction string `json:"transaction"`
+	Network     string `json:"network"`
+	Payer       string `json:"payer"`
+	// AuthorizationReceipt and DecisionReceipt name the authorization
+	// settled and the decision that allowed it.
+	AuthorizationReceipt string `json:"authorization_receipt"`
+	DecisionReceipt      string `json:"decision_receipt"`
+	// SellerReceipt is the seller's signed receipt as checked (nil when
+	// none was handed in).
+	SellerReceipt *SellerReceipt `json:"seller_receipt,omitempty"`
+	// Findings are where the settlement or the receipt disagree with the
+	// authorization; they are recorded for a human.
+	Findings []string `json:"findings"`
+}
+
+// SellerReceipt is the seller's signed receipt as checked.
+type SellerReceipt struct {
+	Verified bool                 `json:"verified"`
+	Signer   *x402.ArtifactSigner `json:"signer,omitempty"`
+	Terms    *x402.ReceiptTerms   `json:"terms,omitempty"`
+}
+
+// RecordReceipt reads the seller's settlement and receipt, binds them to
+// the caller's authorization of the nonce, checks them against it, and
+// records them: the settlement ends the authorization's hold as an open
+// payment at once (it keeps counting as spend for its window). A
+// disagreement is recorded as a finding, never dropped.
+func (a *Authorizer) RecordReceipt(ctx context.Context, caller string, req ReceiptRequest) (ReceiptResult, error) {
+	nonce := strings.ToLower(req.Nonce)
+	auth, ok, err := a.cfg.Engine.Authorization(ctx, nonce)
+	if err != nil {
+		return ReceiptResult{}, err
+	}
+	if !ok || auth.Caller != caller {
+		return ReceiptResult{}, refusedf("no authorization signed for you has the nonce %s; nothing was recorded", clip(req.Nonce))
+	}
+	if req.PaymentResponse == nil {
+		return ReceiptResult{}, refusedf("payment_response is required: the seller's PAYMENT-RESPONSE (or X-PAYMENT-RESPONSE) answer, the settlement that ends the hold; nothing was recorded")
+	}
+	st, err := x402.ParseSettlementArgument(req.PaymentResponse)
+	if err != nil {
+		return ReceiptResult{}, refusedf("payment_response %s; nothing was recorded", err)
+	}
+	if !st.Success {
+		return ReceiptResult{}, refusedf("the settlement says the payment failed (%s); the authorization keeps counting until its validBefore passes and the chain says it was never used (--chain-rpc); nothing was recorded", orNone(st.ErrorReason))
+	}
+	rcpt := st.Receipt
+	if req.Receipt != nil {
+		b, err := artifactBytes(req.Receipt)
+		if err != nil {
+			return ReceiptResult{}, refusedf("receipt %s; nothing was recorded", err)
+		}
+		r, err := x402.ParseArtifact(b, false)
+		if err != nil {
+			return ReceiptResult{}, refusedf("receipt %s; nothing was recorded", err)
+		}
+		if rcpt != nil && !sameArtifact(*rcpt, r) {
+			return ReceiptResult{}, refusedf("receipt differs from the receipt the payment_response carries; hand in one of them; nothing was recorded")
+		}
+		rcpt = &r
+	}
+	var findings []string
+	network, nerr := guard.NetworkCAIP2(st.Network)
+	if nerr != nil || network != auth.Network {
+		findings = append(findings, fmt.Sprintf("network: the settlement names %q, the authorization %s", clip(st.Network), auth.Network))
+	}
+	if !strings.EqualFold(st.Payer, auth.From) {
+		findings = append(findings, fmt.Sprintf("payer: the settlement names %s, the authorization was signed by %s", st.Payer, auth.From))
+	}
+	res := ReceiptResult{Nonce: nonce, Transaction: strings.ToLower(st.Transaction), Network: st.Network, Payer: st.Payer,
+		AuthorizationReceipt: auth.Receipt, DecisionReceipt: auth.DecisionReceipt}
+	var signer string
+	var artifact json.RawMessage
+	if rcpt != nil {
+		artifact, _ = json.Marshal(rcpt)
+		pol := a.cfg.Engine.Policy().For(caller)
+		terms, who, err := x402.VerifyReceipt(*rcpt, pol.SellerKeyFor)
+		sr := &SellerReceipt{}
+		res.SellerReceipt = sr
+		if tt, terr := rcpt.ReceiptTerms(); terr == nil {
+			sr.Terms = &tt
+		}
+		if err != nil {
+			findings = append(findings, "the seller's receipt does not verify: "+err.Error())
+		} else {
+			sr.Signer = &who
+			signer = who.String()
+			findings = append(findings, receiptFindings(terms, who, auth, st, pol)...)
+			sr.Verified = len(findings) == 0
+		}
+	}
+	body := settlementBody(res, artifact, findings)
+	digest := sha256.Sum256(body)
+	out, err := a.cfg.Engine.RecordSettlement(ctx, caller, reviewlog.Settled{Nonce: nonce, AuthorizationReceipt: auth.Receipt, DecisionReceipt: auth.DecisionReceipt,
+		Success: true, Transaction: res.Transaction, Network: st.Network, Payer: st.Payer, SellerReceipt: artifact, SellerReceiptSigner: signer,
+		Findings: findings, Digest: fmt.Sprintf("0x%x", digest)}, digest)
+	if err != nil {
+		var refused *engine.RefusedError
+		if errors.As(err, &refused) {
+			return ReceiptResult{}, refusedf("%s; nothing was recorded", refused.Message)
+		}
+		if errors.Is(err, reviewlog.ErrSettled) {
+			return ReceiptResult{}, refusedf("%s; nothing was recorded", strings.TrimPrefix(err.Error(), reviewlog.ErrSettled.Error()+": "))
+		}
+		return ReceiptResult{}, err
+	}
+	res.ReceiptID = out.Receipt
+	res.Findings = findings
+	if res.Findings == nil {
+		res.Findings = []string{}
+	}
+	return res, nil
+}
+
+// SettlementDigest is the SHA-256 of a settlement's canonical form, as
+// RecordReceipt computes it: what the settlement's receipt stands for.
+func SettlementDigest(s reviewlog.Settled) [32]byte {
+	return sha256.Sum256(settlementBody(ReceiptResult{Nonce: s.Nonce, Transaction: s.Transaction, Network: s.Network, Payer: s.Payer,
+		AuthorizationReceipt: s.AuthorizationReceipt, DecisionReceipt: s.DecisionReceipt}, s.SellerReceipt, s.Findings))
+}
+
+// settlementBody is the canonical (JCS) form of what a settlement records.
+func settlementBody(r ReceiptResult, artifact json.RawMessage, findings []string) []byte {
+	m := map[string]any{"nonce": r.Nonce, "transaction": r.Transaction, "network": r.Network, "payer": r.Payer, "success": true,
+		"authorization_receipt": r.AuthorizationReceipt, "decision_receipt": r.DecisionReceipt, "findings": findings}
+	if findings == nil {
+		m["findings"] = []string{}
+	}
+	if len(artifact) > 0 {
+		m["seller_receipt"] = artifact
+	}
+	b, _ := json.Marshal(m)
+	c, err := jcs.Canonicalize(b)
+	if err != nil {
+		return b
+	}
+	return c
+}
+
+// receiptFindings compares a verified receipt with the authorization and
+// the settlement, and judges its signer as an offer's is judged.
+func receiptFindings(t x402.ReceiptTerms, who x402.ArtifactSigner, auth reviewlog.AuthorizedLine, st x402.Settlement, pol *guard.Config) []string {
+	var out []string
+	if !strings.EqualFold(t.Payer, auth.From) {
+		out = append(out, fmt.Sprintf("payer: the seller's receipt names %q, the authorization was signed by %s", clip(t.Payer), auth.From))
+	}
+	if t.Network != auth.Network {
+		out = append(out, fmt.Sprintf("network: the seller's receipt names %q, the authorization %s", clip(t.Network), auth.Network))
+	}
+	if auth.Resource != "" && !x402.SameResource(auth.Resource, t.ResourceURL) {
+		out = append(out, fmt.Sprintf("resourceUrl: the seller's receipt is for %q, the authorization paid for %q", clip(t.ResourceURL), clip(auth.Resource)))
+	}
+	if t.Transaction != "" && !strings.EqualFold(t.Transaction, st.Transaction) {
+		out = append(out, fmt.Sprintf("transaction: the seller's receipt names %s, the settlement %s", clip(t.Transaction), st.Transaction))
+	}
+	ev := guard.OfferEvidence{Carried: true, Signer: who.String(), SignerKID: who.KID, SignerThumbprint: who.Thumbprint}
+	if who.Address != "" {
+		ev.SignerAddress = strings.ToLower(who.Address)
+	}
+	host := ""
+	if cp, err := guard.ParseCounterparty(auth.Resource); err == nil && cp.Kind == guard.KindHost {
+		host = cp.Value
+	}
+	if !pol.TrustsSigner(guard.Counterparty{Kind: guard.KindHost, Value: host}, strings.ToLower(auth.To), ev) {
+		out = append(out, fmt.Sprintf("signer: the seller's receipt is signed by %s, which is neither the payee nor a key the policy's sellerKeys name for %s", who.String(), orNone(host)))
+	}
+	return out
+}
+
+func artifactBytes(v any) ([]byte, error) {
+	switch x := v.(type) {
+	case string:
+		return []byte(x), nil
+	case json.RawMessage:
+		return x, nil
+	case map[string]any:
+		return json.Marshal(x)
+	}
+	return nil, fmt.Errorf("must be the seller's signed receipt object, not a %T", v)
+}
+
+func sameArtifact(a, b x402.Artifact) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "no reason given"
+	}
+	return clip(s)
+}
