@@ -9,8 +9,10 @@ import (
 	"os"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/app"
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
 	"github.com/haia-trace-mcp/haia-trace-mcp/ledger"
+	"github.com/haia-trace-mcp/haia-trace-mcp/mandate"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
@@ -36,6 +38,12 @@ checked, and a note says so), no receipt has two entries, no approval is used
 twice, and every commitment receipt signed since the ledger started has its
 entry (LEDGER findings, exit 2). An entry whose receipt no chain holds is what
 a crash between the two leaves (INCOMPLETE, exit 4): it counts, as it should.
+
+Every use of a mandate the ledger records is held to the mandate's signed
+records: a grant by a trusted reviewer (granted the tenant), with the
+signatures its quorum asks for, linked in order, not revoked before the use,
+whose payee, host, caller, asset, amount, budget, count and dates cover it
+after the uses before it (MANDATE findings, exit 2).
 
 With --tenants-dir DIR --tenant NAME the root is DIR/NAME, read as the server
 serving those tenants reads it: a decision counts only by a reviewer the
@@ -141,6 +149,15 @@ func runAudit(ctx context.Context, stdout, stderr io.Writer, f *stackFlags, keyr
 	for _, f := range lrep.Incomplete {
 		rep.Incomplete = append(rep.Incomplete, "ledger: "+f)
 	}
+	// Every use of a mandate, against the signed records that grant it.
+	mandates, err := engine.ReadMandates(ctx, log, signedAs)
+	if err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp audit: the mandate records: %s\n", termsafe.String(err.Error()))
+		return exitCode(exitFail)
+	}
+	for _, f := range mandate.Audit(mandates, lrep.Mandated) {
+		rep.Findings = append(rep.Findings, "MANDATE "+f)
+	}
 	for _, f := range rep.Findings {
 		fmt.Fprintln(stdout, termsafe.String(f))
 	}
@@ -158,7 +175,7 @@ func runAudit(ctx context.Context, stdout, stderr io.Writer, f *stackFlags, keyr
 		fmt.Fprintf(stdout, "INCOMPLETE: %d chains, %d receipts, %d reviews; %d leftovers of writes a crash cut short (a receipt whose log line was never written), no sign of tampering\n", rep.Chains, rep.Receipts, rep.Reviews, len(rep.Incomplete))
 		return exitCode(auditExitIncomplete)
 	}
-	fmt.Fprintf(stdout, "CONSISTENT: %d chains, %d receipts, %d reviews; every review matches its signed receipts; %d ledger entries, every commitment receipt has its entry\n", rep.Chains, rep.Receipts, rep.Reviews, lrep.Entries)
+	fmt.Fprintf(stdout, "CONSISTENT: %d chains, %d receipts, %d reviews; every review matches its signed receipts; %d ledger entries, every commitment receipt has its entry; %s, every use within a signed mandate\n", rep.Chains, rep.Receipts, rep.Reviews, lrep.Entries, plural(mandates.Lines, "mandate record", "mandate records"))
 	return nil
 }
 

@@ -82,6 +82,29 @@ func TestMandateEndToEnd(t *testing.T) {
 	if out, errOut, code := cli("mandate", "show", "m_0000000000000000"); code != 3 {
 		t.Fatalf("an unknown mandate: %d %s %s, want exit 3", code, out, errOut)
 	}
+	audit := func() (string, string, int) {
+		return cli("audit", "--key-file", filepath.Join(keys, "signing.pem"))
+	}
+	if out, errOut, code := audit(); code != 0 || !strings.Contains(out, "2 mandate records, every use within a signed mandate") {
+		t.Fatalf("audit: %d %s %s", code, out, errOut)
+	}
+	// A writer of the volume raises the mandate's budget: its signature
+	// no longer verifies, audit says so (exit 2), and the guard honours
+	// none of the records.
+	path := filepath.Join(root, "guard", "mandates.ndjson")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(string(data), `"budget_atomic":"250000"`, `"budget_atomic":"250000000"`, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, code := audit(); code != 2 || !strings.Contains(out, "MANDATE mandate record 1: grant of mandate "+id[1]+` is not trusted: not signed by reviewer "alice"'s trusted key`) {
+		t.Fatalf("audit of an edited mandate: %d %s %s, want exit 2", code, out, errOut)
+	}
+	if a := ask(); a.Decision != "review" || !strings.Contains(resultReasons(a), "the mandate records do not verify") {
+		t.Fatalf("the question after the edit: %+v", a)
+	}
 }
 
 func resultReasons(a checkAnswer) string {

@@ -105,14 +105,16 @@ func (e *Engine) fitMandate(ctx context.Context, w reviewlog.Reader, req guard.R
 		e.cfg.Logger.Error("mandates not read; none is honoured", "err", err)
 		return nil, "the mandate records cannot be read, so none is honoured"
 	}
+	if len(set.Findings) > 0 {
+		// Which mandates stand cannot be known: a grant edited is no
+		// longer this payee's, a revocation removed stands no more.
+		e.mandateFindings(set.Findings)
+		return nil, fmt.Sprintf("the mandate records do not verify (%s), so no mandate is honoured", set.Findings[0])
+	}
 	var why []string
 	for _, m := range set.Sorted() {
 		if !strings.EqualFold(m.Grant.PayTo, use.PayTo) {
 			continue
-		}
-		if len(set.Findings) > 0 {
-			e.mandateFindings(set.Findings)
-			return nil, fmt.Sprintf("the mandate records do not verify (%s), so no mandate is honoured", set.Findings[0])
 		}
 		spent := e.MandateSpent(m.Grant.ID)
 		if r := m.Refuses(use, spent); r != "" {
