@@ -20,35 +20,12 @@ import (
 // the ledger. Where no key found here seals it, the entries are listed as
 // their lines say (unsealedView).
 func committedView(ctx context.Context, st *app.Stack, signedAs string, pol *guard.Config) (reviewlog.ReservationView, error) {
-	keys, err := foundParamsKeys()
+	eng, raws, err := ledgerEngine(ctx, st, signedAs, pol)
 	if err != nil {
 		return reviewlog.ReservationView{}, err
 	}
-	var raws []ledger.Raw
-	err = st.Store().View(ctx, func(r reviewlog.Reader) error {
-		var err error
-		raws, err = r.Ledger().Since(ctx, nil)
-		return err
-	})
-	if err != nil {
-		return reviewlog.ReservationView{}, err
-	}
-	// The key the server sealed the ledger with, among those found here.
-	var key []byte
-	for _, k := range keys {
-		if ledger.Sealed(raws, k) {
-			key = k
-			break
-		}
-	}
-	if key == nil {
+	if eng == nil {
 		return unsealedView(raws, signedAs), nil
-	}
-	quiet := slog.New(slog.DiscardHandler)
-	eng, err := engine.New(engine.Config{Policy: pol, Templates: st.Templates(), History: st.Catalog(), Log: st.Log(),
-		Chains: &reviewlog.Chains{Tenant: signedAs}, ParamsKey: key, Logger: quiet})
-	if err != nil {
-		return reviewlog.ReservationView{}, err
 	}
 	infos, problems, err := eng.Reservations(ctx)
 	if err != nil {
@@ -60,6 +37,43 @@ func committedView(ctx context.Context, st *app.Stack, signedAs string, pol *gua
 			Atomic: i.AmountAtomic, Asset: i.Asset, Until: i.Until, Open: i.Open, ReviewID: i.ReviewID, At: i.At, ValidBefore: i.ValidBefore})
 	}
 	return v, nil
+}
+
+// ledgerEngine is an engine that reads the spend ledger as the server
+// does, under the key found here that seals it (see committedView); nil,
+// with the ledger's lines, when no key found here seals it.
+func ledgerEngine(ctx context.Context, st *app.Stack, signedAs string, pol *guard.Config) (*engine.Engine, []ledger.Raw, error) {
+	keys, err := foundParamsKeys()
+	if err != nil {
+		return nil, nil, err
+	}
+	var raws []ledger.Raw
+	err = st.Store().View(ctx, func(r reviewlog.Reader) error {
+		var err error
+		raws, err = r.Ledger().Since(ctx, nil)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	// The key the server sealed the ledger with, among those found here.
+	var key []byte
+	for _, k := range keys {
+		if ledger.Sealed(raws, k) {
+			key = k
+			break
+		}
+	}
+	if key == nil {
+		return nil, raws, nil
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	eng, err := engine.New(engine.Config{Policy: pol, Templates: st.Templates(), History: st.Catalog(), Log: st.Log(),
+		Chains: &reviewlog.Chains{Tenant: signedAs}, ParamsKey: key, Logger: quiet})
+	if err != nil {
+		return nil, nil, err
+	}
+	return eng, raws, nil
 }
 
 // unsealedView is the ledger read here without the server's key (no key

@@ -167,7 +167,7 @@ func runReview(ctx context.Context, stdout, stderr io.Writer, verb string, pos [
 				MootNotJudged string         `json:"moot_not_judged,omitempty"`
 			}{listed, why}))
 		}
-		reviewPrintList(stdout, reviews, *all, pol.Assets, moot)
+		reviewPrintList(stdout, reviews, *all, pol, moot)
 		reviewPrintCaps(stdout, reviews, pol.MaxPendingReviews, moot)
 		if why != "" {
 			fmt.Fprintf(stderr, "haia-trace-mcp review list: note: which pending reviews are moot is not shown: %s\n", why)
@@ -203,7 +203,7 @@ func runReview(ctx context.Context, stdout, stderr io.Writer, verb string, pos [
 		// under the template the guard judged by; a catalog that cannot be
 		// opened leaves the review itself readable.
 		explain := func(ref guard.Ref) string { return explainRef(ctx, st.Catalog(), r.Template, ref) }
-		reviewPrintOne(stdout, r, pol.Assets, explain)
+		reviewPrintOne(stdout, r, pol, explain)
 		if r.ReviewURL != "" {
 			fmt.Fprintf(stdout, "console: %s\n", r.ReviewURL)
 		}
@@ -271,7 +271,7 @@ func runReview(ctx context.Context, stdout, stderr io.Writer, verb string, pos [
 			fmt.Fprintf(stdout, "approvals: %s\n", q)
 		}
 	}
-	fmt.Fprintf(stdout, "signed: %s\n", reviewQuestion(r, pol.Assets))
+	fmt.Fprintf(stdout, "signed: %s\n", reviewQuestion(r, pol))
 	fmt.Fprintf(stdout, "terms %s (signed by the server in receipt %s)\n", r.TermsHash, r.TermsReceipt)
 	return nil
 }
@@ -324,7 +324,8 @@ type reviewListed struct {
 	Moot bool `json:"moot,omitempty"`
 }
 
-func reviewPrintList(w io.Writer, reviews []reviewlog.Review, all bool, assets guard.Registry, moot map[string]bool) {
+func reviewPrintList(w io.Writer, reviews []reviewlog.Review, all bool, pol *guard.Config, moot map[string]bool) {
+	assets := pol.Assets
 	if len(reviews) == 0 {
 		if all {
 			fmt.Fprintln(w, "no reviews")
@@ -358,7 +359,7 @@ func reviewPrintList(w io.Writer, reviews []reviewlog.Review, all bool, assets g
 		if resource == "" {
 			resource = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", r.ID, status, r.CreatedAt, reviewOneLine(reviewCaller(t)), reviewOneLine(t.Counterparty),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", r.ID, status, r.CreatedAt, reviewOneLine(reviewCaller(t)), reviewOneLine(reviewPayee(t.Counterparty, r.PayTo, pol)),
 			reviewOneLine(displayDecimal(t.Amount, t.Asset, assets)), reviewOneLine(reviewAsset(t.Asset, assets)), reviewOneLine(resource), reviewOneLine(strings.Join(t.Rules, ",")))
 		if links {
 			fmt.Fprintf(tw, "\t%s", r.ReviewURL)
@@ -385,6 +386,17 @@ func reviewTermsOf(r reviewlog.Review) reviewlog.Terms {
 		Asset: r.Asset, Resource: r.Resource, Template: r.Template, Rules: reviewRules(r), ParamsHash: r.ParamsHash}
 }
 
+// reviewPayee is whom a review's question pays, each address with the
+// name the policy gives it beside it: "0x… (Weather API)", and the pay_to
+// beside a host.
+func reviewPayee(counterparty, payTo string, pol *guard.Config) string {
+	to := pol.Label(counterparty)
+	if payTo != "" && payTo != counterparty {
+		to += " (pay_to " + pol.Label(payTo) + ")"
+	}
+	return to
+}
+
 // reviewCaller is "tenant/caller", or the caller alone without a tenant.
 func reviewCaller(t reviewlog.Terms) string {
 	if t.Tenant == "" {
@@ -403,9 +415,10 @@ func reviewAsset(key string, assets guard.Registry) string {
 }
 
 // reviewQuestion is the question in one line.
-func reviewQuestion(r reviewlog.Review, assets guard.Registry) string {
+func reviewQuestion(r reviewlog.Review, pol *guard.Config) string {
+	assets := pol.Assets
 	t := reviewTermsOf(r)
-	q := fmt.Sprintf("pay %s %s to %s", displayDecimal(t.Amount, t.Asset, assets), reviewAsset(t.Asset, assets), t.Counterparty)
+	q := fmt.Sprintf("pay %s %s to %s", displayDecimal(t.Amount, t.Asset, assets), reviewAsset(t.Asset, assets), reviewPayee(t.Counterparty, r.PayTo, pol))
 	if t.AmountAtomic != "" {
 		q += fmt.Sprintf(" (%s atomic units)", t.AmountAtomic)
 	}
@@ -415,7 +428,7 @@ func reviewQuestion(r reviewlog.Review, assets guard.Registry) string {
 	return reviewOneLine(q + ", asked by " + reviewCaller(t))
 }
 
-func reviewPrintOne(w io.Writer, r reviewlog.Review, assets guard.Registry, explain func(guard.Ref) string) {
+func reviewPrintOne(w io.Writer, r reviewlog.Review, pol *guard.Config, explain func(guard.Ref) string) {
 	fmt.Fprintf(w, "review       %s\nstatus       %s\ncreated      %s\n", r.ID, r.Status, r.CreatedAt)
 	if q := reviewlog.QuorumText(r); q != "" {
 		fmt.Fprintf(w, "approvals    %s (each from a distinct trusted reviewer; one rejection rejects)\n", q)
@@ -433,7 +446,7 @@ func reviewPrintOne(w io.Writer, r reviewlog.Review, assets guard.Registry, expl
 	if t.Tenant != "" {
 		fmt.Fprintf(w, "tenant       %s\n", reviewOneLine(t.Tenant))
 	}
-	fmt.Fprintf(w, "question     %s\n", reviewQuestion(r, assets))
+	fmt.Fprintf(w, "question     %s\n", reviewQuestion(r, pol))
 	resource := t.Resource
 	if resource == "" {
 		resource = "(not named by the agent)"

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"math/big"
 	"os"
 	"slices"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/app"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
@@ -45,18 +47,23 @@ type statusReport struct {
 	Store string `json:"store"`
 	// Tenant is the tenant its server serves the store as ("" for a
 	// single root).
-	Tenant       string           `json:"tenant,omitempty"`
-	Runs         statusRuns       `json:"runs"`
-	OpenPayments []statusOpen     `json:"open_payments"`
-	Reviews      statusReviews    `json:"reviews"`
-	Reservations statusReserved   `json:"reservations"`
-	Chains       []statusChain    `json:"chains"`
-	Policy       statusPolicy     `json:"policy"`
-	Reviewers    statusReviewers  `json:"reviewers"`
-	Problems     []string         `json:"problems"`
-	GeneratedAt  string           `json:"generated_at"`
-	Templates    []string         `json:"history_templates"`
-	Unreadable   []statusNotFound `json:"unreadable_runs"`
+	Tenant       string         `json:"tenant,omitempty"`
+	Runs         statusRuns     `json:"runs"`
+	OpenPayments []statusOpen   `json:"open_payments"`
+	Reviews      statusReviews  `json:"reviews"`
+	Reservations statusReserved `json:"reservations"`
+	// Spend is the spend against the policy's limits, per counterparty
+	// and in total (absent when the spend ledger's seals cannot be
+	// checked here: SpendNotShown says why).
+	Spend         *engine.SpendView `json:"spend,omitempty"`
+	SpendNotShown string            `json:"spend_not_shown,omitempty"`
+	Chains        []statusChain     `json:"chains"`
+	Policy        statusPolicy      `json:"policy"`
+	Reviewers     statusReviewers   `json:"reviewers"`
+	Problems      []string          `json:"problems"`
+	GeneratedAt   string            `json:"generated_at"`
+	Templates     []string          `json:"history_templates"`
+	Unreadable    []statusNotFound  `json:"unreadable_runs"`
 	// Proxy is what a guard proxy serving this root wrote of its
 	// upstream's tools (absent when none has).
 	Proxy *statusProxy `json:"proxy,omitempty"`
@@ -71,9 +78,11 @@ type statusRuns struct {
 }
 
 type statusOpen struct {
-	Counterparty string   `json:"counterparty"`
-	Operations   int      `json:"operations"`
-	Amounts      []string `json:"amounts"`
+	Counterparty string `json:"counterparty"`
+	// Name is the policy's name of the counterparty (payees), if any.
+	Name       string   `json:"name,omitempty"`
+	Operations int      `json:"operations"`
+	Amounts    []string `json:"amounts"`
 }
 
 type statusReviews struct {
@@ -107,7 +116,9 @@ type statusReserved struct {
 }
 
 type statusReservation struct {
-	To        string `json:"to"`
+	To string `json:"to"`
+	// Name is the policy's name of To (payees), if any.
+	Name      string `json:"name,omitempty"`
 	Amount    string `json:"amount"`
 	Caller    string `json:"caller"`
 	ReceiptID string `json:"receipt_id"`
@@ -285,6 +296,13 @@ func runStatus(ctx context.Context, stdout, stderr io.Writer, o statusFlags) err
 		fmt.Fprintf(stderr, "haia-trace-mcp status: the reservations: %s\n", termsafe.String(err.Error()))
 		return exitCode(exitFail)
 	}
+	// The spend against the limits: the decision's own figures, the held
+	// part from the ledger's running totals, read under the server's key.
+	progress.step("adding up the spend against the limits")
+	if rep.Spend, rep.SpendNotShown, err = statusSpend(ctx, st, signedAs, pol); err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp status: the spend against the limits: %s\n", termsafe.String(err.Error()))
+		return exitCode(exitFail)
+	}
 	rep.Reservations = statusReserved{Held: len(rv.Held), Items: []statusReservation{}, Problems: []string{}}
 	for _, x := range rv.Held {
 		to := x.PayTo
@@ -296,7 +314,7 @@ func runStatus(ctx context.Context, stdout, stderr io.Writer, o statusFlags) err
 			amount = amountText(n, x.Asset, pol.Assets)
 		}
 		until, expired := holdUntil(x, time.Now())
-		rep.Reservations.Items = append(rep.Reservations.Items, statusReservation{To: to, Amount: amount, Caller: x.Caller, ReceiptID: x.ReceiptID, Until: until,
+		rep.Reservations.Items = append(rep.Reservations.Items, statusReservation{To: to, Name: pol.PayeeName(to), Amount: amount, Caller: x.Caller, ReceiptID: x.ReceiptID, Until: until,
 			ValidBefore: x.ValidBefore, Expired: expired})
 	}
 	for _, p := range rv.Problems {
@@ -364,6 +382,35 @@ func runStatus(ctx context.Context, stdout, stderr io.Writer, o statusFlags) err
 	return nil
 }
 
+// statusSpend is the spend against the limits as the server adds it up.
+// With no ledger line yet nothing is held, and no key is needed; with
+// lines that no key found here seals, what is held cannot be verified, and
+// notShown says so.
+func statusSpend(ctx context.Context, st *app.Stack, signedAs string, pol *guard.Config) (_ *engine.SpendView, notShown string, _ error) {
+	eng, raws, err := ledgerEngine(ctx, st, signedAs, pol)
+	if err != nil {
+		return nil, "", err
+	}
+	if eng == nil {
+		for _, r := range raws {
+			if r.Line != nil {
+				return nil, "no key found here seals the spend ledger (the server's default key files), so what it holds cannot be verified; run status where the server's keys are", nil
+			}
+		}
+		// An empty ledger: any key reads it.
+		eng, err = engine.New(engine.Config{Policy: pol, Templates: st.Templates(), History: st.Catalog(), Log: st.Log(),
+			Chains: &reviewlog.Chains{Tenant: signedAs}, ParamsKey: []byte("nothing to verify: the ledger is empty"), Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			return nil, "", err
+		}
+	}
+	v, err := eng.Spend(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	return &v, "", nil
+}
+
 // statusRunsOf reads every run under the policy's history templates the
 // way the server does (the stack's catalog) and fills the runs, the
 // unreadable runs and the open payments.
@@ -416,7 +463,7 @@ func statusRunsOf(ctx context.Context, st *app.Stack, pol *guard.Config, rep *st
 			}
 			o := open[who]
 			if o == nil {
-				o = &statusOpen{Counterparty: who}
+				o = &statusOpen{Counterparty: who, Name: pol.PayeeName(who)}
 				open[who] = o
 				sums[who] = map[string]*big.Int{}
 			}
@@ -545,7 +592,7 @@ func printStatus(w io.Writer, rep statusReport) {
 	} else {
 		fmt.Fprintf(w, "open        payments whose outcome is not confirmed, by counterparty:\n")
 		for _, o := range rep.OpenPayments {
-			fmt.Fprintf(w, "            %-44s %-14s %s\n", s(o.Counterparty), count(o.Operations, "operation", "operations"), s(strings.Join(o.Amounts, " + ")))
+			fmt.Fprintf(w, "            %-44s %-14s %s\n", s(named(o.Counterparty, o.Name)), count(o.Operations, "operation", "operations"), s(strings.Join(o.Amounts, " + ")))
 		}
 	}
 	fmt.Fprintf(w, "reviews     %d pending", rep.Reviews.Pending)
@@ -562,10 +609,11 @@ func printStatus(w io.Writer, rep statusReport) {
 	for _, a := range rep.Reviews.Approving {
 		fmt.Fprintf(w, "            review %s: %s\n", s(a.ReviewID), s(a.Text))
 	}
+	printSpend(w, rep.Spend, rep.SpendNotShown)
 	held := count(rep.Reservations.Held, "amount held by an earlier allow", "amounts held by earlier allows")
 	fmt.Fprintf(w, "reserved    %s (counted towards the limits until the Trace shows the payment)\n", held)
 	for _, x := range rep.Reservations.Items {
-		fmt.Fprintf(w, "            %s to %s by %s, receipt %s, %s\n", s(x.Amount), s(x.To), s(x.Caller), s(x.ReceiptID), s(x.Until))
+		fmt.Fprintf(w, "            %s to %s by %s, receipt %s, %s\n", s(x.Amount), s(named(x.To, x.Name)), s(x.Caller), s(x.ReceiptID), s(x.Until))
 	}
 	if len(rep.Chains) == 0 {
 		fmt.Fprintf(w, "chains      none yet (no decision recorded)\n")
@@ -635,4 +683,51 @@ func statusReviewerLine(r statusReviewer, tenant string) string {
 		line += fmt.Sprintf(" (not granted %s: its decisions do not count here)", tenant)
 	}
 	return line
+}
+
+// printSpend writes the spend against the limits: per counterparty, then
+// in total, each limit's window with what the Trace shows paid and what
+// the ledger holds.
+func printSpend(w io.Writer, v *engine.SpendView, notShown string) {
+	s := termsafe.String
+	if v == nil {
+		fmt.Fprintf(w, "spend       not shown: %s\n", s(notShown))
+		return
+	}
+	line := func(label string, u engine.LimitUse) {
+		fmt.Fprintf(w, "            %-44s %s of %s (%d%%) in %s under %s: %s paid, %s held", s(label), s(u.Used), s(u.Max), u.Percent, s(u.Window), u.Limit, s(u.Paid), s(u.Held))
+		if u.Unsummed > 0 {
+			fmt.Fprintf(w, "; %s cannot be added", count(u.Unsummed, "payment", "payments"))
+		}
+		fmt.Fprintln(w)
+	}
+	if len(v.Counterparties) == 0 && len(v.Total) == 0 {
+		fmt.Fprintln(w, "spend       nothing paid or held in any limit's window")
+		return
+	}
+	fmt.Fprintln(w, "spend       against the limits (the Trace's payments and what the spend ledger holds, in each window):")
+	for _, c := range v.Counterparties {
+		label := named(c.Counterparty, c.Name)
+		for _, u := range c.Limits {
+			line(label, u)
+			label = ""
+		}
+	}
+	if v.More > 0 {
+		fmt.Fprintf(w, "            and %s more (status --json lists the first %d)\n", count(v.More, "counterparty", "counterparties"), len(v.Counterparties))
+	}
+	for _, u := range v.Total {
+		line("total (every counterparty)", u)
+	}
+	for _, p := range v.Problems {
+		fmt.Fprintf(w, "            UNVERIFIED %s: what is held is unknown and every question answers review\n", s(p))
+	}
+}
+
+// named is an address with its name beside it, "0x… (Weather API)".
+func named(addr, name string) string {
+	if name == "" {
+		return addr
+	}
+	return addr + " (" + name + ")"
 }
