@@ -4,9 +4,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -193,5 +195,73 @@ func TestMandateAcrossPostgresReplicas(t *testing.T) {
 		if a := ask(cs); a.Decision != "review" || hasRule(a, "mandate") {
 			t.Fatalf("replica %d after the revocation: %+v", i, a)
 		}
+	}
+}
+
+// An AP2 open payment mandate imported as alice's own, under a policy
+// whose quorum asks two reviewers above 0.05: unusable until bob signs
+// it too; a constraint the guard cannot honour is refused by name, with
+// nothing written.
+func TestMandateImportAndQuorum(t *testing.T) {
+	root := sampleRoot(t)
+	keys := t.TempDir()
+	reviewers := filepath.Join(keys, "reviewers.json")
+	for _, id := range []string{"alice", "bob"} {
+		if out, errOut, code := runCLI(t, "reviewer", "init", "--id", id, "--key-file", filepath.Join(keys, id+".pem"), "--reviewers", reviewers); code != 0 {
+			t.Fatalf("reviewer init %s: %d %s %s", id, code, out, errOut)
+		}
+	}
+	policy := filepath.Join(keys, "policy.json")
+	if err := os.WriteFile(policy, []byte(`{"reviewAbove": "0.05", "quorum": [{"above": "0.05", "approvals": 2}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cs := mcpSession(t, nil, "--dir", root, "--key-file", filepath.Join(keys, "signing.pem"), "--agent-id", "agent-007",
+		"--reviewers", reviewers, "--guard-config", policy)
+	ask := func() checkAnswer {
+		t.Helper()
+		var a checkAnswer
+		decodeStructured(t, callTool(t, cs, "check_before_pay", map[string]any{"counterparty": "a.example.com", "pay_to": sellerA, "amount": "0.10"}), &a)
+		return a
+	}
+	cli := func(args ...string) (string, string, int) {
+		return runCLI(t, append(args, "--dir", root, "--reviewers", reviewers)...)
+	}
+	exp := time.Now().Add(2 * time.Hour).Unix()
+	ap2 := `{"vct": "mandate.payment.open.1", "cnf": {}, "exp": ` + strconv.FormatInt(exp, 10) + `, "constraints": [
+	  {"type": "payment.allowed_payees", "allowed": [{"id": "` + sellerA + `", "name": "A", "website": "https://a.example.com"}]},
+	  {"type": "payment.amount_range", "currency": "USD", "max": 25},
+	  {"type": "payment.budget", "currency": "USD", "max": 1},
+	  {"type": "payment.agent_recurrence", "frequency": "ON_DEMAND", "max_occurrences": 4},
+	  {"type": "payment.reference", "conditional_transaction_id": "checkout-digest-1"}]}`
+	file := filepath.Join(keys, "ap2.json")
+	write := func(s string) {
+		if err := os.WriteFile(file, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(strings.Replace(ap2, `"ON_DEMAND"`, `"WEEKLY"`, 1))
+	if out, errOut, code := cli("mandate", "import", file, "--reviewer-key", filepath.Join(keys, "alice.pem")); code != 9 || !strings.Contains(errOut, "payment.agent_recurrence.frequency WEEKLY is a constraint the guard cannot honour") {
+		t.Fatalf("a weekly recurrence: %d %s %s, want exit 9", code, out, errOut)
+	}
+	if out, _, _ := cli("mandate", "list"); !strings.Contains(out, "no mandates") {
+		t.Fatalf("after the refused import: %s", out)
+	}
+	write(ap2)
+	out, errOut, code := cli("mandate", "import", file, "--reviewer-key", filepath.Join(keys, "alice.pem"))
+	id := regexp.MustCompile(`^mandate (m_[0-9a-f]{16}) granted by alice: up to 0.25 USDC a payment to 0xa11ce00000000000000000000000000000000001 for a.example.com by any caller, 1.00 USDC in all in at most 4 payments`).FindStringSubmatch(out)
+	if code != 0 || id == nil || !strings.Contains(out, "it needs 1 more signature from other trusted reviewers") || !strings.Contains(out, "AP2 payment reference: checkout-digest-1") {
+		t.Fatalf("mandate import: %d %s %s", code, out, errOut)
+	}
+	if a := ask(); a.Decision != "review" || !strings.Contains(resultReasons(a), "mandate "+id[1]+" does not cover it (signed by 1 of the 2 reviewers it needs)") {
+		t.Fatalf("with alice's signature alone: %+v", a)
+	}
+	if out, errOut, code := cli("mandate", "sign", id[1], "--reviewer-key", filepath.Join(keys, "alice.pem")); code != 4 {
+		t.Fatalf("alice signing twice: %d %s %s, want exit 4", code, out, errOut)
+	}
+	if out, errOut, code := cli("mandate", "sign", id[1], "--reviewer-key", filepath.Join(keys, "bob.pem")); code != 0 || !strings.Contains(out, "2 of 2 signatures (alice, bob)") {
+		t.Fatalf("bob's signature: %d %s %s", code, out, errOut)
+	}
+	if a := ask(); a.Decision != "allow" || !strings.Contains(resultReasons(a), "mandate "+id[1]+": 0.90 USDC and 3 payments left after this one (signed by alice and bob") {
+		t.Fatalf("with both signatures: %+v", a)
 	}
 }
