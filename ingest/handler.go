@@ -20,9 +20,14 @@ const KeyHeader = "x-haia-api-key"
 // DefaultMaxBody bounds a batch body: 500 events of a few KiB each.
 const DefaultMaxBody = 8 << 20
 
-// DefaultMaxInFlight bounds the batches stored at once; one more is
-// answered 429 with Retry-After, which the writer honours.
-const DefaultMaxInFlight = 8
+// DefaultMaxInFlight bounds the batches read and stored at once, so that
+// recorders cannot take every core from the guard's decisions; a batch
+// past it waits up to DefaultSlotWait for its turn, then is answered 429
+// with Retry-After, which the writer honours.
+const DefaultMaxInFlight = 2
+
+// DefaultSlotWait is how long a batch waits for one of the slots.
+const DefaultSlotWait = 10 * time.Second
 
 // Config describes the batch endpoint.
 type Config struct {
@@ -122,12 +127,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	wait := time.NewTimer(DefaultSlotWait)
 	select {
 	case h.slots <- struct{}{}:
+		wait.Stop()
 		defer func() { <-h.slots }()
-	default:
+	case <-wait.C:
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusTooManyRequests, "busy", "the server is storing other batches; retry after a second")
+		return
+	case <-r.Context().Done():
+		wait.Stop()
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBody))
