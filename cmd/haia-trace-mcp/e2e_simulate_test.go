@@ -197,7 +197,6 @@ func mapsEqual(a, b map[string]string) bool {
 	return true
 }
 
-var _ = bytes.Equal
 
 // pgRows is every table of the store's schema with a digest of its rows.
 func pgRows(t *testing.T, dsn string) map[string]string {
@@ -254,4 +253,43 @@ func TestPolicySimulatePostgres(t *testing.T) {
 		}
 		return m
 	})
+}
+
+// TestPolicySimulateUnverifiableAndSkipped: a kept question altered by a
+// store writer (its amount raised, its seal kept) is listed unverifiable,
+// not replayed; one whose seal is recomputed without the key too; a
+// decision whose question is gone (as before questions were kept) is
+// counted as skipped.
+func TestPolicySimulateUnverifiableAndSkipped(t *testing.T) {
+	root := sampleRoot(t)
+	key := filepath.Join(t.TempDir(), "signing-key.pem")
+	recorded := simulatePolicy(t, "recorded.json", "1.00", 0)
+	cs := mcpSession(t, nil, "--dir", root, "--key-file", key, "--agent-id", "agent-007", "--guard-config", recorded)
+	ids := simulateStory(t, cs)
+	cs.Close()
+	qf := filepath.Join(root, "guard", "questions.ndjson")
+	data, err := os.ReadFile(qf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := bytes.Split(bytes.TrimSuffix(data, []byte("\n")), []byte("\n"))
+	if len(lines) != 4 {
+		t.Fatalf("%d kept questions, want 4:\n%s", len(lines), data)
+	}
+	// The 0.50 question says 0.05 (under any threshold): its seal breaks.
+	lines[1] = bytes.Replace(lines[1], []byte(`"amount":"0.5"`), []byte(`"amount":"0.05"`), 1)
+	// The 2.00 question's line dropped, as before questions were kept.
+	kept := [][]byte{lines[0], lines[1], lines[3]}
+	if err := os.WriteFile(qf, append(bytes.Join(kept, []byte("\n")), '\n'), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := runSimulate(t, "--guard-config", simulatePolicy(t, "stricter.json", "0.20", 0), "--dir", root, "--key-file", key)
+	if s.Replayed != 2 || s.WithoutQuestion != 1 || len(s.Unverifiable) != 1 || s.Unverifiable[0].Receipt != ids[1] ||
+		!strings.Contains(s.Unverifiable[0].Why, "seal does not verify") || len(s.Changes) != 0 {
+		t.Fatalf("tampered store: %+v", s)
+	}
+	out, _, code := runCLI(t, "policy", "simulate", "--guard-config", simulatePolicy(t, "s2.json", "0.20", 0), "--dir", root, "--key-file", key)
+	if code != 0 || !strings.Contains(out, "1 decision skipped: signed before questions were kept") || !strings.Contains(out, "1 kept question not replayed, unverifiable:\n  "+ids[1]+": ") {
+		t.Fatalf("text: %d\n%s", code, out)
+	}
 }
