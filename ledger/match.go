@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"slices"
 	"sort"
 	"time"
 )
@@ -110,15 +111,26 @@ func (b *Book) Match(fp string, payments func() []Payment) {
 			if len(recs) == 0 {
 				continue
 			}
-			sorted := append([]*rec(nil), recs...)
-			sort.SliceStable(sorted, func(x, y int) bool { return sorted[x].at.Before(sorted[y].at) })
+			// Commitments are filed in the order taken, nearly always
+			// their time order: then none is copied or sorted.
+			sorted := recs
+			if !slices.IsSortedFunc(recs, func(x, y *rec) int { return x.at.Compare(y.at) }) {
+				sorted = append([]*rec(nil), recs...)
+				sort.SliceStable(sorted, func(x, y int) bool { return sorted[x].at.Before(sorted[y].at) })
+			}
 			for _, r := range sorted {
 				if r.released {
 					continue
 				}
-				for _, i := range list {
-					at := ps[i].At
-					if used[i] || at.Before(r.at) || (!r.until.IsZero() && !at.Before(r.until)) {
+				// list is in time order: the payments before r.at are
+				// passed over at once, and none from the first at or
+				// past r.until on can show it.
+				from := sort.Search(len(list), func(j int) bool { return !ps[list[j]].At.Before(r.at) })
+				for _, i := range list[from:] {
+					if !r.until.IsZero() && !ps[i].At.Before(r.until) {
+						break
+					}
+					if used[i] {
 						continue
 					}
 					used[i] = true

@@ -197,7 +197,6 @@ func mapsEqual(a, b map[string]string) bool {
 	return true
 }
 
-
 // pgRows is every table of the store's schema with a digest of its rows.
 func pgRows(t *testing.T, dsn string) map[string]string {
 	t.Helper()

@@ -318,7 +318,7 @@ func replay(ctx context.Context, cfg SimulateConfig, lines [][]byte, raws []ledg
 		clock = it.rec.at
 		trace.advance(clock)
 		out.LedgerFindings = append(out.LedgerFindings, e.book.Apply(feed.upTo(clock))...)
-		if n := e.book.Applied(); n-applied > 4096 {
+		if n := e.book.Applied(); n-applied > 256 {
 			applied = n
 			e.book.Prune(clock)
 		}
