@@ -186,10 +186,10 @@ func LogTemplates(r *receipt.Registry, errs []error, logger *slog.Logger, msg st
 }
 
 // Catalog is the read model of this root under templates, its run index
-// bounded by maxBytes (0: the default); progress, when set, follows the
-// runs a refresh must read.
-func (r *Root) Catalog(templates receipt.TemplateSource, maxBytes int64, logger *slog.Logger, progress func(done, total int)) (*catalog.Catalog, error) {
-	return catalog.New(catalog.Config{Root: r.dir, Events: r.events, Templates: templates, Limits: receipt.DefaultLimits(), MaxBytes: maxBytes, Logger: logger, Progress: progress})
+// bounded by maxBytes (0: the default) and saved in state (nil: never);
+// progress, when set, follows the runs a refresh must read.
+func (r *Root) Catalog(templates receipt.TemplateSource, maxBytes int64, state *confined.Dir, logger *slog.Logger, progress func(done, total int)) (*catalog.Catalog, error) {
+	return catalog.New(catalog.Config{Root: r.dir, Events: r.events, Templates: templates, Limits: receipt.DefaultLimits(), MaxBytes: maxBytes, State: state, Logger: logger, Progress: progress})
 }
 
 // InitRoot makes the Trace root layout at dir from nothing — dir, events/

@@ -22,6 +22,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/policy"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/payment"
 	"github.com/haia-trace-mcp/haia-trace-mcp/payment/evmrpc"
 	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
@@ -98,6 +99,8 @@ type Stack struct {
 	root      *Root
 	templates *receipt.TemplateSet
 	catalog   *catalog.Catalog
+	// state is guard/, where the server saves its run index (nil: not).
+	state *confined.Dir
 	// The guard; nil when read-only.
 	engine    *engine.Engine
 	payments  *payment.Authorizer
@@ -171,7 +174,16 @@ func Open(ctx context.Context, cfg Config) (st *Stack, err error) {
 	if cfg.ProgressOf != nil {
 		progress = cfg.ProgressOf(cfg.Tenant)
 	}
-	if st.catalog, err = root.Catalog(st.templates, cfg.IndexMaxBytes, logger, progress); err != nil {
+	// The server saves its run index in guard/ so that a restart answers
+	// from it (checked against every run file); commands read runs only.
+	var state *confined.Dir
+	if !cfg.ReadOnly && !cfg.Tool {
+		if state, err = root.Dir().OpenDirLazy("guard"); err != nil {
+			return nil, fmt.Errorf("trace root %s: guard directory: %w", root.Path(), err)
+		}
+		st.state = state
+	}
+	if st.catalog, err = root.Catalog(st.templates, cfg.IndexMaxBytes, state, logger, progress); err != nil {
 		return nil, err
 	}
 	if cfg.ReadOnly {
@@ -600,6 +612,12 @@ func (st *Stack) Close() {
 		st.wg.Wait()
 		if st.store != nil {
 			st.store.Close()
+		}
+		if st.catalog != nil {
+			st.catalog.WaitSaved()
+		}
+		if st.state != nil {
+			st.state.Close()
 		}
 		st.root.Close()
 	})

@@ -35,6 +35,10 @@ type Config struct {
 	// MaxBytes bounds the memory of the run index (0: runindex's default).
 	MaxBytes int64
 	Logger   *slog.Logger
+	// State, when set, is where the run index is saved between processes
+	// (runindex.IndexFile), so that a restart answers from it; every run is
+	// still checked against its file, and read again where it changed.
+	State *confined.Dir
 	// Progress, when set, is told how a refresh of the run index that
 	// must read runs goes (a cold index reads them all): runindex's
 	// Options.Progress.
@@ -84,9 +88,16 @@ func New(cfg Config) (*Catalog, error) {
 		OperationID: func(s *Summary) string { return s.OperationID },
 		Logger:      cfg.Logger,
 		Progress:    cfg.Progress,
+		State:       cfg.State,
+		EncodeItem:  encodeSummary,
+		DecodeItem:  decodeSummary,
+		Version:     buildVersion,
 	})
 	return c, nil
 }
+
+// WaitSaved waits for a save of the run index in progress.
+func (c *Catalog) WaitSaved() { c.index.WaitSaved() }
 
 // Events is the events/ directory the catalog reads.
 func (c *Catalog) Events() *confined.Dir { return c.cfg.Events }

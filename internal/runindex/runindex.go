@@ -76,6 +76,17 @@ type Options[T, F any] struct {
 	OperationID func(*T) string
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
+	// State, when set, is where the index is saved for the next process
+	// (IndexFile, authenticated with KeyFile, made there the first time),
+	// with EncodeItem and DecodeItem writing and reading one summary, and
+	// Version naming what computed the summaries (a saved index of another
+	// version is not used).
+	State      *confined.Dir
+	EncodeItem func(e *Enc, it *T)
+	DecodeItem func(runID string, d *Dec) T
+	Version    func() string
+	// Now is the clock (nil: time.Now).
+	Now func() time.Time
 	// Progress, when set, is told how a refresh that must read runs goes:
 	// after each run it reads (a new or changed file, or one dropped to
 	// honour the budget or not yet listed under the template), how many of
@@ -114,6 +125,16 @@ type Index[T, F any] struct {
 	// or later, which a listing of the caller's own would too.
 	begun atomic.Uint64
 	last  *presentListing[T]
+	// The saved index (see persist.go): loaded once, its runs adopted as
+	// they are listed; dirty (a run read from the start) and appended (under
+	// acct) say a save is due.
+	loaded, saving  bool
+	saved           map[string]*savedRun[T]
+	dirty, appended bool
+	savedAt         time.Time
+	saves           sync.WaitGroup
+	versionOnce     sync.Once
+	versionName     string
 }
 
 // presentListing is a listing of the present: seq numbers it among those
@@ -137,6 +158,8 @@ type Stats struct {
 	ViewReads     int64 // runs read again to list them under another template or as of an earlier line
 	Evictions     int64 // runs dropped to honour the budget
 	SharedLists   int64 // listings of the present answered by one begun after they were asked
+	Adopted       int64 // runs taken from the saved index, their files unchanged since
+	Saves         int64 // times the index was saved
 }
 
 type identity struct {
@@ -162,7 +185,12 @@ type run[T, F any] struct {
 	views  map[string]*view[T] // per template fingerprint
 	lastAt string              // latest occurred_at, for "latest run"
 	anchor anchor              // bytes an in-place rewrite would change
-	asOf   *view[T]            // the last view taken at an earlier line (paging)
+	// head and tail are the SHA-256 of the file's first bytes and of those
+	// before offset, taken when it was read (what a saved index is checked
+	// against); hashed says they were.
+	head, tail [32]byte
+	hashed     bool
+	asOf       *view[T] // the last view taken at an earlier line (paging)
 }
 
 // loc is where one event's line starts in its run file, its line number,
@@ -269,6 +297,9 @@ func New[T, F any](opt Options[T, F]) *Index[T, F] {
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
 	return &Index[T, F]{opt: opt, runs: map[string]*run[T, F]{}, templates: map[string]*receipt.Template{}, fullReads: make(chan struct{}, MaxConcurrentFullReads)}
 }
 
@@ -339,6 +370,7 @@ func (ix *Index[T, F]) listAt(ctx context.Context, t *receipt.Template, at map[s
 	if at == nil {
 		seq := ix.begun.Add(1)
 		out, err := ix.listLocked(ctx, t, nil, fp)
+		ix.maybeSave()
 		ix.last = nil
 		if err == nil {
 			ix.last = &presentListing[T]{seq: seq, fp: fp, listing: out}
@@ -350,6 +382,9 @@ func (ix *Index[T, F]) listAt(ctx context.Context, t *receipt.Template, at map[s
 
 // listLocked lists the directory under ix.mu.
 func (ix *Index[T, F]) listLocked(ctx context.Context, t *receipt.Template, at map[string]int, fp string) (Listing[T], error) {
+	if !ix.loaded {
+		ix.load()
+	}
 	entries, err := ix.opt.Events.ReadDir()
 	if err != nil {
 		return Listing[T]{}, err
@@ -375,6 +410,9 @@ func (ix *Index[T, F]) listLocked(ctx context.Context, t *receipt.Template, at m
 			ix.forget(id)
 			slots = append(slots, slot{id: id, bad: fmt.Errorf("skipped: %s is a %s, not a regular file", e.Name, e.Kind())})
 			continue
+		}
+		if _, ok := ix.runs[id]; !ok && ix.saved != nil {
+			ix.adopt(id, e)
 		}
 		r, work := ix.plan(id, e, fp)
 		slots = append(slots, slot{id: id, r: r, work: work})
@@ -653,6 +691,12 @@ func (ix *Index[T, F]) ingest(r *run[T, F], f *os.File) (batch[F], error) {
 		return nil
 	})
 	r.anchor = takeAnchor(f, r.offset+consumed, err != nil)
+	r.hashed = false
+	if err == nil {
+		var herr error
+		r.head, r.tail, herr = headTail(f, r.offset+consumed)
+		r.hashed = herr == nil
+	}
 	ix.account(func(_ *int64, st *Stats) { st.BytesRead += consumed })
 	r.offset += consumed
 	r.nextLine = next
@@ -672,7 +716,7 @@ func (ix *Index[T, F]) readAll(r *run[T, F], cur identity, fp string) {
 		}
 	}
 	ix.reset(r)
-	ix.account(func(_ *int64, st *Stats) { st.FullReads++ })
+	ix.account(func(_ *int64, st *Stats) { st.FullReads++; ix.dirty = true })
 	r.ident = cur
 	f, err := ix.opt.Events.Open(r.name)
 	if err != nil {
@@ -700,7 +744,7 @@ func (ix *Index[T, F]) readAll(r *run[T, F], cur identity, fp string) {
 // date: only the operations the new lines touch are assembled again, from
 // their earlier lines (read again at their places) and the new ones.
 func (ix *Index[T, F]) readMore(r *run[T, F], cur identity, fp string) {
-	ix.account(func(_ *int64, st *Stats) { st.IncrementalRs++ })
+	ix.account(func(_ *int64, st *Stats) { st.IncrementalRs++; ix.appended = true })
 	f, err := ix.opt.Events.Open(r.name)
 	if err != nil {
 		ix.fail(r, err)
@@ -752,6 +796,9 @@ func (ix *Index[T, F]) readMore(r *run[T, F], cur identity, fp string) {
 		}
 		views := make(map[string]*view[T], len(r.views))
 		for k, old := range r.views {
+			if ix.templates[k] == nil {
+				continue // a saved view of a template not listed since: dropped
+			}
 			v := ix.updated(r, old, ix.templates[k], ids, &sel)
 			v.fp, v.lines = k, r.nextLine-1
 			views[k] = v
@@ -878,6 +925,7 @@ func (ix *Index[T, F]) addView(r *run[T, F], fp string) {
 	views[fp] = v
 	r.views = views
 	ix.recount(r)
+	ix.account(func(_ *int64, _ *Stats) { ix.dirty = true })
 }
 
 // viewAt returns the run's view as it was when it had lines complete lines,

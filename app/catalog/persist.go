@@ -1,0 +1,151 @@
+package catalog
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"math/big"
+	"os"
+	"runtime/debug"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/runindex"
+)
+
+// buildVersion names the code that computed the summaries a saved index
+// holds: the commit it was built from, or, for a build of changed or
+// unknown sources, the SHA-256 of the executable. A saved index of another
+// build is read again from the runs.
+func buildVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		rev, modified := "", true
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				modified = s.Value != "false"
+			}
+		}
+		if rev != "" && !modified {
+			return "rev " + rev
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	f, err := os.Open(exe)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return ""
+	}
+	return "exe " + hex.EncodeToString(h.Sum(nil))
+}
+
+// Flags of a summary's booleans, as saved.
+const (
+	flagRolesKnown = 1 << iota
+	flagPaid
+	flagOutcome
+	flagFaulted
+	flagSettlementUnconfirmed
+	flagOpen
+	flagSpent
+	flagReserved
+	flagMoney
+	flagAtomic
+)
+
+func encodeStrings(e *runindex.Enc, ss []string) {
+	e.Uint(uint64(len(ss)))
+	for _, s := range ss {
+		e.Str(s)
+	}
+}
+
+func decodeStrings(d *runindex.Dec) []string {
+	n := d.Len(1 << 20)
+	if n == 0 {
+		return nil
+	}
+	out := make([]string, n)
+	for i := range out {
+		out[i] = d.Str()
+	}
+	return out
+}
+
+// encodeSummary writes one summary for the saved index.
+func encodeSummary(e *runindex.Enc, s *Summary) {
+	g := &s.Guard
+	var fl uint64
+	for bit, on := range [...]bool{g.RolesKnown, g.PaidConfirmed, g.OutcomeConfirmed, g.Faulted, g.SettlementUnconfirmed,
+		g.Open, g.Spent, g.Reserved, g.Money != nil, g.Money != nil && g.Money.Atomic != nil} {
+		if on {
+			fl |= 1 << bit
+		}
+	}
+	e.Uint(fl)
+	e.Str(s.OperationID)
+	e.Str(s.Template)
+	e.Str(s.Completeness)
+	e.Uint(uint64(len(s.MissingStages)))
+	for _, m := range s.MissingStages {
+		e.Str(m)
+	}
+	e.Int(int64(s.ExceptionCount))
+	e.Str(s.LastEventAt)
+	e.Str(g.RunID)
+	e.Str(g.OperationID)
+	e.Str(g.Template)
+	e.Str(g.Completeness)
+	e.Str(g.Unattributable)
+	e.Str(g.FirstEventAt)
+	e.Str(g.LastEventAt)
+	if m := g.Money; m != nil {
+		encodeStrings(e, m.PayTos)
+		encodeStrings(e, m.Hosts)
+		encodeStrings(e, m.Resources)
+		if m.Atomic != nil {
+			e.Str(m.Atomic.String())
+		}
+		e.Str(m.Asset)
+		e.Str(m.Problem)
+	}
+}
+
+// decodeSummary reads what encodeSummary wrote.
+func decodeSummary(runID string, d *runindex.Dec) Summary {
+	fl := d.Uint()
+	s := Summary{RunID: runID, OperationID: d.Str(), Template: d.Str(), Completeness: d.Str()}
+	s.MissingStages = make([]string, d.Len(1<<16))
+	for i := range s.MissingStages {
+		s.MissingStages[i] = d.Str()
+	}
+	s.ExceptionCount = int(d.Int())
+	s.LastEventAt = d.Str()
+	g := &s.Guard
+	g.RunID, g.OperationID, g.Template, g.Completeness = d.Str(), d.Str(), d.Str(), d.Str()
+	g.Unattributable, g.FirstEventAt, g.LastEventAt = d.Str(), d.Str(), d.Str()
+	g.RolesKnown, g.PaidConfirmed, g.OutcomeConfirmed = fl&flagRolesKnown != 0, fl&flagPaid != 0, fl&flagOutcome != 0
+	g.Faulted, g.SettlementUnconfirmed, g.Open = fl&flagFaulted != 0, fl&flagSettlementUnconfirmed != 0, fl&flagOpen != 0
+	g.Spent, g.Reserved = fl&flagSpent != 0, fl&flagReserved != 0
+	if fl&flagMoney != 0 {
+		m := &guard.Money{PayTos: decodeStrings(d), Hosts: decodeStrings(d), Resources: decodeStrings(d)}
+		if fl&flagAtomic != 0 {
+			a, ok := new(big.Int).SetString(d.Str(), 10)
+			if !ok {
+				d.Fail("an amount that is not a number")
+			}
+			m.Atomic = a
+		}
+		m.Asset, m.Problem = d.Str(), d.Str()
+		g.Money = m
+	}
+	return s
+}
