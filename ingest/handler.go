@@ -178,6 +178,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	if len(res.Rejections) > 0 {
+		first := res.Rejections[0].Issues[0]
+		log.InfoContext(r.Context(), "ingest: events rejected; the recorder reports them", "rejected", len(res.Rejections),
+			"first_index", res.Rejections[0].Index, "first_code", first.Code, "first_field", first.Field)
+	}
 	log.DebugContext(r.Context(), "ingest: batch stored", "accepted", res.Accepted, "duplicates", res.Duplicates, "rejected", len(res.Rejections))
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(res)

@@ -461,3 +461,63 @@ func TestIngestReplicasWithoutASharedVolume(t *testing.T) {
 		}
 	}
 }
+
+// TestIngestTenants: on a --tenants-dir server a key delivers to its own
+// tenant's root and to no other; a key without a tenant is refused; a key
+// revoked while the server runs is refused from the next request on.
+func TestIngestTenants(t *testing.T) {
+	tenants := tenantRoots(t)
+	dir := t.TempDir()
+	secret := []byte(strings.Repeat("t", 48))
+	secretFile := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secretFile, secret, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	keys := filepath.Join(dir, "ingest-keys.json")
+	acmeKey := newIngestKey(t, keys, "--tenant", "acme")
+	noTenant := newIngestKey(t, keys)
+	unknownTenant := newIngestKey(t, keys, "--tenant", "initech")
+	p := startHTTPBinary(t, "--tenants-dir", tenants, "--tenant-claim", "org",
+		"--key-file", filepath.Join(dir, "signing.pem"), "--auth-issuer", "http://127.0.0.1/local-as", "--auth-hmac-secret", secretFile,
+		"--ingest", "--ingest-keys", keys)
+	line := `{"event_id":"e-1","event_type":"x402.payment.required","occurred_at":"2026-07-24T09:00:01.000Z","context_id":"op-ingested","seq":0,"adapter":"trace-x402","role":"client","payload":{}}`
+	ev := ingestEnvelope(t, line, "run-ingested")
+	// The body names globex: only the key decides.
+	body := []byte(strings.Replace(string(batchOf(ev)), `"meta":{`, `"meta":{"tenant":"globex",`, 1))
+	if status, got := postBatch(t, p.base, acmeKey, body); status != 200 || !strings.Contains(got, `"accepted":1`) {
+		t.Fatalf("acme's key: %d %s", status, got)
+	}
+	if _, err := os.Stat(filepath.Join(tenants, "acme", "events", "run-ingested.ndjson")); err != nil {
+		t.Fatalf("acme's root: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(tenants, "globex", "events", "run-ingested.ndjson")); !os.IsNotExist(err) {
+		t.Fatalf("globex's root holds acme's run (%v)", err)
+	}
+	_, text, _ := tenantCaller(t, p, secret, "acme")("list_operations", map[string]any{})
+	if !strings.Contains(text, "op-ingested") {
+		t.Errorf("acme's list_operations does not show the ingested operation: %s", text)
+	}
+	_, text, _ = tenantCaller(t, p, secret, "globex")("list_operations", map[string]any{})
+	if strings.Contains(text, "op-ingested") {
+		t.Errorf("globex's list_operations shows acme's operation: %s", text)
+	}
+	for _, c := range []struct{ name, key, want string }{
+		{"a key without a tenant", noTenant, "names no tenant"},
+		{"a tenant not served", unknownTenant, "not served here"},
+	} {
+		if status, got := postBatch(t, p.base, c.key, batchOf(ev)); status != 403 || !strings.Contains(got, c.want) {
+			t.Errorf("%s: %d %s", c.name, status, got)
+		}
+	}
+	list, _, _ := runCLI(t, "ingest-key", "list", "--ingest-keys", keys, "--json")
+	var recs []ingest.KeyRecord
+	if err := json.Unmarshal([]byte(list), &recs); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := runCLI(t, "ingest-key", "revoke", "--ingest-keys", keys, recs[0].ID); code != 0 {
+		t.Fatal(errOut)
+	}
+	if status, got := postBatch(t, p.base, acmeKey, batchOf(ev)); status != 401 {
+		t.Errorf("a key revoked while the server runs: %d %s", status, got)
+	}
+}
