@@ -426,6 +426,7 @@ func printAuthorization(w io.Writer, v authorizationView) {
 		fmt.Fprintln(w, "  settlement     none handed in (record_receipt)")
 	}
 	fmt.Fprintf(w, "  keys trusted   %s\n", v.KeyringSource)
+	fmt.Fprintf(w, "  dossier        haia-trace-mcp dossier export %s --out dossier.json (one file, verified offline by dossier verify)\n", s(v.Nonce))
 	if v.Consistent {
 		fmt.Fprintln(w, "  CONSISTENT: the terms, the payer's signature and the signed receipts agree")
 		return

@@ -85,7 +85,7 @@ func TestEveryCommandHelpListsItsFlags(t *testing.T) {
 				}
 			}
 			want := exitUsage
-			if name == "verify" {
+			if name == "verify" || name == "dossier verify" {
 				want = exitVerifyUsage
 			}
 			_, errOut, code := runIn(append(slices.Clone(c.path), "--no-such-flag")...)
@@ -452,8 +452,9 @@ func TestSharedFlagsHaveOneHelpText(t *testing.T) {
 	own := map[string][]string{
 		"dir":                     {"store import", "store export"},
 		"store":                   {"verify"},
-		"keyring":                 {"verify"},
-		"reviewers":               {"verify"},
+		"keyring":                 {"verify", "dossier verify"},
+		"reviewers":               {"verify", "dossier verify"},
+		"out":                     {"dossier export"},
 		"templates-dir":           {"build"},
 		"key-file":                {"reviewer init", "signer", "reviewer passkey add", "audit"},
 		"params-key-file":         {"reviewer passkey add", "audit"},

@@ -49,6 +49,14 @@ func commandTable() *cmdSpec {
 					synopsis: "NONCE|RECEIPT_ID [--dir .trace] [--json]",
 					args:     oneArg("one nonce (0x and 64 hex digits) or receipt id"), define: defineAuthorizationShow},
 			}},
+			{name: "dossier", summary: "one x402 payment's evidence in one file anyone can verify offline", details: dossierDetails, subs: []*cmdSpec{
+				{name: "export", summary: "write the decision, human decision, authorization, seller's offer and receipt, settlement and chain segments of one payment",
+					synopsis: "NONCE|RECEIPT_ID|RUN_ID/OPERATION_ID [--dir .trace] [--out FILE]",
+					args:     oneArg("one nonce, receipt id or RUN_ID/OPERATION_ID"), define: defineDossierExport},
+				{name: "verify", summary: "check every signature and link of a dossier offline; print each link's verdict",
+					synopsis: "FILE [--keyring K] [--reviewers R] [--json]", usageCode: exitVerifyUsage,
+					args: oneArg("one dossier FILE"), define: defineDossierVerify},
+			}},
 			{name: "review", summary: "the human's side of the guard: list, show and decide reviews", details: reviewDetails, subs: []*cmdSpec{
 				{name: "list", summary: "the pending reviews (--all: every review)",
 					synopsis: "[--dir .trace] [--all] [--json]", define: defineReview("list")},

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	decdsa "github.com/decred/dcrd/dcrec/secp256k1/v4/ecdsa"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
+)
+
+const e2eSellerKey = "7a28b5ba57c53603b0b07b56bba752f7784bf506fa95edc395f5cf6c7514fe9d"
+
+func e2eSign(t *testing.T, digest [32]byte) string {
+	t.Helper()
+	k, err := x402.ParseKey([]byte(e2eSellerKey), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := decdsa.SignCompact(k, digest[:], false)
+	return "0x" + hex.EncodeToString(append(append([]byte{}, c[1:]...), c[0]))
+}
+
+// TestDossierExportVerify: the real binary pays a seller whose 402 carries
+// a signed offer, after a human approved it, takes the settlement with the
+// seller's signed receipt, and exports the payment's dossier; dossier
+// verify checks it offline (VALID with the keyring and the reviewers file,
+// UNVERIFIED on the file's own keys), and refuses every tampered field.
+func TestDossierExportVerify(t *testing.T) {
+	root := sampleRoot(t)
+	key := filepath.Join(t.TempDir(), "signing-key.pem")
+	payerKey := writeSecret(t, "payer.key", "0x"+e2ePayerKey+"\n")
+	cfg := writeSecret(t, "guard.json", `{"reviewAbove":"1.00","requireSignedOffers":true}`)
+	cs := mcpSession(t, nil, "--dir", root, "--key-file", key, "--guard-config", cfg, "--payer-key", payerKey)
+	k, _ := x402.ParseKey([]byte(e2eSellerKey), nil)
+	seller := x402.NewKeySigner(k).Address().Hex()
+	res := "https://api.seller.example/data"
+	terms := x402.OfferTerms{Version: 1, ResourceURL: res, Scheme: "exact", Network: "eip155:8453", Asset: "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913",
+		PayTo: seller, Amount: "2500000", ValidUntil: 4102444800}
+	pr := e2ePaymentRequired("2500000", seller)
+	pr["extensions"] = map[string]any{"offer-receipt": map[string]any{"info": map[string]any{"offers": []any{map[string]any{
+		"format": "eip712", "acceptIndex": 0, "signature": e2eSign(t, x402.OfferDigest(terms)), "payload": terms}}}}}
+
+	first := authorizeCall(t, cs, pr)
+	if first.Decision != "review" {
+		t.Fatalf("2.50 is above reviewAbove: %+v", first)
+	}
+	if _, errOut, code := runCLI(t, "review", "approve", first.ReviewID, "--dir", root, "--note", "a big one"); code != 0 {
+		t.Fatalf("approve: %d %s", code, errOut)
+	}
+	allow := authorizeCall(t, cs, pr)
+	if allow.Decision != "allow" {
+		t.Fatalf("after approval: %+v", allow)
+	}
+	tx := "0x" + strings.Repeat("7c", 32)
+	rt := x402.ReceiptTerms{Version: 1, Network: "eip155:8453", ResourceURL: res, Payer: e2ePayerAddr, IssuedAt: 1800000000, Transaction: tx}
+	settlement := map[string]any{"success": true, "transaction": tx, "network": "eip155:8453", "payer": e2ePayerAddr,
+		"extensions": map[string]any{"offer-receipt": map[string]any{"info": map[string]any{"receipt": map[string]any{
+			"format": "eip712", "signature": e2eSign(t, x402.ReceiptDigest(rt)), "payload": rt}}}}}
+	var rec struct {
+		Findings []string `json:"findings"`
+	}
+	decodeStructured(t, callTool(t, cs, "record_receipt", map[string]any{"nonce": allow.Authorization.Nonce, "payment_response": settlement}), &rec)
+	if len(rec.Findings) != 0 {
+		t.Fatalf("findings: %v", rec.Findings)
+	}
+
+	file := filepath.Join(t.TempDir(), "dossier.json")
+	if out, errOut, code := runCLI(t, "dossier", "export", allow.Authorization.Nonce, "--dir", root, "--out", file); code != 0 {
+		t.Fatalf("export: %d %s %s", code, out, errOut)
+	}
+	keyring := filepath.Join(root, "guard", "keyring.json")
+	reviewers := filepath.Join(os.Getenv("XDG_CONFIG_HOME"), "haia-trace-mcp", "reviewers.json")
+	out, errOut, code := runCLI(t, "dossier", "verify", file, "--keyring", keyring, "--reviewers", reviewers)
+	if code != 0 {
+		t.Fatalf("verify: %d\n%s%s", code, out, errOut)
+	}
+	t.Logf("dossier verify:\n%s", out)
+	for _, link := range []string{"decision", "human decision", "authorization", "authorization receipt", "seller offer", "settlement", "seller receipt"} {
+		if !strings.Contains(out, "VALID      "+link+" ") {
+			t.Errorf("no VALID %s link:\n%s", link, out)
+		}
+	}
+	if out, _, code := runCLI(t, "dossier", "verify", file); code != 1 || !strings.Contains(out, "UNVERIFIED") {
+		t.Fatalf("on the file's own keys: %d\n%s", code, out)
+	}
+	if _, _, code := runCLI(t, "dossier", "export", "0x"+strings.Repeat("00", 32), "--dir", root); code != authExitUnknown {
+		t.Fatalf("an unknown nonce: exit %d", code)
+	}
+
+	// Each field edited is refused.
+	orig, _ := os.ReadFile(file)
+	var d map[string]any
+	json.Unmarshal(orig, &d)
+	auth := d["authorization"].(map[string]any)
+	set := func(path []string, v any) []byte {
+		var m map[string]any
+		json.Unmarshal(orig, &m)
+		cur := m
+		for _, p := range path[:len(path)-1] {
+			cur = cur[p].(map[string]any)
+		}
+		cur[path[len(path)-1]] = v
+		b, _ := json.Marshal(m)
+		return b
+	}
+	offer := string(mustJSON(auth["offer"]))
+	st := d["settlement"].(map[string]any)
+	sellerReceipt := string(mustJSON(st["seller_receipt"]))
+	for name, edited := range map[string][]byte{
+		"value":             set([]string{"authorization", "value"}, "25000000"),
+		"payee":             set([]string{"authorization", "to"}, e2eSeller),
+		"payer signature":   set([]string{"authorization", "signature"}, "0x"+strings.Repeat("11", 65)),
+		"decision receipt":  set([]string{"authorization", "decision_receipt"}, "rcpt_other"),
+		"offer amount":      set([]string{"authorization", "offer"}, json.RawMessage(strings.Replace(offer, `"amount":"2500000"`, `"amount":"2500001"`, 1))),
+		"offer signer":      set([]string{"authorization", "offer_signer"}, e2eSeller+" (EIP-712)"),
+		"transaction":       set([]string{"settlement", "transaction"}, "0x"+strings.Repeat("8d", 32)),
+		"settlement payer":  set([]string{"settlement", "payer"}, seller),
+		"seller receipt":    set([]string{"settlement", "seller_receipt"}, json.RawMessage(strings.Replace(sellerReceipt, `"issuedAt":1800000000`, `"issuedAt":1800000001`, 1))),
+		"settlement digest": set([]string{"settlement", "digest"}, "0x"+strings.Repeat("00", 32)),
+		"a receipt":         bytes.Replace(orig, []byte(`ALLOWED`), []byte(`BLOCKED`), 1),
+		"no segments":       set([]string{"segments"}, []any{}),
+		"review":            set([]string{"review"}, nil),
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "d.json")
+			os.WriteFile(p, edited, 0o600)
+			out, _, code := runCLI(t, "dossier", "verify", p, "--keyring", keyring, "--reviewers", reviewers)
+			if code != 2 && code != 3 {
+				t.Fatalf("exit %d, want TAMPERED or MALFORMED:\n%s", code, out)
+			}
+		})
+	}
+}
