@@ -235,8 +235,8 @@ func runStore(ctx context.Context, stdout, stderr io.Writer, verb string, storeF
 		}
 		return exitCode(exitFail)
 	}
-	fmt.Fprintf(stdout, "%s %s → %s: %d review log lines, %d archives, %d chains (%d receipts, every one VALID before and after), %d keys, %d ledger entries\n",
-		verb, src.Describe(), dst.Describe(), rep.LogLines, rep.Archives, rep.Chains, rep.Receipts, rep.Keys, rep.LedgerEntries)
+	fmt.Fprintf(stdout, "%s %s → %s: %d review log lines, %d archives, %d chains (%d receipts, every one VALID before and after), %d keys, %d ledger entries, %d mandate records\n",
+		verb, src.Describe(), dst.Describe(), rep.LogLines, rep.Archives, rep.Chains, rep.Receipts, rep.Keys, rep.LedgerEntries, rep.Mandates)
 	return nil
 }
 
