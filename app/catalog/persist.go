@@ -61,25 +61,6 @@ const (
 	flagAtomic
 )
 
-func encodeStrings(e *runindex.Enc, ss []string) {
-	e.Uint(uint64(len(ss)))
-	for _, s := range ss {
-		e.Str(s)
-	}
-}
-
-func decodeStrings(d *runindex.Dec) []string {
-	n := d.Len(1 << 20)
-	if n == 0 {
-		return nil
-	}
-	out := make([]string, n)
-	for i := range out {
-		out[i] = d.Str()
-	}
-	return out
-}
-
 // encodeSummary writes one summary for the saved index.
 func encodeSummary(e *runindex.Enc, s *Summary) {
 	g := &s.Guard
@@ -108,15 +89,27 @@ func encodeSummary(e *runindex.Enc, s *Summary) {
 	e.Str(g.FirstEventAt)
 	e.Str(g.LastEventAt)
 	if m := g.Money; m != nil {
-		encodeStrings(e, m.PayTos)
-		encodeStrings(e, m.Hosts)
-		encodeStrings(e, m.Resources)
+		e.Uint(uint64(len(m.PayTos)))
+		e.Uint(uint64(len(m.Hosts)))
+		e.Uint(uint64(len(m.Resources)))
+		for _, list := range [][]string{m.PayTos, m.Hosts, m.Resources} {
+			for _, v := range list {
+				e.Str(v)
+			}
+		}
 		if m.Atomic != nil {
 			e.Str(m.Atomic.String())
 		}
 		e.Str(m.Asset)
 		e.Str(m.Problem)
 	}
+}
+
+// moneyBox is a decoded Money with room for its lists when they are short,
+// in one allocation.
+type moneyBox struct {
+	m    guard.Money
+	room [3]string
 }
 
 // decodeSummary reads what encodeSummary wrote.
@@ -136,13 +129,37 @@ func decodeSummary(runID string, d *runindex.Dec) Summary {
 	g.Faulted, g.SettlementUnconfirmed, g.Open = fl&flagFaulted != 0, fl&flagSettlementUnconfirmed != 0, fl&flagOpen != 0
 	g.Spent, g.Reserved = fl&flagSpent != 0, fl&flagReserved != 0
 	if fl&flagMoney != 0 {
-		m := &guard.Money{PayTos: decodeStrings(d), Hosts: decodeStrings(d), Resources: decodeStrings(d)}
+		box := &moneyBox{}
+		m := &box.m
+		np, nh, nr := d.Len(1<<16), d.Len(1<<16), d.Len(1<<16)
+		all := box.room[:]
+		if np+nh+nr > len(all) {
+			all = make([]string, np+nh+nr)
+		}
+		for i := range np + nh + nr {
+			all[i] = d.Str()
+		}
+		if np > 0 {
+			m.PayTos = all[:np:np]
+		}
+		if nh > 0 {
+			m.Hosts = all[np : np+nh : np+nh]
+		}
+		if nr > 0 {
+			m.Resources = all[np+nh : np+nh+nr : np+nh+nr]
+		}
 		if fl&flagAtomic != 0 {
-			a, ok := new(big.Int).SetString(d.Str(), 10)
-			if !ok {
+			// Amounts repeat: one value per run for each (never changed:
+			// the guard adds them into new values).
+			text := d.Str()
+			if a, ok := d.Memo[text].(*big.Int); ok {
+				m.Atomic = a
+			} else if a, ok := new(big.Int).SetString(text, 10); ok {
+				d.Memo[text] = a
+				m.Atomic = a
+			} else {
 				d.Fail("an amount that is not a number")
 			}
-			m.Atomic = a
 		}
 		m.Asset, m.Problem = d.Str(), d.Str()
 		g.Money = m

@@ -9,6 +9,9 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
@@ -25,7 +28,7 @@ const (
 	IndexFile = "run-index.bin"
 	KeyFile   = "run-index.key"
 	// indexMagic names the format; a new format is a new magic.
-	indexMagic = "HAIA-RUNINDEX 1\n"
+	indexMagic = "HAIA-RUNINDEX 2\n"
 	// tailBytes is how much of the end of what was read is hashed.
 	tailBytes = 4096
 	// maxIndexBytes bounds the file read back (about 20 million events).
@@ -34,8 +37,13 @@ const (
 	saveEvery = time.Minute
 )
 
-// Enc appends the fields of a saved index.
-type Enc struct{ B []byte }
+// Enc appends the fields of a saved index. Strings are numbered in a table
+// per run (see Str), so that a run's strings are read back as parts of one.
+type Enc struct {
+	B     []byte
+	strs  map[string]uint64
+	table []string
+}
 
 // Uint appends v.
 func (e *Enc) Uint(v uint64) { e.B = binary.AppendUvarint(e.B, v) }
@@ -52,14 +60,24 @@ func (e *Enc) Bool(b bool) {
 	}
 }
 
-// Str appends s.
-func (e *Enc) Str(s string) { e.Uint(uint64(len(s))); e.B = append(e.B, s...) }
+// Str appends s as its number in the run's table.
+func (e *Enc) Str(s string) {
+	k, ok := e.strs[s]
+	if !ok {
+		k = uint64(len(e.table))
+		e.strs[s] = k
+		e.table = append(e.table, s)
+	}
+	e.Uint(k)
+}
 
 // Dec reads what Enc wrote; the first error sticks and zero values follow.
 type Dec struct {
-	b    []byte
-	err  error
-	strs map[string]string // one copy of each string, per run
+	b     []byte
+	err   error
+	table []string // the run's strings, parts of one string
+	// Memo is the decoder's own per run (values equal items may share).
+	Memo map[string]any
 }
 
 // Err is the first error met.
@@ -112,21 +130,36 @@ func (d *Dec) Len(max int) int {
 // Bool reads a boolean.
 func (d *Dec) Bool() bool { return d.Uint() == 1 }
 
-// Str reads a string (the same string as an equal one read before for
-// this run).
+// Str reads a string: its number in the run's table.
 func (d *Dec) Str() string {
-	n := d.Len(len(d.b))
-	if d.err != nil {
+	k := d.Uint()
+	if k >= uint64(len(d.table)) {
+		d.fail("string out of range")
 		return ""
 	}
-	raw := d.b[:n]
-	d.b = d.b[n:]
-	if s, ok := d.strs[string(raw)]; ok {
-		return s
+	return d.table[k]
+}
+
+// readTable reads a run's table of strings: their count, their lengths,
+// then their bytes, which become one string.
+func (d *Dec) readTable() {
+	n := d.Len(len(d.b))
+	lens := make([]int, n)
+	total := 0
+	for i := range lens {
+		lens[i] = d.Len(len(d.b))
+		total += lens[i]
 	}
-	s := string(raw)
-	d.strs[s] = s
-	return s
+	if d.err != nil || total > len(d.b) {
+		d.fail("bad string table")
+		return
+	}
+	blob := string(d.b[:total])
+	d.b = d.b[total:]
+	d.table = make([]string, n)
+	for i, l := range lens {
+		d.table[i], blob = blob[:l], blob[l:]
+	}
 }
 
 // savedRun is what a saved index says of one run.
@@ -237,53 +270,91 @@ func (ix *Index[T, F]) decodeIndex(data []byte) (map[string]*savedRun[T], error)
 	if !hmac.Equal(mac.Sum(nil), sum) {
 		return nil, errors.New("its authentication code does not match its content (changed or damaged)")
 	}
-	d := &Dec{b: body[len(indexMagic):], strs: map[string]string{}}
+	d := &Dec{b: body[len(indexMagic):]}
+	d.readTable()
 	if v := d.Str(); v != ix.version() {
 		return nil, fmt.Errorf("saved by another build (%.40s), whose summaries may differ", v)
 	}
-	n := d.Len(len(d.b))
-	out := make(map[string]*savedRun[T], n)
-	for range n {
-		d.strs = map[string]string{}
-		id := d.Str()
-		s := &savedRun[T]{name: d.Str(), size: d.Int(), offset: d.Int(), nextLine: int(d.Int()), lastAt: d.Str()}
-		copy(s.head[:], d.Str())
-		copy(s.tail[:], d.Str())
-		s.ops = make([]string, d.Len(len(d.b)))
-		for i := range s.ops {
-			s.ops[i] = d.Str()
-		}
-		s.locs = make([]loc, d.Len(len(d.b)))
-		var off int64
-		var line int32
-		for i := range s.locs {
-			off += d.Int()
-			line += int32(d.Int())
-			s.locs[i] = loc{off: off, line: line, op: int32(d.Len(len(s.ops)))}
-		}
-		nv := d.Len(len(d.b))
-		s.views = make(map[string]*view[T], nv)
-		for range nv {
-			v := &view[T]{fp: d.Str(), lines: int(d.Int())}
-			v.items = make([]T, d.Len(len(d.b)))
-			for i := range v.items {
-				v.items[i] = ix.opt.DecodeItem(id, d)
-			}
-			if d.err != nil {
-				break
-			}
-			v = ix.finishAs(v)
-			s.views[v.fp] = v
-		}
+	// Each run is a block of its own, decoded in parallel.
+	blocks := make([][]byte, d.Len(len(d.b)))
+	for i := range blocks {
+		n := d.Len(len(d.b))
 		if d.err != nil {
 			return nil, d.err
 		}
-		out[id] = s
+		blocks[i], d.b = d.b[:n], d.b[n:]
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail("bytes after the last run")
 	}
-	return out, d.Err()
+	if d.err != nil {
+		return nil, d.err
+	}
+	ids := make([]string, len(blocks))
+	runs := make([]*savedRun[T], len(blocks))
+	errs := make([]error, len(blocks))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(len(blocks), runtime.GOMAXPROCS(0)) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(blocks) {
+					return
+				}
+				ids[i], runs[i], errs[i] = ix.decodeRun(blocks[i])
+			}
+		})
+	}
+	wg.Wait()
+	out := make(map[string]*savedRun[T], len(blocks))
+	for i := range blocks {
+		if errs[i] != nil {
+			return nil, errs[i]
+		}
+		out[ids[i]] = runs[i]
+	}
+	return out, nil
+}
+
+// decodeRun decodes one run's block.
+func (ix *Index[T, F]) decodeRun(block []byte) (string, *savedRun[T], error) {
+	d := &Dec{b: block, Memo: map[string]any{}}
+	d.readTable()
+	id := d.Str()
+	s := &savedRun[T]{name: d.Str(), size: d.Int(), offset: d.Int(), nextLine: int(d.Int()), lastAt: d.Str()}
+	copy(s.head[:], d.Str())
+	copy(s.tail[:], d.Str())
+	s.ops = make([]string, d.Len(len(d.b)))
+	for i := range s.ops {
+		s.ops[i] = d.Str()
+	}
+	s.locs = make([]loc, d.Len(len(d.b)))
+	var off int64
+	var line int32
+	for i := range s.locs {
+		off += d.Int()
+		line += int32(d.Int())
+		s.locs[i] = loc{off: off, line: line, op: int32(d.Len(len(s.ops)))}
+	}
+	nv := d.Len(len(d.b))
+	s.views = make(map[string]*view[T], nv)
+	for range nv {
+		v := &view[T]{fp: d.Str(), lines: int(d.Int())}
+		v.items = make([]T, d.Len(len(d.b)))
+		for i := range v.items {
+			v.items[i] = ix.opt.DecodeItem(id, d)
+		}
+		if d.err != nil {
+			break
+		}
+		v = ix.finishAs(v)
+		s.views[v.fp] = v
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("bytes after the run")
+	}
+	return id, s, d.err
 }
 
 // finishAs indexes a decoded view like finish, keeping its fp and lines.
@@ -404,19 +475,32 @@ func (ix *Index[T, F]) save(snap []snapshot[T]) error {
 	if err != nil {
 		return err
 	}
-	e := &Enc{B: append(make([]byte, 0, 1<<20), indexMagic...)}
-	e.Str(ix.version())
-	e.Uint(uint64(len(snap)))
+	out := &Enc{B: append(make([]byte, 0, 1<<20), indexMagic...)}
+	writeTable := func(dst *Enc, e *Enc) {
+		dst.Uint(uint64(len(e.table)))
+		for _, t := range e.table {
+			dst.Uint(uint64(len(t)))
+		}
+		for _, t := range e.table {
+			dst.B = append(dst.B, t...)
+		}
+		dst.B = append(dst.B, e.B...)
+	}
+	head := &Enc{strs: map[string]uint64{}}
+	head.Str(ix.version())
+	writeTable(out, head)
+	out.Uint(uint64(len(snap)))
+	var e, block Enc
 	for _, s := range snap {
-		head, tail := s.head, s.tail
+		e = Enc{B: e.B[:0], strs: map[string]uint64{}, table: e.table[:0]}
 		e.Str(s.id)
 		e.Str(s.name)
 		e.Int(s.size)
 		e.Int(s.offset)
 		e.Int(int64(s.nextLine))
 		e.Str(s.lastAt)
-		e.Str(string(head[:]))
-		e.Str(string(tail[:]))
+		e.Str(string(s.head[:]))
+		e.Str(string(s.tail[:]))
 		e.Uint(uint64(len(s.ops)))
 		for _, op := range s.ops {
 			e.Str(op)
@@ -436,14 +520,18 @@ func (ix *Index[T, F]) save(snap []snapshot[T]) error {
 			e.Int(int64(v.lines))
 			e.Uint(uint64(len(v.items)))
 			for i := range v.items {
-				ix.opt.EncodeItem(e, &v.items[i])
+				ix.opt.EncodeItem(&e, &v.items[i])
 			}
 		}
+		block.B = block.B[:0]
+		writeTable(&block, &e)
+		out.Uint(uint64(len(block.B)))
+		out.B = append(out.B, block.B...)
 	}
 	mac := hmac.New(sha256.New, k)
-	mac.Write(e.B)
-	e.B = mac.Sum(e.B)
-	return ix.opt.State.WriteFileAtomic(IndexFile, e.B, 0o600)
+	mac.Write(out.B)
+	out.B = mac.Sum(out.B)
+	return ix.opt.State.WriteFileAtomic(IndexFile, out.B, 0o600)
 }
 
 // version names the build once (hashing an executable takes a moment).
