@@ -105,6 +105,13 @@ type Config struct {
 	// decimals for it.
 	History func(ctx context.Context) (guard.History, error)
 	Assets  AssetInfo
+	// PayeeName, when set, is the policy's name of a payee address (its
+	// payees key; "" when none): shown beside the address, matched
+	// against nothing.
+	PayeeName func(address string) string
+	// Spend, when set, is the spend against the policy's limits, per
+	// counterparty and in total (engine.Spend), for the queue's panel.
+	Spend func(ctx context.Context) (engine.SpendView, error)
 	// SessionKey MACs the session cookies and sign-in challenges (at
 	// least 32 bytes): replicas given the same key share sessions. Random
 	// when nil (one process).
@@ -1203,6 +1210,10 @@ type pageData struct {
 	// ChartProblem says why the history could not be read.
 	Chart        *chartView
 	ChartProblem string
+	// Spend is the spend against the limits (the queue page; nil: not
+	// configured), SpendProblem why it could not be read.
+	Spend        *spendView
+	SpendProblem string
 }
 
 type reasonView struct {
@@ -1261,6 +1272,7 @@ func (c *Console) queue(r *http.Request, d *pageData) (string, error) {
 	if err := c.queueData(r.Context(), d); err != nil {
 		return "", err
 	}
+	c.spendData(r.Context(), d)
 	return "queue", nil
 }
 

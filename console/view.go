@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -28,6 +29,8 @@ type questionView struct {
 	// PayeeShort its first and last characters; Host the host the question
 	// named ("" when none).
 	Payee, PayeeShort, Host string
+	// PayeeName is the policy's name of Payee ("" when none).
+	PayeeName string
 	// Headline is the question in words, without its question mark:
 	// "Pay 0.25 USDC to 0xb0b0…0002".
 	Headline string
@@ -167,7 +170,13 @@ func (c *Console) question(rv reviewlog.Review, now time.Time) questionView {
 		}
 	}
 	q.PayeeShort = shortAddress(q.Payee)
+	if q.Payee != "" && c.cfg.PayeeName != nil {
+		q.PayeeName = c.cfg.PayeeName(q.Payee)
+	}
 	to := q.PayeeShort
+	if q.PayeeName != "" {
+		to += " (" + q.PayeeName + ")"
+	}
 	if to == "" {
 		to = q.Host
 	} else if q.Host != "" {
@@ -270,3 +279,70 @@ func describeRule(rule string) ruleView {
 
 // ruleCustom is the rule the engine names a custom rule's answer by.
 const ruleCustom = "custom_rule"
+
+// spendView is the spend against the limits as the queue shows it.
+type spendView struct {
+	Rows  []spendRow
+	Total []limitView
+	More  int
+	// Problems are the spend ledger's findings.
+	Problems []string
+}
+
+// spendRow is one counterparty: its short address (the full one on
+// hover), its name, and each per-counterparty limit.
+type spendRow struct {
+	Who, Full, Name string
+	Limits          []limitView
+}
+
+// limitView is one limit in words: "0.30 USDC of 5.00 USDC in 24 hours"
+// with the paid and held parts, and a bar (Percent, at most 100).
+type limitView struct {
+	Title, Used, Max, Window, Paid, Held string
+	Percent, Bar                         int
+	Over                                 bool
+	Unsummed                             int
+}
+
+// limitTitles are the limits' names in words.
+var limitTitles = map[string]string{
+	"perCounterpartyLimit":     "Limit per payee",
+	"velocity.perCounterparty": "Payments per payee",
+	"totalLimit":               "Total limit",
+	"velocity.total":           "Payments in all",
+}
+
+func limitOf(u engine.LimitUse) limitView {
+	title := limitTitles[u.Limit]
+	if title == "" {
+		title = u.Limit
+	}
+	return limitView{Title: title, Used: u.Used, Max: u.Max, Window: u.Window, Paid: u.Paid, Held: u.Held,
+		Percent: u.Percent, Bar: min(u.Percent, 100), Over: u.Percent >= 100, Unsummed: u.Unsummed}
+}
+
+// spendData fills the queue's spend panel (nothing when not configured).
+func (c *Console) spendData(ctx context.Context, d *pageData) {
+	if c.cfg.Spend == nil {
+		return
+	}
+	v, err := c.cfg.Spend(ctx)
+	if err != nil {
+		c.cfg.Logger.Warn("console: the spend against the limits cannot be read", "err", err)
+		d.SpendProblem = "The spend against the limits cannot be read now; the server's log says why."
+		return
+	}
+	sv := &spendView{More: v.More, Problems: v.Problems}
+	for _, p := range v.Counterparties {
+		row := spendRow{Who: shortAddress(p.Counterparty), Full: p.Counterparty, Name: p.Name}
+		for _, u := range p.Limits {
+			row.Limits = append(row.Limits, limitOf(u))
+		}
+		sv.Rows = append(sv.Rows, row)
+	}
+	for _, u := range v.Total {
+		sv.Total = append(sv.Total, limitOf(u))
+	}
+	d.Spend = sv
+}

@@ -202,6 +202,9 @@ func newGuardConsole(ctx context.Context, u *url.URL, passkeys func() (reviewlog
 		EnrolKey: consoleEnrolKey(st.ParamsKey()),
 		Clients:  clients,
 		History:  st.Engine().History,
+		Spend:    st.Engine().Spend,
+		// The names of the policy in force, as SIGHUP last set it.
+		PayeeName: func(a string) string { return st.Engine().Policy().PayeeName(a) },
 		Assets: func(asset string) (string, int, bool) {
 			a, ok := st.Engine().Policy().Assets.Lookup(asset) // as SIGHUP last set it
 			return a.Symbol, a.Decimals, ok
