@@ -38,7 +38,13 @@ func Audit(set Set, uses []ledger.Entry) []string {
 		if s.Atomic == nil {
 			s.Atomic = new(big.Int)
 		}
-		use := Use{Tenant: en.Tenant, Caller: en.Caller, PayTo: en.PayTo, Host: en.Host, Asset: en.Asset, Atomic: a, At: at}
+		// The ledger holds each entry to its store's tenant; an entry
+		// written without one is the store's own.
+		tenant := en.Tenant
+		if tenant == "" {
+			tenant = m.Grant.Tenant
+		}
+		use := Use{Tenant: tenant, Caller: en.Caller, PayTo: en.PayTo, Host: en.Host, Asset: en.Asset, Atomic: a, At: at}
 		if why := view.Refuses(use, s); why != "" {
 			out = append(out, fmt.Sprintf("receipt %s (%s, caller %q) was allowed under mandate %s, which does not cover it: %s", en.Receipt, en.At, clip(en.Caller), en.Mandate, why))
 		}

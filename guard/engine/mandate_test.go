@@ -11,6 +11,7 @@ import (
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/simrec"
+	"github.com/haia-trace-mcp/haia-trace-mcp/ledger"
 	"github.com/haia-trace-mcp/haia-trace-mcp/mandate"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
@@ -262,6 +263,15 @@ func TestMandateCountHoldsUnderConcurrency(t *testing.T) {
 				}
 				if u := g.book.Mandate(m.ID); u.Count != 3 {
 					t.Fatalf("the ledger charged %d uses to the mandate, want 3", u.Count)
+				}
+				// audit's reading agrees: three uses, each within the mandate.
+				rep := ledger.Audit(f.ledgerLines(t), ParamsKeyFrom(f.key.Seed()), "", nil)
+				set, err := g.MandatesNow(t.Context())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if out := mandate.Audit(set, rep.Mandated); len(rep.Mandated) != 3 || len(out) != 0 {
+					t.Fatalf("audit: %d uses, findings %v", len(rep.Mandated), out)
 				}
 			})
 		}
