@@ -7,9 +7,10 @@
 #   4. the end-to-end test against the real authorization server
 #      (go test -run OIDC with HAIA_NODE set);
 #   5. npm ci in tools/x402e2e (ganache, solc, viem, @x402/core, @x402/evm,
-#      pinned by package-lock.json) and the x402 payment end to end on a local
-#      chain, and an expired authorization released or kept through its RPC
-#      (go test -run X402OnChain with HAIA_NODE set);
+#      @x402/extensions, pinned by package-lock.json) and the x402 payment end
+#      to end on a local chain, an expired authorization released or kept
+#      through its RPC, and sellers signing offers and receipts with
+#      @x402/extensions (go test -run X402OnChain with HAIA_NODE set);
 #   6. the guard proxy in front of the reference MCP server
 #      @modelcontextprotocol/server-everything (npm ci in tools/everything,
 #      pinned by package-lock.json; go test -run ProxyEverything).

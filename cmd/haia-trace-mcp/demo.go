@@ -347,7 +347,31 @@ func (d *demo) run(ctx context.Context) error {
 			return errors.New("a decision chain did not verify")
 		}
 	}
-	d.say("\nDemo complete: review → rejected by a human with a key of their own → the rejection holds → a payment signed only on allow → audit CONSISTENT → chains VALID.")
+	d.heading("The seller settles; the payment's dossier, verified offline")
+	// The demo's seller is simulated: its settlement answer is the shape
+	// @x402/core's PAYMENT-RESPONSE has, with a made-up transaction hash.
+	var settled struct {
+		ReceiptID string   `json:"receipt_id"`
+		Findings  []string `json:"findings"`
+	}
+	tx := "0x" + strings.Repeat("d0551e", 10) + "d055"
+	if err := d.call(ctx, "record_receipt", map[string]any{"nonce": nonce, "payment_response": map[string]any{
+		"success": true, "transaction": tx, "network": "eip155:8453", "payer": au.Payer}}, &settled); err != nil {
+		return err
+	}
+	d.say("  record_receipt: the seller's settlement (transaction %s, simulated here) is recorded as receipt %s; the hold no longer counts as an open payment", tx, settled.ReceiptID)
+	dossier := filepath.Join(filepath.Dir(d.root), "dossier.json")
+	if _, err := d.cli(ctx, "dossier", "export", nonce, "--dir", d.root, "--out", dossier); err != nil {
+		return err
+	}
+	out, err = d.cli(ctx, "dossier", "verify", dossier, "--keyring", keyring, "--reviewers", d.reviewers)
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(out, "VALID: ") {
+		return errors.New("the dossier did not verify")
+	}
+	d.say("\nDemo complete: review → rejected by a human with a key of their own → the rejection holds → a payment signed only on allow → audit CONSISTENT → chains VALID → the payment's dossier VALID.")
 	return nil
 }
 

@@ -51,7 +51,12 @@ func TestDemo(t *testing.T) {
 		"VALID: ",
 		"$ haia-trace-mcp verify",
 		"VALID: ",
+		"record_receipt: the seller's settlement",
+		"$ haia-trace-mcp dossier export",
+		"$ haia-trace-mcp dossier verify",
+		"VALID      settlement",
 		"Demo complete",
+		"the payment's dossier VALID",
 	}
 	rest := out
 	for _, m := range milestones {

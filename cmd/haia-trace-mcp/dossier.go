@@ -201,8 +201,17 @@ func runDossierExport(ctx context.Context, stdout, stderr io.Writer, want string
 	if err := os.WriteFile(out, b, 0o600); err != nil {
 		return fail("%v", err)
 	}
-	fmt.Fprintf(stdout, "dossier of authorization %s written to %s (%d receipts in %d segments)\n", d.Nonce, termsafe.String(out), receiptCount(d), len(d.Segments))
+	fmt.Fprintf(stdout, "dossier of authorization %s written to %s (%s in %s)\n", d.Nonce, termsafe.String(out),
+		countOf(receiptCount(d), "receipt"), countOf(len(d.Segments), "segment"))
 	return nil
+}
+
+// countOf writes "1 receipt", "2 receipts".
+func countOf(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 func receiptCount(d dossierFile) int {
@@ -401,11 +410,7 @@ func verifyDossier(data []byte, keyring noa.Keyring, trust *reviewlog.ReviewerTr
 				bad = "every receipt's hash, signature and link verify"
 			}
 		}
-		n := fmt.Sprintf("%d receipts", len(s.Receipts))
-		if len(s.Receipts) == 1 {
-			n = "1 receipt"
-		}
-		add("segment "+s.Chain, verdict, "%s: %s", n, bad)
+		add("segment "+s.Chain, verdict, "%s: %s", countOf(len(s.Receipts), "receipt"), bad)
 	}
 	a := d.Authorization
 	need := func(link, id string) (noa.Receipt, bool) {

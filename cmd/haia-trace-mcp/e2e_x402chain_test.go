@@ -33,6 +33,9 @@ type chainHarness struct {
 	Denied       string `json:"denied"`
 	Payer        string `json:"payer"`
 	Price        string `json:"price"`
+	// JWSKid is the did:jwk key identifier of the seller that signs its
+	// offers and receipts as JWS (/offerjws).
+	JWSKid string `json:"jws_kid"`
 }
 
 func (h chainHarness) post(t *testing.T, path string, body any, out any) {
@@ -72,7 +75,7 @@ func startChainHarness(t *testing.T, payer string) chainHarness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{"ganache", "solc", "viem", "@x402/core", "@x402/evm"} {
+	for _, p := range []string{"ganache", "solc", "viem", "@x402/core", "@x402/evm", "@x402/extensions"} {
 		if _, err := os.Stat(filepath.Join(dir, "node_modules", p)); err != nil {
 			t.Skipf("tools/x402e2e/node_modules lacks %s (run npm ci in %s): %v", p, dir, err)
 		}

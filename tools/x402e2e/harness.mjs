@@ -31,6 +31,11 @@ import { x402ResourceServer, x402HTTPResourceServer } from "@x402/core/server";
 import { toFacilitatorEvmSigner } from "@x402/evm";
 import { ExactEvmScheme as ExactEvmFacilitator } from "@x402/evm/exact/facilitator";
 import { ExactEvmScheme as ExactEvmServer } from "@x402/evm/exact/server";
+import {
+  createOfferReceiptExtension, createEIP712OfferReceiptIssuer, createJWSOfferReceiptIssuer, declareOfferReceiptExtension,
+  verifyOfferSignatureEIP712, verifyOfferSignatureJWS, verifyReceiptSignatureEIP712, verifyReceiptSignatureJWS,
+} from "@x402/extensions/offer-receipt";
+import { generateKeyPairSync, sign as cryptoSign } from "node:crypto";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const CHAIN_ID = 1337;
@@ -110,6 +115,26 @@ const routes = {
 const httpServer = new x402HTTPResourceServer(resourceServer, routes);
 await httpServer.initialize();
 
+// Sellers that sign their offers and receipts with @x402/extensions'
+// offer-receipt issuers: EIP-712 by the payee's own key (/offer712), and a
+// JWS (ES256, a P-256 key named by its did:jwk identifier) (/offerjws).
+const { privateKey: jwsKey, publicKey: jwsPub } = generateKeyPairSync("ec", { namedCurve: "P-256" });
+const jwk = jwsPub.export({ format: "jwk" });
+const jwsKid = "did:jwk:" + Buffer.from(JSON.stringify({ kty: "EC", crv: "P-256", x: jwk.x, y: jwk.y })).toString("base64url") + "#0";
+const jwsIssuer = createJWSOfferReceiptIssuer(jwsKid, {
+  kid: jwsKid, format: "jws", algorithm: "ES256",
+  sign: async bytes => cryptoSign("sha256", bytes, { key: jwsKey, dsaEncoding: "ieee-p1363" }).toString("base64url"),
+});
+const eip712Issuer = createEIP712OfferReceiptIssuer(`did:pkh:eip155:1:${sellerAccount.address}`, args => sellerAccount.signTypedData(args));
+const signedRoute = (payTo, amount) => ({ ...route(payTo, amount), extensions: { ...declareOfferReceiptExtension({ includeTxHash: true, offerValiditySeconds: 600 }) } });
+const offerServers = {};
+for (const [name, issuer] of [["offer712", eip712Issuer], ["offerjws", jwsIssuer]]) {
+  const rs = new x402ResourceServer(localFacilitator).register(NETWORK, new ExactEvmServer()).registerExtension(createOfferReceiptExtension(issuer));
+  const hs = new x402HTTPResourceServer(rs, { [`GET /${name}`]: signedRoute(sellerAccount.address, PRICE) });
+  await hs.initialize();
+  offerServers[`/${name}`] = hs;
+}
+
 const stats = { required: 0, settled: 0, refused: 0 };
 
 function adapter(req, url) {
@@ -141,7 +166,8 @@ async function paid(req, res, url) {
   const a = adapter(req, url);
   const context = { adapter: a, path: url.pathname, method: req.method,
     paymentHeader: a.getHeader("payment-signature") || a.getHeader("x-payment") };
-  const result = await httpServer.processHTTPRequest(context);
+  const hs = offerServers[url.pathname] || httpServer;
+  const result = await hs.processHTTPRequest(context);
   if (result.type === "payment-error") {
     if (context.paymentHeader) stats.refused++; else stats.required++;
     return send(res, result.response.status, result.response.headers, result.response.body);
@@ -149,7 +175,8 @@ async function paid(req, res, url) {
   if (result.type !== "payment-verified") {
     return send(res, 500, {}, { error: "the route should require a payment" });
   }
-  const settled = await httpServer.processSettlement(result.paymentPayload, result.paymentRequirements, result.declaredExtensions);
+  const settled = await hs.processSettlement(result.paymentPayload, result.paymentRequirements, result.declaredExtensions,
+    { request: context });
   if (!settled.success) {
     stats.refused++;
     return send(res, 402, settled.headers || {}, { error: settled.errorReason || "settlement failed", detail: settled.errorMessage });
@@ -210,6 +237,23 @@ async function control(req, res, url) {
       });
       return send(res, 200, {}, { address });
     }
+    case "/control/verify-artifact": {
+      // The official package's own verification of a signed offer or
+      // receipt: the signer (EIP-712) or the key from its kid (JWS), and
+      // the payload it signs.
+      try {
+        const a = body.artifact;
+        let out;
+        if (body.kind === "offer") {
+          out = a.format === "jws" ? { payload: await verifyOfferSignatureJWS(a) } : await verifyOfferSignatureEIP712(a);
+        } else {
+          out = a.format === "jws" ? { payload: await verifyReceiptSignatureJWS(a) } : await verifyReceiptSignatureEIP712(a);
+        }
+        return send(res, 200, {}, { ok: true, signer: out.signer || "", payload: out.payload });
+      } catch (e) {
+        return send(res, 200, {}, { ok: false, error: String(e.message || e) });
+      }
+    }
     case "/control/stats":
       return send(res, 200, {}, stats);
   }
@@ -237,7 +281,7 @@ server.listen(0, "127.0.0.1", () => {
   const { port } = server.address();
   console.log(JSON.stringify({
     url: `http://127.0.0.1:${port}`, network: NETWORK, chain_id: CHAIN_ID, token, token_name: TOKEN_NAME, token_version: TOKEN_VERSION,
-    seller: sellerAccount.address, denied: deniedAccount.address, facilitator: facilitatorAccount.address, payer, price: PRICE,
+    seller: sellerAccount.address, denied: deniedAccount.address, facilitator: facilitatorAccount.address, payer, price: PRICE, jws_kid: jwsKid,
   }));
 });
 process.stdin.resume();
