@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,6 +24,8 @@ var ErrStoreNotEmpty = errors.New("the destination store is not empty")
 // CopyReport says what CopyStore copied.
 type CopyReport struct {
 	LogLines, Archives, Chains, Receipts, Keys, LedgerEntries, Mandates int
+	// Questions are the decisions' kept questions (QuestionKeeper).
+	Questions int
 }
 
 // outboxSettler is a writer whose store notifies opened reviews: a copy
@@ -137,6 +140,11 @@ func CopyStore(ctx context.Context, src, dst Store) (CopyReport, error) {
 				}
 			}
 			rep.Mandates = len(ms)
+			// The kept questions, line for line, in the order kept (each
+			// is sealed, and bound to its receipt, by the engine).
+			if rep.Questions, err = copyQuestions(ctx, r, w); err != nil {
+				return err
+			}
 			if s, ok := w.(outboxSettler); ok {
 				return s.SettleNotifications(ctx)
 			}
@@ -163,6 +171,30 @@ func CopyStore(ctx context.Context, src, dst Store) (CopyReport, error) {
 		return rep, fmt.Errorf("%s: holds %d streams after the copy, %d were copied", dst.Describe(), len(after), len(before))
 	}
 	return rep, nil
+}
+
+// copyQuestions copies the kept questions where both stores keep them.
+func copyQuestions(ctx context.Context, r Reader, w Writer) (int, error) {
+	src, ok := r.(QuestionSource)
+	keeper, ok2 := w.(QuestionKeeper)
+	if !ok || !ok2 {
+		return 0, nil
+	}
+	n := 0
+	err := src.Questions(ctx, func(line []byte) error {
+		var head struct {
+			Receipt string `json:"receipt"`
+		}
+		if err := json.Unmarshal(line, &head); err != nil || head.Receipt == "" {
+			return fmt.Errorf("%w: kept question %d is not a question line", ErrBadInput, n+1)
+		}
+		if err := keeper.KeepQuestion(ctx, head.Receipt, bytes.Clone(line)); err != nil {
+			return fmt.Errorf("kept question %d: %w", n+1, err)
+		}
+		n++
+		return nil
+	})
+	return n, err
 }
 
 // copyLedger appends every lane's lines to the destination's lane of the

@@ -292,3 +292,33 @@ func TestPolicySimulateUnverifiableAndSkipped(t *testing.T) {
 		t.Fatalf("text: %d\n%s", code, out)
 	}
 }
+
+// TestPolicySimulateAfterImport: the kept questions travel with store
+// import and store export, line for line, and the copy replays as the
+// original did.
+func TestPolicySimulateAfterImport(t *testing.T) {
+	dsn := e2eDatabase(t)
+	root := sampleRoot(t)
+	key := filepath.Join(t.TempDir(), "signing-key.pem")
+	recorded := simulatePolicy(t, "recorded.json", "1.00", 0)
+	cs := mcpSession(t, nil, "--dir", root, "--key-file", key, "--agent-id", "agent-007", "--guard-config", recorded)
+	ids := simulateStory(t, cs)
+	cs.Close()
+	if out, errOut, code := runCLI(t, "store", "import", "--dir", root, "--store", dsn); code != 0 {
+		t.Fatalf("store import: %d %s %s", code, out, errOut)
+	}
+	stricter := simulatePolicy(t, "stricter.json", "0.20", 0)
+	s := runSimulate(t, "--guard-config", stricter, "--dir", root, "--key-file", key, "--store", dsn)
+	if s.Replayed != 4 || s.WithoutQuestion != 0 || len(s.Changes) != 1 || s.Changes[0].Receipt != ids[1] {
+		t.Fatalf("the imported store: %+v", s)
+	}
+	back := filepath.Join(t.TempDir(), "back")
+	if out, errOut, code := runCLI(t, "store", "export", "--store", dsn, "--dir", back); code != 0 {
+		t.Fatalf("store export: %d %s %s", code, out, errOut)
+	}
+	a, _ := os.ReadFile(filepath.Join(root, "guard", "questions.ndjson"))
+	b, err := os.ReadFile(filepath.Join(back, "guard", "questions.ndjson"))
+	if err != nil || len(a) == 0 || !bytes.Equal(a, b) {
+		t.Fatalf("the kept questions after import and export: %v\n%s\nwant\n%s", err, b, a)
+	}
+}
