@@ -41,6 +41,20 @@ func TestStdioRecordReceipt(t *testing.T) {
 	if out, errOut, code := runCLI(t, "audit", "--dir", root); code != 0 {
 		t.Fatalf("audit: %d %s %s", code, out, errOut)
 	}
+	// A settlement that names another payer is recorded with a finding,
+	// which status shows to the operator.
+	second := authorizeCall(t, cs, e2ePaymentRequiredAt("https://api.seller.example/other", "260000", e2eSeller))
+	if second.Decision != "allow" {
+		t.Fatalf("second: %+v", second)
+	}
+	decodeStructured(t, callTool(t, cs, "record_receipt", map[string]any{"nonce": second.Authorization.Nonce, "payment_response": map[string]any{
+		"success": true, "transaction": "0x" + strings.Repeat("9e", 32), "network": "eip155:8453", "payer": e2eDenied}}), &rec)
+	if len(rec.Findings) != 1 || !strings.Contains(rec.Findings[0], "payer: the settlement names") {
+		t.Fatalf("a settlement naming another payer: %+v", rec)
+	}
+	if out, _, _ := runCLI(t, "status", "--dir", root); !strings.Contains(out, "the seller's settlement of authorization "+second.Authorization.Nonce+" disagrees with it (1 finding; first: payer:") {
+		t.Fatalf("status does not show the finding:\n%s", out)
+	}
 	logPath := filepath.Join(root, "guard", "decisions.ndjson")
 	data, err := os.ReadFile(logPath)
 	if err != nil {

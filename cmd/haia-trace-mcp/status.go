@@ -285,6 +285,18 @@ func runStatus(ctx context.Context, stdout, stderr io.Writer, o statusFlags) err
 		return exitCode(exitFail)
 	}
 	rep.Reviews = statusPending(pending, time.Now())
+	// What a seller's receipt or settlement said against its authorization
+	// (record_receipt's findings) is for a person to weigh.
+	if sts, err := log.Settlements(ctx); err != nil {
+		rep.Problems = append(rep.Problems, "the settlements cannot be read: "+err.Error())
+	} else {
+		for _, s := range sts {
+			if n := len(s.Findings); n > 0 {
+				rep.Problems = append(rep.Problems, fmt.Sprintf("the seller's settlement of authorization %s disagrees with it (%s; first: %s): haia-trace-mcp authorization show %s",
+					s.Nonce, count(n, "finding", "findings"), s.Findings[0], s.Nonce))
+			}
+		}
+	}
 
 	// What the spend ledger holds now, verified as the server verifies it.
 	signedAs := st.Tenant()
