@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"syscall"
@@ -348,6 +349,12 @@ func runServe(ctx context.Context, env *cmdEnv, f serveFlags, h httpFlags) error
 		return exitCode(exitUsage)
 	}
 	f.progressTo = stderr
+	if lim, ok := memoryLimit(os.Getenv("GOMEMLIMIT"), f.indexMaxMB, f.tenantsDir != ""); ok {
+		// The index keeps what it needs within its budget; without a soft
+		// limit the collector lets the heap reach twice what is live.
+		debug.SetMemoryLimit(lim)
+		logger.Debug("soft memory limit set from the index budget", "bytes", lim)
+	}
 	if f.readOnly {
 		var guardFlags []string
 		env.fs.Visit(func(fl *flag.Flag) {
@@ -493,4 +500,18 @@ func openFront(ctx context.Context, f *serveFlags, h *httpFlags, logger *slog.Lo
 		return nil, nil, nil, exitCode(exitFail)
 	}
 	return servers, ready, func() { closeServed(); closeNotifier() }, nil
+}
+
+// memoryLimitHeadroom is what the soft memory limit allows beyond the run
+// index's budget: the guard, the requests, a run being read.
+const memoryLimitHeadroom = 128 << 20
+
+// memoryLimit is the soft memory limit a server sets for itself: the run
+// index's budget plus headroom, unless the operator set GOMEMLIMIT or the
+// server serves several tenants (an index each).
+func memoryLimit(env string, indexMaxMB int64, tenants bool) (int64, bool) {
+	if env != "" || tenants || indexMaxMB <= 0 {
+		return 0, false
+	}
+	return indexMaxMB<<20 + memoryLimitHeadroom, true
 }
