@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/pgtest"
 )
 
 // TestStdioRecordReceipt: the real binary takes the seller's settlement
@@ -68,5 +70,43 @@ func TestStdioRecordReceipt(t *testing.T) {
 	out, _, code = runCLI(t, "authorization", "show", allow.Authorization.Nonce, "--dir", root)
 	if code != authExitTampered || !strings.Contains(out, "TAMPERED: the settlement's record hashes to") {
 		t.Fatalf("an edited settlement: exit %d\n%s", code, out)
+	}
+}
+
+// TestStdioRecordReceiptPostgres: the settlement, its ledger release and
+// the dossier on the PostgreSQL store.
+func TestStdioRecordReceiptPostgres(t *testing.T) {
+	pgtest.DSN(t)
+	dsn := e2eDatabase(t)
+	root := sampleRoot(t)
+	key := filepath.Join(t.TempDir(), "signing-key.pem")
+	payerKey := writeSecret(t, "payer.key", "0x"+e2ePayerKey+"\n")
+	cfg := writeSecret(t, "guard.json", `{"reviewAbove":"1.00"}`)
+	cs := mcpSession(t, nil, "--dir", root, "--store", dsn, "--key-file", key, "--guard-config", cfg, "--payer-key", payerKey)
+	allow := authorizeCall(t, cs, e2ePaymentRequired("250000", e2eSeller))
+	if allow.Decision != "allow" {
+		t.Fatalf("allow: %+v", allow)
+	}
+	// The payee's payment is open: the next one is reviewed for it.
+	if next := authorizeCall(t, cs, e2ePaymentRequiredAt("https://api.seller.example/next", "250000", e2eSeller)); next.Decision != "review" {
+		t.Fatalf("an open authorization does not count: %+v", next)
+	}
+	var rec struct {
+		ReceiptID string `json:"receipt_id"`
+	}
+	decodeStructured(t, callTool(t, cs, "record_receipt", map[string]any{"nonce": allow.Authorization.Nonce, "payment_response": map[string]any{
+		"success": true, "transaction": "0x" + strings.Repeat("4f", 32), "network": "eip155:8453", "payer": e2ePayerAddr}}), &rec)
+	if rec.ReceiptID == "" {
+		t.Fatal("no receipt")
+	}
+	if next := authorizeCall(t, cs, e2ePaymentRequiredAt("https://api.seller.example/after", "250000", e2eSeller)); next.Decision != "allow" {
+		t.Fatalf("a settled authorization still counts as open: %+v", next)
+	}
+	file := filepath.Join(t.TempDir(), "dossier.json")
+	if out, errOut, code := runCLI(t, "dossier", "export", allow.Authorization.Nonce, "--dir", root, "--store", dsn, "--out", file); code != 0 {
+		t.Fatalf("export: %d %s %s", code, out, errOut)
+	}
+	if out, _, code := runCLI(t, "dossier", "verify", file); code != 1 || !strings.Contains(out, "VALID      settlement") {
+		t.Fatalf("verify on the file's keys: %d\n%s", code, out)
 	}
 }
