@@ -207,9 +207,11 @@ func (s *Server) getReviewStatus(ctx context.Context, raw any) (*mcp.CallToolRes
 	if rv.AssetSymbol != "" {
 		asset = rv.AssetSymbol + " (" + rv.Asset + ")"
 	}
-	to := rv.Counterparty
+	// The policy's names stand beside the addresses (display only).
+	pol := s.guard.Engine.Policy()
+	to := pol.Label(rv.Counterparty)
 	if rv.PayTo != "" {
-		to += " (pay_to " + rv.PayTo + ")"
+		to += " (pay_to " + pol.Label(rv.PayTo) + ")"
 	}
 	question := fmt.Sprintf("pay %s %s to %s", rv.Amount, asset, to)
 	if rv.Resource != "" {

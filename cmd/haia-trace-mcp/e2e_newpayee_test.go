@@ -11,7 +11,7 @@ import (
 // A first payment to a new payee, its name, and the spend against the
 // limits, end to end with the real binary: the question for a payee the
 // sample Trace never paid answers review, naming it "(Weather API)" in the
-// answer and in review list and show; alice's approval is used once and
+// answer, get_review_status and review list and show; alice's approval is used once and
 // the payee is then known; status (text and --json) shows what the
 // ledger holds against each limit, per payee with its name and in total.
 func TestNewPayeeNamesAndSpendEndToEnd(t *testing.T) {
@@ -41,6 +41,9 @@ func TestNewPayeeNamesAndSpendEndToEnd(t *testing.T) {
 	named := weather + " (Weather API)"
 	if first.Decision != "review" || !hasRule(first, "new_payee") || !strings.Contains(text, "first payment to "+named) {
 		t.Fatalf("the first question: %+v\n%s", first, text)
+	}
+	if res := callTool(t, cs, "get_review_status", map[string]any{"review_id": first.ReviewID}); !strings.Contains(resultText(res), "to "+named) {
+		t.Fatalf("get_review_status: %s", resultText(res))
 	}
 	if out, errOut, code := runCLI(t, "review", "list", "--dir", root, "--reviewers", reviewers); code != 0 || !strings.Contains(out, named) || !strings.Contains(out, "new_payee") {
 		t.Fatalf("review list: %d %s %s", code, out, errOut)
