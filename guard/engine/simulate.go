@@ -125,6 +125,9 @@ type decision struct {
 	id, caller, paramsHash, verdict, rule string
 	at                                    time.Time
 	chainBad                              string
+	// seq is its place in the chains as read (each chain in its order):
+	// of two answers of the same time, the one signed first.
+	seq int
 }
 
 // Simulate replays every kept question under cfg.Policy and says which
@@ -201,7 +204,7 @@ func readDecisions(ctx context.Context, r reviewlog.Reader, kr noa.Keyring, out 
 			if rc.Governance.RuleID != nil {
 				rule = *rc.Governance.RuleID
 			}
-			out[rc.ID] = &decision{id: rc.ID, caller: rc.Agent.ID, paramsHash: rc.Action.ParamsHash, verdict: decisionOf(rc.Governance.Verdict), rule: rule, at: at, chainBad: bad}
+			out[rc.ID] = &decision{id: rc.ID, caller: rc.Agent.ID, paramsHash: rc.Action.ParamsHash, verdict: decisionOf(rc.Governance.Verdict), rule: rule, at: at, chainBad: bad, seq: len(out)}
 			return nil
 		})
 		if err != nil {
@@ -288,7 +291,7 @@ func replay(ctx context.Context, cfg SimulateConfig, lines [][]byte, raws []ledg
 		if c := a.rec.at.Compare(b.rec.at); c != 0 {
 			return c
 		}
-		return cmp.Compare(a.rec.id, b.rec.id)
+		return cmp.Compare(a.rec.seq, b.rec.seq)
 	})
 	if len(items) == 0 {
 		return out, nil
