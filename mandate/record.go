@@ -30,6 +30,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/ledger"
 )
 
 // Record kinds.
@@ -351,20 +353,13 @@ func lowerHex(s string) bool {
 	return s != ""
 }
 
-// timeLayout is the one way times are written: UTC, milliseconds.
-const timeLayout = "2006-01-02T15:04:05.000Z"
-
-// FormatTime writes t as records do.
-func FormatTime(t time.Time) string { return t.UTC().Format(timeLayout) }
+// FormatTime writes t as records do: the spend ledger's one way
+// (ledger.FormatTime), so that a mandate's times and its uses' compare as
+// written.
+func FormatTime(t time.Time) string { return ledger.FormatTime(t) }
 
 // ParseTime reads a time written by FormatTime, and nothing else.
-func ParseTime(s string) (time.Time, error) {
-	t, err := time.Parse(timeLayout, s)
-	if err != nil || FormatTime(t) != s {
-		return time.Time{}, fmt.Errorf("%q is not a time as records write it (2026-07-24T09:00:00.000Z)", clip(s))
-	}
-	return t, nil
-}
+func ParseTime(s string) (time.Time, error) { return ledger.ParseTime(s) }
 
 func clip(s string) string {
 	if len(s) > 48 {
