@@ -23,7 +23,11 @@ func (s *Server) paymentTool() toolDef {
 		description: "Pay a seller's x402 402 answer through the guard: pass the PaymentRequired you received (object, or the base64 PAYMENT-REQUIRED header). " +
 			"The guard asks the same question check_before_pay asks (the seller's host and its pay_to together, amount, asset, resource) and signs an EIP-3009 authorization only on allow; " +
 			"send payment.header as the header payment.header_name and retry the request. review: no signature, a human decides (poll get_review_status, then call again " +
-			"with the same 402 to get the one signature the approval allows). block: no signature, ever.",
+			"with the same 402 to get the one signature the approval allows). block: no signature, ever. " +
+			"When the 402 carries the seller's signed offers (extensions[\"offer-receipt\"], EIP-712 or JWS), the offer for the entry it would pay is checked before the guard is asked: " +
+			"its signature, its signer (the payTo, or a key the policy's sellerKeys name; keys are never fetched), and that its terms equal the entry's payee, amount, asset, network and resource. " +
+			"A mismatch, a bad signature or an untrusted signer is review, with a signed_offer reason naming the field; so is a 402 without signed offers from a seller the policy's requireSignedOffers names. " +
+			"The answer's offer shows the offer, its terms and its signer.",
 		readOnly: false, idempotent: false,
 		handler: s.authorizePayment,
 	}
