@@ -116,6 +116,7 @@ func (a *Authorizer) RecordReceipt(ctx context.Context, caller string, req Recei
 			sr.Signer = &who
 			signer = who.String()
 			findings = append(findings, receiptFindings(terms, who, auth, st, pol)...)
+			findings = append(findings, receiptAgainstOffer(terms, who, auth)...)
 			sr.Verified = len(findings) == 0
 		}
 	}
@@ -193,6 +194,38 @@ func receiptFindings(t x402.ReceiptTerms, who x402.ArtifactSigner, auth reviewlo
 	}
 	if !pol.TrustsSigner(guard.Counterparty{Kind: guard.KindHost, Value: host}, strings.ToLower(auth.To), ev) {
 		out = append(out, fmt.Sprintf("signer: the seller's receipt is signed by %s, which is neither the payee nor a key the policy's sellerKeys name for %s", who.String(), orNone(host)))
+	}
+	return out
+}
+
+// receiptAgainstOffer compares a verified receipt with the seller's signed
+// offer the authorization paid (when the 402 carried one): the receipt must
+// be for the network and the resource the seller signed it offered, and be
+// signed by the identity that signed the offer. The offer names no payer
+// and no transaction; those are held to the authorization and the
+// settlement. An offer recorded with the authorization that no longer reads
+// is itself a finding: the record was altered.
+func receiptAgainstOffer(t x402.ReceiptTerms, who x402.ArtifactSigner, auth reviewlog.AuthorizedLine) []string {
+	if len(auth.Offer) == 0 {
+		return nil
+	}
+	art, err := x402.ParseArtifact(auth.Offer, true)
+	var ot x402.OfferTerms
+	if err == nil {
+		ot, err = art.OfferTerms()
+	}
+	if err != nil {
+		return []string{"offer: the seller's signed offer recorded with the authorization cannot be read to compare the receipt with it: " + clip(err.Error())}
+	}
+	var out []string
+	if on, err := guard.NetworkCAIP2(ot.Network); err != nil || on != t.Network {
+		out = append(out, fmt.Sprintf("network: the seller's receipt names %q, its signed offer %q", clip(t.Network), clip(ot.Network)))
+	}
+	if !x402.SameResource(t.ResourceURL, ot.ResourceURL) {
+		out = append(out, fmt.Sprintf("resourceUrl: the seller's receipt is for %q, its signed offer for %q", clip(t.ResourceURL), clip(ot.ResourceURL)))
+	}
+	if auth.OfferSigner != "" && who.String() != auth.OfferSigner {
+		out = append(out, fmt.Sprintf("signer: the seller's receipt is signed by %s, its signed offer by %s", who.String(), clip(auth.OfferSigner)))
 	}
 	return out
 }

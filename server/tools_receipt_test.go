@@ -109,3 +109,70 @@ func TestRecordReceiptSettles(t *testing.T) {
 		t.Errorf("text: %s", text)
 	}
 }
+
+// The seller's receipt is compared with the seller's signed offer the
+// authorization paid, too: the network and the resource it signed it
+// offered, and the identity that signed the offer. Each difference is a
+// finding naming the field and the offer.
+func TestRecordReceiptComparesTheOffer(t *testing.T) {
+	const sellerKey = "0x7a28b5ba57c53603b0b07b56bba752f7784bf506fa95edc395f5cf6c7514fe9d"
+	const otherKey = "0x8a28b5ba57c53603b0b07b56bba752f7784bf506fa95edc395f5cf6c7514fe9d"
+	k, _ := x402.ParseKey([]byte(sellerKey), nil)
+	seller := x402.NewKeySigner(k).Address().Hex()
+	ok, _ := x402.ParseKey([]byte(otherKey), nil)
+	other := x402.NewKeySigner(ok).Address().Hex()
+	// The policy trusts a second key of the seller's: a receipt it signs
+	// passes the signer rule, and still differs from the offer's signer.
+	pol, err := guard.ParseConfig([]byte(`{"reviewAbove":"1.00","sellerKeys":{"api.seller.example":["`+other+`"]}}`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newPolicyServer(t, t.TempDir(), 0, pol)
+	res := "https://api.seller.example/data"
+	offer := x402.OfferTerms{Version: 1, ResourceURL: res, Scheme: "exact", Network: "eip155:8453",
+		Asset: "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913", PayTo: seller, Amount: "250000", ValidUntil: 4102444800}
+	settle := func(nonce, payer string, receipt map[string]any) receiptAnswer {
+		t.Helper()
+		pr := map[string]any{"success": true, "transaction": "0x" + strings.Repeat("cd", 32), "network": "eip155:8453", "payer": payer,
+			"extensions": map[string]any{"offer-receipt": map[string]any{"info": map[string]any{"receipt": receipt}}}}
+		isErr, text, st := callTool(t, s, "record_receipt", map[string]any{"nonce": nonce, "payment_response": pr})
+		if isErr {
+			t.Fatalf("record_receipt: %s", text)
+		}
+		var a receiptAnswer
+		json.Unmarshal(st, &a)
+		return a
+	}
+	pay := func(amount string) authorizeAnswer {
+		t.Helper()
+		o := offer
+		o.Amount = amount
+		a := authorize(t, s, map[string]any{"payment_required": withSignedOffer(t, paymentRequiredAt(res, amount, seller), sellerKey, o), "resource": res})
+		if a.Decision != "allow" {
+			t.Fatalf("pay: %+v", a)
+		}
+		return a
+	}
+	// The offer's signer signs the receipt of the offer's terms: no finding.
+	first := pay("250000")
+	payer := first.Authorization.Payer
+	good := x402.ReceiptTerms{Version: 1, Network: "eip155:8453", ResourceURL: res, Payer: payer, IssuedAt: 1800000000}
+	if a := settle(first.Authorization.Nonce, payer, signedReceipt(t, sellerKey, good)); len(a.Findings) != 0 || !a.SellerReceipt.Verified {
+		t.Fatalf("a receipt of the offer's terms: %+v", a)
+	}
+	// Signed by another key the policy trusts: a finding naming the
+	// offer's signer; on another network: a finding naming the offer's.
+	second := pay("260000")
+	bad := good
+	bad.Network = "eip155:84532"
+	a := settle(second.Authorization.Nonce, payer, signedReceipt(t, otherKey, bad))
+	all := strings.Join(a.Findings, "\n")
+	for _, w := range []string{
+		"signer: the seller's receipt is signed by " + other + " (EIP-712), its signed offer by " + seller,
+		`network: the seller's receipt names "eip155:84532", its signed offer "eip155:8453"`,
+	} {
+		if !strings.Contains(all, w) {
+			t.Errorf("no finding %q in:\n%s", w, all)
+		}
+	}
+}
