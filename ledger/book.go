@@ -56,7 +56,17 @@ type Book struct {
 	payIdx    map[string][]time.Time
 	shownSet  map[*rec]bool
 	matchedFP string
-	applied   int64
+	// paid are the payments last matched, in time order, when they came
+	// so (paidOK): what Match takes in only the new payments against
+	// (matchMore). rematch: since then a payment was freed or a new
+	// commitment could be shown by one matched, and only a whole match
+	// is right. noMatchMore makes every match whole (tests); the counts
+	// say how many of each ran.
+	paid                      []paid
+	paidOK, rematch           bool
+	noMatchMore               bool
+	wholeMatches, moreMatches int
+	applied                   int64
 	// genesis is the ledger's first entry (KindGenesis), once read.
 	genesis *Entry
 	// noSeal: lines are read as they say, their seals unchecked (an
@@ -276,6 +286,10 @@ func (b *Book) take(e Entry) {
 			t.e.Open = false
 			t.aside = true
 		case !t.released:
+			if t.shown {
+				// Its payment is free to show another commitment.
+				b.rematch = true
+			}
 			b.setCounts(t, func() { t.released = true })
 			if u := b.mandates[t.e.Mandate]; t.e.Mandate != "" && u != nil {
 				u.Count--
