@@ -117,13 +117,17 @@ type composeVariant struct {
 	// postgres: the guard's state lives in PostgreSQL, so nothing under
 	// guard/ is mounted and the DSN comes from HAIA_STORE.
 	postgres bool
-	servers  int // replicas of the server
+	// ingest: recorders post their events (--ingest) and every replica
+	// keeps its own Trace root; no Trace volume is shared.
+	ingest  bool
+	servers int // replicas of the server
 }
 
 func composeVariants() []composeVariant {
 	return []composeVariant{
 		{file: "compose.yaml", servers: 1},
 		{file: "compose.postgres.yaml", postgres: true, servers: 3},
+		{file: "compose.ingest.yaml", postgres: true, ingest: true, servers: 3},
 	}
 }
 
@@ -154,10 +158,10 @@ func eachCompose(t *testing.T, check func(t *testing.T, v composeVariant, c *com
 }
 
 // eachPostgresCompose runs check for every compose file of the PostgreSQL store.
-func eachPostgresCompose(t *testing.T, check func(t *testing.T, c *composeFile)) {
+func eachPostgresCompose(t *testing.T, check func(t *testing.T, v composeVariant, c *composeFile)) {
 	for _, v := range composeVariants() {
 		if v.postgres {
-			t.Run(v.file, func(t *testing.T) { check(t, loadComposeFile(t, v.file)) })
+			t.Run(v.file, func(t *testing.T) { check(t, v, loadComposeFile(t, v.file)) })
 		}
 	}
 }
@@ -300,6 +304,10 @@ func TestComposeServer(t *testing.T) {
 // the file store it writes guard/ only, with PostgreSQL nothing at all.
 func TestComposeTraceMounts(t *testing.T) {
 	eachCompose(t, func(t *testing.T, v composeVariant, c *composeFile) {
+		if v.ingest {
+			checkComposeIngestMounts(t, c)
+			return
+		}
 		if _, ok := c.Volumes["trace"]; !ok {
 			t.Error("no top-level volume named trace")
 		}
@@ -453,7 +461,7 @@ func TestComposePostgresStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eachPostgresCompose(t, func(t *testing.T, c *composeFile) {
+	eachPostgresCompose(t, func(t *testing.T, v composeVariant, c *composeFile) {
 		var pgName, migrateName string
 		for n, s := range c.Services {
 			if strings.HasPrefix(s.Image, "docker.io/library/postgres:15") {
@@ -588,7 +596,7 @@ func TestComposePostgresStore(t *testing.T) {
 			}
 		}
 		checkRuntimeRoleCreated(t, c, pgName, role)
-		checkDocumentedDSNs(t, c.Services[pgName].Environment["POSTGRES_USER"], role, migrate.EnvFile, runtimeEnv)
+		checkDocumentedDSNs(t, v.file, c.Services[pgName].Environment["POSTGRES_USER"], role, migrate.EnvFile, runtimeEnv)
 	})
 }
 
@@ -658,7 +666,7 @@ func checkRuntimeRoleCreated(t *testing.T, c *composeFile, pgName, role string) 
 // checkDocumentedDSNs: the compose file's header tells the operator to
 // put the owner's DSN in the migration's env_file and the runtime role's
 // in the replicas'.
-func checkDocumentedDSNs(t *testing.T, owner, role string, ownerEnv, runtimeEnv []string) {
+func checkDocumentedDSNs(t *testing.T, composeFile, owner, role string, ownerEnv, runtimeEnv []string) {
 	t.Helper()
 	for _, d := range []struct {
 		files []string
@@ -668,7 +676,7 @@ func checkDocumentedDSNs(t *testing.T, owner, role string, ownerEnv, runtimeEnv 
 			t.Errorf("env_file %v; want one file", d.files)
 			continue
 		}
-		u := documentedDSN(t, d.files[0])
+		u := documentedDSN(t, composeFile, d.files[0])
 		if got := u.User.Username(); got != d.want || got == "" {
 			t.Errorf("the header documents %s with a DSN of role %q; want %q", d.files[0], got, d.want)
 		}

@@ -60,8 +60,13 @@ func pgBinDir() string {
 func composeContainer(name string, s composeService, c *composeFile, volumeDir map[string]string, fsroot string) corev1.Container {
 	ctr := corev1.Container{Name: name}
 	for _, m := range s.Volumes {
-		ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: "volume:" + m.Source, MountPath: m.Target, SubPath: m.Volume.Subpath, ReadOnly: m.ReadOnly})
-		volumeDir["volume:"+m.Source] = filepath.Join(fsroot, ".volumes", m.Source)
+		name, dir := "volume:"+m.Source, filepath.Join(fsroot, ".volumes", m.Source)
+		if m.Type == "bind" {
+			// A directory of the operator's beside the compose file.
+			name, dir = "bind:"+m.Source, filepath.Join(fsroot, ".binds", filepath.Base(m.Source))
+		}
+		ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: m.Target, SubPath: m.Volume.Subpath, ReadOnly: m.ReadOnly})
+		volumeDir[name] = dir
 	}
 	for _, sec := range s.Secrets {
 		ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: "secret:" + sec, MountPath: "/run/secrets/" + sec, ReadOnly: true})
@@ -93,10 +98,11 @@ func composeUID(t *testing.T, s composeService, standIn map[int]int) int {
 	return n
 }
 
-// documentedDSN is the DSN the compose file's header gives for env file.
-func documentedDSN(t *testing.T, file string) *url.URL {
+// documentedDSN is the DSN the header of compose file composeFile gives
+// for env file.
+func documentedDSN(t *testing.T, composeFile, file string) *url.URL {
 	t.Helper()
-	data, err := os.ReadFile("compose.postgres.yaml")
+	data, err := os.ReadFile(composeFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +182,8 @@ func chownTo(t *testing.T, path string, uid int) {
 	}
 }
 
-func runComposePostgresTopology(t *testing.T, bin string, cfg finalConfig, file string) {
+func runComposePostgresTopology(t *testing.T, bin string, cfg finalConfig, v composeVariant) {
+	file := v.file
 	pgBin := pgBinDir()
 	if pgBin == "" {
 		t.Skip("no PostgreSQL 15 programs (/usr/lib/postgresql/15/bin): the compose PostgreSQL topology needs initdb and postgres (.ci/run's image has them)")
@@ -215,7 +222,7 @@ func runComposePostgresTopology(t *testing.T, bin string, cfg finalConfig, file 
 	}
 	t.Cleanup(func() { os.RemoveAll(fsroot) })
 	secretsDir := filepath.Join(fsroot, ".secrets")
-	for _, d := range []string{fsroot, secretsDir, filepath.Join(fsroot, ".volumes")} {
+	for _, d := range []string{fsroot, secretsDir, filepath.Join(fsroot, ".volumes"), filepath.Join(fsroot, ".binds")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -243,7 +250,6 @@ func runComposePostgresTopology(t *testing.T, bin string, cfg finalConfig, file 
 	// The operator's files, as the header says: the keys and reviewers
 	// for the project's image (uid 65532, 0600), the two passwords for
 	// the postgres image's user (0600).
-	srv := containers[servers[0]]
 	publicURL := flagValue(c.Services[servers[0]].Command, "--public-url")
 	iss, err := authtest.NewIssuer(t.TempDir(), flagValue(c.Services[servers[0]].Command, "--auth-issuer"), publicURL+"/mcp")
 	if err != nil {
@@ -355,7 +361,7 @@ func runComposePostgresTopology(t *testing.T, bin string, cfg finalConfig, file 
 	// The env files, as the header documents them.
 	envFiles := map[string]string{}
 	for _, f := range slices.Concat(migrateSvc.EnvFile, c.Services[servers[0]].EnvFile) {
-		u := documentedDSN(t, f)
+		u := documentedDSN(t, file, f)
 		if u.Hostname() != pgName || u.Port() != "5432" {
 			t.Fatalf("the header's DSN for %s is not on %s:5432: %s", f, pgName, u.Redacted())
 		}
@@ -393,19 +399,27 @@ func runComposePostgresTopology(t *testing.T, bin string, cfg finalConfig, file 
 	}
 
 	// A recorder's run in the Trace volume, then the volume read-only for
-	// the servers; the signer; every replica.
+	// the servers; or, with ingest, the operator's key made as the header
+	// says. The signer; every replica.
 	trace := volumeDir["volume:trace"]
-	if err := os.MkdirAll(filepath.Join(trace, "events"), 0o755); err != nil {
-		t.Fatal(err)
+	var ingestKey string
+	if v.ingest {
+		ingestKey = composeIngestKey(t, p, file, c, containers[servers[0]])
+	} else {
+		if err := os.MkdirAll(filepath.Join(trace, "events"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		rec, err := simrec.New(trace, "run-topology", time.Now().Add(-time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rec.Pay(simrec.Payment{OperationID: "op-silent", URL: "https://seller.example/x", PayTo: sellerSilent, Amount: "100000", Outcome: "unsettled"}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	rec, err := simrec.New(trace, "run-topology", time.Now().Add(-time.Hour))
-	if err != nil {
-		t.Fatal(err)
+	for _, name := range servers {
+		p.readOnly(containers[name])
 	}
-	if err := rec.Pay(simrec.Payment{OperationID: "op-silent", URL: "https://seller.example/x", PayTo: sellerSilent, Amount: "100000", Outcome: "unsettled"}); err != nil {
-		t.Fatal(err)
-	}
-	p.readOnly(srv)
 	sig := p.start(containers[signerName], slices.Concat(signerSvc.Entrypoint[1:], signerSvc.Command), env(signerName))
 	sock := p.in(containers[signerName], strings.TrimPrefix(flagValue(signerSvc.Command, "--listen"), "unix:"))
 	deadline := time.Now().Add(time.Minute)
@@ -419,6 +433,7 @@ func runComposePostgresTopology(t *testing.T, bin string, cfg finalConfig, file 
 		time.Sleep(50 * time.Millisecond)
 	}
 	ready := &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz"}}, TimeoutSeconds: 5}
+	var replicas []replica
 	for _, name := range servers {
 		s := c.Services[name]
 		if len(s.Entrypoint) > 0 {
@@ -443,12 +458,18 @@ func runComposePostgresTopology(t *testing.T, bin string, cfg finalConfig, file 
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
-		ask(t, &r, containers[name], iss, publicURL, "", logs)
+		if !v.ingest {
+			ask(t, &r, containers[name], iss, publicURL, "", logs)
+		}
 		if strings.Contains(logs.String(), ownsTablesWarning) {
 			t.Errorf("service %s runs as a role that owns the guard's tables:\n%s", name, logs)
 		}
+		replicas = append(replicas, replica{name: name, p: &r, srv: containers[name], logs: logs,
+			root: r.in(containers[name], flagValue(s.Command, "--dir"))})
 	}
-	if _, err := os.Stat(filepath.Join(trace, "guard")); err == nil {
+	if v.ingest {
+		checkIngestAcrossReplicas(t, replicas, ingestKey, iss, publicURL)
+	} else if _, err := os.Stat(filepath.Join(trace, "guard")); err == nil {
 		t.Errorf("the PostgreSQL topology wrote guard/ under the Trace root")
 	}
 	if logged, err := os.ReadFile(pgLog); err != nil {

@@ -484,7 +484,7 @@ func TestTopologiesBecomeReady(t *testing.T) {
 	}
 	for _, v := range composeVariants() {
 		if v.postgres {
-			t.Run("compose "+v.file, func(t *testing.T) { runComposePostgresTopology(t, bin, cfg, v.file) })
+			t.Run("compose "+v.file, func(t *testing.T) { runComposePostgresTopology(t, bin, cfg, v) })
 		}
 	}
 }
