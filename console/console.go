@@ -21,6 +21,7 @@ import (
 	"html/template"
 	"io"
 	"log/slog"
+	"math/big"
 	"net"
 	"net/http"
 	"net/url"
@@ -38,6 +39,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/clientaddr"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
+	"github.com/haia-trace-mcp/haia-trace-mcp/mandate"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/passkey"
 )
@@ -109,6 +111,10 @@ type Config struct {
 	// payees key; "" when none): shown beside the address, matched
 	// against nothing.
 	PayeeName func(address string) string
+	// MandateApprovals, when set, is how many reviewers must sign a
+	// mandate up to max atomic units of asset under the policy's quorum
+	// (nil: one), for the mandate an approval may grant.
+	MandateApprovals func(max *big.Int, asset string) int
 	// Spend, when set, is the spend against the policy's limits, per
 	// counterparty and in total (engine.Spend), for the queue's panel.
 	Spend func(ctx context.Context) (engine.SpendView, error)
@@ -754,11 +760,18 @@ type decideRequest struct {
 	Decision   string          `json:"decision"`
 	Note       string          `json:"note"`
 	Credential json.RawMessage `json:"credential,omitempty"`
+	// Mandate (begin) are the bounds of a mandate to grant with an
+	// approval; Grant (finish) the grant record begin proposed for them.
+	Mandate *mandateTerms   `json:"mandate,omitempty"`
+	Grant   *mandate.Record `json:"grant,omitempty"`
 }
 
 func (d decideRequest) check() error {
 	if d.Decision != reviewlog.Approved && d.Decision != reviewlog.Rejected {
 		return fail(http.StatusBadRequest, "decision must be %q or %q", reviewlog.Approved, reviewlog.Rejected)
+	}
+	if (d.Mandate != nil || d.Grant != nil) && d.Decision != reviewlog.Approved {
+		return fail(http.StatusBadRequest, "a mandate is granted with an approval only")
 	}
 	if len(d.Note) > maxNoteBytes {
 		return fail(http.StatusBadRequest, "the note is longer than %d bytes", maxNoteBytes)
@@ -795,6 +808,19 @@ func (c *Console) decideBegin(_ http.ResponseWriter, r *http.Request, body []byt
 	if err != nil {
 		return nil, err
 	}
+	var grant *mandate.Record
+	if req.Mandate != nil {
+		// One gesture signs the approval and the grant: the challenge
+		// binds the decision hash and the grant's digest.
+		g, err := c.proposeGrant(r.Context(), rv, who, dh, *req.Mandate)
+		if err != nil {
+			return nil, err
+		}
+		if ch, _, err = g.PasskeyChallenge(); err != nil {
+			return nil, err
+		}
+		grant = &g
+	}
 	pks, err := c.cfg.Passkeys()
 	if err != nil {
 		return nil, fmt.Errorf("read the trusted reviewers file: %w", err)
@@ -802,6 +828,9 @@ func (c *Console) decideBegin(_ http.ResponseWriter, r *http.Request, body []byt
 	out := c.requestOptions(ch, pks[who])
 	out["decision_hash"] = dh
 	out["terms_hash"] = rv.TermsHash
+	if grant != nil {
+		out["grant"] = grant
+	}
 	return out, nil
 }
 
@@ -825,8 +854,44 @@ func reviewError(err error) error {
 		return fail(http.StatusForbidden, "%s", firstLine(err))
 	case errors.Is(err, reviewlog.ErrBadInput), errors.Is(err, reviewlog.ErrExpired):
 		return fail(http.StatusBadRequest, "%s", firstLine(err))
+	case errors.Is(err, engine.ErrMandateMoved), errors.Is(err, engine.ErrMandateRecords):
+		return fail(http.StatusConflict, "%s", firstLine(err))
 	}
 	return err
+}
+
+// finishGranting records an approval and the mandate granted with it, on
+// the strength of one assertion.
+func (c *Console) finishGranting(r *http.Request, who string, req decideRequest, a passkey.Assertion) (any, error) {
+	rv, _, err := c.cfg.Log.Verified(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return nil, reviewError(err)
+	}
+	if rv.Status != reviewlog.Pending || rv.Tampered || rv.TermsHash == "" {
+		return nil, fail(http.StatusConflict, "review %s cannot be decided: it is %s%s", rv.ID, rv.Status, tamperedNote(rv))
+	}
+	dh, err := reviewlog.DecisionHash(rv.TermsHash, req.Decision, req.Note)
+	if err != nil {
+		return nil, fail(http.StatusBadRequest, "%v", err)
+	}
+	if err := c.checkGrant(rv, who, dh, *req.Grant); err != nil {
+		return nil, err
+	}
+	rv, g, err := c.cfg.Decider.DecideGranting(r.Context(), rv.ID, req.Note, a, *req.Grant)
+	if err != nil {
+		return nil, reviewError(err)
+	}
+	if n, err := passkey.SignCount(a); err == nil {
+		c.sawCount(a.CredentialID, n)
+	}
+	m := &mandate.Mandate{Grant: g, Signers: []string{who}}
+	c.cfg.Logger.Info("console: approval recorded with a mandate", "review", rv.ID, "status", rv.Status, "reviewer", rv.DecidedBy, "mandate", g.ID, "signatures_needed", m.Needs())
+	out := map[string]any{"review_id": rv.ID, "status": rv.Status, "decided_by": rv.DecidedBy, "review_url": c.ReviewURL(rv.ID),
+		"mandate_id": g.ID, "mandate": c.grantText(&g)}
+	if more := m.Needs() - 1; more > 0 {
+		out["mandate_needs"] = fmt.Sprintf("it needs %s from other trusted reviewers before it can be used: each runs haia-trace-mcp mandate sign %s", plural(more, "more signature", "more signatures"), g.ID)
+	}
+	return out, nil
 }
 
 func firstLine(err error) string {
@@ -859,6 +924,12 @@ func (c *Console) decideFinish(_ http.ResponseWriter, r *http.Request, body []by
 	}
 	if _, ok := pks.Find(who, a.CredentialID); !ok {
 		return nil, fail(http.StatusForbidden, "this passkey is not one of %s's in the trusted reviewers file; nothing was written", who)
+	}
+	if req.Mandate != nil {
+		return nil, fail(http.StatusBadRequest, "finish takes the grant begin proposed, not the mandate's bounds")
+	}
+	if req.Grant != nil {
+		return c.finishGranting(r, who, req, a)
 	}
 	rv, err := c.cfg.Decider.Decide(r.Context(), r.PathValue("id"), req.Decision, req.Note, a)
 	if err != nil {
@@ -1210,6 +1281,13 @@ type pageData struct {
 	// ChartProblem says why the history could not be read.
 	Chart        *chartView
 	ChartProblem string
+	// Offer is the mandate an approval of the review may grant (nil:
+	// none), OfferProblem why none; Granted the mandates granted with its
+	// approval, GrantedProblem why they cannot be read.
+	Offer          *grantOffer
+	OfferProblem   string
+	Granted        []grantedView
+	GrantedProblem string
 	// Spend is the spend against the limits (the queue page; nil: not
 	// configured), SpendProblem why it could not be read.
 	Spend        *spendView
@@ -1300,6 +1378,17 @@ func (c *Console) review(r *http.Request, d *pageData) (string, error) {
 			v.Evidence = append(v.Evidence, evidenceView{RunID: ref.RunID, OperationID: ref.OperationID, Explain: c.cfg.Explain(rv.Template, ref)})
 		}
 		d.Reasons = append(d.Reasons, v)
+	}
+	if rv.Status == reviewlog.Pending && !rv.Tampered && rv.Terms != nil {
+		if o, err := c.offerFor(rv); err != nil {
+			d.OfferProblem = err.Error()
+		} else {
+			d.Offer = o
+		}
+	}
+	if d.Granted, err = c.grantedWith(r.Context(), rv.ID); err != nil {
+		c.cfg.Logger.Warn("console: the mandate records could not be read for a review page", "review", rv.ID, "err", err)
+		d.GrantedProblem = "The mandate records cannot be read or do not verify now; the server's log says why (haia-trace-mcp audit)."
 	}
 	if c.cfg.History != nil {
 		h, err := c.cfg.History(r.Context())

@@ -50,6 +50,11 @@ type rig struct {
 	enrolKey  []byte // signs the rig's enrolment links, as the operator's command does
 	// approvals is the quorum the rig's questions are asked under (0: one).
 	approvals int
+	// amountAtomic completes the terms of the questions asked next ("":
+	// none).
+	amountAtomic string
+	// dir is the store's root.
+	dir string
 }
 
 func newRig(t *testing.T, opts ...func(*console.Config)) *rig {
@@ -130,7 +135,7 @@ func newReplicas(t *testing.T, n int, opts ...func(*console.Config)) *rig {
 	srv.Listener = ln
 	srv.Start()
 	t.Cleanup(srv.Close)
-	return &rig{t: t, log: log, chains: chains, reviewers: reviewers, srv: srv, base: u.String(), origin: "http://localhost:" + port, rpID: "localhost", enrolKey: enrolKey}
+	return &rig{t: t, log: log, chains: chains, reviewers: reviewers, srv: srv, base: u.String(), origin: "http://localhost:" + port, rpID: "localhost", enrolKey: enrolKey, dir: dir}
 }
 
 // ask opens (or answers from) a review for question n as the engine does.
@@ -147,7 +152,7 @@ func (g *rig) askAs(caller string, q guard.Question, reasons []guard.Reason, n i
 	ph := fmt.Sprintf("hmac-sha256:%064x", n)
 	out, err := engine.Ask(ctx, g.log, engine.AskRequest{Caller: caller, Question: q, ParamsHash: ph, Decision: guard.Review,
 		Reasons: reasons, ApprovalTTL: time.Hour, RejectionHold: time.Hour,
-		MaxPending: 50, Tenant: "t1", Approvals: g.approvals},
+		MaxPending: 50, Tenant: "t1", Approvals: g.approvals, AmountAtomic: g.amountAtomic},
 		func(tx reviewlog.Tx, out reviewlog.AskOutcome) error {
 			if out.Kind == reviewlog.AskOpened {
 				d, err := reviewlog.TermsDraft(out.Review, tx.At)
@@ -606,7 +611,7 @@ func TestConsoleRefusesClonedPasskey(t *testing.T) {
 	ch, _ := passkey.Challenge(dh)
 	clone.Counter = 0
 	x, _ := clone.Assert(g.rpID, g.origin, ch)
-	if _, err := d.Decide(context.Background(), r2.ID, "approved", "", passkey.Assertion(x)); err == nil || !strings.Contains(err.Error(), "cloned") {
+	if _, err := d.Decide(context.Background(), r2.ID, "approved", "", asPasskey(x)); err == nil || !strings.Contains(err.Error(), "cloned") {
 		t.Fatalf("decider without the console's memory: %v", err)
 	}
 	// Alice's own authenticator goes on.
@@ -645,7 +650,7 @@ func TestAuditFindsCounterThatDidNotGrow(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			model := passkey.EncodeModel(passkey.Assertion(x))
+			model := passkey.EncodeModel(asPasskey(x))
 			draft.Agent.Model = &model
 			_, err = g.chains.Append(ctx, tx.Store, draft)
 			return err
@@ -1083,4 +1088,9 @@ func TestIsConsolePath(t *testing.T) {
 			t.Errorf("IsConsolePath(%q) = %v, want %v", tc.path, got, tc.want)
 		}
 	}
+}
+
+// asPasskey is a softauthn assertion as the passkey package holds it.
+func asPasskey(x softauthn.Assertion) passkey.Assertion {
+	return passkey.Assertion{CredentialID: x.CredentialID, AuthenticatorData: x.AuthenticatorData, ClientDataJSON: x.ClientDataJSON, Signature: x.Signature}
 }

@@ -7,10 +7,13 @@
 // A mandate is a chain of signed records kept by the guard's store
 // (reviewlog/filestore: guard/mandates.ndjson; reviewlog/pgstore: the
 // mandate_records table): a grant, the further signatures a quorum asks
-// for, a revocation. Every record is signed by a reviewer's Ed25519 key
-// and names the hash of the record before it, so a writer of the store
-// can neither forge, alter, reorder nor remove one without the next reader
-// seeing it; a record that does not verify is never trusted. What a
+// for, a revocation. Every record is signed by a reviewer's Ed25519 key,
+// or, for a grant the reviewer console makes with an approval, by the
+// reviewer's passkey (a WebAuthn assertion over the record's digest bound
+// to the decision's hash, see PasskeyChallenge), and names the hash of the
+// record before it, so a writer of the store can neither forge, alter,
+// reorder nor remove one without the next reader seeing it; a record that
+// does not verify is never trusted. What a
 // mandate has paid is the spend ledger's (package ledger): each use is a
 // sealed entry naming the mandate.
 package mandate
@@ -92,12 +95,18 @@ type Record struct {
 	// Terms is, on a sign or revoke record, the TermsHash of the grant it
 	// acts on.
 	Terms string `json:"terms,omitempty"`
-	// At is when it was signed; By the reviewer id, KID their key's id.
+	// Decision, on a record a passkey signed with a review's decision in
+	// the same gesture, is that decision's hash (reviewlog.DecisionHash):
+	// the passkey's challenge binds the two (PasskeyChallenge).
+	Decision string `json:"decision,omitempty"`
+	// At is when it was signed; By the reviewer id, KID their key's id
+	// (PasskeyKID for a passkey's record).
 	At  string `json:"at"`
 	By  string `json:"by"`
 	KID string `json:"kid"`
 	// Sig is the Ed25519 signature (base64url, no padding) of the label
-	// and every byte of the line before it.
+	// and every byte of the line before it; or PasskeySigPrefix and the
+	// passkey's assertion (base64url of its JSON) over PasskeyChallenge.
 	Sig string `json:"sig"`
 }
 
@@ -122,6 +131,7 @@ type body struct {
 	Source       string `json:"source,omitempty"`
 	Reference    string `json:"reference,omitempty"`
 	Terms        string `json:"terms,omitempty"`
+	Decision     string `json:"decision,omitempty"`
 	At           string `json:"at"`
 	By           string `json:"by"`
 	KID          string `json:"kid"`
@@ -129,7 +139,7 @@ type body struct {
 
 func (r *Record) body() body {
 	return body{r.V, r.Kind, r.ID, r.Prev, r.Tenant, r.PayTo, r.Host, r.Agent, r.Asset, r.MaxAtomic, r.BudgetAtomic, r.Count,
-		r.NotBefore, r.Expires, r.Approvals, r.Note, r.Source, r.Reference, r.Terms, r.At, r.By, r.KID}
+		r.NotBefore, r.Expires, r.Approvals, r.Note, r.Source, r.Reference, r.Terms, r.Decision, r.At, r.By, r.KID}
 }
 
 // prefix is the line up to its signature.
@@ -193,9 +203,12 @@ func Parse(line []byte) (Record, error) {
 	return r, nil
 }
 
-// Verify checks the record's signature (of line, as Parse read it) under
-// pub.
+// Verify checks the record's Ed25519 signature (of line, as Parse read
+// it) under pub.
 func (r *Record) Verify(pub ed25519.PublicKey) error {
+	if r.SignedWithPasskey() {
+		return errors.New("it is signed with a passkey, not a key")
+	}
 	p, err := r.prefix()
 	if err != nil {
 		return err
@@ -257,6 +270,9 @@ func (r *Record) Check() error {
 		if len(v) > maxField || !utf8.ValidString(v) {
 			return fmt.Errorf("%s is longer than %d bytes or not UTF-8", name, maxField)
 		}
+	}
+	if r.Decision != "" && !isDigest(r.Decision) {
+		return fmt.Errorf("decision %q is not sha256:<64 hex>", clip(r.Decision))
 	}
 	if r.Tenant == "" || r.By == "" || r.KID == "" {
 		return errors.New("a record names its tenant, its signer and the signer's key id")
@@ -342,6 +358,11 @@ func isAddress(s string) bool {
 		}
 	}
 	return true
+}
+
+func isDigest(s string) bool {
+	h, ok := strings.CutPrefix(s, "sha256:")
+	return ok && len(h) == 64 && lowerHex(h)
 }
 
 func lowerHex(s string) bool {

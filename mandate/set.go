@@ -10,13 +10,16 @@ import (
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/passkey"
 )
 
-// Trust is who may sign a tenant's mandates: the trusted reviewers' keys,
-// and, for a server that serves several tenants, whether the trusted
-// reviewers file grants a reviewer this one.
+// Trust is who may sign a tenant's mandates: the trusted reviewers' keys
+// and passkeys, and, for a server that serves several tenants, whether the
+// trusted reviewers file grants a reviewer this one.
 type Trust struct {
 	Keys map[string]ed25519.PublicKey
+	// Passkeys are the trusted reviewers' passkeys, by reviewer id.
+	Passkeys map[string][]passkey.Credential
 	// Granted, when set, says whether a reviewer may decide for the
 	// tenant; nil: every trusted reviewer may (a single root).
 	Granted func(reviewer string) bool
@@ -24,6 +27,9 @@ type Trust struct {
 
 // signerProblem says why a record's signer is not trusted ("" when it is).
 func (t Trust) signerProblem(r *Record, cache *Cache, line []byte) string {
+	if r.SignedWithPasskey() {
+		return t.passkeyProblem(r, cache, line)
+	}
 	pub, ok := t.Keys[r.By]
 	switch {
 	case !ok:
@@ -33,8 +39,39 @@ func (t Trust) signerProblem(r *Record, cache *Cache, line []byte) string {
 	case t.Granted != nil && !t.Granted(r.By):
 		return fmt.Sprintf("reviewer %q is trusted, but not granted this tenant", clip(r.By))
 	}
-	if !cache.verified(pub, line, r) {
+	if !cache.verified(pub, line, func() error { return r.Verify(pub) }) {
 		return fmt.Sprintf("not signed by reviewer %q's trusted key", clip(r.By))
+	}
+	return ""
+}
+
+// passkeyProblem is signerProblem for a record a passkey signed: by a
+// passkey the trusted reviewers file lists for its reviewer, over its
+// PasskeyChallenge.
+func (t Trust) passkeyProblem(r *Record, cache *Cache, line []byte) string {
+	a, err := r.PasskeyAssertion()
+	if err != nil {
+		return err.Error()
+	}
+	var cred passkey.Credential
+	found := false
+	for _, c := range t.Passkeys[r.By] {
+		if c.ID == a.CredentialID {
+			cred, found = c, true
+			break
+		}
+	}
+	switch {
+	case !found:
+		return fmt.Sprintf("passkey %s is not listed for reviewer %q in the trusted reviewers file", clip(a.CredentialID), clip(r.By))
+	case r.KID != PasskeyKID:
+		return fmt.Sprintf("it names key %s, not a passkey", clip(r.KID))
+	case t.Granted != nil && !t.Granted(r.By):
+		return fmt.Sprintf("reviewer %q is trusted, but not granted this tenant", clip(r.By))
+	}
+	var why error
+	if !cache.verified([]byte("passkey\x00"+cred.ID+"\x00"+cred.PublicKey), line, func() error { why = r.VerifyPasskey(cred); return why }) {
+		return fmt.Sprintf("not signed by reviewer %q's passkey: %v", clip(r.By), why)
 	}
 	return ""
 }
@@ -47,11 +84,13 @@ type Cache struct {
 	ok map[[32]byte]bool
 }
 
-func (c *Cache) verified(pub ed25519.PublicKey, line []byte, r *Record) bool {
+func (c *Cache) verified(pub []byte, line []byte, verify func() error) bool {
 	if c == nil {
-		return r.Verify(pub) == nil
+		return verify() == nil
 	}
 	h := sha256.New()
+	// The signer's length first: no signer and line run into another's.
+	h.Write([]byte{byte(len(pub) >> 24), byte(len(pub) >> 16), byte(len(pub) >> 8), byte(len(pub))})
 	h.Write(pub)
 	h.Write(line)
 	var k [32]byte
@@ -62,7 +101,7 @@ func (c *Cache) verified(pub ed25519.PublicKey, line []byte, r *Record) bool {
 	if hit {
 		return true
 	}
-	if r.Verify(pub) != nil {
+	if verify() != nil {
 		return false
 	}
 	c.mu.Lock()

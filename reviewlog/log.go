@@ -668,21 +668,29 @@ func (l *Log) ReviewersReadable() error {
 }
 
 // MandateTrust is who may sign the mandates this log's guard honours:
-// the trusted reviewers' keys and, for a tenant's log (Options.Tenant),
+// the trusted reviewers' keys and passkeys and, for a tenant's log (Options.Tenant),
 // only the reviewers the file grants that tenant. A log that trusts no
 // one trusts no mandate.
 func (l *Log) MandateTrust() (mandate.Trust, error) {
-	if l.reviewers == nil {
-		return mandate.Trust{}, nil
+	var t mandate.Trust
+	if l.reviewers != nil {
+		rs, err := l.reviewers()
+		if err != nil {
+			return mandate.Trust{}, fmt.Errorf("read the trusted reviewers: %w", err)
+		}
+		t.Keys = rs
 	}
-	rs, err := l.reviewers()
-	if err != nil {
-		return mandate.Trust{}, fmt.Errorf("read the trusted reviewers: %w", err)
+	if l.passkeys != nil {
+		pks, err := l.passkeys()
+		if err != nil {
+			return mandate.Trust{}, fmt.Errorf("read the trusted reviewers' passkeys: %w", err)
+		}
+		t.Passkeys = pks
 	}
-	t := mandate.Trust{Keys: rs}
 	if l.tenant != "" {
 		var g Grants
 		if l.grants != nil {
+			var err error
 			if g, err = l.grants(); err != nil {
 				return mandate.Trust{}, fmt.Errorf("the trusted reviewers file's tenant grants cannot be read: %w", err)
 			}

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math/big"
 	"net"
 	"net/http"
 	"net/url"
@@ -205,6 +206,12 @@ func newGuardConsole(ctx context.Context, u *url.URL, passkeys func() (reviewlog
 		Spend:    st.Engine().Spend,
 		// The names of the policy in force, as SIGHUP last set it.
 		PayeeName: func(a string) string { return st.Engine().Policy().PayeeName(a) },
+		// A mandate an approval grants needs the signatures the policy's
+		// quorum asks for its most per payment, as mandate grant's does.
+		MandateApprovals: func(max *big.Int, asset string) int {
+			pol := st.Engine().Policy()
+			return pol.ApprovalsFor(max, asset == pol.DefaultAsset.Key)
+		},
 		Assets: func(asset string) (string, int, bool) {
 			a, ok := st.Engine().Policy().Assets.Lookup(asset) // as SIGHUP last set it
 			return a.Symbol, a.Decimals, ok

@@ -124,11 +124,24 @@
       const id = btn.getAttribute("data-review");
       const decision = btn.getAttribute("data-decision");
       const note = document.getElementById("note").value;
+      const begin = { decision: decision, note: note };
+      // The approval's "and allow this payee" part: its bounds go to
+      // begin, which answers the grant the passkey then signs with it.
+      const on = document.getElementById("m-on");
+      if (decision === "approved" && on && on.checked) {
+        const host = document.getElementById("m-host");
+        begin.mandate = { max_amount: document.getElementById("m-max").value.trim(), budget: document.getElementById("m-budget").value.trim(),
+          count: parseInt(document.getElementById("m-count").value || "0", 10) || 0, expires: document.getElementById("m-expires").value,
+          host: !!(host && host.checked), agent: document.getElementById("m-agent").checked };
+      }
       try {
-        const o = requestOptions((await post("api/reviews/" + id + "/begin", { decision: decision, note: note })).publicKey);
+        const opts = await post("api/reviews/" + id + "/begin", begin);
+        const o = requestOptions(opts.publicKey);
         const c = await navigator.credentials.get({ publicKey: o });
-        const res = await post("api/reviews/" + id + "/finish", { decision: decision, note: note, credential: assertionJSON(c) });
-        say("Review " + id + " " + res.status + " by " + res.decided_by + ".");
+        const fin = { decision: decision, note: note, credential: assertionJSON(c) };
+        if (opts.grant) { fin.grant = opts.grant; }
+        const res = await post("api/reviews/" + id + "/finish", fin);
+        say("Review " + id + " " + res.status + " by " + res.decided_by + (res.mandate_id ? ", with mandate " + res.mandate_id : "") + ".");
         window.location.assign(base + "reviews/" + id);
       } catch (e) { say("Decision failed: " + e.message); }
     });

@@ -23,6 +23,10 @@ var (
 	// ErrMandateDone: the mandate is revoked, or already signed by this
 	// reviewer.
 	ErrMandateDone = errors.New("nothing to do")
+	// ErrMandateMoved: the mandate records changed between the passkey's
+	// challenge and its assertion, so the assertion signs a place that is
+	// taken; the reviewer signs again.
+	ErrMandateMoved = errors.New("the mandate records changed")
 )
 
 // MandateSigner writes one reviewer's mandate records: a grant, a

@@ -49,6 +49,9 @@ type fleet struct {
 	// reviewers, when set, are the trusted reviewers of every engine
 	// fresh adds.
 	reviewers reviewlog.Reviewers
+	// passkeys, when set, are the trusted reviewers' passkeys of every
+	// engine fresh adds.
+	passkeys reviewlog.Passkeys
 }
 
 // fresh is one more engine over the fleet's store, as a process that
@@ -74,6 +77,9 @@ func (f *fleet) freshWith(t testing.TB, wrap func(*pgstore.Store) reviewlog.Stor
 	opts := reviewlog.Options{Now: f.clock, ReviewTTL: f.pol.ReviewTTL, LockWait: 30 * time.Second}
 	if f.reviewers != nil {
 		opts.Reviewers = func() (reviewlog.Reviewers, error) { return f.reviewers, nil }
+	}
+	if f.passkeys != nil {
+		opts.Passkeys = func() (reviewlog.Passkeys, error) { return f.passkeys, nil }
 	}
 	log := reviewlog.OpenStore(st, opts)
 	eng, err := New(Config{Policy: f.pol, Templates: bundledTemplates(t), History: ScanHistory{Events: events}, Log: log,

@@ -55,6 +55,11 @@ type Assertion struct {
 	AuthenticatorData string `json:"authenticator_data"`
 	ClientDataJSON    string `json:"client_data_json"`
 	Signature         string `json:"signature"`
+	// Mandate, when set, is the digest ("sha256:<hex>") of a standing
+	// approval (package mandate) the same gesture granted with the
+	// decision: the challenge is then BoundChallenge of the decision hash
+	// and it, so one assertion signs both, and neither without the other.
+	Mandate string `json:"mandate,omitempty"`
 }
 
 // Check says whether c is a credential that can verify anything: its id
@@ -154,13 +159,47 @@ func Verify(c Credential, a Assertion, challenge []byte) error {
 	return nil
 }
 
-// VerifyDecision is Verify with the challenge of decisionHash.
+// VerifyDecision is Verify with the challenge of decisionHash: its 32
+// bytes, or, when a names a mandate it granted too, BoundChallenge of the
+// two.
 func VerifyDecision(c Credential, a Assertion, decisionHash string) error {
-	ch, err := Challenge(decisionHash)
+	var ch []byte
+	var err error
+	if a.Mandate != "" {
+		ch, err = BoundChallenge(decisionHash, a.Mandate)
+	} else {
+		ch, err = Challenge(decisionHash)
+	}
 	if err != nil {
 		return err
 	}
 	return Verify(c, a, ch)
+}
+
+// boundLabel domain-separates a challenge that binds a decision and a
+// mandate from every other challenge (a decision hash's own 32 bytes, a
+// sign-in's random ones).
+const boundLabel = "haia-trace-mcp/passkey/decision+mandate/v1\x00"
+
+// BoundChallenge is the WebAuthn challenge of one gesture that decides a
+// review and grants a standing approval: the SHA-256 of a label, the
+// decision hash, a NUL and the mandate's digest (both "sha256:<hex>").
+// decisionHash is "" for a mandate signed without a decision.
+func BoundChallenge(decisionHash, mandateDigest string) ([]byte, error) {
+	if decisionHash != "" {
+		if _, err := Challenge(decisionHash); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := Challenge(mandateDigest); err != nil {
+		return nil, fmt.Errorf("%w (the mandate's digest)", err)
+	}
+	h := sha256.New()
+	h.Write([]byte(boundLabel))
+	h.Write([]byte(decisionHash))
+	h.Write([]byte{0})
+	h.Write([]byte(mandateDigest))
+	return h.Sum(nil), nil
 }
 
 // ErrCloned marks an assertion whose signature counter did not grow past
@@ -284,7 +323,7 @@ func DecodeModel(model *string) (a Assertion, ok bool, err error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&a); err != nil || dec.More() {
-		return Assertion{}, true, fmt.Errorf("%w: the assertion in agent.model is not {credential_id, authenticator_data, client_data_json, signature}", ErrInvalid)
+		return Assertion{}, true, fmt.Errorf("%w: the assertion in agent.model is not {credential_id, authenticator_data, client_data_json, signature[, mandate]}", ErrInvalid)
 	}
 	return a, true, nil
 }

@@ -182,3 +182,48 @@ func TestCheckSignCount(t *testing.T) {
 		}
 	}
 }
+
+// One assertion over the bound challenge of a decision and a mandate
+// verifies as that decision only while it names that mandate: not as the
+// decision alone, not with another mandate, and the decoded model keeps
+// the mandate it names.
+func TestVerifyDecisionBoundToMandate(t *testing.T) {
+	alice, err := softauthn.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	decision, mandate := hashOf("approve review 1"), hashOf("mandate m_1")
+	ch, err := passkey.BoundChallenge(decision, mandate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := alice.Assert(rp, origin, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := conv(x)
+	a.Mandate = mandate
+	if err := passkey.VerifyDecision(credOf(alice), a, decision); err != nil {
+		t.Fatalf("the bound assertion: %v", err)
+	}
+	alone := a
+	alone.Mandate = ""
+	other := a
+	other.Mandate = hashOf("mandate m_2")
+	for name, b := range map[string]passkey.Assertion{"without its mandate": alone, "with another mandate": other} {
+		if err := passkey.VerifyDecision(credOf(alice), b, decision); !errors.Is(err, passkey.ErrInvalid) {
+			t.Errorf("%s: %v, want it refused", name, err)
+		}
+	}
+	if err := passkey.VerifyDecision(credOf(alice), a, hashOf("approve review 2")); !errors.Is(err, passkey.ErrInvalid) {
+		t.Errorf("another decision: %v, want it refused", err)
+	}
+	model := passkey.EncodeModel(a)
+	back, ok, err := passkey.DecodeModel(&model)
+	if err != nil || !ok || back != a {
+		t.Fatalf("the model round trip: %+v %v %v", back, ok, err)
+	}
+	if _, err := passkey.BoundChallenge(decision, "sha256:zz"); err == nil {
+		t.Fatal("a malformed mandate digest made a challenge")
+	}
+}
