@@ -320,11 +320,12 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 		kind = KindAddress
 	}
 	hostOnly := cp.Kind == KindHost && payCp == nil
-	ours := func(o Op) bool { return o.matches(cp) || (payCp != nil && o.matches(*payCp)) }
+	ours := func(o *Op) bool { return o.matches(cp) || (payCp != nil && o.matches(*payCp)) }
 
-	var matched, unattributedOpen, unattributedSpent, elsewhereOpen []Op
-	sawMatch := func(o Op) {
-		matched = append(matched, o)
+	var matched []timedOp
+	var unattributedOpen, unattributedSpent, elsewhereOpen []Op
+	sawMatch := func(o *Op, last paidTime) {
+		matched = append(matched, timedOp{op: o, last: last})
 		if !o.RolesKnown {
 			f.Coarse = true
 		}
@@ -341,29 +342,21 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 			f.PaidWithoutHost++
 		}
 	}
-	scan := func(o Op) {
+	scan := func(o *Op) {
 		switch {
 		case ours(o):
-			sawMatch(o)
+			sawMatch(o, o.lastTime())
 		case o.unattributableFor(kind) != "":
-			sawUnattributable(o)
+			sawUnattributable(*o)
 		case hostOnly && o.Open:
-			elsewhereOpen = append(elsewhereOpen, o)
+			elsewhereOpen = append(elsewhereOpen, *o)
 		}
 	}
 	if ix := h.Index; ix != nil {
-		seen := map[int32]bool{}
-		see := func(list []int32) {
-			for _, i := range list {
-				if !seen[i] {
-					seen[i] = true
-					sawMatch(h.Ops[i])
-				}
-			}
-		}
-		see(ix.with(cp))
-		if payCp != nil {
-			see(ix.with(*payCp))
+		mine, seen := ix.ours(cp, payCp)
+		matched = make([]timedOp, 0, len(mine)+len(h.Reserved))
+		for _, i := range mine {
+			sawMatch(&h.Ops[i], ix.last[i])
 		}
 		u := ix.unattributable[kind]
 		f.Unattributable, f.PaidWithoutHost = u.n, 0
@@ -371,29 +364,29 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 			f.PaidWithoutHost = ix.unattributable[KindHost].paidWithoutHost
 		}
 		for _, i := range u.open {
-			if !seen[i] {
+			if !seen(i) {
 				unattributedOpen = append(unattributedOpen, h.Ops[i])
 			}
 		}
 		for _, i := range u.spent {
-			if !seen[i] && !h.Ops[i].Open {
+			if !seen(i) && !h.Ops[i].Open {
 				unattributedSpent = append(unattributedSpent, h.Ops[i])
 			}
 		}
 		if hostOnly {
 			for _, i := range ix.open {
-				if !seen[i] && h.Ops[i].unattributableFor(kind) == "" {
+				if !seen(i) && h.Ops[i].unattributableFor(kind) == "" {
 					elsewhereOpen = append(elsewhereOpen, h.Ops[i])
 				}
 			}
 		}
 	} else {
-		for _, o := range h.Ops {
-			scan(o)
+		for i := range h.Ops {
+			scan(&h.Ops[i])
 		}
 	}
-	for _, o := range h.Reserved {
-		scan(o)
+	for i := range h.Reserved {
+		scan(&h.Reserved[i])
 	}
 	// What the ledger holds, by scope: counted, never walked.
 	cv := commitView{c: h.Committed, asset: cfg.DefaultAsset.Key, now: now, cp: cp, pay: payCp, kind: kind}
@@ -429,9 +422,9 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 	}
 	// 3. open_partial
 	var open []Op
-	for _, o := range matched {
-		if o.Open {
-			open = append(open, o)
+	for _, m := range matched {
+		if m.op.Open {
+			open = append(open, *m.op)
 		}
 	}
 	nOpen := len(open) + live.open
@@ -493,24 +486,24 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 		from := now.Add(-cfg.Limit.Window)
 		spend := new(big.Int)
 		var inWindow, mixed, unparseable []Op
-		for _, o := range matched {
+		for _, m := range matched {
+			o := m.op
 			if !o.Spent {
 				continue
 			}
-			t, err := time.Parse(time.RFC3339Nano, o.LastEventAt)
-			if err != nil {
-				unparseable = append(unparseable, o)
+			if !m.last.ok {
+				unparseable = append(unparseable, *o)
 				continue
 			}
-			if t.Before(from) {
+			if m.last.at.Before(from) {
 				continue
 			}
-			inWindow = append(inWindow, o)
+			inWindow = append(inWindow, *o)
 			switch {
 			case o.Money.Problem != "" || o.Money.Atomic == nil || o.Money.Asset == "":
-				unparseable = append(unparseable, o)
+				unparseable = append(unparseable, *o)
 			case o.Money.Asset != cfg.DefaultAsset.Key:
-				mixed = append(mixed, o)
+				mixed = append(mixed, *o)
 			default:
 				spend.Add(spend, o.Money.Atomic)
 			}
@@ -600,11 +593,62 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 // inWindow says whether the operation's last event falls at or after from.
 // ok is false when its time cannot be read.
 func inWindow(o Op, from time.Time) (in, ok bool) {
-	t, err := time.Parse(time.RFC3339Nano, o.LastEventAt)
-	if err != nil {
+	return timedOp{op: &o, last: o.lastTime()}.inWindow(from)
+}
+
+// timedOp is an operation Decide counts and the time of its last event,
+// read once (from the index when there is one).
+type timedOp struct {
+	op   *Op
+	last paidTime
+}
+
+func (t timedOp) inWindow(from time.Time) (in, ok bool) {
+	if !t.last.ok {
 		return false, false
 	}
-	return !t.Before(from), true
+	return !t.last.at.Before(from), true
+}
+
+// lastTime is the time of the operation's last event, and whether it reads.
+func (o *Op) lastTime() paidTime {
+	t, err := time.Parse(time.RFC3339Nano, o.LastEventAt)
+	return paidTime{at: t, ok: err == nil}
+}
+
+// timed is h.all() with each operation's last time: the index's where it
+// has one.
+func (h History) timed() iter.Seq[timedOp] {
+	return func(yield func(timedOp) bool) {
+		ix := h.Index
+		for i := range h.Ops {
+			t := timedOp{op: &h.Ops[i]}
+			if ix != nil && i < len(ix.last) {
+				t.last = ix.last[i]
+			} else {
+				t.last = t.op.lastTime()
+			}
+			if !yield(t) {
+				return
+			}
+		}
+		for i := range h.Reserved {
+			if !yield(timedOp{op: &h.Reserved[i], last: h.Reserved[i].lastTime()}) {
+				return
+			}
+		}
+	}
+}
+
+// timedOps are ops with their last times, read here.
+func timedOps(ops []Op) iter.Seq[timedOp] {
+	return func(yield func(timedOp) bool) {
+		for i := range ops {
+			if !yield(timedOp{op: &ops[i], last: ops[i].lastTime()}) {
+				return
+			}
+		}
+	}
 }
 
 // totalLimit is rule 5a: the spend to every counterparty inside the window
@@ -615,24 +659,25 @@ func totalLimit(req Request, h History, cv commitView, cfg *Config, now time.Tim
 	from := now.Add(-lim.Window)
 	spend := new(big.Int)
 	var in, mixed, unparseable []Op
-	for o := range h.all() {
+	for t := range h.timed() {
+		o := t.op
 		if !o.Spent {
 			continue
 		}
-		inside, ok := inWindow(o, from)
+		inside, ok := t.inWindow(from)
 		if !ok {
-			unparseable = append(unparseable, o)
+			unparseable = append(unparseable, *o)
 			continue
 		}
 		if !inside {
 			continue
 		}
-		in = append(in, o)
+		in = append(in, *o)
 		switch {
 		case o.Money == nil || o.Money.Problem != "" || o.Money.Atomic == nil || o.Money.Asset == "":
-			unparseable = append(unparseable, o)
+			unparseable = append(unparseable, *o)
 		case o.Money.Asset != cfg.DefaultAsset.Key:
-			mixed = append(mixed, o)
+			mixed = append(mixed, *o)
 		default:
 			spend.Add(spend, o.Money.Atomic)
 		}
@@ -662,22 +707,22 @@ func totalLimit(req Request, h History, cv commitView, cfg *Config, now time.Tim
 
 // velocity is rule 5b: this payment would be one more inside each
 // velocity window. An operation whose time cannot be read counts as inside.
-func velocity(h History, cv commitView, matched, unattributed []Op, cfg *Config, now time.Time, f *Figures, cp Counterparty, kind CounterpartyKind) []Reason {
+func velocity(h History, cv commitView, matched []timedOp, unattributed []Op, cfg *Config, now time.Time, f *Figures, cp Counterparty, kind CounterpartyKind) []Reason {
 	var out []Reason
-	inside := func(lim *CountLimit, ops iter.Seq[Op]) []Op {
+	inside := func(lim *CountLimit, ops iter.Seq[timedOp]) []Op {
 		from := now.Add(-lim.Window)
 		var in []Op
-		for o := range ops {
-			if !o.Spent {
+		for t := range ops {
+			if !t.op.Spent {
 				continue
 			}
-			if inside, ok := inWindow(o, from); inside || !ok {
-				in = append(in, o)
+			if inside, ok := t.inWindow(from); inside || !ok {
+				in = append(in, *t.op)
 			}
 		}
 		return in
 	}
-	check := func(lim *CountLimit, ops iter.Seq[Op], held func(from time.Time) tallied, slot **int, whom string) int {
+	check := func(lim *CountLimit, ops iter.Seq[timedOp], held func(from time.Time) tallied, slot **int, whom string) int {
 		if lim == nil {
 			return 0
 		}
@@ -700,7 +745,7 @@ func velocity(h History, cv commitView, matched, unattributed []Op, cfg *Config,
 	n := check(cfg.Velocity.PerCounterparty, slices.Values(matched), ours, &f.PaymentsInWindow, cfg.Label(cp.Value))
 	if lim := cfg.Velocity.PerCounterparty; lim != nil && n+1 <= lim.Count && cfg.UnattributableHistory != Ignore {
 		// At worst, the payments no one can attribute were with it too.
-		un := inside(lim, slices.Values(unattributed))
+		un := inside(lim, timedOps(unattributed))
 		c := cv.unattributableFrom(h, now.Add(-lim.Window))
 		if m := len(un) + c.n; n+m+1 > lim.Count {
 			why := firstWhy(un, kind)
@@ -711,7 +756,7 @@ func velocity(h History, cv commitView, matched, unattributed []Op, cfg *Config,
 				count(m, "payment", "payments"), minutes(lim.Window), kindWord(kind), why, cfg.Label(cp.Value), n+m+1, lim.Count) + moreNote(m), Evidence: refsWith(un, c.refs)})
 		}
 	}
-	check(cfg.Velocity.Total, h.all(), func(from time.Time) tallied { return cv.tally(ledger.ScopeAll, from) }, &f.PaymentsTotalInWindow, "all counterparties")
+	check(cfg.Velocity.Total, h.timed(), func(from time.Time) tallied { return cv.tally(ledger.ScopeAll, from) }, &f.PaymentsTotalInWindow, "all counterparties")
 	return out
 }
 
@@ -777,18 +822,19 @@ func duplicate(req Request, h History, cv commitView, cfg *Config, now time.Time
 	from := now.Add(-cfg.DuplicateWindow)
 	var paid []Op
 	without := 0
-	for o := range h.all() {
+	for t := range h.timed() {
+		o := t.op
 		if !o.Spent {
 			continue
 		}
-		if inside, ok := inWindow(o, from); !inside && ok {
+		if inside, ok := t.inWindow(from); !inside && ok {
 			continue
 		}
 		switch {
 		case o.Money == nil || len(o.Money.Resources) == 0:
 			without++
 		case same(o.Money.Resources):
-			paid = append(paid, o)
+			paid = append(paid, *o)
 		}
 	}
 	held := cv.tally(ledger.ScopeResource+req.Resource, from)

@@ -1,6 +1,9 @@
 package guard
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // HistoryIndex partitions a History's operations once, so that a decision
 // touches only the operations with the counterparty asked about and those
@@ -23,12 +26,15 @@ type HistoryIndex struct {
 	// latestHost are, per counterparty, the latest of those times: a
 	// reservation made after it is shown by none, which Reserve learns
 	// without looking at the operations one by one.
-	paid        []paidTime
+	paid []paidTime
+	// last is, per operation, the time of its last event (Op.lastTime),
+	// parsed once: what every window of Decide is judged on.
+	last        []paidTime
 	latestPayTo map[string]time.Time
 	latestHost  map[string]time.Time
 }
 
-// paidTime is Op.paidAt's answer.
+// paidTime is Op.paidAt's answer, or Op.lastTime's.
 type paidTime struct {
 	at time.Time
 	ok bool
@@ -46,7 +52,7 @@ type unattributed struct {
 // ExtendIndex).
 func (h *History) BuildIndex() {
 	ix := &HistoryIndex{byPayTo: map[string][]int32{}, byHost: map[string][]int32{}, unattributable: map[CounterpartyKind]*unattributed{},
-		paid: make([]paidTime, 0, len(h.Ops)), latestPayTo: map[string]time.Time{}, latestHost: map[string]time.Time{}}
+		paid: make([]paidTime, 0, len(h.Ops)), last: make([]paidTime, 0, len(h.Ops)), latestPayTo: map[string]time.Time{}, latestHost: map[string]time.Time{}}
 	for _, k := range []CounterpartyKind{KindAddress, KindHost} {
 		ix.unattributable[k] = &unattributed{why: map[string]int{}}
 	}
@@ -91,6 +97,7 @@ func (ix *HistoryIndex) add(n int32, o Op) {
 		}
 	}
 	ix.paid = append(ix.paid, pt)
+	ix.last = append(ix.last, o.lastTime())
 	for _, k := range []CounterpartyKind{KindAddress, KindHost} {
 		why := o.unattributableFor(k)
 		if why == "" {
@@ -126,6 +133,35 @@ func (ix *HistoryIndex) with(c Counterparty) []int32 {
 		return ix.byHost[c.Value]
 	}
 	return nil
+}
+
+// ours is the positions of the operations with c or, when set, with pay,
+// in order and each once (as a walk of every operation finds them), and
+// whether a position is one of them. The lists by counterparty are in
+// order of position.
+func (ix *HistoryIndex) ours(c Counterparty, pay *Counterparty) (list []int32, has func(int32) bool) {
+	a := ix.with(c)
+	var b []int32
+	if pay != nil {
+		b = ix.with(*pay)
+	}
+	list = make([]int32, 0, len(a)+len(b))
+	for x, y := a, b; len(x) > 0 || len(y) > 0; {
+		var i int32
+		if len(y) == 0 || (len(x) > 0 && x[0] <= y[0]) {
+			i, x = x[0], x[1:]
+		} else {
+			i, y = y[0], y[1:]
+		}
+		// An operation that names c twice, or c and pay, is listed twice.
+		if n := len(list); n == 0 || list[n-1] != i {
+			list = append(list, i)
+		}
+	}
+	return list, func(i int32) bool {
+		_, ok := slices.BinarySearch(list, i)
+		return ok
+	}
 }
 
 // latest is the time of the latest payment with counterparty c that can
