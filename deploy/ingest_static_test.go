@@ -2,9 +2,19 @@ package deploy
 
 import (
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// The ingest keys' Secret and its one key, the keys file.
+const (
+	ingestKeysSecretName = "haia-trace-mcp-ingest-keys"
+	ingestKeysKey        = "ingest-keys.json"
 )
 
 // The ingest variants' shape: --ingest on, each replica's Trace root its
@@ -145,4 +155,120 @@ func TestComposeIngestMatchesPostgres(t *testing.T) {
 	if _, ok := in.Services["trace-init"]; ok {
 		t.Error("compose.ingest.yaml has trace-init; with ingest there is no shared volume to fill")
 	}
+}
+
+// checkIngestPod: no claim; the server's --dir an emptyDir of the pod's
+// own, writable by the server alone; the keys file in a directory mount of
+// the keys' Secret (no subPath, which the kubelet would never update),
+// read-only, the server's alone.
+func checkIngestPod(t *testing.T, pod *corev1.PodSpec) {
+	t.Helper()
+	srv := container(t, pod, serverContainer)
+	dir := flagValue(srv.Args, "--dir")
+	keys := ingestKeysFile(t, "the server", srv.Args)
+	volumes := map[string]corev1.Volume{}
+	for _, v := range pod.Volumes {
+		volumes[v.Name] = v
+		if v.PersistentVolumeClaim != nil {
+			t.Errorf("volume %s uses claim %s; the ingest pods share no volume", v.Name, v.PersistentVolumeClaim.ClaimName)
+		}
+		if v.Secret != nil && v.Secret.SecretName == ingestKeysSecretName && len(v.Secret.Items) != 0 {
+			t.Errorf("volume %s picks items %v of Secret %s; mount it whole", v.Name, v.Secret.Items, ingestKeysSecretName)
+		}
+	}
+	var root, keysMount string
+	for _, m := range srv.VolumeMounts {
+		v := volumes[m.Name]
+		switch {
+		case m.MountPath == dir:
+			root = m.Name
+			if v.EmptyDir == nil || m.ReadOnly || m.SubPath != "" {
+				t.Errorf("the server's --dir %s is volume %s (read-only %v, subPath %q); want an emptyDir of the pod's own, writable", dir, m.Name, m.ReadOnly, m.SubPath)
+			}
+		case m.MountPath == filepath.Dir(keys):
+			keysMount = m.Name
+			if v.Secret == nil || v.Secret.SecretName != ingestKeysSecretName || !m.ReadOnly || m.SubPath != "" {
+				t.Errorf("the directory of --ingest-keys %s is volume %s; want Secret %s, read-only, whole (no subPath)", keys, m.Name, ingestKeysSecretName)
+			}
+		}
+	}
+	if root == "" || keysMount == "" {
+		t.Fatalf("the server mounts no volume at --dir %s (%q) or at the keys' directory %s (%q)", dir, root, filepath.Dir(keys), keysMount)
+	}
+	if filepath.Base(keys) != ingestKeysKey {
+		t.Errorf("--ingest-keys %s is not the Secret's key %s", keys, ingestKeysKey)
+	}
+	for _, c := range allContainers(pod) {
+		if c.Name == serverContainer {
+			continue
+		}
+		for _, m := range c.VolumeMounts {
+			if m.Name == root || m.Name == keysMount {
+				t.Errorf("container %s mounts %s; the server's alone", c.Name, m.Name)
+			}
+		}
+		for _, e := range c.Env {
+			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Name == ingestKeysSecretName {
+				t.Errorf("container %s takes the ingest keys as environment", c.Name)
+			}
+		}
+	}
+}
+
+// TestKubernetesIngestMatchesPostgres: the ingest Deployment is the
+// PostgreSQL one with --ingest and its keys added to the same args, the
+// Trace root an emptyDir instead of the claim, the keys' Secret mounted,
+// and a longer startup budget for the first copy; everything else — init
+// containers, signer, env, probes' paths, limits, security, replicas — the
+// same.
+func TestKubernetesIngestMatchesPostgres(t *testing.T) {
+	deps := map[string]*appsv1.Deployment{}
+	for _, v := range k8sVariants(t) {
+		deps[v.name] = find[*appsv1.Deployment](t, loadK8sFiles(t, v.files), "haia-trace-mcp")
+	}
+	pgDep, inDep := deps["postgres store"], deps["ingest"]
+	if pgDep == nil || inDep == nil {
+		t.Fatal("no postgres store or ingest variant")
+	}
+	pg, in := &pgDep.Spec.Template.Spec, &inDep.Spec.Template.Spec
+	same := func(what string, a, b any) {
+		t.Helper()
+		if !reflect.DeepEqual(a, b) {
+			t.Errorf("%s differs between the PostgreSQL and ingest Deployments:\n%+v\n%+v", what, a, b)
+		}
+	}
+	same("replicas", pgDep.Spec.Replicas, inDep.Spec.Replicas)
+	same("strategy", pgDep.Spec.Strategy, inDep.Spec.Strategy)
+	same("pod securityContext", pg.SecurityContext, in.SecurityContext)
+	same("automountServiceAccountToken", pg.AutomountServiceAccountToken, in.AutomountServiceAccountToken)
+	same("topologySpreadConstraints", pg.TopologySpreadConstraints, in.TopologySpreadConstraints)
+	same("init containers", pg.InitContainers, in.InitContainers)
+	same("container signer", container(t, pg, signerContainer), container(t, in, signerContainer))
+	a, b := container(t, pg, serverContainer), container(t, in, serverContainer)
+	keys := flagValue(b.Args, "--ingest-keys")
+	same("server args", append(slices.Clone(a.Args), "--ingest", "--ingest-keys", keys), b.Args)
+	same("server image", a.Image, b.Image)
+	same("server env", a.Env, b.Env)
+	same("server ports", a.Ports, b.Ports)
+	same("server liveness and readiness", []*corev1.Probe{a.LivenessProbe, a.ReadinessProbe}, []*corev1.Probe{b.LivenessProbe, b.ReadinessProbe})
+	if a.StartupProbe == nil || b.StartupProbe == nil || !reflect.DeepEqual(a.StartupProbe.ProbeHandler, b.StartupProbe.ProbeHandler) ||
+		b.StartupProbe.FailureThreshold*b.StartupProbe.PeriodSeconds < a.StartupProbe.FailureThreshold*a.StartupProbe.PeriodSeconds {
+		t.Errorf("server startupProbe %+v: want the PostgreSQL one's (%+v) with no shorter a budget", b.StartupProbe, a.StartupProbe)
+	}
+	same("server securityContext", a.SecurityContext, b.SecurityContext)
+	same("server resources", a.Resources, b.Resources)
+	// The volumes and mounts, less the Trace root and the keys.
+	dir := flagValue(b.Args, "--dir")
+	otherMounts := func(c corev1.Container) []corev1.VolumeMount {
+		return slices.DeleteFunc(slices.Clone(c.VolumeMounts), func(m corev1.VolumeMount) bool {
+			return m.MountPath == dir || m.MountPath == filepath.Dir(keys)
+		})
+	}
+	same("server's other mounts", otherMounts(a), otherMounts(b))
+	otherVolumes := func(p *corev1.PodSpec) []corev1.Volume {
+		return slices.DeleteFunc(slices.Clone(p.Volumes), func(v corev1.Volume) bool {
+			return v.Name == "trace-root" || (v.Secret != nil && v.Secret.SecretName == ingestKeysSecretName)
+		})
+	}
+	same("other volumes", otherVolumes(pg), otherVolumes(in))
 }

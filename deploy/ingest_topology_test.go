@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -352,6 +353,52 @@ func composeIngestKey(t *testing.T, p *pod, file string, c *composeFile, srv cor
 	}
 	if strings.Contains(stderr.String(), key) {
 		t.Fatalf("ingest-key create printed the key on stderr too:\n%s", stderr.String())
+	}
+	return key
+}
+
+// k8sIngestKeys makes a key as the ingest Secret's header says (the
+// `ingest-key create` line, on the operator's machine), puts the keys file
+// it wrote where the Secret's placeholder is, and returns the key.
+func k8sIngestKeys(t *testing.T, bin string, secrets map[string][]byte) string {
+	t.Helper()
+	file := filepath.Join(k8sIngestDir, "secret.yaml")
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args []string
+	for _, l := range strings.Split(string(data), "\n") {
+		line, comment := strings.CutPrefix(l, "#")
+		if cmd, ok := strings.CutPrefix(strings.TrimSpace(line), "haia-trace-mcp ingest-key create "); ok && comment {
+			cmd, _, _ = strings.Cut(cmd, "|")
+			args = strings.Fields(strings.TrimSuffix(strings.TrimSpace(cmd), `\`))
+			break
+		}
+	}
+	keys := flagValue(args, "--ingest-keys")
+	if keys == "" || filepath.Base(keys) != ingestKeysKey {
+		t.Fatalf("%s: the header's ingest-key create line writes %q; want --ingest-keys …/%s, the Secret's key", file, keys, ingestKeysKey)
+	}
+	dir := t.TempDir()
+	for i, a := range args {
+		if a == keys {
+			args[i] = filepath.Join(dir, filepath.Base(keys))
+		}
+	}
+	cmd := exec.Command(bin, append([]string{"ingest-key", "create"}, args...)...)
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + dir}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s's ingest-key create: %v\n%s", file, err, stderr.String())
+	}
+	key := strings.TrimSpace(stdout.String())
+	if !strings.HasPrefix(key, "hik_") || strings.Contains(stderr.String(), key) {
+		t.Fatalf("ingest-key create printed %q on stdout (want the key alone) and on stderr:\n%s", key, stderr.String())
+	}
+	if secrets[ingestKeysKey], err = os.ReadFile(filepath.Join(dir, ingestKeysKey)); err != nil {
+		t.Fatal(err)
 	}
 	return key
 }

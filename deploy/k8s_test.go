@@ -125,7 +125,10 @@ type k8sVariant struct {
 	postgres bool
 	// tenants: one Trace root per tenant under --tenants-dir
 	// (k8sTenantsDir's Deployment in place of the file store's).
-	tenants  bool
+	tenants bool
+	// ingest: recorders post their events (--ingest) to the PostgreSQL
+	// store and each pod keeps its own Trace root (an emptyDir); no claim.
+	ingest   bool
 	replicas int32
 	files    []string
 }
@@ -137,6 +140,11 @@ const k8sPostgresDir = k8sDir + "/postgres"
 // k8sTenantsDir holds the tenants variant: its Deployment replaces
 // deployment.yaml; the other manifests are shared.
 const k8sTenantsDir = k8sDir + "/tenants"
+
+// k8sIngestDir holds the ingest variant: its Deployment replaces
+// deployment.yaml, with the store's Secret of k8sPostgresDir, the shared
+// manifests less the claim, and its Secret of ingest keys.
+const k8sIngestDir = k8sDir + "/ingest"
 
 func globManifests(t *testing.T, dir string) []string {
 	t.Helper()
@@ -155,10 +163,13 @@ func k8sVariants(t *testing.T) []k8sVariant {
 		t.Fatalf("no %s", fileDeployment)
 	}
 	pg := slices.DeleteFunc(slices.Clone(shared), func(f string) bool { return f == fileDeployment })
+	noClaim := slices.DeleteFunc(slices.Clone(pg), func(f string) bool { return f == filepath.Join(k8sDir, "pvc.yaml") })
 	return []k8sVariant{
 		{name: "file store", replicas: 2, files: shared},
 		{name: "postgres store", postgres: true, replicas: 3, files: append(slices.Clone(pg), globManifests(t, k8sPostgresDir)...)},
 		{name: "tenants", tenants: true, replicas: 2, files: append(slices.Clone(pg), globManifests(t, k8sTenantsDir)...)},
+		{name: "ingest", postgres: true, ingest: true, replicas: 3,
+			files: slices.Concat(noClaim, []string{filepath.Join(k8sPostgresDir, "secret.yaml")}, globManifests(t, k8sIngestDir))},
 	}
 }
 
@@ -178,7 +189,7 @@ func loadK8s(t *testing.T) []k8sObject {
 // loadAllK8s is every manifest of every topology, each once.
 func loadAllK8s(t *testing.T) []k8sObject {
 	t.Helper()
-	return loadK8sFiles(t, slices.Concat(globManifests(t, k8sDir), globManifests(t, k8sPostgresDir), globManifests(t, k8sTenantsDir)))
+	return loadK8sFiles(t, slices.Concat(globManifests(t, k8sDir), globManifests(t, k8sPostgresDir), globManifests(t, k8sTenantsDir), globManifests(t, k8sIngestDir)))
 }
 
 func loadK8sFiles(t *testing.T, files []string) []k8sObject {
@@ -203,12 +214,18 @@ func loadK8sFiles(t *testing.T, files []string) []k8sObject {
 }
 
 func TestKubernetesStrictDecoding(t *testing.T) {
-	eachK8s(t, func(t *testing.T, _ k8sVariant, objs []k8sObject) {
+	eachK8s(t, func(t *testing.T, v k8sVariant, objs []k8sObject) {
 		kinds := map[string]int{}
 		for _, o := range objs {
 			kinds[fmt.Sprintf("%T", o.obj)]++
 		}
+		if v.ingest && kinds["*v1.PersistentVolumeClaim"] != 0 {
+			t.Errorf("the ingest topology applies a PersistentVolumeClaim; its pods share no volume")
+		}
 		for _, want := range []string{"*v1.Deployment", "*v1.Service", "*v1.Secret", "*v1.ConfigMap", "*v1.PersistentVolumeClaim", "*v1.Namespace"} {
+			if want == "*v1.PersistentVolumeClaim" && v.ingest {
+				continue
+			}
 			if kinds[want] == 0 {
 				t.Errorf("no %s among the manifests (have %v)", want, kinds)
 			}
@@ -578,6 +595,10 @@ func TestKubernetesTraceMounts(t *testing.T) { eachK8s(t, checkTraceMounts) }
 func checkTraceMounts(t *testing.T, variant k8sVariant, objs []k8sObject) {
 	dep := find[*appsv1.Deployment](t, objs, "haia-trace-mcp")
 	pod := &dep.Spec.Template.Spec
+	if variant.ingest {
+		checkIngestPod(t, pod)
+		return
+	}
 	traceVolumes := map[string]bool{}
 	for _, v := range pod.Volumes {
 		if v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == traceClaimName {

@@ -493,12 +493,102 @@ func runK8sTopology(t *testing.T, bin string, cfg finalConfig, v k8sVariant) {
 	objs := loadK8sFiles(t, v.files)
 	dep := find[*appsv1.Deployment](t, objs, "haia-trace-mcp")
 	spec := &dep.Spec.Template.Spec
+	srv := container(t, spec, serverContainer)
+	publicURL := flagValue(srv.Args, "--public-url")
+	iss, err := authtest.NewIssuer(t.TempDir(), flagValue(srv.Args, "--auth-issuer"), publicURL+"/mcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// With PostgreSQL, two roles as the manifests have them: the
+	// migration runs as the test database's owner, the server as a role
+	// that owns nothing.
+	owner, runtime, grant := "", "", ""
+	if v.postgres {
+		owner = pgtest.Database(t, pgtest.DSN(t))
+		runtime, grant = pgtest.AsRuntime(t, owner)
+	}
+	secrets := testSecrets(t, bin, t.TempDir(), iss, runtime)
+	secrets[ownerDSNKey] = []byte(owner)
+	var ingestKey string
+	if v.ingest {
+		ingestKey = k8sIngestKeys(t, bin, secrets)
+	}
+
+	// One pod; with ingest two, each with its own volumes (the same
+	// Secrets, the same database), as the Deployment's replicas are.
+	var replicas []replica
+	pods := 1
+	if v.ingest {
+		pods = 2
+	}
+	for i := range pods {
+		p, logs := startK8sPod(t, bin, cfg, v, objs, spec, secrets, grant)
+		replicas = append(replicas, replica{name: fmt.Sprintf("pod %d", i+1), p: p, srv: srv, logs: logs,
+			root: p.in(srv, flagValue(srv.Args, "--dir"))})
+	}
+	if v.ingest {
+		checkIngestAcrossReplicas(t, replicas, ingestKey, iss, publicURL)
+	}
+	p, logs := replicas[0].p, replicas[0].logs
+
+	// Ready means it answers: list the recorder's operation and ask (each
+	// tenant, with a token naming it).
+	roots := k8sRoots(t, p, spec, v)
+	for tenant, root := range roots {
+		if v.ingest {
+			break // asked above, on every replica
+		}
+		ask(t, p, srv, iss, publicURL, tenant, logs)
+		if v.postgres {
+			// Nothing was written under the read-only Trace root.
+			if _, err := os.Stat(filepath.Join(root, "guard")); err == nil {
+				t.Errorf("the PostgreSQL topology wrote guard/ under the Trace root")
+			}
+		}
+	}
+	for _, r := range replicas {
+		if code, body, _ := r.p.probe(srv.ReadinessProbe); code != http.StatusOK {
+			t.Errorf("%s: readiness after the questions: %d %q", r.name, code, body)
+		}
+		if v.postgres && strings.Contains(r.logs.String(), ownsTablesWarning) {
+			t.Errorf("%s: the server runs as a role that owns the guard's tables:\n%s", r.name, r.logs)
+		}
+	}
+	ready := "1 pod"
+	if len(replicas) != 1 {
+		ready = fmt.Sprintf("%d pods", len(replicas))
+	}
+	t.Logf("%s: %s ready and answering", v.name, ready)
+}
+
+// k8sRoots are the Trace roots of the pod's server by tenant ("" without
+// tenants), on this machine.
+func k8sRoots(t *testing.T, p *pod, spec *corev1.PodSpec, v k8sVariant) map[string]string {
+	t.Helper()
+	srv := container(t, spec, serverContainer)
+	roots := map[string]string{"": p.in(srv, flagValue(srv.Args, "--dir"))}
+	if v.tenants {
+		roots = map[string]string{}
+		events, _ := tenantMounts(t, spec)
+		for tenant := range events {
+			roots[tenant] = p.in(srv, flagValue(srv.Args, "--tenants-dir")+"/"+tenant)
+		}
+	}
+	return roots
+}
+
+// startK8sPod lays out one pod of the Deployment, runs its init
+// containers, a recorder's run in its Trace root (not with ingest: the
+// recorders post theirs), then its signer and its server, and waits for
+// the server's probes.
+func startK8sPod(t *testing.T, bin string, cfg finalConfig, v k8sVariant, objs []k8sObject, spec *corev1.PodSpec, secrets map[string][]byte, grant string) (*pod, *proc) {
+	t.Helper()
 	fsroot, err := os.MkdirTemp("", "topo")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(fsroot) })
-	p := &pod{t: t, fsroot: fsroot, uid: -1, env: cfg.env, port: freePort(t)}
+	p := &pod{t: t, fsroot: fsroot, uid: -1, env: cfg.env, port: freePort(t), grant: grant}
 	if os.Geteuid() == 0 && spec.SecurityContext != nil && spec.SecurityContext.RunAsUser != nil {
 		p.uid = int(*spec.SecurityContext.RunAsUser)
 	}
@@ -516,21 +606,6 @@ func runK8sTopology(t *testing.T, bin string, cfg finalConfig, v k8sVariant) {
 	}
 	srv := container(t, spec, serverContainer)
 	signer := container(t, spec, signerContainer)
-	publicURL := flagValue(srv.Args, "--public-url")
-	iss, err := authtest.NewIssuer(t.TempDir(), flagValue(srv.Args, "--auth-issuer"), publicURL+"/mcp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// With PostgreSQL, two roles as the manifests have them: the
-	// migration runs as the test database's owner, the server as a role
-	// that owns nothing.
-	owner, runtime := "", ""
-	if v.postgres {
-		owner = pgtest.Database(t, pgtest.DSN(t))
-		runtime, p.grant = pgtest.AsRuntime(t, owner)
-	}
-	secrets := testSecrets(t, bin, t.TempDir(), iss, runtime)
-	secrets[ownerDSNKey] = []byte(owner)
 	p.layOut(spec, objs, secrets)
 
 	for _, c := range spec.InitContainers {
@@ -540,21 +615,15 @@ func runK8sTopology(t *testing.T, bin string, cfg finalConfig, v k8sVariant) {
 	// A recorder wrote a run into events/ before the pod started (on
 	// PostgreSQL the Trace root is the recorders' alone), into each
 	// tenant's root with tenants.
-	roots := map[string]string{"": p.in(srv, flagValue(srv.Args, "--dir"))}
-	if v.tenants {
-		roots = map[string]string{}
-		events, _ := tenantMounts(t, spec)
-		for tenant := range events {
-			roots[tenant] = p.in(srv, flagValue(srv.Args, "--tenants-dir")+"/"+tenant)
-		}
-	}
-	for _, root := range roots {
-		rec, err := simrec.New(root, "run-topology", time.Now().Add(-time.Hour))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := rec.Pay(simrec.Payment{OperationID: "op-silent", URL: "https://seller.example/x", PayTo: sellerSilent, Amount: "100000", Outcome: "unsettled"}); err != nil {
-			t.Fatal(err)
+	if !v.ingest {
+		for _, root := range k8sRoots(t, p, spec, v) {
+			rec, err := simrec.New(root, "run-topology", time.Now().Add(-time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := rec.Pay(simrec.Payment{OperationID: "op-silent", URL: "https://seller.example/x", PayTo: sellerSilent, Amount: "100000", Outcome: "unsettled"}); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	p.readOnly(srv)
@@ -581,25 +650,7 @@ func runK8sTopology(t *testing.T, bin string, cfg finalConfig, v k8sVariant) {
 	}
 	logs := p.start(srv, srvArgs, p.containerEnv(srv, objs, secrets))
 	p.waitProbes(srv, logs)
-
-	// Ready means it answers: list the recorder's operation and ask (each
-	// tenant, with a token naming it).
-	for tenant, root := range roots {
-		ask(t, p, srv, iss, publicURL, tenant, logs)
-		if v.postgres {
-			// Nothing was written under the read-only Trace root.
-			if _, err := os.Stat(filepath.Join(root, "guard")); err == nil {
-				t.Errorf("the PostgreSQL topology wrote guard/ under the Trace root")
-			}
-		}
-	}
-	if code, body, _ := p.probe(srv.ReadinessProbe); code != http.StatusOK {
-		t.Errorf("readiness after the questions: %d %q", code, body)
-	}
-	if v.postgres && strings.Contains(logs.String(), ownsTablesWarning) {
-		t.Errorf("the server runs as a role that owns the guard's tables:\n%s", logs)
-	}
-	t.Logf("%s: ready and answering", v.name)
+	return p, logs
 }
 
 // ownsTablesWarning is what a server says at start when its PostgreSQL role
