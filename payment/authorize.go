@@ -10,11 +10,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 )
@@ -24,10 +26,20 @@ type Config struct {
 	Engine *engine.Engine
 	Signer x402.Signer
 	Now    func() time.Time
+	// Events is the Trace's events/ directory, whose settlement events
+	// are bound to the authorizations signed (SettleFromTrace); nil reads
+	// none.
+	Events *confined.Dir
+	// Logger receives what a reading of the Trace could not bind or record;
+	// slog.Default() when nil.
+	Logger *slog.Logger
 }
 
 // Authorizer answers authorize_payment.
-type Authorizer struct{ cfg Config }
+type Authorizer struct {
+	cfg   Config
+	trace *traceState
+}
 
 // New checks the configuration.
 func New(cfg Config) (*Authorizer, error) {
@@ -37,7 +49,10 @@ func New(cfg Config) (*Authorizer, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Authorizer{cfg: cfg}, nil
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Authorizer{cfg: cfg, trace: &traceState{runs: map[string]cachedRun{}}}, nil
 }
 
 // Payer is the address payments are signed from.
@@ -123,6 +138,12 @@ func refusedf(format string, a ...any) error {
 // that is not allow carries no signature; an allow whose authorization
 // cannot be signed and recorded is an error (no signature leaves).
 func (a *Authorizer) Authorize(ctx context.Context, caller string, req Request) (Result, error) {
+	// The Trace's settlements are bound first: what they settle is
+	// recorded before this decision reads the Trace. A Trace that cannot
+	// be read here is the decision's to judge; it is only logged.
+	if _, err := a.SettleFromTrace(ctx); err != nil {
+		a.cfg.Logger.Warn("the Trace's settlements could not be read", "err", err)
+	}
 	pr, err := x402.ParseArgument(req.PaymentRequired)
 	if err != nil {
 		return Result{}, refusedf("%s; nothing was asked or signed", err)

@@ -41,6 +41,13 @@ type ReceiptResult struct {
 	// Findings are where the settlement or the receipt disagree with the
 	// authorization; they are recorded for a human.
 	Findings []string `json:"findings"`
+	// Source is where the settlement was taken from: "agent" or "trace"
+	// (with Trace naming the event).
+	Source string              `json:"source"`
+	Trace  *reviewlog.TraceRef `json:"trace,omitempty"`
+	// HoldKept: the settlement did not end the hold (one read from the
+	// Trace with a finding).
+	HoldKept bool `json:"hold_kept,omitempty"`
 }
 
 // SellerReceipt is the seller's signed receipt as checked.
@@ -89,7 +96,30 @@ func (a *Authorizer) RecordReceipt(ctx context.Context, caller string, req Recei
 		}
 		rcpt = &r
 	}
-	var findings []string
+	return a.record(ctx, settleInput{caller: caller, auth: auth, st: st, rcpt: rcpt, source: reviewlog.SourceAgent})
+}
+
+// settleInput is one settlement to record, from either source: the agent's
+// record_receipt or an event of the Trace.
+type settleInput struct {
+	caller string
+	auth   reviewlog.AuthorizedLine
+	st     x402.Settlement
+	rcpt   *x402.Artifact
+	source string
+	trace  *reviewlog.TraceRef
+	// findings were found before (the Trace event's terms against the
+	// authorization's).
+	findings []string
+}
+
+// record checks a settlement and its seller's receipt against the
+// authorization (and the offer it paid) and records it: the one path both
+// sources take. A settlement read from the Trace with any finding keeps the
+// hold (HoldKept): the Trace is written by no one who signs.
+func (a *Authorizer) record(ctx context.Context, in settleInput) (ReceiptResult, error) {
+	auth, st, rcpt, nonce := in.auth, in.st, in.rcpt, strings.ToLower(in.auth.Nonce)
+	findings := append([]string(nil), in.findings...)
 	network, nerr := guard.NetworkCAIP2(st.Network)
 	if nerr != nil || network != auth.Network {
 		findings = append(findings, fmt.Sprintf("network: the settlement names %q, the authorization %s", clip(st.Network), auth.Network))
@@ -98,12 +128,12 @@ func (a *Authorizer) RecordReceipt(ctx context.Context, caller string, req Recei
 		findings = append(findings, fmt.Sprintf("payer: the settlement names %s, the authorization was signed by %s", st.Payer, auth.From))
 	}
 	res := ReceiptResult{Nonce: nonce, Transaction: strings.ToLower(st.Transaction), Network: st.Network, Payer: st.Payer,
-		AuthorizationReceipt: auth.Receipt, DecisionReceipt: auth.DecisionReceipt}
+		AuthorizationReceipt: auth.Receipt, DecisionReceipt: auth.DecisionReceipt, Source: in.source, Trace: in.trace}
 	var signer string
 	var artifact json.RawMessage
 	if rcpt != nil {
 		artifact, _ = json.Marshal(rcpt)
-		pol := a.cfg.Engine.Policy().For(caller)
+		pol := a.cfg.Engine.Policy().For(in.caller)
 		terms, who, err := x402.VerifyReceipt(*rcpt, pol.SellerKeyFor)
 		sr := &SellerReceipt{}
 		res.SellerReceipt = sr
@@ -120,11 +150,20 @@ func (a *Authorizer) RecordReceipt(ctx context.Context, caller string, req Recei
 			sr.Verified = len(findings) == 0
 		}
 	}
-	body := settlementBody(res, artifact, findings)
-	digest := sha256.Sum256(body)
-	out, err := a.cfg.Engine.RecordSettlement(ctx, caller, reviewlog.Settled{Nonce: nonce, AuthorizationReceipt: auth.Receipt, DecisionReceipt: auth.DecisionReceipt,
+	if len(findings) > 32 {
+		findings = append(findings[:31], fmt.Sprintf("and %d findings more", len(findings)-31))
+	}
+	rec := reviewlog.Settled{Nonce: nonce, AuthorizationReceipt: auth.Receipt, DecisionReceipt: auth.DecisionReceipt,
 		Success: true, Transaction: res.Transaction, Network: st.Network, Payer: st.Payer, SellerReceipt: artifact, SellerReceiptSigner: signer,
-		Findings: findings, Digest: fmt.Sprintf("0x%x", digest)}, digest)
+		Findings: findings, Source: in.source, Trace: in.trace, HoldKept: in.source == reviewlog.SourceTrace && len(findings) > 0}
+	if rec.Source == reviewlog.SourceAgent {
+		// Records of the agent's settlements name no source, as they did
+		// before the Trace was read: their digests stay the same.
+		rec.Source = ""
+	}
+	digest := SettlementDigest(rec)
+	rec.Digest = fmt.Sprintf("0x%x", digest)
+	out, err := a.cfg.Engine.RecordSettlement(ctx, in.caller, rec, digest)
 	if err != nil {
 		var refused *engine.RefusedError
 		if errors.As(err, &refused) {
@@ -136,6 +175,7 @@ func (a *Authorizer) RecordReceipt(ctx context.Context, caller string, req Recei
 		return ReceiptResult{}, err
 	}
 	res.ReceiptID = out.Receipt
+	res.HoldKept = out.HoldKept
 	res.Findings = findings
 	if res.Findings == nil {
 		res.Findings = []string{}
@@ -146,19 +186,25 @@ func (a *Authorizer) RecordReceipt(ctx context.Context, caller string, req Recei
 // SettlementDigest is the SHA-256 of a settlement's canonical form, as
 // RecordReceipt computes it: what the settlement's receipt stands for.
 func SettlementDigest(s reviewlog.Settled) [32]byte {
-	return sha256.Sum256(settlementBody(ReceiptResult{Nonce: s.Nonce, Transaction: s.Transaction, Network: s.Network, Payer: s.Payer,
-		AuthorizationReceipt: s.AuthorizationReceipt, DecisionReceipt: s.DecisionReceipt}, s.SellerReceipt, s.Findings))
+	return sha256.Sum256(settlementBody(s))
 }
 
 // settlementBody is the canonical (JCS) form of what a settlement records.
-func settlementBody(r ReceiptResult, artifact json.RawMessage, findings []string) []byte {
-	m := map[string]any{"nonce": r.Nonce, "transaction": r.Transaction, "network": r.Network, "payer": r.Payer, "success": true,
-		"authorization_receipt": r.AuthorizationReceipt, "decision_receipt": r.DecisionReceipt, "findings": findings}
-	if findings == nil {
+// A settlement read from the Trace adds its source, the event it was read
+// from and whether it kept the hold; the agent's keep the form they had.
+func settlementBody(s reviewlog.Settled) []byte {
+	m := map[string]any{"nonce": s.Nonce, "transaction": s.Transaction, "network": s.Network, "payer": s.Payer, "success": true,
+		"authorization_receipt": s.AuthorizationReceipt, "decision_receipt": s.DecisionReceipt, "findings": s.Findings}
+	if s.Findings == nil {
 		m["findings"] = []string{}
 	}
-	if len(artifact) > 0 {
-		m["seller_receipt"] = artifact
+	if len(s.SellerReceipt) > 0 {
+		m["seller_receipt"] = s.SellerReceipt
+	}
+	if s.Source != "" {
+		m["source"] = s.Source
+		m["trace"] = s.Trace
+		m["hold_kept"] = s.HoldKept
 	}
 	b, _ := json.Marshal(m)
 	c, err := jcs.Canonicalize(b)

@@ -47,6 +47,43 @@ type Settled struct {
 	// Digest is the SHA-256 (0x hex) of the settlement's canonical form, the
 	// receipt's paramsHash stands for.
 	Digest string `json:"digest"`
+	// Source says where the settlement was taken from: SourceAgent (""
+	// in records of earlier versions: record_receipt) or SourceTrace (the
+	// recorder's events, read by the server), with Trace naming the event.
+	Source string    `json:"source,omitempty"`
+	Trace  *TraceRef `json:"trace,omitempty"`
+	// HoldKept: the settlement did not end the authorization's hold as an
+	// open payment (a settlement read from the Trace with a finding: an
+	// unsigned record is trusted no further than the Trace's payments are).
+	HoldKept bool `json:"hold_kept,omitempty"`
+}
+
+// Settlement sources.
+const (
+	SourceAgent = "agent"
+	SourceTrace = "trace"
+)
+
+// TraceRef names the event of the Trace a settlement was read from, and how
+// it was bound to its authorization: "nonce" (an event of its operation
+// carries the authorization's nonce) or "terms" (payer, payee, amount,
+// asset, network and resource, within the authorization's validity, and
+// no other authorization's).
+type TraceRef struct {
+	Run        string `json:"run"`
+	Operation  string `json:"operation"`
+	Line       int    `json:"line"`
+	Event      string `json:"event"`
+	OccurredAt string `json:"occurred_at"`
+	Binding    string `json:"binding"`
+}
+
+// SourceName is the source as people read it.
+func (s Settled) SourceName() string {
+	if s.Source == SourceTrace {
+		return "the Trace"
+	}
+	return "the agent (record_receipt)"
 }
 
 var txRE = regexp.MustCompile(`^0x[0-9a-f]{64}$`)
@@ -63,6 +100,20 @@ func checkSettled(s *Settled) error {
 		return errors.New("a settled record needs the payer's address and the network")
 	case len(s.SellerReceipt) > 16<<10 || (len(s.SellerReceipt) > 0 && !json.Valid(s.SellerReceipt)) || len(s.SellerReceiptSigner) > maxFieldBytes || len(s.Findings) > 32:
 		return errors.New("a settled record's seller receipt is one JSON object of at most 16 KiB, with at most 32 findings")
+	}
+	switch s.Source {
+	case "", SourceAgent:
+		if s.Trace != nil {
+			return errors.New("a settled record handed in by the agent names no Trace event")
+		}
+	case SourceTrace:
+		t := s.Trace
+		if t == nil || t.Run == "" || t.Line < 1 || (t.Binding != "nonce" && t.Binding != "terms") ||
+			len(t.Run) > maxFieldBytes || len(t.Operation) > maxFieldBytes || len(t.Event) > maxFieldBytes || len(t.OccurredAt) > maxFieldBytes {
+			return errors.New("a settled record read from the Trace names its run, line, event and binding")
+		}
+	default:
+		return errors.New("a settled record's source is agent or trace")
 	}
 	for _, f := range s.Findings {
 		if len(f) > maxFieldBytes {

@@ -416,6 +416,10 @@ func printAuthorization(w io.Writer, v authorizationView) {
 	}
 	if st := v.Settlement; st != nil {
 		fmt.Fprintf(w, "  settlement     transaction %s on %s, payer %s, recorded at %s as receipt %s\n", s(st.Transaction), s(st.Network), s(st.Payer), s(st.At), s(st.Receipt))
+		fmt.Fprintf(w, "  settled by     %s\n", s(settlementSource(st.Settled)))
+		if st.HoldKept {
+			fmt.Fprintln(w, "  hold kept      the Trace's settlement disagrees with the authorization: its hold still counts as an open payment")
+		}
 		if st.SellerReceiptSigner != "" {
 			fmt.Fprintf(w, "  seller receipt signed by %s\n", s(st.SellerReceiptSigner))
 		}
@@ -423,7 +427,7 @@ func printAuthorization(w io.Writer, v authorizationView) {
 			fmt.Fprintf(w, "  SELLER: %s\n", s(f))
 		}
 	} else {
-		fmt.Fprintln(w, "  settlement     none handed in (record_receipt)")
+		fmt.Fprintln(w, "  settlement     none recorded (record_receipt, or the Trace's settlement at the server's next authorize_payment)")
 	}
 	fmt.Fprintf(w, "  keys trusted   %s\n", v.KeyringSource)
 	fmt.Fprintf(w, "  dossier        haia-trace-mcp dossier export %s --out dossier.json (one file, verified offline by dossier verify)\n", s(v.Nonce))
@@ -545,4 +549,17 @@ func notBefore(t, since string) bool {
 	a, err1 := time.Parse(time.RFC3339Nano, t)
 	b, err2 := time.Parse(time.RFC3339Nano, since)
 	return err1 == nil && err2 == nil && !a.Before(b)
+}
+
+// settlementSource says where a settlement was taken from, for people.
+func settlementSource(st reviewlog.Settled) string {
+	if st.Source != reviewlog.SourceTrace || st.Trace == nil {
+		return "the agent (record_receipt)"
+	}
+	t := st.Trace
+	how := "an event of its operation carries the authorization's nonce"
+	if t.Binding == "terms" {
+		how = "its terms: payer, payee, amount, asset, network and resource, within the authorization's validity, and no other authorization's"
+	}
+	return fmt.Sprintf("the Trace: run %s, operation %s, line %d (%s at %s), bound by %s", t.Run, t.Operation, t.Line, t.Event, t.OccurredAt, how)
 }

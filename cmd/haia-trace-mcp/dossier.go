@@ -55,7 +55,8 @@ type dossierFile struct {
 	// record the review.
 	Review        *reviewlog.Review `json:"review,omitempty"`
 	HumanReceipts []string          `json:"human_receipts,omitempty"`
-	// Settlement is what record_receipt recorded (nil when none).
+	// Settlement is what record_receipt recorded or the server read from
+	// the Trace (its Source says which; nil when none).
 	Settlement *reviewlog.Settled `json:"settlement,omitempty"`
 	// Segments are runs of consecutive receipts of each decision chain
 	// that hold every receipt named above.
@@ -517,7 +518,7 @@ func verifyDossier(data []byte, keyring noa.Keyring, trust *reviewlog.ReviewerTr
 				if rc.Action.ParamsHash != engine.AuthorizationParamsHash(sd) || rc.Action.ID != "x402-settlement:"+strings.ToLower(a.Nonce) {
 					add("settlement", dvTampered, "receipt %s signs another settlement", rc.ID)
 				} else {
-					add("settlement", dvValid, "transaction %s on %s, payer %s; receipt %s", s.Transaction, s.Network, s.Payer, rc.ID)
+					add("settlement", dvValid, "transaction %s on %s, payer %s; receipt %s; from %s", s.Transaction, s.Network, s.Payer, rc.ID, settlementSource(*s))
 				}
 			}
 		}

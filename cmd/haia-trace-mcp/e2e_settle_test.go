@@ -3,12 +3,17 @@ package main
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/pgtest"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/simrec"
 )
 
 // TestStdioRecordReceipt: the real binary takes the seller's settlement
@@ -108,5 +113,83 @@ func TestStdioRecordReceiptPostgres(t *testing.T) {
 	}
 	if out, _, code := runCLI(t, "dossier", "verify", file); code != 1 || !strings.Contains(out, "VALID      settlement") {
 		t.Fatalf("verify on the file's keys: %d\n%s", code, out)
+	}
+}
+
+// TestStdioTraceSettlement: the real binary reads the recorder's settlement
+// of an authorization it signed from the Trace (bound by the nonce the
+// submitted payment carries), at the next authorize_payment, and records
+// it as record_receipt would: `authorization show` says it came from the
+// Trace and is CONSISTENT, the dossier carries it with its source and
+// verifies, and record_receipt of that nonce is refused.
+func TestStdioTraceSettlement(t *testing.T) {
+	root := sampleRoot(t)
+	key := filepath.Join(t.TempDir(), "signing-key.pem")
+	payerKey := writeSecret(t, "payer.key", "0x"+e2ePayerKey+"\n")
+	cfg := writeSecret(t, "guard.json", `{"reviewAbove":"1.00"}`)
+	cs := mcpSession(t, nil, "--dir", root, "--key-file", key, "--guard-config", cfg, "--payer-key", payerKey)
+
+	allow := authorizeCall(t, cs, e2ePaymentRequiredAt("https://api.seller.example/traced", "250000", e2eSeller))
+	if allow.Decision != "allow" {
+		t.Fatalf("allow: %+v", allow)
+	}
+	tx := "0x" + strings.Repeat("3c", 32)
+	rec, err := simrec.New(root, "run-traced", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Pay(simrec.Payment{OperationID: "op-paid", URL: "https://api.seller.example/traced", PayTo: e2eSeller, Amount: "250000",
+		Network: "eip155:8453", Outcome: "settled", Nonce: allow.Authorization.Nonce,
+		Settle: map[string]any{"success": true, "transaction": tx, "network": "eip155:8453", "payer": e2ePayerAddr}}); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, code := runCLI(t, "authorization", "show", allow.Authorization.Nonce, "--dir", root); code != 0 || !strings.Contains(out, "settlement     none recorded") {
+		t.Fatalf("before the server read the Trace: %d\n%s", code, out)
+	}
+	// The next decision reads the Trace first.
+	if next := authorizeCall(t, cs, e2ePaymentRequiredAt("https://api.seller.example/next", "100000", e2eSeller)); next.Decision == "" {
+		t.Fatalf("next: %+v", next)
+	}
+	out, errOut, code := runCLI(t, "authorization", "show", allow.Authorization.Nonce, "--dir", root)
+	if code != 0 || !strings.Contains(out, "settlement     transaction "+tx) || !strings.Contains(out, "settled by     the Trace: run run-traced, operation op-paid") ||
+		!strings.Contains(out, "bound by an event of its operation carries the authorization's nonce") || !strings.Contains(out, "CONSISTENT") {
+		t.Fatalf("authorization show: %d\n%s%s", code, out, errOut)
+	}
+	file := filepath.Join(t.TempDir(), "dossier.json")
+	if out, errOut, code := runCLI(t, "dossier", "export", allow.Authorization.Nonce, "--dir", root, "--out", file); code != 0 {
+		t.Fatalf("export: %d %s %s", code, out, errOut)
+	}
+	data, _ := os.ReadFile(file)
+	var d struct {
+		Settlement struct {
+			Source string `json:"source"`
+			Trace  struct {
+				Run, Binding string
+			} `json:"trace"`
+		} `json:"settlement"`
+	}
+	if err := json.Unmarshal(data, &d); err != nil || d.Settlement.Source != "trace" || d.Settlement.Trace.Run != "run-traced" || d.Settlement.Trace.Binding != "nonce" {
+		t.Fatalf("the dossier does not say the settlement came from the Trace: %v %+v", err, d.Settlement)
+	}
+	if out, _, code := runCLI(t, "dossier", "verify", file); code != 1 || !strings.Contains(out, "VALID      settlement") || !strings.Contains(out, "from the Trace: run run-traced") {
+		t.Fatalf("verify: %d\n%s", code, out)
+	}
+	// The source is signed: a dossier that says the agent handed it in
+	// instead is TAMPERED.
+	edited := bytes.Replace(data, []byte(`"source": "trace"`), []byte(`"source": "agent"`), 1)
+	if bytes.Equal(edited, data) {
+		t.Fatal("no source to edit")
+	}
+	os.WriteFile(file, edited, 0o600)
+	if out, _, code := runCLI(t, "dossier", "verify", file); code != 2 || !strings.Contains(out, "TAMPERED") {
+		t.Fatalf("an edited source: %d\n%s", code, out)
+	}
+	res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "record_receipt", Arguments: map[string]any{"nonce": allow.Authorization.Nonce,
+		"payment_response": map[string]any{"success": true, "transaction": tx, "network": "eip155:8453", "payer": e2ePayerAddr}}})
+	if err != nil || !res.IsError {
+		t.Fatalf("record_receipt after the Trace settled it: %v %+v", err, res)
+	}
+	if out, errOut, code := runCLI(t, "audit", "--dir", root); code != 0 {
+		t.Fatalf("audit: %d %s %s", code, out, errOut)
 	}
 }

@@ -56,8 +56,9 @@ func (e *Engine) RecordSettlement(ctx context.Context, caller string, s reviewlo
 			return "", err
 		}
 		// Only a hold that still counts as open is closed: one the Trace
-		// already shows, or one past its window, needs nothing.
-		if ok && counting && en.Open {
+		// already shows, or one past its window, needs nothing; a
+		// settlement that keeps it (HoldKept) closes nothing.
+		if ok && counting && en.Open && !s.HoldKept {
 			rw, err := e.appendEntry(ctx, tx.Store, ledger.Entry{Kind: ledger.KindRelease, At: ledger.FormatTime(tx.At), Receipt: r.ID, Caller: caller,
 				Tenant: e.cfg.Chains.Tenant, Target: s.DecisionReceipt, Outcome: ledger.OutcomeSettled})
 			if err != nil {
@@ -77,7 +78,7 @@ func (e *Engine) RecordSettlement(ctx context.Context, caller string, s reviewlo
 	if raw != nil {
 		e.committed(*raw)
 	}
-	e.cfg.Logger.Info("record_receipt", "nonce", out.Nonce, "transaction", out.Transaction, "receipt_id", out.Receipt, "findings", len(out.Findings), "caller", caller)
+	e.cfg.Logger.Info("settlement recorded", "source", out.SourceName(), "hold_kept", out.HoldKept, "nonce", out.Nonce, "transaction", out.Transaction, "receipt_id", out.Receipt, "findings", len(out.Findings), "caller", caller)
 	return out, nil
 }
 
@@ -93,4 +94,14 @@ func (e *Engine) Authorization(ctx context.Context, nonce string) (reviewlog.Aut
 		}
 	}
 	return reviewlog.AuthorizedLine{}, false, nil
+}
+
+// Authorizations reads every signed authorization of the review log.
+func (e *Engine) Authorizations(ctx context.Context) ([]reviewlog.AuthorizedLine, error) {
+	return e.cfg.Log.Authorizations(ctx)
+}
+
+// Settlements reads every settlement recorded in the review log.
+func (e *Engine) Settlements(ctx context.Context) ([]reviewlog.SettledLine, error) {
+	return e.cfg.Log.Settlements(ctx)
 }

@@ -38,6 +38,10 @@ type Payment struct {
 	Settle         any
 	SubmittedPayTo string
 	OfferExtra     json.RawMessage
+	// Nonce, when set, is the EIP-3009 nonce of the payment sent, written
+	// in the submitted event's payment payload (as a recorder that records
+	// the payload does).
+	Nonce string
 }
 
 // Recorder appends events for one run file.
@@ -125,7 +129,11 @@ func (r *Recorder) lines(p Payment) ([]map[string]any, error) {
 		}
 		submitted["pay_to"] = p.SubmittedPayTo
 	}
-	add("x402.payment.submitted", 360*time.Millisecond, map[string]any{"x402_version": 2, "resource": resource, "requirements": submitted})
+	sub := map[string]any{"x402_version": 2, "resource": resource, "requirements": submitted}
+	if p.Nonce != "" {
+		sub["payment_payload"] = map[string]any{"x402Version": 2, "payload": map[string]any{"authorization": map[string]any{"nonce": p.Nonce}}}
+	}
+	add("x402.payment.submitted", 360*time.Millisecond, sub)
 	switch p.Outcome {
 	case "settled":
 		var settle any = map[string]any{"success": true, "transaction": fmt.Sprintf("0x%064x", r.seq), "network": p.Network}

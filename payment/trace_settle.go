@@ -1,0 +1,364 @@
+package payment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/big"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+)
+
+// TraceSettleGrace is how long after an authorization's validBefore a
+// settlement event of the Trace may be dated and still be bound to it by
+// its terms: the chain refuses the transfer after validBefore, and the
+// settlement answer reaches the recorder a little later.
+const TraceSettleGrace = 10 * time.Minute
+
+// traceState is what the Authorizer remembers of the Trace between sweeps:
+// each run file read (by its size, time and inode), and the listing swept
+// last, so that a sweep over an unchanged Trace reads nothing.
+type traceState struct {
+	mu   sync.Mutex
+	runs map[string]cachedRun
+	fp   string
+}
+
+type cachedRun struct {
+	size int64
+	mod  time.Time
+	ino  uint64
+	run  traceRun
+}
+
+// TraceSweep says what one reading of the Trace did.
+type TraceSweep struct {
+	// Recorded are the nonces whose settlement was recorded from the Trace.
+	Recorded []string
+	// Ambiguous are the authorizations a settlement of the Trace could be
+	// the payment of by its terms, but not uniquely: none was bound, each
+	// with why.
+	Ambiguous []string
+	// Unreadable are settlement events of an authorization that could not
+	// be read as a settlement answer, each with why.
+	Unreadable []string
+}
+
+// SettleFromTrace reads the recorder's settlement events and records each
+// one bound to an authorization this server signed and nobody settled yet,
+// through the path record_receipt takes (the same checks, receipt, ledger
+// release and settled line). A settlement is bound by the authorization's
+// nonce when an event of its operation carries it; else by its terms —
+// payer, payee, amount, asset, network and resource, dated from the
+// signature to TraceSettleGrace after validBefore — when exactly one
+// transaction of the Trace fits exactly one authorization. A Trace
+// settlement with a finding keeps the hold.
+//
+// It runs at the start of authorize_payment (a decision that reads the
+// Trace) and does nothing when the Trace is unchanged since the last sweep.
+// One sweep runs at a time; a second caller meanwhile goes on without one.
+func (a *Authorizer) SettleFromTrace(ctx context.Context) (TraceSweep, error) {
+	var sw TraceSweep
+	if a.cfg.Events == nil {
+		return sw, nil
+	}
+	st := a.trace
+	if !st.mu.TryLock() {
+		return sw, nil
+	}
+	defer st.mu.Unlock()
+	if !a.cfg.Events.Exists() {
+		return sw, nil
+	}
+	entries, err := a.cfg.Events.ReadDir()
+	if err != nil {
+		return sw, fmt.Errorf("list the Trace's runs: %w", err)
+	}
+	var fp strings.Builder
+	runs := map[string]traceRun{}
+	seen := map[string]bool{}
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name, ".ndjson")
+		if !ok || !e.Regular() {
+			continue
+		}
+		fmt.Fprintf(&fp, "%s\x00%d\x00%d\x00%d\n", e.Name, e.Size, e.ModTime.UnixNano(), e.Ino)
+		seen[e.Name] = true
+		if c, ok := st.runs[e.Name]; ok && c.size == e.Size && c.mod.Equal(e.ModTime) && c.ino == e.Ino {
+			runs[name] = c.run
+			continue
+		}
+		f, err := a.cfg.Events.Open(e.Name)
+		if err != nil {
+			return sw, fmt.Errorf("open the Trace's run %s: %w", name, err)
+		}
+		r, err := readTraceRun(f, name)
+		f.Close()
+		if err != nil {
+			return sw, err
+		}
+		st.runs[e.Name] = cachedRun{size: e.Size, mod: e.ModTime, ino: e.Ino, run: r}
+		runs[name] = r
+	}
+	for n := range st.runs {
+		if !seen[n] {
+			delete(st.runs, n)
+		}
+	}
+	if fp.String() == st.fp {
+		return sw, nil
+	}
+	auths, err := a.cfg.Engine.Authorizations(ctx)
+	if err != nil {
+		return sw, err
+	}
+	settled, err := a.cfg.Engine.Settlements(ctx)
+	if err != nil {
+		return sw, err
+	}
+	done := map[string]bool{}
+	txs := map[string]string{}
+	for _, s := range settled {
+		done[strings.ToLower(s.Nonce)] = true
+		txs[strings.ToLower(s.Transaction)] = strings.ToLower(s.Nonce)
+	}
+	var pending []reviewlog.AuthorizedLine
+	for _, au := range auths {
+		if !done[strings.ToLower(au.Nonce)] {
+			pending = append(pending, au)
+		}
+	}
+	bindings, amb := bindTrace(pending, runs, txs)
+	sw.Ambiguous = amb
+	complete := true
+	for _, b := range bindings {
+		s, err := x402.ParseSettlement(b.ev.Settle)
+		if err != nil {
+			sw.Unreadable = append(sw.Unreadable, fmt.Sprintf("authorization %s: the Trace's settlement (run %s, line %d) %s", b.auth.Nonce, b.ev.Run, b.ev.Line, err))
+			continue
+		}
+		ref := &reviewlog.TraceRef{Run: b.ev.Run, Operation: b.ev.Operation, Line: b.ev.Line, Event: b.ev.Event, OccurredAt: b.ev.OccurredAt, Binding: b.by}
+		_, err = a.record(ctx, settleInput{caller: b.auth.Caller, auth: b.auth, st: s, rcpt: s.Receipt, source: reviewlog.SourceTrace, trace: ref,
+			findings: b.findings})
+		var refused *RefusedError
+		switch {
+		case err == nil:
+			sw.Recorded = append(sw.Recorded, strings.ToLower(b.auth.Nonce))
+		case errors.As(err, &refused):
+			// The agent settled it meanwhile, or the ledger refuses it:
+			// said, and not asked again until the Trace changes.
+			sw.Unreadable = append(sw.Unreadable, fmt.Sprintf("authorization %s: %s", b.auth.Nonce, refused.Message))
+		default:
+			complete = false
+			a.cfg.Logger.Warn("a settlement of the Trace could not be recorded; it is read again at the next authorize_payment",
+				"nonce", b.auth.Nonce, "run", b.ev.Run, "line", b.ev.Line, "err", err)
+		}
+	}
+	for _, m := range sw.Ambiguous {
+		a.cfg.Logger.Info("a settlement of the Trace is not bound to an authorization", "why", m)
+	}
+	for _, m := range sw.Unreadable {
+		a.cfg.Logger.Warn("a settlement of the Trace is not recorded", "why", m)
+	}
+	if complete {
+		st.fp = fp.String()
+	}
+	return sw, nil
+}
+
+type traceBinding struct {
+	auth     reviewlog.AuthorizedLine
+	ev       traceSettlement
+	by       string
+	findings []string
+}
+
+type runOp struct{ run, op string }
+
+// bindTrace binds the Trace's settlement events to pending authorizations:
+// by nonce first, then by terms where unique. txs maps each transaction
+// already recorded to the nonce it settled.
+func bindTrace(pending []reviewlog.AuthorizedLine, runs map[string]traceRun, txs map[string]string) ([]traceBinding, []string) {
+	names := make([]string, 0, len(runs))
+	for n := range runs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	byNonce := map[string][]runOp{}
+	withNonce := map[runOp]bool{}
+	var all []traceSettlement
+	for _, n := range names {
+		r := runs[n]
+		for op, ns := range r.Nonces {
+			for _, nonce := range ns {
+				byNonce[nonce] = append(byNonce[nonce], runOp{n, op})
+			}
+			withNonce[runOp{n, op}] = true
+		}
+		all = append(all, r.Settlements...)
+	}
+	sort.SliceStable(all, func(i, j int) bool {
+		if !all[i].At.Equal(all[j].At) {
+			return all[i].At.Before(all[j].At)
+		}
+		if all[i].Run != all[j].Run {
+			return all[i].Run < all[j].Run
+		}
+		return all[i].Line < all[j].Line
+	})
+	var out []traceBinding
+	var ambiguous []string
+	// fits[tx] are the authorizations a terms-matched transaction fits.
+	type fit struct {
+		auth reviewlog.AuthorizedLine
+		ev   traceSettlement
+	}
+	fits := map[string][]fit{}
+	authTxs := map[string]map[string]bool{}
+	// A transaction bound by a nonce is no candidate for another
+	// authorization's terms.
+	boundTx := map[string]bool{}
+	for _, au := range pending {
+		for _, ro := range byNonce[strings.ToLower(au.Nonce)] {
+			for _, ev := range all {
+				if ev.Run == ro.run && ev.Operation == ro.op {
+					boundTx[strings.ToLower(txOf(ev))] = true
+				}
+			}
+		}
+	}
+	for _, au := range pending {
+		nonce := strings.ToLower(au.Nonce)
+		if ops, ok := byNonce[nonce]; ok {
+			var evs []traceSettlement
+			for _, ev := range all {
+				for _, ro := range ops {
+					if ev.Run == ro.run && ev.Operation == ro.op {
+						evs = append(evs, ev)
+					}
+				}
+			}
+			if len(evs) == 0 {
+				continue // its operation has not settled yet
+			}
+			ev := evs[0]
+			findings := eventFindings(ev, au)
+			tx := strings.ToLower(txOf(ev))
+			for _, o := range evs[1:] {
+				if ot := strings.ToLower(txOf(o)); ot != tx {
+					findings = append(findings, fmt.Sprintf("transaction: the Trace's settlements of this nonce name %s (run %s, line %d) and %s (run %s, line %d)",
+						clip(tx), ev.Run, ev.Line, clip(ot), o.Run, o.Line))
+					break
+				}
+			}
+			if other, ok := txs[tx]; ok && tx != "" {
+				findings = append(findings, fmt.Sprintf("transaction: %s is already recorded as the settlement of authorization %s", clip(tx), other))
+			}
+			out = append(out, traceBinding{auth: au, ev: ev, by: "nonce", findings: findings})
+			continue
+		}
+		if au.Resource == "" {
+			continue // no resource to bind its terms by
+		}
+		vb, ok := unixTime(au.ValidBefore)
+		signed, err := time.Parse(time.RFC3339Nano, au.At)
+		if !ok || err != nil {
+			continue
+		}
+		for _, ev := range all {
+			tx := strings.ToLower(txOf(ev))
+			if withNonce[runOp{ev.Run, ev.Operation}] || tx == "" || txs[tx] != "" || boundTx[tx] || ev.At.Before(signed) || ev.At.After(vb.Add(TraceSettleGrace)) ||
+				len(eventFindings(ev, au)) > 0 || !strings.EqualFold(payerOf(ev), au.From) || ev.Resource == "" {
+				continue
+			}
+			if authTxs[nonce] == nil {
+				authTxs[nonce] = map[string]bool{}
+			}
+			if !authTxs[nonce][tx] {
+				authTxs[nonce][tx] = true
+				fits[tx] = append(fits[tx], fit{au, ev})
+			}
+		}
+	}
+	var txList []string
+	for tx := range fits {
+		txList = append(txList, tx)
+	}
+	sort.Strings(txList)
+	for _, tx := range txList {
+		f := fits[tx]
+		nonce := strings.ToLower(f[0].auth.Nonce)
+		switch {
+		case len(f) > 1:
+			var ns []string
+			for _, x := range f {
+				ns = append(ns, x.auth.Nonce)
+			}
+			ambiguous = append(ambiguous, fmt.Sprintf("the Trace's settlement %s (run %s, line %d) has the terms of %d authorizations (%s): none is bound; hand the settlement in with record_receipt",
+				tx, f[0].ev.Run, f[0].ev.Line, len(f), strings.Join(ns, ", ")))
+		case len(authTxs[nonce]) > 1:
+			ambiguous = append(ambiguous, fmt.Sprintf("authorization %s has the terms of %d settlements of the Trace: none is bound; hand the settlement in with record_receipt",
+				f[0].auth.Nonce, len(authTxs[nonce])))
+			delete(authTxs, nonce) // said once
+		case len(authTxs[nonce]) == 1:
+			out = append(out, traceBinding{auth: f[0].auth, ev: f[0].ev, by: "terms"})
+		}
+	}
+	return out, ambiguous
+}
+
+// eventFindings compares the terms a settlement event names with the
+// authorization's: each difference names the field.
+func eventFindings(ev traceSettlement, au reviewlog.AuthorizedLine) []string {
+	var out []string
+	where := fmt.Sprintf("the Trace's settlement (run %s, line %d)", ev.Run, ev.Line)
+	if !strings.EqualFold(ev.PayTo, au.To) {
+		out = append(out, fmt.Sprintf("payTo: %s pays %q, the authorization %s", where, clip(ev.PayTo), au.To))
+	}
+	if a, ok := new(big.Int).SetString(ev.Amount, 10); !ok || a.String() != au.Value {
+		out = append(out, fmt.Sprintf("amount: %s names %q atomic units, the authorization %s", where, clip(ev.Amount), au.Value))
+	}
+	if !strings.EqualFold(ev.Asset, au.Token) {
+		out = append(out, fmt.Sprintf("asset: %s names %q, the authorization %s", where, clip(ev.Asset), au.Token))
+	}
+	if n, err := guard.NetworkCAIP2(ev.Network); err != nil || n != au.Network {
+		out = append(out, fmt.Sprintf("network: %s names %q for the requirements, the authorization %s", where, clip(ev.Network), au.Network))
+	}
+	if au.Resource != "" && ev.Resource != "" && !x402.SameResource(au.Resource, ev.Resource) {
+		out = append(out, fmt.Sprintf("resource: %s is for %q, the authorization paid for %q", where, clip(ev.Resource), clip(au.Resource)))
+	}
+	if signed, err := time.Parse(time.RFC3339Nano, au.At); err == nil && ev.At.Before(signed) {
+		out = append(out, fmt.Sprintf("occurred_at: %s is dated %s, before the authorization was signed (%s)", where, clip(ev.OccurredAt), au.At))
+	}
+	return out
+}
+
+func txOf(ev traceSettlement) string {
+	s, err := x402.ParseSettlement(ev.Settle)
+	if err != nil {
+		return ""
+	}
+	return s.Transaction
+}
+
+func payerOf(ev traceSettlement) string {
+	s, err := x402.ParseSettlement(ev.Settle)
+	if err != nil {
+		return ""
+	}
+	return s.Payer
+}
+
+func unixTime(s string) (time.Time, bool) {
+	n, ok := new(big.Int).SetString(s, 10)
+	if !ok || !n.IsInt64() {
+		return time.Time{}, false
+	}
+	return time.Unix(n.Int64(), 0), true
+}

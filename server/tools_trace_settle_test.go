@@ -1,0 +1,130 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/filestore"
+)
+
+// traceEvents writes a run file of the recorder's events: for each
+// payment, the payment the client submitted (with the EIP-3009 nonce when
+// given, as a recorder that writes the payment payload does) and the
+// settlement answer it got.
+type tracePayment struct {
+	op, url, payTo, amount, nonce, tx, payer string
+}
+
+func writeTraceRun(t *testing.T, dir, run string, ps ...tracePayment) {
+	t.Helper()
+	var b strings.Builder
+	at := time.Now().UTC()
+	for i, p := range ps {
+		req := map[string]any{"scheme": "exact", "network": "base", "asset": "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913", "amount": p.amount,
+			"pay_to": p.payTo, "max_timeout_seconds": 120}
+		res := map[string]any{"url": p.url}
+		submitted := map[string]any{"x402_version": 2, "resource": res, "requirements": req}
+		if p.nonce != "" {
+			submitted["payment_payload"] = map[string]any{"payload": map[string]any{"authorization": map[string]any{"nonce": p.nonce}}}
+		}
+		for j, ev := range []struct {
+			typ     string
+			payload map[string]any
+		}{
+			{"x402.payment.submitted", submitted},
+			{"x402.payment.responded", map[string]any{"x402_version": 2, "resource": res, "requirements": req,
+				"settle": map[string]any{"success": true, "transaction": p.tx, "network": "base", "payer": p.payer}}},
+		} {
+			line, _ := json.Marshal(map[string]any{"event_id": p.op + "-" + ev.typ, "event_type": ev.typ, "occurred_at": at.Add(time.Duration(i*2+j) * time.Millisecond).Format("2006-01-02T15:04:05.000Z"),
+				"seq": i*2 + j, "adapter": "trace-x402", "role": "client", "context_id": p.op, "payload": ev.payload})
+			b.Write(line)
+			b.WriteByte('\n')
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "events", run+".ndjson"), []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The recorder's settlement events are bound to the authorizations this
+// server signed, by nonce or by their terms, and recorded as record_receipt
+// records the agent's (receipt, settled line, source "trace"); one whose
+// terms differ from the authorization is a finding and keeps the hold.
+func TestTraceSettlementsAreRecorded(t *testing.T) {
+	pol, err := guard.ParseConfig([]byte(`{"reviewAbove":"100.00","maxOpenPartialPerCounterparty":0}`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	s := newPolicyServer(t, dir, 0, pol)
+	const (
+		p1 = "0x1111111111111111111111111111111111111111"
+		p2 = "0x2222222222222222222222222222222222222222"
+		p3 = "0x3333333333333333333333333333333333333333"
+		p9 = "0x9999999999999999999999999999999999999999"
+	)
+	pay := func(url, amount, payTo string) authorizeAnswer {
+		t.Helper()
+		a := authorize(t, s, map[string]any{"payment_required": paymentRequiredAt(url, amount, payTo), "resource": url})
+		if a.Decision != "allow" || a.Authorization == nil {
+			t.Fatalf("pay %s: %+v", url, a)
+		}
+		return a
+	}
+	a1 := pay("https://one.example/r", "250000", p1)
+	a2 := pay("https://two.example/r", "260000", p2)
+	a3 := pay("https://three.example/r", "270000", p3)
+	payer := a1.Authorization.Payer
+	tx := func(c string) string { return "0x" + strings.Repeat(c, 64) }
+	writeTraceRun(t, dir, "run-trace",
+		// bound by its nonce, terms equal
+		tracePayment{"op-1", "https://one.example/r", p1, "250000", a1.Authorization.Nonce, tx("1"), payer},
+		// bound by its nonce, the amount differs: a finding, the hold kept
+		tracePayment{"op-2", "https://two.example/r", p2, "200000", a2.Authorization.Nonce, tx("2"), payer},
+		// no nonce: bound by its terms (payer, payee, amount, asset,
+		// network, resource, in the validity)
+		tracePayment{"op-3", "https://three.example/r", p3, "270000", "", tx("3"), payer})
+	// The next authorize_payment reads the Trace first.
+	pay("https://nine.example/r", "10000", p9)
+	sts, err := reviewlog.OpenStore(filestore.New(openRoot(t, dir)), reviewlog.Options{}).Settlements(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]reviewlog.SettledLine{}
+	for _, st := range sts {
+		got[st.Nonce] = st
+	}
+	if len(sts) != 3 {
+		t.Fatalf("%d settlements recorded, want 3: %+v", len(sts), sts)
+	}
+	s1, s2, s3 := got[a1.Authorization.Nonce], got[a2.Authorization.Nonce], got[a3.Authorization.Nonce]
+	if s1.Source != reviewlog.SourceTrace || s1.Trace == nil || s1.Trace.Binding != "nonce" || s1.Trace.Run != "run-trace" || s1.Trace.Operation != "op-1" ||
+		s1.Transaction != tx("1") || len(s1.Findings) != 0 || s1.HoldKept || s1.Receipt == "" || s1.Caller != "test-agent" {
+		t.Fatalf("the nonce-bound settlement: %+v %+v", s1, s1.Trace)
+	}
+	if s2.Trace == nil || s2.Trace.Binding != "nonce" || !s2.HoldKept || len(s2.Findings) != 1 || !strings.Contains(s2.Findings[0], `amount: the Trace's settlement (run run-trace, line 4) names "200000" atomic units, the authorization 260000`) {
+		t.Fatalf("the settlement of other terms: %+v", s2)
+	}
+	if s3.Trace == nil || s3.Trace.Binding != "terms" || s3.Trace.Operation != "op-3" || len(s3.Findings) != 0 || s3.HoldKept {
+		t.Fatalf("the terms-bound settlement: %+v %+v", s3, s3.Trace)
+	}
+	// The hold of the authorization whose Trace settlement disagrees still
+	// counts as open: the next payment to its payee is reviewed for it.
+	if a, rules := hasRule(t, s, map[string]any{"payment_required": paymentRequiredAt("https://two.example/r2", "260000", p2), "resource": "https://two.example/r2"}); a.Decision != "review" || !strings.Contains(strings.Join(rules, ","), guard.RuleOpenPartial) {
+		t.Fatalf("a Trace settlement with a finding released the hold: %s %v", a.Decision, rules)
+	}
+	// The agent's record_receipt of a nonce the Trace settled is refused,
+	// naming the source.
+	isErr, text, _ := callTool(t, s, "record_receipt", map[string]any{"nonce": a1.Authorization.Nonce, "payment_response": map[string]any{
+		"success": true, "transaction": tx("1"), "network": "eip155:8453", "payer": payer}})
+	if !isErr || !strings.Contains(text, "was settled at") {
+		t.Fatalf("a second settlement: %v %s", isErr, text)
+	}
+}
