@@ -287,18 +287,17 @@ func chainDigests(ctx context.Context, s Store) (map[string]streamDigest, error)
 			if err != nil {
 				return fmt.Errorf("chain %s: %w", c.ID, err)
 			}
-			if res.Count > 0 && res.Verdict != noa.Valid {
-				return fmt.Errorf("%w: chain %s: %s", ErrChainInvalid, c.ID, res.Line())
-			}
 			segs, err := ChainSegments(ctx, r, c.ID)
 			if err != nil {
 				return err
 			}
+			var total int64
 			for i, sg := range segs {
 				d, size, err := digest(ctx, func() (Stream, error) { return r.Segment(ctx, sg.File) })
 				if err != nil {
 					return err
 				}
+				total += size
 				if size == 0 {
 					continue // a segment whose first write did not finish: not copied
 				}
@@ -307,6 +306,12 @@ func chainDigests(ctx context.Context, s Store) (map[string]streamDigest, error)
 					d.receipts = res.Count
 				}
 				out[ReceiptsDir+"/"+sg.File] = d
+			}
+			// Only a chain with no bytes at all is empty: one whose first
+			// receipt cannot be read verifies no receipt (a count of 0)
+			// and is refused like any other.
+			if total > 0 && res.Verdict != noa.Valid {
+				return fmt.Errorf("%w: chain %s: %s", ErrChainInvalid, c.ID, res.Line())
 			}
 		}
 		d, _, err := digest(ctx, func() (Stream, error) { return r.Log(ctx) })

@@ -36,6 +36,7 @@ func segDraft(i int) noa.Draft {
 // segGuard is a guard/ directory and a signer.
 type segGuard struct {
 	path string
+	root *confined.Dir
 	g    *confined.Dir
 	s    noa.Signer
 }
@@ -57,7 +58,7 @@ func newSegGuard(t *testing.T) segGuard {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { g.Close() })
-	return segGuard{path: filepath.Join(dir, reviewlog.DirName), g: g, s: noa.NewKeySigner(key)}
+	return segGuard{path: filepath.Join(dir, reviewlog.DirName), root: root, g: g, s: noa.NewKeySigner(key)}
 }
 
 func (sg segGuard) r() reviewlog.Reader {
