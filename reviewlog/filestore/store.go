@@ -13,6 +13,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -215,6 +216,12 @@ func (r *fileReader) Archive(ctx context.Context, name string) (reviewlog.Stream
 
 type fileWriter struct {
 	fileReader
+	// segs is the chains' listing read in this section (listed: read),
+	// which nothing but the section's own AppendSegment changes: a
+	// decision lists them for its catch-up, its receipt index and its
+	// numbering, and the directory is read once.
+	segs   []reviewlog.StreamInfo
+	listed bool
 	// ledgerEnd is where the ledger ended before this section appended
 	// to it (-1: it did not).
 	ledgerEnd int64
@@ -232,7 +239,20 @@ func (w *fileWriter) AppendLog(ctx context.Context, data []byte) error {
 	return nil
 }
 
+// Segments lists the chains' segments once a section, until it appends.
+func (w *fileWriter) Segments(ctx context.Context) ([]reviewlog.StreamInfo, error) {
+	if !w.listed {
+		segs, err := w.fileReader.Segments(ctx)
+		if err != nil {
+			return nil, err
+		}
+		w.segs, w.listed = segs, true
+	}
+	return slices.Clone(w.segs), nil
+}
+
 func (w *fileWriter) AppendSegment(ctx context.Context, file string, end int64, data []byte) error {
+	w.listed = false
 	dir, err := w.g.MkdirAll(reviewlog.ReceiptsDir, 0o700)
 	if err != nil {
 		return fmt.Errorf("receipts directory: %w", err)
