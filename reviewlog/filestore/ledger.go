@@ -155,6 +155,11 @@ func (l *fileLedger) Append(ctx context.Context, at ledger.Pos, lines [][]byte) 
 	if at.Lane != 0 && !(reviewlog.IsBulk(ctx) && at.Lane > 0 && at.Lane < ledger.Lanes) {
 		return fmt.Errorf("the file store appends to ledger lane 0, not %d (other lanes only in a copy)", at.Lane)
 	}
+	// What the section wrote before (a receipt a release is bound to)
+	// reaches the disk first.
+	if err := l.w.syncPending(); err != nil {
+		return err
+	}
 	f, err := l.w.g.OpenFile(LedgerLaneFile(at.Lane), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return fmt.Errorf("open the ledger: %w", err)
@@ -196,6 +201,7 @@ func (l *fileLedger) Append(ctx context.Context, at ledger.Pos, lines [][]byte) 
 		_ = f.Truncate(at.Off)
 		return fmt.Errorf("sync the ledger %s: %w", l.w.Locate(LedgerFile), err)
 	}
+	l.w.heard(LedgerLaneFile(at.Lane))
 	return nil
 }
 

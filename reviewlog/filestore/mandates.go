@@ -66,6 +66,9 @@ func (w *fileWriter) AppendMandate(ctx context.Context, n int, line []byte) erro
 	if bytes.IndexByte(line, '\n') >= 0 {
 		return fmt.Errorf("%w: a mandate record is one line", reviewlog.ErrBadInput)
 	}
+	if err := w.syncPending(); err != nil {
+		return err
+	}
 	f, err := w.g.OpenFile(MandatesFile, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return fmt.Errorf("open the mandate records: %w", err)

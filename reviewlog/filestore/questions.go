@@ -13,11 +13,12 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 )
 
-// KeepQuestion appends a decision's question to guard/questions.ndjson and
-// syncs it, inside the section's flock and after the decision's receipt:
-// a crash between the two leaves a receipt whose question is not kept
-// (a replay counts it as such), never a question without its receipt that
-// a replay would trust — a question is replayed only with its receipt.
+// KeepQuestion appends a decision's question to guard/questions.ndjson,
+// inside the section's flock and after the decision's receipt, synced with
+// the receipt at the section's end: a crash may leave a receipt whose
+// question is not kept (a replay counts it as such) or a question without
+// its receipt, which a replay never trusts — a question is replayed only
+// with its receipt.
 func (w *fileWriter) KeepQuestion(ctx context.Context, receipt string, line []byte) error {
 	if bytes.IndexByte(line, '\n') >= 0 || len(line) == 0 || len(line) > reviewlog.MaxQuestionLine {
 		return fmt.Errorf("the question of receipt %s is not one line of at most %d bytes", receipt, reviewlog.MaxQuestionLine)
@@ -26,7 +27,12 @@ func (w *fileWriter) KeepQuestion(ctx context.Context, receipt string, line []by
 	if err != nil {
 		return fmt.Errorf("open %s: %w", w.Locate(reviewlog.QuestionsFile), err)
 	}
-	defer f.Close()
+	keep := false
+	defer func() {
+		if !keep {
+			f.Close()
+		}
+	}()
 	st, err := f.Stat()
 	if err != nil {
 		return err
@@ -34,13 +40,18 @@ func (w *fileWriter) KeepQuestion(ctx context.Context, receipt string, line []by
 	end := st.Size()
 	if end > 0 {
 		// A torn tail (a writer killed mid-line) is cut off: the line
-		// appended now must start a line of its own.
-		n := min(end, int64(reviewlog.MaxQuestionLine)+1)
-		tail := make([]byte, n)
-		if _, err := f.ReadAt(tail, end-n); err != nil && !errors.Is(err, io.EOF) {
+		// appended now must start a line of its own. The last byte says
+		// whether there is one; only then is the tail read.
+		last := make([]byte, 1)
+		if _, err := f.ReadAt(last, end-1); err != nil {
 			return fmt.Errorf("read the end of %s: %w", w.Locate(reviewlog.QuestionsFile), err)
 		}
-		if tail[n-1] != '\n' {
+		if last[0] != '\n' {
+			n := min(end, int64(reviewlog.MaxQuestionLine)+1)
+			tail := make([]byte, n)
+			if _, err := f.ReadAt(tail, end-n); err != nil && !errors.Is(err, io.EOF) {
+				return fmt.Errorf("read the end of %s: %w", w.Locate(reviewlog.QuestionsFile), err)
+			}
 			end -= n - int64(bytes.LastIndexByte(tail, '\n')+1)
 		}
 	}
@@ -52,9 +63,8 @@ func (w *fileWriter) KeepQuestion(ctx context.Context, receipt string, line []by
 	if err := f.Truncate(end + int64(len(buf))); err != nil {
 		return fmt.Errorf("append to %s: %w", w.Locate(reviewlog.QuestionsFile), err)
 	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", w.Locate(reviewlog.QuestionsFile), err)
-	}
+	keep = true
+	w.deferSync(reviewlog.QuestionsFile, f, end)
 	return nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -38,6 +39,9 @@ const maxKeyring = 1 << 20
 // of a review the log never opened (audit reports it), never the reverse.
 type Store struct {
 	root *confined.Dir
+	// synced, when set (by this package's tests), hears the name of every
+	// file a section has synced, in the order the syncs completed.
+	synced func(name string)
 }
 
 // New is the store under root's guard/ (created on the first write).
@@ -89,6 +93,9 @@ func (s *Store) Locked(ctx context.Context, wait time.Duration, fn func(w review
 	defer f.Close()
 	w := &fileWriter{fileReader: fileReader{s: s, g: g, log: f}, ledgerEnd: -1}
 	err = fn(w)
+	if serr := w.syncPending(); serr != nil && err == nil {
+		err = serr
+	}
 	if err != nil {
 		// Nothing of a failed section counts: its ledger entries go too
 		// (a crash instead leaves them, counted, never a receipt without
@@ -225,9 +232,91 @@ type fileWriter struct {
 	// ledgerEnd is where the ledger ended before this section appended
 	// to it (-1: it did not).
 	ledgerEnd int64
+	// pending are the files this section appended to whose sync waits
+	// for the section's end, or for the next write that must reach the
+	// disk after them (see deferSync).
+	pending []pendingSync
+}
+
+// pendingSync is a file appended to in a section, not yet synced, and
+// where the section found its end.
+type pendingSync struct {
+	name  string
+	f     *os.File
+	start int64
+}
+
+// deferSync keeps f, appended to from start on, to be synced with the
+// others at the section's end: a decision's receipt and its question
+// reach the disk in one wait instead of two. f is owned by the writer
+// from now on. What must be on disk before something else — the ledger
+// entry before the receipt it stands for, a receipt before the release
+// bound to it, the terms receipt before the review log's line — is kept
+// so by syncPending at the start of every write that syncs at once.
+func (w *fileWriter) deferSync(name string, f *os.File, start int64) {
+	for _, p := range w.pending {
+		if p.name == name {
+			// Already waiting (from an earlier start): one sync covers both.
+			f.Close()
+			return
+		}
+	}
+	w.pending = append(w.pending, pendingSync{name: name, f: f, start: start})
+}
+
+// heard tells the test hook that name was synced.
+func (w *fileWriter) heard(name string) {
+	if w.s.synced != nil {
+		w.s.synced(name)
+	}
+}
+
+// syncPending syncs every file deferSync kept, at once, and closes them.
+// When one fails, what the section appended to each is cut off again
+// (best effort) and the section fails: an answer not durable is not
+// given.
+func (w *fileWriter) syncPending() error {
+	if len(w.pending) == 0 {
+		return nil
+	}
+	pend := w.pending
+	w.pending = nil
+	errs := make([]error, len(pend))
+	if len(pend) == 1 {
+		errs[0] = pend[0].f.Sync()
+	} else {
+		var wg sync.WaitGroup
+		for i, p := range pend {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = p.f.Sync()
+			}()
+		}
+		wg.Wait()
+	}
+	var failed error
+	for i, p := range pend {
+		if errs[i] != nil && failed == nil {
+			failed = fmt.Errorf("sync %s: %w", w.Locate(p.name), errs[i])
+		}
+		if errs[i] == nil {
+			w.heard(p.name)
+		}
+	}
+	for _, p := range pend {
+		if failed != nil && p.f.Truncate(p.start) == nil {
+			_ = p.f.Sync()
+		}
+		p.f.Close()
+	}
+	return failed
 }
 
 func (w *fileWriter) AppendLog(ctx context.Context, data []byte) error {
+	if err := w.syncPending(); err != nil {
+		return err
+	}
 	// One write of whole lines: a reader never sees half of it except as
 	// a torn tail, which the fold skips.
 	if _, err := w.log.Write(data); err != nil {
@@ -236,6 +325,7 @@ func (w *fileWriter) AppendLog(ctx context.Context, data []byte) error {
 	if err := w.log.Sync(); err != nil {
 		return fmt.Errorf("sync %s: %w", w.Locate(reviewlog.FileName), err)
 	}
+	w.heard(reviewlog.FileName)
 	return nil
 }
 
@@ -262,21 +352,23 @@ func (w *fileWriter) AppendSegment(ctx context.Context, file string, end int64, 
 	if err != nil {
 		return fmt.Errorf("chain file: %w", err)
 	}
-	defer f.Close()
 	if err := f.Truncate(end); err != nil {
+		f.Close()
 		return fmt.Errorf("drop torn tail: %w", err)
 	}
 	if _, err := f.WriteAt(data, end); err != nil {
 		_ = f.Truncate(end)
+		f.Close()
 		return fmt.Errorf("append: %w", err)
 	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync: %w", err)
-	}
+	w.deferSync(reviewlog.ReceiptsDir+"/"+file, f, end)
 	return nil
 }
 
 func (w *fileWriter) AddKey(ctx context.Context, kid, spki string) error {
+	if err := w.syncPending(); err != nil {
+		return err
+	}
 	kr, err := ReadKeyring(w.g)
 	if err != nil {
 		return err
@@ -293,6 +385,9 @@ func (w *fileWriter) AddKey(ctx context.Context, kid, spki string) error {
 // crash leaves the reviews in both files (audit reads each once), never in
 // none.
 func (w *fileWriter) ReplaceLog(ctx context.Context, name string, archived, kept []byte) error {
+	if err := w.syncPending(); err != nil {
+		return err
+	}
 	if err := w.g.WriteFileAtomic(name, archived, 0o600); err != nil {
 		return fmt.Errorf("write the archive %s: %w", name, err)
 	}
@@ -401,6 +496,9 @@ func (r *fileReader) Policy(ctx context.Context) (reviewlog.PolicyRecord, bool, 
 }
 
 func (w *fileWriter) SetPolicy(ctx context.Context, rec reviewlog.PolicyRecord) error {
+	if err := w.syncPending(); err != nil {
+		return err
+	}
 	data, err := json.Marshal(rec)
 	if err != nil {
 		return err

@@ -1,0 +1,127 @@
+package filestore
+
+import (
+	"context"
+	"errors"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/ledger"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
+)
+
+// TestSectionSyncOrder: a section's receipts and questions are synced
+// together at its end, but whatever must be on disk before something else
+// still is: the ledger entry before the receipt it stands for, a receipt
+// before a ledger entry bound to it (a release), the terms receipt before
+// the review log's line. A crash between two syncs then leaves at worst an
+// entry counted, never a receipt without its entry.
+func TestSectionSyncOrder(t *testing.T) {
+	seg := reviewlog.ReceiptsDir + "/" + reviewlog.SegmentFile("decisions-haia-0123456789abcdef", 0)
+	type step func(t *testing.T, w reviewlog.Writer)
+	var off int64
+	entry := func(t *testing.T, w reviewlog.Writer) {
+		if err := w.LedgerAppender().Append(context.Background(), ledger.Pos{Lane: 0, Off: off}, [][]byte{[]byte(`{"entry":1}`)}); err != nil {
+			t.Fatal(err)
+		}
+		off += int64(len(`{"entry":1}`) + 1)
+	}
+	var segEnd int64
+	receipt := func(t *testing.T, w reviewlog.Writer) {
+		if err := w.AppendSegment(context.Background(), reviewlog.SegmentFile("decisions-haia-0123456789abcdef", 0), segEnd, []byte("{\"receipt\":1}\n")); err != nil {
+			t.Fatal(err)
+		}
+		segEnd += int64(len("{\"receipt\":1}\n"))
+	}
+	question := func(t *testing.T, w reviewlog.Writer) {
+		if err := w.(reviewlog.QuestionKeeper).KeepQuestion(context.Background(), "rcpt_1", []byte(`{"q":1}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	logLine := func(t *testing.T, w reviewlog.Writer) {
+		if err := w.AppendLog(context.Background(), []byte("{\"line\":1}\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []step
+		// each group's syncs complete before the next group's; within a
+		// group, in any order
+		want [][]string
+	}{
+		{"an allow: the entry, then its receipt and question together", []step{entry, receipt, question},
+			[][]string{{LedgerFile}, {seg, reviewlog.QuestionsFile}}},
+		{"a release: the outcome's receipt, then the entry bound to it", []step{receipt, entry},
+			[][]string{{seg}, {LedgerFile}}},
+		{"a review opened: the terms receipt, the log line, then the decision's receipt and question", []step{receipt, logLine, receipt, question},
+			[][]string{{seg}, {reviewlog.FileName}, {seg, reviewlog.QuestionsFile}}},
+		{"a plain decision: its receipt and question in one wait", []step{receipt, question},
+			[][]string{{seg, reviewlog.QuestionsFile}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sg := newSegGuard(t)
+			s := New(sg.root)
+			var got []string
+			s.synced = func(name string) { got = append(got, name) }
+			off, segEnd = 0, 0
+			err := s.Locked(context.Background(), time.Second, func(w reviewlog.Writer) error {
+				for _, st := range tc.steps {
+					st(t, w)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var flat []string
+			for _, g := range tc.want {
+				n := len(flat)
+				if len(got) < n+len(g) {
+					t.Fatalf("synced %v, want the groups %v", got, tc.want)
+				}
+				part := slices.Clone(got[n : n+len(g)])
+				slices.Sort(part)
+				want := slices.Clone(g)
+				slices.Sort(want)
+				if !slices.Equal(part, want) {
+					t.Fatalf("synced %v, want the groups %v", got, tc.want)
+				}
+				flat = append(flat, got[n:n+len(g)]...)
+			}
+			if len(flat) != len(got) {
+				t.Fatalf("synced %v, want the groups %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestFailedSectionKeepsItsReceipts: a section that fails after appending
+// a receipt has the receipt synced as before (only its ledger entries are
+// cut off), and the next section appends after it.
+func TestFailedSectionKeepsItsReceipts(t *testing.T) {
+	sg := newSegGuard(t)
+	s := New(sg.root)
+	var got []string
+	s.synced = func(name string) { got = append(got, name) }
+	boom := errors.New("boom")
+	file := reviewlog.SegmentFile("decisions-haia-0123456789abcdef", 0)
+	err := s.Locked(context.Background(), time.Second, func(w reviewlog.Writer) error {
+		if err := w.AppendSegment(context.Background(), file, 0, []byte("{\"receipt\":1}\n")); err != nil {
+			t.Fatal(err)
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0] != reviewlog.ReceiptsDir+"/"+file {
+		t.Fatalf("synced %v", got)
+	}
+	data, err := os.ReadFile(sg.path + "/" + reviewlog.ReceiptsDir + "/" + file)
+	if err != nil || string(data) != "{\"receipt\":1}\n" {
+		t.Fatalf("%q %v", data, err)
+	}
+}
