@@ -155,6 +155,7 @@ func TestX402OnChain(t *testing.T) {
 		return resp.StatusCode, resp.Header, body
 	}
 	signed, settled, refused := 0, 0, 0
+	var firstTx string
 	pay := func(path string) attempt {
 		t.Helper()
 		status, hdr, body := get(path, "")
@@ -186,13 +187,16 @@ func TestX402OnChain(t *testing.T) {
 			Transaction string `json:"transaction"`
 		}
 		json.Unmarshal(body, &served)
+		if settled == 1 {
+			firstTx = served.Transaction
+		}
 		rec, err := simrec.New(root, fmt.Sprintf("run-chain-%d", settled), time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := rec.Pay(simrec.Payment{OperationID: "op-1", URL: h.URL + path, PayTo: a.Accepted.PayTo, Amount: a.Accepted.Atomic,
-			Network: h.Network, Asset: h.Token, Outcome: "settled",
-			Settle: map[string]any{"success": true, "transaction": served.Transaction, "network": h.Network}}); err != nil {
+			Network: h.Network, Asset: h.Token, Outcome: "settled", Nonce: a.Authorization.Nonce,
+			Settle: map[string]any{"success": true, "transaction": served.Transaction, "network": h.Network, "payer": h.Payer}}); err != nil {
 			t.Fatal(err)
 		}
 		return at
@@ -251,6 +255,14 @@ func TestX402OnChain(t *testing.T) {
 	}
 	if _, errOut, code := runCLI(t, "review", "approve", big1.answer.ReviewID, "--dir", root, "--note", "one big payment"); code != 0 {
 		t.Fatalf("approve: %d %s", code, errOut)
+	}
+	// The settlement the recorder wrote for the first payment (the real
+	// transaction on the chain, the nonce in the payment sent) was read by
+	// the server at the next authorize_payment and recorded as the
+	// authorization's settlement.
+	if out, errOut, code := runCLI(t, "authorization", "show", sent.Payload.Authorization.Nonce, "--dir", root); code != 0 ||
+		!strings.Contains(out, "settlement     transaction "+strings.ToLower(firstTx)) || !strings.Contains(out, "settled by     the Trace: run run-chain-1, operation op-1") {
+		t.Fatalf("authorization show after the Trace settled it: %d\n%s%s", code, out, errOut)
 	}
 	big2 := pay("/big")
 	if big2.decision != "allow" || big2.status != http.StatusOK || big2.answer.ReviewID != big1.answer.ReviewID {
