@@ -144,65 +144,33 @@ func (a *Authorizer) Authorize(ctx context.Context, caller string, req Request) 
 	if _, err := a.SettleFromTrace(ctx); err != nil {
 		a.cfg.Logger.Warn("the Trace's settlements could not be read", "err", err)
 	}
-	pr, err := x402.ParseArgument(req.PaymentRequired)
-	if err != nil {
-		return Result{}, refusedf("%s; nothing was asked or signed", err)
-	}
 	pol := a.cfg.Engine.Policy().For(caller)
-	choice, skipped := x402.Select(pr, pol.Assets)
-	if len(skipped) == len(pr.Accepts) {
-		var b strings.Builder
-		for _, s := range skipped {
-			fmt.Fprintf(&b, "; accepts[%d]: %s", s.Index, s.Reason)
+	rd, err := read402(req.PaymentRequired, req.Resource, pol, a.cfg.Now(), func() error {
+		// What cannot settle is refused before the engine is asked, so that
+		// nothing is reserved for it.
+		if max := a.cfg.Engine.Policy().MaxAuthorizationSeconds; max > 0 && max < x402.MinAuthorizationSeconds {
+			return refusedf("the policy's maxAuthorizationSeconds is %d, and an authorization valid for less than %d seconds cannot settle (the official facilitator refuses a validBefore less than 6 s ahead when it verifies); the operator must raise it; nothing was asked or signed",
+				max, x402.MinAuthorizationSeconds)
 		}
-		return Result{}, refusedf("no entry of the seller's accepts can be paid exactly%s; nothing was asked or signed", b.String())
-	}
-	// What cannot settle is refused before the engine is asked, so that
-	// nothing is reserved for it.
-	if max := a.cfg.Engine.Policy().MaxAuthorizationSeconds; max > 0 && max < x402.MinAuthorizationSeconds {
-		return Result{}, refusedf("the policy's maxAuthorizationSeconds is %d, and an authorization valid for less than %d seconds cannot settle (the official facilitator refuses a validBefore less than 6 s ahead when it verifies); the operator must raise it; nothing was asked or signed",
-			max, x402.MinAuthorizationSeconds)
-	}
-	declared := pr.ResourceURL(choice)
-	if req.Resource != "" && declared != "" && !x402.SameResource(req.Resource, declared) {
-		return Result{}, refusedf("the seller's 402 declares the resource %q, not the %q you requested (scheme, host and path must agree, and a declared query must be the one requested); nothing was asked or signed", clip(declared), clip(req.Resource))
-	}
-	// Duplicates are judged on what the agent requested: the seller's
-	// declaration is its own to vary. It stays a second key, since the
-	// Trace records what sellers declare.
-	resource, sellerResource := req.Resource, declared
-	if resource == "" {
-		resource, sellerResource = declared, ""
-	}
-	host, err := sellerHost(req.Resource, declared)
+		return nil
+	})
 	if err != nil {
 		return Result{}, err
 	}
-	// The question check_before_pay asks with host and pay_to: the seller's
-	// host and the payee address are judged together, so that lists,
-	// limits and open payments bind a seller that names a new payTo in
-	// every 402.
+	pr, choice, resource, ev, offer := rd.pr, rd.choice, rd.Question.Resource, rd.Question.Offer, rd.Offer
 	// The validBefore is chosen before the engine is asked, and sealed
 	// with its hold: the authorization signed is valid no later, so that
 	// once it has passed the hold can be released if the asset contract
 	// says the nonce was never used.
-	// The seller's signed offer is checked before the engine is asked:
-	// the engine judges what was found (signed_offer), never the bytes.
-	oc := x402.CheckOffer(pr, choice, resource, a.cfg.Now().Unix(), pol.SellerKeyFor)
-	ev, offer := offerEvidence(oc, choice.Index)
 	maxSeconds := int64(a.cfg.Engine.Policy().MaxAuthorizationSeconds)
 	before := x402.ValidBeforeFor(choice, a.cfg.Now(), maxSeconds)
-	ans, err := a.cfg.Engine.AuthorizeTerms(ctx, caller, engine.Question{
-		Counterparty: host, PayTo: choice.PayTo.Lower(), Amount: choice.Amount(), Asset: choice.Asset.Key,
-		Resource: resource, SellerResource: sellerResource, Offer: ev,
-	}, engine.AuthorizationTerms{Payer: a.cfg.Signer.Address().Lower(), ValidBefore: time.Unix(before, 0),
+	ans, err := a.cfg.Engine.AuthorizeTerms(ctx, caller, rd.Question, engine.AuthorizationTerms{Payer: a.cfg.Signer.Address().Lower(), ValidBefore: time.Unix(before, 0),
 		Nonce: func(receiptID string) string { n := x402.NonceFor(receiptID); return "0x" + hex.EncodeToString(n[:]) }})
 	if err != nil {
 		return Result{}, err
 	}
 	res := Result{Decision: ans.Decision, Reasons: ans.Reasons, ReceiptID: ans.ReceiptID, ReviewID: ans.ReviewID, ReviewURL: ans.ReviewURL, Reservation: ans.Reservation,
-		Accepted: Accepted{Index: choice.Index, Network: choice.Network, Asset: choice.Asset.Key, Amount: choice.Amount(),
-			Atomic: choice.Atomic.String(), PayTo: choice.PayTo.Hex(), Host: host}, Offer: offer}
+		Accepted: rd.Accepted, Offer: offer}
 	if ans.Decision != guard.Allow {
 		return res, nil
 	}

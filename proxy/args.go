@@ -1,14 +1,18 @@
 package proxy
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"math/big"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/jcs"
+	"github.com/haia-trace-mcp/haia-trace-mcp/payment"
 )
 
 // maxArgBytes bounds a paying call's arguments.
@@ -30,7 +34,7 @@ func argErrorf(format string, a ...any) error { return &ArgError{Msg: fmt.Sprint
 // schema does not declare, and copies of a mapped name inside free-form
 // objects are all refused. What is forwarded is the JCS form of what was
 // read, and that is what the receipt's paramsHash covers.
-func (r *resolved) read(raw []byte, pol *guard.Config) (engine.Question, []byte, error) {
+func (r *resolved) read(raw []byte, pol *guard.Config, now time.Time) (engine.Question, []byte, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		raw = []byte("{}")
 	}
@@ -49,7 +53,22 @@ func (r *resolved) read(raw []byte, pol *guard.Config) (engine.Question, []byte,
 	if err := r.checkKeys(args, r.schema, nil, false); err != nil {
 		return engine.Question{}, nil, err
 	}
+	if r.m.PaymentRequired.Path != nil {
+		q, err := r.read402(args, pol, now)
+		if err != nil {
+			return engine.Question{}, nil, err
+		}
+		canon, err := jcs.Marshal(args)
+		if err != nil {
+			return engine.Question{}, nil, argErrorf("the arguments of %s cannot be put in canonical form: %s", r.tool, strings.TrimPrefix(err.Error(), "jcs: "))
+		}
+		return q, canon, nil
+	}
 	var q engine.Question
+	// A call that passes no 402 carries no signed offer: where the policy
+	// requires one from its counterparty (requireSignedOffers), it is
+	// review, as a 402 without offers is for authorize_payment.
+	q.Offer = &guard.OfferEvidence{}
 	cp, err := r.str(args, r.m.Counterparty, "counterparty")
 	if err != nil {
 		return engine.Question{}, nil, err
@@ -71,6 +90,49 @@ func (r *resolved) read(raw []byte, pol *guard.Config) (engine.Question, []byte,
 		return engine.Question{}, nil, argErrorf("the arguments of %s cannot be put in canonical form: %s", r.tool, strings.TrimPrefix(err.Error(), "jcs: "))
 	}
 	return q, canon, nil
+}
+
+// read402 reads the payment of a tool that passes the seller's 402 from
+// the 402 itself, with the reader authorize_payment uses (payment.ReadPaid):
+// the entry, the seller's host beside its payTo, and the seller's signed
+// offer for the entry, checked before the engine is asked.
+func (r *resolved) read402(args map[string]any, pol *guard.Config, now time.Time) (engine.Question, error) {
+	p := strings.Join(r.m.PaymentRequired.Path, ".")
+	v, ok := lookup(args, r.m.PaymentRequired.Path)
+	if !ok || v == nil {
+		return engine.Question{}, argErrorf("paying tool %s: the seller's 402 (argument %q) is missing; nothing was forwarded", r.tool, p)
+	}
+	var pr any
+	switch x := v.(type) {
+	case string:
+		pr = x
+	case map[string]any:
+		b, err := jcs.Marshal(x)
+		if err != nil {
+			return engine.Question{}, argErrorf("paying tool %s: the seller's 402 (argument %q) cannot be put in canonical form: %s; nothing was forwarded", r.tool, p, strings.TrimPrefix(err.Error(), "jcs: "))
+		}
+		pr = json.RawMessage(b)
+	default:
+		return engine.Question{}, argErrorf("paying tool %s: the seller's 402 (argument %q) must be the PaymentRequired object or the base64 value of its PAYMENT-REQUIRED header; nothing was forwarded", r.tool, p)
+	}
+	// The resource is optional beside a 402, as it is for
+	// authorize_payment: without it, the 402's declaration is judged.
+	resource := ""
+	if v, ok := lookup(args, r.m.Resource.Path); r.m.Resource.HasValue || r.m.Resource.Path != nil && ok && v != nil {
+		var err error
+		if resource, err = r.str(args, r.m.Resource, "resource"); err != nil {
+			return engine.Question{}, err
+		}
+	}
+	rd, err := payment.ReadPaid(pr, resource, pol, now)
+	if err != nil {
+		var refused *payment.RefusedError
+		if errors.As(err, &refused) {
+			return engine.Question{}, argErrorf("paying tool %s: the seller's 402 (argument %q): %s", r.tool, p, strings.Replace(refused.Message, "nothing was asked or signed", "nothing was forwarded", 1))
+		}
+		return engine.Question{}, err
+	}
+	return rd.Question, nil
 }
 
 // seller reads the mapped payTo and resource into the question. A payee
@@ -124,6 +186,11 @@ func (r *resolved) checkKeys(v any, schema schemaNode, path []string, free bool)
 				sub, ok := props[k]
 				if !ok {
 					return argErrorf("argument %q is not in the input schema of paying tool %s; a paying call carries only the arguments its schema declares, so nothing was forwarded", at, r.tool)
+				}
+				if pr := r.m.PaymentRequired.Path; pr != nil && len(pr) == len(path)+1 && slices.Equal(pr[:len(path)], path) && pr[len(path)] == k {
+					// The seller's 402 is read by the 402 reader, as
+					// strictly as authorize_payment reads it.
+					continue
 				}
 				if err := r.checkKeys(child, schemaNode{v: sub}, append(append([]string{}, path...), k), false); err != nil {
 					return err

@@ -76,6 +76,12 @@ type ToolMap struct {
 	// Errors says what the tool's error answer (isError) means of the
 	// payment: ErrorsUnknown (the default) or ErrorsUnpaid.
 	Errors string
+	// PaymentRequired (optional) is the path of the argument that carries
+	// the seller's 402 (the PaymentRequired object, or the base64
+	// PAYMENT-REQUIRED header value). When set, the payment is read from
+	// the 402 as authorize_payment reads it, its signed offer checked, and
+	// Counterparty, Amount, AmountUnit, Asset and PayTo are unset.
+	PaymentRequired Field
 }
 
 // Field is a dotted path into the arguments, or a fixed value. A plain
@@ -169,10 +175,41 @@ func ParseMap(data []byte) (*Map, error) {
 		if !ok {
 			return nil, fmt.Errorf("%s must be an object with counterparty, amount, amountUnit and optionally asset and errors", where)
 		}
-		if err := onlyKeys(obj, where, "counterparty", "amount", "amountUnit", "asset", "errors", "payTo", "resource"); err != nil {
+		if err := onlyKeys(obj, where, "counterparty", "amount", "amountUnit", "asset", "errors", "payTo", "resource", "paymentRequired"); err != nil {
 			return nil, err
 		}
 		var tm ToolMap
+		if _, ok := obj["paymentRequired"]; ok {
+			// A tool that passes the seller's 402 is judged on the 402, as
+			// authorize_payment judges it: the payment's terms are read
+			// from it, never from a second copy in the arguments.
+			for _, k := range []string{"counterparty", "amount", "amountUnit", "asset", "payTo"} {
+				if _, dup := obj[k]; dup {
+					return nil, fmt.Errorf("%s: %s cannot stand beside paymentRequired: a tool that passes the seller's 402 is judged on the 402's entry (payee, amount, asset, network), so only resource and errors go beside it", where, k)
+				}
+			}
+			if tm.PaymentRequired, err = parseField(obj, "paymentRequired", where, true); err != nil {
+				return nil, err
+			}
+			if tm.PaymentRequired.HasValue {
+				return nil, fmt.Errorf("%s.paymentRequired must be a path into the arguments, not a fixed value", where)
+			}
+			if tm.Resource, err = parseField(obj, "resource", where, false); err != nil {
+				return nil, err
+			}
+			if tm.Errors, err = parseErrors(obj, where); err != nil {
+				return nil, err
+			}
+			for _, f := range []*Field{&tm.PaymentRequired, &tm.Resource} {
+				if f.Plain != "" {
+					if f.Path, err = parsePath(f.Plain); err != nil {
+						return nil, fmt.Errorf("%s: %w", where, err)
+					}
+				}
+			}
+			m.Tools[name] = tm
+			continue
+		}
 		if tm.Counterparty, err = parseField(obj, "counterparty", where, true); err != nil {
 			return nil, err
 		}
@@ -193,13 +230,8 @@ func ParseMap(data []byte) (*Map, error) {
 			return nil, fmt.Errorf("%s.amountUnit must be %q (a decimal such as \"1.50\") or %q (an integer of the asset's smallest unit)", where, UnitDisplay, UnitAtomic)
 		}
 		tm.AmountUnit = unit
-		tm.Errors = ErrorsUnknown
-		if e, ok := obj["errors"]; ok {
-			s, _ := e.(string)
-			if s != ErrorsUnknown && s != ErrorsUnpaid {
-				return nil, fmt.Errorf("%s.errors must be %q (an error answer may follow a payment: the reservation keeps counting; the default) or %q (the tool's error answers mean it did not pay: the reservation is released)", where, ErrorsUnknown, ErrorsUnpaid)
-			}
-			tm.Errors = s
+		if tm.Errors, err = parseErrors(obj, where); err != nil {
+			return nil, err
 		}
 		// A plain string is a path for counterparty, amount, payTo and
 		// resource.
@@ -213,6 +245,19 @@ func ParseMap(data []byte) (*Map, error) {
 		m.Tools[name] = tm
 	}
 	return m, nil
+}
+
+// parseErrors reads a tool's errors setting (ErrorsUnknown by default).
+func parseErrors(obj map[string]any, where string) (string, error) {
+	e, ok := obj["errors"]
+	if !ok {
+		return ErrorsUnknown, nil
+	}
+	s, _ := e.(string)
+	if s != ErrorsUnknown && s != ErrorsUnpaid {
+		return "", fmt.Errorf("%s.errors must be %q (an error answer may follow a payment: the reservation keeps counting; the default) or %q (the tool's error answers mean it did not pay: the reservation is released)", where, ErrorsUnknown, ErrorsUnpaid)
+	}
+	return s, nil
 }
 
 func onlyKeys(obj map[string]any, where string, allowed ...string) error {
@@ -374,6 +419,7 @@ func (m ToolMap) resolve(tool string, inputSchema json.RawMessage, pol *guard.Co
 		{"asset", r.m.Asset, []string{"string"}},
 		{"payTo", r.m.PayTo, []string{"string"}},
 		{"resource", r.m.Resource, []string{"string"}},
+		{"paymentRequired", r.m.PaymentRequired, []string{"object", "string"}},
 	} {
 		if w.f.Path == nil {
 			continue

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/jcs"
@@ -173,7 +174,7 @@ func TestReadArguments(t *testing.T) {
 		{"escaped key spelled the same", disp, `{"t\u006f":"` + a + `","amount":"1"}`, "1", `{"amount":"1","to":"` + a + `"}`, ""},
 	}
 	for _, c := range cases {
-		q, canon, err := c.r.read([]byte(c.args), pol)
+		q, canon, err := c.r.read([]byte(c.args), pol, time.Now())
 		if c.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
 				t.Errorf("%s: want %q, got %v", c.name, c.wantErr, err)
@@ -212,7 +213,7 @@ func TestReadArgumentsRefusesACaseTwin(t *testing.T) {
 		`{"pay":{"to":"` + a + `","amount":"0.01","TO":"0xB0B0000000000000000000000000000000000002"}}`: `"pay.TO"`,
 		`{"pay":{"to":"` + a + `","amount":"0.01"},"Amount":"1000"}`:                                   "",
 	} {
-		_, _, err := r.read([]byte(args), pol)
+		_, _, err := r.read([]byte(args), pol, time.Now())
 		if want == "" && err != nil || want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
 			t.Errorf("%s: %v, want %q", args, err, want)
 		}
@@ -240,7 +241,7 @@ func FuzzReadArguments(f *testing.F) {
 	atom := mustResolve(f, `{"counterparty":"nested.to","amount":"nested.amount","amountUnit":"atomic"}`)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, r := range []*resolved{disp, atom} {
-			q, canon, err := r.read(data, pol)
+			q, canon, err := r.read(data, pol, time.Now())
 			if err != nil {
 				continue
 			}
@@ -313,4 +314,60 @@ func FuzzParseMap(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A tool that passes the seller's 402 is judged on the 402: the map names
+// where the 402 is, and nothing of the payment beside it; the schema must
+// hold it as an object or a string; and the 402's members are read by the
+// 402 reader, not refused as copies of a mapped name.
+func TestPaymentRequiredMapping(t *testing.T) {
+	for _, c := range []struct{ name, doc, want string }{
+		{"amount beside it", `{"tools":{"a":{"paymentRequired":"pr","amount":"x","amountUnit":"atomic"}}}`, "tools.a: amount cannot stand beside paymentRequired"},
+		{"counterparty beside it", `{"tools":{"a":{"paymentRequired":"pr","counterparty":"to"}}}`, "counterparty cannot stand beside paymentRequired"},
+		{"a fixed value", `{"tools":{"a":{"paymentRequired":{"value":"x"}}}}`, "must be a path"},
+		{"bad errors", `{"tools":{"a":{"paymentRequired":"pr","errors":"paid"}}}`, "tools.a.errors must be"},
+	} {
+		if _, err := ParseMap([]byte(c.doc)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: want an error saying %q, got %v", c.name, c.want, err)
+		}
+	}
+	pol := testPolicy(t)
+	m, err := ParseMap([]byte(`{"tools":{"a":{"paymentRequired":"pr","resource":"url","errors":"unpaid"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tm := m.Tools["a"]
+	if _, err := tm.resolve("a", json.RawMessage(`{"type":"object","properties":{"pr":{"type":"number"},"url":{"type":"string"}}}`), pol); err == nil || !strings.Contains(err.Error(), "paymentRequired path") {
+		t.Fatalf("a 402 typed number: %v", err)
+	}
+	r, err := tm.resolve("a", json.RawMessage(`{"type":"object","properties":{"pr":{"type":"object"},"url":{"type":"string"},"memo":{"type":"string"}}}`), pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := `{"x402Version":2,"resource":{"url":"https://api.seller.example/data"},"accepts":[{"scheme":"exact","network":"eip155:8453","amount":"250000",` +
+		`"asset":"0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913","payTo":"0x209693Bc6afc0C5328bA36FaF03C514EF312287C","maxTimeoutSeconds":120,"extra":{"name":"USD Coin","version":"2"}}]}`
+	q, canon, err := r.read([]byte(`{"pr":`+pr+`,"url":"https://api.seller.example/data"}`), pol, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Counterparty != "api.seller.example" || q.PayTo != "0x209693bc6afc0c5328ba36faf03c514ef312287c" || q.Amount != "0.25" || q.Offer == nil || q.Offer.Carried {
+		t.Fatalf("question %+v (offer %+v)", q, q.Offer)
+	}
+	if !strings.Contains(string(canon), `"amount":"250000"`) {
+		t.Fatalf("forwarded %s", canon)
+	}
+	// Without the resource, the one the 402 declares is judged.
+	if q, _, err := r.read([]byte(`{"pr":`+pr+`}`), pol, time.Now()); err != nil || q.Counterparty != "api.seller.example" || q.Resource != "https://api.seller.example/data" {
+		t.Fatalf("without a resource: %+v %v", q, err)
+	}
+	for _, c := range []struct{ name, args, want string }{
+		{"missing", `{"url":"https://api.seller.example/data"}`, `the seller's 402 (argument "pr") is missing`},
+		{"not a 402", `{"pr":{"x402Version":2}}`, `the seller's 402 (argument "pr")`},
+		{"another resource", `{"pr":` + pr + `,"url":"https://other.example/data"}`, "not the \"https://other.example/data\" you requested"},
+		{"a float inside", `{"pr":{"x402Version":2.5}}`, "cannot be read exactly"},
+	} {
+		if _, _, err := r.read([]byte(c.args), pol, time.Now()); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "nothing was forwarded") {
+			t.Errorf("%s: want an error saying %q, got %v", c.name, c.want, err)
+		}
+	}
 }

@@ -473,7 +473,7 @@ func (p *Proxy) handler(name string) mcpserver.ToolHandlerFunc {
 
 func (p *Proxy) paying(ctx context.Context, req mcp.CallToolRequest, name string, r *resolved, raw []byte) (*mcp.CallToolResult, error) {
 	caller := p.cfg.Server.CallerID(ctx)
-	q, canon, err := r.read(raw, p.cfg.Engine.Policy())
+	q, canon, err := r.read(raw, p.cfg.Engine.Policy().For(caller), p.cfg.Now())
 	if err != nil {
 		var ae *ArgError
 		if errors.As(err, &ae) {

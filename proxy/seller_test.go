@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 )
@@ -45,7 +46,7 @@ func TestReadArgumentsJudgesTheSellerHost(t *testing.T) {
 		{"resource missing", byURL, `{"to":"` + a + `","amount":"1"}`, "", "", "", `the resource (argument "url") is missing`},
 		{"payTo missing", byHost, `{"host":"api.seller.example","amount":"1"}`, "", "", "", `the pay_to (argument "to") is missing`},
 	} {
-		q, _, err := c.r.read([]byte(c.args), pol)
+		q, _, err := c.r.read([]byte(c.args), pol, time.Now())
 		if c.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
 				t.Errorf("%s: want %q, got %v", c.name, c.wantErr, err)

@@ -6,7 +6,8 @@
 // Environment: PAY_LOG (required), PAY_PID_FILE (each start appends its
 // process id), PAY_PAGE (tools/list page size, default no paging),
 // PAY_EXTRA (comma-separated tools added at start, for schema checks),
-// PAY_REFUSE_FILE (while that file exists, every start fails).
+// PAY_REFUSE_FILE (while that file exists, every start fails), PAY_X402
+// (when set, the tool pay_x402 that takes a seller's 402 is listed too).
 //
 // Some tools pay and then fail, each in one of the ways a real server
 // fails after its handler ran (errors.go); over stdio, a thin layer in
@@ -191,6 +192,13 @@ func main() {
 	invoice := mcp.NewToolWithRawSchema("pay_invoice", "Pay an invoice.", json.RawMessage(
 		`{"type":"object","properties":{"payee":{"type":"object","properties":{"address":{"type":"string"}},"required":["address"]},"total":{"type":"object","properties":{"value":{"type":"string"},"token":{"type":"string"}}}},"required":["payee","total"]}`))
 	u.srv.AddTool(invoice, u.pay("pay_invoice"))
+	if os.Getenv("PAY_X402") != "" {
+		// pay_x402 pays a seller's 402 handed to it, as a wallet's paid-fetch
+		// tool would (the proxy's tools that pass the 402).
+		x := mcp.NewToolWithRawSchema("pay_x402", "Pay a seller's x402 402 answer.", json.RawMessage(
+			`{"type":"object","properties":{"payment_required":{"type":["object","string"]},"resource":{"type":"string"}},"required":["payment_required"]}`))
+		u.srv.AddTool(x, u.pay("pay_x402"))
+	}
 	slow := mcp.NewToolWithRawSchema("slow_send", "Send USDC, slowly, with progress.", json.RawMessage(
 		`{"type":"object","properties":{"to":{"type":"string"},"amount":{"type":"string"},"ms":{"type":"integer"}},"required":["to","amount"]}`))
 	u.srv.AddTool(slow, u.slow)
