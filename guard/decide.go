@@ -352,11 +352,28 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 			elsewhereOpen = append(elsewhereOpen, *o)
 		}
 	}
+	// mine, when set, is the index's reading of the operations with cp
+	// (matched then holds only the reservations with it).
+	var mine *withOps
 	if ix := h.Index; ix != nil {
-		mine, seen := ix.ours(cp, payCp)
-		matched = make([]timedOp, 0, len(mine)+len(h.Reserved))
-		for _, i := range mine {
-			sawMatch(&h.Ops[i], ix.last[i])
+		var seen func(int32) bool
+		if payCp == nil {
+			mine = ix.mine(cp)
+			if mine == nil {
+				mine = &withOps{}
+			}
+			seen = func(i int32) bool {
+				_, ok := slices.BinarySearch(mine.all, i)
+				return ok
+			}
+			f.Coarse = mine.coarse > 0
+		} else {
+			var list []int32
+			list, seen = ix.ours(cp, payCp)
+			matched = make([]timedOp, 0, len(list)+len(h.Reserved))
+			for _, i := range list {
+				sawMatch(&h.Ops[i], ix.last[i])
+			}
 		}
 		u := ix.unattributable[kind]
 		f.Unattributable, f.PaidWithoutHost = u.n, 0
@@ -398,7 +415,30 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 			elsewhere = cv.elsewhereOpen()
 		}
 	}
-	f.Matched = len(matched) + live.n
+	nMatched := len(matched)
+	if mine != nil {
+		nMatched += len(mine.all)
+	}
+	// spentFrom are the spent operations with the counterparty that a
+	// window from from counts (inside it, or of a time that does not
+	// read), in the order of the history; the reservations last.
+	spentFrom := func(from time.Time) iter.Seq[timedOp] {
+		return func(yield func(timedOp) bool) {
+			if mine != nil {
+				for _, i := range mine.spentFrom(h.Index, from) {
+					if !yield(timedOp{op: &h.Ops[i], last: h.Index.last[i]}) {
+						return
+					}
+				}
+			}
+			for _, m := range matched {
+				if in, ok := m.inWindow(from); m.op.Spent && (in || !ok) && !yield(m) {
+					return
+				}
+			}
+		}
+	}
+	f.Matched = nMatched + live.n
 	f.Unattributable += liveUn.n
 	f.UnattributableOpen = len(unattributedOpen) + liveUn.open
 
@@ -422,6 +462,11 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 	}
 	// 3. open_partial
 	var open []Op
+	if mine != nil {
+		for _, i := range mine.open {
+			open = append(open, h.Ops[i])
+		}
+	}
 	for _, m := range matched {
 		if m.op.Open {
 			open = append(open, *m.op)
@@ -486,7 +531,7 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 		from := now.Add(-cfg.Limit.Window)
 		spend := new(big.Int)
 		var inWindow, mixed, unparseable []Op
-		for _, m := range matched {
+		for m := range spentFrom(from) {
 			o := m.op
 			if !o.Spent {
 				continue
@@ -547,7 +592,7 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 		}
 	}
 	// 5b. velocity_limit and 5c. duplicate_payment need no amount.
-	for _, r := range velocity(h, cv, matched, unattributedSpent, cfg, now, f, cp, kind) {
+	for _, r := range velocity(h, cv, spentFrom, unattributedSpent, cfg, now, f, cp, kind) {
 		add(r, Review)
 	}
 	if r, ok := duplicate(req, h, cv, cfg, now, f); ok {
@@ -707,12 +752,12 @@ func totalLimit(req Request, h History, cv commitView, cfg *Config, now time.Tim
 
 // velocity is rule 5b: this payment would be one more inside each
 // velocity window. An operation whose time cannot be read counts as inside.
-func velocity(h History, cv commitView, matched []timedOp, unattributed []Op, cfg *Config, now time.Time, f *Figures, cp Counterparty, kind CounterpartyKind) []Reason {
+func velocity(h History, cv commitView, mine func(from time.Time) iter.Seq[timedOp], unattributed []Op, cfg *Config, now time.Time, f *Figures, cp Counterparty, kind CounterpartyKind) []Reason {
 	var out []Reason
-	inside := func(lim *CountLimit, ops iter.Seq[timedOp]) []Op {
+	inside := func(lim *CountLimit, ops func(from time.Time) iter.Seq[timedOp]) []Op {
 		from := now.Add(-lim.Window)
 		var in []Op
-		for t := range ops {
+		for t := range ops(from) {
 			if !t.op.Spent {
 				continue
 			}
@@ -722,7 +767,7 @@ func velocity(h History, cv commitView, matched []timedOp, unattributed []Op, cf
 		}
 		return in
 	}
-	check := func(lim *CountLimit, ops iter.Seq[timedOp], held func(from time.Time) tallied, slot **int, whom string) int {
+	check := func(lim *CountLimit, ops func(from time.Time) iter.Seq[timedOp], held func(from time.Time) tallied, slot **int, whom string) int {
 		if lim == nil {
 			return 0
 		}
@@ -742,10 +787,10 @@ func velocity(h History, cv commitView, matched []timedOp, unattributed []Op, cf
 		}
 		return cv.ours(from)
 	}
-	n := check(cfg.Velocity.PerCounterparty, slices.Values(matched), ours, &f.PaymentsInWindow, cfg.Label(cp.Value))
+	n := check(cfg.Velocity.PerCounterparty, mine, ours, &f.PaymentsInWindow, cfg.Label(cp.Value))
 	if lim := cfg.Velocity.PerCounterparty; lim != nil && n+1 <= lim.Count && cfg.UnattributableHistory != Ignore {
 		// At worst, the payments no one can attribute were with it too.
-		un := inside(lim, timedOps(unattributed))
+		un := inside(lim, func(time.Time) iter.Seq[timedOp] { return timedOps(unattributed) })
 		c := cv.unattributableFrom(h, now.Add(-lim.Window))
 		if m := len(un) + c.n; n+m+1 > lim.Count {
 			why := firstWhy(un, kind)
@@ -756,7 +801,7 @@ func velocity(h History, cv commitView, matched []timedOp, unattributed []Op, cf
 				count(m, "payment", "payments"), minutes(lim.Window), kindWord(kind), why, cfg.Label(cp.Value), n+m+1, lim.Count) + moreNote(m), Evidence: refsWith(un, c.refs)})
 		}
 	}
-	check(cfg.Velocity.Total, h.timed(), func(from time.Time) tallied { return cv.tally(ledger.ScopeAll, from) }, &f.PaymentsTotalInWindow, "all counterparties")
+	check(cfg.Velocity.Total, func(time.Time) iter.Seq[timedOp] { return h.timed() }, func(from time.Time) tallied { return cv.tally(ledger.ScopeAll, from) }, &f.PaymentsTotalInWindow, "all counterparties")
 	return out
 }
 

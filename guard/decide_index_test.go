@@ -10,10 +10,11 @@ import (
 )
 
 // TestDecideWithIndexAgreesAtRandom holds Decide with the index (each
-// operation's times read once, the operations with the counterparty
-// listed by position) to Decide walking every operation, over random
-// histories and questions: addresses, hosts, a host with the payee
-// address beside it, operations naming several payees, times that do not
+// operation's times read once, the operations with the counterparty listed
+// by position, those a window counts found by their time), built at once
+// or extended, to Decide walking every operation, over random histories
+// and questions: addresses, hosts, a host with the payee address beside
+// it, operations naming several payees, times out of order or that do not
 // read, and every window rule on.
 func TestDecideWithIndexAgreesAtRandom(t *testing.T) {
 	rng := rand.New(rand.NewPCG(40, 2))
@@ -35,7 +36,7 @@ func TestDecideWithIndexAgreesAtRandom(t *testing.T) {
 		{Counterparty: "other.example", Amount: "0.10", PayTo: addrA},
 		{Counterparty: "api.example.com", Amount: "0.10", PayTo: addrB, Resource: "https://api.example.com/x"},
 	}
-	for round := range 300 {
+	for round := range 1000 {
 		var ops []Op
 		for i := range rng.IntN(40) {
 			var opts []func(*Op)
@@ -61,7 +62,16 @@ func TestDecideWithIndexAgreesAtRandom(t *testing.T) {
 		plain := History{Ops: ops, Runs: 1, Reserved: reserved}
 		indexed := History{Ops: ops, Runs: 1, Reserved: reserved}
 		indexed.BuildIndex()
+		// An index built on part of the history and extended to the rest
+		// (a replay) is the same index.
+		extended := History{Ops: ops[:rng.IntN(len(ops)+1)], Runs: 1, Reserved: reserved}
+		extended.BuildIndex()
+		extended.Ops = ops
+		extended.ExtendIndex()
 		d, di := Decide(req, plain, cfg, fixedNow), Decide(req, indexed, cfg, fixedNow)
+		if de := Decide(req, extended, cfg, fixedNow); !reflect.DeepEqual(de, di) {
+			t.Fatalf("round %d: with the index extended:\n%+v\nbuilt at once:\n%+v", round, de, di)
+		}
 		if req.PayTo != "" {
 			// Known, left alone: with a payee address beside a host, the
 			// index counts every operation it cannot attribute by address

@@ -29,9 +29,14 @@ type HistoryIndex struct {
 	paid []paidTime
 	// last is, per operation, the time of its last event (Op.lastTime),
 	// parsed once: what every window of Decide is judged on.
-	last        []paidTime
-	latestPayTo map[string]time.Time
-	latestHost  map[string]time.Time
+	last []paidTime
+	// mine are, per counterparty, what Decide reads of its operations
+	// (withOps); sortLater are those whose spent list an operation came
+	// out of order to.
+	minePayTo, mineHost map[string]*withOps
+	sortLater           []*withOps
+	latestPayTo         map[string]time.Time
+	latestHost          map[string]time.Time
 }
 
 // paidTime is Op.paidAt's answer, or Op.lastTime's.
@@ -52,13 +57,15 @@ type unattributed struct {
 // ExtendIndex).
 func (h *History) BuildIndex() {
 	ix := &HistoryIndex{byPayTo: map[string][]int32{}, byHost: map[string][]int32{}, unattributable: map[CounterpartyKind]*unattributed{},
-		paid: make([]paidTime, 0, len(h.Ops)), last: make([]paidTime, 0, len(h.Ops)), latestPayTo: map[string]time.Time{}, latestHost: map[string]time.Time{}}
+		paid: make([]paidTime, 0, len(h.Ops)), last: make([]paidTime, 0, len(h.Ops)),
+		minePayTo: map[string]*withOps{}, mineHost: map[string]*withOps{}, latestPayTo: map[string]time.Time{}, latestHost: map[string]time.Time{}}
 	for _, k := range []CounterpartyKind{KindAddress, KindHost} {
 		ix.unattributable[k] = &unattributed{why: map[string]int{}}
 	}
 	for i, o := range h.Ops {
 		ix.add(int32(i), o)
 	}
+	ix.sort()
 	h.Index = ix
 }
 
@@ -75,12 +82,100 @@ func (h *History) ExtendIndex() {
 	for i := len(h.Index.paid); i < len(h.Ops); i++ {
 		h.Index.add(int32(i), h.Ops[i])
 	}
+	h.Index.sort()
+}
+
+// withOps is what Decide reads of the operations with one counterparty, so
+// that it looks at those inside a window, not at every one.
+type withOps struct {
+	// all are their positions, each once, in order; open those open.
+	all, open []int32
+	// coarse counts those judged coarsely (no stage roles).
+	coarse int
+	// spent are the spent ones whose last time reads, in the order of
+	// that time (then position); spentBad those whose time does not.
+	spent, spentBad []int32
+	unsorted        bool
+}
+
+func (ix *HistoryIndex) push(m map[string]*withOps, key string, n int32, o *Op) {
+	c := m[key]
+	if c == nil {
+		c = &withOps{}
+		m[key] = c
+	}
+	if k := len(c.all); k > 0 && c.all[k-1] == n {
+		return // the operation names it twice
+	}
+	c.all = append(c.all, n)
+	if o.Open {
+		c.open = append(c.open, n)
+	}
+	if !o.RolesKnown {
+		c.coarse++
+	}
+	if !o.Spent {
+		return
+	}
+	if !ix.last[n].ok {
+		c.spentBad = append(c.spentBad, n)
+		return
+	}
+	if k := len(c.spent); k > 0 && ix.last[n].at.Before(ix.last[c.spent[k-1]].at) && !c.unsorted {
+		c.unsorted = true
+		ix.sortLater = append(ix.sortLater, c)
+	}
+	c.spent = append(c.spent, n)
+}
+
+// sort puts back in time order the spent lists operations came to out of
+// order.
+func (ix *HistoryIndex) sort() {
+	for _, c := range ix.sortLater {
+		slices.SortStableFunc(c.spent, func(a, b int32) int { return ix.last[a].at.Compare(ix.last[b].at) })
+		c.unsorted = false
+	}
+	ix.sortLater = ix.sortLater[:0]
+}
+
+// mine is what the index holds of the operations with c (nil: none).
+func (ix *HistoryIndex) mine(c Counterparty) *withOps {
+	switch c.Kind {
+	case KindAddress:
+		return ix.minePayTo[c.Value]
+	case KindHost:
+		return ix.mineHost[c.Value]
+	}
+	return nil
+}
+
+// spentFrom are the positions, in order, of the spent operations with c
+// whose last time is at or after from or does not read: those a window
+// from from counts.
+func (c *withOps) spentFrom(ix *HistoryIndex, from time.Time) []int32 {
+	lo, _ := slices.BinarySearchFunc(c.spent, from, func(i int32, t time.Time) int {
+		if ix.last[i].at.Before(t) {
+			return -1
+		}
+		return 1
+	})
+	in := append(make([]int32, 0, len(c.spent)-lo+len(c.spentBad)), c.spent[lo:]...)
+	in = append(in, c.spentBad...)
+	slices.Sort(in)
+	return in
 }
 
 // add indexes operation o at position n (the next one).
 func (ix *HistoryIndex) add(n int32, o Op) {
 	var pt paidTime
+	ix.last = append(ix.last, o.lastTime())
 	if o.Money != nil {
+		for _, p := range o.Money.PayTos {
+			ix.push(ix.minePayTo, p, n, &o)
+		}
+		for _, host := range o.Money.Hosts {
+			ix.push(ix.mineHost, host, n, &o)
+		}
 		at, shows := o.paidAt()
 		pt = paidTime{at: at, ok: shows}
 		for _, p := range o.Money.PayTos {
@@ -97,7 +192,6 @@ func (ix *HistoryIndex) add(n int32, o Op) {
 		}
 	}
 	ix.paid = append(ix.paid, pt)
-	ix.last = append(ix.last, o.lastTime())
 	for _, k := range []CounterpartyKind{KindAddress, KindHost} {
 		why := o.unattributableFor(k)
 		if why == "" {
