@@ -92,6 +92,9 @@ func New(cfg Config) (*Catalog, error) {
 		EncodeItem:  encodeSummary,
 		DecodeItem:  decodeSummary,
 		Version:     buildVersion,
+		// A restart lists from the saved index's headers, decoding the runs
+		// a page needs; the rest are decoded meanwhile, for the guard.
+		DecodeInBackground: true,
 	})
 	return c, nil
 }

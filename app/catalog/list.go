@@ -69,38 +69,36 @@ func (c *Catalog) List(ctx context.Context, q ListQuery) (Page, error) {
 	if cur != nil {
 		at = cur.snapshot()
 	}
-	listing, err := c.index.ListAt(ctx, t, at)
+	// After a restart, runs are decoded from the saved index only as a
+	// page needs them (see firstPageRuns).
+	listing, err := c.index.ListSome(ctx, t, at, func(runs []runindex.RunView[Summary]) []bool {
+		need := make([]bool, len(runs))
+		sel := selectRuns(runs, q, cur)
+		if cur != nil {
+			for _, i := range sel {
+				need[i] = true
+			}
+			return need
+		}
+		for _, i := range firstPageRuns(runs, sel, q.Completeness, q.Limit+1) {
+			need[i] = true
+		}
+		return need
+	})
 	if err != nil {
 		return Page{}, fmt.Errorf("list runs: %w", err)
 	}
-	runs := listing.Runs
-	switch {
-	case q.Run == "":
-	case q.Run == "latest" && cur == nil:
-		runs = latestRun(runs)
-	default:
-		// A later page of "latest" keeps the run the first page chose.
-		want := q.Run
-		if cur != nil && q.Run == "latest" {
-			want = ""
-			if len(cur.Runs) == 1 {
-				want = cur.Runs[0]
+	var runs []runindex.RunView[Summary]
+	for _, i := range selectRuns(listing.Runs, q, cur) {
+		runs = append(runs, listing.Runs[i])
+	}
+	if q.Run != "" && q.Run != "latest" && len(runs) == 0 {
+		for _, u := range listing.Unreadable {
+			if u.RunID == q.Run {
+				return Page{}, &RunError{RunID: q.Run, Detail: c.Relative(u.Err.Error())}
 			}
 		}
-		runs = nil
-		for _, rv := range listing.Runs {
-			if rv.RunID == want {
-				runs = append(runs, rv)
-			}
-		}
-		if len(runs) == 0 && q.Run != "latest" {
-			for _, u := range listing.Unreadable {
-				if u.RunID == q.Run {
-					return Page{}, &RunError{RunID: q.Run, Detail: c.Relative(u.Err.Error())}
-				}
-			}
-			return Page{}, &RunError{RunID: q.Run, Unknown: true}
-		}
+		return Page{}, &RunError{RunID: q.Run, Unknown: true}
 	}
 	page := Page{Operations: []*Summary{}, Unreadable: []guard.UnreadableRun{}}
 	for _, u := range listing.Unreadable {
@@ -130,6 +128,82 @@ func (c *Catalog) List(ctx context.Context, q ListQuery) (Page, error) {
 		page.NextCursor = c.cursors.encode(next)
 	}
 	return page, nil
+}
+
+// selectRuns returns the positions of the runs a listing reads: all, the
+// latest, or one by id (a later page of "latest" keeps the run the first
+// page chose).
+func selectRuns(runs []runindex.RunView[Summary], q ListQuery, cur *listCursor) []int {
+	want := q.Run
+	switch {
+	case q.Run == "":
+		all := make([]int, len(runs))
+		for i := range all {
+			all[i] = i
+		}
+		return all
+	case q.Run == "latest" && cur == nil:
+		return latestRun(runs)
+	case q.Run == "latest":
+		want = ""
+		if len(cur.Runs) == 1 {
+			want = cur.Runs[0]
+		}
+	}
+	for i, rv := range runs {
+		if rv.RunID == want {
+			return []int{i}
+		}
+	}
+	return nil
+}
+
+// firstPageRuns returns, of the runs at sel, those that can have a row
+// among the first n of a listing from the start: a run's rows are sorted,
+// so a run with a row among the first n has its first row (of the
+// completeness asked) among the first n of the runs' first rows. Only
+// those need their summaries; a restart knows each run's first rows from
+// the saved index's headers.
+func firstPageRuns(runs []runindex.RunView[Summary], sel []int, completeness string, n int) []int {
+	type first struct {
+		i int
+		s *Summary
+	}
+	firsts := make([]first, 0, len(sel))
+	for _, i := range sel {
+		if s := firstRow(&runs[i], completeness); s != nil {
+			firsts = append(firsts, first{i, s})
+		}
+	}
+	sort.Slice(firsts, func(a, b int) bool {
+		x, y := firsts[a].s, firsts[b].s
+		return before(x.LastEventAt, x.RunID, x.OperationID, y.LastEventAt, y.RunID, y.OperationID)
+	})
+	out := make([]int, 0, min(n, len(firsts)))
+	for _, f := range firsts[:min(n, len(firsts))] {
+		out = append(out, f.i)
+	}
+	return out
+}
+
+// firstRow is a run's first row of the completeness asked ("": any), or
+// nil when it has none.
+func firstRow(rv *runindex.RunView[Summary], completeness string) *Summary {
+	switch {
+	case rv.Pending && completeness == "":
+		return rv.First
+	case rv.Pending:
+		return rv.FirstByFacet[completeness]
+	case completeness == "":
+		if len(rv.Items) > 0 {
+			return &rv.Items[0]
+		}
+	default:
+		if pos := rv.ByFacet[completeness]; len(pos) > 0 {
+			return &rv.Items[pos[0]]
+		}
+	}
+	return nil
 }
 
 // runHead is one run's position in a merge: the next of its rows to offer.
@@ -173,10 +247,15 @@ func (h *headHeap) Pop() any {
 // mergeNewest returns up to n rows of the runs in listing order, those with
 // the given completeness only (when not ""), after the cursor's position
 // (when not nil). Each run's rows are sorted already, so this reads about
-// n·log(runs) rows plus a binary search per run, never every row.
+// n·log(runs) rows plus a binary search per run, never every row. Runs
+// still Pending are those firstPageRuns left out: they have no row among
+// the first n.
 func mergeNewest(runs []runindex.RunView[Summary], completeness string, cur *listCursor, n int) []*Summary {
 	h := make(headHeap, 0, len(runs))
 	for _, rv := range runs {
+		if rv.Pending {
+			continue
+		}
 		rh := &runHead{items: rv.Items}
 		if completeness != "" {
 			rh.pos = rv.ByFacet[completeness]
@@ -212,7 +291,7 @@ func mergeNewest(runs []runindex.RunView[Summary], completeness string, cur *lis
 
 // latestRun picks the run whose newest event is the latest (ties: the
 // greatest run id), which is the recorder session that wrote last.
-func latestRun(runs []runindex.RunView[Summary]) []runindex.RunView[Summary] {
+func latestRun(runs []runindex.RunView[Summary]) []int {
 	best := -1
 	for i, rv := range runs {
 		if best < 0 {
@@ -227,5 +306,5 @@ func latestRun(runs []runindex.RunView[Summary]) []runindex.RunView[Summary] {
 	if best < 0 {
 		return nil
 	}
-	return runs[best : best+1]
+	return []int{best}
 }

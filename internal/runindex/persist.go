@@ -9,9 +9,9 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"runtime"
+	"os"
+	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
@@ -21,14 +21,16 @@ import (
 // Options.State, IndexFile, authenticated with the key in KeyFile. A run is
 // taken from it only while its file still has at least the size it had and
 // the same first bytes and the same bytes before where the read stopped
-// (compared by SHA-256); anything else is read from the file. A file that
-// does not authenticate, or that this build cannot read, is ignored and
-// written anew.
+// (compared by SHA-256); anything else is read from the file. A file whose
+// headers do not authenticate, or that this build cannot read, is ignored
+// and written anew. A run's body (its summaries) is checked against the
+// SHA-256 its authenticated header holds when it is first used; one that
+// does not match is not used, and the run is read from its file.
 const (
 	IndexFile = "run-index.bin"
 	KeyFile   = "run-index.key"
 	// indexMagic names the format; a new format is a new magic.
-	indexMagic = "HAIA-RUNINDEX 2\n"
+	indexMagic = "HAIA-RUNINDEX 3\n"
 	// tailBytes is how much of the end of what was read is hashed.
 	tailBytes = 4096
 	// maxIndexBytes bounds the file read back (about 20 million events).
@@ -162,16 +164,43 @@ func (d *Dec) readTable() {
 	}
 }
 
-// savedRun is what a saved index says of one run.
+// savedRun is what a saved index says of one run: its header, read and
+// authenticated with the index, and its body (the operations, their places
+// and the summaries), decoded on first use.
 type savedRun[T any] struct {
+	id           string
 	name         string
 	size, offset int64
 	nextLine     int
 	lastAt       string
 	head, tail   [32]byte
-	ops          []string
-	locs         []loc
-	views        map[string]*view[T]
+	cost         int64
+	nLocs        int
+	views        map[string]*savedView[T]
+	body         *savedBody[T]
+}
+
+// savedView is what a run's header says of one of its views: enough to
+// tell whether the run has a row on the first page of a listing.
+type savedView[T any] struct {
+	lines   int
+	n       int
+	first   *T
+	firstBy map[string]*T
+}
+
+// savedBody is a run's part of the saved index, read, checked against the
+// SHA-256 its authenticated header holds, and decoded once, when first
+// used (or by the background decoder).
+type savedBody[T any] struct {
+	src    io.ReaderAt
+	off, n int64
+	sum    [32]byte
+	once   sync.Once
+	ops    []string
+	locs   []loc
+	views  map[string]*view[T]
+	err    error
 }
 
 // headTail hashes the first bytes of a file and those before offset.
@@ -212,8 +241,9 @@ func (ix *Index[T, F]) key() ([]byte, error) {
 	return k, nil
 }
 
-// load reads the saved index once, keeping what authenticates; each run is
-// checked against its file when first listed (see adopt).
+// load reads the saved index's headers once, keeping what authenticates;
+// each run is checked against its file when first listed (see adopt), and
+// its body against its header when first used (see settle).
 func (ix *Index[T, F]) load() {
 	ix.loaded = true
 	if ix.opt.State == nil || ix.opt.EncodeItem == nil || ix.opt.DecodeItem == nil {
@@ -232,50 +262,63 @@ func (ix *Index[T, F]) load() {
 		ix.opt.Logger.Warn("the saved run index cannot be opened; reading the runs", "err", err)
 		return
 	}
-	defer f.Close()
-	var data []byte
-	st, err := f.Stat()
-	if err == nil && st.Size() > maxIndexBytes {
-		err = errors.New("larger than the limit")
-	}
-	if err == nil {
-		data = make([]byte, st.Size())
-		_, err = io.ReadFull(f, data)
-	}
+	saved, err := ix.readHeaders(f)
 	if err != nil {
-		ix.opt.Logger.Warn("the saved run index cannot be read; reading the runs", "err", err)
-		return
-	}
-	saved, err := ix.decodeIndex(data)
-	if err != nil {
+		f.Close()
 		ix.opt.Logger.Warn("the saved run index is not used; reading the runs and saving it anew", "err", err)
 		ix.dirty = true
 		return
 	}
+	// The file stays open while bodies are left to decode: a save replaces
+	// it by a rename, which leaves this one as it was read.
+	ix.savedFile = f
 	ix.saved = saved
 }
 
-// decodeIndex authenticates and decodes a saved index.
-func (ix *Index[T, F]) decodeIndex(data []byte) (map[string]*savedRun[T], error) {
+// readHeaders authenticates a saved index's headers and decodes them; the
+// runs' bodies are left in the file.
+func (ix *Index[T, F]) readHeaders(f *os.File) (map[string]*savedRun[T], error) {
 	k, err := ix.key()
 	if err != nil {
 		return nil, err
 	}
-	if len(data) < len(indexMagic)+sha256.Size || string(data[:len(indexMagic)]) != indexMagic {
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	size := st.Size()
+	lead := make([]byte, len(indexMagic)+8)
+	if size > maxIndexBytes {
+		return nil, errors.New("larger than the limit")
+	}
+	if size < int64(len(lead))+sha256.Size {
 		return nil, errors.New("not a run index of this version")
 	}
-	body, sum := data[:len(data)-sha256.Size], data[len(data)-sha256.Size:]
+	if _, err := f.ReadAt(lead, 0); err != nil {
+		return nil, err
+	}
+	if string(lead[:len(indexMagic)]) != indexMagic {
+		return nil, errors.New("not a run index of this version")
+	}
+	hdrLen := binary.LittleEndian.Uint64(lead[len(indexMagic):])
+	if hdrLen > uint64(size-int64(len(lead))-sha256.Size) {
+		return nil, errors.New("its headers end past the end of the file (truncated or damaged)")
+	}
+	data := make([]byte, int64(len(lead))+int64(hdrLen)+sha256.Size)
+	if _, err := f.ReadAt(data, 0); err != nil {
+		return nil, err
+	}
+	signed, sum := data[:len(data)-sha256.Size], data[len(data)-sha256.Size:]
 	mac := hmac.New(sha256.New, k)
-	mac.Write(body)
+	mac.Write(signed)
 	if !hmac.Equal(mac.Sum(nil), sum) {
 		return nil, errors.New("its authentication code does not match its content (changed or damaged)")
 	}
-	d := &Dec{b: body[len(indexMagic):]}
+	d := &Dec{b: signed[len(lead):]}
 	d.readTable()
 	if v := d.Str(); v != ix.version() {
 		return nil, fmt.Errorf("saved by another build (%.40s), whose summaries may differ", v)
 	}
-	// Each run is a block of its own, decoded in parallel.
 	blocks := make([][]byte, d.Len(len(d.b)))
 	for i := range blocks {
 		n := d.Len(len(d.b))
@@ -285,76 +328,135 @@ func (ix *Index[T, F]) decodeIndex(data []byte) (map[string]*savedRun[T], error)
 		blocks[i], d.b = d.b[:n], d.b[n:]
 	}
 	if d.err == nil && len(d.b) != 0 {
-		d.fail("bytes after the last run")
+		d.fail("bytes after the last header")
 	}
 	if d.err != nil {
 		return nil, d.err
 	}
-	ids := make([]string, len(blocks))
-	runs := make([]*savedRun[T], len(blocks))
-	errs := make([]error, len(blocks))
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range min(len(blocks), runtime.GOMAXPROCS(0)) {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(blocks) {
-					return
-				}
-				ids[i], runs[i], errs[i] = ix.decodeRun(blocks[i])
-			}
-		})
-	}
-	wg.Wait()
 	out := make(map[string]*savedRun[T], len(blocks))
-	for i := range blocks {
-		if errs[i] != nil {
-			return nil, errs[i]
+	off := int64(len(data))
+	for _, b := range blocks {
+		s, err := ix.decodeHeader(b)
+		if err != nil {
+			return nil, err
 		}
-		out[ids[i]] = runs[i]
+		s.body.src, s.body.off = f, off
+		off += s.body.n
+		out[s.id] = s
+	}
+	if off != size {
+		return nil, fmt.Errorf("its runs' parts end at byte %d of %d (truncated or damaged)", off, size)
 	}
 	return out, nil
 }
 
-// decodeRun decodes one run's block.
-func (ix *Index[T, F]) decodeRun(block []byte) (string, *savedRun[T], error) {
+// decodeHeader decodes one run's header.
+func (ix *Index[T, F]) decodeHeader(block []byte) (*savedRun[T], error) {
 	d := &Dec{b: block, Memo: map[string]any{}}
 	d.readTable()
-	id := d.Str()
-	s := &savedRun[T]{name: d.Str(), size: d.Int(), offset: d.Int(), nextLine: int(d.Int()), lastAt: d.Str()}
+	s := &savedRun[T]{id: d.Str(), name: d.Str(), size: d.Int(), offset: d.Int(), nextLine: int(d.Int()), lastAt: d.Str()}
 	copy(s.head[:], d.Str())
 	copy(s.tail[:], d.Str())
-	s.ops = make([]string, d.Len(len(d.b)))
-	for i := range s.ops {
-		s.ops[i] = d.Str()
-	}
-	s.locs = make([]loc, d.Len(len(d.b)))
-	var off int64
-	var line int32
-	for i := range s.locs {
-		off += d.Int()
-		line += int32(d.Int())
-		s.locs[i] = loc{off: off, line: line, op: int32(d.Len(len(s.ops)))}
+	s.cost, s.nLocs = d.Int(), d.Len(1<<40)
+	s.body = &savedBody[T]{n: d.Int()}
+	copy(s.body.sum[:], d.Str())
+	if s.body.n < 0 {
+		d.fail("a negative length")
 	}
 	nv := d.Len(len(d.b))
-	s.views = make(map[string]*view[T], nv)
+	s.views = make(map[string]*savedView[T], nv)
 	for range nv {
+		fp := d.Str()
+		v := &savedView[T]{lines: int(d.Int()), n: d.Len(1 << 40)}
+		if d.Bool() {
+			it := ix.opt.DecodeItem(s.id, d)
+			v.first = &it
+		}
+		nf := d.Len(len(d.b))
+		v.firstBy = make(map[string]*T, nf)
+		for range nf {
+			name := d.Str()
+			it := ix.opt.DecodeItem(s.id, d)
+			v.firstBy[name] = &it
+		}
+		s.views[fp] = v
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("bytes after the run's header")
+	}
+	return s, d.err
+}
+
+// decodeSaved reads a run's body from the saved index, checks it against
+// its header's hash and decodes it, once; b.err says why it cannot be used.
+func (ix *Index[T, F]) decodeSaved(s *savedRun[T]) {
+	b := s.body
+	b.once.Do(func() {
+		buf := make([]byte, b.n)
+		if _, err := b.src.ReadAt(buf, b.off); err != nil {
+			b.err = fmt.Errorf("saved run index: run %s: %w", s.id, err)
+			return
+		}
+		b.src = nil
+		if sha256.Sum256(buf) != b.sum {
+			b.err = fmt.Errorf("saved run index: run %s: its part does not match the hash its authenticated header holds (changed or damaged)", s.id)
+			return
+		}
+		b.err = ix.decodeBody(s, buf)
+	})
+}
+
+// decodeBody decodes a run's body, which must hold the views its header
+// names, of the same lines and sizes.
+func (ix *Index[T, F]) decodeBody(s *savedRun[T], block []byte) error {
+	b := s.body
+	d := &Dec{b: block, Memo: map[string]any{}}
+	d.readTable()
+	b.ops = make([]string, d.Len(len(d.b)))
+	for i := range b.ops {
+		b.ops[i] = d.Str()
+	}
+	b.locs = make([]loc, d.Len(len(d.b)))
+	var off int64
+	var line int32
+	for i := range b.locs {
+		off += d.Int()
+		line += int32(d.Int())
+		b.locs[i] = loc{off: off, line: line, op: int32(d.Len(len(b.ops)))}
+	}
+	nv := d.Len(len(d.b))
+	if nv != len(s.views) || len(b.locs) != s.nLocs {
+		d.fail("a body that is not its header's")
+	}
+	b.views = make(map[string]*view[T], nv)
+	for range nv {
+		if d.err != nil {
+			break
+		}
 		v := &view[T]{fp: d.Str(), lines: int(d.Int())}
+		h := s.views[v.fp]
 		v.items = make([]T, d.Len(len(d.b)))
+		if h == nil || h.lines != v.lines || h.n != len(v.items) || b.views[v.fp] != nil {
+			d.fail("a view that is not its header's")
+			break
+		}
 		for i := range v.items {
-			v.items[i] = ix.opt.DecodeItem(id, d)
+			v.items[i] = ix.opt.DecodeItem(s.id, d)
 		}
 		if d.err != nil {
 			break
 		}
 		v = ix.finishAs(v)
-		s.views[v.fp] = v
+		b.views[v.fp] = v
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail("bytes after the run")
 	}
-	return id, s, d.err
+	if d.err != nil {
+		b.ops, b.locs, b.views = nil, nil, nil
+		return fmt.Errorf("run %s: %w", s.id, d.err)
+	}
+	return nil
 }
 
 // finishAs indexes a decoded view like finish, keeping its fp and lines.
@@ -367,7 +469,8 @@ func (ix *Index[T, F]) finishAs(v *view[T]) *view[T] {
 // adopt takes a run from the saved index when its file still holds what
 // was read of it: at least as many bytes, the same first bytes and the same
 // bytes before the offset. The run's identity is then the file's, with the
-// saved size, so that a file that grew since is read from the offset.
+// saved size, so that a file that grew since is read from the offset. Its
+// body stays in the saved index until first used (see settle).
 func (ix *Index[T, F]) adopt(id string, e confined.Entry) *run[T, F] {
 	s := ix.saved[id]
 	if s == nil {
@@ -386,38 +489,64 @@ func (ix *Index[T, F]) adopt(id string, e confined.Entry) *run[T, F] {
 	if err != nil || head != s.head || tail != s.tail {
 		return nil
 	}
-	r := &run[T, F]{id: id, name: e.Name, offset: s.offset, nextLine: s.nextLine, lastAt: s.lastAt, ops: s.ops, locs: s.locs, views: s.views, head: head, tail: tail, hashed: true}
+	r := &run[T, F]{id: id, name: e.Name, offset: s.offset, nextLine: s.nextLine, lastAt: s.lastAt, pend: s, head: head, tail: tail, hashed: true}
 	r.ident = identity{dev: e.Dev, ino: e.Ino, size: s.size, mtime: e.ModTime}
 	if e.Size != s.size {
 		r.ident.mtime = time.Time{}
 	}
 	r.anchor = takeAnchor(f, r.offset, false)
 	ix.runs[id] = r
-	ix.recount(r)
-	ix.account(func(_ *int64, st *Stats) { st.Adopted++ })
+	r.cost = max(s.cost, 0)
+	ix.account(func(b *int64, st *Stats) { *b += r.cost; st.Adopted++ })
 	return r
 }
 
+// settle brings a run adopted from the saved index into memory: its body
+// decoded, checked against its header. It reports false, with the run
+// reset, when the body cannot be used: the run must be read from its file.
+func (ix *Index[T, F]) settle(r *run[T, F]) bool {
+	s := r.pend
+	if s == nil {
+		return true
+	}
+	ix.decodeSaved(s)
+	r.pend = nil
+	if err := s.body.err; err != nil {
+		ix.opt.Logger.Warn("a run's part of the saved run index is not used; reading the run from its file", "run", r.id, "err", err)
+		ix.reset(r)
+		ix.account(func(_ *int64, st *Stats) { st.Rejected++ })
+		return false
+	}
+	r.ops, r.locs, r.views = s.body.ops, s.body.locs, s.body.views
+	ix.recount(r)
+	ix.account(func(_ *int64, st *Stats) { st.Decoded++ })
+	return true
+}
+
 // snapshot is what save writes: each readable run's state at one moment
-// (its slices are never changed in place below their length).
+// (its slices are never changed in place below their length). A run still
+// in the saved index (pend) is decoded by the save, off the lock.
 type snapshot[T any] struct {
 	id, name, lastAt string
 	size, offset     int64
 	nextLine         int
 	head, tail       [32]byte
+	cost             int64
 	ops              []string
 	locs             []loc
 	views            []*view[T]
+	pend             *savedRun[T]
 }
 
 // takeSnapshot copies the runs' headers, under ix.mu.
 func (ix *Index[T, F]) takeSnapshot() []snapshot[T] {
 	out := make([]snapshot[T], 0, len(ix.runs))
 	for _, r := range ix.runs {
-		if r.err != nil || len(r.views) == 0 || !r.hashed {
+		if r.err != nil || (len(r.views) == 0 && r.pend == nil) || !r.hashed {
 			continue
 		}
-		s := snapshot[T]{id: r.id, name: r.name, lastAt: r.lastAt, size: r.ident.size, offset: r.offset, nextLine: r.nextLine, head: r.head, tail: r.tail, ops: r.ops[:len(r.ops):len(r.ops)], locs: r.locs[:len(r.locs):len(r.locs)]}
+		s := snapshot[T]{id: r.id, name: r.name, lastAt: r.lastAt, size: r.ident.size, offset: r.offset, nextLine: r.nextLine, head: r.head, tail: r.tail, cost: r.cost,
+			ops: r.ops[:len(r.ops):len(r.ops)], locs: r.locs[:len(r.locs):len(r.locs)], pend: r.pend}
 		for _, v := range r.views {
 			s.views = append(s.views, v)
 		}
@@ -469,13 +598,17 @@ func (ix *Index[T, F]) maybeSave() {
 // WaitSaved waits for a save in progress (tests, a server stopping).
 func (ix *Index[T, F]) WaitSaved() { ix.saves.Wait() }
 
-// save writes a snapshot: every run's file hashes, places and views.
+// save writes a snapshot. The file is the magic, the length of the
+// headers, the headers (the build, then each run's: its file's hashes and
+// places, the size and SHA-256 of its body, and per view its first item
+// overall and of each facet), their HMAC, then the runs' bodies (their
+// operations, places and summaries) in the same order: a restart
+// authenticates the headers only, and reads a body when first used.
 func (ix *Index[T, F]) save(snap []snapshot[T]) error {
 	k, err := ix.key()
 	if err != nil {
 		return err
 	}
-	out := &Enc{B: append(make([]byte, 0, 1<<20), indexMagic...)}
 	writeTable := func(dst *Enc, e *Enc) {
 		dst.Uint(uint64(len(e.table)))
 		for _, t := range e.table {
@@ -486,21 +619,26 @@ func (ix *Index[T, F]) save(snap []snapshot[T]) error {
 		}
 		dst.B = append(dst.B, e.B...)
 	}
-	head := &Enc{strs: map[string]uint64{}}
-	head.Str(ix.version())
-	writeTable(out, head)
-	out.Uint(uint64(len(snap)))
-	var e, block Enc
+	hdr := &Enc{B: make([]byte, 0, 64<<10)}
+	ver := &Enc{strs: map[string]uint64{}}
+	ver.Str(ix.version())
+	writeTable(hdr, ver)
+	var bodies []byte
+	var e, h, block Enc
+	n := 0
+	var runs Enc
 	for _, s := range snap {
+		if p := s.pend; p != nil {
+			ix.decodeSaved(p)
+			if p.body.err != nil {
+				continue // read from its file by the next process
+			}
+			s.ops, s.locs, s.views = p.body.ops, p.body.locs, nil
+			for _, v := range p.body.views {
+				s.views = append(s.views, v)
+			}
+		}
 		e = Enc{B: e.B[:0], strs: map[string]uint64{}, table: e.table[:0]}
-		e.Str(s.id)
-		e.Str(s.name)
-		e.Int(s.size)
-		e.Int(s.offset)
-		e.Int(int64(s.nextLine))
-		e.Str(s.lastAt)
-		e.Str(string(s.head[:]))
-		e.Str(string(s.tail[:]))
 		e.Uint(uint64(len(s.ops)))
 		for _, op := range s.ops {
 			e.Str(op)
@@ -525,13 +663,61 @@ func (ix *Index[T, F]) save(snap []snapshot[T]) error {
 		}
 		block.B = block.B[:0]
 		writeTable(&block, &e)
-		out.Uint(uint64(len(block.B)))
-		out.B = append(out.B, block.B...)
+		sum := sha256.Sum256(block.B)
+		bodies = append(bodies, block.B...)
+
+		h = Enc{B: h.B[:0], strs: map[string]uint64{}, table: h.table[:0]}
+		h.Str(s.id)
+		h.Str(s.name)
+		h.Int(s.size)
+		h.Int(s.offset)
+		h.Int(int64(s.nextLine))
+		h.Str(s.lastAt)
+		h.Str(string(s.head[:]))
+		h.Str(string(s.tail[:]))
+		h.Int(s.cost)
+		h.Uint(uint64(len(s.locs)))
+		h.Int(int64(len(block.B)))
+		h.Str(string(sum[:]))
+		h.Uint(uint64(len(s.views)))
+		for _, v := range s.views {
+			h.Str(v.fp)
+			h.Int(int64(v.lines))
+			h.Uint(uint64(len(v.items)))
+			h.Bool(len(v.items) > 0)
+			if len(v.items) > 0 {
+				ix.opt.EncodeItem(&h, &v.items[0])
+			}
+			facets := make([]string, 0, len(v.byFacet))
+			for f, pos := range v.byFacet {
+				if len(pos) > 0 {
+					facets = append(facets, f)
+				}
+			}
+			slices.Sort(facets)
+			h.Uint(uint64(len(facets)))
+			for _, f := range facets {
+				h.Str(f)
+				ix.opt.EncodeItem(&h, &v.items[v.byFacet[f][0]])
+			}
+		}
+		block.B = block.B[:0]
+		writeTable(&block, &h)
+		runs.Uint(uint64(len(block.B)))
+		runs.B = append(runs.B, block.B...)
+		n++
 	}
+	hdr.Uint(uint64(n))
+	hdr.B = append(hdr.B, runs.B...)
+	out := make([]byte, 0, len(indexMagic)+8+len(hdr.B)+sha256.Size+len(bodies))
+	out = append(out, indexMagic...)
+	out = binary.LittleEndian.AppendUint64(out, uint64(len(hdr.B)))
+	out = append(out, hdr.B...)
 	mac := hmac.New(sha256.New, k)
-	mac.Write(out.B)
-	out.B = mac.Sum(out.B)
-	return ix.opt.State.WriteFileAtomic(IndexFile, out.B, 0o600)
+	mac.Write(out)
+	out = mac.Sum(out)
+	out = append(out, bodies...)
+	return ix.opt.State.WriteFileAtomic(IndexFile, out, 0o600)
 }
 
 // version names the build once (hashing an executable takes a moment).

@@ -87,6 +87,10 @@ type Options[T, F any] struct {
 	Version    func() string
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
+	// DecodeInBackground, with State, decodes the runs a restart took from
+	// the saved index in the background, one at a time, after the first
+	// listing that left some undecoded (see ListSome).
+	DecodeInBackground bool
 	// Progress, when set, is told how a refresh that must read runs goes:
 	// after each run it reads (a new or changed file, or one dropped to
 	// honour the budget or not yet listed under the template), how many of
@@ -130,6 +134,8 @@ type Index[T, F any] struct {
 	// acct) say a save is due.
 	loaded, saving  bool
 	saved           map[string]*savedRun[T]
+	savedFile       *os.File
+	decoding        bool
 	dirty, appended bool
 	savedAt         time.Time
 	saves           sync.WaitGroup
@@ -160,6 +166,8 @@ type Stats struct {
 	SharedLists   int64 // listings of the present answered by one begun after they were asked
 	Adopted       int64 // runs taken from the saved index, their files unchanged since
 	Saves         int64 // times the index was saved
+	Decoded       int64 // adopted runs whose part of the saved index was decoded
+	Rejected      int64 // adopted runs whose part of the saved index did not match its header, read from their files instead
 }
 
 type identity struct {
@@ -191,6 +199,9 @@ type run[T, F any] struct {
 	head, tail [32]byte
 	hashed     bool
 	asOf       *view[T] // the last view taken at an earlier line (paging)
+	// pend, when set, is the run's part of the saved index, not decoded
+	// yet: ops, locs and views are empty until settle.
+	pend *savedRun[T]
 }
 
 // loc is where one event's line starts in its run file, its line number,
@@ -325,6 +336,15 @@ type RunView[T any] struct {
 	// Lines is how many complete lines of the run the view covers; ListAt
 	// can list the run as it was at that line.
 	Lines int
+	// Pending says the run's summaries are still in the saved index (see
+	// ListSome): Items and ByFacet are nil, and First and FirstByFacet are
+	// its first item (in Options.Compare order) and that of each facet,
+	// nil and absent when it has none.
+	Pending      bool
+	First        *T
+	FirstByFacet map[string]*T
+	pend         *savedRun[T]
+	fp           string
 }
 
 // Listing is the result of a refresh for one template.
@@ -351,7 +371,123 @@ func (ix *Index[T, F]) List(ctx context.Context, t *receipt.Template) (Listing[T
 // once per question, and each still sees every run file as it was when it
 // asked, or later.
 func (ix *Index[T, F]) ListAt(ctx context.Context, t *receipt.Template, at map[string]int) (Listing[T], error) {
-	return ix.listAt(ctx, t, at, true)
+	return ix.ListSome(ctx, t, at, nil)
+}
+
+// ListSome is ListAt for a caller that needs only some runs' summaries: a
+// restart leaves each run's summaries in the saved index until first used,
+// and pick, called with the listing's runs when some are Pending, says
+// which it needs (nil: all). Those are decoded, in parallel, each checked
+// against its authenticated header; the others stay Pending (Items nil,
+// First and FirstByFacet set). A run whose part of the saved index does
+// not match is not used: it is read from its file, and the listing taken
+// again. With Options.DecodeInBackground, what is left is then decoded in
+// the background.
+func (ix *Index[T, F]) ListSome(ctx context.Context, t *receipt.Template, at map[string]int, pick func([]RunView[T]) []bool) (Listing[T], error) {
+	for {
+		l, err := ix.listAt(ctx, t, at, true)
+		if err != nil {
+			return l, err
+		}
+		var want []int
+		var need []bool
+		for i := range l.Runs {
+			if l.Runs[i].Pending {
+				if need == nil && pick != nil {
+					need = pick(l.Runs)
+				}
+				if pick == nil || (i < len(need) && need[i]) {
+					want = append(want, i)
+				}
+			}
+		}
+		left := len(want) < countPending(l.Runs)
+		if len(want) == 0 {
+			if left {
+				ix.decodeRest()
+			}
+			return l, nil
+		}
+		ix.parallel(ctx, len(want), func(k int) { ix.decodeSaved(l.Runs[want[k]].pend) })
+		if err := ctx.Err(); err != nil {
+			return Listing[T]{}, err
+		}
+		// Bring the decoded runs into the index; a run whose part did not
+		// match is forgotten, so that the next listing reads its file.
+		again := false
+		ix.mu.Lock()
+		for _, i := range want {
+			p := l.Runs[i].pend
+			if r := ix.runs[l.Runs[i].RunID]; r != nil && r.pend == p && !ix.settle(r) {
+				ix.forget(r.id)
+			}
+			if p.body.err != nil {
+				again = true
+			}
+		}
+		if left && !again {
+			ix.decodeRest()
+		}
+		ix.mu.Unlock()
+		if again {
+			continue
+		}
+		out := Listing[T]{Runs: slices.Clone(l.Runs), Unreadable: l.Unreadable}
+		for _, i := range want {
+			rv := &out.Runs[i]
+			v := rv.pend.body.views[rv.fp]
+			rv.Items, rv.ByFacet, rv.Lines = v.items, v.byFacet, v.lines
+			rv.Pending, rv.First, rv.FirstByFacet, rv.pend = false, nil, nil, nil
+		}
+		return out, nil
+	}
+}
+
+func countPending[T any](runs []RunView[T]) int {
+	n := 0
+	for i := range runs {
+		if runs[i].Pending {
+			n++
+		}
+	}
+	return n
+}
+
+// decodeRest starts, under ix.mu and with Options.DecodeInBackground, one
+// goroutine that decodes the runs still in the saved index, one at a time,
+// and brings each into the index (or forgets it, when its part does not
+// match: the next listing reads its file).
+func (ix *Index[T, F]) decodeRest() {
+	if !ix.opt.DecodeInBackground || ix.decoding {
+		return
+	}
+	type todo struct {
+		r *run[T, F]
+		p *savedRun[T]
+	}
+	var list []todo
+	for _, r := range ix.runs {
+		if r.pend != nil {
+			list = append(list, todo{r, r.pend})
+		}
+	}
+	if len(list) == 0 {
+		return
+	}
+	ix.decoding = true
+	go func() {
+		for _, w := range list {
+			ix.decodeSaved(w.p)
+			ix.mu.Lock()
+			if ix.runs[w.r.id] == w.r && w.r.pend == w.p && !ix.settle(w.r) {
+				ix.forget(w.r.id)
+			}
+			ix.mu.Unlock()
+		}
+		ix.mu.Lock()
+		ix.decoding = false
+		ix.mu.Unlock()
+	}()
 }
 
 // listAt is ListAt; share false lists anew even when a listing begun
@@ -397,6 +533,7 @@ func (ix *Index[T, F]) listLocked(ctx context.Context, t *receipt.Template, at m
 		bad  error
 		work func()
 		v    *view[T]
+		pend *savedRun[T]
 	}
 	slots := make([]slot, 0, len(entries))
 	ix.templates[fp] = t
@@ -461,7 +598,11 @@ func (ix *Index[T, F]) listLocked(ctx context.Context, t *receipt.Template, at m
 				return
 			}
 		}
-		sl.v = sl.r.views[fp]
+		if sl.r.pend != nil {
+			sl.pend = sl.r.pend
+		} else {
+			sl.v = sl.r.views[fp]
+		}
 	})
 	if err := ctx.Err(); err != nil {
 		return Listing[T]{}, err
@@ -473,6 +614,11 @@ func (ix *Index[T, F]) listLocked(ctx context.Context, t *receipt.Template, at m
 			out.Unreadable = append(out.Unreadable, Unreadable{RunID: sl.id, Err: sl.bad})
 		case sl.r.err != nil:
 			out.Unreadable = append(out.Unreadable, Unreadable{RunID: sl.id, Err: sl.r.err})
+		case sl.pend != nil:
+			ix.tick++
+			sl.r.used = ix.tick
+			pv := sl.pend.views[fp]
+			out.Runs = append(out.Runs, RunView[T]{RunID: sl.id, LastEventAt: sl.r.lastAt, Lines: pv.lines, Pending: true, First: pv.first, FirstByFacet: pv.firstBy, pend: sl.pend, fp: fp})
 		case sl.v != nil:
 			ix.tick++
 			sl.r.used = ix.tick
@@ -540,8 +686,24 @@ func (ix *Index[T, F]) plan(id string, e confined.Entry, fp string) (*run[T, F],
 	r, ok := ix.runs[id]
 	sameFile := ok && r.ident.dev == cur.dev && r.ident.ino == cur.ino
 	switch {
-	case ok && r.ident == cur && (r.err != nil || r.views[fp] != nil):
+	case ok && r.ident == cur && (r.err != nil || r.views[fp] != nil || (r.pend != nil && r.pend.views[fp] != nil)):
 		return r, nil // unchanged
+	case ok && r.pend != nil:
+		// Adopted, and changed since or not saved under fp: its body first.
+		return r, func() {
+			if !ix.settle(r) {
+				ix.readAll(r, cur, fp)
+				return
+			}
+			switch {
+			case r.ident == cur:
+				ix.addView(r, fp)
+			case r.ident.dev == cur.dev && r.ident.ino == cur.ino && cur.size > r.ident.size && ix.stillHolds(r):
+				ix.readMore(r, cur, fp)
+			default:
+				ix.readAll(r, cur, fp)
+			}
+		}
 	case ok && r.ident == cur:
 		return r, func() { ix.addView(r, fp) } // unchanged, not yet listed under fp
 	case sameFile && r.err == nil && cur.size > r.ident.size:
@@ -630,7 +792,7 @@ func (ix *Index[T, F]) take(b *batch[F], in intern, ev receipt.Event, opID strin
 func (ix *Index[T, F]) reset(r *run[T, F]) {
 	old := r.cost
 	ix.account(func(b *int64, _ *Stats) { *b -= old })
-	r.offset, r.nextLine, r.locs, r.ops, r.cost, r.err, r.views, r.lastAt, r.asOf = 0, 1, nil, nil, 0, nil, nil, "", nil
+	r.offset, r.nextLine, r.locs, r.ops, r.cost, r.err, r.views, r.lastAt, r.asOf, r.pend = 0, 1, nil, nil, 0, nil, nil, "", nil, nil
 }
 
 // fail marks a run unreadable, keeping nothing else of it.
@@ -1067,13 +1229,17 @@ func (ix *Index[T, F]) evict() {
 func (ix *Index[T, F]) Stats() Stats {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	s := ix.stats
+	// The counters are written under acct (a save in the background too).
+	var s Stats
+	ix.account(func(b *int64, st *Stats) { s, s.Bytes = *st, *b })
 	s.Runs = len(ix.runs)
-	s.Bytes = ix.bytes
 	for _, r := range ix.runs {
 		if len(r.views) > 0 && r.err == nil {
 			s.ResidentRuns++
 			s.Events += len(r.locs)
+		} else if r.pend != nil {
+			s.ResidentRuns++
+			s.Events += r.pend.nLocs
 		}
 	}
 	return s

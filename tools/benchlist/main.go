@@ -42,6 +42,7 @@ type config struct {
 	jsonOut       bool
 	label         string
 	serverTimeout time.Duration
+	first         string
 }
 
 // report is one root's figures, in milliseconds and MiB.
@@ -51,6 +52,9 @@ type report struct {
 	Operations  int     `json:"operations_listed_first_page"`
 	ColdMS      float64 `json:"cold_ms"`
 	ColdStartMS float64 `json:"cold_from_process_start_ms"`
+	// ColdCPUMS is the server's CPU time (user and system) when its first
+	// answer came: the figure that a loaded machine inflates least.
+	ColdCPUMS   float64 `json:"cold_cpu_ms"`
 	WarmP50MS   float64 `json:"warm_p50_ms"`
 	WarmP99MS   float64 `json:"warm_p99_ms"`
 	AppendP50MS float64 `json:"after_append_p50_ms"`
@@ -72,7 +76,12 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&c.jsonOut, "json", false, "print the report as one JSON object")
 	fs.StringVar(&c.label, "label", "", "a name for the root in the report")
 	fs.DurationVar(&c.serverTimeout, "timeout", 10*time.Minute, "bound on the whole measurement")
+	fs.StringVar(&c.first, "first", "list_operations", "the first call, whose time is the cold figure: list_operations, or check_before_pay (0.01 to api.example.com, whose answer needs every run)")
 	if err := fs.Parse(argv); err != nil {
+		return 2
+	}
+	if c.first != "list_operations" && c.first != "check_before_pay" {
+		fmt.Fprintln(stderr, "benchlist: --first is list_operations or check_before_pay")
 		return 2
 	}
 	if c.dir == "" || c.calls < 1 || c.appends < 0 || c.lines < 4 || c.limit < 1 || c.limit > 100 {
@@ -91,8 +100,8 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, string(b))
 		return 0
 	}
-	fmt.Fprintf(stdout, "%s: %d runs; cold %.0f ms (%.0f ms from process start); warm p50 %.2f ms p99 %.2f ms; after +%d lines p50 %.2f ms p99 %.2f ms; peak RSS %.0f MiB\n",
-		rep.Label, rep.Runs, rep.ColdMS, rep.ColdStartMS, rep.WarmP50MS, rep.WarmP99MS, c.lines, rep.AppendP50MS, rep.AppendP99MS, rep.PeakRSSMiB)
+	fmt.Fprintf(stdout, "%s: %d runs; cold %.0f ms (%.0f ms from process start, %.0f ms of CPU); warm p50 %.2f ms p99 %.2f ms; after +%d lines p50 %.2f ms p99 %.2f ms; peak RSS %.0f MiB\n",
+		rep.Label, rep.Runs, rep.ColdMS, rep.ColdStartMS, rep.ColdCPUMS, rep.WarmP50MS, rep.WarmP99MS, c.lines, rep.AppendP50MS, rep.AppendP99MS, rep.PeakRSSMiB)
 	return 0
 }
 
@@ -136,11 +145,26 @@ func measure(ctx context.Context, c config) (report, error) {
 		_ = json.Unmarshal(raw, &out)
 		return d, len(out.Operations), nil
 	}
-	d, n, err := list()
+	first := list
+	if c.first == "check_before_pay" {
+		first = func() (time.Duration, int, error) {
+			t0 := time.Now()
+			res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "check_before_pay", Arguments: map[string]any{"counterparty": "api.example.com", "amount": "0.01"}})
+			d := time.Since(t0)
+			if err == nil && res.IsError {
+				err = fmt.Errorf("check_before_pay: %v", res.Content)
+			}
+			return d, 0, err
+		}
+	}
+	d, n, err := first()
 	if err != nil {
 		return rep, err
 	}
 	rep.ColdMS, rep.ColdStartMS, rep.Operations = ms(d), ms(time.Since(start)), n
+	if cmd.Process != nil {
+		rep.ColdCPUMS = cpuMS(cmd.Process.Pid)
+	}
 	warm := make([]time.Duration, 0, c.calls)
 	for range c.calls {
 		d, _, err := list()
@@ -219,4 +243,25 @@ func peakRSS(pid int) float64 {
 		}
 	}
 	return 0
+}
+
+// cpuMS reads a process's CPU time so far (utime and stime, in clock
+// ticks of 1/100 s on Linux) from /proc; 0 when it cannot.
+func cpuMS(pid int) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name may hold spaces: the fields start after its ')'.
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.Atoi(f[11])
+	s, _ := strconv.Atoi(f[12])
+	return float64(u+s) * 10
 }
