@@ -149,3 +149,55 @@ func TestMandateGrantedWithPasskeyApproval(t *testing.T) {
 		})
 	}
 }
+
+// A grant whose challenge was made before another mandate record was
+// written names a place that is taken: refused, nothing written, and the
+// reviewer approves again (a new challenge after the new head) to success.
+func TestMandateGrantedWithPasskeyAfterRecordsMoved(t *testing.T) {
+	pat, err := softauthn.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, alice := mandateFleet(t, fileKind, 1, mandatePolicy)
+	f.passkeys = reviewlog.Passkeys{"pat": {pkCredential(pat)}}
+	e := f.fresh(t) // a process that trusts pat's passkey too
+	log := f.logs[1]
+	alice.Log = log
+	ctx := t.Context()
+	a, err := e.Check(ctx, "bot", Question{Counterparty: sellerA, Amount: "1.00"})
+	if err != nil || a.ReviewID == "" {
+		t.Fatalf("the question: %v %+v", err, a)
+	}
+	rv, err := log.Get(ctx, a.ReviewID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dh, _ := reviewlog.DecisionHash(rv.TermsHash, reviewlog.Approved, "")
+	propose := func(prev string) (mandate.Record, []byte) {
+		id, _ := mandate.NewID()
+		g := grantTerms(f, "2.00", "3.00", 2)
+		g.Kind, g.ID, g.Prev, g.Tenant, g.Decision, g.At, g.By, g.KID = mandate.KindGrant, id, prev, DefaultTenant, dh, mandate.FormatTime(f.clock()), "pat", mandate.PasskeyKID
+		ch, _, err := g.PasskeyChallenge()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g, ch
+	}
+	g, ch := propose("")
+	mustGrant(t, alice, grantTerms(f, "1.00", "1.00", 1)) // written while pat's passkey signs
+	d := PasskeyDecider{Log: log, Chains: e.cfg.Chains, Passkeys: func() (reviewlog.Passkeys, error) { return f.passkeys, nil }}
+	if _, _, err := d.DecideGranting(ctx, rv.ID, "", pkAssert(t, pat, ch), g); !errors.Is(err, ErrMandateMoved) || !strings.Contains(err.Error(), "approve again") {
+		t.Fatalf("a grant after the records moved: %v, want ErrMandateMoved", err)
+	}
+	lines := f.mandateLines(t)
+	if r, _ := log.Get(ctx, rv.ID); len(lines) != 1 || r.Status != reviewlog.Pending {
+		t.Fatalf("after the refusal: %d mandate records, the review %s", len(lines), r.Status)
+	}
+	g, ch = propose(mandate.Hash(lines[0]))
+	if _, _, err := d.DecideGranting(ctx, rv.ID, "", pkAssert(t, pat, ch), g); err != nil {
+		t.Fatalf("approved again after the new head: %v", err)
+	}
+	if set, err := ReadMandates(ctx, log, ""); err != nil || len(set.Findings) > 0 || len(set.Mandates) != 2 {
+		t.Fatalf("the records: %v %v %d", err, set.Findings, len(set.Mandates))
+	}
+}
