@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/dossier"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
@@ -258,7 +259,7 @@ func signedAuthorization(ctx context.Context, st reviewlog.Store, want string) (
 func checkAuthorization(a reviewlog.Authorized, receipts map[string]noa.Receipt, keyring noa.Keyring, v *authorizationView) []string {
 	findings := []string{}
 	bad := func(format string, args ...any) { findings = append(findings, fmt.Sprintf(format, args...)) }
-	digest, err := authorizationDigest(a)
+	digest, err := dossier.AuthorizationDigest(a)
 	if err != nil {
 		bad("TAMPERED: the recorded terms cannot be read: %v", err)
 		return findings
@@ -349,23 +350,6 @@ func checkSettlement(sv reviewlog.Settled, a reviewlog.AuthorizedLine, receipts 
 	return out
 }
 
-// authorizationDigest recomputes the EIP-712 digest of recorded terms.
-func authorizationDigest(a reviewlog.Authorized) ([32]byte, error) {
-	chain, err := x402.ChainID(a.Network)
-	if err != nil {
-		return [32]byte{}, err
-	}
-	token, err := x402.ParseAddress(a.Token)
-	if err != nil {
-		return [32]byte{}, err
-	}
-	au, err := x402.AuthorizationJSON{From: a.From, To: a.To, Value: a.Value, ValidAfter: a.ValidAfter, ValidBefore: a.ValidBefore, Nonce: strings.ToLower(a.Nonce)}.Read()
-	if err != nil {
-		return [32]byte{}, err
-	}
-	return x402.Digest(x402.Domain{Name: a.Name, Version: a.Version, ChainID: chain, VerifyingContract: token}, au)
-}
-
 func printAuthorization(w io.Writer, v authorizationView) {
 	s := termsafe.String
 	unix := func(n string) string {
@@ -416,7 +400,7 @@ func printAuthorization(w io.Writer, v authorizationView) {
 	}
 	if st := v.Settlement; st != nil {
 		fmt.Fprintf(w, "  settlement     transaction %s on %s, payer %s, recorded at %s as receipt %s\n", s(st.Transaction), s(st.Network), s(st.Payer), s(st.At), s(st.Receipt))
-		fmt.Fprintf(w, "  settled by     %s\n", s(settlementSource(st.Settled)))
+		fmt.Fprintf(w, "  settled by     %s\n", s(dossier.SettlementSource(st.Settled)))
 		if st.HoldKept {
 			fmt.Fprintln(w, "  hold kept      the Trace's settlement disagrees with the authorization: its hold still counts as an open payment")
 		}
@@ -549,17 +533,4 @@ func notBefore(t, since string) bool {
 	a, err1 := time.Parse(time.RFC3339Nano, t)
 	b, err2 := time.Parse(time.RFC3339Nano, since)
 	return err1 == nil && err2 == nil && !a.Before(b)
-}
-
-// settlementSource says where a settlement was taken from, for people.
-func settlementSource(st reviewlog.Settled) string {
-	if st.Source != reviewlog.SourceTrace || st.Trace == nil {
-		return "the agent (record_receipt)"
-	}
-	t := st.Trace
-	how := "an event of its operation carries the authorization's nonce"
-	if t.Binding == "terms" {
-		how = "its terms: payer, payee, amount, asset, network and resource, within the authorization's validity, and no other authorization's"
-	}
-	return fmt.Sprintf("the Trace: run %s, operation %s, line %d (%s at %s), bound by %s", t.Run, t.Operation, t.Line, t.Event, t.OccurredAt, how)
 }

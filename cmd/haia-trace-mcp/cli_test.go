@@ -456,7 +456,7 @@ func TestSharedFlagsHaveOneHelpText(t *testing.T) {
 		"reviewers":               {"verify", "dossier verify"},
 		"out":                     {"dossier export"},
 		"templates-dir":           {"build"},
-		"key-file":                {"reviewer init", "signer", "reviewer passkey add", "audit", "policy simulate"},
+		"key-file":                {"reviewer init", "signer", "reviewer passkey add", "audit", "policy simulate", "dossier export"},
 		"params-key-file":         {"reviewer passkey add", "audit", "policy simulate"},
 		"note":                    {"mandate grant"},
 		"payer-key":               {"signer"},

@@ -361,7 +361,7 @@ func (d *demo) run(ctx context.Context) error {
 	}
 	d.say("  record_receipt: the seller's settlement (transaction %s, simulated here) is recorded as receipt %s; the hold no longer counts as an open payment", tx, settled.ReceiptID)
 	dossier := filepath.Join(filepath.Dir(d.root), "dossier.json")
-	if _, err := d.cli(ctx, "dossier", "export", nonce, "--dir", d.root, "--out", dossier); err != nil {
+	if _, err := d.cli(ctx, "dossier", "export", nonce, "--dir", d.root, "--key-file", d.key, "--out", dossier); err != nil {
 		return err
 	}
 	out, err = d.cli(ctx, "dossier", "verify", dossier, "--keyring", keyring, "--reviewers", d.reviewers)

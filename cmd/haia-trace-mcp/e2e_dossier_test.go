@@ -70,13 +70,43 @@ func TestDossierExportVerify(t *testing.T) {
 		t.Fatalf("findings: %v", rec.Findings)
 	}
 
+	// The operator keeps a checkpoint of the decision chain now; more
+	// decisions follow, so the chain's head moves past the payment's
+	// receipts.
+	kept := t.TempDir()
+	chainsOut, _, code := runCLI(t, "chain", "list", "--dir", root)
+	if code != 0 {
+		t.Fatalf("chain list: %d", code)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(chainsOut), "\n") {
+		id := strings.Split(line, "\t")[0]
+		// The server's chains (a reviewer's own chain is signed by the
+		// reviewer's key, which the operator does not hold).
+		cp, errOut, code := runCLI(t, "chain", "checkpoint", id, "--dir", root, "--key-file", key)
+		if code == exitUsage && strings.Contains(errOut, "not by this key") {
+			continue
+		}
+		if code != 0 {
+			t.Fatalf("chain checkpoint %s: %d %s", id, code, errOut)
+		}
+		os.WriteFile(filepath.Join(kept, id+".json"), []byte(cp), 0o600)
+	}
+	os.WriteFile(filepath.Join(kept, "notes.txt"), []byte("not a checkpoint"), 0o600)
+	if later := authorizeCall(t, cs, e2ePaymentRequiredAt("https://api.seller.example/later", "250000", e2eSeller)); later.Decision == "" {
+		t.Fatalf("a later decision: %+v", later)
+	}
+
 	file := filepath.Join(t.TempDir(), "dossier.json")
-	if out, errOut, code := runCLI(t, "dossier", "export", allow.Authorization.Nonce, "--dir", root, "--out", file); code != 0 {
+	if _, errOut, code := runCLI(t, "dossier", "export", allow.Authorization.Nonce, "--dir", root, "--out", file); code != exitUsage || !strings.Contains(errOut, "--key-file") {
+		t.Fatalf("export without the server's key: %d %s", code, errOut)
+	}
+	out, errOut, code := runCLI(t, "dossier", "export", allow.Authorization.Nonce, "--dir", root, "--key-file", key, "--checkpoints", kept, "--out", file)
+	if code != 0 || !strings.Contains(out, "checkpoints)") || !strings.Contains(errOut, "notes.txt left out") {
 		t.Fatalf("export: %d %s %s", code, out, errOut)
 	}
 	keyring := filepath.Join(root, "guard", "keyring.json")
 	reviewers := filepath.Join(os.Getenv("XDG_CONFIG_HOME"), "haia-trace-mcp", "reviewers.json")
-	out, errOut, code := runCLI(t, "dossier", "verify", file, "--keyring", keyring, "--reviewers", reviewers)
+	out, errOut, code = runCLI(t, "dossier", "verify", file, "--keyring", keyring, "--reviewers", reviewers)
 	if code != 0 {
 		t.Fatalf("verify: %d\n%s%s", code, out, errOut)
 	}
@@ -86,10 +116,13 @@ func TestDossierExportVerify(t *testing.T) {
 			t.Errorf("no VALID %s link:\n%s", link, out)
 		}
 	}
+	if !strings.Contains(out, "a checkpoint the operator kept") || !strings.Contains(out, "the chain's head when the dossier was exported") {
+		t.Errorf("no VALID kept and export checkpoints:\n%s", out)
+	}
 	if out, _, code := runCLI(t, "dossier", "verify", file); code != 1 || !strings.Contains(out, "UNVERIFIED") {
 		t.Fatalf("on the file's own keys: %d\n%s", code, out)
 	}
-	if _, _, code := runCLI(t, "dossier", "export", "0x"+strings.Repeat("00", 32), "--dir", root); code != authExitUnknown {
+	if _, _, code := runCLI(t, "dossier", "export", "0x"+strings.Repeat("00", 32), "--dir", root, "--key-file", key); code != authExitUnknown {
 		t.Fatalf("an unknown nonce: exit %d", code)
 	}
 
@@ -126,6 +159,17 @@ func TestDossierExportVerify(t *testing.T) {
 		"a receipt":         bytes.Replace(orig, []byte(`ALLOWED`), []byte(`BLOCKED`), 1),
 		"no segments":       set([]string{"segments"}, []any{}),
 		"review":            set([]string{"review"}, nil),
+		"no checkpoints":    segEdit(orig, func(s map[string]any) { s["checkpoints"] = []any{} }),
+		"no link":           segEdit(orig, func(s map[string]any) { s["link"] = []any{} }),
+		"checkpoint head": segEdit(orig, func(s map[string]any) {
+			cps := s["checkpoints"].([]any)
+			cp := cps[len(cps)-1].(map[string]any)["checkpoint"].(map[string]any)
+			cp["highestSeq"] = cp["highestSeq"].(float64) + 1
+		}),
+		"kept checkpoint": segEdit(orig, func(s map[string]any) {
+			cp := s["checkpoints"].([]any)[0].(map[string]any)["checkpoint"].(map[string]any)
+			cp["headHash"] = "sha256:" + strings.Repeat("0", 64)
+		}),
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := filepath.Join(t.TempDir(), "d.json")
@@ -136,4 +180,19 @@ func TestDossierExportVerify(t *testing.T) {
 			}
 		})
 	}
+}
+
+// segEdit edits the dossier's segment that carries a link (the decision
+// chain's).
+func segEdit(orig []byte, f func(s map[string]any)) []byte {
+	var m map[string]any
+	json.Unmarshal(orig, &m)
+	for _, s := range m["segments"].([]any) {
+		if seg := s.(map[string]any); len(seg["link"].([]any)) > 0 {
+			f(seg)
+			b, _ := json.Marshal(m)
+			return b
+		}
+	}
+	panic("no segment with a link")
 }

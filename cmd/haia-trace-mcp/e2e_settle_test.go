@@ -108,7 +108,7 @@ func TestStdioRecordReceiptPostgres(t *testing.T) {
 		t.Fatalf("a settled authorization still counts as open: %+v", next)
 	}
 	file := filepath.Join(t.TempDir(), "dossier.json")
-	if out, errOut, code := runCLI(t, "dossier", "export", allow.Authorization.Nonce, "--dir", root, "--store", dsn, "--out", file); code != 0 {
+	if out, errOut, code := runCLI(t, "dossier", "export", allow.Authorization.Nonce, "--dir", root, "--store", dsn, "--key-file", key, "--out", file); code != 0 {
 		t.Fatalf("export: %d %s %s", code, out, errOut)
 	}
 	if out, _, code := runCLI(t, "dossier", "verify", file); code != 1 || !strings.Contains(out, "VALID      settlement") {
@@ -156,7 +156,7 @@ func TestStdioTraceSettlement(t *testing.T) {
 		t.Fatalf("authorization show: %d\n%s%s", code, out, errOut)
 	}
 	file := filepath.Join(t.TempDir(), "dossier.json")
-	if out, errOut, code := runCLI(t, "dossier", "export", allow.Authorization.Nonce, "--dir", root, "--out", file); code != 0 {
+	if out, errOut, code := runCLI(t, "dossier", "export", allow.Authorization.Nonce, "--dir", root, "--key-file", key, "--out", file); code != 0 {
 		t.Fatalf("export: %d %s %s", code, out, errOut)
 	}
 	data, _ := os.ReadFile(file)

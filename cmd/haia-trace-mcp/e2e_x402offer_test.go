@@ -94,7 +94,7 @@ func TestX402OnChainSignedOffers(t *testing.T) {
 				t.Fatalf("record_receipt: %+v", rec)
 			}
 			file := filepath.Join(t.TempDir(), "dossier.json")
-			if out, errOut, code := runCLI(t, "dossier", "export", a.Authorization.Nonce, "--dir", root, "--out", file); code != 0 {
+			if out, errOut, code := runCLI(t, "dossier", "export", a.Authorization.Nonce, "--dir", root, "--key-file", key, "--out", file); code != 0 {
 				t.Fatalf("export: %d %s %s", code, out, errOut)
 			}
 			out, errOut, code := runCLI(t, "dossier", "verify", file, "--keyring", keyring)

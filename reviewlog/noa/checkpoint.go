@@ -134,6 +134,11 @@ func NewCheckpoint(ctx context.Context, head Receipt, ts time.Time, s Signer) (C
 	return cp, append(b, '\n'), nil
 }
 
+// CheckpointSignature checks a checkpoint's signature under the key its
+// kid names in kr: "ok", "unverified" (kr does not hold the kid) or "bad
+// signature".
+func CheckpointSignature(cp Checkpoint, kr Keyring) string { return verifyCheckpointSig(cp, kr) }
+
 // verifyCheckpointSig reports "ok", "unverified" (kid not in the keyring or
 // no keyring) or "bad signature".
 func verifyCheckpointSig(cp Checkpoint, kr Keyring) string {
