@@ -2,6 +2,8 @@ package noa
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"testing"
 )
 
@@ -35,4 +37,61 @@ func FuzzParseHead(f *testing.F) {
 			t.Fatalf("head %+v differs from the receipt %+v %+v %+v %+v", h, r.ID, r.Agent, r.Action, r.Governance)
 		}
 	})
+}
+
+// TestParseHeadReadsAsJSONDoes: on well-formed objects whose member names
+// are exact, the scanner reads what encoding/json reads into Head, escapes,
+// repeated members, nulls and skipped values of every kind included; on
+// malformed text both refuse.
+func TestParseHeadReadsAsJSONDoes(t *testing.T) {
+	for _, line := range []string{
+		`{"id":"a","ts":"t"}`,
+		` {"ts":"t", "id" : "a\u00e9\ud83d\ude00\/\n" } `,
+		`{"id":"a","ts":"t","id":"b"}`,
+		`{"id":"a","ts":"t","agent":{"id":"x","principal":"SERVICE","model":null},"agent":{"id":"y"}}`,
+		`{"id":"a","ts":"t","agent":null,"action":{"canonical":"x402.payment","params":[1,-2.5e+3,true,false,null,{"k":[[]]}]},"governance":{"verdict":"ALLOWED","approval":{"a":"\"}"}}}`,
+		`{"i\u0064":"a","ts":"t"}`,
+		`{"id":"\ud800x","ts":"t"}`,
+		`{"id":"\udc00\ud800\udc00","ts":"t"}`,
+		`{"id":"a","ts":"t","x":0}`,
+		`{"id":"a","ts":"t"} x`,
+		`{"id":"a","ts":"t",}`,
+		`{"id":"a","ts":"t","x":01}`,
+		`{"id":"a","ts":"t","x":1.}`,
+		`{"id":"a","ts":"t","x":tru}`,
+		`{"id":"a","ts":"t","x":"\x"}`,
+		`{"id":"a","ts":"t","x":"` + "\x01" + `"}`,
+		`{"id":1,"ts":"t"}`,
+		`{"id":"a","ts":"t","agent":"x"}`,
+		`{"id":"a","ts":"t"`,
+		`[]`,
+		``,
+	} {
+		got, gerr := ParseHead([]byte(line))
+		var want Head
+		werr := json.Unmarshal([]byte(line), &want)
+		if werr == nil && (want.ID == "" || want.TS == "") {
+			werr = errors.New("no id or ts")
+		}
+		if (gerr == nil) != (werr == nil) {
+			t.Errorf("%s: scanner %v, encoding/json %v", line, gerr, werr)
+			continue
+		}
+		if gerr == nil && got != want {
+			t.Errorf("%s: scanner %+v, encoding/json %+v", line, got, want)
+		}
+	}
+}
+
+func BenchmarkParseHead(b *testing.B) {
+	_, line, err := Seal(context.Background(), testDraft(1), nil, NewKeySigner(newKey(b)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(line)))
+	for b.Loop() {
+		if _, err := ParseHead(line); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
