@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/big"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -336,7 +337,8 @@ func (st *Stack) openGuard(ctx context.Context) error {
 	logger.Info("guard policy loaded", "source", pol.Source, "history_templates", strings.Join(pol.HistoryTemplates, ","),
 		"unreadable_history", pol.UnreadableHistory, "unattributable_history", pol.UnattributableHistory)
 	if cfg.Payer != nil {
-		if st.payments, err = payment.New(payment.Config{Engine: st.engine, Signer: cfg.Payer, Events: st.catalog.Events(), Logger: logger}); err != nil {
+		if st.payments, err = payment.New(payment.Config{Engine: st.engine, Signer: cfg.Payer, Events: st.catalog.Events(), Logger: logger,
+			Findings: st.findingNotifier(pol)}); err != nil {
 			return err
 		}
 	}
@@ -383,6 +385,38 @@ func (st *Stack) notifier(ctx context.Context, pol *guard.Config) func(reviewlog
 		}, logger)
 	}
 	return nil
+}
+
+// findingNotifier tells the reviewers, through the notification hooks, of
+// each settlement recorded with findings; nil without a notifier. The
+// message names the authorization, its payee and amount, the source and
+// each finding (URLs without their query), never a key or a signature.
+func (st *Stack) findingNotifier(pol *guard.Config) func(reviewlog.Settled, reviewlog.AuthorizedLine) {
+	g, logger, tenant := st.cfg.Notifier, st.cfg.Logger, st.cfg.Tenant
+	if g == nil || g.Len() == 0 {
+		return nil
+	}
+	return func(s reviewlog.Settled, a reviewlog.AuthorizedLine) {
+		f := notify.SettlementFinding{Nonce: s.Nonce, Source: reviewlog.SourceAgent, Transaction: s.Transaction, Network: s.Network, Payee: a.To,
+			Amount: a.Value + " atomic units of " + a.Token, Caller: a.Caller, Tenant: tenant, AuthorizationReceipt: a.Receipt,
+			SettlementReceipt: s.Receipt, HoldKept: s.HoldKept, Findings: append([]string(nil), s.Findings...)}
+		if s.Source == reviewlog.SourceTrace && s.Trace != nil {
+			f.Source, f.TraceRun, f.TraceOperation, f.TraceLine = reviewlog.SourceTrace, s.Trace.Run, s.Trace.Operation, s.Trace.Line
+		}
+		if key, _, err := guard.AssetKey(a.Network, a.Token); err == nil {
+			if as, ok := pol.Assets.Lookup(key); ok && as.Symbol != "" {
+				if n, ok := new(big.Int).SetString(a.Value, 10); ok {
+					f.Amount = guard.FormatDisplay(n, as.Decimals) + " " + as.Symbol
+				}
+			}
+		}
+		m, err := notify.NewSettlementMessage(f)
+		if err != nil {
+			logger.Error("notification not sent", "nonce", s.Nonce, "err", err)
+			return
+		}
+		g.Notify(m)
+	}
 }
 
 // Start puts a server's stack to work, once the server serves: it records

@@ -1292,6 +1292,12 @@ type pageData struct {
 	// configured), SpendProblem why it could not be read.
 	Spend        *spendView
 	SpendProblem string
+	// Findings are the settlements whose seller's answer disagrees with
+	// the authorization they settle (the queue page), newest first;
+	// FindingsProblem says why they cannot be read.
+	Findings        []findingView
+	FindingsMore    int
+	FindingsProblem string
 }
 
 type reasonView struct {
@@ -1351,6 +1357,7 @@ func (c *Console) queue(r *http.Request, d *pageData) (string, error) {
 		return "", err
 	}
 	c.spendData(r.Context(), d)
+	c.findingsData(r.Context(), d)
 	return "queue", nil
 }
 

@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"fmt"
+	"math/big"
 	"slices"
 	"strings"
 	"time"
@@ -345,4 +346,82 @@ func (c *Console) spendData(ctx context.Context, d *pageData) {
 		sv.Total = append(sv.Total, limitOf(u))
 	}
 	d.Spend = sv
+}
+
+// maxFindings bounds the settlements with findings the queue page lists.
+const maxFindings = 50
+
+// findingView is one settlement whose seller's answer (or the Trace's)
+// disagrees with its authorization: what a reviewer must weigh.
+type findingView struct {
+	Nonce, Short, Payee, PayeeFull, Amount, Source, At, Transaction string
+	HoldKept                                                        bool
+	Items                                                           []findingItem
+}
+
+// findingItem is one finding: the field it names, and what it says.
+type findingItem struct{ Field, Text string }
+
+// findingsData fills the queue's list of seller findings from the review
+// log's settlements and the authorizations they settle.
+func (c *Console) findingsData(ctx context.Context, d *pageData) {
+	if c.cfg.Log == nil {
+		return
+	}
+	sts, err := c.cfg.Log.Settlements(ctx)
+	var auths []reviewlog.AuthorizedLine
+	if err == nil {
+		auths, err = c.cfg.Log.Authorizations(ctx)
+	}
+	if err != nil {
+		c.cfg.Logger.Warn("console: the settlements cannot be read", "err", err)
+		d.FindingsProblem = "The settlements cannot be read now; the server's log says why (haia-trace-mcp status)."
+		return
+	}
+	byNonce := map[string]reviewlog.AuthorizedLine{}
+	for _, a := range auths {
+		byNonce[strings.ToLower(a.Nonce)] = a
+	}
+	for i := len(sts) - 1; i >= 0; i-- {
+		st := sts[i]
+		if len(st.Findings) == 0 {
+			continue
+		}
+		if len(d.Findings) == maxFindings {
+			d.FindingsMore++
+			continue
+		}
+		v := findingView{Nonce: st.Nonce, Short: shortHex(st.Nonce), At: st.At, Transaction: st.Transaction, HoldKept: st.HoldKept,
+			Source: "handed in by the agent (record_receipt)"}
+		if st.Source == reviewlog.SourceTrace && st.Trace != nil {
+			v.Source = fmt.Sprintf("read from the Trace (run %s, operation %s, line %d)", st.Trace.Run, st.Trace.Operation, st.Trace.Line)
+		}
+		if a, ok := byNonce[strings.ToLower(st.Nonce)]; ok {
+			v.Payee, v.PayeeFull = shortAddress(a.To), a.To
+			v.Amount = a.Value + " atomic units"
+			if key, _, err := guard.AssetKey(a.Network, a.Token); err == nil && c.cfg.Assets != nil {
+				if sym, dec, ok := c.cfg.Assets(key); ok && sym != "" {
+					if n, ok := new(big.Int).SetString(a.Value, 10); ok {
+						v.Amount = guard.FormatDisplay(n, dec) + " " + sym
+					}
+				}
+			}
+		}
+		for _, f := range st.Findings {
+			field, _, ok := strings.Cut(f, ": ")
+			if !ok || strings.ContainsAny(field, " '\"") || len(field) > 32 {
+				field = "finding"
+			}
+			v.Items = append(v.Items, findingItem{Field: field, Text: f})
+		}
+		d.Findings = append(d.Findings, v)
+	}
+}
+
+// shortHex is a long hex value cut for a line: 0x1234…abcd.
+func shortHex(h string) string {
+	if len(h) <= 14 {
+		return h
+	}
+	return h[:6] + "…" + h[len(h)-4:]
 }

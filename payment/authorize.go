@@ -33,6 +33,10 @@ type Config struct {
 	// Logger receives what a reading of the Trace could not bind or record;
 	// slog.Default() when nil.
 	Logger *slog.Logger
+	// Findings, when set, is told of each settlement recorded with
+	// findings (from either source), after it is recorded: the reviewer's
+	// notification. It must not block.
+	Findings func(s reviewlog.Settled, a reviewlog.AuthorizedLine)
 }
 
 // Authorizer answers authorize_payment.

@@ -176,6 +176,9 @@ func (a *Authorizer) record(ctx context.Context, in settleInput) (ReceiptResult,
 	}
 	res.ReceiptID = out.Receipt
 	res.HoldKept = out.HoldKept
+	if len(findings) > 0 && a.cfg.Findings != nil {
+		a.cfg.Findings(out, auth)
+	}
 	res.Findings = findings
 	if res.Findings == nil {
 		res.Findings = []string{}

@@ -2,8 +2,12 @@ package main
 
 import (
 	"bytes"
+	"crypto/hmac"
 	"encoding/base64"
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +18,7 @@ import (
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/pgtest"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/simrec"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/notify"
 )
 
 // TestStdioRecordReceipt: the real binary takes the seller's settlement
@@ -191,5 +196,113 @@ func TestStdioTraceSettlement(t *testing.T) {
 	}
 	if out, errOut, code := runCLI(t, "audit", "--dir", root); code != 0 {
 		t.Fatalf("audit: %d %s %s", code, out, errOut)
+	}
+}
+
+// TestSettlementFindingsNotify: a settlement recorded with findings — the
+// agent's, and one the server read from the Trace — reaches the reviewers
+// through the notification webhook like a review does: signed, event
+// settlement.finding, naming the authorization, the source and each
+// field, with no secret in the body (the resource's query, which may hold
+// an API key, is cut; no key or signature is sent).
+func TestSettlementFindingsNotify(t *testing.T) {
+	root := sampleRoot(t)
+	dir := t.TempDir()
+	key := filepath.Join(dir, "signing-key.pem")
+	payerKey := writeSecret(t, "payer.key", "0x"+e2ePayerKey+"\n")
+	cfg := writeSecret(t, "guard.json", `{"reviewAbove":"1.00"}`)
+	secret := []byte(strings.Repeat("s", 32))
+	secretFile := filepath.Join(dir, "webhook-secret")
+	if err := os.WriteFile(secretFile, secret, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	type delivery struct {
+		event string
+		body  []byte
+	}
+	got := make(chan delivery, 8)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if !hmac.Equal([]byte(r.Header.Get("X-Haia-Signature")), []byte(notify.Sign(secret, body))) {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		got <- delivery{r.Header.Get("X-Haia-Event"), body}
+	}))
+	t.Cleanup(srv.Close)
+	cs := mcpSession(t, nil, "--dir", root, "--key-file", key, "--guard-config", cfg, "--payer-key", payerKey,
+		"--notify-url", srv.URL, "--notify-secret-file", secretFile)
+	type finding struct {
+		Event  string `json:"event"`
+		Review struct {
+			ReviewID  string   `json:"review_id"`
+			Nonce     string   `json:"nonce"`
+			Source    string   `json:"source"`
+			TraceRun  string   `json:"trace_run"`
+			Amount    string   `json:"amount"`
+			Payee     string   `json:"payee"`
+			HoldKept  bool     `json:"hold_kept"`
+			Fields    []string `json:"fields"`
+			Findings  []string `json:"findings"`
+			Signature string   `json:"signature"`
+		} `json:"review"`
+		Text string `json:"text"`
+	}
+	next := func() finding {
+		t.Helper()
+		select {
+		case d := <-got:
+			for _, secret := range []string{"SECRET123", e2ePayerKey, string(secret)} {
+				if bytes.Contains(bytes.ToLower(d.body), bytes.ToLower([]byte(secret))) {
+					t.Fatalf("the hook body carries a secret (%q):\n%s", secret, d.body)
+				}
+			}
+			var f finding
+			if err := json.Unmarshal(d.body, &f); err != nil || d.event != "settlement.finding" || f.Event != "settlement.finding" {
+				t.Fatalf("a delivery: %s %v\n%s", d.event, err, d.body)
+			}
+			return f
+		case <-time.After(20 * time.Second):
+			t.Fatal("no settlement.finding delivered")
+		}
+		return finding{}
+	}
+
+	// The agent's settlement names another payer.
+	a1 := authorizeCall(t, cs, e2ePaymentRequiredAt("https://api.seller.example/report?apikey=SECRET123", "250000", e2eSeller))
+	if a1.Decision != "allow" {
+		t.Fatalf("a1: %+v", a1)
+	}
+	decodeStructured(t, callTool(t, cs, "record_receipt", map[string]any{"nonce": a1.Authorization.Nonce, "payment_response": map[string]any{
+		"success": true, "transaction": "0x" + strings.Repeat("71", 32), "network": "eip155:8453", "payer": e2eDenied}}), &struct{}{})
+	f := next()
+	if f.Review.ReviewID != "settlement:"+a1.Authorization.Nonce || f.Review.Source != "agent" || strings.Join(f.Review.Fields, ",") != "payer" ||
+		f.Review.Amount != "0.25 USDC" || !strings.EqualFold(f.Review.Payee, e2eSeller) ||
+		!strings.Contains(f.Text, "The seller's settlement of payment authorization "+a1.Authorization.Nonce+" disagrees with it (1 finding: payer): 0.25 USDC to") ||
+		!strings.Contains(f.Text, "haia-trace-mcp authorization show "+a1.Authorization.Nonce) {
+		t.Fatalf("the agent's finding: %+v", f)
+	}
+
+	// The Trace's settlement of a2 is for another resource: read at the
+	// next authorize_payment, recorded with the finding, the hold kept.
+	a2 := authorizeCall(t, cs, e2ePaymentRequiredAt("https://api.seller.example/data?apikey=SECRET123", "260000", e2eSeller))
+	if a2.Decision != "allow" {
+		t.Fatalf("a2: %+v", a2)
+	}
+	rec, err := simrec.New(root, "run-hooked", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Pay(simrec.Payment{OperationID: "op-1", URL: "https://api.seller.example/elsewhere?apikey=SECRET123", PayTo: e2eSeller, Amount: "260000",
+		Network: "eip155:8453", Outcome: "settled", Nonce: a2.Authorization.Nonce,
+		Settle: map[string]any{"success": true, "transaction": "0x" + strings.Repeat("72", 32), "network": "eip155:8453", "payer": e2ePayerAddr}}); err != nil {
+		t.Fatal(err)
+	}
+	authorizeCall(t, cs, e2ePaymentRequiredAt("https://api.seller.example/third", "100000", e2eSeller))
+	f = next()
+	if f.Review.Nonce != a2.Authorization.Nonce || f.Review.Source != "trace" || f.Review.TraceRun != "run-hooked" || !f.Review.HoldKept ||
+		strings.Join(f.Review.Fields, ",") != "resource" || !strings.Contains(f.Review.Findings[0], `https://api.seller.example/elsewhere?…`) ||
+		!strings.Contains(f.Text, "settlement read from the Trace; its hold still counts as an open payment") {
+		t.Fatalf("the Trace's finding: %+v", f)
 	}
 }

@@ -28,6 +28,10 @@ import (
 const (
 	EventOpened  = "review.opened"
 	EventDecided = "review.decided"
+	// EventSettlementFinding: a settlement was recorded whose seller's
+	// answer, signed receipt or Trace event disagrees with the
+	// authorization it settles (or the seller's signed offer).
+	EventSettlementFinding = "settlement.finding"
 )
 
 // Defaults of Options.
@@ -276,8 +280,8 @@ func field(s string) string {
 
 // check validates what Notify is given.
 func (m Message) check() error {
-	if m.Event != EventOpened && m.Event != EventDecided {
-		return fmt.Errorf("notify: event %q is neither %s nor %s", clip(m.Event), EventOpened, EventDecided)
+	if m.Event != EventOpened && m.Event != EventDecided && m.Event != EventSettlementFinding {
+		return fmt.Errorf("notify: event %q is none of %s, %s and %s", clip(m.Event), EventOpened, EventDecided, EventSettlementFinding)
 	}
 	if m.ReviewID == "" || len(m.ReviewID) > maxReviewIDBytes {
 		return fmt.Errorf("notify: the review id must be 1 to %d bytes, got %d", maxReviewIDBytes, len(m.ReviewID))

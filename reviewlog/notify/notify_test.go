@@ -87,7 +87,7 @@ func TestMessageRefused(t *testing.T) {
 		msg  Message
 		want string
 	}{
-		{"unknown event", Message{Event: "review.deleted", ReviewID: "r-1", Review: good}, "neither review.opened nor review.decided"},
+		{"unknown event", Message{Event: "review.deleted", ReviewID: "r-1", Review: good}, "is none of review.opened, review.decided and settlement.finding"},
 		{"empty id", Message{Event: EventOpened, Review: good}, "review id must be 1 to 128 bytes"},
 		{"long id", Message{Event: EventOpened, ReviewID: strings.Repeat("a", 129), Review: good}, "review id must be 1 to 128 bytes"},
 		{"id with a slash", Message{Event: EventOpened, ReviewID: "../x", Review: good}, `holds '/'`},
