@@ -362,6 +362,15 @@ func composeRun(t *testing.T, p *podman, name string, s composeService, secrets 
 		args = append(args, "-v", abs+":"+cf.Target+":ro")
 	}
 	for _, m := range s.Volumes {
+		if m.Type == "bind" {
+			// The operator's directory: the test's stand-in for it.
+			dir, ok := secrets["bind:"+m.Source]
+			if !ok || !m.ReadOnly {
+				t.Fatalf("service %s: bind mount %s (read-only %v) has no stand-in, or is writable", name, m.Source, m.ReadOnly)
+			}
+			args = append(args, "-v", dir+":"+m.Target+":ro")
+			continue
+		}
 		if m.Type != "volume" {
 			t.Fatalf("service %s: mount type %q is not translated", name, m.Type)
 		}
@@ -483,6 +492,7 @@ func TestContainer(t *testing.T) {
 	t.Run("defaults without HOME", func(t *testing.T) { containerDefaultsWithoutHome(t, p.with(t), cfg) })
 	t.Run("server.json package over stdio", func(t *testing.T) { containerManifestStdio(t, p.with(t)) })
 	t.Run("PostgreSQL store from the image", func(t *testing.T) { containerPostgresStore(t, p.with(t)) })
+	t.Run("compose.ingest.yaml's replicas from the image", func(t *testing.T) { containerIngest(t, p.with(t), bin) })
 	t.Run("docs/operations.md's podman run", func(t *testing.T) { containerDocsRun(t, p.with(t), bin) })
 	t.Run("port mapping with --http-allowed-host", func(t *testing.T) { containerPortMapping(t, p.with(t)) })
 	t.Run("offline build from a vendored context", func(t *testing.T) { containerOfflineBuild(t, p.with(t)) })

@@ -660,7 +660,7 @@ const ownsTablesWarning = "owns the guard's tables"
 // ask lists the recorder's operation and asks about its silent seller as
 // an agent of tenant (none when ""), the way a client behind the public URL
 // would: it must list one operation and open a review.
-func ask(t *testing.T, p *pod, srv corev1.Container, iss *authtest.Issuer, publicURL, tenant string, logs *proc) {
+func ask(t *testing.T, p *pod, srv corev1.Container, iss *authtest.Issuer, publicURL, tenant string, logs fmt.Stringer) {
 	t.Helper()
 	u := strings.TrimPrefix(strings.TrimPrefix(publicURL, "https://"), "http://")
 	claims := map[string]any{"iss": iss.Issuer, "aud": iss.Resource, "sub": "topology-agent",
