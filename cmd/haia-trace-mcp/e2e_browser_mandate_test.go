@@ -72,6 +72,10 @@ func TestConsoleMandateInBrowser(t *testing.T) {
 			t.Fatalf("the review page has no %s named %q: %v", want[0], want[1], names)
 		}
 	}
+	var disabled bool
+	if err := chromedp.Run(bctx, chromedp.Evaluate(`document.getElementById("m-max").disabled && document.getElementById("m-expires").disabled`, &disabled)); err != nil || !disabled {
+		t.Fatalf("the mandate's bounds are editable before it is asked for (%v)", err)
+	}
 	var shot []byte
 	var status string
 	if err := chromedp.Run(bctx, chromedp.Click(`#m-on`, chromedp.ByQuery),

@@ -119,6 +119,14 @@
       localise(queue);
     });
   }
+  // The mandate's bounds are editable only while it is asked for.
+  const mandateOn = document.getElementById("m-on");
+  if (mandateOn) {
+    const fields = document.querySelectorAll("#mandate .fields input, #mandate .fields select, #mandate .check input");
+    const sync = function () { fields.forEach(function (f) { f.disabled = !mandateOn.checked; }); };
+    mandateOn.addEventListener("change", sync);
+    sync();
+  }
   document.querySelectorAll("button[data-decision]").forEach(function (btn) {
     btn.addEventListener("click", async function () {
       const id = btn.getAttribute("data-review");
