@@ -405,6 +405,17 @@ func runComposePostgresTopology(t *testing.T, bin string, cfg finalConfig, v com
 	var ingestKey string
 	if v.ingest {
 		ingestKey = composeIngestKey(t, p, file, c, containers[servers[0]])
+		// Each replica's fresh volume gets the image's /trace (events/ and
+		// guard/, the image user's) on its first mount.
+		for _, name := range servers {
+			root := p.in(containers[name], flagValue(c.Services[name].Command, "--dir"))
+			for _, d := range []string{root, filepath.Join(root, "events"), filepath.Join(root, "guard")} {
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				p.own(d)
+			}
+		}
 	} else {
 		if err := os.MkdirAll(filepath.Join(trace, "events"), 0o755); err != nil {
 			t.Fatal(err)
