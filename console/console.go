@@ -377,6 +377,7 @@ func (c *Console) Handler() http.Handler {
 	b := c.base
 	mux.HandleFunc("GET "+b+"{$}", c.page(c.queue))
 	mux.HandleFunc("GET "+b+"reviews/{id}", c.page(c.review))
+	mux.HandleFunc("GET "+b+"reviews/{id}/dossier/{nonce}", c.dossier)
 	mux.HandleFunc("GET "+b+"enrol", c.page(c.enrolPage))
 	mux.HandleFunc("GET "+b+"assets/{name}", c.asset)
 	mux.HandleFunc("GET "+b+"api/events", c.events)
@@ -1288,6 +1289,11 @@ type pageData struct {
 	OfferProblem   string
 	Granted        []grantedView
 	GrantedProblem string
+	// Dossiers are the signed authorizations that used the review's
+	// approval, each a link to its dossier; DossierProblem says why they
+	// cannot be read.
+	Dossiers       []dossierView
+	DossierProblem string
 	// Spend is the spend against the limits (the queue page; nil: not
 	// configured), SpendProblem why it could not be read.
 	Spend        *spendView
@@ -1396,6 +1402,12 @@ func (c *Console) review(r *http.Request, d *pageData) (string, error) {
 	if d.Granted, err = c.grantedWith(r.Context(), rv.ID); err != nil {
 		c.cfg.Logger.Warn("console: the mandate records could not be read for a review page", "review", rv.ID, "err", err)
 		d.GrantedProblem = "The mandate records cannot be read or do not verify now; the server's log says why (haia-trace-mcp audit)."
+	}
+	if rv.Status == reviewlog.Approved {
+		if d.Dossiers, err = c.dossiersOf(r.Context(), rv.ID); err != nil {
+			c.cfg.Logger.Warn("console: the authorizations could not be read for a review page", "review", rv.ID, "err", err)
+			d.DossierProblem = "The signed authorizations cannot be read now; the server's log says why."
+		}
 	}
 	if c.cfg.History != nil {
 		h, err := c.cfg.History(r.Context())
