@@ -176,6 +176,7 @@ func (a *Authorizer) record(ctx context.Context, in settleInput) (ReceiptResult,
 	}
 	res.ReceiptID = out.Receipt
 	res.HoldKept = out.HoldKept
+	a.trace.gen.Add(1)
 	if len(findings) > 0 && a.cfg.Findings != nil {
 		a.cfg.Findings(out, auth)
 	}

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"regexp"
+	"sort"
 	"strings"
 	"time"
 
@@ -48,6 +50,10 @@ type traceRun struct {
 	// Skipped counts lines that could not be read exactly (not JSON, a
 	// member twice, too long): none of them binds anything.
 	Skipped int
+	// Sum is an FNV-1a hash of what can bind (each settlement's line,
+	// operation and settle, each operation's nonces, in file order): a
+	// run whose Sum is unchanged binds nothing new.
+	Sum uint64
 }
 
 // readTraceRun reads one run file. Nothing in it is trusted: a line is read
@@ -65,6 +71,7 @@ func readTraceRun(r io.Reader, run string) (traceRun, error) {
 			}
 		}
 		if err == io.EOF {
+			out.Sum = out.sum()
 			return out, nil
 		}
 		if err != nil {
@@ -176,4 +183,21 @@ func rawString(raw json.RawMessage) string {
 		return ""
 	}
 	return s
+}
+
+// sum hashes what can bind (see Sum).
+func (r traceRun) sum() uint64 {
+	h := fnv.New64a()
+	for _, s := range r.Settlements {
+		fmt.Fprintf(h, "s\x00%d\x00%s\x00%s\x00", s.Line, s.Operation, s.Settle)
+	}
+	ops := make([]string, 0, len(r.Nonces))
+	for op := range r.Nonces {
+		ops = append(ops, op)
+	}
+	sort.Strings(ops)
+	for _, op := range ops {
+		fmt.Fprintf(h, "n\x00%s\x00%s\x00", op, strings.Join(r.Nonces[op], ","))
+	}
+	return h.Sum64()
 }

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
@@ -28,6 +29,10 @@ type traceState struct {
 	mu   sync.Mutex
 	runs map[string]cachedRun
 	fp   string
+	// gen counts the settlements this process recorded: one changes which
+	// authorizations are pending, so a sweep is due even over an unchanged
+	// Trace.
+	gen atomic.Uint64
 }
 
 type cachedRun struct {
@@ -61,7 +66,9 @@ type TraceSweep struct {
 // settlement with a finding keeps the hold.
 //
 // It runs at the start of authorize_payment (a decision that reads the
-// Trace) and does nothing when the Trace is unchanged since the last sweep.
+// Trace) and reads the review log only when what can bind changed since the
+// last sweep (a settlement event or a nonce of the Trace, or a settlement
+// this process recorded); a run file is read again only when it changed.
 // One sweep runs at a time; a second caller meanwhile goes on without one.
 func (a *Authorizer) SettleFromTrace(ctx context.Context) (TraceSweep, error) {
 	var sw TraceSweep
@@ -88,10 +95,10 @@ func (a *Authorizer) SettleFromTrace(ctx context.Context) (TraceSweep, error) {
 		if !ok || !e.Regular() {
 			continue
 		}
-		fmt.Fprintf(&fp, "%s\x00%d\x00%d\x00%d\n", e.Name, e.Size, e.ModTime.UnixNano(), e.Ino)
 		seen[e.Name] = true
 		if c, ok := st.runs[e.Name]; ok && c.size == e.Size && c.mod.Equal(e.ModTime) && c.ino == e.Ino {
 			runs[name] = c.run
+			fmt.Fprintf(&fp, "%s\x00%x\n", name, c.run.Sum)
 			continue
 		}
 		f, err := a.cfg.Events.Open(e.Name)
@@ -105,7 +112,12 @@ func (a *Authorizer) SettleFromTrace(ctx context.Context) (TraceSweep, error) {
 		}
 		st.runs[e.Name] = cachedRun{size: e.Size, mod: e.ModTime, ino: e.Ino, run: r}
 		runs[name] = r
+		fmt.Fprintf(&fp, "%s\x00%x\n", name, r.Sum)
 	}
+	// Only what can bind counts: lines of other events appended to a run
+	// (most of what a recorder writes) change its size, not its Sum, and
+	// read the review log for nothing.
+	fmt.Fprintf(&fp, "gen %d\n", st.gen.Load())
 	for n := range st.runs {
 		if !seen[n] {
 			delete(st.runs, n)
