@@ -468,6 +468,11 @@ func (r *reader) readKeyring(ctx context.Context) (noa.Keyring, error) {
 	if err != nil {
 		return nil, fmt.Errorf("PostgreSQL at %s: keyring: %w", r.s.describe, scrub(err))
 	}
+	return collectKeyring(rows)
+}
+
+// collectKeyring reads the rows of SELECT kid, spki FROM keyring.
+func collectKeyring(rows pgx.Rows) (noa.Keyring, error) {
 	defer rows.Close()
 	kr := noa.Keyring{}
 	for rows.Next() {
