@@ -140,3 +140,24 @@ func TestPasskeySignedGrant(t *testing.T) {
 		})
 	}
 }
+
+// FuzzReadPasskeyRecord: a line read as a passkey's record is trusted only
+// when its assertion verifies over it, and never panics the reader.
+func FuzzReadPasskeyRecord(f *testing.F) {
+	pat, err := softauthn.New()
+	if err != nil {
+		f.Fatal(err)
+	}
+	c := newChain()
+	c.passkeyGrant(&testing.T{}, pat, nil)
+	f.Add(c.lines[0])
+	trust := Trust{Passkeys: map[string][]passkey.Credential{"pat": {pkCred(pat)}}}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		set := Read([][]byte{line}, "acme", trust, nil)
+		for _, m := range set.Mandates {
+			if err := m.Grant.VerifyPasskey(pkCred(pat)); err != nil || string(line) != string(c.lines[0]) {
+				t.Fatalf("trusted a line that is not the one pat's passkey signed: %v", err)
+			}
+		}
+	})
+}
