@@ -305,4 +305,9 @@ func TestSettlementFindingsNotify(t *testing.T) {
 		!strings.Contains(f.Text, "settlement read from the Trace; its hold still counts as an open payment") {
 		t.Fatalf("the Trace's finding: %+v", f)
 	}
+	// status lists it, with its source.
+	if out, _, code := runCLI(t, "status", "--dir", root); code != 3 || !strings.Contains(out, "haia-trace-mcp authorization show "+a2.Authorization.Nonce+
+		" (read from the Trace, run run-hooked, line 4; its hold still counts as an open payment)") {
+		t.Fatalf("status: %d\n%s", code, out)
+	}
 }

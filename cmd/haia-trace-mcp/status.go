@@ -292,8 +292,16 @@ func runStatus(ctx context.Context, stdout, stderr io.Writer, o statusFlags) err
 	} else {
 		for _, s := range sts {
 			if n := len(s.Findings); n > 0 {
-				rep.Problems = append(rep.Problems, fmt.Sprintf("the seller's settlement of authorization %s disagrees with it (%s; first: %s): haia-trace-mcp authorization show %s",
-					s.Nonce, count(n, "finding", "findings"), s.Findings[0], s.Nonce))
+				from := ""
+				if s.Source == reviewlog.SourceTrace && s.Trace != nil {
+					from = fmt.Sprintf(" (read from the Trace, run %s, line %d", s.Trace.Run, s.Trace.Line)
+					if s.HoldKept {
+						from += "; its hold still counts as an open payment"
+					}
+					from += ")"
+				}
+				rep.Problems = append(rep.Problems, fmt.Sprintf("the seller's settlement of authorization %s disagrees with it (%s; first: %s): haia-trace-mcp authorization show %s%s",
+					s.Nonce, count(n, "finding", "findings"), s.Findings[0], s.Nonce, from))
 			}
 		}
 	}
