@@ -124,6 +124,16 @@ func TestConsoleDossier(t *testing.T) {
 		t.Fatalf("the console's dossier verifies %s:\n%s", w, strings.Join(lines, "\n"))
 	}
 
+	// Held to the trusted reviewers file, alice's passkey decision counts
+	// (its seal checked under the keyring given).
+	trust, err := reviewlog.LoadReviewerTrust(g.reviewers, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if links := dossier.Verify(body, g.keyring(), &trust); dossier.Worst(links) != dossier.Valid {
+		t.Fatalf("held to the reviewers file: %+v", links)
+	}
+
 	// Nobody else gets it, and every refusal is the same 404.
 	notFound := func(name string, b *browser, path string) {
 		t.Helper()

@@ -79,6 +79,14 @@ func Verify(data []byte, keyring noa.Keyring, trust *reviewlog.ReviewerTrust) []
 	if keys == nil {
 		keys, keysFrom = d.Keyring, "the file's own keyring"
 	}
+	// A passkey's decision is sealed with the server's key: the keyring
+	// in use is what checks the seal (the file's own only when no
+	// --keyring is given, and then nothing is VALID).
+	if trust != nil && trust.ServerKeys == nil {
+		t := *trust
+		t.ServerKeys = keys
+		trust = &t
+	}
 	// Every receipt: its content hash, its signature, its link to the one
 	// before it in its segment.
 	receipts := map[string]noa.Receipt{}
