@@ -94,7 +94,7 @@ func paymentKeys(p *Payment) []string {
 
 // remember keeps what a whole match found, for matchMore: only when the
 // payments were in time order.
-func (b *Book) remember(ps []Payment, by []*rec) {
+func (b *Book) remember(ps []Payment, keys [][]string, by []*rec) {
 	b.paid = b.paid[:0]
 	b.paidOK = slices.IsSortedFunc(ps, func(x, y Payment) int { return x.At.Compare(y.At) })
 	if !b.paidOK {
@@ -102,7 +102,7 @@ func (b *Book) remember(ps []Payment, by []*rec) {
 		return
 	}
 	for i := range ps {
-		b.paid = append(b.paid, paid{p: ps[i], keys: paymentKeys(&ps[i]), by: by[i]})
+		b.paid = append(b.paid, paid{p: ps[i], keys: keys[i], by: by[i]})
 	}
 }
 
@@ -259,12 +259,11 @@ func (b *Book) Match(fp string, payments func() []Payment) {
 		byKey[k] = append(byKey[k], i)
 		idx[k] = append(idx[k], ps[i].At)
 	}
-	for i, p := range ps {
-		for _, a := range p.PayTos {
-			add(termsKey("p", a, p.Asset, p.Atomic), i)
-		}
-		for _, h := range p.Hosts {
-			add(termsKey("h", h, p.Asset, p.Atomic), i)
+	keys := make([][]string, len(ps))
+	for i := range ps {
+		keys[i] = paymentKeys(&ps[i])
+		for _, k := range keys[i] {
+			add(k, i)
 		}
 	}
 	for k := range byKey {
@@ -326,7 +325,7 @@ func (b *Book) Match(fp string, payments func() []Payment) {
 	b.shownSet = shown
 	b.payIdx = idx
 	b.matchedFP = fp
-	b.remember(ps, by)
+	b.remember(ps, keys, by)
 	b.rematch = false
 	b.wholeMatches++
 }
