@@ -403,8 +403,9 @@ func runComposePostgresTopology(t *testing.T, bin string, cfg finalConfig, v com
 	// says. The signer; every replica.
 	trace := volumeDir["volume:trace"]
 	var ingestKey string
+	var revoke func(id string)
 	if v.ingest {
-		ingestKey = composeIngestKey(t, p, file, c, containers[servers[0]])
+		ingestKey, revoke = composeIngestKey(t, p, file, c, containers[servers[0]])
 		// Each replica's fresh volume gets the image's /trace (events/ and
 		// guard/, the image user's) on its first mount.
 		for _, name := range servers {
@@ -479,7 +480,7 @@ func runComposePostgresTopology(t *testing.T, bin string, cfg finalConfig, v com
 			root: r.in(containers[name], flagValue(s.Command, "--dir"))})
 	}
 	if v.ingest {
-		checkIngestAcrossReplicas(t, replicas, ingestKey, iss, publicURL)
+		checkIngestAcrossReplicas(t, replicas, ingestKey, iss, publicURL, revoke)
 	} else if _, err := os.Stat(filepath.Join(trace, "guard")); err == nil {
 		t.Errorf("the PostgreSQL topology wrote guard/ under the Trace root")
 	}

@@ -154,7 +154,16 @@ func containerIngest(t *testing.T, p *podman, bin string) {
 			logs: podmanLogs{p: p, name: name}, root: root})
 	}
 	start := time.Now()
-	checkIngestAcrossReplicas(t, replicas, key, iss, publicURL)
+	// `ingest-key revoke ID` by the header's line: the keys file replaced
+	// in the directory the replicas have mounted.
+	revoke := func(id string) {
+		create := slices.Index(words, "create")
+		args := slices.Concat([]string{"run", "--ulimit", "nofile=20000:20000", "--ulimit", "nproc=4096:4096"}, words[:create], []string{"revoke", id}, words[create+1:])
+		if out, errOut, code := p.try(args...); code != 0 {
+			t.Fatalf("ingest-key revoke in the image: exit %d\n%s%s", code, out, errOut)
+		}
+	}
+	checkIngestAcrossReplicas(t, replicas, key, iss, publicURL, revoke)
 	for _, r := range replicas {
 		if logs := r.logs.String(); strings.Contains(logs, ownsTablesWarning) {
 			t.Errorf("%s runs as a role that owns the guard's tables:\n%s", r.name, logs)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -171,8 +172,10 @@ func listOperations(t *testing.T, r replica, iss *authtest.Issuer, publicURL str
 // the operator's key is acknowledged by the first replica, its retry on the
 // last is all duplicates, and every replica — none sharing a Trace volume
 // with another — lists the recorder's operation and opens a review for its
-// silent seller. The key reaches no log.
-func checkIngestAcrossReplicas(t *testing.T, replicas []replica, key string, iss *authtest.Issuer, publicURL string) {
+// silent seller. The key reaches no log. Then revoke revokes the key the
+// way the operator would (the keys file replaced whole where the replicas
+// read it), and every running replica refuses it from the next batch on.
+func checkIngestAcrossReplicas(t *testing.T, replicas []replica, key string, iss *authtest.Issuer, publicURL string, revoke func(id string)) {
 	t.Helper()
 	if len(replicas) < 2 {
 		t.Fatalf("%d replicas: the ingest topology is checked across two at least", len(replicas))
@@ -243,6 +246,19 @@ func checkIngestAcrossReplicas(t *testing.T, replicas []replica, key string, iss
 			t.Errorf("%s logged the ingest key", r.name)
 		}
 	}
+
+	// Revoked while they run: refused everywhere, without a restart.
+	id, _, _ := strings.Cut(strings.TrimPrefix(key, "hik_"), "_")
+	revoke(id)
+	late, _ := ingestBatch(t, "run-after-revoke")
+	for _, r := range replicas {
+		if code, body := postEvents(t, r, key, late); code != http.StatusUnauthorized {
+			t.Errorf("%s took a batch under the revoked key: %d %s", r.name, code, body)
+		}
+		if _, err := os.Stat(filepath.Join(r.root, "events", "run-after-revoke.ndjson")); err == nil {
+			t.Errorf("%s: the batch under the revoked key landed", r.name)
+		}
+	}
 	for i, a := range replicas {
 		for _, b := range replicas[i+1:] {
 			if a.root == b.root {
@@ -289,7 +305,7 @@ func composeIngestCommand(t *testing.T, file string) []string {
 // kept by the engine, the operator's directory (the one the replicas
 // mount) at the mount the line gives. It returns the key, which the
 // command prints on stdout alone.
-func composeIngestKey(t *testing.T, p *pod, file string, c *composeFile, srv corev1.Container) string {
+func composeIngestKey(t *testing.T, p *pod, file string, c *composeFile, srv corev1.Container) (string, func(id string)) {
 	t.Helper()
 	words := composeIngestCommand(t, file)
 	flags := map[string]string{}
@@ -344,32 +360,47 @@ func composeIngestKey(t *testing.T, p *pod, file string, c *composeFile, srv cor
 	}
 	p.own(dir)
 	tool := corev1.Container{Name: "ingest-key", VolumeMounts: []corev1.VolumeMount{{Name: mount.Name, MountPath: target}}}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/"}
 	for k, v := range p.env {
 		env = append(env, k+"="+p.rewrite(tool, v))
 	}
-	cmd := p.command(ctx, tool, rest[1:], env)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("%s: the ingest-key line: %v\n%s", file, err, stderr.String())
+	run := func(args []string) (string, string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cmd := p.command(ctx, tool, args, env)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%s: the ingest-key line (%q): %v\n%s", file, args, err, stderr.String())
+		}
+		return stdout.String(), stderr.String()
 	}
-	key := strings.TrimSpace(stdout.String())
+	stdout, stderr := run(rest[1:])
+	// `ingest-key revoke ID` runs the same way.
+	revoke := func(id string) {
+		// The operator's directory is theirs (the replicas' mounts of it
+		// are read-only, which the test made it for them).
+		if err := os.Chmod(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		p.own(dir)
+		run(slices.Concat([]string{"ingest-key", "revoke", id}, rest[3:]))
+	}
+	key := strings.TrimSpace(stdout)
 	if !strings.HasPrefix(key, "hik_") || strings.Contains(key, "\n") {
 		t.Fatalf("ingest-key create printed %q on stdout; want the key alone", key)
 	}
-	if strings.Contains(stderr.String(), key) {
-		t.Fatalf("ingest-key create printed the key on stderr too:\n%s", stderr.String())
+	if strings.Contains(stderr, key) {
+		t.Fatalf("ingest-key create printed the key on stderr too:\n%s", stderr)
 	}
-	return key
+	return key, revoke
 }
 
 // k8sIngestKeys makes a key as the ingest Secret's header says (the
 // `ingest-key create` line, on the operator's machine), puts the keys file
 // it wrote where the Secret's placeholder is, and returns the key.
-func k8sIngestKeys(t *testing.T, bin string, secrets map[string][]byte) string {
+func k8sIngestKeys(t *testing.T, bin string, secrets map[string][]byte) (string, func(id string) []byte) {
 	t.Helper()
 	file := filepath.Join(k8sIngestDir, "secret.yaml")
 	data, err := os.ReadFile(file)
@@ -409,5 +440,19 @@ func k8sIngestKeys(t *testing.T, bin string, secrets map[string][]byte) string {
 	if secrets[ingestKeysKey], err = os.ReadFile(filepath.Join(dir, ingestKeysKey)); err != nil {
 		t.Fatal(err)
 	}
-	return key
+	// `ingest-key revoke ID` on the same keys file: the Secret's new data.
+	revoke := func(id string) []byte {
+		t.Helper()
+		cmd := exec.Command(bin, "ingest-key", "revoke", id, "--ingest-keys", filepath.Join(dir, ingestKeysKey))
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + dir}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("ingest-key revoke: %v\n%s", err, out)
+		}
+		data, err := os.ReadFile(filepath.Join(dir, ingestKeysKey))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+	return key, revoke
 }

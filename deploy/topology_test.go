@@ -510,8 +510,9 @@ func runK8sTopology(t *testing.T, bin string, cfg finalConfig, v k8sVariant) {
 	secrets := testSecrets(t, bin, t.TempDir(), iss, runtime)
 	secrets[ownerDSNKey] = []byte(owner)
 	var ingestKey string
+	var revokeKey func(id string) []byte
 	if v.ingest {
-		ingestKey = k8sIngestKeys(t, bin, secrets)
+		ingestKey, revokeKey = k8sIngestKeys(t, bin, secrets)
 	}
 
 	// One pod; with ingest two, each with its own volumes (the same
@@ -527,7 +528,23 @@ func runK8sTopology(t *testing.T, bin string, cfg finalConfig, v k8sVariant) {
 			root: p.in(srv, flagValue(srv.Args, "--dir"))})
 	}
 	if v.ingest {
-		checkIngestAcrossReplicas(t, replicas, ingestKey, iss, publicURL)
+		// The operator re-applies the Secret; the kubelet swaps each pod's
+		// mounted file for the new one (a new inode at the same path).
+		revoke := func(id string) {
+			data := revokeKey(id)
+			for _, r := range replicas {
+				keys := r.p.in(srv, flagValue(srv.Args, "--ingest-keys"))
+				next := keys + ".new"
+				if err := os.Chmod(filepath.Dir(keys), 0o755); err != nil { // the test's own when not root
+					t.Fatal(err)
+				}
+				r.p.writeVolumeFile(next, data, 0o440)
+				if err := os.Rename(next, keys); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		checkIngestAcrossReplicas(t, replicas, ingestKey, iss, publicURL, revoke)
 	}
 	p, logs := replicas[0].p, replicas[0].logs
 
