@@ -17,8 +17,8 @@ func (s *Server) receiptTool() toolDef {
 		title: "Record a seller's settlement and receipt",
 		description: "After a paid request: hand in the seller's settlement answer (the PAYMENT-RESPONSE or X-PAYMENT-RESPONSE header, or its JSON) and, if it came apart, " +
 			"its signed receipt, with the nonce of the authorization authorize_payment signed. The settlement ends the authorization's hold as an open payment at once " +
-			"(it keeps counting as spend); the seller's receipt is verified and compared with the authorization, and any disagreement is recorded for a human. " +
-			"Once per authorization.",
+			"(it keeps counting as spend); the seller's receipt is verified and compared with the authorization and the seller's signed offer, and any disagreement is recorded for a human. " +
+			"Once per authorization: one the server already read from the Trace (the recorder's settlement events) is refused, naming its receipt.",
 		readOnly: false, idempotent: false,
 		handler: s.recordReceipt,
 	}
