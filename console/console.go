@@ -38,6 +38,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/clientaddr"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/sellerkey"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/termsafe"
 	"github.com/haia-trace-mcp/haia-trace-mcp/mandate"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
@@ -84,6 +85,9 @@ type Config struct {
 	Log *reviewlog.Log
 	// Decider records a passkey's decision (the server's chains).
 	Decider engine.PasskeyDecider
+	// SellerKeys lists the keys the policy in force pins for a JWS key
+	// identifier, which a dossier carries (nil: none carried).
+	SellerKeys func(kid string) []sellerkey.Key
 	// Passkeys reads the trusted reviewers' passkeys at every use, so an
 	// edit of the file (or a SIGHUP) is seen at once.
 	Passkeys func() (reviewlog.Passkeys, error)

@@ -66,7 +66,10 @@ func (c *Console) dossier(w http.ResponseWriter, r *http.Request) {
 	var b []byte
 	if err == nil {
 		var d dossier.File
-		if d, err = dossier.Build(ctx, c.cfg.Log, a, dossier.Options{Signer: c.cfg.Decider.Chains.Signer, Now: c.cfg.Now()}); err == nil {
+		if d, err = dossier.Build(ctx, c.cfg.Log, a, dossier.Options{Signer: c.cfg.Decider.Chains.Signer, Now: c.cfg.Now(), PinnedKeys: c.cfg.SellerKeys,
+			Warn: func(msg string) {
+				c.cfg.Logger.Warn("console: a dossier carries no seller key", "nonce", nonce, "reason", msg)
+			}}); err == nil {
 			b, err = dossier.Marshal(d)
 		}
 	}

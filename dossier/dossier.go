@@ -13,9 +13,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/sellerkey"
 	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
@@ -66,9 +68,86 @@ type File struct {
 	// Keyring is the store's keyring at export; verify trusts it only
 	// when no --keyring is given, and says so (UNVERIFIED).
 	Keyring noa.Keyring `json:"keyring"`
+	// SellerKeys are the public keys of the JWS offer and receipt whose key
+	// identifier carries no key (did:web …): the keys the operator's
+	// policy pins for them (sellerKeys), looked up at export and carried
+	// only when one verifies the artifact as the signer recorded when it
+	// was verified (alg, kid and RFC 7638 thumbprint). Nothing is fetched,
+	// at export or at verify.
+	SellerKeys []SellerKey `json:"seller_keys,omitempty"`
 	// NOA is the settlement in the shape of noa.settlement-evidence/0.1
 	// where this product has its fields (see docs/payments.md): unsigned.
 	NOA map[string]any `json:"noa_settlement_evidence,omitempty"`
+}
+
+// SellerKey is one carried seller key, bound to its key identifier.
+type SellerKey struct {
+	KID string          `json:"kid"`
+	JWK json.RawMessage `json:"jwk"`
+	// Source says where the key came from: always KeyPinnedByPolicy.
+	Source string `json:"source"`
+}
+
+// KeyPinnedByPolicy is the one source of a carried seller key.
+const KeyPinnedByPolicy = "pinned by the operator's policy (sellerKeys)"
+
+// artifact is a JWS offer or receipt whose key a dossier may carry.
+type artifact struct {
+	what   string
+	raw    json.RawMessage
+	signer string
+	offer  bool
+}
+
+// verifyArtifact verifies an offer or receipt with lookup and names its
+// signer.
+func verifyArtifact(a x402.Artifact, offer bool, lookup x402.KeyLookup) (x402.ArtifactSigner, error) {
+	if offer {
+		_, who, err := x402.VerifyOffer(a, lookup)
+		return who, err
+	}
+	_, who, err := x402.VerifyReceipt(a, lookup)
+	return who, err
+}
+
+// pinnedKeys finds the key the policy pins for each JWS artifact whose kid
+// carries none, and keeps it only when it verifies the artifact as the
+// signer recorded. The record keeps the key's thumbprint, not the key, so
+// a key the policy no longer pins cannot be carried: warn says so.
+func pinnedKeys(pinned func(kid string) []sellerkey.Key, arts []artifact, warn func(string)) []SellerKey {
+	var out []SellerKey
+	for _, da := range arts {
+		if len(da.raw) == 0 {
+			continue
+		}
+		a, err := x402.ParseArtifact(da.raw, da.offer)
+		if err != nil || a.Format != x402.FormatJWS {
+			continue
+		}
+		c, err := sellerkey.ParseCompact(a.Signature)
+		if err != nil {
+			continue
+		}
+		kid := c.Header.KID
+		if _, carried, _ := sellerkey.FromKID(kid); carried || slices.ContainsFunc(out, func(k SellerKey) bool { return k.KID == kid }) {
+			continue
+		}
+		found := false
+		if pinned != nil {
+			for _, k := range pinned(kid) {
+				who, err := verifyArtifact(a, da.offer, func(string) (sellerkey.Key, bool) { return k, true })
+				if err == nil && who.String() == da.signer {
+					out = append(out, SellerKey{KID: kid, JWK: json.RawMessage(k.PublicJWK()), Source: KeyPinnedByPolicy})
+					found = true
+					break
+				}
+			}
+		}
+		if !found && warn != nil {
+			warn(fmt.Sprintf("the %s is signed under key identifier %s, and the policy no longer pins the key that verified it (%s); the dossier carries no key for it, so dossier verify will say UNVERIFIED", da.what, kid, da.signer))
+		}
+	}
+	return out
 }
 
 // Segment is one run of consecutive receipts of a chain, with what proves
@@ -115,6 +194,11 @@ type Options struct {
 	Now time.Time
 	// MaxLink bounds the link carried per segment (DefaultMaxLink when 0).
 	MaxLink int
+	// PinnedKeys lists the keys the operator's policy pins for a JWS key
+	// identifier (guard.Config.SellerKeysPinned); nil carries none.
+	PinnedKeys func(kid string) []sellerkey.Key
+	// Warn is told what the file cannot carry (nil: nobody).
+	Warn func(string)
 }
 
 // ErrNotFound marks a key that names no authorization.
@@ -218,6 +302,11 @@ func Build(ctx context.Context, log *reviewlog.Log, found reviewlog.AuthorizedLi
 	if err != nil {
 		return File{}, err
 	}
+	arts := []artifact{{what: "seller's offer", raw: d.Authorization.Offer, signer: d.Authorization.OfferSigner, offer: true}}
+	if d.Settlement != nil {
+		arts = append(arts, artifact{what: "seller's receipt", raw: d.Settlement.SellerReceipt, signer: d.Settlement.SellerReceiptSigner})
+	}
+	d.SellerKeys = pinnedKeys(opt.PinnedKeys, arts, opt.Warn)
 	d.NOA = noaEvidence(d)
 	return d, nil
 }

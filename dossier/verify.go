@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/sellerkey"
 	"github.com/haia-trace-mcp/haia-trace-mcp/payment"
 	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
@@ -74,6 +75,34 @@ func Verify(data []byte, keyring noa.Keyring, trust *reviewlog.ReviewerTrust) []
 	if err := dec.Decode(&d); err != nil || (d.Format != Format && d.Format != FormatV1) {
 		add("file", Malformed, "not a %s file: %v", Format, err)
 		return links
+	}
+	// The seller keys the file carries, each bound to its kid: a JWS offer
+	// or receipt is verified against them, and nothing else.
+	carried := map[string]sellerkey.Key{}
+	for i, k := range d.SellerKeys {
+		key, err := sellerkey.ParseJWK(k.JWK)
+		_, own, _ := sellerkey.FromKID(k.KID)
+		switch {
+		case k.Source != KeyPinnedByPolicy:
+			add("seller key", Malformed, "seller_keys[%d] (%s): its source must be %q", i, k.KID, KeyPinnedByPolicy)
+		case k.KID == "" || carried[k.KID].Thumbprint != "":
+			add("seller key", Malformed, "seller_keys[%d]: the key identifier %q is empty or carried twice", i, k.KID)
+		case own:
+			add("seller key", Malformed, "seller_keys[%d]: %s carries its own key; a dossier carries only keys the policy pinned", i, k.KID)
+		case err != nil:
+			add("seller key", Tampered, "seller_keys[%d] (%s) cannot be read as the public key export wrote: %v", i, k.KID, err)
+		default:
+			carried[k.KID] = key
+		}
+	}
+	lookupCarried := func(kid string) (sellerkey.Key, bool) { k, ok := carried[kid]; return k, ok }
+	// pinnedNote says, beside a JWS signer, that its key was carried and
+	// where it came from.
+	pinnedNote := func(who x402.ArtifactSigner) string {
+		if _, ok := carried[who.KID]; who.Format != x402.FormatJWS || !ok {
+			return ""
+		}
+		return "; its key is carried in the dossier, pinned by the operator's policy (sellerKeys), not resolved from " + who.KID
 	}
 	keys, keysFrom := keyring, "--keyring"
 	if keys == nil {
@@ -232,7 +261,7 @@ func Verify(data []byte, keyring noa.Keyring, trust *reviewlog.ReviewerTrust) []
 		var terms x402.OfferTerms
 		var who x402.ArtifactSigner
 		if err == nil {
-			terms, who, err = x402.VerifyOffer(art, nil)
+			terms, who, err = x402.VerifyOffer(art, lookupCarried)
 		}
 		switch {
 		case err != nil && art.Format == x402.FormatJWS && strings.Contains(err.Error(), "not known here"):
@@ -245,7 +274,7 @@ func Verify(data []byte, keyring noa.Keyring, trust *reviewlog.ReviewerTrust) []
 			if f := offerAgainst(terms, a); f != "" {
 				add("seller offer", Tampered, "%s", f)
 			} else {
-				add("seller offer", Valid, "signed by %s; its terms are the authorization's", who.String())
+				add("seller offer", Valid, "signed by %s; its terms are the authorization's%s", who.String(), pinnedNote(who))
 			}
 		}
 	}
@@ -270,7 +299,7 @@ func Verify(data []byte, keyring noa.Keyring, trust *reviewlog.ReviewerTrust) []
 			art, err := x402.ParseArtifact(s.SellerReceipt, false)
 			var who x402.ArtifactSigner
 			if err == nil {
-				_, who, err = x402.VerifyReceipt(art, nil)
+				_, who, err = x402.VerifyReceipt(art, lookupCarried)
 			}
 			switch {
 			case err != nil && art.Format == x402.FormatJWS && strings.Contains(err.Error(), "not known here"):
@@ -280,7 +309,7 @@ func Verify(data []byte, keyring noa.Keyring, trust *reviewlog.ReviewerTrust) []
 			case who.String() != s.SellerReceiptSigner:
 				add("seller receipt", Tampered, "signed by %s, not the signer recorded (%s)", who.String(), s.SellerReceiptSigner)
 			default:
-				add("seller receipt", Valid, "signed by %s", who.String())
+				add("seller receipt", Valid, "signed by %s%s", who.String(), pinnedNote(who))
 			}
 		}
 		for _, f := range s.Findings {

@@ -98,6 +98,30 @@ func (c *Config) SellerKeyFor(kid string) (sellerkey.Key, bool) {
 	return sellerkey.Key{}, false
 }
 
+// SellerKeysPinned lists the JWS keys the policy pins under kid, in this
+// layer and every agent's (a dossier carries the one that verified an
+// offer or receipt; which layer trusted it was the decision's question).
+func (c *Config) SellerKeysPinned(kid string) []sellerkey.Key {
+	var out []sellerkey.Key
+	add := func(cfg *Config) {
+		for _, k := range cfg.SellerKeys {
+			if k.KID == kid && !slices.ContainsFunc(out, func(o sellerkey.Key) bool { return o.Thumbprint == k.Key.Thumbprint }) {
+				out = append(out, k.Key)
+			}
+		}
+	}
+	add(c)
+	names := make([]string, 0, len(c.Agents))
+	for n := range c.Agents {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		add(c.Agents[n])
+	}
+	return out
+}
+
 // signedOffer is the rule: nil evidence says nothing.
 func signedOffer(req Request, cfg *Config) (Reason, string, bool) {
 	ev := req.Offer

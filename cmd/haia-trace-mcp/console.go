@@ -22,6 +22,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/clientaddr"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/sellerkey"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
 )
@@ -206,6 +207,8 @@ func newGuardConsole(ctx context.Context, u *url.URL, passkeys func() (reviewlog
 		Spend:    st.Engine().Spend,
 		// The names of the policy in force, as SIGHUP last set it.
 		PayeeName: func(a string) string { return st.Engine().Policy().PayeeName(a) },
+		// A dossier carries the key the policy pins for a did:web seller.
+		SellerKeys: func(kid string) []sellerkey.Key { return st.Engine().Policy().SellerKeysPinned(kid) },
 		// A mandate an approval grants needs the signatures the policy's
 		// quorum asks for its most per payment, as mandate grant's does.
 		MandateApprovals: func(max *big.Int, asset string) int {

@@ -27,10 +27,13 @@ for each segment the checkpoints that prove it part of its chain: the
 chain's head signed now with the server's key (--key-file or --signer;
 the key must be in the store's keyring) with the receipts that link the
 segment to it, and with --checkpoints DIR the newest checkpoint kept
-there at or after the segment's end. The key is a nonce, a receipt id,
+there at or after the segment's end; and the public key the policy pinned
+(sellerKeys) for a JWS offer or receipt under a did:web key identifier,
+when it is the key that verified it. The key is a nonce, a receipt id,
 or RUN_ID/OPERATION_ID of the Trace operation that used it.
 verify checks every signature and link of such a file offline and prints
-each link's verdict. The keys it trusts are --keyring's (without it, the
+each link's verdict; a JWS is verified against the key the file carries
+for its kid (pinned by the operator, never fetched). The keys it trusts are --keyring's (without it, the
 keyring the file carries: UNVERIFIED); --reviewers holds the human
 decisions to a trusted reviewers file, as verify does.
 exit codes (as verify): 0 VALID, 1 UNVERIFIED, 2 TAMPERED, 3 MALFORMED,
@@ -161,7 +164,11 @@ func runDossierExport(ctx context.Context, stdout, stderr io.Writer, want string
 	if err != nil {
 		return fail("%v", err)
 	}
-	d, err := dossier.Build(ctx, log, found, dossier.Options{Signer: signer, Kept: kept})
+	d, err := dossier.Build(ctx, log, found, dossier.Options{Signer: signer, Kept: kept,
+		PinnedKeys: st.Policy().SellerKeysPinned,
+		Warn: func(msg string) {
+			fmt.Fprintf(stderr, "haia-trace-mcp dossier export: warning: %s\n", termsafe.String(msg))
+		}})
 	if err != nil {
 		return fail("%v", err)
 	}

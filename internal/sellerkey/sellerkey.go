@@ -32,7 +32,15 @@ type Key struct {
 	// Thumbprint is the key's RFC 7638 JWK thumbprint (base64url SHA-256),
 	// the name a record keeps for it.
 	Thumbprint string
+	// jwk is the public JWK with its required members only, in RFC 7638's
+	// canonical form (what the thumbprint hashes).
+	jwk string
 }
+
+// PublicJWK is the key as a public JWK with its required members only, in
+// RFC 7638's canonical form: what ParseJWK reads back to the same key and
+// thumbprint ("" for a Key not read by ParseJWK).
+func (k Key) PublicJWK() string { return k.jwk }
 
 // ParseJWK reads a public JWK: kty EC with crv P-256 or secp256k1 (x, y),
 // or kty OKP with crv Ed25519 (x). A private member (d) is refused, so
@@ -85,25 +93,27 @@ func ParseJWK(raw []byte) (Key, error) {
 		if err != nil {
 			return Key{}, err
 		}
-		tp := thumbprint(fmt.Sprintf(`{"crv":%q,"kty":"EC","x":%q,"y":%q}`, crv, xs, ys))
+		canon := fmt.Sprintf(`{"crv":%q,"kty":"EC","x":%q,"y":%q}`, crv, xs, ys)
+		tp := thumbprint(canon)
 		if crv == "P-256" {
 			pub, err := ecdsa.ParseUncompressedPublicKey(elliptic.P256(), append(append([]byte{4}, x...), y...))
 			if err != nil {
 				return Key{}, errors.New("the JWK's point is not on P-256")
 			}
-			return Key{Alg: "ES256", p256: pub, Thumbprint: tp}, nil
+			return Key{Alg: "ES256", p256: pub, Thumbprint: tp, jwk: canon}, nil
 		}
 		pub, err := secp256k1.ParsePubKey(append(append([]byte{4}, x...), y...))
 		if err != nil {
 			return Key{}, errors.New("the JWK's point is not on secp256k1")
 		}
-		return Key{Alg: "ES256K", k1: pub, Thumbprint: tp}, nil
+		return Key{Alg: "ES256K", k1: pub, Thumbprint: tp, jwk: canon}, nil
 	case kty == "OKP" && crv == "Ed25519":
 		x, xs, err := coord("x", ed25519.PublicKeySize)
 		if err != nil {
 			return Key{}, err
 		}
-		return Key{Alg: "EdDSA", ed: ed25519.PublicKey(x), Thumbprint: thumbprint(fmt.Sprintf(`{"crv":"Ed25519","kty":"OKP","x":%q}`, xs))}, nil
+		canon := fmt.Sprintf(`{"crv":"Ed25519","kty":"OKP","x":%q}`, xs)
+		return Key{Alg: "EdDSA", ed: ed25519.PublicKey(x), Thumbprint: thumbprint(canon), jwk: canon}, nil
 	}
 	return Key{}, fmt.Errorf("a JWK of kty %q and crv %q is not read (EC P-256, EC secp256k1 and OKP Ed25519 are)", clip(kty), clip(crv))
 }
