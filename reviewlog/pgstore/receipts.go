@@ -75,18 +75,35 @@ func (r *reader) lookup(ctx context.Context, what, sql string, args ...any) ([]r
 	return out, nil
 }
 
-// actionReceiptsSQL: every HUMAN receipt of the action, and the first of
-// each service agent, verdict and rule (as the fold indexes them).
-const actionReceiptsSQL = `SELECT ` + indexedCols + ` FROM (
-		SELECT DISTINCT ON (k.service, k.agent, k.verdict, k.rule, k.stream, k.off) x.*
-		FROM receipt_rows x, LATERAL (SELECT x.principal = 'SERVICE' AS service,
+// actionKey groups a review action's receipt rows as the fold indexes
+// them: every HUMAN receipt, and the first of each service agent, verdict
+// and rule.
+const actionKey = `LATERAL (SELECT x.principal = 'SERVICE' AS service,
 			CASE WHEN x.principal = 'SERVICE' THEN x.agent_id END AS agent,
 			CASE WHEN x.principal = 'SERVICE' THEN x.verdict END AS verdict,
 			CASE WHEN x.principal = 'SERVICE' THEN coalesce(x.rule_id, '') END AS rule,
 			CASE WHEN x.principal <> 'SERVICE' THEN x.stream END AS stream,
-			CASE WHEN x.principal <> 'SERVICE' THEN x.off END AS off) AS k
+			CASE WHEN x.principal <> 'SERVICE' THEN x.off END AS off) AS k`
+
+// actionReceiptsSQL: the receipts of one action ($1), grouped by actionKey.
+const actionReceiptsSQL = `SELECT ` + indexedCols + ` FROM (
+		SELECT DISTINCT ON (k.service, k.agent, k.verdict, k.rule, k.stream, k.off) x.*
+		FROM receipt_rows x, ` + actionKey + `
 		WHERE starts_with(x.action_id, 'review:') AND x.action_id = $1
 		ORDER BY k.service, k.agent, k.verdict, k.rule, k.stream, k.off, x.ts, x.stream, x.off) AS x
+	LEFT JOIN receipts r ON r.stream = x.stream AND r.off = x.off
+	ORDER BY x.ts, x.stream, x.off`
+
+// questionActionReceiptsSQL: what actionReceiptsSQL gives for each review
+// action questionReceiptsSQL ($1 agent, $2 paramsHash) finds, in one
+// statement: a decision prefetches them with its locks.
+const questionActionReceiptsSQL = `SELECT ` + indexedCols + ` FROM (
+		SELECT DISTINCT ON (x.action_id, k.service, k.agent, k.verdict, k.rule, k.stream, k.off) x.*
+		FROM receipt_rows x, ` + actionKey + `
+		WHERE starts_with(x.action_id, 'review:') AND x.action_id IN (
+			SELECT q.action_id FROM receipt_rows q
+			WHERE q.principal = 'SERVICE' AND q.verdict = 'DEFERRED' AND starts_with(q.action_id, 'review:') AND q.agent_id = $1 AND q.params_hash = $2)
+		ORDER BY x.action_id, k.service, k.agent, k.verdict, k.rule, k.stream, k.off, x.ts, x.stream, x.off) AS x
 	LEFT JOIN receipts r ON r.stream = x.stream AND r.off = x.off
 	ORDER BY x.ts, x.stream, x.off`
 

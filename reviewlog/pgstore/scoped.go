@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -98,6 +99,13 @@ func (s *Store) LockedScopes(ctx context.Context, wait time.Duration, scopes []r
 			b.Queue(questionReceiptsSQL, pre.Caller, pre.ParamsHash).Query(func(rows pgx.Rows) error {
 				got, err := collectReceipts(rows)
 				w.preQuestion.rows = got
+				return err
+			})
+			// And the receipts of each of those reviews, which a question
+			// asked again reads to resolve them.
+			b.Queue(questionActionReceiptsSQL, pre.Caller, pre.ParamsHash).Query(func(rows pgx.Rows) error {
+				got, err := collectReceipts(rows)
+				w.preQuestion.actions = got
 				return err
 			})
 		}
@@ -199,10 +207,28 @@ type prefetchedReviews struct {
 	rows []reviewlog.IndexedReview
 }
 
-// prefetchedQuestion are the receipts of a question read with the locks.
+// prefetchedQuestion are the receipts of a question read with the locks,
+// and the receipts of the review actions among them.
 type prefetchedQuestion struct {
 	agent, paramsHash string
 	rows              []reviewlog.IndexedReceipt
+	actions           []reviewlog.IndexedReceipt
+}
+
+// ActionReceipts gives the receipts read with the locks when action is one
+// of the question's reviews (as the rows read with them name it), and
+// reads them otherwise.
+func (w *scopedWriter) ActionReceipts(ctx context.Context, action string) ([]reviewlog.IndexedReceipt, error) {
+	if p := w.preQuestion; p != nil && slices.ContainsFunc(p.rows, func(r reviewlog.IndexedReceipt) bool { return r.ActionID == action }) {
+		var out []reviewlog.IndexedReceipt
+		for _, r := range p.actions {
+			if r.ActionID == action {
+				out = append(out, r)
+			}
+		}
+		return out, nil
+	}
+	return w.writer.ActionReceipts(ctx, action)
 }
 
 // QuestionReceipts gives the receipts read with the locks for this very
