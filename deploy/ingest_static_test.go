@@ -276,3 +276,22 @@ func TestKubernetesIngestMatchesPostgres(t *testing.T) {
 	}
 	same("other volumes", otherVolumes(pg), otherVolumes(in))
 }
+
+// TestComposeHardeningAnchorsAgree: every compose file's x-hardening, which
+// its header says is compose.yaml's, is.
+func TestComposeHardeningAnchorsAgree(t *testing.T) {
+	var first map[string]any
+	for _, v := range composeVariants() {
+		var h map[string]any
+		if err := loadComposeFile(t, v.file).XHardening.Decode(&h); err != nil || len(h) == 0 {
+			t.Fatalf("%s: x-hardening: %v (%d keys)", v.file, err, len(h))
+		}
+		if first == nil {
+			first = h
+			continue
+		}
+		if !reflect.DeepEqual(first, h) {
+			t.Errorf("%s's x-hardening differs from %s's:\n%v\n%v", v.file, composeVariants()[0].file, h, first)
+		}
+	}
+}
