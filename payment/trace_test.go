@@ -2,11 +2,14 @@ package payment
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 )
 
@@ -103,4 +106,35 @@ func FuzzReadTraceRun(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The reader against the Event Contract's own fixtures (HAIA_SHARED): in
+// each of the buyer's, the seller's and the facilitator's runs exactly the
+// one settlement that succeeded (op-1) is a settlement; the unsettled and
+// failed payments are none. (The fixtures' payer is written with a wrong
+// EIP-55 checksum, so, read as a settlement answer, it binds nothing.)
+func TestReadTraceRunFixtures(t *testing.T) {
+	dir := os.Getenv("HAIA_SHARED")
+	if dir == "" {
+		t.Skip("HAIA_SHARED not set: the Event Contract fixtures are not on this machine")
+	}
+	for _, run := range []string{"x402-buyer", "x402-seller", "x402-facilitator"} {
+		f, err := os.Open(filepath.Join(dir, "haia-trace", "fixtures", run+".ndjson"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := readTraceRun(f, run)
+		f.Close()
+		if err != nil || r.Skipped != 0 || len(r.Settlements) != 1 {
+			t.Fatalf("%s: %v, %d skipped, %+v", run, err, r.Skipped, r.Settlements)
+		}
+		s := r.Settlements[0]
+		if s.Operation != "op-1" || s.PayTo != "0x209693Bc6afc0C5328bA36FaF03C514EF312287C" || s.Amount != "250000" || s.Network != "base" ||
+			s.Resource != "https://api.example.com/reports/weekly" || !strings.Contains(string(s.Settle), "0x3f8a9c2e51b7d4066e01afbc9d21c8a55e7f2b90d4c31a6885e2f0c7b1943d2e") {
+			t.Fatalf("%s: %+v", run, s)
+		}
+		if _, err := x402.ParseSettlement(s.Settle); err == nil || !strings.Contains(err.Error(), "EIP-55") {
+			t.Fatalf("%s: the fixture's payer: %v", run, err)
+		}
+	}
 }
