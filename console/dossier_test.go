@@ -2,15 +2,25 @@ package console_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"io"
 	"math/big"
 	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/console"
 	"github.com/haia-trace-mcp/haia-trace-mcp/dossier"
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/sellerkey"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/softauthn"
 	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
@@ -23,7 +33,7 @@ const testPayerKey = "4c0883a69102937d6231471b5dbb6204fe5129617082792ae468d01a3f
 // review id was approved: the agent asks again (the approval answers,
 // ALLOWED), the payer signs an EIP-3009 authorization whose nonce derives
 // from that decision receipt, and its receipt is sealed into the chain.
-func (g *rig) authorize(id string, n int) reviewlog.Authorized {
+func (g *rig) authorize(id string, n int, edit ...func(*reviewlog.Authorized)) reviewlog.Authorized {
 	g.t.Helper()
 	ctx := context.Background()
 	if out := g.ask(n); out.Kind != reviewlog.AskApproved {
@@ -57,6 +67,9 @@ func (g *rig) authorize(id string, n int) reviewlog.Authorized {
 	a := reviewlog.Authorized{DecisionReceipt: decision, ReviewID: id, Network: "eip155:8453", Token: token.Hex(), Name: dom.Name, Version: dom.Version,
 		From: payer.Address().Hex(), To: to.Hex(), Value: au.Value.String(), ValidAfter: "0", ValidBefore: "4102444800",
 		Nonce: "0x" + hex.EncodeToString(au.Nonce[:]), Signature: "0x" + hex.EncodeToString(sig[:]), Digest: "0x" + hex.EncodeToString(digest[:])}
+	for _, e := range edit {
+		e(&a)
+	}
 	a, err = g.log.RecordAuthorization(ctx, "agent-1", a, func(tx reviewlog.Tx) (string, error) {
 		rule := engine.RuleAuthorizationSigned
 		rc, err := g.chains.Append(ctx, tx.Store, noa.Draft{TS: tx.At, Agent: noa.Agent{ID: "agent-1", Principal: noa.PrincipalService},
@@ -161,4 +174,84 @@ func TestConsoleDossier(t *testing.T) {
 	stolen := *b2
 	stolen.c = b.c
 	notFound("this tenant's session at another tenant's console", &stolen, path)
+}
+
+// TestConsoleDossierCarriesPinnedKey: the console's dossier of a payment
+// whose seller signed its offer as JWS (ES256) under a did:web key
+// identifier carries the key the policy in force pins for it, and verifies
+// VALID offline saying the key was pinned, not resolved; without the
+// policy's key it carries none and the offer is UNVERIFIED.
+func TestConsoleDossierCarriesPinnedKey(t *testing.T) {
+	sk, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := sk.PublicKey.Bytes()
+	b64 := base64.RawURLEncoding.EncodeToString
+	jwk := fmt.Sprintf(`{"kty":"EC","crv":"P-256","x":%q,"y":%q}`, b64(raw[1:33]), b64(raw[33:]))
+	const kid = "did:web:api.seller.example#key-1"
+	pol, err := guard.ParseConfig([]byte(`{"sellerKeys":{"api.seller.example":[{"kid":"`+kid+`","jwk":`+jwk+`}]}}`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	offer := func(a *reviewlog.Authorized) {
+		payload := fmt.Sprintf(`{"amount":%q,"asset":%q,"network":"eip155:8453","payTo":%q,"resourceUrl":"https://api.seller.example/data","scheme":"exact","validUntil":0,"version":1}`, a.Value, a.Token, a.To)
+		h := b64([]byte(fmt.Sprintf(`{"alg":"ES256","kid":%q}`, kid)))
+		p := b64([]byte(payload))
+		d := sha256.Sum256([]byte(h + "." + p))
+		r, s, err := ecdsa.Sign(rand.Reader, sk, d[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		sig := make([]byte, 64)
+		r.FillBytes(sig[:32])
+		s.FillBytes(sig[32:])
+		a.Offer = json.RawMessage(fmt.Sprintf(`{"format":"jws","acceptIndex":0,"signature":%q}`, h+"."+p+"."+b64(sig)))
+		art, err := x402.ParseArtifact(a.Offer, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, who, err := x402.VerifyOffer(art, pol.SellerKeyFor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.OfferSigner = who.String()
+	}
+	for _, tc := range []struct {
+		name    string
+		keys    func(string) []sellerkey.Key
+		verdict string
+		saying  string
+	}{
+		{"the policy pins the key", pol.SellerKeysPinned, dossier.Valid, "pinned by the operator's policy (sellerKeys), not resolved from " + kid},
+		{"no policy key", nil, dossier.Unverified, "not known here"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newRig(t, func(c *console.Config) { c.SellerKeys = tc.keys })
+			alice, _ := softauthn.New()
+			b := g.browser()
+			g.enrol(b, "alice", alice)
+			rv := g.ask(7).Review
+			if code, res := g.signIn(b, alice); code != 200 {
+				t.Fatalf("sign in: %d %v", code, res)
+			}
+			if _, code, res := g.decide(b, rv.ID, "approved", "fine", alice); code != 200 {
+				t.Fatalf("approve: %d %v", code, res)
+			}
+			a := g.authorize(rv.ID, 7, offer)
+			code, body := b.get("reviews/" + rv.ID + "/dossier/" + a.Nonce)
+			if code != 200 {
+				t.Fatalf("download: %d %s", code, body)
+			}
+			links := dossier.Verify([]byte(body), g.keyring(), nil)
+			var lines []string
+			for _, l := range links {
+				lines = append(lines, l.Verdict+" "+l.Link+" "+l.Reason)
+			}
+			all := strings.Join(lines, "\n")
+			if w := dossier.Worst(links); w != tc.verdict || !strings.Contains(all, tc.saying) {
+				t.Fatalf("the console's dossier verifies %s, want %s saying %q:\n%s", w, tc.verdict, tc.saying, all)
+			}
+		})
+	}
 }
