@@ -113,7 +113,11 @@ func containerIngest(t *testing.T, p *podman, bin string) {
 	}
 	for v := range c.Volumes {
 		if v != "postgres-data" {
+			// The compose topology's subtest made some of the same names
+			// (signer-socket) in this podman's storage: start them empty.
+			p.try("volume", "rm", "-f", v)
 			p.run("volume", "create", v)
+			t.Cleanup(func() { p.with(t).try("volume", "rm", "-f", v) })
 		}
 	}
 

@@ -641,7 +641,9 @@ func containerTopology(t *testing.T, p *podman, bin string) {
 	srv.Secrets = append(slices.DeleteFunc(slices.Clone(srv.Secrets), func(s string) bool { return s == "jwks.json" }), "hmac-secret")
 
 	for v := range compose.Volumes {
+		p.try("volume", "rm", "-f", v)
 		p.run("volume", "create", v)
+		t.Cleanup(func() { p.with(t).try("volume", "rm", "-f", v) })
 	}
 	port := freePort(t)
 	publicURL := "http://127.0.0.1:" + port
