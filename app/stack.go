@@ -337,7 +337,7 @@ func (st *Stack) openGuard(ctx context.Context) error {
 	logger.Info("guard policy loaded", "source", pol.Source, "history_templates", strings.Join(pol.HistoryTemplates, ","),
 		"unreadable_history", pol.UnreadableHistory, "unattributable_history", pol.UnattributableHistory)
 	if cfg.Payer != nil {
-		if st.payments, err = payment.New(payment.Config{Engine: st.engine, Signer: cfg.Payer, Events: st.catalog.Events(), Logger: logger,
+		if st.payments, err = payment.New(payment.Config{Engine: st.engine, Signer: cfg.Payer, Events: st.catalog.Events(), TraceChanges: st.catalog.Changes, Logger: logger,
 			Findings: st.findingNotifier(pol)}); err != nil {
 			return err
 		}

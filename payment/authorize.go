@@ -30,6 +30,10 @@ type Config struct {
 	// are bound to the authorizations signed (SettleFromTrace); nil reads
 	// none.
 	Events *confined.Dir
+	// TraceChanges, when set, moves whenever the catalog's listings found a
+	// run file of Events changed (catalog.Catalog.Changes): the sweep after
+	// a decision (SettleFromTraceSeen) reads nothing while it stays put.
+	TraceChanges func() uint64
 	// Logger receives what a reading of the Trace could not bind or record;
 	// slog.Default() when nil.
 	Logger *slog.Logger

@@ -6,10 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"regexp"
-	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -61,32 +60,83 @@ type traceRun struct {
 // looked up by their exact names, so no reader could take another value
 // than this one does.
 func readTraceRun(r io.Reader, run string) (traceRun, error) {
-	out := traceRun{Nonces: map[string][]string{}}
+	var c runCursor
+	if err := c.readMore(r, run); err != nil {
+		return c.view, err
+	}
+	return c.view, nil
+}
+
+// runCursor is how far one run file was read: the whole lines up to off
+// (what they say is run), and view, which is run with the file's last
+// line when that line was not ended yet (a recorder writing it). A sweep
+// reads only what was appended past off.
+type runCursor struct {
+	off   int64
+	lines int
+	// head and tail are the first bytes of the file and the last before
+	// off: the file still holds them when it was only appended to (as the
+	// run index tells an append from a rewrite of the same file).
+	head, tail []byte
+	run        traceRun
+	view       traceRun
+}
+
+// readMore reads r, which starts at c.off, to its end.
+func (c *runCursor) readMore(r io.Reader, run string) error {
+	if c.run.Nonces == nil {
+		c.run.Nonces = map[string][]string{}
+	}
 	br := bufio.NewReaderSize(r, 64<<10)
-	for n := 1; ; n++ {
-		line, tooLong, err := readEventLine(br)
-		if len(line) > 0 || tooLong {
-			if tooLong || !readTraceLine(line, run, n, &out) {
-				out.Skipped++
-			}
-		}
+	for {
+		line, tooLong, n, err := readEventLine(br)
 		if err == io.EOF {
-			out.Sum = out.sum()
-			return out, nil
+			c.view = c.run
+			if len(line) > 0 || tooLong {
+				// Not ended: read into a copy, and read again once it is.
+				c.view = c.run.clone()
+				if tooLong || !readTraceLine(line, run, c.lines+1, &c.view) {
+					c.view.Skipped++
+				}
+			}
+			break
 		}
 		if err != nil {
-			return out, fmt.Errorf("run %s, line %d: %w", run, n, err)
+			c.view = c.run
+			return fmt.Errorf("run %s, line %d: %w", run, c.lines+1, err)
+		}
+		c.lines++
+		c.off += int64(n)
+		if len(line) > 0 || tooLong {
+			if tooLong || !readTraceLine(line, run, c.lines, &c.run) {
+				c.run.Skipped++
+			}
 		}
 	}
+	return nil
+}
+
+// clone copies what a later line may append to.
+func (r traceRun) clone() traceRun {
+	out := r
+	out.Settlements = append([]traceSettlement(nil), r.Settlements...)
+	out.Nonces = make(map[string][]string, len(r.Nonces))
+	for k, v := range r.Nonces {
+		out.Nonces[k] = append([]string(nil), v...)
+	}
+	return out
 }
 
 // readEventLine reads one line of at most maxTraceEventLine bytes; a longer
-// one is consumed and reported, not returned.
-func readEventLine(br *bufio.Reader) ([]byte, bool, error) {
+// one is consumed and reported, not returned. n is the bytes consumed; err
+// is io.EOF when the line was not ended by a newline.
+func readEventLine(br *bufio.Reader) ([]byte, bool, int, error) {
 	var buf []byte
 	tooLong := false
+	n := 0
 	for {
 		chunk, err := br.ReadSlice('\n')
+		n += len(chunk)
 		if !tooLong {
 			if len(buf)+len(chunk) > maxTraceEventLine+1 {
 				tooLong, buf = true, nil
@@ -97,7 +147,7 @@ func readEventLine(br *bufio.Reader) ([]byte, bool, error) {
 		if errors.Is(err, bufio.ErrBufferFull) {
 			continue
 		}
-		return bytes.TrimSpace(buf), tooLong, err
+		return bytes.TrimSpace(buf), tooLong, n, err
 	}
 }
 
@@ -125,6 +175,7 @@ func readTraceLine(line []byte, run string, n int, out *traceRun) bool {
 					}
 				}
 				out.Nonces[op] = append(out.Nonces[op], nonce)
+				out.Sum = mix(out.Sum, "n", op, nonce)
 			})
 		}
 	}
@@ -151,6 +202,7 @@ func readTraceLine(line []byte, run string, n int, out *traceRun) bool {
 	}
 	s.At = at
 	out.Settlements = append(out.Settlements, s)
+	out.Sum = mix(out.Sum, "s", strconv.Itoa(s.Line), s.Operation, string(s.Settle))
 	return true
 }
 
@@ -185,19 +237,20 @@ func rawString(raw json.RawMessage) string {
 	return s
 }
 
-// sum hashes what can bind (see Sum).
-func (r traceRun) sum() uint64 {
-	h := fnv.New64a()
-	for _, s := range r.Settlements {
-		fmt.Fprintf(h, "s\x00%d\x00%s\x00%s\x00", s.Line, s.Operation, s.Settle)
+// mix adds parts to h, an FNV-1a hash of what can bind, in file order
+// (see Sum): a run read further keeps hashing where it stopped.
+func mix(h uint64, parts ...string) uint64 {
+	const prime = 1099511628211
+	if h == 0 {
+		h = 14695981039346656037
 	}
-	ops := make([]string, 0, len(r.Nonces))
-	for op := range r.Nonces {
-		ops = append(ops, op)
+	for _, p := range parts {
+		for i := 0; i < len(p); i++ {
+			h ^= uint64(p[i])
+			h *= prime
+		}
+		h ^= 0
+		h *= prime
 	}
-	sort.Strings(ops)
-	for _, op := range ops {
-		fmt.Fprintf(h, "n\x00%s\x00%s\x00", op, strings.Join(r.Nonces[op], ","))
-	}
-	return h.Sum64()
+	return h
 }

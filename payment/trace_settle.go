@@ -1,9 +1,11 @@
 package payment
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"sort"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 )
@@ -33,13 +36,70 @@ type traceState struct {
 	// authorizations are pending, so a sweep is due even over an unchanged
 	// Trace.
 	gen atomic.Uint64
+	// swept says a sweep completed, as of changes (the catalog's count of
+	// listings that saw the runs change) and gen when it began.
+	swept        atomic.Bool
+	sweptChanges atomic.Uint64
+	sweptGen     atomic.Uint64
 }
 
 type cachedRun struct {
 	size int64
 	mod  time.Time
 	ino  uint64
-	run  traceRun
+	cur  runCursor
+}
+
+// tailBytes is how much of a run file before the end of what was read is
+// kept, to tell an append from a rewrite.
+const tailBytes = 64
+
+// readRun brings c up to date with the run file e: only the bytes appended
+// since the last reading are read when the file is the same one, only
+// grew, and still holds the bytes it ended with.
+func (a *Authorizer) readRun(e confined.Entry, name string, c cachedRun, had bool) (cachedRun, error) {
+	if had && c.ino == e.Ino && c.size == e.Size && c.mod.Equal(e.ModTime) {
+		return c, nil
+	}
+	f, err := a.cfg.Events.Open(e.Name)
+	if err != nil {
+		return c, fmt.Errorf("open the Trace's run %s: %w", name, err)
+	}
+	defer f.Close()
+	if !had || c.ino != e.Ino || e.Size < c.cur.off || !holdsTail(f, c.cur) {
+		c = cachedRun{}
+	}
+	c.size, c.mod, c.ino = e.Size, e.ModTime, e.Ino
+	if err := c.cur.readMore(io.NewSectionReader(f, c.cur.off, e.Size-c.cur.off), name); err != nil {
+		return cachedRun{}, err
+	}
+	start := max(c.cur.off-tailBytes, 0)
+	c.cur.tail = make([]byte, c.cur.off-start)
+	c.cur.head = make([]byte, min(c.cur.off, tailBytes))
+	for _, p := range []struct {
+		b  []byte
+		at int64
+	}{{c.cur.tail, start}, {c.cur.head, 0}} {
+		if n, err := f.ReadAt(p.b, p.at); n != len(p.b) {
+			return cachedRun{}, fmt.Errorf("read the Trace's run %s: %w", name, err)
+		}
+	}
+	return c, nil
+}
+
+// holdsTail says whether f still holds what c read it ending and starting
+// with.
+func holdsTail(f io.ReaderAt, c runCursor) bool {
+	for _, p := range []struct {
+		want []byte
+		at   int64
+	}{{c.tail, c.off - int64(len(c.tail))}, {c.head, 0}} {
+		got := make([]byte, len(p.want))
+		if n, _ := f.ReadAt(got, p.at); n != len(got) || !bytes.Equal(got, p.want) {
+			return false
+		}
+	}
+	return true
 }
 
 // TraceSweep says what one reading of the Trace did.
@@ -65,10 +125,12 @@ type TraceSweep struct {
 // transaction of the Trace fits exactly one authorization. A Trace
 // settlement with a finding keeps the hold.
 //
-// It runs at the start of authorize_payment (a decision that reads the
-// Trace) and reads the review log only when what can bind changed since the
+// It runs at the start of authorize_payment, and after each
+// check_before_pay (SettleFromTraceSeen), the decisions that read the
+// Trace. It reads the review log only when what can bind changed since the
 // last sweep (a settlement event or a nonce of the Trace, or a settlement
-// this process recorded); a run file is read again only when it changed.
+// this process recorded); of a run file it reads only what was appended
+// since the last sweep (all of it again only when it was rewritten).
 // One sweep runs at a time; a second caller meanwhile goes on without one.
 func (a *Authorizer) SettleFromTrace(ctx context.Context) (TraceSweep, error) {
 	var sw TraceSweep
@@ -80,7 +142,18 @@ func (a *Authorizer) SettleFromTrace(ctx context.Context) (TraceSweep, error) {
 		return sw, nil
 	}
 	defer st.mu.Unlock()
+	var changes uint64
+	if a.cfg.TraceChanges != nil {
+		changes = a.cfg.TraceChanges()
+	}
+	gen := st.gen.Load()
+	swept := func() {
+		st.sweptChanges.Store(changes)
+		st.sweptGen.Store(gen)
+		st.swept.Store(true)
+	}
 	if !a.cfg.Events.Exists() {
+		swept()
 		return sw, nil
 	}
 	entries, err := a.cfg.Events.ReadDir()
@@ -96,34 +169,26 @@ func (a *Authorizer) SettleFromTrace(ctx context.Context) (TraceSweep, error) {
 			continue
 		}
 		seen[e.Name] = true
-		if c, ok := st.runs[e.Name]; ok && c.size == e.Size && c.mod.Equal(e.ModTime) && c.ino == e.Ino {
-			runs[name] = c.run
-			fmt.Fprintf(&fp, "%s\x00%x\n", name, c.run.Sum)
-			continue
-		}
-		f, err := a.cfg.Events.Open(e.Name)
-		if err != nil {
-			return sw, fmt.Errorf("open the Trace's run %s: %w", name, err)
-		}
-		r, err := readTraceRun(f, name)
-		f.Close()
+		c, had := st.runs[e.Name]
+		c, err := a.readRun(e, name, c, had)
 		if err != nil {
 			return sw, err
 		}
-		st.runs[e.Name] = cachedRun{size: e.Size, mod: e.ModTime, ino: e.Ino, run: r}
-		runs[name] = r
-		fmt.Fprintf(&fp, "%s\x00%x\n", name, r.Sum)
+		st.runs[e.Name] = c
+		runs[name] = c.cur.view
+		fmt.Fprintf(&fp, "%s\x00%x\n", name, c.cur.view.Sum)
 	}
 	// Only what can bind counts: lines of other events appended to a run
 	// (most of what a recorder writes) change its size, not its Sum, and
 	// read the review log for nothing.
-	fmt.Fprintf(&fp, "gen %d\n", st.gen.Load())
+	fmt.Fprintf(&fp, "gen %d\n", gen)
 	for n := range st.runs {
 		if !seen[n] {
 			delete(st.runs, n)
 		}
 	}
 	if fp.String() == st.fp {
+		swept()
 		return sw, nil
 	}
 	auths, err := a.cfg.Engine.Authorizations(ctx)
@@ -168,7 +233,7 @@ func (a *Authorizer) SettleFromTrace(ctx context.Context) (TraceSweep, error) {
 			sw.Unreadable = append(sw.Unreadable, fmt.Sprintf("authorization %s: %s", b.auth.Nonce, refused.Message))
 		default:
 			complete = false
-			a.cfg.Logger.Warn("a settlement of the Trace could not be recorded; it is read again at the next authorize_payment",
+			a.cfg.Logger.Warn("a settlement of the Trace could not be recorded; it is read again at the next sweep (authorize_payment, check_before_pay)",
 				"nonce", b.auth.Nonce, "run", b.ev.Run, "line", b.ev.Line, "err", err)
 		}
 	}
@@ -180,8 +245,25 @@ func (a *Authorizer) SettleFromTrace(ctx context.Context) (TraceSweep, error) {
 	}
 	if complete {
 		st.fp = fp.String()
+		swept()
 	}
 	return sw, nil
+}
+
+// SettleFromTraceSeen is SettleFromTrace after a decision that listed the
+// Trace through the catalog (check_before_pay): while no listing since the
+// last complete sweep saw a run file change (Config.TraceChanges) and this
+// process recorded no settlement, it reads nothing at all — not even the
+// events directory — so a decision over an unchanged Trace costs nothing
+// more at any size of root. When the Trace changed, only the bytes
+// appended to a run since the last sweep are read. Without TraceChanges it
+// is SettleFromTrace.
+func (a *Authorizer) SettleFromTraceSeen(ctx context.Context) (TraceSweep, error) {
+	st := a.trace
+	if a.cfg.TraceChanges != nil && st.swept.Load() && st.sweptChanges.Load() == a.cfg.TraceChanges() && st.sweptGen.Load() == st.gen.Load() {
+		return TraceSweep{}, nil
+	}
+	return a.SettleFromTrace(ctx)
 }
 
 type traceBinding struct {

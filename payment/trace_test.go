@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 )
@@ -136,5 +137,84 @@ func TestReadTraceRunFixtures(t *testing.T) {
 		if _, err := x402.ParseSettlement(s.Settle); err == nil || !strings.Contains(err.Error(), "EIP-55") {
 			t.Fatalf("%s: the fixture's payer: %v", run, err)
 		}
+	}
+}
+
+// A run read piece by piece as a recorder appends to it (a line cut in
+// two, then ended) reads as the whole file does, and each reading reads
+// only what was appended; a file rewritten in place is read again.
+func TestRunCursorReadsOnlyAppends(t *testing.T) {
+	const payer, payee = "0x1199c34af7b1d56a1348e1f0d8e86b6c425ac2c0", "0x209693Bc6afc0C5328bA36FaF03C514EF312287C"
+	at := "2026-07-24T09:01:00.000Z"
+	url := "https://api.example.com/reports/weekly"
+	nonce := `{"event_id":"n","event_type":"x402.payment.submitted","occurred_at":"` + at + `","seq":0,"adapter":"trace-x402","role":"client","context_id":"op-2","payload":{"payment_payload":{"nonce":"0x` + strings.Repeat("7", 64) + `"}}}`
+	whole := traceLine("op-1", "x402.payment.responded", url, payee, "250000", "0x"+strings.Repeat("a", 64), payer, at) + "\n" +
+		`{"event_type":"other","payload":{}}` + "\n" + nonce + "\n" +
+		traceLine("op-2", "x402.payment.responded", url, payee, "1", "0x"+strings.Repeat("b", 64), payer, at) + "\n"
+	want, err := readTraceRun(strings.NewReader(whole), "run")
+	if err != nil || len(want.Settlements) != 2 || len(want.Nonces["op-2"]) != 1 {
+		t.Fatalf("the whole file: %+v %v", want, err)
+	}
+	dir := t.TempDir()
+	root, err := confined.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	events, err := root.MkdirAll("events", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer events.Close()
+	a := &Authorizer{cfg: Config{Events: events}}
+	path := filepath.Join(dir, "events", "run.ndjson")
+	var c cachedRun
+	had := false
+	read := func() traceRun {
+		t.Helper()
+		es, err := events.ReadDir()
+		if err != nil || len(es) != 1 {
+			t.Fatalf("%v %v", es, err)
+		}
+		if c, err = a.readRun(es[0], "run", c, had); err != nil {
+			t.Fatal(err)
+		}
+		had = true
+		return c.cur.view
+	}
+	// Cut in the middle of the third line, then at the end.
+	cut := strings.Index(whole, nonce) + 40
+	for i, end := range []int{cut, len(whole)} {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := 0
+		if i > 0 {
+			start = cut
+		}
+		f.WriteString(whole[start:end])
+		f.Close()
+		before := c.cur.off
+		got := read()
+		if i == 0 && (len(got.Settlements) != 1 || got.Skipped != 1 || c.cur.off != int64(strings.Index(whole, nonce))) {
+			t.Fatalf("cut in a line: %+v, read to %d", got, c.cur.off)
+		}
+		if i == 1 && before != int64(strings.Index(whole, nonce)) {
+			t.Fatalf("the second reading starts at %d", before)
+		}
+	}
+	got := c.cur.view
+	if len(got.Settlements) != 2 || got.Sum != want.Sum || got.Skipped != want.Skipped || got.Settlements[1].Line != 4 || len(got.Nonces["op-2"]) != 1 {
+		t.Fatalf("read piece by piece: %+v, want %+v", got, want)
+	}
+	// Rewritten in place with other bytes of a greater size: read again
+	// from the start.
+	other := `{"event_type":"other","payload":{}}` + "\n" + strings.Replace(whole, strings.Repeat("a", 64), strings.Repeat("c", 64), 1)
+	if err := os.WriteFile(path, []byte(other), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); !strings.Contains(string(got.Settlements[0].Settle), strings.Repeat("c", 64)) {
+		t.Fatalf("a rewritten run kept its old reading: %s", got.Settlements[0].Settle)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -88,5 +89,55 @@ func TestGuardHistoryCacheFollowsAppends(t *testing.T) {
 	}
 	if a, err := s.guard.Engine.Check(ctx, "agent", engine.Question{Counterparty: seller2, Amount: "0.01"}); err != nil || a.Decision != "review" {
 		t.Fatalf("seller 2 after a new run: %+v %v", a, err)
+	}
+}
+
+// BenchmarkCheckBeforePayTool times the check_before_pay tool in process,
+// as an agent calls it, with a payer configured — the decision and the
+// sweep of the Trace's settlements after it — on HAIA_BENCH_ROOT or the
+// generated root of 60 runs and 300,000 events. "unchanged": the Trace
+// stays as it is; "appended": before each question one event is appended
+// to a run, which the run index and the sweep both read.
+func BenchmarkCheckBeforePayTool(b *testing.B) {
+	root := sharedBenchRoot.get(b)
+	mb, _ := strconv.Atoi(os.Getenv("HAIA_BENCH_INDEX_MB"))
+	s := newGuardedServer(b, root, int64(mb)<<20)
+	ctx := context.Background()
+	ask := func(i int) {
+		res, err := s.checkBeforePay(ctx, map[string]any{"counterparty": fmt.Sprintf("0x%040x", i%5000+1), "amount": "0.01"})
+		if err != nil || res.IsError {
+			b.Fatalf("check_before_pay: %v %v", err, res)
+		}
+	}
+	ask(0) // cold: index every run
+	entries, err := os.ReadDir(filepath.Join(root, "events"))
+	if err != nil || len(entries) == 0 {
+		b.Fatalf("the bench root's runs: %v", err)
+	}
+	run := filepath.Join(root, "events", entries[0].Name())
+	for _, tc := range []struct {
+		name   string
+		append bool
+	}{{"unchanged", false}, {"appended", true}} {
+		b.Run(tc.name, func(b *testing.B) {
+			ds := make([]time.Duration, 0, b.N)
+			for i := 0; i < b.N; i++ {
+				if tc.append {
+					b.StopTimer()
+					f, err := os.OpenFile(run, os.O_APPEND|os.O_WRONLY, 0)
+					if err != nil {
+						b.Fatal(err)
+					}
+					fmt.Fprintf(f, `{"event_id":"bench-%d","event_type":"run.note","occurred_at":"2026-07-01T00:00:00.000Z","seq":%d,"adapter":"bench","role":"client","context_id":"bench-%d","payload":{}}`+"\n", i, 1000000+i, i)
+					f.Close()
+					b.StartTimer()
+				}
+				t0 := time.Now()
+				ask(i)
+				ds = append(ds, time.Since(t0))
+			}
+			b.StopTimer()
+			reportPercentiles(b, ds)
+		})
 	}
 }

@@ -74,7 +74,7 @@ func newPolicyServer(t testing.TB, dir string, indexBytes int64, pol *guard.Conf
 	if err != nil {
 		t.Fatal(err)
 	}
-	pay, err := payment.New(payment.Config{Engine: eng, Signer: x402.NewKeySigner(payerKey), Events: events})
+	pay, err := payment.New(payment.Config{Engine: eng, Signer: x402.NewKeySigner(payerKey), Events: events, TraceChanges: cat.Changes})
 	if err != nil {
 		t.Fatal(err)
 	}

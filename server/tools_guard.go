@@ -99,6 +99,15 @@ func (s *Server) checkBeforePay(ctx context.Context, raw any) (*mcp.CallToolResu
 	if err != nil {
 		return nil, engineError(err)
 	}
+	if s.guard.Payments != nil && !dry {
+		// The decision just listed the Trace: a settlement the recorder
+		// wrote since the last sweep is bound now (its hold closed, its
+		// findings told), not at the next authorize_payment. Nothing is
+		// read while no run file changed.
+		if _, err := s.guard.Payments.SettleFromTraceSeen(ctx); err != nil {
+			s.cfg.Logger.Warn("the Trace's settlements could not be read", "err", err)
+		}
+	}
 	res := structured(ans, renderCheck(ans))
 	if ans.Decision == guard.Review && !ans.DryRun {
 		return s.askToShowLink(ctx, "check_before_pay", ans.ReviewID, ans.ReviewURL, retried, res), nil

@@ -128,3 +128,79 @@ func TestTraceSettlementsAreRecorded(t *testing.T) {
 		t.Fatalf("a second settlement: %v %s", isErr, text)
 	}
 }
+
+// A settlement the recorder writes after the last authorize_payment is
+// bound at the next check_before_pay (the decision that lists the Trace),
+// not left until another payment is authorized; a settlement appended to
+// the same run later is bound at the check after it.
+func TestCheckBeforePayBindsTraceSettlements(t *testing.T) {
+	pol, err := guard.ParseConfig([]byte(`{"reviewAbove":"100.00","maxOpenPartialPerCounterparty":0}`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	s := newPolicyServer(t, dir, 0, pol)
+	const (
+		p1 = "0x1111111111111111111111111111111111111111"
+		p2 = "0x2222222222222222222222222222222222222222"
+	)
+	pay := func(url, amount, payTo string) authorizeAnswer {
+		t.Helper()
+		a := authorize(t, s, map[string]any{"payment_required": paymentRequiredAt(url, amount, payTo), "resource": url})
+		if a.Decision != "allow" || a.Authorization == nil {
+			t.Fatalf("pay %s: %+v", url, a)
+		}
+		return a
+	}
+	a1 := pay("https://one.example/r", "250000", p1)
+	a2 := pay("https://two.example/r", "260000", p2)
+	payer := a1.Authorization.Payer
+	tx := func(c string) string { return "0x" + strings.Repeat(c, 64) }
+	settled := func() map[string]bool {
+		t.Helper()
+		sts, err := reviewlog.OpenStore(filestore.New(openRoot(t, dir)), reviewlog.Options{}).Settlements(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]bool{}
+		for _, st := range sts {
+			out[st.Nonce] = st.Source == reviewlog.SourceTrace
+		}
+		return out
+	}
+	check := func() {
+		t.Helper()
+		if isErr, text, _ := callTool(t, s, "check_before_pay", map[string]any{"counterparty": "0x4444444444444444444444444444444444444444", "amount": "0.01"}); isErr {
+			t.Fatalf("check_before_pay: %s", text)
+		}
+	}
+	check() // the Trace has no run yet: a sweep over nothing
+	writeTraceRun(t, dir, "run-trace", tracePayment{"op-1", "https://one.example/r", p1, "250000", a1.Authorization.Nonce, tx("1"), payer})
+	check()
+	if got := settled(); len(got) != 1 || !got[a1.Authorization.Nonce] {
+		t.Fatalf("after check_before_pay: %v", got)
+	}
+	// The second settlement is appended to the same run file.
+	whole, err := os.ReadFile(filepath.Join(dir, "events", "run-trace.ndjson"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeTraceRun(t, dir, "run-tmp", tracePayment{"op-2", "https://two.example/r", p2, "260000", a2.Authorization.Nonce, tx("2"), payer})
+	more, err := os.ReadFile(filepath.Join(dir, "events", "run-tmp.ndjson"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(dir, "events", "run-tmp.ndjson"))
+	f, err := os.OpenFile(filepath.Join(dir, "events", "run-trace.ndjson"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(more); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	check()
+	if got := settled(); len(got) != 2 || !got[a2.Authorization.Nonce] {
+		t.Fatalf("after the append (%d bytes before): %v", len(whole), got)
+	}
+}

@@ -99,6 +99,11 @@ func New(cfg Config) (*Catalog, error) {
 	return c, nil
 }
 
+// Changes moves whenever a listing found a run file changed (see
+// runindex.Index.Changes): a reader of the run files that keeps its own
+// reading skips them while it stays the same.
+func (c *Catalog) Changes() uint64 { return c.index.Changes() }
+
 // WaitSaved waits for a save of the run index in progress.
 func (c *Catalog) WaitSaved() { c.index.WaitSaved() }
 

@@ -151,9 +151,11 @@ func TestStdioTraceSettlement(t *testing.T) {
 	if out, _, code := runCLI(t, "authorization", "show", allow.Authorization.Nonce, "--dir", root); code != 0 || !strings.Contains(out, "settlement     none recorded") {
 		t.Fatalf("before the server read the Trace: %d\n%s", code, out)
 	}
-	// The next decision reads the Trace first.
-	if next := authorizeCall(t, cs, e2ePaymentRequiredAt("https://api.seller.example/next", "100000", e2eSeller)); next.Decision == "" {
-		t.Fatalf("next: %+v", next)
+	// The agent's next question binds it: check_before_pay lists the
+	// Trace, and the settlement written since the last authorize_payment
+	// is recorded after its answer (not left until the next payment).
+	if res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "check_before_pay", Arguments: map[string]any{"counterparty": e2eSeller, "amount": "0.10"}}); err != nil || res.IsError {
+		t.Fatalf("check_before_pay: %v %+v", err, res)
 	}
 	out, errOut, code := runCLI(t, "authorization", "show", allow.Authorization.Nonce, "--dir", root)
 	if code != 0 || !strings.Contains(out, "settlement     transaction "+tx) || !strings.Contains(out, "settled by     the Trace: run run-traced, operation op-paid") ||

@@ -129,6 +129,9 @@ type Index[T, F any] struct {
 	// or later, which a listing of the caller's own would too.
 	begun atomic.Uint64
 	last  *presentListing[T]
+	// changes counts the listings that found a run file new, grown,
+	// rewritten or gone (Changes).
+	changes atomic.Uint64
 	// The saved index (see persist.go): loaded once, its runs adopted as
 	// they are listed; dirty (a run read from the start) and appended (under
 	// acct) say a save is due.
@@ -554,9 +557,11 @@ func (ix *Index[T, F]) listLocked(ctx context.Context, t *receipt.Template, at m
 		r, work := ix.plan(id, e, fp)
 		slots = append(slots, slot{id: id, r: r, work: work})
 	}
+	changed := false
 	for id := range ix.runs {
 		if !seen[id] {
 			ix.forget(id)
+			changed = true
 		}
 	}
 	// Read what changed, then take each run's view, in parallel.
@@ -565,6 +570,12 @@ func (ix *Index[T, F]) listLocked(ctx context.Context, t *receipt.Template, at m
 		if sl.r != nil && sl.work != nil {
 			toRead++
 		}
+		if sl.bad != nil {
+			changed = true
+		}
+	}
+	if changed || toRead > 0 {
+		ix.changes.Add(1)
 	}
 	var progress sync.Mutex
 	read := 0
@@ -632,6 +643,13 @@ func (ix *Index[T, F]) listLocked(ctx context.Context, t *receipt.Template, at m
 	ix.evict()
 	return out, nil
 }
+
+// Changes counts the listings that found a run file new, grown, rewritten,
+// gone or not a regular file (or read one not yet listed under their
+// template): while it stays the same, no listing since saw the run files
+// change. A reader that keeps its own reading of the files reads them
+// again only when it moved.
+func (ix *Index[T, F]) Changes() uint64 { return ix.changes.Load() }
 
 // parallel calls fn(0..n-1) on at most GOMAXPROCS goroutines and waits;
 // once ctx is done, the calls not yet started are skipped.
