@@ -521,3 +521,72 @@ func TestIngestTenants(t *testing.T) {
 		t.Errorf("a key revoked while the server runs: %d %s", status, got)
 	}
 }
+
+// TestIngestReplicaSavesItsRunIndex: a replica of a PostgreSQL store
+// started on an empty root (its own copy of the events table, as the
+// shipped topologies give it) saves its run index in guard/ like a server
+// of the file store, so that its restart answers from the index instead of
+// reading every run again; the restart answers what the first start did.
+func TestIngestReplicaSavesItsRunIndex(t *testing.T) {
+	dsn := e2eDatabase(t)
+	local, err := os.ReadFile(filepath.Join(sampleRoot(t), "events", "run-1.ndjson"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "ingest-keys.json")
+	key := newIngestKey(t, keys)
+	root := filepath.Join(t.TempDir(), ".trace")
+	if err := os.MkdirAll(filepath.Join(root, "events"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	index := filepath.Join(root, "guard", "run-index.bin")
+	start := func() *httpProc {
+		return startHTTPBinary(t, "--dir", root, "--key-file", filepath.Join(dir, "signing.pem"), "--store", dsn,
+			"--http-insecure-no-auth", "--ingest", "--ingest-keys", keys)
+	}
+	list := func(p *httpProc) string {
+		t.Helper()
+		cs, err := httpSession(t, p.resource, func() string { return "" })
+		if err != nil {
+			t.Fatalf("connect: %v\n%s", err, p.logs())
+		}
+		text := resultText(callTool(t, cs, "list_operations", map[string]any{"limit": 100}))
+		cs.Close()
+		return text
+	}
+
+	a := start()
+	var events []json.RawMessage
+	for _, line := range strings.Split(strings.TrimSpace(string(local)), "\n") {
+		events = append(events, ingestEnvelope(t, line, "run-1"))
+	}
+	if status, body := postBatch(t, a.base, key, batchOf(events...)); status != 200 {
+		t.Fatalf("ingest: %d %s", status, body)
+	}
+	first := list(a)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(index); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica saved no run index in %s:\n%s", index, a.logs())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if a.stop(t) != 0 {
+		t.Fatalf("exit:\n%s", a.logs())
+	}
+	if st, err := os.Stat(filepath.Dir(index)); err != nil || st.Mode().Perm() != 0o700 {
+		t.Errorf("guard/: %v %v, want a directory of mode 0700", st, err)
+	}
+
+	b := start()
+	if again := list(b); again != first {
+		t.Errorf("the restart answered\n%s\nwant\n%s", again, first)
+	}
+	if b.stop(t) != 0 || strings.Contains(b.logs(), "could not be saved") || strings.Contains(b.logs(), "is not used") {
+		t.Errorf("restart:\n%s", b.logs())
+	}
+}

@@ -104,6 +104,15 @@ func (p *pgIngest) close() {
 // openPGIngest opens the events table of every served tenant's database,
 // brings this replica's run files up to it, and keeps them so.
 func openPGIngest(ctx context.Context, spec string, roots map[string]string, logger *slog.Logger) (*pgIngest, func(), error) {
+	// A replica's root is its own copy of the table, often an empty
+	// directory at first: give it the root's layout, guard/ included,
+	// where the run index is saved so that a restart answers from it
+	// instead of reading every run again.
+	for _, root := range roots {
+		if _, err := app.InitRoot(root); err != nil {
+			return nil, nil, fmt.Errorf("--ingest: the replica's Trace root %s: %w", root, err)
+		}
+	}
 	p := &pgIngest{events: map[string]*pgstore.Events{}, logger: logger}
 	p.mirror = ingest.NewMirror(p, roots, logger)
 	for tenant := range roots {

@@ -6,6 +6,13 @@
 // go to the root it is given, so hand it a scratch copy.
 //
 //	benchlist --bin ./haia-trace-mcp --dir ROOT [--calls 200] [--appends 20] [--lines 1000] [--limit 50] [--index-max-mb 256]
+//	          [--http 127.0.0.1:PORT] [--arg FLAG]...
+//
+// With --http the server is started on Streamable HTTP (unauthenticated,
+// loopback) and connected to as soon as it listens; each --arg is passed to
+// it, so that a replica of a PostgreSQL store with --ingest (which copies
+// the events table into its run files before it serves) is measured from
+// its process's start like a stdio server.
 package main
 
 import (
@@ -43,7 +50,15 @@ type config struct {
 	label         string
 	serverTimeout time.Duration
 	first         string
+	http          string
+	args          stringList
 }
+
+// stringList is a repeatable flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, " ") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 // report is one root's figures, in milliseconds and MiB.
 type report struct {
@@ -77,6 +92,8 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.label, "label", "", "a name for the root in the report")
 	fs.DurationVar(&c.serverTimeout, "timeout", 10*time.Minute, "bound on the whole measurement")
 	fs.StringVar(&c.first, "first", "list_operations", "the first call, whose time is the cold figure: list_operations, or check_before_pay (0.01 to api.example.com, whose answer needs every run)")
+	fs.StringVar(&c.http, "http", "", "serve Streamable HTTP on this loopback `HOST:PORT` (unauthenticated) instead of stdio")
+	fs.Var(&c.args, "arg", "a `FLAG` passed to the server (repeatable), such as --arg=--store --arg=postgres://…")
 	if err := fs.Parse(argv); err != nil {
 		return 2
 	}
@@ -110,20 +127,33 @@ func measure(ctx context.Context, c config) (report, error) {
 	if rep.Label == "" {
 		rep.Label = filepath.Base(c.dir)
 	}
-	newest, runs, err := newestRun(filepath.Join(c.dir, "events"))
-	if err != nil {
-		return rep, err
-	}
-	rep.Runs = runs
 	args := []string{"--dir", c.dir, "--log-level", "error"}
 	if c.indexMaxMB > 0 {
 		args = append(args, "--index-max-mb", strconv.Itoa(c.indexMaxMB))
+	}
+	args = append(args, c.args...)
+	if c.http != "" {
+		args = append(args, "--http", c.http, "--http-insecure-no-auth")
 	}
 	cmd := exec.CommandContext(ctx, c.bin, args...)
 	cmd.Stderr = os.Stderr
 	start := time.Now()
 	client := mcp.NewClient(&mcp.Implementation{Name: "benchlist", Version: "1"}, nil)
-	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	var (
+		cs  *mcp.ClientSession
+		err error
+	)
+	if c.http == "" {
+		cs, err = client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	} else {
+		var stop func()
+		cs, stop, err = connectHTTP(ctx, client, cmd, c.http)
+		if err == nil {
+			// After the session's close below: the server saves its
+			// index as it stops, which the next start reads.
+			defer stop()
+		}
+	}
 	if err != nil {
 		return rep, fmt.Errorf("start %s: %w", c.bin, err)
 	}
@@ -165,6 +195,13 @@ func measure(ctx context.Context, c config) (report, error) {
 	if cmd.Process != nil {
 		rep.ColdCPUMS = cpuMS(cmd.Process.Pid)
 	}
+	// Counted after the first answer: a replica of an ingest store fills
+	// an empty root with its copy of the events before it serves.
+	newest, runs, err := newestRun(filepath.Join(c.dir, "events"))
+	if err != nil {
+		return rep, err
+	}
+	rep.Runs = runs
 	warm := make([]time.Duration, 0, c.calls)
 	for range c.calls {
 		d, _, err := list()
@@ -201,6 +238,33 @@ func measure(ctx context.Context, c config) (report, error) {
 		rep.PeakRSSMiB = peakRSS(cmd.Process.Pid)
 	}
 	return rep, nil
+}
+
+// connectHTTP starts cmd and connects to its Streamable HTTP endpoint as
+// soon as it answers (every 10 ms until then); stop interrupts the server
+// and waits for it to exit.
+func connectHTTP(ctx context.Context, client *mcp.Client, cmd *exec.Cmd, addr string) (cs *mcp.ClientSession, stop func(), err error) {
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 30 * time.Second
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	for {
+		tr := &mcp.StreamableClientTransport{Endpoint: "http://" + addr + "/mcp", MaxRetries: -1}
+		cs, err := client.Connect(ctx, tr, nil)
+		if err == nil {
+			return cs, func() { _ = cmd.Process.Signal(os.Interrupt); <-exited }, nil
+		}
+		select {
+		case err := <-exited:
+			return nil, nil, fmt.Errorf("the server exited before it served: %v", err)
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // newestRun returns the run file that sorts last (recorders name runs by
