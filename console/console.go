@@ -382,6 +382,8 @@ func (c *Console) Handler() http.Handler {
 	mux.HandleFunc("GET "+b+"{$}", c.page(c.queue))
 	mux.HandleFunc("GET "+b+"reviews/{id}", c.page(c.review))
 	mux.HandleFunc("GET "+b+"reviews/{id}/dossier/{nonce}", c.dossier)
+	mux.HandleFunc("GET "+b+"findings/{nonce}", c.page(c.findingPage))
+	mux.HandleFunc("GET "+b+"findings/{nonce}/dossier", c.findingDossier)
 	mux.HandleFunc("GET "+b+"enrol", c.page(c.enrolPage))
 	mux.HandleFunc("GET "+b+"assets/{name}", c.asset)
 	mux.HandleFunc("GET "+b+"api/events", c.events)
@@ -1308,6 +1310,8 @@ type pageData struct {
 	Findings        []findingView
 	FindingsMore    int
 	FindingsProblem string
+	// Finding is the settlement the finding page shows.
+	Finding *findingView
 }
 
 type reasonView struct {
@@ -1425,6 +1429,27 @@ func (c *Console) review(r *http.Request, d *pageData) (string, error) {
 		}
 	}
 	return "review", nil
+}
+
+// findingPage shows one settlement with findings whole: the
+// authorization it settles, where the settlement came from, each finding,
+// and a link to the authorization's dossier.
+func (c *Console) findingPage(r *http.Request, d *pageData) (string, error) {
+	d.Reviewer = c.reviewer(r)
+	if d.Reviewer == "" {
+		d.Title = "Sign in"
+		return "signin", nil
+	}
+	f, _, ok, err := c.findingFor(r.Context(), r.PathValue("nonce"))
+	if err != nil {
+		return "", err
+	}
+	if !ok {
+		return "", fail(http.StatusNotFound, "no seller finding for this authorization")
+	}
+	d.Title = "Seller finding on authorization " + f.Short
+	d.Finding = &f
+	return "finding", nil
 }
 
 func (c *Console) enrolPage(r *http.Request, d *pageData) (string, error) {

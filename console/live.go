@@ -17,8 +17,9 @@ import (
 
 // The live queue: the queue page opens a server-sent event stream
 // (api/events, same origin, the session cookie) and replaces its tables
-// with each "queue" event's HTML, rendered by the server from the same
-// templates as the page. The console reads the review log while someone
+// with each "queue" event's HTML, and its seller findings with each
+// "findings" event's, rendered by the server from the same templates as
+// the page. The console reads the review log while someone
 // watches: at every wake of Config.Changes (the store's notifications:
 // PostgreSQL's NOTIFY) and every PollInterval (the file store has none,
 // and a notification can be missed while reconnecting).
@@ -79,15 +80,29 @@ func (c *Console) Run(ctx context.Context) {
 	}
 }
 
-// refresh reads the log and signals a change of the queue.
+// refresh reads the log and signals a change of the queue or of its
+// seller findings.
 func (c *Console) refresh(ctx context.Context) error {
 	all, err := c.cfg.Log.List(ctx, true)
 	if err != nil {
 		return err
 	}
+	// Settlements that cannot be read are said in the findings section
+	// (findingsData logs why); the queue stays live.
+	sts, serr := c.cfg.Log.Settlements(ctx)
 	h := sha256.New()
+	if serr != nil {
+		fmt.Fprintf(h, "settlements unreadable\n")
+	}
 	for _, rv := range all {
 		fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00%t\x00%s\x00%s\n", rv.ID, rv.Status, rv.DecidedBy, rv.DecidedWith, rv.Tampered, rv.UsedAt, strings.Join(rv.ApprovedBy, ","))
+	}
+	// A settlement is recorded once and never edited: its line and
+	// receipt name it.
+	for _, st := range sts {
+		if len(st.Findings) > 0 {
+			fmt.Fprintf(h, "settled\x00%d\x00%s\x00%d\n", st.Line, st.Receipt, len(st.Findings))
+		}
 	}
 	sig := hex.EncodeToString(h.Sum(nil))
 	c.mu.Lock()
@@ -129,8 +144,8 @@ func (c *Console) queueData(ctx context.Context, d *pageData) error {
 	return nil
 }
 
-// events streams the queue to a signed-in reviewer: one "queue" event at
-// once and at each change, a comment every heartbeat; the stream ends when
+// events streams the queue to a signed-in reviewer: one "queue" and one
+// "findings" event at once and at each change, a comment every heartbeat; the stream ends when
 // the session does, the reviewer leaves the trusted file, or the console
 // stops.
 func (c *Console) events(w http.ResponseWriter, r *http.Request) {
@@ -178,7 +193,12 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 			c.cfg.Logger.Warn("console: the live queue could not be rendered", "err", err)
 			return
 		}
-		if !send(ev) {
+		fe, err := c.findingsEvent(r.Context())
+		if err != nil {
+			c.cfg.Logger.Warn("console: the live seller findings could not be rendered", "err", err)
+			return
+		}
+		if !send(append(ev, fe...)) {
 			return
 		}
 	wait:
@@ -206,12 +226,27 @@ func (c *Console) queueEvent(ctx context.Context) ([]byte, error) {
 	if err := c.queueData(ctx, d); err != nil {
 		return nil, err
 	}
+	return c.event("queue", "queuebody", d)
+}
+
+// findingsEvent is the "findings" event: the seller findings section as
+// HTML (empty when there is none; a problem reading them is said in it,
+// as on the page).
+func (c *Console) findingsEvent(ctx context.Context) ([]byte, error) {
+	d := &pageData{Base: c.base}
+	c.findingsData(ctx, d)
+	return c.event("findings", "findings", d)
+}
+
+// event renders template name with d as server-sent event kind, one data
+// line each.
+func (c *Console) event(kind, name string, d *pageData) ([]byte, error) {
 	var buf bytes.Buffer
-	if err := c.pages.ExecuteTemplate(&buf, "queuebody", d); err != nil {
+	if err := c.pages.ExecuteTemplate(&buf, name, d); err != nil {
 		return nil, err
 	}
 	var out bytes.Buffer
-	out.WriteString("event: queue\n")
+	out.WriteString("event: " + kind + "\n")
 	for _, line := range bytes.Split(termsafe.HTML(buf.Bytes()), []byte("\n")) {
 		out.WriteString("data: ")
 		out.Write(bytes.TrimSuffix(line, []byte("\r")))

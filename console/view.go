@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/big"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -352,15 +353,47 @@ func (c *Console) spendData(ctx context.Context, d *pageData) {
 const maxFindings = 50
 
 // findingView is one settlement whose seller's answer (or the Trace's)
-// disagrees with its authorization: what a reviewer must weigh.
+// disagrees with its authorization: what a reviewer must weigh. The
+// finding page shows the whole of it; the queue its first lines.
 type findingView struct {
 	Nonce, Short, Payee, PayeeFull, Amount, Source, At, Transaction string
 	HoldKept                                                        bool
 	Items                                                           []findingItem
+	// Known says the authorization it settles is in the log (its
+	// dossier can be built); the fields below are its.
+	Known                                       bool
+	Network, Payer, Resource, ReviewID          string
+	DecisionReceipt, AuthorizationReceipt, Line string
+	SettlementReceipt                           string
+	Recorded, SignedAt                          timeView
 }
 
 // findingItem is one finding: the field it names, and what it says.
 type findingItem struct{ Field, Text string }
+
+// settlementsWithFindings reads the review log's settlements that carry a
+// finding, newest first, and the authorizations of the log by nonce.
+func (c *Console) settlementsWithFindings(ctx context.Context) ([]reviewlog.SettledLine, map[string]reviewlog.AuthorizedLine, error) {
+	sts, err := c.cfg.Log.Settlements(ctx)
+	var auths []reviewlog.AuthorizedLine
+	if err == nil {
+		auths, err = c.cfg.Log.Authorizations(ctx)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	byNonce := map[string]reviewlog.AuthorizedLine{}
+	for _, a := range auths {
+		byNonce[strings.ToLower(a.Nonce)] = a
+	}
+	var out []reviewlog.SettledLine
+	for i := len(sts) - 1; i >= 0; i-- {
+		if len(sts[i].Findings) > 0 {
+			out = append(out, sts[i])
+		}
+	}
+	return out, byNonce, nil
+}
 
 // findingsData fills the queue's list of seller findings from the review
 // log's settlements and the authorizations they settle.
@@ -368,54 +401,70 @@ func (c *Console) findingsData(ctx context.Context, d *pageData) {
 	if c.cfg.Log == nil {
 		return
 	}
-	sts, err := c.cfg.Log.Settlements(ctx)
-	var auths []reviewlog.AuthorizedLine
-	if err == nil {
-		auths, err = c.cfg.Log.Authorizations(ctx)
-	}
+	sts, byNonce, err := c.settlementsWithFindings(ctx)
 	if err != nil {
 		c.cfg.Logger.Warn("console: the settlements cannot be read", "err", err)
 		d.FindingsProblem = "The settlements cannot be read now; the server's log says why (haia-trace-mcp status)."
 		return
 	}
-	byNonce := map[string]reviewlog.AuthorizedLine{}
-	for _, a := range auths {
-		byNonce[strings.ToLower(a.Nonce)] = a
-	}
-	for i := len(sts) - 1; i >= 0; i-- {
-		st := sts[i]
-		if len(st.Findings) == 0 {
-			continue
-		}
+	for _, st := range sts {
 		if len(d.Findings) == maxFindings {
 			d.FindingsMore++
 			continue
 		}
-		v := findingView{Nonce: st.Nonce, Short: shortHex(st.Nonce), At: st.At, Transaction: st.Transaction, HoldKept: st.HoldKept,
-			Source: "handed in by the agent (record_receipt)"}
-		if st.Source == reviewlog.SourceTrace && st.Trace != nil {
-			v.Source = fmt.Sprintf("read from the Trace (run %s, operation %s, line %d)", st.Trace.Run, st.Trace.Operation, st.Trace.Line)
-		}
-		if a, ok := byNonce[strings.ToLower(st.Nonce)]; ok {
-			v.Payee, v.PayeeFull = shortAddress(a.To), a.To
-			v.Amount = a.Value + " atomic units"
-			if key, _, err := guard.AssetKey(a.Network, a.Token); err == nil && c.cfg.Assets != nil {
-				if sym, dec, ok := c.cfg.Assets(key); ok && sym != "" {
-					if n, ok := new(big.Int).SetString(a.Value, 10); ok {
-						v.Amount = guard.FormatDisplay(n, dec) + " " + sym
-					}
+		d.Findings = append(d.Findings, c.finding(st, byNonce))
+	}
+}
+
+// finding is one settlement with findings as the console shows it.
+func (c *Console) finding(st reviewlog.SettledLine, byNonce map[string]reviewlog.AuthorizedLine) findingView {
+	nonce := strings.ToLower(st.Nonce)
+	v := findingView{Nonce: nonce, Short: shortHex(nonce), At: st.At, Transaction: st.Transaction, HoldKept: st.HoldKept,
+		Source: "handed in by the agent (record_receipt)", Payer: st.Payer, SettlementReceipt: st.Receipt, Line: strconv.Itoa(st.Line),
+		Recorded: newTime(st.At, c.cfg.Now())}
+	if st.Source == reviewlog.SourceTrace && st.Trace != nil {
+		v.Source = fmt.Sprintf("read from the Trace (run %s, operation %s, line %d)", st.Trace.Run, st.Trace.Operation, st.Trace.Line)
+	}
+	if a, ok := byNonce[nonce]; ok {
+		v.Known = true
+		v.Payee, v.PayeeFull = shortAddress(a.To), a.To
+		v.Network, v.Resource, v.ReviewID, v.SignedAt = a.Network, a.Resource, a.ReviewID, newTime(a.At, c.cfg.Now())
+		v.DecisionReceipt, v.AuthorizationReceipt = a.DecisionReceipt, a.Receipt
+		v.Amount = a.Value + " atomic units"
+		if key, _, err := guard.AssetKey(a.Network, a.Token); err == nil && c.cfg.Assets != nil {
+			if sym, dec, ok := c.cfg.Assets(key); ok && sym != "" {
+				if n, ok := new(big.Int).SetString(a.Value, 10); ok {
+					v.Amount = guard.FormatDisplay(n, dec) + " " + sym
 				}
 			}
 		}
-		for _, f := range st.Findings {
-			field, _, ok := strings.Cut(f, ": ")
-			if !ok || strings.ContainsAny(field, " '\"") || len(field) > 32 {
-				field = "finding"
-			}
-			v.Items = append(v.Items, findingItem{Field: field, Text: f})
-		}
-		d.Findings = append(d.Findings, v)
 	}
+	for _, f := range st.Findings {
+		// "payer: the settlement names …" reads as its field, then the
+		// rest; a finding that names no field is shown whole.
+		field, rest, ok := strings.Cut(f, ": ")
+		if !ok || strings.ContainsAny(field, " '\"") || len(field) > 32 {
+			field, rest = "finding", f
+		}
+		v.Items = append(v.Items, findingItem{Field: field, Text: rest})
+	}
+	return v
+}
+
+// findingFor is the newest settlement with findings of authorization
+// nonce, or ok false when the log holds none.
+func (c *Console) findingFor(ctx context.Context, nonce string) (findingView, reviewlog.AuthorizedLine, bool, error) {
+	sts, byNonce, err := c.settlementsWithFindings(ctx)
+	if err != nil {
+		return findingView{}, reviewlog.AuthorizedLine{}, false, err
+	}
+	nonce = strings.ToLower(nonce)
+	for _, st := range sts {
+		if strings.ToLower(st.Nonce) == nonce {
+			return c.finding(st, byNonce), byNonce[nonce], true, nil
+		}
+	}
+	return findingView{}, reviewlog.AuthorizedLine{}, false, nil
 }
 
 // shortHex is a long hex value cut for a line: 0x1234…abcd.

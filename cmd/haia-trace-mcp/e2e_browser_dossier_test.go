@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -72,6 +73,15 @@ func TestConsoleDossierInBrowser(t *testing.T) {
 	}
 	if href != "/console/reviews/"+first.ReviewID+"/dossier/"+nonce || download != "dossier-"+nonce+".json" {
 		t.Fatalf("the link: href %q, download %q", href, download)
+	}
+	// The review page's dossier link at a desktop's and a phone's width:
+	// inside the viewport, reachable, a tap target of 44 px.
+	for _, v := range viewports {
+		if err := chromedp.Run(bctx, v.emulate(), chromedp.Navigate(base+"reviews/"+first.ReviewID), chromedp.WaitVisible(`a.dossier`, chromedp.ByQuery)); err != nil {
+			t.Fatalf("the review page at %d px: %v", v.w, err)
+		}
+		checkLayout(t, bctx, fmt.Sprintf("the review page at %d px", v.w), v.phone, 1)
+		screenshot(t, bctx, fmt.Sprintf("review-dossier-%d", v.w))
 	}
 	file := filepath.Join(t.TempDir(), download)
 	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {

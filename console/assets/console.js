@@ -110,14 +110,20 @@
   }
   // The live queue: the server sends the queue's tables, rendered and
   // escaped as the page is, at each change.
+  // The seller findings come on the same stream, as "findings" events.
   const queue = document.getElementById("queue");
   if (queue && window.EventSource) {
     const events = new EventSource(queue.getAttribute("data-live"));
-    events.addEventListener("queue", function (ev) {
-      const doc = new DOMParser().parseFromString("<body>" + ev.data + "</body>", "text/html");
-      queue.replaceChildren.apply(queue, Array.from(doc.body.childNodes));
-      localise(queue);
-    });
+    const live = function (kind, el) {
+      if (!el) { return; }
+      events.addEventListener(kind, function (ev) {
+        const doc = new DOMParser().parseFromString("<body>" + ev.data + "</body>", "text/html");
+        el.replaceChildren.apply(el, Array.from(doc.body.childNodes));
+        localise(el);
+      });
+    };
+    live("queue", queue);
+    live("findings", document.getElementById("findings-live"));
   }
   // The mandate's bounds are editable only while it is asked for.
   const mandateOn = document.getElementById("m-on");
