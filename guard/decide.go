@@ -419,6 +419,11 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 	if mine != nil {
 		nMatched += len(mine.all)
 	}
+	if ix := h.Index; ix != nil && ix.elided != nil {
+		n, coarse := ix.elided.matched(cp, payCp)
+		nMatched += n
+		f.Coarse = f.Coarse || coarse
+	}
 	// spentFrom are the spent operations with the counterparty that a
 	// window from from counts (inside it, or of a time that does not
 	// read), in the order of the history; the reservations last.
@@ -917,6 +922,9 @@ func newPayee(h History, payee Counterparty, cfg *Config) (Reason, bool) {
 	}
 	paid := func(o Op) bool { return o.Spent && o.matches(payee) }
 	if ix := h.Index; ix != nil {
+		if ix.elided.with(payee).Spent > 0 {
+			return Reason{}, false
+		}
 		for _, i := range ix.with(payee) {
 			if paid(h.Ops[i]) {
 				return Reason{}, false
@@ -992,7 +1000,7 @@ func unreadableNames(us []UnreadableRun) string {
 }
 
 func historyReason(h History, f *Figures, cfg *Config, cp Counterparty, req Request, now time.Time) Reason {
-	f.Operations, f.Runs, f.UnreadableRuns = len(h.Ops), h.Runs, len(h.Unreadable)
+	f.Operations, f.Runs, f.UnreadableRuns = len(h.Ops)+h.ElidedOps(), h.Runs, len(h.Unreadable)
 	kind := cp.Kind
 	if req.PayTo != "" && req.PayTo != cp.Value {
 		kind = KindAddress

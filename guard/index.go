@@ -37,6 +37,9 @@ type HistoryIndex struct {
 	sortLater           []*withOps
 	latestPayTo         map[string]time.Time
 	latestHost          map[string]time.Time
+	// elided, when set, counts the operations the History leaves out of
+	// Ops (see SetElided).
+	elided *Elided
 }
 
 // paidTime is Op.paidAt's answer, or Op.lastTime's.

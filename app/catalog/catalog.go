@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
@@ -43,6 +44,9 @@ type Config struct {
 	// must read runs goes (a cold index reads them all): runindex's
 	// Options.Progress.
 	Progress func(done, total int)
+	// noBackground keeps the runs a restart took from the saved index
+	// there until used (tests that count what is decoded).
+	noBackground bool
 }
 
 // Catalog reads the operations of one Trace root. It is safe for
@@ -54,6 +58,13 @@ type Catalog struct {
 	// changed (see History).
 	histMu    sync.Mutex
 	histCache map[string]*cachedHistory
+	// sinceCache is HistorySince's, per template; digests are the runs'
+	// digests as last read (see digestFor), digestsRead how many were
+	// read from a saved index.
+	sinceCache  map[string]*cachedSince
+	digMu       sync.Mutex
+	digests     map[string]*digestEntry
+	digestsRead atomic.Int64
 	// cursors writes the next-page cursors of List.
 	cursors cursorCodec
 }
@@ -91,10 +102,11 @@ func New(cfg Config) (*Catalog, error) {
 		State:       cfg.State,
 		EncodeItem:  encodeSummary,
 		DecodeItem:  decodeSummary,
+		Digest:      writeDigest,
 		Version:     buildVersion,
 		// A restart lists from the saved index's headers, decoding the runs
 		// a page needs; the rest are decoded meanwhile, for the guard.
-		DecodeInBackground: true,
+		DecodeInBackground: !cfg.noBackground,
 	})
 	return c, nil
 }

@@ -280,7 +280,7 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 	if err != nil {
 		return Answer{}, err
 	}
-	hist, err := e.history(ctx)
+	hist, err := e.historyFor(ctx, true)
 	if err != nil {
 		return Answer{}, err
 	}
@@ -593,18 +593,59 @@ const RuleCustom = ruleCustom
 // reviews to open another.
 const RuleQueueFull = "review_queue_full"
 
+// SinceSource is a HistorySource that can read history for decisions
+// only: HistorySince gives a History whose decisions are those of
+// History's for every question whose windows start at or after since,
+// with the operations no such question reads one by one counted rather
+// than listed (guard.Elided), which a restart reads without every run.
+type SinceSource interface {
+	HistorySince(ctx context.Context, t *receipt.Template, since time.Time) (guard.History, error)
+}
+
 // history reads past operations under every template the policy names and
 // merges them, worst case first.
 func (e *Engine) history(ctx context.Context) (guard.History, error) {
+	return e.historyFor(ctx, false)
+}
+
+// forDecisions is the start of the earliest window a decision (of any
+// agent's policy) or the spend ledger's matching reads, with a minute to
+// spare: history read for decisions may leave out what is older.
+func (e *Engine) forDecisions() time.Time {
+	h := horizon(e.Policy())
+	if e.book != nil {
+		h = max(h, e.book.Horizon())
+	}
+	return e.cfg.Now().Add(-h - time.Minute)
+}
+
+// historyFor is history; decide says it is read only for decisions
+// (guard.Decide, the spend ledger's matching), so that a SinceSource may
+// count what no decision reads one by one instead of listing it. History
+// read under several templates is merged operation by operation, and is
+// read whole.
+func (e *Engine) historyFor(ctx context.Context, decide bool) (guard.History, error) {
 	names := e.Policy().HistoryTemplates
 	hs := make([]guard.History, 0, len(names))
 	ov, _ := e.cfg.Templates.(overrider)
+	since, partial := e.cfg.History.(SinceSource)
+	var from time.Time
+	if partial && decide && len(names) == 1 {
+		from = e.forDecisions()
+	} else {
+		partial = false
+	}
 	for _, name := range names {
 		t, err := e.cfg.Templates.Resolve(name)
 		if err != nil {
 			return guard.History{}, fmt.Errorf("history template %s: %w", name, err)
 		}
-		h, err := e.cfg.History.History(ctx, t)
+		var h guard.History
+		if partial {
+			h, err = since.HistorySince(ctx, t, from)
+		} else {
+			h, err = e.cfg.History.History(ctx, t)
+		}
 		if err != nil {
 			return guard.History{}, fmt.Errorf("read history under %s: %w", name, err)
 		}

@@ -11,11 +11,12 @@ import (
 // judgedNow is the history a question would be judged against now: the
 // Trace under the policy's history templates, with what the spend ledger
 // holds (its verified entries).
-func (e *Engine) judgedNow(ctx context.Context) (guard.History, time.Time, error) {
+// With decide, it is read for decisions only (see historyFor).
+func (e *Engine) judgedNow(ctx context.Context, decide bool) (guard.History, time.Time, error) {
 	if err := e.cfg.Log.Store().View(ctx, func(r reviewlog.Reader) error { return e.catchUp(ctx, r) }); err != nil {
 		return guard.History{}, time.Time{}, err
 	}
-	hist, err := e.history(ctx)
+	hist, err := e.historyFor(ctx, decide)
 	if err != nil {
 		return guard.History{}, time.Time{}, err
 	}
@@ -30,7 +31,7 @@ func (e *Engine) judgedNow(ctx context.Context) (guard.History, time.Time, error
 // sealed with another key than this engine's params key); the judgement
 // counts only those that do, as a question would.
 func (e *Engine) Moot(ctx context.Context, reviews []reviewlog.Review) (moot map[string]bool, problems []string, err error) {
-	judged, now, err := e.judgedNow(ctx)
+	judged, now, err := e.judgedNow(ctx, true)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -230,7 +230,7 @@ func (e *Engine) Reservations(ctx context.Context) ([]*ReservationInfo, []string
 // The commitments come as operations (History.Reserved), for drawing; the
 // history is not for Decide, which reads the running totals instead.
 func (e *Engine) History(ctx context.Context) (guard.History, error) {
-	h, now, err := e.judgedNow(ctx)
+	h, now, err := e.judgedNow(ctx, false)
 	if err != nil {
 		return h, err
 	}

@@ -60,7 +60,7 @@ func (e *Engine) ReviewStatus(ctx context.Context, id string) (ReviewStatus, err
 // bearing adds what bears on a review now: the reservations, and whether
 // its question would now be answered without review.
 func (e *Engine) bearing(ctx context.Context, st *ReviewStatus) error {
-	judged, now, err := e.judgedNow(ctx)
+	judged, now, err := e.judgedNow(ctx, true)
 	if err != nil {
 		return err
 	}

@@ -72,7 +72,7 @@ const nobody = "0x0000000000000000000000000000000000000000"
 // Spend is the spend against the limits of the policy in force now (the
 // tenant's; an agent with its own layer has its own limits, not shown).
 func (e *Engine) Spend(ctx context.Context) (SpendView, error) {
-	h, now, err := e.judgedNow(ctx)
+	h, now, err := e.judgedNow(ctx, false)
 	if err != nil {
 		return SpendView{}, err
 	}

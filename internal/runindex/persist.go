@@ -30,7 +30,7 @@ const (
 	IndexFile = "run-index.bin"
 	KeyFile   = "run-index.key"
 	// indexMagic names the format; a new format is a new magic.
-	indexMagic = "HAIA-RUNINDEX 3\n"
+	indexMagic = "HAIA-RUNINDEX 4\n"
 	// tailBytes is how much of the end of what was read is hashed.
 	tailBytes = 4096
 	// maxIndexBytes bounds the file read back (about 20 million events).
@@ -71,6 +71,62 @@ func (e *Enc) Str(s string) {
 		e.table = append(e.table, s)
 	}
 	e.Uint(k)
+}
+
+// NewEnc is an Enc with a table of its own, for a blob (see Blob).
+func NewEnc() *Enc { return &Enc{strs: map[string]uint64{}} }
+
+// Bytes appends b as its length and its bytes.
+func (e *Enc) Bytes(b []byte) {
+	e.Uint(uint64(len(b)))
+	e.B = append(e.B, b...)
+}
+
+// Blob is what e holds with its table of strings first, as NewDec reads
+// it back.
+func (e *Enc) Blob() []byte {
+	var out Enc
+	writeTable(&out, e)
+	return out.B
+}
+
+// writeTable appends e's table (the count of its strings, their lengths,
+// then their bytes) and e's bytes to dst.
+func writeTable(dst *Enc, e *Enc) {
+	dst.Uint(uint64(len(e.table)))
+	for _, t := range e.table {
+		dst.Uint(uint64(len(t)))
+	}
+	for _, t := range e.table {
+		dst.B = append(dst.B, t...)
+	}
+	dst.B = append(dst.B, e.B...)
+}
+
+// NewDec reads a blob Enc.Blob wrote.
+func NewDec(blob []byte) *Dec {
+	d := &Dec{b: blob, Memo: map[string]any{}}
+	d.readTable()
+	return d
+}
+
+// Done reports an error when bytes are left after what was read.
+func (d *Dec) Done() error {
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("bytes after the end")
+	}
+	return d.err
+}
+
+// Bytes reads what Enc.Bytes wrote (a part of what is read, not a copy).
+func (d *Dec) Bytes() []byte {
+	n := d.Len(len(d.b))
+	if d.err != nil {
+		return nil
+	}
+	b := d.b[:n:n]
+	d.b = d.b[n:]
+	return b
 }
 
 // Dec reads what Enc wrote; the first error sticks and zero values follow.
@@ -187,6 +243,8 @@ type savedView[T any] struct {
 	n       int
 	first   *T
 	firstBy map[string]*T
+	// digest is what Options.Digest wrote of the view (nil: none).
+	digest []byte
 }
 
 // savedBody is a run's part of the saved index, read, checked against the
@@ -378,6 +436,9 @@ func (ix *Index[T, F]) decodeHeader(block []byte) (*savedRun[T], error) {
 			name := d.Str()
 			it := ix.opt.DecodeItem(s.id, d)
 			v.firstBy[name] = &it
+		}
+		if d.Bool() {
+			v.digest = d.Bytes()
 		}
 		s.views[fp] = v
 	}
@@ -609,16 +670,6 @@ func (ix *Index[T, F]) save(snap []snapshot[T]) error {
 	if err != nil {
 		return err
 	}
-	writeTable := func(dst *Enc, e *Enc) {
-		dst.Uint(uint64(len(e.table)))
-		for _, t := range e.table {
-			dst.Uint(uint64(len(t)))
-		}
-		for _, t := range e.table {
-			dst.B = append(dst.B, t...)
-		}
-		dst.B = append(dst.B, e.B...)
-	}
 	hdr := &Enc{B: make([]byte, 0, 64<<10)}
 	ver := &Enc{strs: map[string]uint64{}}
 	ver.Str(ix.version())
@@ -699,6 +750,12 @@ func (ix *Index[T, F]) save(snap []snapshot[T]) error {
 			for _, f := range facets {
 				h.Str(f)
 				ix.opt.EncodeItem(&h, &v.items[v.byFacet[f][0]])
+			}
+			h.Bool(ix.opt.Digest != nil)
+			if ix.opt.Digest != nil {
+				de := NewEnc()
+				ix.opt.Digest(de, v.items)
+				h.Bytes(de.Blob())
 			}
 		}
 		block.B = block.B[:0]

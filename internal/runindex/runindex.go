@@ -85,6 +85,11 @@ type Options[T, F any] struct {
 	EncodeItem func(e *Enc, it *T)
 	DecodeItem func(runID string, d *Dec) T
 	Version    func() string
+	// Digest, with State, writes into a saved run's header what a caller
+	// may read of a view without its summaries (RunView.Digest), from
+	// them; its own table of strings. It is authenticated with the
+	// headers. Nil writes none.
+	Digest func(e *Enc, items []T)
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
 	// DecodeInBackground, with State, decodes the runs a restart took from
@@ -346,8 +351,12 @@ type RunView[T any] struct {
 	Pending      bool
 	First        *T
 	FirstByFacet map[string]*T
-	pend         *savedRun[T]
-	fp           string
+	// Digest is, for a Pending run, what Options.Digest wrote of the view
+	// when it was saved (nil: none); NewDec reads it. It is authenticated
+	// with the saved index's headers and is of the run as Lines says.
+	Digest []byte
+	pend   *savedRun[T]
+	fp     string
 }
 
 // Listing is the result of a refresh for one template.
@@ -440,7 +449,7 @@ func (ix *Index[T, F]) ListSome(ctx context.Context, t *receipt.Template, at map
 			rv := &out.Runs[i]
 			v := rv.pend.body.views[rv.fp]
 			rv.Items, rv.ByFacet, rv.Lines = v.items, v.byFacet, v.lines
-			rv.Pending, rv.First, rv.FirstByFacet, rv.pend = false, nil, nil, nil
+			rv.Pending, rv.First, rv.FirstByFacet, rv.Digest, rv.pend = false, nil, nil, nil, nil
 		}
 		return out, nil
 	}
@@ -629,7 +638,7 @@ func (ix *Index[T, F]) listLocked(ctx context.Context, t *receipt.Template, at m
 			ix.tick++
 			sl.r.used = ix.tick
 			pv := sl.pend.views[fp]
-			out.Runs = append(out.Runs, RunView[T]{RunID: sl.id, LastEventAt: sl.r.lastAt, Lines: pv.lines, Pending: true, First: pv.first, FirstByFacet: pv.firstBy, pend: sl.pend, fp: fp})
+			out.Runs = append(out.Runs, RunView[T]{RunID: sl.id, LastEventAt: sl.r.lastAt, Lines: pv.lines, Pending: true, First: pv.first, FirstByFacet: pv.firstBy, Digest: pv.digest, pend: sl.pend, fp: fp})
 		case sl.v != nil:
 			ix.tick++
 			sl.r.used = ix.tick
