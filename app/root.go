@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/app/catalog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
@@ -188,8 +189,9 @@ func LogTemplates(r *receipt.Registry, errs []error, logger *slog.Logger, msg st
 // Catalog is the read model of this root under templates, its run index
 // bounded by maxBytes (0: the default) and saved in state (nil: never);
 // progress, when set, follows the runs a refresh must read.
-func (r *Root) Catalog(templates receipt.TemplateSource, maxBytes int64, state *confined.Dir, logger *slog.Logger, progress func(done, total int)) (*catalog.Catalog, error) {
-	return catalog.New(catalog.Config{Root: r.dir, Events: r.events, Templates: templates, Limits: receipt.DefaultLimits(), MaxBytes: maxBytes, State: state, Logger: logger, Progress: progress})
+// saveDelay is a test hook (catalog.Config.SaveDelay).
+func (r *Root) Catalog(templates receipt.TemplateSource, maxBytes int64, saveDelay time.Duration, state *confined.Dir, logger *slog.Logger, progress func(done, total int)) (*catalog.Catalog, error) {
+	return catalog.New(catalog.Config{Root: r.dir, Events: r.events, Templates: templates, Limits: receipt.DefaultLimits(), MaxBytes: maxBytes, State: state, Logger: logger, Progress: progress, SaveDelay: saveDelay})
 }
 
 // InitRoot makes the Trace root layout at dir from nothing — dir, events/

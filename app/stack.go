@@ -45,6 +45,8 @@ type Config struct {
 	TemplatesDir string
 	// IndexMaxBytes bounds the run index's memory (0: the default).
 	IndexMaxBytes int64
+	// IndexSaveDelay is a test hook (catalog.Config.SaveDelay).
+	IndexSaveDelay time.Duration
 	// ProgressOf, when set, gives for a tenant ("" without tenants) what
 	// is told how a refresh of its run index that must read runs goes (a
 	// cold index on a terminal).
@@ -184,7 +186,7 @@ func Open(ctx context.Context, cfg Config) (st *Stack, err error) {
 		}
 		st.state = state
 	}
-	if st.catalog, err = root.Catalog(st.templates, cfg.IndexMaxBytes, state, logger, progress); err != nil {
+	if st.catalog, err = root.Catalog(st.templates, cfg.IndexMaxBytes, cfg.IndexSaveDelay, state, logger, progress); err != nil {
 		return nil, err
 	}
 	if cfg.ReadOnly {

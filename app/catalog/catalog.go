@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
@@ -44,6 +45,9 @@ type Config struct {
 	// must read runs goes (a cold index reads them all): runindex's
 	// Options.Progress.
 	Progress func(done, total int)
+	// SaveDelay is a test hook: a save of the run index waits this long
+	// before each run (runindex.Options.SaveDelay).
+	SaveDelay time.Duration
 	// noBackground keeps the runs a restart took from the saved index
 	// there until used (tests that count what is decoded).
 	noBackground bool
@@ -103,6 +107,7 @@ func New(cfg Config) (*Catalog, error) {
 		EncodeItem:  encodeSummary,
 		DecodeItem:  decodeSummary,
 		Digest:      writeDigest,
+		SaveDelay:   cfg.SaveDelay,
 		Version:     buildVersion,
 		// A restart lists from the saved index's headers, decoding the runs
 		// a page needs; the rest are decoded meanwhile, for the guard.

@@ -77,6 +77,12 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	tenantsDirFlagVar(fs, &f.tenantsDir)
 }
 
+// saveDelayEnv is a test hook: HAIA_TEST_INDEX_SAVE_DELAY=D makes each
+// save of the run index wait D before each run it encodes, so that a test
+// can stop the server while it saves a small root, as a client stops it
+// while it saves a big one. It is never needed in use.
+const saveDelayEnv = "HAIA_TEST_INDEX_SAVE_DELAY"
+
 // appConfig turns the serve flags into the application's configuration:
 // default key and reviewers paths resolved, the payer opened.
 func (f *serveFlags) appConfig(ctx context.Context, notifier *notify.Group, logger *slog.Logger) (app.Config, error) {
@@ -90,6 +96,14 @@ func (f *serveFlags) appConfig(ctx context.Context, notifier *notify.Group, logg
 		Notifier:      notifier,
 		Replica:       replicaName(),
 		Logger:        logger,
+	}
+	if v := os.Getenv(saveDelayEnv); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > time.Minute {
+			return cfg, fmt.Errorf("%s=%q is not a duration from 0 to 1m (a test hook)", saveDelayEnv, v)
+		}
+		cfg.IndexSaveDelay = d
+		logger.Warn("the run index's save waits before each run (a test hook)", "env", saveDelayEnv, "delay", d)
 	}
 	if f.progressTo != nil {
 		cfg.ProgressOf = func(tenant string) func(done, total int) {

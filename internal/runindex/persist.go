@@ -331,6 +331,7 @@ func (ix *Index[T, F]) load() {
 	// it by a rename, which leaves this one as it was read.
 	ix.savedFile = f
 	ix.saved = saved
+	ix.opt.Logger.Info("the saved run index is read", "runs", len(saved))
 }
 
 // readHeaders authenticates a saved index's headers and decodes them; the
@@ -670,15 +671,46 @@ func (ix *Index[T, F]) save(snap []snapshot[T]) error {
 	if err != nil {
 		return err
 	}
-	hdr := &Enc{B: make([]byte, 0, 64<<10)}
+	var head Enc
 	ver := &Enc{strs: map[string]uint64{}}
 	ver.Str(ix.version())
-	writeTable(hdr, ver)
+	writeTable(&head, ver)
 	var bodies []byte
 	var e, h, block Enc
 	n := 0
 	var runs Enc
-	for _, s := range snap {
+	// What is encoded is written as it goes, a while after the last
+	// write and twice as long each time (at most twice the bytes of one
+	// write in all): a process stopped before the save ends (a client
+	// that kills the server a few seconds after closing its input) leaves
+	// the runs encoded so far for the next, which reads only the others.
+	write := func() error {
+		hdr := &Enc{B: append([]byte(nil), head.B...)}
+		hdr.Uint(uint64(n))
+		hdr.B = append(hdr.B, runs.B...)
+		out := make([]byte, 0, len(indexMagic)+8+len(hdr.B)+sha256.Size+len(bodies))
+		out = append(out, indexMagic...)
+		out = binary.LittleEndian.AppendUint64(out, uint64(len(hdr.B)))
+		out = append(out, hdr.B...)
+		mac := hmac.New(sha256.New, k)
+		mac.Write(out)
+		out = mac.Sum(out)
+		out = append(out, bodies...)
+		return ix.opt.State.WriteFileAtomic(IndexFile, out, 0o600)
+	}
+	every := time.Second
+	last := time.Now()
+	for i, s := range snap {
+		if i > 0 && time.Since(last) >= every {
+			if err := write(); err != nil {
+				return err
+			}
+			ix.opt.Logger.Info("the run index is saved in part while its save goes on", "runs", n, "of", len(snap))
+			last, every = time.Now(), min(2*every, time.Minute)
+		}
+		if ix.opt.SaveDelay > 0 {
+			time.Sleep(ix.opt.SaveDelay)
+		}
 		if p := s.pend; p != nil {
 			ix.decodeSaved(p)
 			if p.body.err != nil {
@@ -764,17 +796,7 @@ func (ix *Index[T, F]) save(snap []snapshot[T]) error {
 		runs.B = append(runs.B, block.B...)
 		n++
 	}
-	hdr.Uint(uint64(n))
-	hdr.B = append(hdr.B, runs.B...)
-	out := make([]byte, 0, len(indexMagic)+8+len(hdr.B)+sha256.Size+len(bodies))
-	out = append(out, indexMagic...)
-	out = binary.LittleEndian.AppendUint64(out, uint64(len(hdr.B)))
-	out = append(out, hdr.B...)
-	mac := hmac.New(sha256.New, k)
-	mac.Write(out)
-	out = mac.Sum(out)
-	out = append(out, bodies...)
-	return ix.opt.State.WriteFileAtomic(IndexFile, out, 0o600)
+	return write()
 }
 
 // version names the build once (hashing an executable takes a moment).

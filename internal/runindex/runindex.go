@@ -90,6 +90,9 @@ type Options[T, F any] struct {
 	// them; its own table of strings. It is authenticated with the
 	// headers. Nil writes none.
 	Digest func(e *Enc, items []T)
+	// SaveDelay is a test hook: a save waits this long before each run it
+	// encodes, so that a test can stop a process while it saves.
+	SaveDelay time.Duration
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
 	// DecodeInBackground, with State, decodes the runs a restart took from
