@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -71,6 +72,19 @@ type Chains struct {
 	// keyed is the key id this Chains read in the store's keyring once
 	// (committed by an earlier section): it is not read again.
 	keyed atomic.Value
+	// heads keeps, per chain, the last receipt this Chains appended and
+	// where its line ends (see cachedHead).
+	headsMu sync.Mutex
+	heads   map[string]chainHead
+}
+
+// chainHead is the head receipt of one segment file as this process last
+// wrote it: the receipt parsed, and its line's exact bytes.
+type chainHead struct {
+	file string
+	end  int64
+	line []byte
+	head noa.Receipt
 }
 
 // ChainID names the chain this signer appends to (in lane 0: see
@@ -156,7 +170,7 @@ func (c *Chains) Append(ctx context.Context, w Writer, d noa.Draft) (noa.Receipt
 		k = segs[len(segs)-1]
 	}
 	name := noa.SegmentChain(base, k)
-	head, end, err := openHead(ctx, w, SegmentFile(base, k))
+	head, end, err := c.openHead(ctx, w, base, SegmentFile(base, k))
 	if err != nil {
 		return noa.Receipt{}, fmt.Errorf("chain %s: %w", name, err)
 	}
@@ -190,9 +204,82 @@ func (c *Chains) Append(ctx context.Context, w Writer, d noa.Draft) (noa.Receipt
 		return c.startSegment(ctx, w, nend, base, k+1, *head, d)
 	}
 	if err := w.AppendSegment(ctx, SegmentFile(base, k), end, line); err != nil {
+		c.forget(base)
 		return noa.Receipt{}, fmt.Errorf("chain %s: %w", name, err)
 	}
+	c.remember(base, chainHead{file: SegmentFile(base, k), end: end + int64(len(line)), line: bytes.Clone(line), head: r})
 	return r, nil
+}
+
+// openHead is the package's openHead for the chain base, without reading
+// and parsing the segment's end again when it still ends with the line
+// this Chains appended last: the same bytes at the same offset are the
+// same receipt. Anything else — another process appended, a failed
+// section cut its line off again, the file was edited — reads the head
+// from the file as before.
+func (c *Chains) openHead(ctx context.Context, r Reader, base, file string) (*noa.Receipt, int64, error) {
+	s, err := r.Segment(ctx, file)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	defer s.Close()
+	if h, ok := c.cachedHead(base, file, s); ok {
+		return h, s.Size(), nil
+	}
+	return readHead(s)
+}
+
+// cachedHead is the remembered head of file when s still ends with its
+// exact line, preceded by a line break or the file's start.
+func (c *Chains) cachedHead(base, file string, s Stream) (*noa.Receipt, bool) {
+	if _, ok := s.(lastLiner); ok {
+		// A database hands out its last row in one read anyway.
+		return nil, false
+	}
+	c.headsMu.Lock()
+	h, ok := c.heads[base]
+	c.headsMu.Unlock()
+	if !ok || h.file != file || s.Size() != h.end || int64(len(h.line)) > h.end {
+		return nil, false
+	}
+	start := h.end - int64(len(h.line))
+	buf := make([]byte, len(h.line)+1)
+	got := buf
+	if start > 0 {
+		start--
+	} else {
+		got = buf[1:]
+		buf[0] = '\n'
+	}
+	if n, err := s.ReadAt(got, start); n != len(got) && err != nil {
+		return nil, false
+	}
+	if buf[0] != '\n' || !bytes.Equal(buf[1:], h.line) {
+		return nil, false
+	}
+	head := h.head
+	return &head, true
+}
+
+func (c *Chains) remember(base string, h chainHead) {
+	if len(h.line) == 0 || h.line[len(h.line)-1] != '\n' {
+		return
+	}
+	c.headsMu.Lock()
+	defer c.headsMu.Unlock()
+	if c.heads == nil {
+		c.heads = map[string]chainHead{}
+	}
+	c.heads[base] = h
+}
+
+func (c *Chains) forget(base string) {
+	c.headsMu.Lock()
+	defer c.headsMu.Unlock()
+	delete(c.heads, base)
 }
 
 // openHead reads the head of one segment file (nil, 0 when it does not

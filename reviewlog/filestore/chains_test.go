@@ -327,3 +327,56 @@ func TestSegmentLimitsAndNames(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendChainsOnTheHeadOnDisk: a Chains remembers the head it wrote
+// last, and must still chain on what the file really ends with when
+// another process (the same key) appended, or when its own last line was
+// cut off again (a failed section) and another line of the same length
+// took its place.
+func TestAppendChainsOnTheHeadOnDisk(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		run  func(t *testing.T, sg segGuard, a, b *reviewlog.Chains)
+	}{
+		{"interleaved", func(t *testing.T, sg segGuard, a, b *reviewlog.Chains) {
+			for i := 0; i < 6; i++ {
+				c := a
+				if i%3 == 1 {
+					c = b
+				}
+				sg.appendN(t, c, 10+i, 1)
+			}
+		}},
+		{"cut off and replaced by a line of the same length", func(t *testing.T, sg segGuard, a, b *reviewlog.Chains) {
+			sg.appendN(t, a, 10, 2)
+			before, err := os.Stat(sg.file(a, 0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sg.appendN(t, a, 12, 1)
+			after, err := os.Stat(sg.file(a, 0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Truncate(sg.file(a, 0), before.Size()); err != nil {
+				t.Fatal(err)
+			}
+			sg.appendN(t, b, 12, 1)
+			if st, err := os.Stat(sg.file(a, 0)); err != nil || st.Size() != after.Size() {
+				t.Fatalf("the other line is %v bytes, want the same length as the cut one (%d): %v", st.Size()-before.Size(), after.Size()-before.Size(), err)
+			}
+			sg.appendN(t, a, 13, 2)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sg := newSegGuard(t)
+			a := &reviewlog.Chains{Signer: sg.s}
+			b := &reviewlog.Chains{Signer: sg.s}
+			tc.run(t, sg, a, b)
+			res, err := reviewlog.VerifySegments(context.Background(), sg.r(), a.ChainID(), noa.Options{Keyring: sg.keyring(t)})
+			if err != nil || res.Verdict != noa.Valid {
+				t.Fatalf("%s %v", res.Line(), err)
+			}
+		})
+	}
+}
