@@ -72,10 +72,23 @@ type Chains struct {
 	// keyed is the key id this Chains read in the store's keyring once
 	// (committed by an earlier section): it is not read again.
 	keyed atomic.Value
-	// heads keeps, per chain, the last receipt this Chains appended and
-	// where its line ends (see cachedHead).
-	headsMu sync.Mutex
-	heads   map[string]chainHead
+	// heads holds a *headCache: per chain, the last receipt this Chains
+	// appended and where its line ends (see cachedHead). A copy of the
+	// Chains (another Name) shares it; its keys are the chains' names.
+	heads atomic.Value
+}
+
+type headCache struct {
+	mu sync.Mutex
+	m  map[string]chainHead
+}
+
+func (c *Chains) headCache() *headCache {
+	if h, ok := c.heads.Load().(*headCache); ok {
+		return h
+	}
+	c.heads.CompareAndSwap(nil, &headCache{m: map[string]chainHead{}})
+	return c.heads.Load().(*headCache)
 }
 
 // chainHead is the head receipt of one segment file as this process last
@@ -239,9 +252,10 @@ func (c *Chains) cachedHead(base, file string, s Stream) (*noa.Receipt, bool) {
 		// A database hands out its last row in one read anyway.
 		return nil, false
 	}
-	c.headsMu.Lock()
-	h, ok := c.heads[base]
-	c.headsMu.Unlock()
+	hc := c.headCache()
+	hc.mu.Lock()
+	h, ok := hc.m[base]
+	hc.mu.Unlock()
 	if !ok || h.file != file || s.Size() != h.end || int64(len(h.line)) > h.end {
 		return nil, false
 	}
@@ -268,18 +282,17 @@ func (c *Chains) remember(base string, h chainHead) {
 	if len(h.line) == 0 || h.line[len(h.line)-1] != '\n' {
 		return
 	}
-	c.headsMu.Lock()
-	defer c.headsMu.Unlock()
-	if c.heads == nil {
-		c.heads = map[string]chainHead{}
-	}
-	c.heads[base] = h
+	hc := c.headCache()
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	hc.m[base] = h
 }
 
 func (c *Chains) forget(base string) {
-	c.headsMu.Lock()
-	defer c.headsMu.Unlock()
-	delete(c.heads, base)
+	hc := c.headCache()
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	delete(hc.m, base)
 }
 
 // openHead reads the head of one segment file (nil, 0 when it does not

@@ -100,16 +100,19 @@ func (a *allowIndex) see(line []byte) {
 	if !bytes.Contains(line, []byte(`"`+noa.VerdictAllowed+`"`)) {
 		return
 	}
-	r, err := noa.ParseReceipt(bytes.TrimRight(line, "\r\n"))
+	// The head alone, as the ledger's receipt tail reads it: a line the
+	// head reader takes that is no whole receipt only asks for one more
+	// record (the chain's verifier reports the line).
+	h, err := noa.ParseHead(bytes.TrimRight(line, "\r\n"))
 	if err != nil {
 		return
 	}
-	kind := ReservesOf(&r)
+	kind := reservesHead(h)
 	if kind == "" {
 		return
 	}
-	ts, _ := time.Parse(time.RFC3339Nano, r.TS)
-	a.add(allowedReceipt{id: r.ID, agent: r.Agent.ID, ts: ts, hold: kind == ReservesHold})
+	ts, _ := time.Parse(time.RFC3339Nano, h.TS)
+	a.add(allowedReceipt{id: h.ID, agent: h.Agent.ID, ts: ts, hold: kind == ReservesHold})
 }
 
 // add indexes one reserving receipt (the first of its id).

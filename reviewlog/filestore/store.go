@@ -66,7 +66,9 @@ func (s *Store) View(ctx context.Context, fn func(r reviewlog.Reader) error) err
 		return fmt.Errorf("open the guard directory %s: %w", s.Describe(), err)
 	}
 	defer g.Close()
-	return fn(&fileReader{s: s, g: g})
+	r := &fileReader{s: s, g: g}
+	defer r.closeReceipts()
+	return fn(r)
 }
 
 // Locked takes the flock on guard/decisions.lock and runs fn with the log
@@ -92,6 +94,7 @@ func (s *Store) Locked(ctx context.Context, wait time.Duration, fn func(w review
 	}
 	defer f.Close()
 	w := &fileWriter{fileReader: fileReader{s: s, g: g, log: f}, ledgerEnd: -1}
+	defer w.closeReceipts()
 	err = fn(w)
 	if serr := w.syncPending(); serr != nil && err == nil {
 		err = serr
@@ -129,6 +132,8 @@ type fileReader struct {
 	s   *Store
 	g   *confined.Dir // nil: no guard/ yet
 	log *os.File      // the log opened by Locked, or nil
+	// rdir is guard/receipts/, opened once a section (nil: not yet).
+	rdir *confined.Dir
 }
 
 func (r *fileReader) Locate(name string) string {
@@ -159,14 +164,13 @@ func (r *fileReader) Segments(ctx context.Context) ([]reviewlog.StreamInfo, erro
 	if r.g == nil {
 		return nil, nil
 	}
-	dir, err := r.g.OpenDir(reviewlog.ReceiptsDir)
+	dir, err := r.receipts(false)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("receipts directory: %w", err)
 	}
-	defer dir.Close()
 	entries, err := dir.ReadDir()
 	if err != nil {
 		return nil, err
@@ -180,15 +184,44 @@ func (r *fileReader) Segments(ctx context.Context) ([]reviewlog.StreamInfo, erro
 	return out, nil
 }
 
+// receipts is guard/receipts/, opened on the section's first use and kept
+// until its end (closeReceipts): a decision opens its chain's segments
+// several times. create makes it when it does not exist yet.
+func (r *fileReader) receipts(create bool) (*confined.Dir, error) {
+	if r.rdir != nil {
+		return r.rdir, nil
+	}
+	var (
+		dir *confined.Dir
+		err error
+	)
+	if create {
+		dir, err = r.g.MkdirAll(reviewlog.ReceiptsDir, 0o700)
+	} else {
+		dir, err = r.g.OpenDir(reviewlog.ReceiptsDir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	r.rdir = dir
+	return dir, nil
+}
+
+func (r *fileReader) closeReceipts() {
+	if r.rdir != nil {
+		r.rdir.Close()
+		r.rdir = nil
+	}
+}
+
 func (r *fileReader) Segment(ctx context.Context, file string) (reviewlog.Stream, error) {
 	if r.g == nil {
 		return nil, fmt.Errorf("chain file %s: %w", file, fs.ErrNotExist)
 	}
-	dir, err := r.g.OpenDir(reviewlog.ReceiptsDir)
+	dir, err := r.receipts(false)
 	if err != nil {
 		return nil, err
 	}
-	defer dir.Close()
 	f, err := dir.Open(file)
 	if err != nil {
 		return nil, err
@@ -343,11 +376,10 @@ func (w *fileWriter) Segments(ctx context.Context) ([]reviewlog.StreamInfo, erro
 
 func (w *fileWriter) AppendSegment(ctx context.Context, file string, end int64, data []byte) error {
 	w.listed = false
-	dir, err := w.g.MkdirAll(reviewlog.ReceiptsDir, 0o700)
+	dir, err := w.receipts(true)
 	if err != nil {
 		return fmt.Errorf("receipts directory: %w", err)
 	}
-	defer dir.Close()
 	f, err := dir.OpenFile(file, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return fmt.Errorf("chain file: %w", err)
