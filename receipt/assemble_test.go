@@ -318,19 +318,21 @@ func TestWriteBuildEqualsAssemble(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := buildText(t, b.String(), tm)
-	_, evs, err := ReadRunFile(path, DefaultLimits())
-	if err != nil {
-		t.Fatal(err)
+	for _, r := range runReaders {
+		_, evs, err := r.read(path, DefaultLimits())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got bytes.Buffer
+		if err := WriteBuild(&got, evs, tm); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got.Bytes(), want) {
+			i := diffAt(got.Bytes(), want)
+			t.Fatalf("%s: WriteBuild differs at byte %d of %d:\n got: %s\nwant: %s", r.name, i, len(want), around(got.Bytes(), i), around(want, i))
+		}
 	}
-	var got bytes.Buffer
-	if err := WriteBuild(&got, evs, tm); err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got.Bytes(), want) {
-		i := diffAt(got.Bytes(), want)
-		t.Fatalf("WriteBuild differs at byte %d of %d:\n got: %s\nwant: %s", i, len(want), around(got.Bytes(), i), around(want, i))
-	}
-	_, evs, _ = ReadRunFile(path, DefaultLimits())
+	_, evs, _ := ReadRunFile(path, DefaultLimits())
 	res := AssembleInPlace(evs, tm)
 	if !bytes.Equal(res.AppendJSON(nil), want) {
 		t.Fatal("AssembleInPlace differs from Assemble")
@@ -352,9 +354,11 @@ func TestParallelDecodeReportsFirstBadLine(t *testing.T) {
 	if err := os.WriteFile(path, []byte(strings.Join(lines, "")), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err := ReadRunFile(path, DefaultLimits())
-	var le *LineError
-	if !errors.As(err, &le) || le.Line != n/2+1 || le.Rule != RuleJSON {
-		t.Fatalf("err = %v, want a json error on line %d", err, n/2+1)
+	for _, r := range runReaders {
+		_, _, err := r.read(path, DefaultLimits())
+		var le *LineError
+		if !errors.As(err, &le) || le.Line != n/2+1 || le.Rule != RuleJSON {
+			t.Fatalf("%s: err = %v, want a json error on line %d", r.name, err, n/2+1)
+		}
 	}
 }

@@ -272,13 +272,32 @@ func TestReadEventsErrors(t *testing.T) {
 	}
 }
 
+// runReaders are the two ways a whole run file is read: into the heap, and
+// held outside it (the build command's).
+var runReaders = []struct {
+	name string
+	read func(path string, lim Limits) (string, []Event, error)
+}{
+	{"ReadRunFile", ReadRunFile},
+	{"ReadRunFileHeld", func(path string, lim Limits) (string, []Event, error) {
+		id, evs, _, err := ReadRunFileHeld(path, lim) // never released: the test reads the events after
+		return id, evs, err
+	}},
+}
+
 func TestReadRunFile(t *testing.T) {
+	for _, r := range runReaders {
+		t.Run(r.name, func(t *testing.T) { testReadRunFile(t, r.read) })
+	}
+}
+
+func testReadRunFile(t *testing.T, readRunFile func(string, Limits) (string, []Event, error)) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "1721709600000.ndjson")
 	if err := os.WriteFile(good, []byte(goodLine+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	id, evs, err := ReadRunFile(good, DefaultLimits())
+	id, evs, err := readRunFile(good, DefaultLimits())
 	if err != nil || id != "1721709600000" || len(evs) != 1 || evs[0].Line != 1 {
 		t.Fatalf("ReadRunFile = %q %d %v", id, len(evs), err)
 	}
@@ -286,21 +305,36 @@ func TestReadRunFile(t *testing.T) {
 	if err := os.WriteFile(bad, []byte(goodLine+"\n"+withField("payload", "7")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = ReadRunFile(bad, DefaultLimits())
+	_, _, err = readRunFile(bad, DefaultLimits())
 	if err == nil || err.Error() != "run r2, line 2: payload: must be an object, got number" {
 		t.Errorf("error = %v", err)
 	}
-	_, _, err = ReadRunFile(filepath.Join(dir, "absent.ndjson"), DefaultLimits())
+	_, _, err = readRunFile(filepath.Join(dir, "absent.ndjson"), DefaultLimits())
 	if !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("absent file: %v", err)
 	}
-	_, _, err = ReadRunFile(dir, DefaultLimits())
+	_, _, err = readRunFile(dir, DefaultLimits())
 	if err == nil || !strings.Contains(err.Error(), "not a regular file") {
 		t.Errorf("directory: %v", err)
 	}
-	_, _, err = ReadRunFile(good, Limits{MaxLineBytes: 1 << 20, MaxRunBytes: 10})
-	if err == nil || !strings.Contains(err.Error(), "run 1721709600000: run_size: file is 193 bytes, over the 10 bytes limit") {
-		t.Errorf("file bound: %v", err)
+	empty := filepath.Join(dir, "r3.ndjson")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, evs, err := readRunFile(empty, DefaultLimits()); err != nil || len(evs) != 0 {
+		t.Errorf("empty file: %d events, %v", len(evs), err)
+	}
+	// A torn last line is not read; a file over the limit is refused.
+	torn := filepath.Join(dir, "r4.ndjson")
+	if err := os.WriteFile(torn, []byte(goodLine+"\n"+goodLine[:20]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, evs, err := readRunFile(torn, DefaultLimits()); err != nil || len(evs) != 1 {
+		t.Errorf("torn tail: %d events, %v", len(evs), err)
+	}
+	_, _, err = readRunFile(torn, Limits{MaxLineBytes: 4 << 20, MaxRunBytes: 64})
+	if le := (*LineError)(nil); !errors.As(err, &le) || le.Rule != RuleRunSize {
+		t.Errorf("over the limit: %v", err)
 	}
 }
 

@@ -25,12 +25,23 @@ func buildFile(t testing.TB, run, templatePath string) []byte {
 	if err != nil {
 		t.Fatalf("template: %v", err)
 	}
-	_, events, err := ReadRunFile(run, DefaultLimits())
+	// The build command's reading (the text outside the heap), checked
+	// against the plain one.
+	_, events, release, err := ReadRunFileHeld(run, DefaultLimits())
 	if err != nil {
 		t.Fatalf("run: %v", err)
 	}
+	defer release()
 	res := Assemble(events, tmpl)
-	return res.AppendJSON(nil)
+	got := res.AppendJSON(nil)
+	_, plain, err := ReadRunFile(run, DefaultLimits())
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if want := Assemble(plain, tmpl); !bytes.Equal(got, want.AppendJSON(nil)) {
+		t.Fatalf("ReadRunFileHeld and ReadRunFile build different output")
+	}
+	return got
 }
 
 func TestParity(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/receipt"
@@ -47,10 +48,12 @@ func runBuild(ctx context.Context, stdout io.Writer, file, tmpl, dir string) err
 	if err != nil {
 		return err
 	}
-	_, events, err := receipt.ReadRunFile(file, receipt.DefaultLimits())
+	defer quietCollector()()
+	_, events, release, err := receipt.ReadRunFileHeld(file, receipt.DefaultLimits())
 	if err != nil {
 		return fmt.Errorf("%s: %w", file, err)
 	}
+	defer release()
 	// The events are not needed apart from their receipts: assemble them in
 	// place, folding each operation as it is printed.
 	out := bufio.NewWriterSize(stdout, 1<<20)
@@ -62,6 +65,30 @@ func runBuild(ctx context.Context, stdout io.Writer, file, tmpl, dir string) err
 		return fmt.Errorf("writing output: %w", err)
 	}
 	return nil
+}
+
+// buildMemoryLimit is the heap the build command grows to before the
+// collector runs: a run is at most 256 MiB (receipt.DefaultLimits) and
+// its build holds about half its size on the heap beside its text.
+const buildMemoryLimit = 1 << 30
+
+// quietCollector turns the garbage collector off below buildMemoryLimit,
+// unless the operator set GOGC or GOMEMLIMIT, and returns what puts the
+// settings back (the command also runs inside tests). The build allocates
+// about half its run's size once and ends; collecting on the way frees
+// nothing it could reuse, and marking reads memory not yet written, so
+// each such page is faulted twice (a read, then a copy-on-write that
+// flushes every core's TLB).
+func quietCollector() (restore func()) {
+	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
+		return func() {}
+	}
+	limit := debug.SetMemoryLimit(buildMemoryLimit)
+	percent := debug.SetGCPercent(-1)
+	return func() {
+		debug.SetGCPercent(percent)
+		debug.SetMemoryLimit(limit)
+	}
 }
 
 // templatesDirResolver resolves template names in the operator's templates
