@@ -221,7 +221,11 @@ func Verify(data []byte, keyring noa.Keyring, trust *reviewlog.ReviewerTrust) []
 			}
 		}
 	}
-	// The authorization: digest, payer's signature, nonce, its receipt.
+	// The authorization: digest, payer's signature, nonce, its receipt
+	// (and whether it seals the seller's offer: sealHolds once its
+	// signature covers the file's offer_seal).
+	var authReceipt *noa.Receipt
+	sealHolds := false
 	digest, err := AuthorizationDigest(a)
 	switch {
 	case err != nil:
@@ -248,9 +252,22 @@ func Verify(data []byte, keyring noa.Keyring, trust *reviewlog.ReviewerTrust) []
 			add("authorization", Valid, "%s atomic units from %s to %s on %s, EIP-712 digest %s, signed by the payer", a.Value, a.From, a.To, a.Network, a.Digest)
 		}
 		if rc, ok := need("authorization receipt", a.Receipt); ok {
-			if rc.Action.ParamsHash != engine.AuthorizationParamsHash(digest) || rc.Action.ID != "x402-authorization:"+strings.ToLower(a.Nonce) {
+			authReceipt = &rc
+			switch {
+			case rc.Action.ID != "x402-authorization:"+strings.ToLower(a.Nonce):
 				add("authorization receipt", Tampered, "receipt %s signs another authorization", rc.ID)
-			} else {
+			case engine.SealsOffer(rc) != (a.OfferSeal != nil):
+				// Named by the offer seal's link below.
+			case rc.Action.ParamsHash != engine.AuthorizationReceiptParamsHash(digest, a):
+				if a.OfferSeal != nil {
+					add("authorization receipt", Tampered, "receipt %s signs this authorization with another offer seal: offer_seal was edited", rc.ID)
+				} else {
+					add("authorization receipt", Tampered, "receipt %s signs another authorization", rc.ID)
+				}
+			case a.OfferSeal != nil:
+				sealHolds = true
+				add("authorization receipt", Valid, "receipt %s signs this digest and the offer seal", rc.ID)
+			default:
 				add("authorization receipt", Valid, "receipt %s signs this digest", rc.ID)
 			}
 		}
@@ -278,6 +295,7 @@ func Verify(data []byte, keyring noa.Keyring, trust *reviewlog.ReviewerTrust) []
 			}
 		}
 	}
+	offerSealLinks(a, authReceipt, sealHolds, lookupCarried, add)
 	// The settlement and the seller's receipt.
 	if s := d.Settlement; s != nil {
 		sd := payment.SettlementDigest(*s)
@@ -497,4 +515,97 @@ func offerAgainst(t x402.OfferTerms, a reviewlog.Authorized) string {
 		return fmt.Sprintf("resourceUrl: the offer signs %s, the authorization paid for %s", t.ResourceURL, a.Resource)
 	}
 	return ""
+}
+
+// offerSealLinks checks the seller's offer the authorization's receipt
+// sealed (reviewlog.OfferSeal) against what the file carries: the offer,
+// its format, its signer and the key that verifies it. rc is the
+// authorization's verified receipt (nil when none), sealHolds whether its
+// paramsHash covers the file's offer_seal. Each field that differs is its
+// own TAMPERED link, named.
+func offerSealLinks(a reviewlog.Authorized, rc *noa.Receipt, sealHolds bool, lookup x402.KeyLookup, add func(link, verdict, format string, a ...any)) {
+	const link = "offer seal"
+	if rc == nil {
+		return
+	}
+	seal := a.OfferSeal
+	switch sealed := engine.SealsOffer(*rc); {
+	case !sealed && seal == nil:
+		if len(a.Offer) > 0 {
+			add(link, Valid, "no offer sealed: receipt %s was signed before authorizations sealed their offer, so which offer was accepted is the record's word; the offer's own signature and terms are checked above", rc.ID)
+		}
+		return
+	case !sealed:
+		add(link, Tampered, "offer_seal: the file's authorization carries one, and its receipt %s seals no offer", rc.ID)
+		return
+	case seal == nil:
+		add(link, Tampered, "offer_seal: receipt %s seals the seller's offer the server accepted, and the file's authorization carries no offer_seal (the offer, its signer and its key cannot be checked against it)", rc.ID)
+		return
+	case !sealHolds:
+		// The authorization receipt's link says the seal was edited.
+		return
+	}
+	bad := 0
+	tampered := func(format string, args ...any) { bad++; add(link, Tampered, format, args...) }
+	if len(a.Offer) == 0 {
+		tampered("offer: receipt %s sealed the seller's offer %s (%s), and the file carries no offer", rc.ID, seal.Offer, seal.Format)
+		return
+	}
+	if d, err := reviewlog.OfferDigest(a.Offer); err != nil || d != seal.Offer {
+		tampered("offer: the file's offer hashes to %s, and receipt %s sealed %s: it is not the offer the server accepted", d, rc.ID, seal.Offer)
+	}
+	art, err := x402.ParseArtifact(a.Offer, true)
+	if err == nil && art.Format != seal.Format {
+		tampered("format: the file's offer is %s, and receipt %s sealed a %s offer", art.Format, rc.ID, seal.Format)
+	}
+	if a.OfferSigner != seal.Signer {
+		tampered("offer_signer: the file records %q, and receipt %s sealed %q", a.OfferSigner, rc.ID, seal.Signer)
+	}
+	key, known := "", false
+	if err == nil && seal.Key != "" {
+		key, known = offerKey(art, lookup)
+		switch {
+		case !known && art.Format == x402.FormatJWS:
+			add(link, Unverified, "pinned key: receipt %s sealed key %s, and the file carries no key for the offer's key identifier", rc.ID, seal.Key)
+			bad++
+		case !known:
+			tampered("key: the file's offer recovers to no address, and receipt %s sealed %s", rc.ID, seal.Key)
+		case key != seal.Key && art.Format == x402.FormatJWS:
+			tampered("pinned key: the file carries key %s for the offer's key identifier, and receipt %s sealed key %s", key, rc.ID, seal.Key)
+		case key != seal.Key:
+			tampered("key: the file's offer is signed by %s, and receipt %s sealed %s", key, rc.ID, seal.Key)
+		}
+	}
+	if bad == 0 {
+		signer := seal.Signer
+		if signer == "" {
+			signer = "a signer whose signature did not verify when it was accepted"
+		}
+		add(link, Valid, "receipt %s sealed this offer (%s, %s), signed by %s: the file's offer, signer and key are the ones the server accepted", rc.ID, seal.Format, seal.Offer, signer)
+	}
+}
+
+// offerKey is the key that verifies an offer as the file carries it: the
+// RFC 7638 thumbprint of the JWS key its key identifier names (the file's
+// pinned key, else a did:jwk identifier's own), or the lower-case address
+// an EIP-712 signature recovers to. known is false when there is none.
+func offerKey(art x402.Artifact, lookup x402.KeyLookup) (string, bool) {
+	if art.Format == x402.FormatEIP712 {
+		_, who, err := x402.VerifyOffer(art, nil)
+		if err != nil {
+			return "", false
+		}
+		return strings.ToLower(who.Address), true
+	}
+	c, err := sellerkey.ParseCompact(art.Signature)
+	if err != nil {
+		return "", false
+	}
+	if k, ok := lookup(c.Header.KID); ok {
+		return k.Thumbprint, true
+	}
+	if k, own, err := sellerkey.FromKID(c.Header.KID); own && err == nil {
+		return k.Thumbprint, true
+	}
+	return "", false
 }

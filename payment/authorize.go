@@ -195,12 +195,16 @@ func (a *Authorizer) Authorize(ctx context.Context, caller string, req Request) 
 		return Result{}, err
 	}
 	au := terms.Authorization.JSON()
+	offerRaw, seal, err := offerSeal(offer, ev.Signer)
+	if err != nil {
+		return Result{}, fmt.Errorf("the seller's offer cannot be recorded: %w", err)
+	}
 	rec, err := a.cfg.Engine.RecordAuthorization(ctx, caller, reviewlog.Authorized{
 		DecisionReceipt: ans.ReceiptID, ReviewID: ans.ReviewID, Network: choice.Network, Token: choice.Token.Hex(),
 		Name: terms.Domain.Name, Version: terms.Domain.Version, From: au.From, To: au.To, Value: au.Value,
 		ValidAfter: au.ValidAfter, ValidBefore: au.ValidBefore, Nonce: au.Nonce,
 		Signature: "0x" + hex.EncodeToString(sig[:]), Digest: "0x" + hex.EncodeToString(terms.Digest[:]), Resource: resource,
-		Offer: offerBytes(offer), OfferSigner: ev.Signer,
+		Offer: offerRaw, OfferSigner: ev.Signer, OfferSeal: seal,
 	}, terms.Digest)
 	if err != nil {
 		return Result{}, err
@@ -233,16 +237,33 @@ func offerEvidence(oc x402.OfferCheck, index int) (*guard.OfferEvidence, *OfferR
 	return ev, res
 }
 
-// offerBytes is the offer as the seller sent it, for the record.
-func offerBytes(o *OfferResult) json.RawMessage {
+// offerSeal is the offer as the seller sent it, for the record, and the
+// seal its receipt signs: the offer's digest and format, the signer
+// recorded, and the key that verified it (the JWS key's RFC 7638
+// thumbprint, or the address an EIP-712 signature recovers to). Both are
+// nil when the 402 carried no offer for the entry.
+func offerSeal(o *OfferResult, signer string) (json.RawMessage, *reviewlog.OfferSeal, error) {
 	if o == nil || o.Artifact == nil {
-		return nil
+		return nil, nil, nil
 	}
-	b, err := json.Marshal(o.Artifact)
+	raw, err := o.Artifact.Raw()
 	if err != nil {
-		return nil
+		return nil, nil, err
 	}
-	return b
+	d, err := reviewlog.OfferDigest(raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	seal := &reviewlog.OfferSeal{Offer: d, Format: o.Artifact.Format, Signer: signer}
+	if s := o.Signer; s != nil && signer != "" {
+		seal.Key = s.Thumbprint
+		if s.Format == x402.FormatEIP712 {
+			seal.Key = strings.ToLower(s.Address)
+		}
+	} else {
+		seal.Signer = ""
+	}
+	return raw, seal, nil
 }
 
 // sellerHost is the host judged beside payTo: the host of the URL the

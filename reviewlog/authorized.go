@@ -2,7 +2,10 @@ package reviewlog
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -56,6 +59,76 @@ type Authorized struct {
 	// the 402 carried none.
 	Offer       json.RawMessage `json:"offer,omitempty"`
 	OfferSigner string          `json:"offer_signer,omitempty"`
+	// OfferSeal is what the authorization's receipt seals of that offer
+	// (nil when none was recorded, and in records written before seals):
+	// the receipt's paramsHash covers it with the EIP-712 digest, so the
+	// offer, its signer and its key cannot be swapped after the fact.
+	OfferSeal *OfferSeal `json:"offer_seal,omitempty"`
+}
+
+// OfferSeal is the seller's offer an authorization accepted, as its
+// receipt seals it (engine.AuthorizationSealedParamsHash).
+type OfferSeal struct {
+	// Offer is the offer's digest (OfferDigest of Offer).
+	Offer string `json:"offer"`
+	// Format is the offer's format: eip712 or jws.
+	Format string `json:"format"`
+	// Signer is the signer recorded (OfferSigner): an address for EIP-712,
+	// the key identifier (did:web, did:key, did:jwk …) with its algorithm
+	// and key thumbprint for a JWS; "" when the signature did not verify.
+	Signer string `json:"signer"`
+	// Key is the key that verified the offer: the RFC 7638 thumbprint of
+	// the JWS key (for a did:web identifier, the key the policy pinned),
+	// or the lower-case address an EIP-712 signature recovers to; "" when
+	// the signature did not verify.
+	Key string `json:"key"`
+}
+
+// OfferDigest is the digest an offer seal names: "sha256:" and the hex
+// SHA-256 of the offer's JSON as the seller sent it, in compact form (no
+// whitespace between tokens, as the review log keeps it) with <, >, &,
+// U+2028 and U+2029 inside strings written as \u escapes (as a JSON
+// encoder may write them), so that the same bytes hash the same in the
+// log, in the database and in an indented dossier.
+func OfferDigest(offer []byte) (string, error) {
+	var c, e bytes.Buffer
+	if err := json.Compact(&c, offer); err != nil {
+		return "", fmt.Errorf("the offer is not JSON: %w", err)
+	}
+	json.HTMLEscape(&e, c.Bytes())
+	h := sha256.Sum256(e.Bytes())
+	return "sha256:" + hex.EncodeToString(h[:]), nil
+}
+
+// checkSeal says what is wrong with an authorization's offer seal ("" when
+// nothing): it names the offer and signer recorded beside it.
+func checkSeal(a *Authorized) string {
+	s := a.OfferSeal
+	if s == nil {
+		return ""
+	}
+	d, err := OfferDigest(a.Offer)
+	var art struct {
+		Format string `json:"format"`
+	}
+	switch {
+	case len(a.Offer) == 0 || err != nil || s.Offer != d:
+		return "an authorized record's offer_seal must name the digest of the offer recorded"
+	case (s.Format != "eip712" && s.Format != "jws") || json.Unmarshal(a.Offer, &art) != nil || art.Format != s.Format:
+		return "an authorized record's offer_seal format is the offer's, eip712 or jws"
+	case s.Signer != a.OfferSigner:
+		return "an authorized record's offer_seal signer must be the offer_signer recorded"
+	case len(s.Key) > maxFieldBytes || (s.Key == "") != (s.Signer == ""):
+		return "an authorized record's offer_seal key names the key that verified the offer, when one did"
+	}
+	for _, f := range []string{s.Signer, s.Key} {
+		for _, r := range f {
+			if r < 0x20 || r == 0x7f {
+				return "an authorized record's offer_seal signer and key are printable text"
+			}
+		}
+	}
+	return ""
 }
 
 var (
@@ -84,6 +157,9 @@ func checkAuthorized(a *Authorized) error {
 		return errors.New("an authorized record needs its network, name and version")
 	case len(a.Offer) > 16<<10 || len(a.OfferSigner) > maxFieldBytes || (len(a.Offer) > 0 && !json.Valid(a.Offer)):
 		return errors.New("an authorized record's offer is one JSON object of at most 16 KiB")
+	}
+	if why := checkSeal(a); why != "" {
+		return errors.New(why)
 	}
 	return nil
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
+	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/pgstore"
 )
 
 const authorizationDetails = `show prints one x402 authorization the guard signed: the signed decision
@@ -64,6 +65,12 @@ type authorizationView struct {
 	Settlement *reviewlog.SettledLine `json:"settlement,omitempty"`
 	// Offer is the seller's signed offer recorded with the authorization.
 	OfferSigner string `json:"offer_signer,omitempty"`
+	// OfferSealed: the authorization's verified receipt seals the offer
+	// seal recorded (its offer_seal).
+	OfferSealed bool `json:"offer_sealed"`
+	// Export is the dossier export command for this authorization, as
+	// the operator can run it.
+	Export string `json:"dossier_export"`
 }
 
 type authorizationReview struct {
@@ -161,6 +168,7 @@ func runAuthorizationShow(ctx context.Context, stdout, stderr io.Writer, pos []s
 		}
 	}
 	v.OfferSigner = found.OfferSigner
+	v.Export = exportCommand(f, found.Nonce)
 	if sts, err := log.Settlements(ctx); err != nil {
 		v.Findings = append(v.Findings, "the settlements cannot be read: "+err.Error())
 	} else {
@@ -307,8 +315,15 @@ func checkAuthorization(a reviewlog.Authorized, receipts map[string]noa.Receipt,
 		}
 	}
 	if rc, ok := verified(a.Receipt, "authorization"); ok {
-		if rc.Action.ParamsHash != engine.AuthorizationParamsHash(digest) {
-			bad("TAMPERED: the authorization receipt %s signs other terms (its paramsHash is not the hash of these terms' EIP-712 digest)", rc.ID)
+		switch sealed := engine.SealsOffer(rc); {
+		case sealed && a.OfferSeal == nil:
+			bad("TAMPERED: the authorization receipt %s seals the seller's offer accepted, and the record carries no offer_seal", rc.ID)
+		case !sealed && a.OfferSeal != nil:
+			bad("TAMPERED: the record carries an offer_seal, and the authorization receipt %s seals no offer", rc.ID)
+		case rc.Action.ParamsHash != engine.AuthorizationReceiptParamsHash(digest, a):
+			bad("TAMPERED: the authorization receipt %s signs other terms or another offer seal (its paramsHash is not the hash of these terms' EIP-712 digest and the offer seal recorded)", rc.ID)
+		case sealed:
+			v.OfferSealed = true
 		}
 		if rc.Action.ID != "x402-authorization:"+strings.ToLower(a.Nonce) || rc.Action.Canonical != reviewlog.CanonicalAuthorizationSigned {
 			bad("TAMPERED: the authorization receipt %s records another action (%s)", rc.ID, rc.Action.ID)
@@ -398,6 +413,14 @@ func printAuthorization(w io.Writer, v authorizationView) {
 	if v.OfferSigner != "" {
 		fmt.Fprintf(w, "  seller offer   signed by %s, checked before the engine was asked\n", s(v.OfferSigner))
 	}
+	switch sl := v.OfferSeal; {
+	case sl != nil && v.OfferSealed:
+		fmt.Fprintf(w, "  offer sealed   %s (%s), signer %s, key %s: sealed by receipt %s\n", s(sl.Offer), s(sl.Format), s(orNone(sl.Signer)), s(orNone(sl.Key)), s(v.Receipt))
+	case sl != nil:
+		fmt.Fprintf(w, "  offer seal     %s (%s), signer %s, key %s: not proved by its receipt (see below)\n", s(sl.Offer), s(sl.Format), s(orNone(sl.Signer)), s(orNone(sl.Key)))
+	case len(v.Offer) > 0:
+		fmt.Fprintln(w, "  offer sealed   no offer sealed (recorded before authorizations sealed their offer): which offer was accepted is the record's word")
+	}
 	if st := v.Settlement; st != nil {
 		fmt.Fprintf(w, "  settlement     transaction %s on %s, payer %s, recorded at %s as receipt %s\n", s(st.Transaction), s(st.Network), s(st.Payer), s(st.At), s(st.Receipt))
 		fmt.Fprintf(w, "  settled by     %s\n", s(dossier.SettlementSource(st.Settled)))
@@ -414,7 +437,7 @@ func printAuthorization(w io.Writer, v authorizationView) {
 		fmt.Fprintln(w, "  settlement     none recorded (record_receipt, or the Trace's settlement at the server's next authorize_payment)")
 	}
 	fmt.Fprintf(w, "  keys trusted   %s\n", v.KeyringSource)
-	fmt.Fprintf(w, "  dossier        haia-trace-mcp dossier export %s --out dossier.json (one file, verified offline by dossier verify)\n", s(v.Nonce))
+	fmt.Fprintf(w, "  dossier        %s\n                 (one file, verified offline by dossier verify)\n", s(v.Export))
 	if v.Consistent {
 		fmt.Fprintln(w, "  CONSISTENT: the terms, the payer's signature and the signed receipts agree")
 		return
@@ -533,4 +556,56 @@ func notBefore(t, since string) bool {
 	a, err1 := time.Parse(time.RFC3339Nano, t)
 	b, err2 := time.Parse(time.RFC3339Nano, since)
 	return err1 == nil && err2 == nil && !a.Before(b)
+}
+
+func orNone(x string) string {
+	if x == "" {
+		return "none (its signature did not verify)"
+	}
+	return x
+}
+
+// exportCommand is the dossier export command of an authorization as the
+// operator can run it: the store show read (a --store DSN's password left
+// out, and said so) and the server's signing key, which export needs to
+// sign its checkpoints — the default key file when it exists, else a
+// placeholder the line explains.
+func exportCommand(f *stackFlags, nonce string) string {
+	args := []string{"haia-trace-mcp", "dossier", "export", nonce}
+	if f.dir != "" {
+		args = append(args, "--dir", shellQuote(f.dir))
+	}
+	note := ""
+	if f.store != "" {
+		red := pgstore.Redact(f.store)
+		args = append(args, "--store", shellQuote(red))
+		if red != f.store {
+			note = " (give --store as you gave it here; its password and parameters are left out of this line)"
+		}
+	}
+	if f.reviewers != "" {
+		args = append(args, "--reviewers", shellQuote(f.reviewers))
+	}
+	if f.tenantsDir != "" {
+		args = append(args, "--tenants-dir", shellQuote(f.tenantsDir), "--tenant", shellQuote(f.tenant))
+	}
+	key := "KEY_FILE"
+	if p, err := defaultConfigPath("signing-key.pem"); err == nil {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+			key = shellQuote(p)
+		}
+	}
+	args = append(args, "--key-file", key, "--out", "dossier.json")
+	if key == "KEY_FILE" {
+		note += " (KEY_FILE: the server's signing key, its --key-file; or --signer unix:PATH of its signer process)"
+	}
+	return strings.Join(args, " ") + note
+}
+
+// shellQuote quotes a word for a POSIX shell when it needs it.
+func shellQuote(w string) string {
+	if w != "" && strings.Trim(w, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:=@%+,") == "" {
+		return w
+	}
+	return "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
 }

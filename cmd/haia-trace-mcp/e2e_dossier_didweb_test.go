@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/sellerkey"
 	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
 )
 
@@ -125,7 +126,14 @@ func TestDossierCarriesPinnedDIDWebKey(t *testing.T) {
 		}
 	}
 
+	if !strings.Contains(out, "VALID      offer seal") {
+		t.Errorf("no VALID offer seal:\n%s", out)
+	}
 	other := newES256Seller(t)
+	otherKey, err := sellerkey.ParseJWK([]byte(other.jwk()))
+	if err != nil {
+		t.Fatal(err)
+	}
 	var m map[string]any
 	json.Unmarshal(orig, &m)
 	offer := m["authorization"].(map[string]any)["offer"].(map[string]any)
@@ -161,6 +169,17 @@ func TestDossierCarriesPinnedDIDWebKey(t *testing.T) {
 		}), 2, "TAMPERED   seller offer"},
 		{"a key of another source", edit(func(m map[string]any) { keyAt(m)["source"] = "resolved from did:web" }), 3, "MALFORMED"},
 		{"no key carried", edit(func(m map[string]any) { delete(m, "seller_keys") }), 1, "UNVERIFIED seller offer"},
+		// The receipt sealed the pinned key's thumbprint: another key
+		// carried is named, and so is a whole other offer, signer and key
+		// under the same kid (which verifies on its own).
+		{"another key carried, against the seal", edit(func(m map[string]any) { keyAt(m)["jwk"] = json.RawMessage(other.jwk()) }), 2,
+			"TAMPERED   offer seal                 pinned key: the file carries key " + otherKey.Thumbprint},
+		{"the offer, its signer and its pinned key all another's", edit(func(m map[string]any) {
+			a := m["authorization"].(map[string]any)
+			a["offer"].(map[string]any)["signature"] = other.compact(t, kid, []byte(offerJCS))
+			a["offer_signer"] = fmt.Sprintf("%s (JWS ES256, key %s)", kid, otherKey.Thumbprint)
+			keyAt(m)["jwk"] = json.RawMessage(other.jwk())
+		}), 2, "TAMPERED   offer seal                 pinned key: the file carries key " + otherKey.Thumbprint},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := filepath.Join(t.TempDir(), "d.json")
@@ -170,6 +189,13 @@ func TestDossierCarriesPinnedDIDWebKey(t *testing.T) {
 			out, _, code := runCLI(t, "dossier", "verify", p, "--keyring", keyring)
 			if code != tc.code || !strings.Contains(out, tc.saying) {
 				t.Fatalf("exit %d, want %d saying %q:\n%s", code, tc.code, tc.saying, out)
+			}
+			if strings.HasPrefix(tc.name, "the offer, its signer") {
+				for _, f := range []string{"TAMPERED   offer seal                 offer: the file's offer hashes to", "TAMPERED   offer seal                 offer_signer: the file records"} {
+					if !strings.Contains(out, f) {
+						t.Errorf("not named: %q\n%s", f, out)
+					}
+				}
 			}
 		})
 	}

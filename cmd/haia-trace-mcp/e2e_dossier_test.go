@@ -125,6 +125,34 @@ func TestDossierExportVerify(t *testing.T) {
 	if _, _, code := runCLI(t, "dossier", "export", "0x"+strings.Repeat("00", 32), "--dir", root, "--key-file", key); code != authExitUnknown {
 		t.Fatalf("an unknown nonce: exit %d", code)
 	}
+	// authorization show prints the offer its receipt sealed, and a
+	// dossier export command the operator can run as printed: with the
+	// server's key where the default key file is, else a KEY_FILE it
+	// explains.
+	show, _, code := runCLI(t, "authorization", "show", allow.Authorization.Nonce, "--dir", root)
+	if code != 0 || !strings.Contains(show, "offer sealed   sha256:") || !strings.Contains(show, "(eip712), signer "+seller+" (EIP-712), key "+strings.ToLower(seller)) ||
+		!strings.Contains(show, "--key-file KEY_FILE --out dossier.json (KEY_FILE: the server's signing key") {
+		t.Fatalf("authorization show: %d\n%s", code, show)
+	}
+	show, _, code = runCLIEnv(t, []string{"HAIA_CONFIG_DIR=" + filepath.Dir(key)}, "authorization", "show", allow.Authorization.Nonce, "--dir", root, "--reviewers", reviewers)
+	cmdLine := ""
+	for _, l := range strings.Split(show, "\n") {
+		if _, after, ok := strings.Cut(l, "  dossier        haia-trace-mcp "); ok {
+			cmdLine = after
+		}
+	}
+	args := strings.Fields(cmdLine)
+	if code != 0 || len(args) == 0 || args[len(args)-1] != "dossier.json" || !strings.Contains(cmdLine, "--reviewers "+reviewers+" --key-file "+key) {
+		t.Fatalf("authorization show with the default key file: %d\n%s", code, show)
+	}
+	printed := filepath.Join(t.TempDir(), "printed.json")
+	args[len(args)-1] = printed
+	if out, errOut, code := runCLI(t, args...); code != 0 {
+		t.Fatalf("the export command authorization show printed (%s): %d %s%s", cmdLine, code, out, errOut)
+	}
+	if out, _, code := runCLI(t, "dossier", "verify", printed, "--keyring", keyring, "--reviewers", reviewers); code != 0 || !strings.Contains(out, "VALID      offer seal") {
+		t.Fatalf("the dossier the printed command wrote: %d\n%s", code, out)
+	}
 
 	// Each field edited is refused.
 	orig, _ := os.ReadFile(file)

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
 )
 
 // TestX402OnChainSignedOffers: sellers built with @x402/core's resource
@@ -98,9 +100,40 @@ func TestX402OnChainSignedOffers(t *testing.T) {
 				t.Fatalf("export: %d %s %s", code, out, errOut)
 			}
 			out, errOut, code := runCLI(t, "dossier", "verify", file, "--keyring", keyring)
-			if code != 0 || !strings.Contains(out, "VALID      seller offer") || !strings.Contains(out, "VALID      seller receipt") {
+			if code != 0 || !strings.Contains(out, "VALID      seller offer") || !strings.Contains(out, "VALID      seller receipt") ||
+				!strings.Contains(out, "VALID      offer seal") || !strings.Contains(out, "signs this digest and the offer seal") {
 				t.Fatalf("dossier verify: %d\n%s%s", code, out, errOut)
 			}
+			sealedOfferSwaps(t, file, keyring, func(validUntil int64) json.RawMessage {
+				// The seller signs a fresh offer on every 402 (a new
+				// validUntil): another validly signed offer of the same
+				// seller, for the same entry, with other terms.
+				for range 40 {
+					_, hdr, _ := get(path, "")
+					raw, _ := base64.StdEncoding.DecodeString(hdr.Get("PAYMENT-REQUIRED"))
+					var pr struct {
+						Extensions struct {
+							OfferReceipt struct {
+								Info struct {
+									Offers []json.RawMessage `json:"offers"`
+								} `json:"info"`
+							} `json:"offer-receipt"`
+						} `json:"extensions"`
+					}
+					if json.Unmarshal(raw, &pr) != nil || len(pr.Extensions.OfferReceipt.Info.Offers) == 0 {
+						t.Fatalf("a second 402 carries no offer: %s", raw)
+					}
+					o := pr.Extensions.OfferReceipt.Info.Offers[0]
+					if art, err := x402.ParseArtifact(o, true); err == nil {
+						if tm, err := art.OfferTerms(); err == nil && tm.ValidUntil != validUntil {
+							return o
+						}
+					}
+					time.Sleep(250 * time.Millisecond)
+				}
+				t.Fatal("the seller signed no offer with other terms in 10 s")
+				return nil
+			})
 			// The official package verifies the dossier's offer and receipt.
 			var d struct {
 				Authorization struct {
@@ -144,6 +177,67 @@ func TestX402OnChainSignedOffers(t *testing.T) {
 			os.WriteFile(tampered, mustJSON(whole), 0o600)
 			if out, _, code := runCLI(t, "dossier", "verify", tampered, "--keyring", keyring); code != 2 && code != 3 {
 				t.Fatalf("an edited offer in the dossier: %d\n%s", code, out)
+			}
+		})
+	}
+}
+
+// sealedOfferSwaps edits an honest dossier of an authorization whose
+// receipt sealed the seller's offer, and checks that dossier verify
+// refuses each edit with a TAMPERED offer seal link naming the field: the
+// offer swapped for another the same seller signed for the same entry
+// with other terms (another(validUntil) returns it), another signer
+// recorded, the offer dropped, the seal dropped.
+func sealedOfferSwaps(t *testing.T, file, keyring string, another func(validUntil int64) json.RawMessage) {
+	t.Helper()
+	orig, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Authorization struct {
+			Offer json.RawMessage `json:"offer"`
+		} `json:"authorization"`
+	}
+	json.Unmarshal(orig, &d)
+	art, err := x402.ParseArtifact(d.Authorization.Offer, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	terms, _, err := x402.VerifyOffer(art, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit := func(f func(a map[string]any)) []byte {
+		var m map[string]any
+		json.Unmarshal(orig, &m)
+		f(m["authorization"].(map[string]any))
+		return mustJSON(m)
+	}
+	swapped := another(terms.ValidUntil)
+	for _, tc := range []struct {
+		name, field string
+		file        []byte
+	}{
+		{"another signed offer of the seller", "offer: the file's offer hashes to", edit(func(a map[string]any) { a["offer"] = swapped })},
+		{"another signer", "offer_signer: the file records", edit(func(a map[string]any) {
+			a["offer_signer"] = "0x1111111111111111111111111111111111111111 (EIP-712)"
+		})},
+		{"the offer dropped", "offer: receipt", edit(func(a map[string]any) { delete(a, "offer"); delete(a, "offer_signer") })},
+		{"the seal dropped", "offer_seal: receipt", edit(func(a map[string]any) { delete(a, "offer_seal") })},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "d.json")
+			if err := os.WriteFile(p, tc.file, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out, _, code := runCLI(t, "dossier", "verify", p, "--keyring", keyring)
+			named := false
+			for _, l := range strings.Split(out, "\n") {
+				named = named || (strings.HasPrefix(l, "TAMPERED   offer seal ") && strings.Contains(l, tc.field))
+			}
+			if code != 2 || !named {
+				t.Fatalf("exit %d, want 2 with a TAMPERED offer seal naming %q:\n%s", code, tc.field, out)
 			}
 		})
 	}

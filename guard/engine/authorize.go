@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 
@@ -13,6 +14,49 @@ import (
 // RuleAuthorizationSigned is the rule id of the receipt that records a
 // signed authorization.
 const RuleAuthorizationSigned = "x402_authorization_signed"
+
+// RuleAuthorizationOfferSealed is the rule id of the receipt that records
+// a signed authorization together with the seller's offer it accepted
+// (reviewlog.OfferSeal): its paramsHash is AuthorizationSealedParamsHash,
+// and whoever reads the authorization must find that offer beside it.
+const RuleAuthorizationOfferSealed = "x402_authorization_signed_offer_sealed"
+
+// offerSealLabel domain-separates the sealed paramsHash from every other
+// hash the server signs.
+const offerSealLabel = "haia-trace-mcp/offer-seal/v1\x00"
+
+// AuthorizationSealedParamsHash is the paramsHash of the receipt of an
+// authorization recorded with a seller's offer: SHA-256 of the label
+// "haia-trace-mcp/offer-seal/v1" and a zero byte, the 32-byte EIP-712
+// digest, then the seal's offer digest, format, signer and key, each as a
+// 4-byte big-endian length and its UTF-8 bytes.
+func AuthorizationSealedParamsHash(digest [32]byte, s reviewlog.OfferSeal) string {
+	h := sha256.New()
+	h.Write([]byte(offerSealLabel))
+	h.Write(digest[:])
+	for _, f := range []string{s.Offer, s.Format, s.Signer, s.Key} {
+		var n [4]byte
+		binary.BigEndian.PutUint32(n[:], uint32(len(f)))
+		h.Write(n[:])
+		h.Write([]byte(f))
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// SealsOffer says whether an authorization's receipt seals a seller's
+// offer (its rule is RuleAuthorizationOfferSealed).
+func SealsOffer(rc noa.Receipt) bool {
+	return rc.Governance.RuleID != nil && *rc.Governance.RuleID == RuleAuthorizationOfferSealed
+}
+
+// AuthorizationReceiptParamsHash is the paramsHash the receipt of a must
+// carry: the sealed one when a carries an offer seal.
+func AuthorizationReceiptParamsHash(digest [32]byte, a reviewlog.Authorized) string {
+	if a.OfferSeal != nil {
+		return AuthorizationSealedParamsHash(digest, *a.OfferSeal)
+	}
+	return AuthorizationParamsHash(digest)
+}
 
 // AuthorizationParamsHash is the paramsHash of an authorization's receipt:
 // SHA-256 of its 32-byte EIP-712 digest, so anyone holding the signed
@@ -25,19 +69,25 @@ func AuthorizationParamsHash(digest [32]byte) string {
 // RecordAuthorization signs a receipt for an authorization into the
 // decision chain (action x402.authorization.signed, its EIP-712 digest's
 // hash as paramsHash, the nonce as action id) and appends the
-// authorization's terms to the review log, in one locked section. Until it
+// authorization's terms to the review log, in one locked section. When a
+// carries an offer seal, the receipt seals it too (rule
+// RuleAuthorizationOfferSealed, paramsHash AuthorizationSealedParamsHash). Until it
 // returns without error, the signature must not be given to anyone.
 func (e *Engine) RecordAuthorization(ctx context.Context, caller string, a reviewlog.Authorized, digest [32]byte) (reviewlog.Authorized, error) {
 	if caller == "" {
 		return reviewlog.Authorized{}, errors.New("engine: no caller identity")
 	}
 	rule := RuleAuthorizationSigned
+	if a.OfferSeal != nil {
+		rule = RuleAuthorizationOfferSealed
+	}
+	params := AuthorizationReceiptParamsHash(digest, a)
 	out, err := e.cfg.Log.RecordAuthorization(ctx, caller, a, func(tx reviewlog.Tx) (string, error) {
 		r, err := e.cfg.Chains.Append(ctx, tx.Store, noa.Draft{
 			TS:    e.cfg.Now(),
 			Agent: noa.Agent{ID: caller, Principal: noa.PrincipalService},
 			Action: noa.Action{ID: "x402-authorization:" + a.Nonce, Canonical: reviewlog.CanonicalAuthorizationSigned,
-				RiskClass: "IRREVERSIBLE", ParamsHash: AuthorizationParamsHash(digest), Reversible: false},
+				RiskClass: "IRREVERSIBLE", ParamsHash: params, Reversible: false},
 			Governance: noa.Governance{Mode: governanceMode, Verdict: noa.VerdictAllowed, RuleID: &rule},
 		})
 		if err != nil {

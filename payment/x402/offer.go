@@ -44,6 +44,18 @@ type Artifact struct {
 	AcceptIndex *int            `json:"acceptIndex,omitempty"`
 	Payload     json.RawMessage `json:"payload,omitempty"`
 	Signature   string          `json:"signature"`
+	// raw is the artifact as the seller sent it (compact), when it was
+	// read by ParseArtifact.
+	raw []byte
+}
+
+// Raw is the artifact as the seller sent it, in compact form: its own
+// bytes when ParseArtifact read it, else its JSON encoding.
+func (a Artifact) Raw() ([]byte, error) {
+	if a.raw != nil {
+		return a.raw, nil
+	}
+	return json.Marshal(a)
 }
 
 // OfferTerms are a signed offer's payload (version 1).
@@ -209,6 +221,11 @@ func ParseArtifact(raw []byte, offer bool) (Artifact, error) {
 	default:
 		return Artifact{}, fmt.Errorf("format %q is not eip712 or jws", clip(a.Format))
 	}
+	var c bytes.Buffer
+	if err := json.Compact(&c, raw); err != nil {
+		return Artifact{}, errors.New("must be an object")
+	}
+	a.raw = c.Bytes()
 	return a, nil
 }
 
