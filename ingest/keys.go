@@ -257,13 +257,15 @@ func (k *Keys) refresh() error {
 
 // Lookup finds the record of key. A key the file does not list, lists
 // revoked, or whose hash does not match is ErrUnknownKey; a keys file that
-// cannot be read is its own error (the old keys stay in use meanwhile).
+// cannot be read is its own error, and no key is accepted meanwhile: the
+// keys read before may include one revoked by the very change that broke
+// the file (the recorder is answered 503 and retries).
 func (k *Keys) Lookup(key string) (KeyRecord, error) {
 	k.mu.Lock()
 	err := k.refresh()
 	byID := k.byID
 	k.mu.Unlock()
-	if err != nil && byID == nil {
+	if err != nil {
 		return KeyRecord{}, err
 	}
 	id := keyID(key)

@@ -66,4 +66,24 @@ func TestKeys(t *testing.T) {
 	if len(list) != 2 || list[0].RevokedAt == "" || list[1].RevokedAt != "" {
 		t.Fatalf("list %+v", list)
 	}
+
+	// A keys file that cannot be read accepts no key, not the keys read
+	// before: the edit that broke it may be the one that revoked a key.
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(`{"keys": [ {"id": "`+rec.ID+`", "revoked`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := keys.Lookup(other); err == nil || errors.Is(err, ErrUnknownKey) {
+		t.Fatalf("a broken keys file: %v, want an error that is not ErrUnknownKey", err)
+	}
+	// Mended, it is read again.
+	if err := os.WriteFile(path, good, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := keys.Lookup(other); err != nil || got.Tenant != "" {
+		t.Fatalf("the keys file mended: %+v %v", got, err)
+	}
 }
