@@ -13,7 +13,7 @@ import (
 // dossierView is one signed authorization a review's approval was used
 // for: the review page links to its dossier.
 type dossierView struct {
-	Nonce, Value, To string
+	Nonce, Amount, To string
 }
 
 // dossiersOf lists the signed authorizations that used review id's
@@ -26,7 +26,7 @@ func (c *Console) dossiersOf(ctx context.Context, id string) ([]dossierView, err
 	var out []dossierView
 	for _, a := range all {
 		if a.ReviewID == id {
-			out = append(out, dossierView{Nonce: strings.ToLower(a.Nonce), Value: a.Value, To: a.To})
+			out = append(out, dossierView{Nonce: strings.ToLower(a.Nonce), Amount: c.amountOf(a.Authorized), To: a.To})
 		}
 	}
 	return out, nil

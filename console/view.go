@@ -430,14 +430,7 @@ func (c *Console) finding(st reviewlog.SettledLine, byNonce map[string]reviewlog
 		v.Payee, v.PayeeFull = shortAddress(a.To), a.To
 		v.Network, v.Resource, v.ReviewID, v.SignedAt = a.Network, a.Resource, a.ReviewID, newTime(a.At, c.cfg.Now())
 		v.DecisionReceipt, v.AuthorizationReceipt = a.DecisionReceipt, a.Receipt
-		v.Amount = a.Value + " atomic units"
-		if key, _, err := guard.AssetKey(a.Network, a.Token); err == nil && c.cfg.Assets != nil {
-			if sym, dec, ok := c.cfg.Assets(key); ok && sym != "" {
-				if n, ok := new(big.Int).SetString(a.Value, 10); ok {
-					v.Amount = guard.FormatDisplay(n, dec) + " " + sym
-				}
-			}
-		}
+		v.Amount = c.amountOf(a.Authorized)
 	}
 	for _, f := range st.Findings {
 		// "payer: the settlement names …" reads as its field, then the
@@ -449,6 +442,19 @@ func (c *Console) finding(st reviewlog.SettledLine, byNonce map[string]reviewlog
 		v.Items = append(v.Items, findingItem{Field: field, Text: rest})
 	}
 	return v
+}
+
+// amountOf is an authorization's amount with its asset's symbol ("0.25
+// USDC"), or in atomic units when the asset is not one the server knows.
+func (c *Console) amountOf(a reviewlog.Authorized) string {
+	if key, _, err := guard.AssetKey(a.Network, a.Token); err == nil && c.cfg.Assets != nil {
+		if sym, dec, ok := c.cfg.Assets(key); ok && sym != "" {
+			if n, ok := new(big.Int).SetString(a.Value, 10); ok {
+				return guard.FormatDisplay(n, dec) + " " + sym
+			}
+		}
+	}
+	return a.Value + " atomic units"
 }
 
 // findingFor is the newest settlement with findings of authorization

@@ -81,6 +81,10 @@ func TestConsoleDossierInBrowser(t *testing.T) {
 			t.Fatalf("the review page at %d px: %v", v.w, err)
 		}
 		checkLayout(t, bctx, fmt.Sprintf("the review page at %d px", v.w), v.phone, 1)
+		var card string
+		if err := chromedp.Run(bctx, chromedp.Text(`ul[aria-label="Dossiers"] .q`, &card, chromedp.ByQuery)); err != nil || !strings.Contains(card, ": 2.50 USDC to ") {
+			t.Fatalf("the dossier's card at %d px reads %q (%v), not its amount with the symbol", v.w, card, err)
+		}
 		screenshot(t, bctx, fmt.Sprintf("review-dossier-%d", v.w))
 	}
 	file := filepath.Join(t.TempDir(), download)

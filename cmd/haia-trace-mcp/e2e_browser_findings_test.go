@@ -36,24 +36,36 @@ const layoutOf = `(() => {
       Hit: hit !== null && (hit === a || a.contains(hit))};
   });
   window.scrollTo(0, 0);
-  return {w: w, sw: document.scrollingElement.scrollWidth, links: links};
+  // A label (a table's row heading, a list's term) on more lines than it
+  // has words is broken inside a word.
+  const broken = Array.from(document.querySelectorAll("main th, main dt")).filter(el => {
+    const r = document.createRange(); r.selectNodeContents(el);
+    const lines = new Set(Array.from(r.getClientRects()).map(x => Math.round(x.top))).size;
+    return lines > el.textContent.trim().split(/\s+/).length;
+  }).map(el => el.textContent.trim());
+  return {w: w, sw: document.scrollingElement.scrollWidth, links: links, broken: broken};
 })()`
 
-// checkLayout fails the test when the page is wider than the viewport or
-// a finding or dossier link is outside it, covered, or (on a phone) less
-// than 44 px tall; want is how many such links the page must have.
+// checkLayout fails the test when the page is wider than the viewport, a
+// label is broken inside a word, or a finding or dossier link is outside
+// the viewport, covered, or (on a phone) less than 44 px tall; want is how
+// many such links the page must have.
 func checkLayout(t *testing.T, bctx context.Context, what string, phone bool, want int) {
 	t.Helper()
 	var got struct {
-		W     float64   `json:"w"`
-		SW    float64   `json:"sw"`
-		Links []linkBox `json:"links"`
+		W      float64   `json:"w"`
+		SW     float64   `json:"sw"`
+		Links  []linkBox `json:"links"`
+		Broken []string  `json:"broken"`
 	}
 	if err := chromedp.Run(bctx, chromedp.Evaluate(layoutOf, &got)); err != nil {
 		t.Fatalf("%s: read the layout: %v", what, err)
 	}
 	if got.SW > got.W {
 		t.Errorf("%s: the page is %.0f px wide in a %.0f px viewport: it scrolls sideways", what, got.SW, got.W)
+	}
+	for _, l := range got.Broken {
+		t.Errorf("%s: the label %q is broken inside a word", what, l)
 	}
 	if len(got.Links) < want {
 		t.Errorf("%s: %d finding and dossier links, want at least %d: %+v", what, len(got.Links), want, got.Links)
