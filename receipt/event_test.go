@@ -336,6 +336,16 @@ func testReadRunFile(t *testing.T, readRunFile func(string, Limits) (string, []E
 	if le := (*LineError)(nil); !errors.As(err, &le) || le.Rule != RuleRunSize {
 		t.Errorf("over the limit: %v", err)
 	}
+	// A run of several read chunks (read in parallel), a torn tail after.
+	big := filepath.Join(dir, "r5.ndjson")
+	n := 5*readChunk/2/(len(goodLine)+1) + 1
+	text := strings.Repeat(goodLine+"\n", n) + goodLine[:30]
+	if err := os.WriteFile(big, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, evs, err := readRunFile(big, DefaultLimits()); err != nil || len(evs) != n || evs[n-1].Line != n || evs[n-1].ID == "" || evs[n-1].ID != evs[0].ID {
+		t.Errorf("a run of several chunks: %d events (want %d), %v", len(evs), n, err)
+	}
 }
 
 func TestRunIDFromFileName(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 	"unsafe"
 
@@ -429,8 +430,8 @@ func readRunFile(path string, lim Limits, alloc func(n int) ([]byte, func())) (r
 	// One byte more than its size: a file that grew since (a recorder
 	// appending) is read up to the buffer's end, and at most to the limit.
 	buf, _ := alloc(int(st.Size()) + 1)
-	n, err := io.ReadFull(io.LimitReader(f, lim.MaxRunBytes+1), buf)
-	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+	n, err := readAtParallel(f, buf)
+	if err != nil {
 		return runID, nil, fmt.Errorf("reading run file: %w", err)
 	}
 	text := ""
@@ -447,4 +448,52 @@ func readRunFile(path string, lim Limits, alloc func(n int) ([]byte, func())) (r
 		return runID, nil, err
 	}
 	return runID, events, nil
+}
+
+// readChunk is the part of a run file one reader reads at a time.
+const readChunk = 4 << 20
+
+// readAtParallel fills buf from the start of f, a chunk per reader, one
+// reader per processor, and returns how many bytes it holds: up to the
+// first chunk the file ended in (a file cut short since its size was
+// taken is read to where it ends). Reading in parallel spreads over the
+// cores the kernel's work of giving the process fresh pages and copying
+// into them, which one reader does alone otherwise.
+func readAtParallel(f *os.File, buf []byte) (int, error) {
+	chunks := (len(buf) + readChunk - 1) / readChunk
+	got := make([]int, chunks)
+	errs := make([]error, chunks)
+	var next atomic.Int64
+	read := func() {
+		for {
+			k := int(next.Add(1) - 1)
+			if k >= chunks {
+				return
+			}
+			lo := k * readChunk
+			part := buf[lo:min(lo+readChunk, len(buf))]
+			got[k], errs[k] = f.ReadAt(part, int64(lo))
+		}
+	}
+	workers := min(chunks, runtime.GOMAXPROCS(0))
+	if workers <= 1 {
+		read()
+	} else {
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Go(read)
+		}
+		wg.Wait()
+	}
+	n := 0
+	for k := range chunks {
+		n += got[k]
+		if errs[k] != nil {
+			if errors.Is(errs[k], io.EOF) {
+				return n, nil
+			}
+			return n, errs[k]
+		}
+	}
+	return n, nil
 }
