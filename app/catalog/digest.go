@@ -240,7 +240,7 @@ func (c *Catalog) HistorySince(ctx context.Context, t *receipt.Template, since t
 		}
 		return need
 	}
-	listing, err := c.index.ListSome(ctx, t, nil, pick)
+	listing, err := c.index.ListSomeQuiet(ctx, t, nil, pick)
 	if err != nil {
 		return guard.History{}, err
 	}

@@ -399,6 +399,18 @@ func (ix *Index[T, F]) ListAt(ctx context.Context, t *receipt.Template, at map[s
 // again. With Options.DecodeInBackground, what is left is then decoded in
 // the background.
 func (ix *Index[T, F]) ListSome(ctx context.Context, t *receipt.Template, at map[string]int, pick func([]RunView[T]) []bool) (Listing[T], error) {
+	return ix.listSome(ctx, t, at, pick, true)
+}
+
+// ListSomeQuiet is ListSome without the background decoding: the runs
+// pick leaves stay in the saved index until a caller needs them. A reader
+// that never needs them (the guard's decisions, which read the runs'
+// digests) does not pay for them, nor wait behind them for the CPU.
+func (ix *Index[T, F]) ListSomeQuiet(ctx context.Context, t *receipt.Template, at map[string]int, pick func([]RunView[T]) []bool) (Listing[T], error) {
+	return ix.listSome(ctx, t, at, pick, false)
+}
+
+func (ix *Index[T, F]) listSome(ctx context.Context, t *receipt.Template, at map[string]int, pick func([]RunView[T]) []bool, rest bool) (Listing[T], error) {
 	for {
 		l, err := ix.listAt(ctx, t, at, true)
 		if err != nil {
@@ -418,8 +430,10 @@ func (ix *Index[T, F]) ListSome(ctx context.Context, t *receipt.Template, at map
 		}
 		left := len(want) < countPending(l.Runs)
 		if len(want) == 0 {
-			if left {
+			if left && rest {
+				ix.mu.Lock()
 				ix.decodeRest()
+				ix.mu.Unlock()
 			}
 			return l, nil
 		}
@@ -440,7 +454,7 @@ func (ix *Index[T, F]) ListSome(ctx context.Context, t *receipt.Template, at map
 				again = true
 			}
 		}
-		if left && !again {
+		if left && !again && rest {
 			ix.decodeRest()
 		}
 		ix.mu.Unlock()
