@@ -123,13 +123,21 @@ type Stack struct {
 	// recorded is the store's record of the policy in effect, as a tool
 	// read it (nil when none).
 	recorded *reviewlog.PolicyRecord
-	// dispatch delivers the outbox's opened reviews once started (nil
-	// without an outbox).
-	dispatch  func(ctx context.Context)
-	started   bool
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
-	closeOnce sync.Once
+	// dispatch delivers the outbox's opened reviews and findings once
+	// started (nil without an outbox or a notifier).
+	dispatch func(ctx context.Context)
+	// findingWake wakes the file store's outbox of findings (nil: the
+	// store has none); outboxMade says it has been read once.
+	findingWake chan struct{}
+	// Of the file outbox's dispatcher alone: how far it read the log, the
+	// findings not told yet, and whether the outbox file was read once.
+	findingCur reviewlog.LogCursor
+	findingDue []string
+	outboxMade bool
+	started    bool
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
+	closeOnce  sync.Once
 }
 
 // Open opens cfg.Dir as a Trace root and assembles its stack. On error
@@ -339,8 +347,9 @@ func (st *Stack) openGuard(ctx context.Context) error {
 	logger.Info("guard policy loaded", "source", pol.Source, "history_templates", strings.Join(pol.HistoryTemplates, ","),
 		"unreadable_history", pol.UnreadableHistory, "unattributable_history", pol.UnattributableHistory)
 	if cfg.Payer != nil {
+		findings, ambiguous := st.findingNotifier()
 		if st.payments, err = payment.New(payment.Config{Engine: st.engine, Signer: cfg.Payer, Events: st.catalog.Events(), TraceChanges: st.catalog.Changes, Logger: logger,
-			Findings: st.findingNotifier(pol)}); err != nil {
+			Findings: findings, Ambiguous: ambiguous}); err != nil {
 			return err
 		}
 	}
@@ -350,6 +359,8 @@ func (st *Stack) openGuard(ctx context.Context) error {
 // notifier is the engine's hook for opened reviews: nil without a
 // notifier; with a store that dispatches through an outbox
 // (OpenedDispatcher), the outbox delivers and the engine's hook is nil.
+// The outbox delivers the findings too (settlements with findings,
+// ambiguities: NotificationsDispatcher).
 func (st *Stack) notifier(ctx context.Context, pol *guard.Config) func(reviewlog.Review) {
 	g, logger, tenant := st.cfg.Notifier, st.cfg.Logger, st.cfg.Tenant
 	if g == nil || g.Len() == 0 {
@@ -367,6 +378,13 @@ func (st *Stack) notifier(ctx context.Context, pol *guard.Config) func(reviewlog
 		}
 		g.Notify(m)
 	}
+	if m, ok := st.store.(FindingMarks); ok {
+		// Findings go through the file outbox; opened reviews are told by
+		// the engine that opened them, at once.
+		st.findingWake = make(chan struct{}, 1)
+		st.dispatch = func(dctx context.Context) { st.dispatchFindings(dctx, m) }
+		return deliver
+	}
 	d, ok := st.store.(OpenedDispatcher)
 	if !ok {
 		return deliver
@@ -374,6 +392,9 @@ func (st *Stack) notifier(ctx context.Context, pol *guard.Config) func(reviewlog
 	// The outbox is claimed from when the server serves (Start).
 	st.dispatch = func(dctx context.Context) {
 		d.DispatchOpened(dctx, st.cfg.Replica, func(ctx context.Context, id string) error {
+			if strings.HasPrefix(id, reviewlog.NotifySettlement) || strings.HasPrefix(id, reviewlog.NotifyAmbiguity) {
+				return st.deliverFinding(ctx, id)
+			}
 			r, err := st.log.Get(ctx, id)
 			if err != nil {
 				return err
@@ -389,36 +410,205 @@ func (st *Stack) notifier(ctx context.Context, pol *guard.Config) func(reviewlog
 	return nil
 }
 
-// findingNotifier tells the reviewers, through the notification hooks, of
-// each settlement recorded with findings; nil without a notifier. The
-// message names the authorization, its payee and amount, the source and
-// each finding (URLs without their query), never a key or a signature.
-func (st *Stack) findingNotifier(pol *guard.Config) func(reviewlog.Settled, reviewlog.AuthorizedLine) {
-	g, logger, tenant := st.cfg.Notifier, st.cfg.Logger, st.cfg.Tenant
-	if g == nil || g.Len() == 0 {
-		return nil
-	}
-	return func(s reviewlog.Settled, a reviewlog.AuthorizedLine) {
-		f := notify.SettlementFinding{Nonce: s.Nonce, Source: reviewlog.SourceAgent, Transaction: s.Transaction, Network: s.Network, Payee: a.To,
-			Amount: a.Value + " atomic units of " + a.Token, Caller: a.Caller, Tenant: tenant, AuthorizationReceipt: a.Receipt,
-			SettlementReceipt: s.Receipt, HoldKept: s.HoldKept, Findings: append([]string(nil), s.Findings...)}
-		if s.Source == reviewlog.SourceTrace && s.Trace != nil {
-			f.Source, f.TraceRun, f.TraceOperation, f.TraceLine = reviewlog.SourceTrace, s.Trace.Run, s.Trace.Operation, s.Trace.Line
+// FindingMarks is a store that keeps beside its review log which findings
+// were told, as the PostgreSQL store's outbox does (the file store:
+// guard/notify-outbox.ndjson, under the log's lock).
+type FindingMarks interface {
+	ClaimNotifications(ctx context.Context, owner string, due []string, lease time.Duration, now time.Time) (claimed, pending []string, err error)
+	MarkNotified(ctx context.Context, owner, id string, now time.Time) error
+}
+
+// findingLease is how long a claim on a finding holds: a process that died
+// while telling it leaves it to the next after that (as the PostgreSQL
+// outbox's claims do).
+const findingLease = 2 * time.Minute
+
+// findingPoll is how often the file outbox is read without being woken:
+// what another process on the root recorded, and claims that lapsed.
+const findingPoll = 30 * time.Second
+
+// dispatchFindings tells each finding the review log records (settlements
+// with findings, ambiguities) once, through the file store's outbox: it
+// reads the log's new lines, claims what nobody told, delivers each and
+// marks it. Woken after each finding this process records and every
+// findingPoll; it returns when ctx ends.
+func (st *Stack) dispatchFindings(ctx context.Context, m FindingMarks) {
+	tick := time.NewTicker(findingPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-st.findingWake:
+		case <-tick.C:
 		}
-		if key, _, err := guard.AssetKey(a.Network, a.Token); err == nil {
-			if as, ok := pol.Assets.Lookup(key); ok && as.Symbol != "" {
-				if n, ok := new(big.Int).SetString(a.Value, 10); ok {
-					f.Amount = guard.FormatDisplay(n, as.Decimals) + " " + as.Symbol
-				}
+		st.findingsPass(ctx, m)
+	}
+}
+
+// findingsPass is one turn of dispatchFindings. Start takes the first
+// before the server serves: a store without the outbox file gets it then,
+// with the findings recorded before counted as told, so that none recorded
+// from then on is taken for one of those.
+func (st *Stack) findingsPass(ctx context.Context, m FindingMarks) {
+	logger := st.cfg.Logger
+	ids, next, err := st.log.NotificationsSince(ctx, st.findingCur)
+	if err != nil {
+		if ctx.Err() == nil {
+			logger.Warn("notification outbox: the review log could not be read", "err", err)
+		}
+	} else {
+		st.findingCur = next
+		st.findingDue = append(st.findingDue, ids...)
+	}
+	if len(st.findingDue) == 0 && st.outboxMade {
+		return
+	}
+	claimed, pending, err := m.ClaimNotifications(ctx, st.cfg.Replica, st.findingDue, findingLease, st.cfg.Now())
+	if err != nil {
+		if ctx.Err() == nil {
+			logger.Warn("notification outbox", "err", err)
+		}
+		return
+	}
+	st.outboxMade = true
+	told := map[string]bool{}
+	for _, id := range claimed {
+		if err := st.deliverFinding(ctx, id); err != nil {
+			logger.Warn("notification not delivered; it is tried again after the lease", "id", id, "err", err, "lease", findingLease)
+			continue
+		}
+		if err := m.MarkNotified(ctx, st.cfg.Replica, id, st.cfg.Now()); err != nil {
+			logger.Warn("notification delivered but not marked", "id", id, "err", err)
+			continue
+		}
+		told[id] = true
+	}
+	st.findingDue = st.findingDue[:0]
+	for _, id := range pending {
+		if !told[id] {
+			st.findingDue = append(st.findingDue, id)
+		}
+	}
+}
+
+// wakeFindings has the file outbox read the log now.
+func (st *Stack) wakeFindings() {
+	select {
+	case st.findingWake <- struct{}{}:
+	default:
+	}
+}
+
+// deliverFinding tells the reviewers of the finding the outbox names by id
+// (NotifySettlement and a nonce, or NotifyAmbiguity and a key), read from
+// the review log. One the log does not hold (any more) is logged and
+// counted as told.
+func (st *Stack) deliverFinding(ctx context.Context, id string) error {
+	g, logger := st.cfg.Notifier, st.cfg.Logger
+	var m notify.Message
+	var err error
+	switch {
+	case strings.HasPrefix(id, reviewlog.NotifySettlement):
+		nonce := strings.TrimPrefix(id, reviewlog.NotifySettlement)
+		sts, rerr := st.log.Settlements(ctx)
+		if rerr != nil {
+			return rerr
+		}
+		auths, rerr := st.log.Authorizations(ctx)
+		if rerr != nil {
+			return rerr
+		}
+		var s *reviewlog.SettledLine
+		for i := range sts {
+			if strings.EqualFold(sts[i].Nonce, nonce) {
+				s = &sts[i]
 			}
 		}
-		m, err := notify.NewSettlementMessage(f)
-		if err != nil {
-			logger.Error("notification not sent", "nonce", s.Nonce, "err", err)
-			return
+		var a *reviewlog.AuthorizedLine
+		for i := range auths {
+			if strings.EqualFold(auths[i].Nonce, nonce) {
+				a = &auths[i]
+			}
 		}
-		g.Notify(m)
+		if s == nil {
+			logger.Warn("notification outbox: the review log holds no settlement of this finding; not told", "id", id)
+			return nil
+		}
+		if a == nil {
+			// Told all the same, without the terms the log does not hold.
+			a = &reviewlog.AuthorizedLine{}
+		}
+		m, err = st.settlementMessage(s.Settled, *a)
+	case strings.HasPrefix(id, reviewlog.NotifyAmbiguity):
+		key := strings.TrimPrefix(id, reviewlog.NotifyAmbiguity)
+		ams, rerr := st.log.Ambiguities(ctx)
+		if rerr != nil {
+			return rerr
+		}
+		var am *reviewlog.Ambiguity
+		for i := range ams {
+			if ams[i].Key == key {
+				am = &ams[i].Ambiguity
+			}
+		}
+		if am == nil {
+			logger.Warn("notification outbox: the review log holds no ambiguity of this finding; not told", "id", id)
+			return nil
+		}
+		m, err = st.ambiguityMessage(*am)
+	default:
+		logger.Warn("notification outbox: not a finding; not told", "id", id)
+		return nil
 	}
+	if err != nil {
+		logger.Error("notification not sent", "id", id, "err", err)
+		return nil
+	}
+	g.Notify(m)
+	return nil
+}
+
+// findingNotifier is what the payment authorizer calls after it records a
+// finding: nil without a notifier, or when the store's outbox delivers
+// findings (it reads them from the log); with the file store's outbox, a
+// wake of its dispatcher.
+func (st *Stack) findingNotifier() (func(reviewlog.Settled, reviewlog.AuthorizedLine), func(reviewlog.Ambiguity)) {
+	if st.cfg.Notifier == nil || st.cfg.Notifier.Len() == 0 || st.findingWake == nil {
+		return nil, nil
+	}
+	return func(reviewlog.Settled, reviewlog.AuthorizedLine) { st.wakeFindings() }, func(reviewlog.Ambiguity) { st.wakeFindings() }
+}
+
+// settlementMessage is the settlement.finding message of a settlement
+// recorded with findings. It names the authorization, its payee and
+// amount, the source and each finding (URLs without their query), never a
+// key or a signature.
+func (st *Stack) settlementMessage(s reviewlog.Settled, a reviewlog.AuthorizedLine) (notify.Message, error) {
+	f := notify.SettlementFinding{Nonce: s.Nonce, Source: reviewlog.SourceAgent, Transaction: s.Transaction, Network: s.Network, Payee: a.To,
+		Amount: a.Value + " atomic units of " + a.Token, Caller: a.Caller, Tenant: st.cfg.Tenant, AuthorizationReceipt: a.Receipt,
+		SettlementReceipt: s.Receipt, HoldKept: s.HoldKept, Findings: append([]string(nil), s.Findings...)}
+	if s.Source == reviewlog.SourceTrace && s.Trace != nil {
+		f.Source, f.TraceRun, f.TraceOperation, f.TraceLine = reviewlog.SourceTrace, s.Trace.Run, s.Trace.Operation, s.Trace.Line
+	}
+	if a.Nonce == "" {
+		f.Payee, f.Amount = "an address the review log does not hold", "an amount the review log does not hold"
+	}
+	if key, _, err := guard.AssetKey(a.Network, a.Token); err == nil {
+		if as, ok := st.Policy().Assets.Lookup(key); ok && as.Symbol != "" {
+			if n, ok := new(big.Int).SetString(a.Value, 10); ok {
+				f.Amount = guard.FormatDisplay(n, as.Decimals) + " " + as.Symbol
+			}
+		}
+	}
+	return notify.NewSettlementMessage(f)
+}
+
+// ambiguityMessage is the settlement.finding message of a settlement of
+// the Trace bound to no one authorization.
+func (st *Stack) ambiguityMessage(am reviewlog.Ambiguity) (notify.Message, error) {
+	return notify.NewAmbiguityMessage(notify.SettlementAmbiguity{Ambiguity: am.Kind, Key: am.Key, Nonces: append([]string(nil), am.Nonces...),
+		Transactions: append([]string(nil), am.Transactions...), TraceRun: am.TraceRun, TraceLine: am.TraceLine, Tenant: st.cfg.Tenant, Findings: []string{am.Text}})
 }
 
 // Start puts a server's stack to work, once the server serves: it records
@@ -434,6 +624,16 @@ func (st *Stack) Start(ctx context.Context) error {
 	st.started = true
 	if err := RecordPolicy(ctx, st.store, st.policy, st.tenant, st.cfg.Now(), st.cfg.Logger); err != nil {
 		return err
+	}
+	if m, ok := st.store.(FindingMarks); ok {
+		if st.findingWake != nil {
+			st.findingsPass(ctx, m)
+		} else if _, _, err := m.ClaimNotifications(ctx, st.cfg.Replica, nil, findingLease, st.cfg.Now()); err != nil {
+			// Without a notifier the outbox is still kept from the start,
+			// so a notifier added later tells what was recorded meanwhile
+			// (as PostgreSQL's outbox does).
+			return err
+		}
 	}
 	if st.dispatch != nil {
 		dctx, cancel := context.WithCancel(ctx)

@@ -1310,6 +1310,9 @@ type pageData struct {
 	Findings        []findingView
 	FindingsMore    int
 	FindingsProblem string
+	// Ambiguities are the Trace's settlements bound to no one
+	// authorization (the queue page), newest first.
+	Ambiguities []ambiguityView
 	// Finding is the settlement the finding page shows.
 	Finding *findingView
 }

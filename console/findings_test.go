@@ -298,3 +298,51 @@ func TestConsoleFindingPage(t *testing.T) {
 	notFound("another tenant's reviewer", b2, "findings/"+nonce+"/dossier")
 	notFound("another tenant's reviewer, the page", b2, "findings/"+nonce)
 }
+
+// A settlement of the Trace bound to no one authorization is a finding on
+// the queue page too: the authorizations it could be the payment of, with
+// their amounts and payees, the transaction, the run and line, and the
+// command that shows each.
+func TestConsoleShowsAmbiguousSettlements(t *testing.T) {
+	g := newRig(t)
+	ctx := context.Background()
+	payee := "0x209693Bc6afc0C5328bA36FaF03C514EF312287C"
+	var nonces []string
+	for i, c := range []string{"a1", "a2"} {
+		nonce := "0x" + strings.Repeat(c, 32)
+		nonces = append(nonces, nonce)
+		if _, err := g.log.RecordAuthorization(ctx, "bot", reviewlog.Authorized{DecisionReceipt: fmt.Sprintf("rcpt-decision-%d", i), Network: "eip155:8453",
+			Token: "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913", Name: "USD Coin", Version: "2", From: "0x1199c34af7b1d56a1348e1f0d8e86b6c425ac2c0",
+			To: payee, Value: "250000", ValidAfter: "1", ValidBefore: "2", Nonce: nonce, Signature: "0x" + strings.Repeat("11", 65),
+			Digest: "0x" + strings.Repeat("22", 32), Resource: "https://api.seller.example/data"},
+			func(reviewlog.Tx) (string, error) { return fmt.Sprintf("rcpt-authorization-%d", i), nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tx := "0x" + strings.Repeat("5e", 32)
+	if ok, err := g.log.RecordAmbiguity(ctx, reviewlog.Ambiguity{Kind: reviewlog.AmbiguousSettlement, Nonces: nonces, Transactions: []string{tx},
+		TraceRun: "run-amb", TraceLine: 7, Text: "the Trace's settlement has the terms of 2 authorizations"}); err != nil || !ok {
+		t.Fatalf("record: %v %v", ok, err)
+	}
+	alice, _ := softauthn.New()
+	b := g.browser()
+	g.enrol(b, "alice", alice)
+	if code, res := g.signIn(b, alice); code != 200 {
+		t.Fatalf("sign in: %d %v", code, res)
+	}
+	_, page := b.get("")
+	page = html.UnescapeString(page)
+	for _, want := range []string{
+		`<section aria-label="Seller findings" id="findings">`,
+		"A settlement read from the Trace has the terms of 2 authorizations: none was taken as paid",
+		"Run <code>run-amb</code>, line 7",
+		`title="` + nonces[0] + `"`, `title="` + nonces[1] + `"`,
+		"250000 atomic units to",
+		tx,
+		"haia-trace-mcp authorization show " + nonces[1],
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the queue page lacks %q:\n%s", want, page)
+		}
+	}
+}

@@ -414,6 +414,68 @@ func (c *Console) findingsData(ctx context.Context, d *pageData) {
 		}
 		d.Findings = append(d.Findings, c.finding(st, byNonce))
 	}
+	ams, err := c.cfg.Log.Ambiguities(ctx)
+	if err != nil {
+		c.cfg.Logger.Warn("console: the ambiguous settlements cannot be read", "err", err)
+		d.FindingsProblem = "The settlements cannot be read now; the server's log says why (haia-trace-mcp status)."
+		return
+	}
+	settled := map[string]bool{}
+	if len(ams) > 0 {
+		all, err := c.cfg.Log.Settlements(ctx)
+		if err == nil {
+			for _, s := range all {
+				settled[strings.ToLower(s.Nonce)] = true
+			}
+		}
+	}
+	for i := len(ams) - 1; i >= 0; i-- {
+		if len(d.Ambiguities) == maxFindings {
+			d.FindingsMore++
+			continue
+		}
+		d.Ambiguities = append(d.Ambiguities, c.ambiguity(ams[i], byNonce, settled))
+	}
+}
+
+// ambiguityView is a settlement of the Trace bound to no one
+// authorization: the authorizations it could be the payment of (or the
+// settlements one authorization could be paid by), for a person to hand
+// the right one in.
+type ambiguityView struct {
+	Kind, Text, Run, At string
+	Line                int
+	Recorded            timeView
+	Authorizations      []ambiguousAuth
+	Transactions        []string
+}
+
+// ambiguousAuth is one authorization an ambiguity names.
+type ambiguousAuth struct {
+	Nonce, Short, Amount, Payee, PayeeFull string
+	// Settled: a settlement of it was recorded since.
+	Settled bool
+}
+
+func (c *Console) ambiguity(am reviewlog.AmbiguityLine, byNonce map[string]reviewlog.AuthorizedLine, settled map[string]bool) ambiguityView {
+	v := ambiguityView{Kind: am.Kind, Text: am.Text, Run: am.TraceRun, Line: am.TraceLine, At: am.At, Recorded: newTime(am.At, c.cfg.Now()),
+		Transactions: am.Transactions}
+	for _, n := range am.Nonces {
+		x := ambiguousAuth{Nonce: n, Short: shortHex(n), Settled: settled[n]}
+		if a, ok := byNonce[n]; ok {
+			x.Payee, x.PayeeFull = shortAddress(a.To), a.To
+			x.Amount = a.Value + " atomic units"
+			if key, _, err := guard.AssetKey(a.Network, a.Token); err == nil && c.cfg.Assets != nil {
+				if sym, dec, ok := c.cfg.Assets(key); ok && sym != "" {
+					if n, ok := new(big.Int).SetString(a.Value, 10); ok {
+						x.Amount = guard.FormatDisplay(n, dec) + " " + sym
+					}
+				}
+			}
+		}
+		v.Authorizations = append(v.Authorizations, x)
+	}
+	return v
 }
 
 // finding is one settlement with findings as the console shows it.

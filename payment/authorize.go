@@ -41,6 +41,10 @@ type Config struct {
 	// findings (from either source), after it is recorded: the reviewer's
 	// notification. It must not block.
 	Findings func(s reviewlog.Settled, a reviewlog.AuthorizedLine)
+	// Ambiguous, when set, is told of each settlement of the Trace recorded
+	// as bound to no one authorization (reviewlog.Ambiguity), once, after it
+	// is recorded. It must not block.
+	Ambiguous func(reviewlog.Ambiguity)
 }
 
 // Authorizer answers authorize_payment.
@@ -60,7 +64,7 @@ func New(cfg Config) (*Authorizer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Authorizer{cfg: cfg, trace: &traceState{runs: map[string]cachedRun{}}}, nil
+	return &Authorizer{cfg: cfg, trace: &traceState{runs: map[string]cachedRun{}, ambiguous: map[string]bool{}}}, nil
 }
 
 // Payer is the address payments are signed from.

@@ -32,6 +32,9 @@ type traceState struct {
 	mu   sync.Mutex
 	runs map[string]cachedRun
 	fp   string
+	// ambiguous are the keys of the ambiguities recorded (or found
+	// recorded) by this process: not asked of the log again.
+	ambiguous map[string]bool
 	// gen counts the settlements this process recorded: one changes which
 	// authorizations are pending, so a sweep is due even over an unchanged
 	// Trace.
@@ -108,7 +111,8 @@ type TraceSweep struct {
 	Recorded []string
 	// Ambiguous are the authorizations a settlement of the Trace could be
 	// the payment of by its terms, but not uniquely: none was bound, each
-	// with why.
+	// with why. Each is recorded once as a finding (reviewlog.Ambiguity)
+	// and told to the reviewers.
 	Ambiguous []string
 	// Unreadable are settlement events of an authorization that could not
 	// be read as a settlement answer, each with why.
@@ -212,8 +216,13 @@ func (a *Authorizer) SettleFromTrace(ctx context.Context) (TraceSweep, error) {
 		}
 	}
 	bindings, amb := bindTrace(pending, runs, txs)
-	sw.Ambiguous = amb
 	complete := true
+	for _, am := range amb {
+		sw.Ambiguous = append(sw.Ambiguous, am.Text)
+		if !a.recordAmbiguity(ctx, am) {
+			complete = false
+		}
+	}
 	for _, b := range bindings {
 		s, err := x402.ParseSettlement(b.ev.Settle)
 		if err != nil {
@@ -237,9 +246,6 @@ func (a *Authorizer) SettleFromTrace(ctx context.Context) (TraceSweep, error) {
 				"nonce", b.auth.Nonce, "run", b.ev.Run, "line", b.ev.Line, "err", err)
 		}
 	}
-	for _, m := range sw.Ambiguous {
-		a.cfg.Logger.Info("a settlement of the Trace is not bound to an authorization", "why", m)
-	}
 	for _, m := range sw.Unreadable {
 		a.cfg.Logger.Warn("a settlement of the Trace is not recorded", "why", m)
 	}
@@ -248,6 +254,34 @@ func (a *Authorizer) SettleFromTrace(ctx context.Context) (TraceSweep, error) {
 		swept()
 	}
 	return sw, nil
+}
+
+// recordAmbiguity records a settlement of the Trace that binds to no one
+// authorization as a finding for a person, once per ambiguity (the log
+// keeps one record of each; this process remembers those it saw), and
+// tells the reviewers (Config.Ambiguous). False: it could not be recorded
+// and is tried again at the next sweep.
+func (a *Authorizer) recordAmbiguity(ctx context.Context, am reviewlog.Ambiguity) bool {
+	key := reviewlog.AmbiguityKey(am.Kind, am.Nonces, am.Transactions)
+	st := a.trace
+	if st.ambiguous[key] {
+		return true
+	}
+	recorded, err := a.cfg.Engine.RecordAmbiguity(ctx, am)
+	if err != nil {
+		a.cfg.Logger.Warn("a settlement of the Trace bound to no one authorization could not be recorded as a finding; it is tried again at the next sweep",
+			"why", am.Text, "err", err)
+		return false
+	}
+	st.ambiguous[key] = true
+	if recorded {
+		a.cfg.Logger.Warn("a settlement of the Trace is not bound to an authorization: recorded as a finding for the reviewers", "why", am.Text, "key", key)
+		if a.cfg.Ambiguous != nil {
+			am.Key = key
+			a.cfg.Ambiguous(am)
+		}
+	}
+	return true
 }
 
 // SettleFromTraceSeen is SettleFromTrace after a decision that listed the
@@ -278,7 +312,7 @@ type runOp struct{ run, op string }
 // bindTrace binds the Trace's settlement events to pending authorizations:
 // by nonce first, then by terms where unique. txs maps each transaction
 // already recorded to the nonce it settled.
-func bindTrace(pending []reviewlog.AuthorizedLine, runs map[string]traceRun, txs map[string]string) ([]traceBinding, []string) {
+func bindTrace(pending []reviewlog.AuthorizedLine, runs map[string]traceRun, txs map[string]string) ([]traceBinding, []reviewlog.Ambiguity) {
 	names := make([]string, 0, len(runs))
 	for n := range runs {
 		names = append(names, n)
@@ -307,7 +341,7 @@ func bindTrace(pending []reviewlog.AuthorizedLine, runs map[string]traceRun, txs
 		return all[i].Line < all[j].Line
 	})
 	var out []traceBinding
-	var ambiguous []string
+	var ambiguous []reviewlog.Ambiguity
 	// fits[tx] are the authorizations a terms-matched transaction fits.
 	type fit struct {
 		auth reviewlog.AuthorizedLine
@@ -392,13 +426,20 @@ func bindTrace(pending []reviewlog.AuthorizedLine, runs map[string]traceRun, txs
 		case len(f) > 1:
 			var ns []string
 			for _, x := range f {
-				ns = append(ns, x.auth.Nonce)
+				ns = append(ns, strings.ToLower(x.auth.Nonce))
 			}
-			ambiguous = append(ambiguous, fmt.Sprintf("the Trace's settlement %s (run %s, line %d) has the terms of %d authorizations (%s): none is bound; hand the settlement in with record_receipt",
-				tx, f[0].ev.Run, f[0].ev.Line, len(f), strings.Join(ns, ", ")))
+			ambiguous = append(ambiguous, reviewlog.Ambiguity{Kind: reviewlog.AmbiguousSettlement, Nonces: ns, Transactions: []string{tx}, TraceRun: f[0].ev.Run, TraceLine: f[0].ev.Line,
+				Text: fmt.Sprintf("the Trace's settlement %s (run %s, line %d) has the terms of %d authorizations (%s): none is bound; hand the settlement in with record_receipt",
+					tx, f[0].ev.Run, f[0].ev.Line, len(f), strings.Join(ns, ", "))})
 		case len(authTxs[nonce]) > 1:
-			ambiguous = append(ambiguous, fmt.Sprintf("authorization %s has the terms of %d settlements of the Trace: none is bound; hand the settlement in with record_receipt",
-				f[0].auth.Nonce, len(authTxs[nonce])))
+			var ts []string
+			for t := range authTxs[nonce] {
+				ts = append(ts, t)
+			}
+			sort.Strings(ts)
+			ambiguous = append(ambiguous, reviewlog.Ambiguity{Kind: reviewlog.AmbiguousAuthorization, Nonces: []string{nonce}, Transactions: ts, TraceRun: f[0].ev.Run, TraceLine: f[0].ev.Line,
+				Text: fmt.Sprintf("authorization %s has the terms of %d settlements of the Trace (%s): none is bound; hand the settlement in with record_receipt",
+					f[0].auth.Nonce, len(ts), strings.Join(ts, ", "))})
 			delete(authTxs, nonce) // said once
 		case len(authTxs[nonce]) == 1:
 			out = append(out, traceBinding{auth: f[0].auth, ev: f[0].ev, by: "terms"})

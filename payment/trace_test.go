@@ -70,7 +70,11 @@ func TestBindTraceByTermsOnlyWhenUnique(t *testing.T) {
 			read(strings.Replace(one, `"amount":"250000"`, `"amount":"1","amount":"250000"`, 1)), 0, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b, amb := bindTrace(tc.pending, tc.runs, map[string]string{})
+			b, ambs := bindTrace(tc.pending, tc.runs, map[string]string{})
+			var amb []string
+			for _, a := range ambs {
+				amb = append(amb, a.Text)
+			}
 			if len(b) != tc.bound || (tc.amb == "") != (len(amb) == 0) || (tc.amb != "" && !strings.Contains(strings.Join(amb, "\n"), tc.amb)) {
 				t.Fatalf("bound %d (want %d), ambiguous %q (want %q)", len(b), tc.bound, amb, tc.amb)
 			}

@@ -185,8 +185,8 @@ func TestParseLineHead(t *testing.T) {
 		want       LineHead
 		ok, opens  bool
 	}{
-		{"opened", openedA + "\n", LineHead{Type: typeOpened, ReviewID: idA, At: at("2026-07-25T12:00:00Z")}, true, true},
-		{"opened without newline", openedA, LineHead{Type: typeOpened, ReviewID: idA, At: at("2026-07-25T12:00:00Z")}, true, true},
+		{"opened", openedA + "\n", LineHead{Type: typeOpened, ReviewID: idA, At: at("2026-07-25T12:00:00Z"), Notify: idA}, true, true},
+		{"opened without newline", openedA, LineHead{Type: typeOpened, ReviewID: idA, At: at("2026-07-25T12:00:00Z"), Notify: idA}, true, true},
 		{"decided", decideA, LineHead{Type: typeDecided, ReviewID: idA, At: at("2026-07-25T12:05:00Z"), Status: Approved}, true, false},
 		{"repair", `{"type":"repair","at":"2026-07-25T12:06:00.000Z","lines":[2]}`, LineHead{Type: typeRepair, At: at("2026-07-25T12:06:00Z")}, true, false},
 		{"torn", openedA[:40], LineHead{}, false, false},

@@ -83,6 +83,8 @@ type record struct {
 	Ledger string `json:"ledger,omitempty"`
 	// Settlement is what a settled record records.
 	Settlement *Settled `json:"settlement,omitempty"`
+	// Ambiguity is what an ambiguous record records.
+	Ambiguity *Ambiguity `json:"ambiguity,omitempty"`
 }
 
 const timeLayout = "2006-01-02T15:04:05.000Z"
@@ -132,6 +134,9 @@ func decodeRecord(b []byte) (record, error) {
 	}
 	if r.Type != typeSettled && r.Settlement != nil {
 		return r, errors.New("only a settled record carries a settlement")
+	}
+	if r.Type != typeAmbiguous && r.Ambiguity != nil {
+		return r, errors.New("only an ambiguous record carries an ambiguity")
 	}
 	if r.Type != typeReserved && r.Reservation != nil {
 		return r, errors.New("only a reserved record carries a reservation")
@@ -193,6 +198,13 @@ func decodeRecord(b []byte) (record, error) {
 		if err := checkSettled(r.Settlement); err != nil {
 			return r, err
 		}
+	case typeAmbiguous:
+		if r.Caller != "" || r.ReviewID != "" || r.Counterparty != "" || r.Amount != nil || r.Status != "" || r.By != "" || r.Reasons != nil || r.Lines != nil || r.ParamsHash != "" || r.Terms != nil {
+			return r, errors.New("an ambiguous record carries only at and ambiguity")
+		}
+		if err := checkAmbiguity(r.Ambiguity); err != nil {
+			return r, err
+		}
 	case typeReserved:
 		if err := checkReservation(r); err != nil {
 			return r, err
@@ -237,6 +249,11 @@ type LineHead struct {
 	Reservation *Reservation
 	// Release is a released line's release, with At set; nil otherwise.
 	Release *Release
+	// Notify is the id under which the line is told to a person through
+	// the notification outbox: an opened review's id, NotifySettlement and
+	// the nonce of a settlement with findings, NotifyAmbiguity and the key
+	// of an ambiguity; "" for any other line.
+	Notify string
 }
 
 // ParseLineHead reads the head of one line of the review log (with or
@@ -259,6 +276,15 @@ func ParseLineHead(line []byte) (h LineHead, ok bool) {
 		}
 	case typeDecided:
 		h.Status = r.Status
+	case typeSettled:
+		if len(r.Settlement.Findings) > 0 {
+			h.Notify = NotifySettlement + r.Settlement.Nonce
+		}
+	case typeAmbiguous:
+		h.Notify = NotifyAmbiguity + r.Ambiguity.Key
+	}
+	if h.Opens() {
+		h.Notify = h.ReviewID
 	}
 	if r.Reservation != nil {
 		c := *r.Reservation

@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -311,5 +312,100 @@ func TestSettlementFindingsNotify(t *testing.T) {
 	if out, _, code := runCLI(t, "status", "--dir", root); code != 3 || !strings.Contains(out, "haia-trace-mcp authorization show "+a2.Authorization.Nonce+
 		" (read from the Trace, run run-hooked, line 4; its hold still counts as an open payment)") {
 		t.Fatalf("status: %d\n%s", code, out)
+	}
+}
+
+// TestTraceAmbiguityNotifiedOnce: two settlements of the Trace with the
+// terms of one authorization (no nonce to tell them apart) bind neither;
+// the ambiguity is recorded as a finding and reaches the reviewers through
+// the notification webhook as settlement.finding — once, not again at the
+// next sweep — after the agent's next check_before_pay. Both holds stay.
+func TestTraceAmbiguityNotifiedOnce(t *testing.T) {
+	root := sampleRoot(t)
+	dir := t.TempDir()
+	key := filepath.Join(dir, "signing-key.pem")
+	payerKey := writeSecret(t, "payer.key", "0x"+e2ePayerKey+"\n")
+	cfg := writeSecret(t, "guard.json", `{"reviewAbove":"1.00"}`)
+	secret := []byte(strings.Repeat("s", 32))
+	secretFile := filepath.Join(dir, "webhook-secret")
+	if err := os.WriteFile(secretFile, secret, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan []byte, 8)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if !hmac.Equal([]byte(r.Header.Get("X-Haia-Signature")), []byte(notify.Sign(secret, body))) || r.Header.Get("X-Haia-Event") != "settlement.finding" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		got <- body
+	}))
+	t.Cleanup(srv.Close)
+	cs := mcpSession(t, nil, "--dir", root, "--key-file", key, "--guard-config", cfg, "--payer-key", payerKey,
+		"--notify-url", srv.URL, "--notify-secret-file", secretFile)
+	const url = "https://api.seller.example/twice"
+	a := authorizeCall(t, cs, e2ePaymentRequiredAt(url, "250000", e2eSeller))
+	if a.Decision != "allow" {
+		t.Fatalf("allow: %+v", a)
+	}
+	rec, err := simrec.New(root, "run-twice", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	txs := []string{"0x" + strings.Repeat("81", 32), "0x" + strings.Repeat("82", 32)}
+	for i, tx := range txs {
+		if err := rec.Pay(simrec.Payment{OperationID: fmt.Sprintf("op-%d", i+1), URL: url, PayTo: e2eSeller, Amount: "250000", Network: "eip155:8453", Outcome: "settled",
+			Settle: map[string]any{"success": true, "transaction": tx, "network": "eip155:8453", "payer": e2ePayerAddr}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func() {
+		t.Helper()
+		if res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "check_before_pay", Arguments: map[string]any{"counterparty": e2eSeller, "amount": "0.10"}}); err != nil || res.IsError {
+			t.Fatalf("check_before_pay: %v %+v", err, res)
+		}
+	}
+	check()
+	var body []byte
+	select {
+	case body = <-got:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no settlement.finding delivered for the ambiguity")
+	}
+	var m struct {
+		Event  string `json:"event"`
+		Review struct {
+			ReviewID     string   `json:"review_id"`
+			Kind         string   `json:"kind"`
+			Ambiguity    string   `json:"ambiguity"`
+			Nonces       []string `json:"nonces"`
+			Transactions []string `json:"transactions"`
+			TraceRun     string   `json:"trace_run"`
+		} `json:"review"`
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(body, &m); err != nil || m.Event != "settlement.finding" || !strings.HasPrefix(m.Review.ReviewID, "ambiguity:") ||
+		m.Review.Kind != "settlement_ambiguous" || m.Review.Ambiguity != "authorization_fits_several" || strings.Join(m.Review.Nonces, ",") != a.Authorization.Nonce ||
+		strings.Join(m.Review.Transactions, ",") != strings.Join(txs, ",") || m.Review.TraceRun != "run-twice" ||
+		!strings.Contains(m.Text, "Payment authorization "+a.Authorization.Nonce+" has the terms of 2 settlements read from the Trace") {
+		t.Fatalf("the ambiguity's message: %v\n%s", err, body)
+	}
+	// Another event appended: the next sweep reads the Trace again, finds
+	// the same ambiguity, and tells nobody again.
+	if err := rec.Pay(simrec.Payment{OperationID: "op-3", URL: "https://api.other.example/x", PayTo: e2eDenied, Amount: "1", Network: "eip155:8453", Outcome: "unsettled"}); err != nil {
+		t.Fatal(err)
+	}
+	check()
+	select {
+	case again := <-got:
+		t.Fatalf("the ambiguity was told again:\n%s", again)
+	case <-time.After(3 * time.Second):
+	}
+	if out, _, code := runCLI(t, "authorization", "show", a.Authorization.Nonce, "--dir", root); code != 0 || !strings.Contains(out, "settlement     none recorded") {
+		t.Fatalf("an ambiguous settlement was bound: %d\n%s", code, out)
+	}
+	// The log's ambiguous record is one audit reads without a complaint.
+	if out, errOut, code := runCLI(t, "audit", "--dir", root); code != 0 {
+		t.Fatalf("audit: %d %s %s", code, out, errOut)
 	}
 }

@@ -105,3 +105,9 @@ func (e *Engine) Authorizations(ctx context.Context) ([]reviewlog.AuthorizedLine
 func (e *Engine) Settlements(ctx context.Context) ([]reviewlog.SettledLine, error) {
 	return e.cfg.Log.Settlements(ctx)
 }
+
+// RecordAmbiguity records a settlement of the Trace bound to no one
+// authorization, once per ambiguity (recorded false: the log holds it).
+func (e *Engine) RecordAmbiguity(ctx context.Context, a reviewlog.Ambiguity) (bool, error) {
+	return e.cfg.Log.RecordAmbiguity(ctx, a)
+}

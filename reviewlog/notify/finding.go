@@ -98,3 +98,58 @@ func NewSettlementMessage(f SettlementFinding) (Message, error) {
 		field(f.Nonce), n, strings.Join(fields, ", "), field(f.Amount), field(f.Payee), source, hold, field(f.Nonce))
 	return m, nil
 }
+
+// SettlementAmbiguity is what a reviewer is told of a settlement of the
+// Trace the server could bind to no one authorization: one transaction
+// with the terms of several authorizations, or one authorization with the
+// terms of several transactions. Nothing was bound; a person hands the
+// right settlement in (record_receipt).
+type SettlementAmbiguity struct {
+	// ReviewID is "ambiguity:" and the key (set by NewAmbiguityMessage).
+	ReviewID string `json:"review_id"`
+	Kind     string `json:"kind"`
+	// Ambiguity is settlement_fits_several or authorization_fits_several.
+	Ambiguity    string   `json:"ambiguity"`
+	Key          string   `json:"key"`
+	Nonces       []string `json:"nonces"`
+	Transactions []string `json:"transactions"`
+	TraceRun     string   `json:"trace_run"`
+	TraceLine    int      `json:"trace_line"`
+	Tenant       string   `json:"tenant,omitempty"`
+	Findings     []string `json:"findings"`
+}
+
+// NewAmbiguityMessage makes the settlement.finding message of a.
+func NewAmbiguityMessage(a SettlementAmbiguity) (Message, error) {
+	a.ReviewID, a.Kind = "ambiguity:"+strings.ToLower(a.Key), "settlement_ambiguous"
+	for i, x := range a.Findings {
+		a.Findings[i] = redactURLs(x)
+	}
+	raw, err := json.Marshal(a)
+	if err != nil {
+		return Message{}, fmt.Errorf("notify: encode the ambiguity: %w", err)
+	}
+	m := Message{Event: EventSettlementFinding, ReviewID: a.ReviewID, Review: raw}
+	if err := m.check(); err != nil {
+		return Message{}, err
+	}
+	first := ""
+	if len(a.Nonces) > 0 {
+		first = field(a.Nonces[0])
+	}
+	if a.Ambiguity == "authorization_fits_several" {
+		m.Text = fmt.Sprintf("Payment authorization %s has the terms of %s read from the Trace (run %s, line %d): none was taken as its payment, and its hold still counts. Hand the right one in with record_receipt; check with: haia-trace-mcp authorization show %s",
+			first, plural(len(a.Transactions), "settlement"), field(a.TraceRun), a.TraceLine, first)
+	} else {
+		m.Text = fmt.Sprintf("A settlement read from the Trace (run %s, line %d) has the terms of %s: none was taken as paid, and their holds still count. Hand it in with record_receipt for the right one; check with: haia-trace-mcp authorization show %s",
+			field(a.TraceRun), a.TraceLine, plural(len(a.Nonces), "payment authorization"), first)
+	}
+	return m, nil
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}

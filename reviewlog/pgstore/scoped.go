@@ -273,8 +273,8 @@ func (w *scopedWriter) AppendLog(ctx context.Context, data []byte) error {
 		li := indexLine(line)
 		heads = append(heads, li)
 		kinds[i], ids[i] = li.kind, li.id
-		if li.opened != "" {
-			opened = append(opened, li.opened)
+		if li.notify != "" {
+			opened = append(opened, li.notify)
 		}
 		if li.used != "" {
 			used = append(used, li.used)

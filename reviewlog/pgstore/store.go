@@ -541,12 +541,13 @@ type writer struct {
 }
 
 // indexed is what the schema indexes of one line: its type and review id
-// (nil when it has none), the review it opens ("" when none), and its
-// head for the review rows. A line the log cannot read is kept,
+// (nil when it has none), what it queues in the notification outbox (the
+// review it opens, a settlement with findings, an ambiguity; "" when
+// none), and its head for the review rows. A line the log cannot read is kept,
 // unindexed, for the fold to report.
 type indexed struct {
 	kind, id *string
-	opened   string
+	notify   string
 	// used names the review whose approval the line uses ("" when none).
 	used string
 	// reservation and release are a reserved or released line's record
@@ -566,9 +567,7 @@ func indexLine(line []byte) indexed {
 	if h.ReviewID != "" {
 		out.id = &h.ReviewID
 	}
-	if h.Opens() {
-		out.opened = h.ReviewID
-	}
+	out.notify = h.Notify
 	if h.Uses() {
 		out.used = h.ReviewID
 	}
@@ -669,8 +668,8 @@ func (w *writer) insertLines(ctx context.Context, stream string, off int64, line
 		if stream == logStream {
 			queueReservation(b, li, off, false, 0, moving || reviewlog.IsBulk(ctx))
 		}
-		if li.opened != "" {
-			opened = append(opened, li.opened)
+		if li.notify != "" {
+			opened = append(opened, li.notify)
 		}
 		off += int64(len(line))
 	}

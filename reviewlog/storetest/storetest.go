@@ -277,6 +277,7 @@ func Run(t *testing.T, factory Factory) {
 	runAdversary(t, factory)
 	runLedger(t, factory)
 	runQuorum(t, factory)
+	runFindings(t, factory)
 }
 
 // A log that ends in a line the log cannot read (a write cut short on a
