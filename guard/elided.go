@@ -25,6 +25,11 @@ type Elided struct {
 	// Both counts, per pair of counterparties (their keys, see pairKey),
 	// the operations that name both.
 	Both map[[2]string]int
+	// parts are Elideds merged into this one by Merge whose With and Both
+	// are read per counterparty when asked, not added up ahead (a
+	// restart's first decision reads one or two counterparties of
+	// hundreds of runs).
+	parts []*Elided
 }
 
 // ElidedWith is what Elided counts of the operations with one
@@ -159,14 +164,16 @@ func (e *Elided) matched(c Counterparty, pay *Counterparty) (n int, coarse bool)
 		n += v.N
 		coarse = coarse || v.Coarse > 0
 		if e != nil {
-			n -= e.Both[pairKey(cpKey(c), cpKey(*pay))]
+			n -= e.both(pairKey(cpKey(c), cpKey(*pay)))
 		}
 	}
 	return n, coarse
 }
 
-// Merge adds what f counts to e.
+// Merge adds what f counts to e; f must not change afterwards (its
+// counts by counterparty are read from it when asked).
 func (e *Elided) Merge(f *Elided) {
+	e.parts = append(append(e.parts, f), f.parts...)
 	e.Ops += f.Ops
 	e.SettleUnconfirmed += f.SettleUnconfirmed
 	for k, why := range f.Unattributable {
@@ -177,17 +184,6 @@ func (e *Elided) Merge(f *Elided) {
 			e.Unattributable[k][w] += n
 		}
 	}
-	for c, w := range f.With {
-		if have := e.With[c]; have != nil {
-			have.N, have.Coarse, have.Spent = have.N+w.N, have.Coarse+w.Coarse, have.Spent+w.Spent
-		} else {
-			cp := *w
-			e.With[c] = &cp
-		}
-	}
-	for k, n := range f.Both {
-		e.Both[k] += n
-	}
 }
 
 // with is what e counts of the operations with c (zero when none).
@@ -195,10 +191,22 @@ func (e *Elided) with(c Counterparty) ElidedWith {
 	if e == nil {
 		return ElidedWith{}
 	}
-	if w := e.With[c]; w != nil {
-		return *w
+	var out ElidedWith
+	for _, f := range append(e.parts, e) {
+		if w := f.With[c]; w != nil {
+			out.N, out.Coarse, out.Spent = out.N+w.N, out.Coarse+w.Coarse, out.Spent+w.Spent
+		}
 	}
-	return ElidedWith{}
+	return out
+}
+
+// both counts the operations that name both counterparties (keys).
+func (e *Elided) both(k [2]string) int {
+	n := e.Both[k]
+	for _, f := range e.parts {
+		n += f.Both[k]
+	}
+	return n
 }
 
 // SetElided records, in h's index (built here when h has none), the
