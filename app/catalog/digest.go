@@ -34,15 +34,23 @@ func (d *runDigest) elidable(since time.Time) bool {
 
 // digestOf is the digest of a view's summaries.
 func digestOf(items []Summary) *runDigest {
+	return digestKeeping(items, true)
+}
+
+// digestKeeping is digestOf; without keep, the operations kept are left
+// out of it (a save encodes them from the summaries).
+func digestKeeping(items []Summary, keep bool) *runDigest {
 	d := &runDigest{elided: guard.NewElided()}
 	for i := range items {
-		o := items[i].Guard
-		if guard.Keep(o) {
-			d.kept = append(d.kept, o)
+		o := &items[i].Guard
+		if guard.Keep(*o) {
+			if keep {
+				d.kept = append(d.kept, *o)
+			}
 			continue
 		}
-		d.elided.Add(o)
-		at, ok := guard.Horizon(o)
+		d.elided.Add(*o)
+		at, ok := guard.Horizon(*o)
 		if !ok {
 			d.bad = true
 		} else if at.After(d.latest) {
@@ -61,7 +69,7 @@ func writeDigest(e *runindex.Enc, items []Summary) {
 			kept = append(kept, i)
 		}
 	}
-	d := digestOf(items)
+	d := digestKeeping(items, false)
 	e.Uint(uint64(len(kept)))
 	for _, i := range kept {
 		encodeSummary(e, &items[i])
