@@ -409,3 +409,56 @@ func TestTraceAmbiguityNotifiedOnce(t *testing.T) {
 		t.Fatalf("audit: %d %s %s", code, out, errOut)
 	}
 }
+
+// TestFindingsNotifiedOncePostgres: on the PostgreSQL store a settlement
+// with findings is told through the store's outbox, not by the request
+// that recorded it: it is recorded by a replica that cannot tell it (it
+// has no hook, as one that crashed first could not), and the two replicas
+// that share the store with the webhook deliver it once, not both.
+func TestFindingsNotifiedOncePostgres(t *testing.T) {
+	pgtest.DSN(t)
+	dsn := e2eDatabase(t)
+	dir := t.TempDir()
+	key := filepath.Join(dir, "signing-key.pem")
+	payerKey := writeSecret(t, "payer.key", "0x"+e2ePayerKey+"\n")
+	cfg := writeSecret(t, "guard.json", `{"reviewAbove":"1.00"}`)
+	secret := []byte(strings.Repeat("s", 32))
+	secretFile := filepath.Join(dir, "webhook-secret")
+	if err := os.WriteFile(secretFile, secret, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan []byte, 8)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.Header.Get("X-Haia-Event") == "settlement.finding" && hmac.Equal([]byte(r.Header.Get("X-Haia-Signature")), []byte(notify.Sign(secret, body))) {
+			got <- body
+		}
+	}))
+	t.Cleanup(srv.Close)
+	args := func(hooks ...string) []string {
+		return append([]string{"--dir", sampleRoot(t), "--store", dsn, "--key-file", key, "--guard-config", cfg, "--payer-key", payerKey}, hooks...)
+	}
+	one := mcpSession(t, nil, args()...)
+	for range 2 {
+		mcpSession(t, nil, args("--notify-url", srv.URL, "--notify-secret-file", secretFile)...)
+	}
+	a := authorizeCall(t, one, e2ePaymentRequiredAt("https://api.seller.example/pg", "250000", e2eSeller))
+	if a.Decision != "allow" {
+		t.Fatalf("allow: %+v", a)
+	}
+	decodeStructured(t, callTool(t, one, "record_receipt", map[string]any{"nonce": a.Authorization.Nonce, "payment_response": map[string]any{
+		"success": true, "transaction": "0x" + strings.Repeat("93", 32), "network": "eip155:8453", "payer": e2eDenied}}), &struct{}{})
+	select {
+	case body := <-got:
+		if !strings.Contains(string(body), `"review_id":"settlement:`+a.Authorization.Nonce+`"`) || !strings.Contains(string(body), `"fields":["payer"]`) {
+			t.Fatalf("the finding's message:\n%s", body)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no settlement.finding delivered through the outbox")
+	}
+	select {
+	case again := <-got:
+		t.Fatalf("the finding was told twice:\n%s", again)
+	case <-time.After(3 * time.Second):
+	}
+}
