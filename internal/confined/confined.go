@@ -344,6 +344,12 @@ func (f dirFS) ReadFile(name string) ([]byte, error) {
 // syncs it and renames it into place, so a reader sees the old or the new
 // content, never a part. The caller serializes writers (a lock).
 func (d *Dir) WriteFileAtomic(name string, data []byte, perm os.FileMode) error {
+	return d.WritePartsAtomic(name, perm, data)
+}
+
+// WritePartsAtomic is WriteFileAtomic of the parts one after another, for
+// a writer that would otherwise copy them into one buffer first.
+func (d *Dir) WritePartsAtomic(name string, perm os.FileMode, parts ...[]byte) error {
 	if err := checkName(name); err != nil {
 		return err
 	}
@@ -353,10 +359,12 @@ func (d *Dir) WriteFileAtomic(name string, data []byte, perm os.FileMode) error 
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		_ = unix.Unlinkat(d.fd, tmp, 0)
-		return fmt.Errorf("write %s: %w", filepath.Join(d.path, name), err)
+	for _, data := range parts {
+		if _, err := f.Write(data); err != nil {
+			f.Close()
+			_ = unix.Unlinkat(d.fd, tmp, 0)
+			return fmt.Errorf("write %s: %w", filepath.Join(d.path, name), err)
+		}
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()

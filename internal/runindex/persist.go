@@ -685,18 +685,16 @@ func (ix *Index[T, F]) save(snap []snapshot[T]) error {
 	// that kills the server a few seconds after closing its input) leaves
 	// the runs encoded so far for the next, which reads only the others.
 	write := func() error {
-		hdr := &Enc{B: append([]byte(nil), head.B...)}
-		hdr.Uint(uint64(n))
-		hdr.B = append(hdr.B, runs.B...)
-		out := make([]byte, 0, len(indexMagic)+8+len(hdr.B)+sha256.Size+len(bodies))
-		out = append(out, indexMagic...)
-		out = binary.LittleEndian.AppendUint64(out, uint64(len(hdr.B)))
-		out = append(out, hdr.B...)
+		// Written in parts, not copied into one buffer: the bodies and
+		// headers of a big root are hundreds of MiB.
+		top := &Enc{B: append([]byte(nil), head.B...)}
+		top.Uint(uint64(n))
+		lead := append([]byte(indexMagic), binary.LittleEndian.AppendUint64(nil, uint64(len(top.B)+len(runs.B)))...)
 		mac := hmac.New(sha256.New, k)
-		mac.Write(out)
-		out = mac.Sum(out)
-		out = append(out, bodies...)
-		return ix.opt.State.WriteFileAtomic(IndexFile, out, 0o600)
+		for _, p := range [][]byte{lead, top.B, runs.B} {
+			mac.Write(p)
+		}
+		return ix.opt.State.WritePartsAtomic(IndexFile, 0o600, lead, top.B, runs.B, mac.Sum(nil), bodies)
 	}
 	every := time.Second
 	last := time.Now()
