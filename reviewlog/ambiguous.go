@@ -2,6 +2,7 @@ package reviewlog
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -200,7 +201,10 @@ func (l *Log) NotificationsSince(ctx context.Context, c LogCursor) ([]string, Lo
 				return nil // a torn tail is read again once it is whole
 			}
 			c.Off += int64(len(raw))
-			if err == nil {
+			// Only a line that names findings or an ambiguity can be one
+			// (as the log writes them); the others are not decoded, so a
+			// start over a long log reads it at the speed of a scan.
+			if err == nil && (bytes.Contains(raw, []byte(`"findings":`)) || bytes.Contains(raw, []byte(`"ambiguity":`))) {
 				if h, ok := ParseLineHead(trimLine(raw)); ok && h.Notify != "" && !h.Opens() {
 					out = append(out, h.Notify)
 				}
