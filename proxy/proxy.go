@@ -53,6 +53,11 @@ type Config struct {
 	// CallTimeout bounds a forwarded call (DefaultCallTimeout when 0).
 	CallTimeout time.Duration
 	Logger      *slog.Logger
+	// AfterDecision, when set, is called after each paying call's
+	// decision (a decision that read the Trace), once the call's answer is
+	// made: the payment authorizer binds the Trace's settlements there
+	// (payment.Authorizer.SettleFromTraceSeen), as after check_before_pay.
+	AfterDecision func(ctx context.Context)
 	// Stdio, when the proxy serves stdio, is its standard output: the
 	// upstream's notifications are written through it directly, so that
 	// they reach the caller in the order the upstream sent them, before
@@ -483,6 +488,9 @@ func (p *Proxy) paying(ctx context.Context, req mcp.CallToolRequest, name string
 		return nil, err
 	}
 	ans, err := p.cfg.Engine.CheckCall(ctx, caller, q, engine.Call{Tool: name, Arguments: canon})
+	if err == nil && p.cfg.AfterDecision != nil {
+		defer p.cfg.AfterDecision(context.WithoutCancel(ctx))
+	}
 	if err != nil {
 		var refused *engine.RefusedError
 		var notRecorded *engine.NotRecordedError

@@ -462,3 +462,42 @@ func TestFindingsNotifiedOncePostgres(t *testing.T) {
 	case <-time.After(3 * time.Second):
 	}
 }
+
+// TestProxyPayingCallBindsTraceSettlements: in front of an upstream, the
+// guard proxy with a payer binds a settlement the recorder wrote after the
+// last authorize_payment at the next paying call it decides, as
+// check_before_pay does when it is served.
+func TestProxyPayingCallBindsTraceSettlements(t *testing.T) {
+	e := newProxyEnv(t, proxyMapJSON, `{"reviewAbove":"1.00"}`)
+	payerKey := writeSecret(t, "payer.key", "0x"+e2ePayerKey+"\n")
+	payUpstream(t)
+	e.cmd = e.command(nil, "--payer-key", payerKey)
+	client := mcp.NewClient(&mcp.Implementation{Name: "e2e-proxy", Version: "1"}, nil)
+	cs, err := client.Connect(t.Context(), &mcp.CommandTransport{Command: e.cmd}, nil)
+	if err != nil {
+		t.Fatalf("connect to the proxy: %v (stderr: %s)", err, e.stderr)
+	}
+	t.Cleanup(func() { cs.Close() })
+	e.cs = cs
+	const url = "https://api.seller.example/proxied"
+	allow := authorizeCall(t, cs, e2ePaymentRequiredAt(url, "250000", e2eSeller))
+	if allow.Decision != "allow" {
+		t.Fatalf("allow: %+v", allow)
+	}
+	rec, err := simrec.New(e.root, "run-proxied", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx := "0x" + strings.Repeat("5d", 32)
+	if err := rec.Pay(simrec.Payment{OperationID: "op-paid", URL: url, PayTo: e2eSeller, Amount: "250000", Network: "eip155:8453", Outcome: "settled",
+		Nonce: allow.Authorization.Nonce, Settle: map[string]any{"success": true, "transaction": tx, "network": "eip155:8453", "payer": e2ePayerAddr}}); err != nil {
+		t.Fatal(err)
+	}
+	if res := e.callRaw(t, "send_usdc", `{"to":"`+sellerA+`","amount":"0.25"}`); res.IsError {
+		t.Fatalf("the paying call: %s (stderr %s)", resultText(res), e.stderr)
+	}
+	out, errOut, code := runCLI(t, "authorization", "show", allow.Authorization.Nonce, "--dir", e.root)
+	if code != 0 || !strings.Contains(out, "settlement     transaction "+tx) || !strings.Contains(out, "settled by     the Trace: run run-proxied, operation op-paid") {
+		t.Fatalf("after the proxied paying call: %d\n%s%s", code, out, errOut)
+	}
+}

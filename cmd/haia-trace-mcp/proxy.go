@@ -129,8 +129,16 @@ func runProxy(ctx context.Context, env *cmdEnv, f serveFlags, h httpFlags, pf pr
 	defer closeAll()
 	var proxies []*proxy.Proxy
 	for _, s := range servers {
+		var after func(context.Context)
+		if pay := s.st.Payments(); pay != nil {
+			after = func(ctx context.Context) {
+				if _, err := pay.SettleFromTraceSeen(ctx); err != nil {
+					logger.Warn("the Trace's settlements could not be read", "err", err)
+				}
+			}
+		}
 		p, err := proxy.New(proxy.Config{Server: s.srv, Engine: s.st.Engine(), Map: gmap, MapFile: pf.guardMap, Upstream: upstreamName(uc),
-			StateDir: s.st.Root().Dir(), CallTimeout: pf.callTimeout, Logger: logger, Stdio: out})
+			StateDir: s.st.Root().Dir(), CallTimeout: pf.callTimeout, Logger: logger, Stdio: out, AfterDecision: after})
 		if err != nil {
 			fmt.Fprintf(stderr, "haia-trace-mcp: %v\n", err)
 			return exitCode(exitFail)
