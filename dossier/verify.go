@@ -8,8 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/big"
 	"strings"
 
+	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/sellerkey"
 	"github.com/haia-trace-mcp/haia-trace-mcp/payment"
@@ -249,7 +251,7 @@ func Verify(data []byte, keyring noa.Keyring, trust *reviewlog.ReviewerTrust) []
 		if why != "" {
 			add("authorization", Tampered, "%s", why)
 		} else {
-			add("authorization", Valid, "%s atomic units from %s to %s on %s, EIP-712 digest %s, signed by the payer", a.Value, a.From, a.To, a.Network, a.Digest)
+			add("authorization", Valid, "%s from %s to %s on %s, EIP-712 digest %s, signed by the payer", amountText(a.Network, a.Token, a.Value), a.From, a.To, a.Network, a.Digest)
 		}
 		if rc, ok := need("authorization receipt", a.Receipt); ok {
 			authReceipt = &rc
@@ -608,4 +610,19 @@ func offerKey(art x402.Artifact, lookup x402.KeyLookup) (string, bool) {
 		return k.Thumbprint, true
 	}
 	return "", false
+}
+
+// amountText is an authorization's amount as a person reads it: with its
+// symbol for an asset every policy knows ("0.25 USDC (250000 atomic
+// units)"), in atomic units alone for any other (the verifier holds no
+// policy to name it by).
+func amountText(network, token, value string) string {
+	if key, _, err := guard.AssetKey(network, token); err == nil {
+		if as, ok := guard.BuiltinAsset(key); ok {
+			if n, ok := new(big.Int).SetString(value, 10); ok && n.Sign() >= 0 {
+				return fmt.Sprintf("%s %s (%s atomic units)", guard.FormatDisplay(n, as.Decimals), as.Symbol, value)
+			}
+		}
+	}
+	return value + " atomic units"
 }

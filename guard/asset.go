@@ -31,6 +31,18 @@ func builtinAssets() []Asset {
 	}
 }
 
+// BuiltinAsset is one of the assets every policy knows, by registry key:
+// what an offline reader (a dossier's verifier) can name without the
+// server's policy.
+func BuiltinAsset(key string) (Asset, bool) {
+	for _, a := range builtinAssets() {
+		if a.Key == key {
+			return a, true
+		}
+	}
+	return Asset{}, false
+}
+
 // ErrAsset marks an asset reference that names no known asset.
 var ErrAsset = errors.New("unknown asset")
 
