@@ -143,26 +143,10 @@ func (l *Log) Ambiguities(ctx context.Context) ([]AmbiguityLine, error) {
 
 func (l *Log) ambiguitiesIn(ctx context.Context, r Reader) ([]AmbiguityLine, error) {
 	var out []AmbiguityLine
-	s, err := r.Log(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer s.Close()
-	br := bufio.NewReaderSize(io.NewSectionReader(s, 0, s.Size()), 64<<10)
-	for n := 1; ; n++ {
-		raw, err := readLine(br)
-		if len(raw) > 0 && !errors.Is(err, errLineTooLong) {
-			if rec, derr := decodeRecord(trimLine(raw)); derr == nil && rec.Type == typeAmbiguous {
-				out = append(out, AmbiguityLine{Ambiguity: *rec.Ambiguity, Line: n, At: rec.At})
-			}
-		}
-		if err == io.EOF {
-			return out, nil
-		}
-		if err != nil && !errors.Is(err, errLineTooLong) {
-			return nil, fmt.Errorf("read %s: %w", l.Path(), err)
-		}
-	}
+	err := l.eachRecord(ctx, r, typeAmbiguous, func(rec *record, n int) {
+		out = append(out, AmbiguityLine{Ambiguity: *rec.Ambiguity, Line: n, At: rec.At})
+	})
+	return out, err
 }
 
 // Notification prefixes: the outbox id of a settlement with findings is

@@ -202,28 +202,37 @@ type AuthorizedLine struct {
 func (l *Log) Authorizations(ctx context.Context) ([]AuthorizedLine, error) {
 	var out []AuthorizedLine
 	err := l.store.View(ctx, func(r Reader) error {
-		s, err := r.Log(ctx)
-		if err != nil {
-			return err
-		}
-		defer s.Close()
-		br := bufio.NewReaderSize(io.NewSectionReader(s, 0, s.Size()), 64<<10)
-		for n := 1; ; n++ {
-			raw, err := readLine(br)
-			if len(raw) > 0 && !errors.Is(err, errLineTooLong) {
-				if rec, derr := decodeRecord(trimLine(raw)); derr == nil && rec.Type == typeAuthorized {
-					out = append(out, AuthorizedLine{Authorized: *rec.Authorization, Line: n, At: rec.At, Caller: rec.Caller})
-				}
-			}
-			if err == io.EOF {
-				return nil
-			}
-			if err != nil && !errors.Is(err, errLineTooLong) {
-				return fmt.Errorf("read %s: %w", l.Path(), err)
-			}
-		}
+		return l.eachRecord(ctx, r, typeAuthorized, func(rec *record, n int) {
+			out = append(out, AuthorizedLine{Authorized: *rec.Authorization, Line: n, At: rec.At, Caller: rec.Caller})
+		})
 	})
 	return out, err
+}
+
+// eachRecord calls fn with every record of type typ in the log, in order,
+// with its line number. Lines that are not records are skipped here (audit
+// reports them).
+func (l *Log) eachRecord(ctx context.Context, r Reader, typ string, fn func(rec *record, line int)) error {
+	s, err := r.Log(ctx)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	br := bufio.NewReaderSize(io.NewSectionReader(s, 0, s.Size()), 64<<10)
+	for n := 1; ; n++ {
+		raw, err := readLine(br)
+		if len(raw) > 0 && !errors.Is(err, errLineTooLong) {
+			if rec, derr := decodeRecord(trimLine(raw)); derr == nil && rec.Type == typ {
+				fn(&rec, n)
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil && !errors.Is(err, errLineTooLong) {
+			return fmt.Errorf("read %s: %w", l.Path(), err)
+		}
+	}
 }
 
 func trimLine(raw []byte) []byte {

@@ -1,12 +1,10 @@
 package reviewlog
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"regexp"
 	"time"
 )
@@ -181,24 +179,8 @@ func (l *Log) Settlements(ctx context.Context) ([]SettledLine, error) {
 
 func (l *Log) settlementsIn(ctx context.Context, r Reader) ([]SettledLine, error) {
 	var out []SettledLine
-	s, err := r.Log(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer s.Close()
-	br := bufio.NewReaderSize(io.NewSectionReader(s, 0, s.Size()), 64<<10)
-	for n := 1; ; n++ {
-		raw, err := readLine(br)
-		if len(raw) > 0 && !errors.Is(err, errLineTooLong) {
-			if rec, derr := decodeRecord(trimLine(raw)); derr == nil && rec.Type == typeSettled {
-				out = append(out, SettledLine{Settled: *rec.Settlement, Line: n, At: rec.At, Caller: rec.Caller})
-			}
-		}
-		if err == io.EOF {
-			return out, nil
-		}
-		if err != nil && !errors.Is(err, errLineTooLong) {
-			return nil, fmt.Errorf("read %s: %w", l.Path(), err)
-		}
-	}
+	err := l.eachRecord(ctx, r, typeSettled, func(rec *record, n int) {
+		out = append(out, SettledLine{Settled: *rec.Settlement, Line: n, At: rec.At, Caller: rec.Caller})
+	})
+	return out, err
 }
