@@ -464,14 +464,7 @@ func (c *Console) ambiguity(am reviewlog.AmbiguityLine, byNonce map[string]revie
 		x := ambiguousAuth{Nonce: n, Short: shortHex(n), Settled: settled[n]}
 		if a, ok := byNonce[n]; ok {
 			x.Payee, x.PayeeFull = shortAddress(a.To), a.To
-			x.Amount = a.Value + " atomic units"
-			if key, _, err := guard.AssetKey(a.Network, a.Token); err == nil && c.cfg.Assets != nil {
-				if sym, dec, ok := c.cfg.Assets(key); ok && sym != "" {
-					if n, ok := new(big.Int).SetString(a.Value, 10); ok {
-						x.Amount = guard.FormatDisplay(n, dec) + " " + sym
-					}
-				}
-			}
+			x.Amount = c.amountOf(a.Authorized)
 		}
 		v.Authorizations = append(v.Authorizations, x)
 	}
