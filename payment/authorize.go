@@ -174,8 +174,12 @@ func (a *Authorizer) Authorize(ctx context.Context, caller string, req Request) 
 	// with its hold: the authorization signed is valid no later, so that
 	// once it has passed the hold can be released if the asset contract
 	// says the nonce was never used.
+	// One clock reading gives both ends of the window, so its length is
+	// exactly what the offer and the policy allow, whatever second the
+	// signing falls in.
 	maxSeconds := int64(a.cfg.Engine.Policy().MaxAuthorizationSeconds)
-	before := x402.ValidBeforeFor(choice, a.cfg.Now(), maxSeconds)
+	asked := a.cfg.Now()
+	before := x402.ValidBeforeFor(choice, asked, maxSeconds)
 	ans, err := a.cfg.Engine.AuthorizeTerms(ctx, caller, rd.Question, engine.AuthorizationTerms{Payer: a.cfg.Signer.Address().Lower(), ValidBefore: time.Unix(before, 0),
 		Nonce: func(receiptID string) string { n := x402.NonceFor(receiptID); return "0x" + hex.EncodeToString(n[:]) }})
 	if err != nil {
@@ -186,7 +190,7 @@ func (a *Authorizer) Authorize(ctx context.Context, caller string, req Request) 
 	if ans.Decision != guard.Allow {
 		return res, nil
 	}
-	terms, err := x402.TermsUntil(choice, a.cfg.Signer.Address(), ans.ReceiptID, a.cfg.Now(), before)
+	terms, err := x402.TermsUntil(choice, a.cfg.Signer.Address(), ans.ReceiptID, asked, before)
 	if err != nil {
 		return Result{}, fmt.Errorf("authorization terms: %w", err)
 	}
