@@ -63,6 +63,7 @@ type row struct {
 	Build, Store, Shape string
 	Holds               int
 	P50, P99            float64 // milliseconds
+	CPU                 float64 // the server's user+sys milliseconds a question over the window; -1 unknown
 	Round               int
 }
 
@@ -121,7 +122,7 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 					}
 					for i := range got {
 						got[i].Round = round
-						fmt.Fprintf(stdout, "%s\t%s\t%s\tholds=%d\tp50=%.2fms\tp99=%.2fms\n", b.label, st, shape, got[i].Holds, got[i].P50, got[i].P99)
+						fmt.Fprintf(stdout, "%s\t%s\t%s\tholds=%d\tp50=%.2fms\tp99=%.2fms\tcpu=%.2fms\n", b.label, st, shape, got[i].Holds, got[i].P50, got[i].P99, got[i].CPU)
 					}
 					fmt.Fprintf(stderr, "holdbench: %s %s %s took %s (load %s)\n", b.label, st, shape, time.Since(start).Round(time.Second), loadAvg())
 					rows = append(rows, got...)
@@ -162,10 +163,10 @@ func measure(ctx context.Context, c config, b build, store, shape string, stderr
 	// A policy every question is allowed under; reservationMinutes where
 	// the build knows it (a build before reservations refuses the key).
 	policy := map[string]any{"reviewAbove": "1000000", "perCounterpartyLimit": map[string]any{"amount": "100000000"}, "reservationMinutes": c.reservationMins}
-	cs, stop, err := start(ctx, b.bin, dir, args, env, policy, stderr)
+	cs, pid, stop, err := start(ctx, b.bin, dir, args, env, policy, stderr)
 	if err != nil {
 		delete(policy, "reservationMinutes")
-		if cs, stop, err = start(ctx, b.bin, dir, args, env, policy, stderr); err != nil {
+		if cs, pid, stop, err = start(ctx, b.bin, dir, args, env, policy, stderr); err != nil {
 			return nil, err
 		}
 	}
@@ -202,6 +203,7 @@ func measure(ctx context.Context, c config, b build, store, shape string, stderr
 			held++
 		}
 		ds := make([]time.Duration, 0, c.window)
+		cpu0 := cpuTime(pid)
 		for range c.window {
 			d, err := ask()
 			if err != nil {
@@ -210,8 +212,12 @@ func measure(ctx context.Context, c config, b build, store, shape string, stderr
 			ds = append(ds, d)
 			held++
 		}
+		cpu := -1.0
+		if cpu1 := cpuTime(pid); cpu0 >= 0 && cpu1 >= 0 {
+			cpu = ms(cpu1-cpu0) / float64(c.window)
+		}
 		slices.Sort(ds)
-		out = append(out, row{Build: b.label, Store: store, Shape: shape, Holds: level, P50: ms(ds[len(ds)/2]), P99: ms(ds[len(ds)*99/100])})
+		out = append(out, row{Build: b.label, Store: store, Shape: shape, Holds: level, P50: ms(ds[len(ds)/2]), P99: ms(ds[len(ds)*99/100]), CPU: cpu})
 	}
 	return out, nil
 }
@@ -230,11 +236,11 @@ func text(res *mcp.CallToolResult) string {
 
 // start writes the policy and starts the server over stdio; it fails when
 // the server refuses the policy.
-func start(ctx context.Context, bin, dir string, args, env []string, policy map[string]any, stderr io.Writer) (*mcp.ClientSession, func(), error) {
+func start(ctx context.Context, bin, dir string, args, env []string, policy map[string]any, stderr io.Writer) (*mcp.ClientSession, int, func(), error) {
 	data, _ := json.Marshal(policy)
 	cfg := filepath.Join(dir, "haia-guard.config.json")
 	if err := os.WriteFile(cfg, data, 0o600); err != nil {
-		return nil, nil, err
+		return nil, 0, nil, err
 	}
 	cmd := exec.CommandContext(ctx, bin, append(args, "--guard-config", cfg)...)
 	cmd.Env = env
@@ -243,14 +249,14 @@ func start(ctx context.Context, bin, dir string, args, env []string, policy map[
 	client := mcp.NewClient(&mcp.Implementation{Name: "holdbench", Version: "1"}, nil)
 	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
 	if err != nil {
-		return nil, nil, fmt.Errorf("start %s: %v: %s", bin, err, lastLine(logs.String()))
+		return nil, 0, nil, fmt.Errorf("start %s: %v: %s", bin, err, lastLine(logs.String()))
 	}
 	// A first question proves the server accepted the policy.
 	if _, err := cs.ListTools(ctx, nil); err != nil {
 		cs.Close()
-		return nil, nil, fmt.Errorf("%s: %v: %s", bin, err, lastLine(logs.String()))
+		return nil, 0, nil, fmt.Errorf("%s: %v: %s", bin, err, lastLine(logs.String()))
 	}
-	return cs, func() { cs.Close() }, nil
+	return cs, cmd.Process.Pid, func() { cs.Close() }, nil
 }
 
 func lastLine(s string) string {
@@ -284,6 +290,33 @@ func database(ctx context.Context, admin string) (string, func(), error) {
 	}, nil
 }
 
+// cpuTime is the user+sys time of process pid so far, every thread's
+// (Linux: /proc/PID/stat, in clock ticks of 10 ms), or -1 where it cannot
+// be read.
+func cpuTime(pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return -1
+	}
+	// The command's name, in parentheses, may hold spaces: fields count
+	// from after its closing parenthesis (state is field 3, utime 14).
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 {
+		return -1
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 13 {
+		return -1
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return -1
+	}
+	const tick = 10 * time.Millisecond // USER_HZ is 100 on Linux
+	return time.Duration(utime+stime) * tick
+}
+
 func loadAvg() string {
 	data, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
@@ -297,47 +330,56 @@ func loadAvg() string {
 }
 
 // summary prints, per store, shape and build, the median p50 over the
-// rounds at each level, and each level's p50 against the first level's.
+// rounds at each level, the last level's p50 against the first level's,
+// and the median server CPU a question at each level.
 func summary(w io.Writer, c config, rows []row) {
-	fmt.Fprintln(w, "\nstore\tshape\tbuild\t"+levelHeads(c.levels)+"\tlast/first")
+	fmt.Fprintln(w, "\nstore\tshape\tbuild\t"+levelHeads("p50@", c.levels)+"\tlast/first\t"+levelHeads("cpu@", c.levels))
+	median := func(b build, st, shape string, level int, of func(row) float64) (float64, bool) {
+		var vs []float64
+		for _, r := range rows {
+			if r.Build == b.label && r.Store == st && r.Shape == shape && r.Holds == level {
+				vs = append(vs, of(r))
+			}
+		}
+		if len(vs) == 0 {
+			return 0, false
+		}
+		slices.Sort(vs)
+		return vs[len(vs)/2], true
+	}
 	for _, st := range c.stores {
 		for _, shape := range c.shapes {
 			for _, b := range c.builds {
-				var cells []string
+				var cells, cpus []string
 				var first, last float64
 				for i, level := range c.levels {
-					var ps []float64
-					for _, r := range rows {
-						if r.Build == b.label && r.Store == st && r.Shape == shape && r.Holds == level {
-							ps = append(ps, r.P50)
-						}
-					}
-					if len(ps) == 0 {
-						cells = append(cells, "-")
+					m, ok := median(b, st, shape, level, func(r row) float64 { return r.P50 })
+					if !ok {
+						cells, cpus = append(cells, "-"), append(cpus, "-")
 						continue
 					}
-					slices.Sort(ps)
-					m := ps[len(ps)/2]
 					if i == 0 {
 						first = m
 					}
 					last = m
 					cells = append(cells, fmt.Sprintf("%.2f", m))
+					cpu, _ := median(b, st, shape, level, func(r row) float64 { return r.CPU })
+					cpus = append(cpus, fmt.Sprintf("%.2f", cpu))
 				}
 				ratio := "-"
 				if first > 0 {
 					ratio = fmt.Sprintf("%.2f", last/first)
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", st, shape, b.label, strings.Join(cells, "\t"), ratio)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", st, shape, b.label, strings.Join(cells, "\t"), ratio, strings.Join(cpus, "\t"))
 			}
 		}
 	}
 }
 
-func levelHeads(levels []int) string {
+func levelHeads(prefix string, levels []int) string {
 	var hs []string
 	for _, l := range levels {
-		hs = append(hs, "p50@"+strconv.Itoa(l))
+		hs = append(hs, prefix+strconv.Itoa(l))
 	}
 	return strings.Join(hs, "\t")
 }
