@@ -24,6 +24,7 @@ import (
 	"math/big"
 	"strconv"
 	"time"
+	"unicode/utf8"
 )
 
 // Entry kinds.
@@ -256,6 +257,20 @@ func Peek(line []byte) (Entry, error) {
 		return e, errors.New("not written the one way an entry is written (a member repeated, misspelt, reordered or added)")
 	}
 	return e, e.check()
+}
+
+// plain says whether every text of e is valid UTF-8: then its line, as
+// Seal writes it, reads back as e itself (json.Marshal would write the
+// replacement character for an invalid byte, and a reader would read
+// that).
+func (e *Entry) plain() bool {
+	for _, s := range [...]string{e.Prev, e.Kind, e.At, e.Until, e.Receipt, e.Caller, e.Tenant, e.PayTo, e.Host, e.Resource, e.Atomic, e.Asset,
+		e.Review, e.Payer, e.Nonce, e.ValidBefore, e.Target, e.Outcome, e.Mandate, e.MAC} {
+		if !utf8.ValidString(s) {
+			return false
+		}
+	}
+	return true
 }
 
 // Hash is the link the next entry of the lane names as Prev.

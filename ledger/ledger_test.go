@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/big"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -429,4 +430,78 @@ func TestAudit(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOwnRawReadsAsItsLine: an entry this process sealed, taken in as
+// OwnRaw (its line not parsed again), counts exactly as its line read by
+// another process; one whose text is not valid UTF-8 (which its line
+// writes as the replacement character) is read from its line, as every
+// other process reads it; and a gap or a broken link is still a finding.
+func TestOwnRawReadsAsItsLine(t *testing.T) {
+	entries := []Entry{
+		hold("rcpt_0", "0xb0b", "100", t0, time.Hour),
+		hold("rcpt_1", "0xb0b", "250", t0.Add(time.Second), time.Hour),
+		hold("rcpt_2", "0xc0c", "7", t0.Add(2*time.Second), time.Hour),
+	}
+	lanes := func(t *testing.T, entries []Entry) (c *chain, own []Raw) {
+		c = &chain{}
+		for _, e := range entries {
+			r := c.add(t, e)
+			e.Lane, e.Seq, e.Prev = r.Lane, r.Seq, ""
+			if r.Seq > 0 {
+				e.Prev = Hash(c.raws[r.Seq-1].Line)
+			}
+			if _, err := e.Seal(testKey); err != nil {
+				t.Fatal(err)
+			}
+			own = append(own, OwnRaw(r.Pos, r.Line, e))
+		}
+		return c, own
+	}
+	c, own := lanes(t, entries)
+	read, mine := NewBook(testKey, "", time.Hour), NewBook(testKey, "", time.Hour)
+	if f := read.Apply(c.raws); len(f) != 0 {
+		t.Fatalf("findings reading the lines: %v", f)
+	}
+	if f := mine.Apply(own); len(f) != 0 {
+		t.Fatalf("findings taking own entries: %v", f)
+	}
+	if a, b := read.Describe(), mine.Describe(); a != b {
+		t.Fatalf("own entries count otherwise than their lines:\nread %s\nown  %s", a, b)
+	}
+	for _, scope := range []string{ScopeAll, ScopePayTo + "0xb0b", ScopePayTo + "0xc0c"} {
+		a, b := read.Tally(scope, "usdc", time.Time{}, t0.Add(time.Minute), 3), mine.Tally(scope, "usdc", time.Time{}, t0.Add(time.Minute), 3)
+		if a.Count != b.Count || a.Atomic.Cmp(b.Atomic) != 0 || fmt.Sprint(a.Refs) != fmt.Sprint(b.Refs) {
+			t.Fatalf("%s: read %+v, own %+v", scope, a, b)
+		}
+	}
+	t.Run("not UTF-8", func(t *testing.T) {
+		bad := slices.Clone(entries)
+		bad[1].Caller = "agent\xff" // its line says "agent\ufffd"
+		c, own := lanes(t, bad)
+		read, mine := NewBook(testKey, "", time.Hour), NewBook(testKey, "", time.Hour)
+		a, b := read.Apply(c.raws), mine.Apply(own)
+		if len(a) == 0 || fmt.Sprint(a) != fmt.Sprint(b) || read.Describe() != mine.Describe() {
+			t.Fatalf("read: %q %s\nown: %q %s", a, read.Describe(), b, mine.Describe())
+		}
+	})
+	t.Run("a gap is still a finding", func(t *testing.T) {
+		b := NewBook(testKey, "", time.Hour)
+		if f := b.Apply([]Raw{own[0], own[2]}); len(f) == 0 || !strings.Contains(f[0], "missing") {
+			t.Fatalf("findings %q", f)
+		}
+	})
+	t.Run("a broken link is still a finding", func(t *testing.T) {
+		b := NewBook(testKey, "", time.Hour)
+		e := entries[2]
+		e.Lane, e.Seq, e.Prev = 0, 1, Hash([]byte("another line"))
+		line, err := e.Seal(testKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := b.Apply([]Raw{own[0], OwnRaw(Pos{Lane: 0, Seq: 1, Off: own[1].Off}, line, e)})
+		if len(f) == 0 || !strings.Contains(f[0], "does not link") {
+			t.Fatalf("findings %q", f)
+		}
+	})
 }

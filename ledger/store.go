@@ -24,7 +24,17 @@ type Pos struct {
 type Raw struct {
 	Pos
 	Line []byte
+	// own is the entry this process sealed into Line (OwnRaw); nil for a
+	// line read from a store.
+	own *Entry
 }
+
+// OwnRaw is the Raw of entry e that this process sealed: line is what
+// e.Seal returned, appended at pos. A Book takes it in without parsing the
+// line or checking its seal again (this process made both, under the
+// Book's key); its place in the lane and its link to the entry before are
+// checked as for any line. Other processes read the line and check all.
+func OwnRaw(pos Pos, line []byte, e Entry) Raw { return Raw{Pos: pos, Line: line, own: &e} }
 
 // Reader reads the ledger a store keeps.
 type Reader interface {

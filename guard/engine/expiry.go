@@ -220,7 +220,7 @@ func (e *Engine) appendEntries(ctx context.Context, w reviewlog.Writer, ens []le
 		if err != nil {
 			return nil, fmt.Errorf("seal the release of %s: %w", en.Target, err)
 		}
-		raws = append(raws, ledger.Raw{Pos: pos, Line: line})
+		raws = append(raws, ledger.OwnRaw(pos, line, *en))
 		lines = append(lines, line)
 		pos.Seq++
 		pos.Off += int64(len(line)) + 1

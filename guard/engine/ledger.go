@@ -153,7 +153,7 @@ func (e *Engine) ensureLedger(ctx context.Context) error {
 			if err != nil {
 				return "", err
 			}
-			raws = append(raws, ledger.Raw{Pos: ledger.Pos{Lane: pos.Lane, Seq: en.Seq, Off: pos.Off}, Line: line})
+			raws = append(raws, ledger.OwnRaw(ledger.Pos{Lane: pos.Lane, Seq: en.Seq, Off: pos.Off}, line, *en))
 			pos.Off += int64(len(line)) + 1
 			prev = ledger.Hash(line)
 			lines = append(lines, line)
@@ -307,7 +307,7 @@ func (e *Engine) appendEntry(ctx context.Context, w reviewlog.Writer, en ledger.
 	if err := app.Append(ctx, pos, [][]byte{line}); err != nil {
 		return ledger.Raw{}, err
 	}
-	return ledger.Raw{Pos: pos, Line: line}, nil
+	return ledger.OwnRaw(pos, line, en), nil
 }
 
 // committed takes in what a section that committed appended.

@@ -187,8 +187,10 @@ func (l *fileLedger) Append(ctx context.Context, at ledger.Pos, lines [][]byte) 
 	for _, line := range lines {
 		buf = append(append(buf, line...), '\n')
 	}
-	if err := f.Truncate(at.Off); err != nil {
-		return fmt.Errorf("drop the ledger's torn tail: %w", err)
+	if st.Size() > at.Off {
+		if err := f.Truncate(at.Off); err != nil {
+			return fmt.Errorf("drop the ledger's torn tail: %w", err)
+		}
 	}
 	if l.w.ledgerEnd < 0 && at.Lane == 0 {
 		l.w.ledgerEnd = at.Off
