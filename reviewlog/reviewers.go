@@ -146,7 +146,7 @@ func LoadReviewerTrust(path, tenant string) (ReviewerTrust, error) {
 func (t ReviewerTrust) DecisionProblem(rc noa.Receipt) string {
 	ts := trustSet{reviewers: t.Reviewers, passkeys: t.Passkeys, tenant: t.Tenant, grants: t.Grants}
 	if t.ServerKeys != nil {
-		ts.server = func() (noa.Keyring, error) { return t.ServerKeys, nil }
+		ts.server = func(string) (noa.Keyring, error) { return t.ServerKeys, nil }
 	}
 	return humanProblem(rc, ts)
 }

@@ -75,6 +75,17 @@ type Reader interface {
 	Mandates(ctx context.Context) ([][]byte, error)
 }
 
+// KeyringCache is a Reader that can answer for one key from the keyring
+// as its process read it before: the keyring only grows (its table and
+// file take no change), and a kid names one key (noa.KeyID).
+// KeyringWith is that keyring while it holds kid, else the store's
+// keyring read now (as Keyring), so that a key another process added is
+// seen before a receipt it sealed is judged. Keyring itself always reads
+// the store's.
+type KeyringCache interface {
+	KeyringWith(ctx context.Context, kid string) (noa.Keyring, error)
+}
+
 // Writer is a Reader inside the write lock, that can also append.
 type Writer interface {
 	Reader

@@ -82,9 +82,9 @@ func signedFor(rcs []noa.Receipt, trusted trustSet, quorum int) signed {
 type trustSet struct {
 	reviewers Reviewers
 	passkeys  Passkeys
-	// server reads the server's keyring (only when a passkey's decision
-	// is to be checked).
-	server func() (noa.Keyring, error)
+	// server reads the server's keyring, holding kid where the store
+	// does (only when a passkey's decision is to be checked).
+	server func(kid string) (noa.Keyring, error)
 	// tenant, when set, is the tenant of a --tenants-dir server whose log
 	// is read: a decision counts only by a reviewer grants allows it.
 	tenant string
@@ -164,7 +164,7 @@ func passkeyProblem(rc noa.Receipt, a passkey.Assertion, trusted trustSet) strin
 	if trusted.server == nil {
 		return "the server's keyring is not at hand to check the seal"
 	}
-	kr, err := trusted.server()
+	kr, err := trusted.server(rc.Sig.KID)
 	if err != nil {
 		return fmt.Sprintf("the server's keyring cannot be read: %v", err)
 	}
@@ -507,9 +507,11 @@ type verifier struct {
 	trusted trustSet
 	now     time.Time
 	ttl     time.Duration
-	// keys verify the server's signed terms: Options.ServerKeys, or the
-	// store's keyring, read the first time a review's terms need it.
-	keys noa.Keyring
+	// keys verify the server's signed terms: Options.ServerKeys (then
+	// fixedKeys), or the store's keyring, read the first time a review's
+	// terms need it.
+	keys      noa.Keyring
+	fixedKeys bool
 	// problem is set when the trusted reviewers could not be read.
 	problem string
 }
@@ -537,8 +539,8 @@ func (l *Log) newFoldVerifier(ctx context.Context, r Reader) (*verifier, error) 
 }
 
 func (l *Log) verifierOver(ctx context.Context, r Reader) *verifier {
-	v := &verifier{ctx: ctx, r: r, rx: &l.rx, src: l.rx.live, trusted: trustSet{reviewers: Reviewers{}, passkeys: Passkeys{}}, now: l.now(), ttl: l.ttl(), keys: l.serverKeys}
-	v.trusted.server = v.loadKeys
+	v := &verifier{ctx: ctx, r: r, rx: &l.rx, src: l.rx.live, trusted: trustSet{reviewers: Reviewers{}, passkeys: Passkeys{}}, now: l.now(), ttl: l.ttl(), keys: l.serverKeys, fixedKeys: l.serverKeys != nil}
+	v.trusted.server = v.keysWith
 	if l.reviewers != nil {
 		// A trusted reviewers file that cannot be read trusts no one: every
 		// decision then reads unverified (fail closed), and says why.
@@ -581,7 +583,29 @@ func (v *verifier) keyring(s signed) (noa.Keyring, error) {
 	if s.terms == nil {
 		return v.keys, nil
 	}
-	return v.loadKeys()
+	return v.keysWith(s.terms.Sig.KID)
+}
+
+// keysWith is the server's keys, holding kid where the store does: as
+// the store's section read them (KeyringCache: from its process's earlier
+// reading while that holds kid), else loadKeys.
+func (v *verifier) keysWith(kid string) (noa.Keyring, error) {
+	if v.fixedKeys {
+		return v.keys, nil
+	}
+	if _, ok := v.keys[kid]; ok {
+		return v.keys, nil
+	}
+	c, ok := v.r.(KeyringCache)
+	if !ok {
+		return v.loadKeys()
+	}
+	kr, err := c.KeyringWith(v.ctx, kid)
+	if err != nil {
+		return nil, fmt.Errorf("read the keyring: %w", err)
+	}
+	v.keys = kr
+	return kr, nil
 }
 
 // loadKeys is the server's keys: Options.ServerKeys, or the store's

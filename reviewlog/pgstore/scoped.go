@@ -110,16 +110,23 @@ func (s *Store) LockedScopes(ctx context.Context, wait time.Duration, scopes []r
 			})
 		}
 		// The server's keyring, which a review's signed terms are
-		// verified with: one small statement in this round trip instead
-		// of a round trip of its own in the sections that need it. It
-		// only grows; a key added after this read is read by the next
-		// section (a receipt sealed with it reads unverified until then:
-		// review, never allow).
-		b.Queue("SELECT kid, spki FROM keyring").Query(func(rows pgx.Rows) error {
-			kr, err := collectKeyring(rows)
-			w.keyring = kr
-			return err
-		})
+		// verified with: as this process last read it, when it did (the
+		// keyring only grows, and a kid names one key), which a receipt
+		// sealed by a key it does not hold reads again (KeyringWith);
+		// else one small statement in this round trip instead of a round
+		// trip of its own in the sections that need it.
+		if kr := s.cachedKeys(); kr != nil {
+			w.earlierKeys = kr
+		} else {
+			b.Queue("SELECT kid, spki FROM keyring").Query(func(rows pgx.Rows) error {
+				kr, err := collectKeyring(rows)
+				w.keyring = kr
+				if err == nil {
+					s.keepKeys(kr)
+				}
+				return err
+			})
+		}
 		w.preSegs = &prefetchedSegments{marks: pre.Segments}
 		b.Queue(segmentsSinceSQL, segmentArgs(pre.Segments)...).Query(func(rows pgx.Rows) error {
 			got, err := collectSegmentLines(rows)

@@ -63,6 +63,29 @@ type Store struct {
 	// committed, so that sealing the next receipt does not read it again
 	// while the segment is still as long (and of the same generation).
 	heads heads
+	// keys is the keyring as a scoped section last read it, whole (nil:
+	// none read yet, or this process added a key since): a decision's
+	// section starts from it instead of reading the table again, and
+	// reads it again for a key it does not hold (KeyringWith).
+	keysMu sync.Mutex
+	keys   noa.Keyring
+}
+
+// cachedKeys is a copy of the keyring as last read (nil: none).
+func (s *Store) cachedKeys() noa.Keyring {
+	s.keysMu.Lock()
+	defer s.keysMu.Unlock()
+	if s.keys == nil {
+		return nil
+	}
+	return maps.Clone(s.keys)
+}
+
+// keepKeys remembers kr, a whole reading of the keyring (nil forgets).
+func (s *Store) keepKeys(kr noa.Keyring) {
+	s.keysMu.Lock()
+	defer s.keysMu.Unlock()
+	s.keys = maps.Clone(kr)
 }
 
 // heads is the last rows of segments, by stream name.
@@ -281,6 +304,10 @@ type reader struct {
 	// keyring is the keyring as first read in this transaction, with what
 	// it added since (the keyring only grows).
 	keyring noa.Keyring
+	// earlierKeys is the keyring as this process read it before this
+	// transaction (Store.cachedKeys; nil: none), which KeyringWith answers
+	// from while it holds the key asked for.
+	earlierKeys noa.Keyring
 	// written is the last row this transaction appended to each segment;
 	// the store remembers them once it commits.
 	written map[string]head
@@ -460,7 +487,18 @@ func (r *reader) Keyring(ctx context.Context) (noa.Keyring, error) {
 		return nil, err
 	}
 	r.keyring = kr
+	r.s.keepKeys(kr)
 	return maps.Clone(kr), nil
+}
+
+// KeyringWith is the keyring as this process read it before, while it
+// holds kid and this transaction has not read it; else Keyring
+// (reviewlog.KeyringCache).
+func (r *reader) KeyringWith(ctx context.Context, kid string) (noa.Keyring, error) {
+	if _, ok := r.earlierKeys[kid]; ok && r.keyring == nil {
+		return maps.Clone(r.earlierKeys), nil
+	}
+	return r.Keyring(ctx)
 }
 
 func (r *reader) readKeyring(ctx context.Context) (noa.Keyring, error) {
@@ -873,6 +911,8 @@ func (w *writer) AddKey(ctx context.Context, kid, spki string) error {
 	if w.keyring != nil {
 		w.keyring[kid] = spki
 	}
+	// The next section reads the keyring whole again, with this key.
+	w.s.keepKeys(nil)
 	return nil
 }
 
