@@ -162,6 +162,19 @@ func ParseSegmentFile(name string) (chain string, k int, ok bool) {
 // of a locked section (a Hook's Tx.Store): the lock is what keeps a chain
 // linear when several processes append.
 func (c *Chains) Append(ctx context.Context, w Writer, d noa.Draft) (noa.Receipt, error) {
+	r, _, err := c.AppendAt(ctx, w, d)
+	return r, err
+}
+
+// Appended is where AppendAt put a receipt: the bytes [Off, End) of
+// segment file Segment ("" when the receipt started a segment).
+type Appended struct {
+	Segment  string
+	Off, End int64
+}
+
+// AppendAt is Append, and says where the receipt's line went.
+func (c *Chains) AppendAt(ctx context.Context, w Writer, d noa.Draft) (noa.Receipt, Appended, error) {
 	base := c.ChainID()
 	if l, ok := w.(ChainLaner); ok {
 		base = LaneChainID(base, l.ChainLane())
@@ -169,14 +182,14 @@ func (c *Chains) Append(ctx context.Context, w Writer, d noa.Draft) (noa.Receipt
 	d.Tenant = c.Tenant
 	maxN, maxB, err := c.limits()
 	if err != nil {
-		return noa.Receipt{}, fmt.Errorf("chain %s: %w", base, err)
+		return noa.Receipt{}, Appended{}, fmt.Errorf("chain %s: %w", base, err)
 	}
 	if err := c.ensureKeyring(ctx, w); err != nil {
-		return noa.Receipt{}, err
+		return noa.Receipt{}, Appended{}, err
 	}
 	segs, err := segmentNumbers(ctx, w, base)
 	if err != nil {
-		return noa.Receipt{}, err
+		return noa.Receipt{}, Appended{}, err
 	}
 	k := 0
 	if len(segs) > 0 {
@@ -185,16 +198,17 @@ func (c *Chains) Append(ctx context.Context, w Writer, d noa.Draft) (noa.Receipt
 	name := noa.SegmentChain(base, k)
 	head, end, err := c.openHead(ctx, w, base, SegmentFile(base, k))
 	if err != nil {
-		return noa.Receipt{}, fmt.Errorf("chain %s: %w", name, err)
+		return noa.Receipt{}, Appended{}, fmt.Errorf("chain %s: %w", name, err)
 	}
 	if head == nil && k > 0 {
 		// A segment started by a writer that died before its
 		// continuation reached the disk: start it again.
 		prev, err := segmentHead(ctx, w, base, k-1)
 		if err != nil {
-			return noa.Receipt{}, err
+			return noa.Receipt{}, Appended{}, err
 		}
-		return c.startSegment(ctx, w, end, base, k, *prev, d)
+		r, err := c.startSegment(ctx, w, end, base, k, *prev, d)
+		return r, Appended{}, err
 	}
 	d.Chain = name
 	if head != nil {
@@ -207,21 +221,22 @@ func (c *Chains) Append(ctx context.Context, w Writer, d noa.Draft) (noa.Receipt
 	}
 	r, line, err := noa.Seal(ctx, d, head, c.Signer)
 	if err != nil {
-		return noa.Receipt{}, fmt.Errorf("sign decision receipt: %w", err)
+		return noa.Receipt{}, Appended{}, fmt.Errorf("sign decision receipt: %w", err)
 	}
 	if head != nil && (head.Chain.Seq+1 >= maxN || end+int64(len(line)) > maxB) {
 		_, nend, err := openHead(ctx, w, SegmentFile(base, k+1))
 		if err != nil {
-			return noa.Receipt{}, fmt.Errorf("chain %s: %w", noa.SegmentChain(base, k+1), err)
+			return noa.Receipt{}, Appended{}, fmt.Errorf("chain %s: %w", noa.SegmentChain(base, k+1), err)
 		}
-		return c.startSegment(ctx, w, nend, base, k+1, *head, d)
+		r, err := c.startSegment(ctx, w, nend, base, k+1, *head, d)
+		return r, Appended{}, err
 	}
 	if err := w.AppendSegment(ctx, SegmentFile(base, k), end, line); err != nil {
 		c.forget(base)
-		return noa.Receipt{}, fmt.Errorf("chain %s: %w", name, err)
+		return noa.Receipt{}, Appended{}, fmt.Errorf("chain %s: %w", name, err)
 	}
 	c.remember(base, chainHead{file: SegmentFile(base, k), end: end + int64(len(line)), line: bytes.Clone(line), head: r})
-	return r, nil
+	return r, Appended{Segment: SegmentFile(base, k), Off: end, End: end + int64(len(line))}, nil
 }
 
 // openHead is the package's openHead for the chain base, without reading
@@ -239,10 +254,38 @@ func (c *Chains) openHead(ctx context.Context, r Reader, base, file string) (*no
 		return nil, 0, err
 	}
 	defer s.Close()
+	if ll, ok := s.(lastLiner); ok {
+		// A database hands out its last row in one read anyway: when it
+		// is the very line this Chains appended last, at the same end,
+		// its receipt is the one remembered, not parsed again.
+		off, line, err := ll.LastLine()
+		if err != nil || line == nil {
+			return nil, 0, err
+		}
+		end := off + int64(len(line))
+		if h, ok := c.rememberedLine(base, file, end, line); ok {
+			return h, end, nil
+		}
+		return headOfLine(off, line)
+	}
 	if h, ok := c.cachedHead(base, file, s); ok {
 		return h, s.Size(), nil
 	}
 	return readHead(s)
+}
+
+// rememberedLine is the remembered head of file when line, ending at end,
+// is exactly the line this Chains appended last there.
+func (c *Chains) rememberedLine(base, file string, end int64, line []byte) (*noa.Receipt, bool) {
+	hc := c.headCache()
+	hc.mu.Lock()
+	h, ok := hc.m[base]
+	hc.mu.Unlock()
+	if !ok || h.file != file || h.end != end || !bytes.Equal(h.line, line) {
+		return nil, false
+	}
+	head := h.head
+	return &head, true
 }
 
 // cachedHead is the remembered head of file when s still ends with its
@@ -373,6 +416,15 @@ type lastLiner interface {
 	LastLine() (off int64, line []byte, err error)
 }
 
+// headOfLine is the receipt of a segment's last line, at off.
+func headOfLine(off int64, line []byte) (*noa.Receipt, int64, error) {
+	r, err := noa.ParseReceipt(bytes.TrimRight(line, "\r\n"))
+	if err != nil {
+		return nil, 0, fmt.Errorf("the head receipt cannot be read, refusing to extend the chain: %w", err)
+	}
+	return &r, off + int64(len(line)), nil
+}
+
 // readHead returns the segment's last receipt (nil for an empty one) and
 // the offset just after its line.
 func readHead(f Stream) (*noa.Receipt, int64, error) {
@@ -381,11 +433,7 @@ func readHead(f Stream) (*noa.Receipt, int64, error) {
 		if err != nil || line == nil {
 			return nil, 0, err
 		}
-		r, err := noa.ParseReceipt(bytes.TrimRight(line, "\r\n"))
-		if err != nil {
-			return nil, 0, fmt.Errorf("the head receipt cannot be read, refusing to extend the chain: %w", err)
-		}
-		return &r, off + int64(len(line)), nil
+		return headOfLine(off, line)
 	}
 	size := f.Size()
 	start := max(size-headWindow, 0)
