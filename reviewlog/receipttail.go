@@ -100,6 +100,24 @@ func (t *ReceiptTail) Next(ctx context.Context, r Reader) ([]Reserving, error) {
 	return out, nil
 }
 
+// Skip moves the tail past a receipt this process appended (a), once the
+// section that appended it committed, when the tail had read its segment
+// to exactly where the receipt starts: the process knows that receipt,
+// and took in its ledger entry when the section committed, so it is not
+// read back and checked again. Anything else — the tail read the segment
+// elsewhere, or not at all — is left for Next to read.
+func (t *ReceiptTail) Skip(a Appended) {
+	if a.Segment == "" || a.End <= a.Off {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if m, ok := t.marks[a.Segment]; ok && m.Off == a.Off {
+		m.Off = a.End
+		t.marks[a.Segment] = m
+	}
+}
+
 // Marks is how far the tail has read each segment: where the next read
 // starts.
 func (t *ReceiptTail) Marks() map[string]SegmentMark {

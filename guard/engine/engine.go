@@ -327,6 +327,8 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 		judged guard.History
 		ans    Answer
 		own    *ledger.Raw
+		// wrote is where the decision's receipt went (Skip).
+		wrote reviewlog.Appended
 		// under is the mandate the answer allows under (nil: none).
 		under *mandateUse
 	)
@@ -401,7 +403,7 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 		if opts.DryRun {
 			return nil
 		}
-		own = nil
+		own, wrote = nil, reviewlog.Appended{}
 		if a.Decision == guard.Allow {
 			// The commitment reaches the ledger before its receipt the
 			// chain: a receipt never stands without its entry.
@@ -427,10 +429,11 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 			own = &raw
 			ans.Reservation = e.entryInfo(en)
 		}
-		r, err := e.cfg.Chains.Append(ctx, tx.Store, d)
+		r, at, err := e.cfg.Chains.AppendAt(ctx, tx.Store, d)
 		if err != nil {
 			return err
 		}
+		wrote = at
 		// The question beside its receipt, for a policy tried on
 		// history (Simulate).
 		if err := e.keepQuestion(ctx, tx.Store, r, questionKind(opts, call), caller, req, q, call); err != nil {
@@ -447,6 +450,9 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 	if own != nil {
 		e.committed(*own)
 	}
+	// This process need not read its own receipt back: its entry, when it
+	// commits a payment, is in the Book now.
+	e.tail.Skip(wrote)
 	if ans.Reservation != nil {
 		// The history line stays last.
 		n := len(ans.Reasons)
