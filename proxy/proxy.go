@@ -109,7 +109,48 @@ type Proxy struct {
 	// listens bridges the hosts' subscriptions/listen streams (listen.go).
 	listenMu sync.Mutex
 	listens  listens
+	// outcomes counts the outcome receipts still being signed after their
+	// calls were answered (Drain).
+	outcomes pending
 }
+
+// pending counts work started in the background, for Drain.
+type pending struct {
+	mu   sync.Mutex
+	n    int
+	idle *sync.Cond
+}
+
+func (w *pending) start() {
+	w.mu.Lock()
+	w.n++
+	w.mu.Unlock()
+}
+
+func (w *pending) done() {
+	w.mu.Lock()
+	w.n--
+	if w.n == 0 && w.idle != nil {
+		w.idle.Broadcast()
+	}
+	w.mu.Unlock()
+}
+
+// wait returns once nothing started is still running.
+func (w *pending) wait() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.idle == nil {
+		w.idle = sync.NewCond(&w.mu)
+	}
+	for w.n > 0 {
+		w.idle.Wait()
+	}
+}
+
+// Drain waits until the outcome of every call already answered is
+// recorded: the server calls it before it closes its store.
+func (p *Proxy) Drain() { p.outcomes.wait() }
 
 type progressRoute struct {
 	ctx   context.Context
@@ -514,10 +555,29 @@ func (p *Proxy) paying(ctx context.Context, req mcp.CallToolRequest, name string
 		// Only the operator can say a tool's error means "not paid".
 		outcome = engine.OutcomeToolErrorUnknown
 	}
-	if rec, rerr := p.cfg.Engine.RecordOutcome(context.WithoutCancel(ctx), caller, ans, outcome); rerr != nil {
-		p.cfg.Logger.Error("the outcome of a forwarded call could not be recorded", "tool", name, "decision_receipt", ans.ReceiptID, "outcome", string(outcome), "err", rerr)
-	} else if rec.Released {
-		p.cfg.Logger.Info("the upstream did not carry out the call: its reservation is released", "tool", name, "decision_receipt", ans.ReceiptID, "outcome_receipt", rec.ReceiptID)
+	record := func(ctx context.Context) {
+		if rec, rerr := p.cfg.Engine.RecordOutcome(ctx, caller, ans, outcome); rerr != nil {
+			p.cfg.Logger.Error("the outcome of a forwarded call could not be recorded", "tool", name, "decision_receipt", ans.ReceiptID, "outcome", string(outcome), "err", rerr)
+		} else if rec.Released {
+			p.cfg.Logger.Info("the upstream did not carry out the call: its reservation is released", "tool", name, "decision_receipt", ans.ReceiptID, "outcome_receipt", rec.ReceiptID)
+		}
+	}
+	if outcome.Settled() {
+		// The release of what the allow committed is in force before the
+		// caller hears the call was not run, so that its next call is
+		// judged without it.
+		record(context.WithoutCancel(ctx))
+	} else {
+		// Any other outcome changes no commitment: the allow's spend entry
+		// counts for its whole window whatever is recorded after it, and a
+		// crash before the outcome's receipt leaves it counted just the
+		// same. So the receipt is signed after the answer is handed back,
+		// not before; Drain waits for it at shutdown.
+		p.outcomes.start()
+		go func() {
+			defer p.outcomes.done()
+			record(context.WithoutCancel(ctx))
+		}()
 	}
 	if err != nil {
 		return toolError("%s was allowed (receipt %s) and forwarded, but %s", name, ans.ReceiptID, describeFailure(outcome, err)), nil

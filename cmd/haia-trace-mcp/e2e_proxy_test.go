@@ -184,8 +184,43 @@ func decisionOf(t *testing.T, res *mcp.CallToolResult) proxyDecision {
 	return d
 }
 
-// chainReceipts reads the server's decision chain as JSON objects.
+// chainReceipts reads the server's decision chain as JSON objects, once
+// every forwarded call it allowed has its outcome receipt: the proxy signs
+// that receipt after it has answered the call (waiting at most 15 s, then
+// reading the chain as it is, for the caller to judge).
 func chainReceipts(t *testing.T, root string) []map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		rs := readChainReceipts(t, root)
+		if outcomesRecorded(rs) || time.Now().After(deadline) {
+			return rs
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// outcomesRecorded says whether every payment a service allowed in rs
+// (a forwarded call's decision) is followed by its outcome: a receipt of
+// the same action, EXECUTED or FAILED.
+func outcomesRecorded(rs []map[string]any) bool {
+	open := map[string]bool{}
+	for _, r := range rs {
+		id := receiptField(r, "action", "id")
+		switch receiptField(r, "governance", "verdict") {
+		case "ALLOWED":
+			if receiptField(r, "agent", "principal") == "SERVICE" && receiptField(r, "action", "canonical") == "x402.payment" {
+				open[id] = true
+			}
+		case "EXECUTED", "FAILED":
+			delete(open, id)
+		}
+	}
+	return len(open) == 0
+}
+
+// readChainReceipts reads the server's decision chain as it is now.
+func readChainReceipts(t *testing.T, root string) []map[string]any {
 	t.Helper()
 	chain, _ := chainFile(t, root)
 	out, errOut, code := runCLI(t, "chain", "export", chain, "--dir", root)

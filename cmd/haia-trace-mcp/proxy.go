@@ -145,6 +145,13 @@ func runProxy(ctx context.Context, env *cmdEnv, f serveFlags, h httpFlags, pf pr
 		}
 		proxies = append(proxies, p)
 	}
+	// Runs before closeAll: the outcomes of calls already answered are
+	// signed while the store is open.
+	defer func() {
+		for _, p := range proxies {
+			p.Drain()
+		}
+	}()
 	// Every proxy hears the upstream; each routes only its own progress.
 	// The upstream's requests go to the host of the calls in flight.
 	uc.OnNotification = proxy.Group(proxies).Notify
