@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/big"
 	"net"
@@ -375,6 +376,20 @@ func TestSignRecoverAndPayload(t *testing.T) {
 	if p.X402Version != 2 || string(p.Accepted) != string(c.Req.Raw) || p.Payload.Authorization.To != payee {
 		t.Fatalf("%s", pay.Payload)
 	}
+	// A signer that answers with another key's signature is caught before
+	// anyone sees it; so is a digest recorded that is not the one signed,
+	// whichever signer signed.
+	stranger := testSignerSeed(t, 7)
+	if _, err := Sign(context.Background(), lyingPayer{s, stranger}, terms); err == nil || !strings.Contains(err.Error(), "recovers to") {
+		t.Fatalf("a signer answering another key's signature: %v", err)
+	}
+	swapped := terms
+	swapped.Digest[0] ^= 1
+	for _, signer := range []Signer{s, lyingPayer{s, s}} {
+		if _, err := Sign(context.Background(), signer, swapped); err == nil {
+			t.Fatalf("%T: signed terms whose recorded digest is not the one signed", signer)
+		}
+	}
 	// Someone else's authorization is refused by the signer itself.
 	other := terms
 	other.Authorization.From = c.PayTo
@@ -663,4 +678,26 @@ func TestPayerSignerLimits(t *testing.T) {
 			t.Errorf("limits %d s, %q accepted", bad.secs, bad.value)
 		}
 	}
+}
+
+// lyingPayer is a payer signer (not the in-process KeySigner) that
+// answers with what by signs, while claiming Signer's address.
+type lyingPayer struct {
+	*KeySigner
+	by *KeySigner
+}
+
+func (l lyingPayer) SignAuthorization(ctx context.Context, d Domain, a Authorization) ([65]byte, error) {
+	a.From = l.by.Address()
+	return l.by.SignAuthorization(ctx, d, a)
+}
+
+// testSignerSeed is a payer signer of its own, made from a small number.
+func testSignerSeed(t testing.TB, n byte) *KeySigner {
+	t.Helper()
+	k, err := ParseKey([]byte(fmt.Sprintf("%064x", n)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return NewKeySigner(k)
 }

@@ -30,7 +30,12 @@ type KeySigner struct {
 }
 
 // NewKeySigner returns a Signer for key whose kid is KeyID(public key).
+// The public half is derived again from the seed, so that what it signs
+// verifies under PublicKey by construction (Seal relies on it).
 func NewKeySigner(key ed25519.PrivateKey) *KeySigner {
+	if len(key) == ed25519.PrivateKeySize {
+		key = ed25519.NewKeyFromSeed(key.Seed())
+	}
 	return &KeySigner{key: key, kid: KeyID(key.Public().(ed25519.PublicKey))}
 }
 

@@ -312,6 +312,25 @@ func TestSealFailsClosed(t *testing.T) {
 	}
 }
 
+// A key signer whose private key carries a public half that is not its
+// seed's signs with the seed's key, under the seed's key id: what Seal
+// writes (without checking a KeySigner's signature) verifies.
+func TestKeySignerDerivesItsPublicKey(t *testing.T) {
+	key, other := newKey(t), newKey(t)
+	mixed := append(append(ed25519.PrivateKey{}, key.Seed()...), other.Public().(ed25519.PublicKey)...)
+	s := NewKeySigner(mixed)
+	if !s.PublicKey().Equal(key.Public()) || s.KeyID() != KeyID(key.Public().(ed25519.PublicKey)) {
+		t.Fatalf("the signer's public key is not its seed's")
+	}
+	r, _, err := Seal(context.Background(), testDraft(0), nil, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := VerifyChain([]Receipt{r}, Options{Keyring: keyringFor(NewKeySigner(key))}); res.Verdict != Valid {
+		t.Fatalf("a sealed receipt does not verify under the signer's key: %s", res.Line())
+	}
+}
+
 func TestParseReceiptRefuses(t *testing.T) {
 	s := NewKeySigner(newKey(t))
 	r, _, err := Seal(context.Background(), testDraft(1), nil, s)
