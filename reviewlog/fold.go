@@ -175,7 +175,14 @@ func fold(data []byte, name string) (*state, error) {
 // bad lines before it) is corruption, reported by its line number; bad
 // lines at the end are the torn tail.
 func (st *state) feed(r io.Reader, name string) error {
-	br := bufio.NewReaderSize(r, 64<<10)
+	// A refresh most often reads the line or two appended since the last:
+	// the buffer is no bigger than what there is to read (a 64 KiB buffer
+	// made and cleared for each decision cost more than reading it).
+	size := 64 << 10
+	if s, ok := r.(interface{ Size() int64 }); ok {
+		size = int(min(max(s.Size(), 512), int64(size)))
+	}
+	br := bufio.NewReaderSize(r, size)
 	st.partial, st.endsClean = 0, true
 	off := st.offset
 	for {
