@@ -14,11 +14,13 @@ import (
 )
 
 // KeepQuestion appends a decision's question to guard/questions.ndjson,
-// inside the section's flock and after the decision's receipt, synced with
-// the receipt at the section's end: a crash may leave a receipt whose
+// inside the section's flock and after the decision's receipt, and syncs
+// it once the section has ended, off the answer's path (a copy's questions
+// are synced before its section ends): a crash may leave a receipt whose
 // question is not kept (a replay counts it as such) or a question without
 // its receipt, which a replay never trusts — a question is replayed only
-// with its receipt.
+// with its receipt. A question commits nothing, so no answer waits for its
+// sync.
 func (w *fileWriter) KeepQuestion(ctx context.Context, receipt string, line []byte) error {
 	if bytes.IndexByte(line, '\n') >= 0 || len(line) == 0 || len(line) > reviewlog.MaxQuestionLine {
 		return fmt.Errorf("the question of receipt %s is not one line of at most %d bytes", receipt, reviewlog.MaxQuestionLine)
@@ -64,7 +66,11 @@ func (w *fileWriter) KeepQuestion(ctx context.Context, receipt string, line []by
 		return fmt.Errorf("append to %s: %w", w.Locate(reviewlog.QuestionsFile), err)
 	}
 	keep = true
-	w.deferSync(reviewlog.QuestionsFile, f, end)
+	if reviewlog.IsBulk(ctx) {
+		w.deferSync(reviewlog.QuestionsFile, f, end)
+	} else {
+		w.syncAfter(reviewlog.QuestionsFile, f)
+	}
 	return nil
 }
 

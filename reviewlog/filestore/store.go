@@ -99,6 +99,7 @@ func (s *Store) Locked(ctx context.Context, wait time.Duration, fn func(w review
 	if serr := w.syncPending(); serr != nil && err == nil {
 		err = serr
 	}
+	w.syncLater()
 	if err != nil {
 		// Nothing of a failed section counts: its ledger entries go too
 		// (a crash instead leaves them, counted, never a receipt without
@@ -269,6 +270,42 @@ type fileWriter struct {
 	// for the section's end, or for the next write that must reach the
 	// disk after them (see deferSync).
 	pending []pendingSync
+	// after are the files this section appended to that are synced once
+	// it has ended, waited for by no one (see syncAfter).
+	after []pendingSync
+}
+
+// syncAfter keeps f to be synced once the section has ended, in the
+// background: what it holds commits nothing and nothing written later
+// depends on it being on disk (a decision's kept question). f is owned by
+// the writer from now on.
+func (w *fileWriter) syncAfter(name string, f *os.File) {
+	for _, p := range w.after {
+		if p.name == name {
+			f.Close()
+			return
+		}
+	}
+	w.after = append(w.after, pendingSync{name: name, f: f})
+}
+
+// syncLater syncs and closes, in the background, what syncAfter kept. A
+// sync that fails is not retried: what it loses is what a crash would
+// (for a question, a decision a replay counts as not kept).
+func (w *fileWriter) syncLater() {
+	after := w.after
+	w.after = nil
+	if len(after) == 0 {
+		return
+	}
+	go func() {
+		for _, p := range after {
+			if p.f.Sync() == nil {
+				w.heard(p.name)
+			}
+			p.f.Close()
+		}
+	}()
 }
 
 // pendingSync is a file appended to in a section, not yet synced, and
@@ -280,8 +317,8 @@ type pendingSync struct {
 }
 
 // deferSync keeps f, appended to from start on, to be synced with the
-// others at the section's end: a decision's receipt and its question
-// reach the disk in one wait instead of two. f is owned by the writer
+// others at the section's end: the receipts a section signed reach the
+// disk in one wait. f is owned by the writer
 // from now on. What must be on disk before something else — the ledger
 // entry before the receipt it stands for, a receipt before the release
 // bound to it, the terms receipt before the review log's line — is kept

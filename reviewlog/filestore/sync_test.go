@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,12 +13,14 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 )
 
-// TestSectionSyncOrder: a section's receipts and questions are synced
-// together at its end, but whatever must be on disk before something else
-// still is: the ledger entry before the receipt it stands for, a receipt
-// before a ledger entry bound to it (a release), the terms receipt before
-// the review log's line. A crash between two syncs then leaves at worst an
-// entry counted, never a receipt without its entry.
+// TestSectionSyncOrder: a section's receipts are synced together at its
+// end, but whatever must be on disk before something else still is: the
+// ledger entry before the receipt it stands for, a receipt before a ledger
+// entry bound to it (a release), the terms receipt before the review log's
+// line. A crash between two syncs then leaves at worst an entry counted,
+// never a receipt without its entry. A decision's kept question, which
+// commits nothing, is synced after all of them, once the section has
+// ended (the last group).
 func TestSectionSyncOrder(t *testing.T) {
 	seg := reviewlog.ReceiptsDir + "/" + reviewlog.SegmentFile("decisions-haia-0123456789abcdef", 0)
 	type step func(t *testing.T, w reviewlog.Writer)
@@ -52,20 +55,38 @@ func TestSectionSyncOrder(t *testing.T) {
 		// group, in any order
 		want [][]string
 	}{
-		{"an allow: the entry, then its receipt and question together", []step{entry, receipt, question},
-			[][]string{{LedgerFile}, {seg, reviewlog.QuestionsFile}}},
+		{"an allow: the entry, then its receipt, then its question after the section", []step{entry, receipt, question},
+			[][]string{{LedgerFile}, {seg}, {reviewlog.QuestionsFile}}},
 		{"a release: the outcome's receipt, then the entry bound to it", []step{receipt, entry},
 			[][]string{{seg}, {LedgerFile}}},
-		{"a review opened: the terms receipt, the log line, then the decision's receipt and question", []step{receipt, logLine, receipt, question},
-			[][]string{{seg}, {reviewlog.FileName}, {seg, reviewlog.QuestionsFile}}},
-		{"a plain decision: its receipt and question in one wait", []step{receipt, question},
-			[][]string{{seg, reviewlog.QuestionsFile}}},
+		{"a review opened: the terms receipt, the log line, then the decision's receipt, then its question", []step{receipt, logLine, receipt, question},
+			[][]string{{seg}, {reviewlog.FileName}, {seg}, {reviewlog.QuestionsFile}}},
+		{"a plain decision: its receipt at the section's end, its question after", []step{receipt, question},
+			[][]string{{seg}, {reviewlog.QuestionsFile}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sg := newSegGuard(t)
 			s := New(sg.root)
-			var got []string
-			s.synced = func(name string) { got = append(got, name) }
+			var (
+				mu  sync.Mutex
+				got []string
+			)
+			// A question's sync is heard only once the section has
+			// returned; one heard before (the section waiting for it) is
+			// an answer waiting for what commits nothing.
+			returned, early := make(chan struct{}), false
+			s.synced = func(name string) {
+				if name == reviewlog.QuestionsFile {
+					select {
+					case <-returned:
+					case <-time.After(3 * time.Second):
+						early = true
+					}
+				}
+				mu.Lock()
+				got = append(got, name)
+				mu.Unlock()
+			}
 			off, segEnd = 0, 0
 			err := s.Locked(context.Background(), time.Second, func(w reviewlog.Writer) error {
 				for _, st := range tc.steps {
@@ -73,8 +94,27 @@ func TestSectionSyncOrder(t *testing.T) {
 				}
 				return nil
 			})
+			close(returned)
 			if err != nil {
 				t.Fatal(err)
+			}
+			total := 0
+			for _, g := range tc.want {
+				total += len(g)
+			}
+			// The last group is synced in the background: wait for it.
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+				mu.Lock()
+				n := len(got)
+				mu.Unlock()
+				if n >= total || time.Now().After(deadline) {
+					break
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if early {
+				t.Fatal("the section waited for its question's sync")
 			}
 			var flat []string
 			for _, g := range tc.want {
