@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -156,4 +157,69 @@ func BenchmarkBuildBenchRun(b *testing.B) {
 		}
 	}
 	b.ReportMetric(peakRSSMiB(), "peak-RSS-MiB")
+}
+
+// benchText returns the text of a generated buyer run of n events.
+func benchText(b *testing.B, n int) string {
+	b.Helper()
+	path := filepath.Join(b.TempDir(), "run.ndjson")
+	writeBuyerRun(b, path, n)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return string(data)
+}
+
+// BenchmarkDecodeText is the build's parsing alone: every line of a 20k-event
+// run checked against the envelope rules (run with -cpu 1 for one core's
+// cost).
+func BenchmarkDecodeText(b *testing.B) {
+	text := benchText(b, 20_000)
+	b.SetBytes(int64(len(text)))
+	b.ReportAllocs()
+	defer reportCPU(b)()
+	for b.Loop() {
+		if _, err := decodeText(text, DefaultLimits()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPrintEvents is the build's printing of events alone: 20k plain
+// events indented as a receipt's events are, into one reused buffer.
+func BenchmarkPrintEvents(b *testing.B) {
+	text := benchText(b, 20_000)
+	evs, err := decodeText(text, DefaultLimits())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(text)))
+	b.ReportAllocs()
+	var o out
+	defer reportCPU(b)()
+	for b.Loop() {
+		o.Reset(o.Buf[:0], "      ", "  ")
+		o.events(evs)
+	}
+}
+
+// reportCPU reports the process's CPU time (user + system) per operation
+// from its call to the returned function's: a figure that a loaded
+// machine's other work moves far less than the wall time.
+func reportCPU(b *testing.B) func() {
+	start := cpuTime()
+	return func() {
+		if b.N > 0 {
+			b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
+		}
+	}
+}
+
+func cpuTime() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }

@@ -149,7 +149,7 @@ func (w *Indenter) Key(n int, key string) {
 // Value writes a parsed value at the current indentation.
 func (w *Indenter) Value(v Value) {
 	if v.d != nil && v.d.text {
-		w.text(v.textSrc())
+		w.text(v.d.src[v.i:])
 		return
 	}
 	switch v.Kind() {
@@ -197,52 +197,77 @@ func (w *Indenter) Value(v Value) {
 	}
 }
 
-// text writes a plain document (see Value.Plain) from its text: tokens are
-// copied and only whitespace is rewritten. Plain strings hold no escapes, so
-// each ends at the next '"'.
+// text writes a plain document (see Value.Plain) from its text, which
+// runs to the next '\n' or the end of s: tokens are copied and only
+// whitespace is rewritten. Plain strings hold no escapes, so each ends at
+// the next '"'. The line's end is found on the way rather than first, and
+// a key is copied with its ':' in one piece.
 func (w *Indenter) text(s string) {
+	buf, line, spaced := w.Buf, w.line, w.indent != ""
 	for i := 0; i < len(s); {
 		switch c := s[i]; c {
-		case ' ', '\t', '\n', '\r':
+		case '\n':
+			i = len(s)
+		case ' ', '\t', '\r':
 			i++
+		case '"':
+			j := i + 1 + strings.IndexByte(s[i+1:], '"')
+			if j+1 < len(s) && s[j+1] == ':' {
+				// A key (in a compact line, its ':' follows at once).
+				buf = append(buf, s[i:j+2]...)
+				if spaced {
+					buf = append(buf, ' ')
+				}
+				i = j + 2
+				continue
+			}
+			buf = append(buf, s[i:j+1]...)
+			i = j + 1
 		case '{', '[':
 			j := i + 1
-			for j < len(s) && (s[j] == ' ' || s[j] == '\t' || s[j] == '\n' || s[j] == '\r') {
+			for j < len(s) && (s[j] == ' ' || s[j] == '\t' || s[j] == '\r') {
 				j++
 			}
 			if j < len(s) && (s[j] == '}' || s[j] == ']') {
-				w.Buf = append(w.Buf, c, s[j])
+				buf = append(buf, c, s[j])
 				i = j + 1
 				continue
 			}
-			w.Open(c)
-			w.Item(0)
+			buf = append(buf, c)
+			line = append(line, w.indent...)
+			if spaced {
+				buf = append(buf, line...)
+			}
 			i = j
 		case '}', ']':
-			w.Close(c)
+			line = line[:len(line)-len(w.indent)]
+			if spaced {
+				buf = append(buf, line...)
+			}
+			buf = append(buf, c)
 			i++
 		case ',':
-			w.Item(1)
-			i++
-		case ':':
-			w.Buf = append(w.Buf, ':')
-			if w.indent != "" {
-				w.Buf = append(w.Buf, ' ')
+			buf = append(buf, ',')
+			if spaced {
+				buf = append(buf, line...)
 			}
 			i++
-		case '"':
-			end := i + 1 + strings.IndexByte(s[i+1:], '"')
-			w.Buf = append(w.Buf, s[i:end+1]...)
-			i = end + 1
+		case ':':
+			buf = append(buf, ':')
+			if spaced {
+				buf = append(buf, ' ')
+			}
+			i++
 		default: // a number or a literal
 			j := i + 1
 			for j < len(s) && !delimiter(s[j]) {
 				j++
 			}
-			w.Buf = append(w.Buf, s[i:j]...)
+			buf = append(buf, s[i:j]...)
 			i = j
 		}
 	}
+	w.Buf, w.line = buf, line
 }
 
 func delimiter(c byte) bool {
