@@ -199,24 +199,23 @@ func timeKeys(events []Event) ([]sortKey, bool) {
 
 // timeKey reads YYYY-MM-DDTHH:MM:SS.mmmZ as the number YYYYMMDDHHMMSSmmm.
 func timeKey(s string) (int64, bool) {
-	const layout = "0000-00-00T00:00:00.000Z"
-	if len(s) != len(layout) {
+	if len(s) != 24 || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':' ||
+		s[19] != '.' || s[23] != 'Z' {
 		return 0, false
 	}
 	var n int64
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if layout[i] == '0' {
-			if c < '0' || c > '9' {
-				return 0, false
-			}
-			n = n*10 + int64(c-'0')
-		} else if c != layout[i] {
+	for k := 0; k < len(timeDigits); k++ {
+		d := s[timeDigits[k]] - '0'
+		if d > 9 {
 			return 0, false
 		}
+		n = n*10 + int64(d)
 	}
 	return n, true
 }
+
+// timeDigits holds where the digits of YYYY-MM-DDTHH:MM:SS.mmmZ are.
+const timeDigits = "\x00\x01\x02\x03\x05\x06\x08\x09\x0b\x0c\x0e\x0f\x11\x12\x14\x15\x16"
 
 // Assemble splits a run's events into one receipt per operation (grouped by
 // context_id, in order of first appearance) plus the events that belong to
@@ -258,7 +257,9 @@ func permute(events []Event, dest []int32) {
 // returns each event's destination, the operations' event counts and the
 // number of unassigned events.
 func placement(events []Event, order []int32) (dest []int32, counts []int32, unassigned int) {
-	index := map[string]int32{}
+	// Sized for a few events an operation, so that a large run's index
+	// rarely grows.
+	index := make(map[string]int32, len(events)/4)
 	groupOf := make([]int32, len(events))
 	for _, j := range order {
 		e := &events[j]
@@ -330,21 +331,30 @@ type stageWitness struct {
 
 // matcher holds the template's lookups, built once per assembly.
 type matcher struct {
-	t          *Template
-	byType     map[string][]stageWitness
-	exceptions map[string]bool
-	expected   [][]string // each stage's witness event types, shared by its Missing entries
+	t        *Template
+	byType   map[string]typeRule // one lookup per event
+	expected [][]string          // each stage's witness event types, shared by its Missing entries
+}
+
+// typeRule is what the template says of one event type.
+type typeRule struct {
+	witnesses []stageWitness // the stages it may close, a stage's adjacent
+	exception bool           // it is one of the template's exceptions
 }
 
 func newMatcher(t *Template) *matcher {
-	m := &matcher{t: t, byType: map[string][]stageWitness{}, exceptions: map[string]bool{}}
+	m := &matcher{t: t, byType: map[string]typeRule{}}
 	for i, s := range t.Stages {
 		for _, w := range s.Match {
-			m.byType[w.Event] = append(m.byType[w.Event], stageWitness{i, w.Role, w.HasRole})
+			r := m.byType[w.Event]
+			r.witnesses = append(r.witnesses, stageWitness{i, w.Role, w.HasRole})
+			m.byType[w.Event] = r
 		}
 	}
 	for _, x := range t.Exceptions {
-		m.exceptions[x] = true
+		r := m.byType[x]
+		r.exception = true
+		m.byType[x] = r
 	}
 	m.expected = make([][]string, len(t.Stages))
 	for i, s := range t.Stages {
@@ -386,8 +396,9 @@ func (m *matcher) foldInto(events []Event, buf *foldBuf) Receipt {
 		closed = make([][]string, len(t.Stages))
 	}
 	for _, e := range events {
-		last := -1 // a stage's witnesses are adjacent in byType, so this records an event once per stage
-		for _, w := range m.byType[e.Type] {
+		rule := m.byType[e.Type]
+		last := -1 // a stage's witnesses are adjacent, so this records an event once per stage
+		for _, w := range rule.witnesses {
 			if w.hasRole && (!e.HasRole || e.Role != w.role) {
 				continue
 			}
@@ -397,7 +408,7 @@ func (m *matcher) foldInto(events []Event, buf *foldBuf) Receipt {
 			closed[w.stage] = append(closed[w.stage], e.ID)
 			last = w.stage
 		}
-		if m.exceptions[e.Type] {
+		if rule.exception {
 			faults = append(faults, Fault{EventType: e.Type, EventID: e.ID})
 		}
 	}

@@ -362,3 +362,41 @@ func TestParallelDecodeReportsFirstBadLine(t *testing.T) {
 		}
 	}
 }
+
+// TestTimeKeyReadsEveryDigit holds timeKey to the layout it reads: each
+// digit position changes the key by its place value, and any byte put where
+// the layout wants another is refused.
+func TestTimeKeyReadsEveryDigit(t *testing.T) {
+	const at = "2026-07-24T09:05:03.120Z"
+	base, ok := timeKey(at)
+	if !ok || base != 20260724090503120 {
+		t.Fatalf("timeKey(%q) = %d, %v; want 20260724090503120, true", at, base, ok)
+	}
+	const layout = "0000-00-00T00:00:00.000Z"
+	place := int64(1)
+	for i := len(at) - 1; i >= 0; i-- {
+		for _, c := range []byte("09-T:.Z/:a\x00\xff") {
+			s := at[:i] + string(c) + at[i+1:]
+			got, ok := timeKey(s)
+			want := layout[i] == '0' && c >= '0' && c <= '9'
+			if layout[i] != '0' {
+				want = c == layout[i]
+			}
+			if ok != want {
+				t.Errorf("timeKey(%q) ok = %v, want %v", s, ok, want)
+				continue
+			}
+			if ok && layout[i] == '0' && got-base != int64(int(c)-int(at[i]))*place {
+				t.Errorf("timeKey(%q) = %d: digit %d not read at its place", s, got, i)
+			}
+		}
+		if layout[i] == '0' {
+			place *= 10
+		}
+	}
+	for _, s := range []string{"", at[:23], at + "0", "2026-07-24T09:05:03,120Z"} {
+		if _, ok := timeKey(s); ok {
+			t.Errorf("timeKey(%q) accepted", s)
+		}
+	}
+}

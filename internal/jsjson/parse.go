@@ -490,6 +490,9 @@ func (p *parser) number() (float64, error) {
 	}
 	p.pos = i
 	lit := s[start:i]
+	if f, ok := smallInteger(lit); ok {
+		return f, nil // exact, and printed as written (see shortestForm)
+	}
 	f, err := strconv.ParseFloat(lit, 64)
 	if err != nil {
 		// The grammar was checked above, so only a range error is possible:
@@ -502,6 +505,31 @@ func (p *parser) number() (float64, error) {
 		p.notPlain = true
 	}
 	return f, nil
+}
+
+// smallInteger reads a literal of the grammar's that is an integer of 1 to
+// 15 digits without a leading zero (seq, versions, amounts): its value is
+// exact in a double, so no general conversion is needed.
+func smallInteger(lit string) (float64, bool) {
+	digits, neg := lit, false
+	if len(digits) > 0 && digits[0] == '-' {
+		digits, neg = digits[1:], true
+	}
+	if len(digits) == 0 || len(digits) > 15 || digits[0] == '0' {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(digits); i++ {
+		c := digits[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return float64(n), true
 }
 
 // shortestForm reports whether lit is exactly how JavaScript prints f.

@@ -2,6 +2,7 @@ package jsjson
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -364,5 +365,23 @@ func TestPlainAndText(t *testing.T) {
 	}
 	if got := string(AppendIndent(nil, a, "", "")); got != `{"a":[1,2,3]}` {
 		t.Errorf("kept value changed after the next Scratch: %s", got)
+	}
+}
+
+// TestSmallIntegerAgreesWithParseFloat holds the parser's integer shortcut
+// to strconv.ParseFloat and to the literals it must leave to it.
+func TestSmallIntegerAgreesWithParseFloat(t *testing.T) {
+	for _, lit := range []string{"1", "-1", "7", "300", "-300", "250000", "999999999999999", "-999999999999999",
+		"123456789012345", "9007199254740"} {
+		f, ok := smallInteger(lit)
+		want, err := strconv.ParseFloat(lit, 64)
+		if !ok || err != nil || f != want {
+			t.Errorf("smallInteger(%s) = %v, %v; ParseFloat %v, %v", lit, f, ok, want, err)
+		}
+	}
+	for _, lit := range []string{"0", "-0", "01", "1000000000000000", "1.5", "1e3", "-", "", "12a"} {
+		if f, ok := smallInteger(lit); ok {
+			t.Errorf("smallInteger(%s) = %v, want it left to ParseFloat", lit, f)
+		}
 	}
 }

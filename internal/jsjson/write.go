@@ -146,6 +146,17 @@ func (w *Indenter) Key(n int, key string) {
 	}
 }
 
+// QuotedKey is Key for a name already written as a JSON string literal
+// followed by ':' (`"name":`), as a caller's constant member names are:
+// it is copied, not escaped again.
+func (w *Indenter) QuotedKey(n int, quoted string) {
+	w.Item(n)
+	w.Buf = append(w.Buf, quoted...)
+	if w.indent != "" {
+		w.Buf = append(w.Buf, ' ')
+	}
+}
+
 // Value writes a parsed value at the current indentation.
 func (w *Indenter) Value(v Value) {
 	if v.d != nil && v.d.text {
