@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"unicode/utf8"
 )
 
@@ -78,7 +77,7 @@ func (dec *Decoder) ParseString(s string) (Value, error) {
 		dec.tapes = dec.tapes[n:cap(dec.tapes)][:0]
 	} // else append outgrew the block and p.tape is an array of its own.
 	d := dec.newDoc()
-	*d = doc{src: s, side: string(p.side), tape: p.tape[:n:n], redirect: p.redirect, plain: !p.notPlain && len(p.side) == 0}
+	*d = doc{src: s, side: string(p.side), tape: p.tape[:n:n], redirect: p.redirect, plain: !p.notPlain && len(p.side) == 0, newline: p.newline}
 	return Value{d: d, i: 0}, nil
 }
 
@@ -141,7 +140,7 @@ func (dec *Decoder) Scratch(s string) (Value, error) {
 	if len(p.side) > 0 {
 		side = string(p.side)
 	}
-	dec.scratchDoc = doc{src: s, side: side, tape: p.tape, redirect: p.redirect, plain: !p.notPlain && len(p.side) == 0}
+	dec.scratchDoc = doc{src: s, side: side, tape: p.tape, redirect: p.redirect, plain: !p.notPlain && len(p.side) == 0, newline: p.newline}
 	return Value{d: &dec.scratchDoc, i: 0}, nil
 }
 
@@ -195,8 +194,7 @@ func (l Lines) Line(v Value, off int) Value {
 		return v
 	}
 	src, n := l.d.src, len(v.d.src)
-	if off+n > len(src) || (off+n < len(src) && src[off+n] != '\n') || src[off:off+n] != v.d.src ||
-		strings.IndexByte(v.d.src, '\n') >= 0 {
+	if off+n > len(src) || (off+n < len(src) && src[off+n] != '\n') || src[off:off+n] != v.d.src || v.d.newline {
 		return v
 	}
 	return Value{d: l.d, i: uint32(off)}
@@ -209,6 +207,9 @@ type parser struct {
 	side     []byte
 	redirect map[uint32]uint32
 	grown    bool // the tape outgrew the block it started in
+	// newline is set when a '\n' was skipped as whitespace: the only place
+	// a parsed document can hold one, since a string may not.
+	newline bool
 	// notPlain is set by anything JSON.stringify would not print back as
 	// written: a duplicate key, an array-index key or a number whose
 	// literal is not its shortest JavaScript form (escapes show in side).
@@ -231,10 +232,22 @@ func (p *parser) describe() string {
 	return fmt.Sprintf("byte 0x%02x", c)
 }
 
+// skipWS skips whitespace; most tokens of a recorder's compact line have
+// none before them, which the first test answers.
 func (p *parser) skipWS() {
+	if p.pos < len(p.src) && p.src[p.pos] > ' ' {
+		return
+	}
+	p.skipSpace()
+}
+
+func (p *parser) skipSpace() {
 	for p.pos < len(p.src) {
 		switch p.src[p.pos] {
-		case ' ', '\t', '\n', '\r':
+		case '\n':
+			p.newline = true
+			p.pos++
+		case ' ', '\t', '\r':
 			p.pos++
 		default:
 			return
@@ -388,7 +401,8 @@ func (p *parser) object(key span, keySide bool, depth int) error {
 				first, dup = index[k]
 			} else {
 				for _, m := range members {
-					if p.keyBytes(p.tape[m].key, p.tape[m].kind&flagSideKey != 0) == k {
+					// Keys of other lengths differ: most are told apart by that alone.
+					if mk := p.tape[m].key; mk.n == ksp.n && p.keyBytes(mk, p.tape[m].kind&flagSideKey != 0) == k {
 						first, dup = m, true
 						break
 					}

@@ -84,6 +84,7 @@ type doc struct {
 	redirect map[uint32]uint32 // first duplicate key's index -> latest value's index
 	plain    bool              // see Value.Plain
 	text     bool              // a Lines store: tape is nil, Value.i is a line's offset in src
+	newline  bool              // src holds a '\n' (as whitespace)
 }
 
 // textSrc returns a text-only document's text: its line.
