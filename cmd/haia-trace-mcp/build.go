@@ -56,7 +56,7 @@ func runBuild(ctx context.Context, stdout io.Writer, file, tmpl, dir string) err
 	defer release()
 	// The events are not needed apart from their receipts: assemble them in
 	// place, folding each operation as it is printed. WriteBuild hands over
-	// its output a batch (a MiB or so) at a time: a small buffer gathers the
+	// its output a batch (a few hundred KiB) at a time: a small buffer gathers the
 	// few short pieces around them, and a batch goes to stdout from where it
 	// was printed instead of being copied through a buffer of its size.
 	out := bufio.NewWriterSize(stdout, 64<<10)
