@@ -123,46 +123,55 @@ func SortEvents(events []Event) {
 // indices avoids moving large structs, and the index as last key makes the
 // (faster) unstable sort give the stable sort's result.
 func sortedOrder(events []Event) []int32 {
-	if keys, ok := timeKeys(events); ok {
-		// Canonical timestamps order as the numbers their digits spell.
-		byKey := func(a, b sortKey) int {
-			if a.at != b.at {
-				return cmp.Compare(a.at, b.at)
-			}
-			if c := cmp.Compare(a.seq, b.seq); c != 0 {
-				return c
-			}
-			if c := compareJS(events[a.i].ID, events[b.i].ID); c != 0 {
-				return c
-			}
-			return cmp.Compare(a.i, b.i)
+	keys := make([]sortKey, len(events))
+	// Canonical timestamps order as the numbers their digits spell.
+	byKey := func(a, b sortKey) int {
+		if a.at != b.at {
+			return cmp.Compare(a.at, b.at)
 		}
-		order := make([]int32, len(keys))
-		if len(keys) < 1<<14 || runtime.GOMAXPROCS(0) == 1 {
+		if c := cmp.Compare(a.seq, b.seq); c != 0 {
+			return c
+		}
+		if c := compareJS(events[a.i].ID, events[b.i].ID); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.i, b.i)
+	}
+	if len(keys) < 1<<14 || runtime.GOMAXPROCS(0) == 1 {
+		if timeKeys(keys, events, 0) {
 			slices.SortFunc(keys, byKey)
+			order := make([]int32, len(keys))
 			for k, key := range keys {
 				order[k] = key.i
 			}
 			return order
 		}
-		// A large run: sort the halves on two cores, then merge them.
+	} else {
+		// A large run: each half's keys read and sorted on a core of its
+		// own, then the halves merged.
 		half := len(keys) / 2
+		var ok [2]bool
 		parallel(2, func(k int) {
-			if k == 0 {
-				slices.SortFunc(keys[:half], byKey)
-			} else {
-				slices.SortFunc(keys[half:], byKey)
+			lo, hi := 0, half
+			if k == 1 {
+				lo, hi = half, len(keys)
+			}
+			if ok[k] = timeKeys(keys[lo:hi], events, lo); ok[k] {
+				slices.SortFunc(keys[lo:hi], byKey)
 			}
 		})
-		a, b := keys[:half], keys[half:]
-		for k := range order {
-			if len(b) == 0 || (len(a) > 0 && byKey(a[0], b[0]) <= 0) {
-				order[k], a = a[0].i, a[1:]
-			} else {
-				order[k], b = b[0].i, b[1:]
+		if ok[0] && ok[1] {
+			order := make([]int32, len(keys))
+			a, b := keys[:half], keys[half:]
+			for k := range order {
+				if len(b) == 0 || (len(a) > 0 && byKey(a[0], b[0]) <= 0) {
+					order[k], a = a[0].i, a[1:]
+				} else {
+					order[k], b = b[0].i, b[1:]
+				}
 			}
+			return order
 		}
-		return order
 	}
 	order := make([]int32, len(events))
 	for i := range order {
@@ -183,18 +192,19 @@ type sortKey struct {
 	i   int32
 }
 
-// timeKeys returns the sort keys of events whose occurred_at are all in the
-// canonical form (as every decoded event's is); false if any is not.
-func timeKeys(events []Event) ([]sortKey, bool) {
-	keys := make([]sortKey, len(events))
-	for i := range events {
+// timeKeys fills keys with the sort keys of events[from:from+len(keys)]
+// and reports whether their occurred_at are all in the canonical form (as
+// every decoded event's is).
+func timeKeys(keys []sortKey, events []Event, from int) bool {
+	for k := range keys {
+		i := from + k
 		at, ok := timeKey(events[i].OccurredAt)
 		if !ok {
-			return nil, false
+			return false
 		}
-		keys[i] = sortKey{at: at, seq: events[i].Seq, i: int32(i)}
+		keys[k] = sortKey{at: at, seq: events[i].Seq, i: int32(i)}
 	}
-	return keys, true
+	return true
 }
 
 // timeKey reads YYYY-MM-DDTHH:MM:SS.mmmZ as the number YYYYMMDDHHMMSSmmm.

@@ -7,6 +7,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -398,5 +399,43 @@ func TestTimeKeyReadsEveryDigit(t *testing.T) {
 		if _, ok := timeKey(s); ok {
 			t.Errorf("timeKey(%q) accepted", s)
 		}
+	}
+}
+
+// TestSortedOrderIsTheStableSort holds every path of sortedOrder (small and
+// large runs, the keys read on one core or two, and the general comparison
+// when an occurred_at is not canonical) to a stable sort by compareEvents.
+func TestSortedOrderIsTheStableSort(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		n         int
+		canonical bool
+	}{
+		{"small", 500, true}, {"small, one odd time", 500, false},
+		{"large", 40_000, true}, {"large, one odd time", 40_000, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			evs := make([]Event, c.n)
+			for i := range evs {
+				// Few distinct times, seqs and ids: ties on every key, so
+				// the file order decides some pairs.
+				evs[i] = Event{
+					ID:         fmt.Sprintf("e%d", (i*7919)%13),
+					OccurredAt: fmt.Sprintf("2026-07-24T09:00:%02d.%03dZ", (i*31)%7, (i*17)%3),
+					Seq:        float64((i * 13) % 5),
+				}
+			}
+			if !c.canonical {
+				evs[c.n*3/4].OccurredAt = "2026-07-24T09:00:03Z" // no milliseconds
+			}
+			want := make([]int32, c.n)
+			for i := range want {
+				want[i] = int32(i)
+			}
+			slices.SortStableFunc(want, func(a, b int32) int { return compareEvents(&evs[a], &evs[b]) })
+			if got := sortedOrder(evs); !slices.Equal(got, want) {
+				t.Fatalf("sortedOrder differs from the stable sort (first 8: %v, want %v)", got[:8], want[:8])
+			}
+		})
 	}
 }
