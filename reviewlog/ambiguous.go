@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -56,8 +55,6 @@ type AmbiguityLine struct {
 	At   string `json:"at"`
 }
 
-var ambiguityKeyRE = regexp.MustCompile(`^[0-9a-f]{32}$`)
-
 // AmbiguityKey names an ambiguity by its kind, transactions and
 // authorizations, whatever their order or case.
 func AmbiguityKey(kind string, nonces, txs []string) string {
@@ -88,16 +85,16 @@ func checkAmbiguity(a *Ambiguity) error {
 		return errors.New("an ambiguity names its run, line and text")
 	}
 	for _, n := range a.Nonces {
-		if !hex32RE.MatchString(n) {
+		if !isHex0x(n, 64) {
 			return errors.New("an ambiguity's nonces are 0x and 64 lower-case hex digits")
 		}
 	}
 	for _, t := range a.Transactions {
-		if !txRE.MatchString(t) {
+		if !isHex0x(t, 64) {
 			return errors.New("an ambiguity's transactions are 0x and 64 lower-case hex digits")
 		}
 	}
-	if !ambiguityKeyRE.MatchString(a.Key) || a.Key != AmbiguityKey(a.Kind, a.Nonces, a.Transactions) {
+	if !isLowerHex(a.Key, 32) || a.Key != AmbiguityKey(a.Kind, a.Nonces, a.Transactions) {
 		return errors.New("an ambiguity's key is not the key of its kind, authorizations and transactions")
 	}
 	return nil

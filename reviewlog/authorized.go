@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
 	"time"
 )
 
@@ -131,13 +130,6 @@ func checkSeal(a *Authorized) string {
 	return ""
 }
 
-var (
-	hex32RE  = regexp.MustCompile(`^0x[0-9a-f]{64}$`)
-	hex65RE  = regexp.MustCompile(`^0x[0-9a-f]{130}$`)
-	addrRE   = regexp.MustCompile(`^0x[0-9a-fA-F]{40}$`)
-	digitsRE = regexp.MustCompile(`^(0|[1-9][0-9]{0,77})$`)
-)
-
 func checkAuthorized(a *Authorized) error {
 	if a == nil {
 		return errors.New("an authorized record needs an authorization")
@@ -145,13 +137,13 @@ func checkAuthorized(a *Authorized) error {
 	switch {
 	case a.DecisionReceipt == "" || a.Receipt == "" || len(a.DecisionReceipt) > maxFieldBytes || len(a.Receipt) > maxFieldBytes:
 		return errors.New("an authorized record needs its decision_receipt and receipt")
-	case !hex32RE.MatchString(a.Nonce) || !hex32RE.MatchString(a.Digest):
+	case !isHex0x(a.Nonce, 64) || !isHex0x(a.Digest, 64):
 		return errors.New("an authorized record's nonce and digest are 0x and 64 lower-case hex digits")
-	case !hex65RE.MatchString(a.Signature):
+	case !isHex0x(a.Signature, 130):
 		return errors.New("an authorized record's signature is 0x and 130 lower-case hex digits")
-	case !addrRE.MatchString(a.From) || !addrRE.MatchString(a.To) || !addrRE.MatchString(a.Token):
+	case !isAddress(a.From) || !isAddress(a.To) || !isAddress(a.Token):
 		return errors.New("an authorized record's from, to and token are addresses")
-	case !digitsRE.MatchString(a.Value) || !digitsRE.MatchString(a.ValidAfter) || !digitsRE.MatchString(a.ValidBefore):
+	case !isUint256Digits(a.Value) || !isUint256Digits(a.ValidAfter) || !isUint256Digits(a.ValidBefore):
 		return errors.New("an authorized record's value and validity are decimal numbers")
 	case a.Network == "" || a.Name == "" || a.Version == "" || len(a.Network) > 64 || len(a.Name) > 256 || len(a.Version) > 256 || len(a.Resource) > maxFieldBytes:
 		return errors.New("an authorized record needs its network, name and version")

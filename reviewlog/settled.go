@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"time"
 )
 
@@ -84,17 +83,15 @@ func (s Settled) SourceName() string {
 	return "the agent (record_receipt)"
 }
 
-var txRE = regexp.MustCompile(`^0x[0-9a-f]{64}$`)
-
 func checkSettled(s *Settled) error {
 	switch {
 	case s == nil:
 		return errors.New("a settled record needs a settlement")
-	case !hex32RE.MatchString(s.Nonce) || !txRE.MatchString(s.Transaction) || !hex32RE.MatchString(s.Digest):
+	case !isHex0x(s.Nonce, 64) || !isHex0x(s.Transaction, 64) || !isHex0x(s.Digest, 64):
 		return errors.New("a settled record's nonce, transaction and digest are 0x and 64 lower-case hex digits")
 	case s.Receipt == "" || s.AuthorizationReceipt == "" || s.DecisionReceipt == "" || len(s.Receipt) > maxFieldBytes || len(s.AuthorizationReceipt) > maxFieldBytes || len(s.DecisionReceipt) > maxFieldBytes:
 		return errors.New("a settled record names its receipts")
-	case !addrRE.MatchString(s.Payer) || s.Network == "" || len(s.Network) > 64:
+	case !isAddress(s.Payer) || s.Network == "" || len(s.Network) > 64:
 		return errors.New("a settled record needs the payer's address and the network")
 	case len(s.SellerReceipt) > 16<<10 || (len(s.SellerReceipt) > 0 && !json.Valid(s.SellerReceipt)) || len(s.SellerReceiptSigner) > maxFieldBytes || len(s.Findings) > 32:
 		return errors.New("a settled record's seller receipt is one JSON object of at most 16 KiB, with at most 32 findings")
