@@ -575,16 +575,7 @@ func (p *parser) str() (span, bool, error) {
 	start := p.pos
 	s := p.src
 	i := p.pos
-	// plain8, written out here: as a call it costs more than its test.
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	for i+8 <= len(s) {
-		_ = s[i+7]
-		x := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
-			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
-		q, b := x^(ones*'"'), x^(ones*'\\')
-		if (x|(x-ones*0x20)|(q-ones)|(b-ones))&highs != 0 {
-			break
-		}
+	for i+8 <= len(s) && plainWord(load8(s, i)) {
 		i += 8
 	}
 	for i < len(s) {
@@ -690,18 +681,26 @@ func (p *parser) strSlow(start int) (span, bool, error) {
 	return span{}, false, p.errf("unterminated string")
 }
 
-// plain8 reports whether the eight bytes of s at i are all plainByte, with
+// plain8 reports whether the eight bytes of s at i are all plainByte.
+func plain8(s string, i int) bool { return plainWord(load8(s, i)) }
+
+// load8 reads the eight bytes of s at i as a little-endian word.
+func load8(s string, i int) uint64 {
+	_ = s[i+7]
+	return uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+		uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+}
+
+// plainWord reports whether the eight bytes of x are all plainByte, with
 // word arithmetic: a byte below 0x20 borrows into its high bit when 0x20 is
 // taken from it, '"' and '\\' become zero (and then borrow) when xored with
 // themselves, and non-ASCII bytes have the high bit already. A borrow can
 // only mark bytes above a byte that was marked itself, so the answer is exact.
-func plain8(s string, i int) bool {
+// load8 and plainWord are small enough to be inlined into the loops that
+// use them, where a call per word cost more than its test.
+func plainWord(x uint64) bool {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	_ = s[i+7]
-	x := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
-		uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
-	q := x ^ (ones * '"')
-	b := x ^ (ones * '\\')
+	q, b := x^(ones*'"'), x^(ones*'\\')
 	return (x|(x-ones*0x20)|(q-ones)|(b-ones))&highs == 0
 }
 

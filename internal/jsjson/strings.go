@@ -21,7 +21,7 @@ func AppendString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	start := 0
 	i := 0
-	for i+8 <= len(s) && plain8(s, i) {
+	for i+8 <= len(s) && plainWord(load8(s, i)) {
 		i += 8
 	}
 	for i < len(s) {
