@@ -366,6 +366,7 @@ func (p *parser) object(key span, keySide bool, depth int) error {
 		n       uint32
 		members []uint32          // raw member indices while the object is small
 		index   map[string]uint32 // key -> first member index, once it is large
+		seen    uint64            // keyBit of every key in members
 		flags   uint8
 	)
 	if p.pos < len(p.src) && p.src[p.pos] == '}' {
@@ -397,11 +398,13 @@ func (p *parser) object(key span, keySide bool, depth int) error {
 				p.notPlain = true
 			}
 			first, dup := uint32(0), false
+			bit := keyBit(k)
 			if index != nil {
 				first, dup = index[k]
-			} else {
+			} else if seen&bit != 0 {
+				// A key with the same bit came before: compare (keys of
+				// other lengths differ at once).
 				for _, m := range members {
-					// Keys of other lengths differ: most are told apart by that alone.
 					if mk := p.tape[m].key; mk.n == ksp.n && p.keyBytes(mk, p.tape[m].kind&flagSideKey != 0) == k {
 						first, dup = m, true
 						break
@@ -420,6 +423,7 @@ func (p *parser) object(key span, keySide bool, depth int) error {
 				index[k] = at
 			} else {
 				members = append(members, at)
+				seen |= bit
 				if len(members) > smallObject {
 					index = make(map[string]uint32, 2*len(members))
 					for _, m := range members {
@@ -447,6 +451,17 @@ func (p *parser) object(key span, keySide bool, depth int) error {
 	p.tape[self].a = uint32(len(p.tape))
 	p.tape[self].b = n
 	return nil
+}
+
+// keyBit is one of 64 bits picked by a key's length and its first and last
+// bytes: a small object's keys are compared with a new one only when one
+// of them had its bit, which distinct keys rarely share.
+func keyBit(k string) uint64 {
+	h := uint(len(k))
+	if len(k) > 0 {
+		h += uint(k[0])*7 + uint(k[len(k)-1])*31
+	}
+	return 1 << (h & 63)
 }
 
 // keyBytes returns a key as a string. Side keys are copied because p.side may

@@ -48,6 +48,7 @@ func TestParsePrintLikeJavaScript(t *testing.T) {
 		{"big object dedupe", `{"k0":0,"k1":1,"k2":2,"k3":3,"k4":4,"k5":5,"k6":6,"k7":7,"k8":8,"k9":9,"k10":10,"k11":11,"k12":12,"k13":13,"k14":14,"k15":15,"k16":16,"k17":17,"k3":"x","k17":"y"}`, "",
 			`{"k0":0,"k1":1,"k2":2,"k3":"x","k4":4,"k5":5,"k6":6,"k7":7,"k8":8,"k9":9,"k10":10,"k11":11,"k12":12,"k13":13,"k14":14,"k15":15,"k16":16,"k17":"y"}`},
 		{"escaped keys dedupe", `{"\u0061":1,"a":2}`, "", `{"a":2}`},
+		{"empty and look-alike keys dedupe", `{"":1,"ab":2,"ba":3,"aab":6,"":4,"ab":5}`, "", `{"":4,"ab":5,"ba":3,"aab":6}`},
 		{"__proto__ is a plain key", `{"__proto__":1}`, "", `{"__proto__":1}`},
 	}
 	for _, c := range cases {
