@@ -355,8 +355,16 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 	// mine, when set, is the index's reading of the operations with cp
 	// (matched then holds only the reservations with it).
 	var mine *withOps
+	// With an index, the open operations with the counterparty and those
+	// with other hosts are read from it and from the runs it counts
+	// (Elided.AddRun) in the history's order, the reservations' after:
+	// openMore and elsewhereMore count those left out of the lists, which
+	// hold at least the first maxEvidence.
+	var open []Op
+	nListed, openMore, elsewhereMore := 0, 0, 0
 	if ix := h.Index; ix != nil {
 		var seen func(int32) bool
+		var list []int32
 		if payCp == nil {
 			mine = ix.mine(cp)
 			if mine == nil {
@@ -368,13 +376,21 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 			}
 			f.Coarse = mine.coarse > 0
 		} else {
-			var list []int32
 			list, seen = ix.ours(cp, payCp)
 			matched = make([]timedOp, 0, len(list)+len(h.Reserved))
 			for _, i := range list {
 				sawMatch(&h.Ops[i], ix.last[i])
 			}
+			nListed = len(matched)
 		}
+		var openIdx []int32
+		if mine != nil {
+			openIdx = mine.open
+		} else {
+			openIdx = slices.DeleteFunc(slices.Clone(list), func(i int32) bool { return !h.Ops[i].Open })
+		}
+		n, placed := ix.elided.openWith(cp, payCp)
+		open, openMore = placedOps(&h, openIdx, placed), n-len(placed)
 		u := ix.unattributable[kind]
 		f.Unattributable, f.PaidWithoutHost = u.n, 0
 		if cp.Kind == KindHost {
@@ -391,11 +407,14 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 			}
 		}
 		if hostOnly {
+			var idx []int32
 			for _, i := range ix.open {
 				if !seen(i) && h.Ops[i].unattributableFor(kind) == "" {
-					elsewhereOpen = append(elsewhereOpen, h.Ops[i])
+					idx = append(idx, i)
 				}
 			}
+			n, placed := ix.elided.openElsewhere(cp.Value)
+			elsewhereOpen, elsewhereMore = placedOps(&h, idx, placed), n-len(placed)
 		}
 	} else {
 		for i := range h.Ops {
@@ -466,18 +485,12 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 		add(Reason{Rule: RuleAllowlist, Detail: detail}, Review)
 	}
 	// 3. open_partial
-	var open []Op
-	if mine != nil {
-		for _, i := range mine.open {
-			open = append(open, h.Ops[i])
-		}
-	}
-	for _, m := range matched {
+	for _, m := range matched[nListed:] {
 		if m.op.Open {
 			open = append(open, *m.op)
 		}
 	}
-	nOpen := len(open) + live.open
+	nOpen := len(open) + openMore + live.open
 	f.OpenPartial = nOpen
 	if nOpen > cfg.MaxOpenPartial {
 		what := "partial operations where the payment stage closed and the outcome was not confirmed"
@@ -505,7 +518,7 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 	// 3a'. A host alone is tied to a payment only by the resource URL its
 	// seller declared, and a seller can declare any host: open payments
 	// declared for other hosts may be with this one.
-	if n := len(elsewhereOpen) + elsewhere.open; n > 0 && cfg.UnattributableHistory != Ignore {
+	if n := len(elsewhereOpen) + elsewhereMore + elsewhere.open; n > 0 && cfg.UnattributableHistory != Ignore {
 		detail := fmt.Sprintf("%s paid and not settled %s attributed to other hosts only by the resource URL their sellers declared, and a seller can declare any host, so any of them may be with %s; pass pay_to (the payee address of the 402) beside the host to tell them apart",
 			count(n, "operation", "operations"), isAre(n), cfg.Label(cp.Value))
 		add(Reason{Rule: RuleUnattributable, Detail: detail + moreNote(n), Evidence: refsWith(elsewhereOpen, elsewhere.openRefs)}, Review)
