@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
@@ -14,16 +15,31 @@ import (
 // runDigest is what the guard's decisions read of one run's view without
 // its summaries: the operations they always read one by one (guard.Keep),
 // in listing order, and the counts of the others (guard.Elided), with the
-// latest time any window reads of those others. It is saved in the run's
-// authenticated header (runindex.Options.Digest), so that a restart's
-// first decision reads the headers and not every run's summaries.
+// latest time any window reads of those others; and, where every kept
+// operation is countable too (guard.Countable), their counts with the
+// first evidence of the open ones (guard.Elided.AddRun) and their latest
+// time, so that a decision older than every operation of the run reads
+// counts only. It is saved in the run's authenticated header
+// (runindex.Options.Digest), so that a restart's first decision reads the
+// headers and not every run's summaries; the kept operations stay encoded
+// there until a decision reads them.
 type runDigest struct {
-	kept   []guard.Op
+	runID  string
 	elided *guard.Elided
 	// latest is the latest guard.Horizon of the operations left out; bad
 	// says one of their times cannot be read.
 	latest time.Time
 	bad    bool
+	// counted counts the kept operations (nil: one of them is not
+	// countable, or its time cannot be read); keptLatest is the latest
+	// guard.Horizon of those.
+	counted    *guard.Elided
+	keptLatest time.Time
+	// kept are the kept operations, decoded from keptBlob when first read.
+	keptOnce sync.Once
+	keptBlob []byte
+	kept     []guard.Op
+	keptErr  error
 }
 
 // elidable says whether a decision whose windows start at or after since
@@ -32,25 +48,52 @@ func (d *runDigest) elidable(since time.Time) bool {
 	return !d.bad && d.latest.Before(since)
 }
 
-// digestOf is the digest of a view's summaries.
-func digestOf(items []Summary) *runDigest {
-	return digestKeeping(items, true)
+// countable says whether such a decision can read the run from its counts
+// alone: no operation of it is that recent.
+func (d *runDigest) countable(since time.Time) bool {
+	return d.elidable(since) && d.counted != nil && d.keptLatest.Before(since)
 }
 
-// digestKeeping is digestOf; without keep, the operations kept are left
-// out of it (a save encodes them from the summaries).
-func digestKeeping(items []Summary, keep bool) *runDigest {
-	d := &runDigest{elided: guard.NewElided()}
+// keptOps are the run's kept operations.
+func (d *runDigest) keptOps() ([]guard.Op, error) {
+	d.keptOnce.Do(func() {
+		if d.keptBlob == nil {
+			return
+		}
+		dec := runindex.NewDec(d.keptBlob)
+		const most = 1 << 30
+		d.kept = make([]guard.Op, dec.Len(most))
+		for i := range d.kept {
+			d.kept[i] = decodeSummary(d.runID, dec).Guard
+		}
+		if err := dec.Done(); err != nil {
+			d.kept, d.keptErr = nil, fmt.Errorf("run %s: the guard's digest: its operations: %w", d.runID, err)
+		}
+	})
+	return d.kept, d.keptErr
+}
+
+// digestOf is the digest of a view's summaries.
+func digestOf(items []Summary) *runDigest {
+	d := &runDigest{elided: guard.NewElided(), counted: guard.NewElided()}
 	for i := range items {
 		o := &items[i].Guard
+		at, ok := guard.Horizon(*o)
 		if guard.Keep(*o) {
-			if keep {
-				d.kept = append(d.kept, *o)
+			d.kept = append(d.kept, *o)
+			switch {
+			case d.counted == nil:
+			case !ok || !guard.Countable(*o):
+				d.counted = nil
+			default:
+				d.counted.AddRun(*o, i)
+				if at.After(d.keptLatest) {
+					d.keptLatest = at
+				}
 			}
 			continue
 		}
 		d.elided.Add(*o)
-		at, ok := guard.Horizon(*o)
 		if !ok {
 			d.bad = true
 		} else if at.After(d.latest) {
@@ -61,22 +104,60 @@ func digestKeeping(items []Summary, keep bool) *runDigest {
 }
 
 // writeDigest is runindex.Options.Digest: a view's digest for the saved
-// index.
+// index. The kept operations are a blob of their own, which a start skips.
 func writeDigest(e *runindex.Enc, items []Summary) {
-	var kept []int
+	d := digestOf(items)
+	ke := runindex.NewEnc()
+	ke.Uint(uint64(len(d.kept)))
 	for i := range items {
 		if guard.Keep(items[i].Guard) {
-			kept = append(kept, i)
+			encodeSummary(ke, &items[i])
 		}
 	}
-	d := digestKeeping(items, false)
-	e.Uint(uint64(len(kept)))
-	for _, i := range kept {
-		encodeSummary(e, &items[i])
-	}
+	e.Bytes(ke.Blob())
 	e.Bool(d.bad)
 	e.Int(d.latest.UnixNano())
-	el := d.elided
+	writeElided(e, d.elided)
+	e.Bool(d.counted != nil)
+	if d.counted == nil {
+		return
+	}
+	e.Int(d.keptLatest.UnixNano())
+	writeElided(e, d.counted)
+	c := d.counted
+	e.Uint(uint64(c.PaidWithoutHost))
+	e.Uint(uint64(c.OpenOps))
+	cps := sortedCounterparties(c.Open)
+	e.Uint(uint64(len(cps)))
+	for _, cp := range cps {
+		w := c.Open[cp]
+		e.Str(string(cp.Kind))
+		e.Str(cp.Value)
+		e.Uint(uint64(w.N))
+		writeRefs(e, w.First, false)
+	}
+	writePairs(e, c.OpenBoth)
+	writeRefs(e, c.Elsewhere, true)
+}
+
+// writeRefs writes open operations kept as evidence (their places and
+// ids; hosts too when asked).
+func writeRefs(e *runindex.Enc, rs []guard.OpenRef, hosts bool) {
+	e.Uint(uint64(len(rs)))
+	for _, r := range rs {
+		e.Uint(uint64(r.Seq))
+		e.Str(r.Ref.OperationID)
+		if hosts {
+			e.Uint(uint64(len(r.Hosts)))
+			for _, h := range r.Hosts {
+				e.Str(h)
+			}
+		}
+	}
+}
+
+// writeElided writes what an Elided counts (not its open operations).
+func writeElided(e *runindex.Enc, el *guard.Elided) {
 	e.Uint(uint64(el.Ops))
 	e.Uint(uint64(el.SettleUnconfirmed))
 	for _, k := range []guard.CounterpartyKind{guard.KindAddress, guard.KindHost} {
@@ -92,16 +173,7 @@ func writeDigest(e *runindex.Enc, items []Summary) {
 			e.Uint(uint64(why[w]))
 		}
 	}
-	cps := make([]guard.Counterparty, 0, len(el.With))
-	for c := range el.With {
-		cps = append(cps, c)
-	}
-	slices.SortFunc(cps, func(a, b guard.Counterparty) int {
-		if a.Kind != b.Kind {
-			return compareStr(string(a.Kind), string(b.Kind))
-		}
-		return compareStr(a.Value, b.Value)
-	})
+	cps := sortedCounterparties(el.With)
 	e.Uint(uint64(len(cps)))
 	for _, c := range cps {
 		w := el.With[c]
@@ -111,8 +183,12 @@ func writeDigest(e *runindex.Enc, items []Summary) {
 		e.Uint(uint64(w.Coarse))
 		e.Uint(uint64(w.Spent))
 	}
-	pairs := make([][2]string, 0, len(el.Both))
-	for k := range el.Both {
+	writePairs(e, el.Both)
+}
+
+func writePairs(e *runindex.Enc, m map[[2]string]int) {
+	pairs := make([][2]string, 0, len(m))
+	for k := range m {
 		pairs = append(pairs, k)
 	}
 	slices.SortFunc(pairs, func(a, b [2]string) int {
@@ -125,8 +201,24 @@ func writeDigest(e *runindex.Enc, items []Summary) {
 	for _, k := range pairs {
 		e.Str(k[0])
 		e.Str(k[1])
-		e.Uint(uint64(el.Both[k]))
+		e.Uint(uint64(m[k]))
 	}
+}
+
+// sortedCounterparties are m's keys in order (a save writes the same bytes
+// for the same view).
+func sortedCounterparties[V any](m map[guard.Counterparty]V) []guard.Counterparty {
+	cps := make([]guard.Counterparty, 0, len(m))
+	for c := range m {
+		cps = append(cps, c)
+	}
+	slices.SortFunc(cps, func(a, b guard.Counterparty) int {
+		if a.Kind != b.Kind {
+			return compareStr(string(a.Kind), string(b.Kind))
+		}
+		return compareStr(a.Value, b.Value)
+	})
+	return cps
 }
 
 func compareStr(a, b string) int {
@@ -139,18 +231,69 @@ func compareStr(a, b string) int {
 	return 0
 }
 
-// readDigest reads what writeDigest wrote of one run.
+// readDigest reads what writeDigest wrote of one run; its kept
+// operations are decoded when first read (keptOps).
 func readDigest(runID string, blob []byte) (*runDigest, error) {
 	dec := runindex.NewDec(blob)
-	const most = 1 << 30
-	d := &runDigest{elided: guard.NewElided()}
-	d.kept = make([]guard.Op, dec.Len(most))
-	for i := range d.kept {
-		d.kept[i] = decodeSummary(runID, dec).Guard
+	d := &runDigest{runID: runID}
+	d.keptBlob = dec.Bytes()
+	if d.keptBlob == nil {
+		d.keptBlob = []byte{}
 	}
 	d.bad = dec.Bool()
 	d.latest = time.Unix(0, dec.Int())
-	el := d.elided
+	d.elided = readElided(dec)
+	if dec.Bool() {
+		d.keptLatest = time.Unix(0, dec.Int())
+		c := readElided(dec)
+		const most = 1 << 30
+		c.PaidWithoutHost, c.OpenOps = dec.Len(most), dec.Len(most)
+		for range dec.Len(most) {
+			cp := readCounterparty(dec)
+			c.Open[cp] = &guard.ElidedOpen{N: dec.Len(most), First: readRefs(runID, dec, false)}
+		}
+		readPairs(dec, c.OpenBoth)
+		c.Elsewhere = readRefs(runID, dec, true)
+		d.counted = c
+	}
+	if err := dec.Done(); err != nil {
+		return nil, fmt.Errorf("run %s: the guard's digest: %w", runID, err)
+	}
+	return d, nil
+}
+
+func readCounterparty(dec *runindex.Dec) guard.Counterparty {
+	kind := guard.CounterpartyKind(dec.Str())
+	c := guard.Counterparty{Kind: kind, Value: dec.Str()}
+	if kind != guard.KindAddress && kind != guard.KindHost {
+		dec.Fail("a counterparty of no known kind")
+	}
+	return c
+}
+
+// readRefs reads what writeRefs wrote: evidence in its run's order.
+func readRefs(runID string, dec *runindex.Dec, hosts bool) []guard.OpenRef {
+	const most = 1 << 30
+	rs := make([]guard.OpenRef, dec.Len(most))
+	for i := range rs {
+		rs[i] = guard.OpenRef{Seq: dec.Len(most), Ref: guard.Ref{RunID: runID, OperationID: dec.Str()}}
+		if i > 0 && rs[i].Seq <= rs[i-1].Seq {
+			dec.Fail("evidence out of order")
+		}
+		if hosts {
+			rs[i].Hosts = make([]string, dec.Len(most))
+			for j := range rs[i].Hosts {
+				rs[i].Hosts[j] = dec.Str()
+			}
+		}
+	}
+	return rs
+}
+
+// readElided reads what writeElided wrote.
+func readElided(dec *runindex.Dec) *guard.Elided {
+	const most = 1 << 30
+	el := guard.NewElided()
 	el.Ops, el.SettleUnconfirmed = dec.Len(most), dec.Len(most)
 	for _, k := range []guard.CounterpartyKind{guard.KindAddress, guard.KindHost} {
 		for range dec.Len(most) {
@@ -159,21 +302,19 @@ func readDigest(runID string, blob []byte) (*runDigest, error) {
 		}
 	}
 	for range dec.Len(most) {
-		kind := guard.CounterpartyKind(dec.Str())
-		c := guard.Counterparty{Kind: kind, Value: dec.Str()}
-		if kind != guard.KindAddress && kind != guard.KindHost {
-			dec.Fail("a counterparty of no known kind")
-		}
+		c := readCounterparty(dec)
 		el.With[c] = &guard.ElidedWith{N: dec.Len(most), Coarse: dec.Len(most), Spent: dec.Len(most)}
 	}
+	readPairs(dec, el.Both)
+	return el
+}
+
+func readPairs(dec *runindex.Dec, m map[[2]string]int) {
+	const most = 1 << 30
 	for range dec.Len(most) {
 		k := [2]string{dec.Str(), dec.Str()}
-		el.Both[k] = dec.Len(most)
+		m[k] = dec.Len(most)
 	}
-	if err := dec.Done(); err != nil {
-		return nil, fmt.Errorf("run %s: the guard's digest: %w", runID, err)
-	}
-	return d, nil
 }
 
 // digestEntry is a run's digest as last read, and what it was read from.
@@ -242,6 +383,12 @@ func (c *Catalog) HistorySince(ctx context.Context, t *receipt.Template, since t
 			}
 			d, err := c.digestFor(&runs[i])
 			need[i] = err != nil || !d.elidable(since)
+			if !need[i] && !d.countable(since) {
+				// Its kept operations are read: where they cannot be,
+				// its summaries are.
+				_, err = d.keptOps()
+				need[i] = err != nil
+			}
 			if err != nil {
 				c.cfg.Logger.Warn("a run's digest in the saved run index is not used; reading its summaries", "run", runs[i].RunID, "err", err)
 			}
@@ -262,7 +409,7 @@ func (c *Catalog) HistorySince(ctx context.Context, t *receipt.Template, since t
 			return guard.History{}, fmt.Errorf("read history: %w", err)
 		}
 		digests[i] = d
-		views[i] = sinceKey{run: rv.RunID, d: d, whole: !d.elidable(since)}
+		views[i] = sinceKey{run: rv.RunID, d: d, whole: !d.elidable(since), counted: d.countable(since)}
 		if rv.Pending && views[i].whole {
 			return guard.History{}, fmt.Errorf("read history: run %s was left in the saved index", rv.RunID)
 		}
@@ -286,7 +433,18 @@ func (c *Catalog) HistorySince(ctx context.Context, t *receipt.Template, since t
 			}
 			continue
 		}
-		hist.Ops = append(hist.Ops, digests[i].kept...)
+		if views[i].counted {
+			// Every operation of the run is older than the decision's
+			// windows: counted, the open ones' first evidence in place.
+			elided.MergeAt(digests[i].elided, len(hist.Ops))
+			elided.MergeAt(digests[i].counted, len(hist.Ops))
+			continue
+		}
+		kept, err := digests[i].keptOps()
+		if err != nil {
+			return guard.History{}, fmt.Errorf("read history: %w", err)
+		}
+		hist.Ops = append(hist.Ops, kept...)
 		elided.Merge(digests[i].elided)
 	}
 	for _, u := range listing.Unreadable {
@@ -304,9 +462,9 @@ func (c *Catalog) HistorySince(ctx context.Context, t *receipt.Template, since t
 // sinceKey is one run as a HistorySince read it: its digest, and whether
 // its summaries were read whole.
 type sinceKey struct {
-	run   string
-	d     *runDigest
-	whole bool
+	run            string
+	d              *runDigest
+	whole, counted bool
 }
 
 type cachedSince struct {

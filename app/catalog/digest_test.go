@@ -171,6 +171,14 @@ func TestDecisionsFromTheSavedIndexAreTheEvents(t *testing.T) {
 			if got.ElidedOps() == 0 && c.adopted > 0 {
 				t.Fatal("the restored history left no operation out: the test proves little")
 			}
+			// The old runs have no operation inside a window: each is
+			// counted whole, its open operations too; only the recent ones
+			// are listed.
+			for _, o := range got.Ops {
+				if o.RunID != "run-08" && o.RunID != "run-09" {
+					t.Fatalf("operation %s of the old run %s listed (open %v): the run was not counted whole", o.OperationID, o.RunID, o.Open)
+				}
+			}
 			if len(got.Ops)+got.ElidedOps() != len(want.Ops) {
 				t.Fatalf("%d operations listed and %d counted; the events hold %d", len(got.Ops), got.ElidedOps(), len(want.Ops))
 			}

@@ -30,7 +30,7 @@ const (
 	IndexFile = "run-index.bin"
 	KeyFile   = "run-index.key"
 	// indexMagic names the format; a new format is a new magic.
-	indexMagic = "HAIA-RUNINDEX 4\n"
+	indexMagic = "HAIA-RUNINDEX 5\n"
 	// tailBytes is how much of the end of what was read is hashed.
 	tailBytes = 4096
 	// maxIndexBytes bounds the file read back (about 20 million events).
