@@ -846,6 +846,9 @@ func (st *Stack) Close() {
 			st.cancel()
 		}
 		st.wg.Wait()
+		if st.payments != nil {
+			st.payments.Close()
+		}
 		if st.store != nil {
 			st.store.Close()
 		}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
@@ -51,6 +52,13 @@ type Config struct {
 type Authorizer struct {
 	cfg   Config
 	trace *traceState
+	// closing ends the sweep running after an answer (see
+	// SettleFromTraceSeen) when Close is called; bg waits for it.
+	closing context.Context
+	close   context.CancelFunc
+	bgMu    sync.Mutex
+	closed  bool
+	bg      sync.WaitGroup
 }
 
 // New checks the configuration.
@@ -64,7 +72,33 @@ func New(cfg Config) (*Authorizer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Authorizer{cfg: cfg, trace: &traceState{runs: map[string]cachedRun{}, ambiguous: map[string]bool{}}}, nil
+	closing, stop := context.WithCancel(context.Background())
+	return &Authorizer{cfg: cfg, trace: &traceState{runs: map[string]cachedRun{}, ambiguous: map[string]bool{}}, closing: closing, close: stop}, nil
+}
+
+// Close ends a sweep of the Trace running after an answer and waits for
+// it (what it recorded stays; the rest is read at the next sweep).
+func (a *Authorizer) Close() {
+	a.bgMu.Lock()
+	a.closed = true
+	a.bgMu.Unlock()
+	a.close()
+	a.bg.Wait()
+}
+
+// background runs f on its own goroutine unless Close was called.
+func (a *Authorizer) background(f func()) bool {
+	a.bgMu.Lock()
+	defer a.bgMu.Unlock()
+	if a.closed {
+		return false
+	}
+	a.bg.Add(1)
+	go func() {
+		defer a.bg.Done()
+		f()
+	}()
+	return true
 }
 
 // Payer is the address payments are signed from.

@@ -44,6 +44,9 @@ type traceState struct {
 	swept        atomic.Bool
 	sweptChanges atomic.Uint64
 	sweptGen     atomic.Uint64
+	// first says a process's first sweep runs after an answer
+	// (SettleFromTraceSeen).
+	first atomic.Bool
 }
 
 type cachedRun struct {
@@ -292,9 +295,38 @@ func (a *Authorizer) recordAmbiguity(ctx context.Context, am reviewlog.Ambiguity
 // more at any size of root. When the Trace changed, only the bytes
 // appended to a run since the last sweep are read. Without TraceChanges it
 // is SettleFromTrace.
+//
+// The first sweep of a process (none completed yet) reads every run file
+// whole — 1.7 GB on a root of 3M events — so it runs after the caller's
+// answer instead of before it: SettleFromTraceSeen starts it and returns
+// (one at a time; Close ends it). A decision made meanwhile sees the
+// authorizations it has not bound yet still open, which can only add a
+// review: binding a settlement closes an open hold and never adds to what
+// a decision counts. authorize_payment's sweep (SettleFromTrace) stays
+// before its answer.
 func (a *Authorizer) SettleFromTraceSeen(ctx context.Context) (TraceSweep, error) {
 	st := a.trace
 	if a.cfg.TraceChanges != nil && st.swept.Load() && st.sweptChanges.Load() == a.cfg.TraceChanges() && st.sweptGen.Load() == st.gen.Load() {
+		return TraceSweep{}, nil
+	}
+	if !st.swept.Load() {
+		if st.first.CompareAndSwap(false, true) {
+			bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+			stop := context.AfterFunc(a.closing, cancel)
+			started := a.background(func() {
+				defer st.first.Store(false)
+				defer stop()
+				defer cancel()
+				if _, err := a.SettleFromTrace(bg); err != nil {
+					a.cfg.Logger.Warn("the Trace's settlements could not be read", "err", err)
+				}
+			})
+			if !started {
+				stop()
+				cancel()
+				st.first.Store(false)
+			}
+		}
 		return TraceSweep{}, nil
 	}
 	return a.SettleFromTrace(ctx)

@@ -78,6 +78,7 @@ func newPolicyServer(t testing.TB, dir string, indexBytes int64, pol *guard.Conf
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(pay.Close)
 	if err := s.EnableGuard(&Guard{Engine: eng, AgentID: "test-agent", Payments: pay}); err != nil {
 		t.Fatal(err)
 	}

@@ -204,3 +204,43 @@ func TestCheckBeforePayBindsTraceSettlements(t *testing.T) {
 		t.Fatalf("after the append (%d bytes before): %v", len(whole), got)
 	}
 }
+
+// After a restart, the process's first sweep of the Trace's settlements
+// (every run file read whole) runs after check_before_pay's answer instead
+// of before it, and still binds the settlement the recorder wrote while
+// the server was down.
+func TestFirstTraceSweepAfterARestartBindsAfterTheAnswer(t *testing.T) {
+	pol, err := guard.ParseConfig([]byte(`{"reviewAbove":"100.00"}`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	s := newPolicyServer(t, dir, 0, pol)
+	const p1 = "0x1111111111111111111111111111111111111111"
+	a := authorize(t, s, map[string]any{"payment_required": paymentRequiredAt("https://one.example/r", "250000", p1), "resource": "https://one.example/r"})
+	if a.Decision != "allow" || a.Authorization == nil {
+		t.Fatalf("authorize: %+v", a)
+	}
+	writeTraceRun(t, dir, "run-trace", tracePayment{"op-1", "https://one.example/r", p1, "250000", a.Authorization.Nonce, "0x" + strings.Repeat("1", 64), a.Authorization.Payer})
+	settledBy := func() map[string]string {
+		t.Helper()
+		sts, err := reviewlog.OpenStore(filestore.New(openRoot(t, dir)), reviewlog.Options{}).Settlements(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, st := range sts {
+			out[st.Nonce] = st.Source
+		}
+		return out
+	}
+	restarted := newPolicyServer(t, dir, 0, pol)
+	if isErr, text, _ := callTool(t, restarted, "check_before_pay", map[string]any{"counterparty": p1, "amount": "0.01"}); isErr {
+		t.Fatalf("check_before_pay: %s", text)
+	}
+	for deadline := time.Now().Add(20 * time.Second); settledBy()[a.Authorization.Nonce] != reviewlog.SourceTrace; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("20 s after the first check_before_pay, its sweep bound nothing: %v", settledBy())
+		}
+	}
+}
