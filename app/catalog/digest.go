@@ -73,14 +73,22 @@ func (d *runDigest) keptOps() ([]guard.Op, error) {
 	return d.kept, d.keptErr
 }
 
-// digestOf is the digest of a view's summaries.
-func digestOf(items []Summary) *runDigest {
-	d := &runDigest{elided: guard.NewElided(), counted: guard.NewElided()}
+// digestOf is the digest of a view's summaries: with its kept operations
+// listed (keep), and counted (count) for a save. A view in memory is read
+// as its kept operations: their counts would be kept beside the
+// summaries as long as the view, for nothing a question needs.
+func digestOf(items []Summary, keep, count bool) *runDigest {
+	d := &runDigest{elided: guard.NewElided()}
+	if count {
+		d.counted = guard.NewElided()
+	}
 	for i := range items {
 		o := &items[i].Guard
 		at, ok := guard.Horizon(*o)
 		if guard.Keep(*o) {
-			d.kept = append(d.kept, *o)
+			if keep {
+				d.kept = append(d.kept, *o)
+			}
 			switch {
 			case d.counted == nil:
 			case !ok || !guard.Countable(*o):
@@ -106,9 +114,15 @@ func digestOf(items []Summary) *runDigest {
 // writeDigest is runindex.Options.Digest: a view's digest for the saved
 // index. The kept operations are a blob of their own, which a start skips.
 func writeDigest(e *runindex.Enc, items []Summary) {
-	d := digestOf(items)
+	d := digestOf(items, false, true)
 	ke := runindex.NewEnc()
-	ke.Uint(uint64(len(d.kept)))
+	var n uint64
+	for i := range items {
+		if guard.Keep(items[i].Guard) {
+			n++
+		}
+	}
+	ke.Uint(n)
 	for i := range items {
 		if guard.Keep(items[i].Guard) {
 			encodeSummary(ke, &items[i])
@@ -356,7 +370,7 @@ func (c *Catalog) digestFor(rv *runindex.RunView[Summary]) (*runDigest, error) {
 		e.d, e.err = readDigest(rv.RunID, rv.Digest)
 		c.digestsRead.Add(1)
 	} else {
-		e.d = digestOf(rv.Items)
+		e.d = digestOf(rv.Items, true, false)
 	}
 	c.digMu.Lock()
 	if c.digests == nil {
