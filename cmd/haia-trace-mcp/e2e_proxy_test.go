@@ -1129,3 +1129,31 @@ func TestProxyUpstreamRestartBackoff(t *testing.T) {
 		t.Fatalf("the upstream was started %d times with --upstream-restart=false", n)
 	}
 }
+
+// A proxy killed as soon as it has answered a paying call — before the
+// call's outcome receipt, which it signs after the answer, may be on disk —
+// leaves the payment counted: the proxy started again on the same root
+// answers review to a second payment over the limit, and audit reports no
+// tampering (at worst what a crash leaves, exit 4).
+func TestProxyKilledAfterAnsweringKeepsTheSpend(t *testing.T) {
+	e := newProxyEnv(t, proxyMapJSON, `{"reviewAbove": "100", "perCounterpartyLimit": {"amount": "5.00", "windowHours": 24}, "reservationMinutes": 1}`)
+	e.start(t, nil)
+	if res := e.callRaw(t, "send_usdc", `{"to":"`+sellerA+`","amount":"4.00"}`); res.IsError {
+		t.Fatalf("the first payment: %s", resultText(res))
+	}
+	if err := e.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = e.cmd.Process.Wait() // its upstream, which holds its stderr, exits on its own
+	e.start(t, nil)
+	if d := decisionOf(t, e.callRaw(t, "send_usdc", `{"to":"`+sellerA+`","amount":"4.00"}`)); d.Decision != "review" {
+		t.Fatalf("after the kill, a second 4.00 under 5.00 a day: %+v", d)
+	}
+	if n := len(e.paid(t)); n != 1 {
+		t.Fatalf("the upstream ran %d paying calls, want 1", n)
+	}
+	keyFile := filepath.Join(filepath.Dir(e.payLog), "signing-key.pem")
+	if out, _, code := runCLI(t, "audit", "--dir", e.root, "--key-file", keyFile); code != 0 && code != 4 {
+		t.Fatalf("audit after the kill: %d %s", code, out)
+	}
+}

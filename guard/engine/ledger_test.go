@@ -334,6 +334,13 @@ func TestForwardedCallCountsForItsWindow(t *testing.T) {
 			if a := checkCall(t, e, "5.00", "fourth"); a.Decision != guard.Allow {
 				t.Fatalf("a day later: %+v", a)
 			}
+			// Its outcome is never recorded (the proxy signs it after the
+			// call's answer, and a crash came first): it counts all the same,
+			// past reservationMinutes, in a new process too.
+			f.advance(16 * time.Minute)
+			if a := checkCall(t, f.fresh(t), "0.01", "fifth"); a.Decision != guard.Review || reasonOf(a, guard.RulePerCounterparty) == "" {
+				t.Fatalf("a forwarded call without its outcome was forgotten: %+v", a)
+			}
 			// A check_before_pay allow still lapses after reservationMinutes.
 			if a := check(t, e, "bot", Question{Counterparty: sellerB, Amount: "5.00"}); a.Decision != guard.Allow {
 				t.Fatalf("check: %+v", a)
