@@ -169,17 +169,7 @@ func (e *Elided) AddRun(o Op, seq int) {
 	for _, h := range o.Money.Hosts {
 		add(Counterparty{Kind: KindHost, Value: h})
 	}
-	pairs := map[[2]string]bool{}
-	for i, a := range keys {
-		for _, b := range keys[i+1:] {
-			if a != b {
-				pairs[pairKey(a, b)] = true
-			}
-		}
-	}
-	for k := range pairs {
-		e.OpenBoth[k]++
-	}
+	countPairs(keys, e.OpenBoth)
 	e.addElsewhere(OpenRef{Seq: seq, Ref: r.Ref, Hosts: o.Money.Hosts})
 }
 
@@ -257,18 +247,26 @@ func (e *Elided) Add(o Op) {
 	for _, h := range o.Money.Hosts {
 		keys = append(keys, cpKey(Counterparty{Kind: KindHost, Value: h}))
 	}
-	if len(keys) > 1 {
-		pairs := map[[2]string]bool{}
-		for i, a := range keys {
-			for _, b := range keys[i+1:] {
-				if a != b {
-					pairs[pairKey(a, b)] = true
-				}
+	countPairs(keys, e.Both)
+}
+
+// countPairs adds one to into for each pair of distinct counterparties
+// among keys, counting a pair once however often it repeats: one
+// operation names each pair of its counterparties once.
+func countPairs(keys []string, into map[[2]string]int) {
+	if len(keys) < 2 {
+		return
+	}
+	pairs := map[[2]string]bool{}
+	for i, a := range keys {
+		for _, b := range keys[i+1:] {
+			if a != b {
+				pairs[pairKey(a, b)] = true
 			}
 		}
-		for k := range pairs {
-			e.Both[k]++
-		}
+	}
+	for k := range pairs {
+		into[k]++
 	}
 }
 
