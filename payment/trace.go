@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/strictjson"
+	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
 )
 
 // The recorder's events that carry a seller's settlement answer: the
@@ -51,8 +52,63 @@ type traceRun struct {
 	Skipped int
 	// Sum is an FNV-1a hash of what can bind (each settlement's line,
 	// operation and settle, each operation's nonces, in file order): a
-	// run whose Sum is unchanged binds nothing new.
+	// run whose Sum is unchanged binds nothing new. Settlements left out
+	// (see prune) count in it as read.
 	Sum uint64
+	// dropped marks (by a hash of the operation, 4,096 bits) the
+	// operations whose settlements prune left out; reread says a nonce
+	// then came for one of them, so the run must be read again whole.
+	dropped [64]uint64
+	reread  bool
+}
+
+// payerSet holds the lower-cased addresses a settlement of the Trace can
+// be bound to by its terms: the payers of the authorizations this server
+// signed, and its own.
+type payerSet map[string]bool
+
+// concerns says a settlement event may bind to an authorization of one of
+// the payers in p by its terms: its settle names one of them (or a payer
+// that is not plain ASCII, whose case folding is left to the binding).
+func (p payerSet) concerns(s traceSettlement) bool {
+	st, err := x402.ParseSettlement(s.Settle)
+	if err != nil {
+		return false // no transaction, no payer: binds by nonce only
+	}
+	for i := 0; i < len(st.Payer); i++ {
+		if st.Payer[i] >= 0x80 {
+			return true
+		}
+	}
+	return p[strings.ToLower(st.Payer)]
+}
+
+func opBit(op string) (int, uint64) {
+	h := mix(0, op)
+	return int(h>>6) & 63, 1 << (h & 63)
+}
+
+// prune leaves out the settlements from index from on that no
+// authorization of the payers can bind: those naming another payer, in an
+// operation that carries no nonce (one that does binds by its nonce, of
+// whichever payer the settle names). Such an operation is marked, so a
+// nonce read for it later has the run read again whole. Keeping more than
+// can bind is harmless: a settlement of another payer in an operation
+// without a nonce binds to nothing.
+func (r *traceRun) prune(from int, payers payerSet, more map[string][]string) {
+	kept := r.Settlements[:from]
+	for _, s := range r.Settlements[from:] {
+		_, withNonce := r.Nonces[s.Operation]
+		_, withMore := more[s.Operation]
+		if withNonce || withMore || payers.concerns(s) {
+			kept = append(kept, s)
+			continue
+		}
+		w, b := opBit(s.Operation)
+		r.dropped[w] |= b
+	}
+	clear(r.Settlements[len(kept):])
+	r.Settlements = kept
 }
 
 // readTraceRun reads one run file. Nothing in it is trusted: a line is read
@@ -61,7 +117,7 @@ type traceRun struct {
 // than this one does.
 func readTraceRun(r io.Reader, run string) (traceRun, error) {
 	var c runCursor
-	if err := c.readMore(r, run); err != nil {
+	if err := c.readMore(r, run, nil); err != nil {
 		return c.view, err
 	}
 	return c.view, nil
@@ -82,15 +138,29 @@ type runCursor struct {
 	view       traceRun
 }
 
-// readMore reads r, which starts at c.off, to its end.
-func (c *runCursor) readMore(r io.Reader, run string) error {
+// readMore reads r, which starts at c.off, to its end. With payers, the
+// settlements read that no authorization of theirs can bind are not kept
+// (prune), so what a cursor holds grows with this server's payments, not
+// with the Trace.
+func (c *runCursor) readMore(r io.Reader, run string, payers payerSet) error {
 	if c.run.Nonces == nil {
 		c.run.Nonces = map[string][]string{}
 	}
+	from := len(c.run.Settlements)
 	br := bufio.NewReaderSize(r, 64<<10)
 	for {
 		line, tooLong, n, err := readEventLine(br)
 		if err == io.EOF {
+			if payers != nil {
+				// The unended line's nonces keep their operations'
+				// settlements too: the view binds by them.
+				var unended traceRun
+				if len(line) > 0 && !tooLong {
+					unended.Nonces = map[string][]string{}
+					readTraceLine(line, run, c.lines+1, &unended)
+				}
+				c.run.prune(from, payers, unended.Nonces)
+			}
 			c.view = c.run
 			if len(line) > 0 || tooLong {
 				// Not ended: read into a copy, and read again once it is.
@@ -169,6 +239,11 @@ func readTraceLine(line []byte, run string, n int, out *traceRun) bool {
 		var p any
 		if json.Unmarshal(ev["payload"], &p) == nil {
 			collectNonces(p, 0, func(nonce string) {
+				if len(out.Nonces[op]) == 0 {
+					if w, b := opBit(op); out.dropped[w]&b != 0 {
+						out.reread = true
+					}
+				}
 				for _, have := range out.Nonces[op] {
 					if have == nonce {
 						return

@@ -47,6 +47,11 @@ type traceState struct {
 	// first says a process's first sweep runs after an answer
 	// (SettleFromTraceSeen).
 	first atomic.Bool
+	// payers are the payers whose settlements the cursors keep (with
+	// those of operations that carry a nonce): this server's and those of
+	// the authorizations in the log, as of the last reading of it. A payer
+	// added later has every run read again.
+	payers payerSet
 }
 
 type cachedRun struct {
@@ -76,8 +81,21 @@ func (a *Authorizer) readRun(e confined.Entry, name string, c cachedRun, had boo
 		c = cachedRun{}
 	}
 	c.size, c.mod, c.ino = e.Size, e.ModTime, e.Ino
-	if err := c.cur.readMore(io.NewSectionReader(f, c.cur.off, e.Size-c.cur.off), name); err != nil {
+	var payers payerSet
+	if a.trace != nil {
+		payers = a.trace.payers
+	}
+	if err := c.cur.readMore(io.NewSectionReader(f, c.cur.off, e.Size-c.cur.off), name, payers); err != nil {
 		return cachedRun{}, err
+	}
+	if c.cur.run.reread || c.cur.view.reread {
+		// A nonce came for an operation whose settlement was left out:
+		// read whole, where the nonce is seen before the settlement is
+		// pruned.
+		c = cachedRun{size: e.Size, mod: e.ModTime, ino: e.Ino}
+		if err := c.cur.readMore(io.NewSectionReader(f, 0, e.Size), name, payers); err != nil {
+			return cachedRun{}, err
+		}
 	}
 	start := max(c.cur.off-tailBytes, 0)
 	c.cur.tail = make([]byte, c.cur.off-start)
@@ -163,9 +181,42 @@ func (a *Authorizer) SettleFromTrace(ctx context.Context) (TraceSweep, error) {
 		swept()
 		return sw, nil
 	}
+	if st.payers == nil {
+		auths, err := a.cfg.Engine.Authorizations(ctx)
+		if err != nil {
+			return sw, err
+		}
+		st.payers = a.payersOf(auths)
+	}
+	for range 2 {
+		sw, again, err := a.sweepTrace(ctx, changes, gen, swept)
+		if err != nil || !again {
+			return sw, err
+		}
+	}
+	return TraceSweep{}, nil
+}
+
+// payersOf is this server's payer and those of auths, lower-cased.
+func (a *Authorizer) payersOf(auths []reviewlog.AuthorizedLine) payerSet {
+	p := payerSet{}
+	if a.cfg.Signer != nil {
+		p[a.cfg.Signer.Address().Lower()] = true
+	}
+	for _, au := range auths {
+		p[strings.ToLower(au.From)] = true
+	}
+	return p
+}
+
+// sweepTrace is one reading of the Trace by SettleFromTrace. again says
+// the log named a payer the cursors did not keep the settlements of: they
+// were dropped, and the Trace is to be read again whole.
+func (a *Authorizer) sweepTrace(ctx context.Context, changes, gen uint64, swept func()) (sw TraceSweep, again bool, err error) {
+	st := a.trace
 	entries, err := a.cfg.Events.ReadDir()
 	if err != nil {
-		return sw, fmt.Errorf("list the Trace's runs: %w", err)
+		return sw, false, fmt.Errorf("list the Trace's runs: %w", err)
 	}
 	var fp strings.Builder
 	runs := map[string]traceRun{}
@@ -179,7 +230,7 @@ func (a *Authorizer) SettleFromTrace(ctx context.Context) (TraceSweep, error) {
 		c, had := st.runs[e.Name]
 		c, err := a.readRun(e, name, c, had)
 		if err != nil {
-			return sw, err
+			return sw, false, err
 		}
 		st.runs[e.Name] = c
 		runs[name] = c.cur.view
@@ -196,15 +247,25 @@ func (a *Authorizer) SettleFromTrace(ctx context.Context) (TraceSweep, error) {
 	}
 	if fp.String() == st.fp {
 		swept()
-		return sw, nil
+		return sw, false, nil
 	}
 	auths, err := a.cfg.Engine.Authorizations(ctx)
 	if err != nil {
-		return sw, err
+		return sw, false, err
+	}
+	for p := range a.payersOf(auths) {
+		if !st.payers[p] {
+			// Another signer's authorization (a key changed, a replica
+			// with its own): its settlements may have been left out.
+			st.payers = a.payersOf(auths)
+			clear(st.runs)
+			st.fp = ""
+			return sw, true, nil
+		}
 	}
 	settled, err := a.cfg.Engine.Settlements(ctx)
 	if err != nil {
-		return sw, err
+		return sw, false, err
 	}
 	done := map[string]bool{}
 	txs := map[string]string{}
@@ -256,7 +317,7 @@ func (a *Authorizer) SettleFromTrace(ctx context.Context) (TraceSweep, error) {
 		st.fp = fp.String()
 		swept()
 	}
-	return sw, nil
+	return sw, false, nil
 }
 
 // recordAmbiguity records a settlement of the Trace that binds to no one

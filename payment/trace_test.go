@@ -2,6 +2,7 @@ package payment
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -220,5 +221,110 @@ func TestRunCursorReadsOnlyAppends(t *testing.T) {
 	}
 	if got := read(); !strings.Contains(string(got.Settlements[0].Settle), strings.Repeat("c", 64)) {
 		t.Fatalf("a rewritten run kept its old reading: %s", got.Settlements[0].Settle)
+	}
+}
+
+// A sweep keeps the settlements this server's payers can be bound to (or
+// that an operation's nonce binds), not the Trace's: settlements of
+// another payer in operations without a nonce are left out however many
+// the Trace holds, and one whose operation later carries a nonce (in a
+// later append, later in the same append, or on a line not yet ended) is
+// read again, so what can bind is what the whole file gives.
+func TestSweepKeepsOnlyThisPayersSettlements(t *testing.T) {
+	const ours, payee = "0xA8129935a03855e2ad7aa870Ce0B217A865FABf5", "0x209693Bc6afc0C5328bA36FaF03C514EF312287C"
+	other, err := x402.ParseAddress("0x1199c34af7b1d56a1348e1f0d8e86b6c425ac2c0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs := other.Hex()
+	for _, p := range []string{ours, theirs} {
+		if _, err := x402.ParseSettlement([]byte(`{"success":true,"transaction":"0x` + strings.Repeat("a", 64) + `","network":"base","payer":"` + p + `"}`)); err != nil {
+			t.Fatalf("fixture payer %s: %v", p, err)
+		}
+	}
+	at := "2026-07-24T09:01:00.000Z"
+	url := "https://api.example.com/reports/weekly"
+	settle := func(op, payer string, i int) string {
+		return traceLine(op, "x402.payment.responded", url, payee, "250000", fmt.Sprintf("0x%064x", i+1), payer, at) + "\n"
+	}
+	nonceLine := func(op string) string {
+		return `{"event_id":"n` + op + `","event_type":"x402.payment.submitted","occurred_at":"` + at + `","seq":0,"adapter":"trace-x402","role":"client","context_id":"` + op +
+			`","payload":{"payment_payload":{"nonce":"0x` + strings.Repeat("7", 64) + `"}}}` + "\n"
+	}
+	foreign := func(from, n int) string {
+		var b strings.Builder
+		for i := from; i < from+n; i++ {
+			b.WriteString(settle("op-f"+strconv.Itoa(i), theirs, i))
+		}
+		return b.String()
+	}
+	dir := t.TempDir()
+	root, err := confined.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	events, err := root.MkdirAll("events", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer events.Close()
+	payers := payerSet{strings.ToLower(ours): true}
+	a := &Authorizer{cfg: Config{Events: events}, trace: &traceState{payers: payers}}
+	path := filepath.Join(dir, "events", "run.ndjson")
+	var c cachedRun
+	had := false
+	for _, step := range []struct {
+		name, appended string
+		kept           int
+	}{
+		{"ours among 10 of another payer", foreign(0, 5) + settle("op-o1", ours, 100) + foreign(5, 5), 1},
+		{"1,000 more of another payer", foreign(10, 1000), 1},
+		{"a nonce for an operation left out, in a later append", nonceLine("op-f3"), 2},
+		{"a nonce later in the same append", settle("op-g1", theirs, 200) + foreign(1010, 50) + nonceLine("op-g1"), 3},
+		{"a nonce on a line not ended yet", settle("op-h1", theirs, 300) + foreign(1060, 50) + strings.TrimSuffix(nonceLine("op-h1"), "\n"), 4},
+		{"that line ended, and ours again", "\n" + settle("op-o2", ours, 400), 5},
+	} {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteString(step.appended); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		es, err := events.ReadDir()
+		if err != nil || len(es) != 1 {
+			t.Fatalf("%v %v", es, err)
+		}
+		if c, err = a.readRun(es[0], "run", c, had); err != nil {
+			t.Fatal(err)
+		}
+		had = true
+		// What the whole file gives, with the settlements that can bind.
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		whole, err := readTraceRun(bytes.NewReader(data), "run")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []string
+		for _, s := range whole.Settlements {
+			if _, ok := whole.Nonces[s.Operation]; ok || payers.concerns(s) {
+				want = append(want, s.Operation)
+			}
+		}
+		var got []string
+		for _, s := range c.cur.view.Settlements {
+			got = append(got, s.Operation)
+		}
+		if strings.Join(got, " ") != strings.Join(want, " ") || len(got) != step.kept || c.cur.view.Sum != whole.Sum {
+			t.Fatalf("%s: kept %v, want %v (%d); sum %x, the whole file's %x", step.name, got, want, step.kept, c.cur.view.Sum, whole.Sum)
+		}
+		if len(c.cur.run.Settlements) > step.kept {
+			t.Fatalf("%s: the cursor holds %d settlements, %d can bind", step.name, len(c.cur.run.Settlements), step.kept)
+		}
 	}
 }
