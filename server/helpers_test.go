@@ -35,6 +35,17 @@ func newGuardedServer(t testing.TB, dir string, indexBytes int64) *Server {
 // newPolicyServer is newGuardedServer under a policy of the test's own.
 func newPolicyServer(t testing.TB, dir string, indexBytes int64, pol *guard.Config) *Server {
 	t.Helper()
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newPayingServer(t, dir, indexBytes, pol, key, testPayerKey)
+}
+
+// newPayingServer is newPolicyServer signing its records with key and
+// payments with payerKeyHex.
+func newPayingServer(t testing.TB, dir string, indexBytes int64, pol *guard.Config, key ed25519.PrivateKey, payerKeyHex string) *Server {
+	t.Helper()
 	if err := os.MkdirAll(filepath.Join(dir, "events"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -47,10 +58,6 @@ func newPolicyServer(t testing.TB, dir string, indexBytes int64, pol *guard.Conf
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { events.Close(); root.Close() })
-	_, key, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cat, err := catalog.New(catalog.Config{Root: root, Events: events, Limits: receipt.DefaultLimits(), MaxBytes: indexBytes})
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +77,7 @@ func newPolicyServer(t testing.TB, dir string, indexBytes int64, pol *guard.Conf
 	if err != nil {
 		t.Fatal(err)
 	}
-	payerKey, err := x402.ParseKey([]byte(testPayerKey), nil)
+	payerKey, err := x402.ParseKey([]byte(payerKeyHex), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

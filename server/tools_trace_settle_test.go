@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
+	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/filestore"
 )
@@ -242,5 +245,64 @@ func TestFirstTraceSweepAfterARestartBindsAfterTheAnswer(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("20 s after the first check_before_pay, its sweep bound nothing: %v", settledBy())
 		}
+	}
+}
+
+// A settlement the sweep read before the log named its payer (another
+// signer's authorization recorded later in the same log: a key changed, a
+// replica with its own) is bound once the log names it: the sweep, which
+// keeps only its payers' settlements, reads the Trace again whole.
+func TestTraceSweepReadsAgainForANewPayer(t *testing.T) {
+	pol, err := guard.ParseConfig([]byte(`{"reviewAbove":"100.00","maxOpenPartialPerCounterparty":0}`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	const otherKey = "0x8da4ef21b864d2cc526dbdb2a120bd2874c36c9d0a1fb7f8c63d7f7a8b41de8f"
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newPayingServer(t, dir, 0, pol, key, testPayerKey)
+	b := newPayingServer(t, dir, 0, pol, key, otherKey)
+	const p1, p9 = "0x1111111111111111111111111111111111111111", "0x9999999999999999999999999999999999999999"
+	k, err := x402.ParseKey([]byte(otherKey), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bPayer := x402.NewKeySigner(k).Address().Hex()
+	url := "https://one.example/r"
+	// b's coming payment, as the recorder will date it: read by a's sweep
+	// before b authorizes it, when the log names only a's payer.
+	req := map[string]any{"scheme": "exact", "network": "base", "asset": "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913", "amount": "250000", "pay_to": p1, "max_timeout_seconds": 120}
+	line, _ := json.Marshal(map[string]any{"event_id": "b-1", "event_type": "x402.payment.responded", "occurred_at": time.Now().UTC().Add(30 * time.Second).Format("2006-01-02T15:04:05.000Z"),
+		"seq": 0, "adapter": "trace-x402", "role": "client", "context_id": "op-b", "payload": map[string]any{"x402_version": 2, "resource": map[string]any{"url": url}, "requirements": req,
+			"settle": map[string]any{"success": true, "transaction": "0x" + strings.Repeat("b", 64), "network": "base", "payer": bPayer}}})
+	if err := os.WriteFile(filepath.Join(dir, "events", "run-b.ndjson"), append(line, '\n'), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pay := func(s *Server, url, amount, payTo string) authorizeAnswer {
+		t.Helper()
+		a, rules := hasRule(t, s, map[string]any{"payment_required": paymentRequiredAt(url, amount, payTo), "resource": url})
+		if a.Decision != "allow" || a.Authorization == nil {
+			t.Fatalf("pay %s: %+v %v", url, a, rules)
+		}
+		return a
+	}
+	pay(a, "https://nine.example/r", "10000", p9) // a's sweep reads run-b
+	ab := pay(b, url, "250000", p1)
+	if !strings.EqualFold(ab.Authorization.Payer, bPayer) {
+		t.Fatalf("b's payer %s, want %s", ab.Authorization.Payer, bPayer)
+	}
+	// Something that can bind changes in the Trace, so a's next sweep
+	// reads the log: it names b's payer.
+	writeTraceRun(t, dir, "run-x", tracePayment{"op-x", "https://x.example/r", p9, "1", "", "0x" + strings.Repeat("9", 64), p9})
+	pay(a, "https://eight.example/r", "10000", "0x8888888888888888888888888888888888888888")
+	sts, err := reviewlog.OpenStore(filestore.New(openRoot(t, dir)), reviewlog.Options{}).Settlements(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sts) != 1 || !strings.EqualFold(sts[0].Nonce, ab.Authorization.Nonce) || sts[0].Trace == nil || sts[0].Trace.Binding != "terms" || sts[0].Trace.Run != "run-b" {
+		t.Fatalf("settlements recorded: %+v, want b's by its terms from run-b", sts)
 	}
 }
