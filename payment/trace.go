@@ -108,6 +108,10 @@ func (r *traceRun) prune(from int, payers payerSet, more map[string][]string) {
 		r.dropped[w] |= b
 	}
 	clear(r.Settlements[len(kept):])
+	if cap(kept) > 2*len(kept)+16 {
+		// The array held the whole reading: keep only what is kept.
+		kept = append([]traceSettlement(nil), kept...)
+	}
 	r.Settlements = kept
 }
 
