@@ -160,17 +160,7 @@ func TestRunCursorReadsOnlyAppends(t *testing.T) {
 	if err != nil || len(want.Settlements) != 2 || len(want.Nonces["op-2"]) != 1 {
 		t.Fatalf("the whole file: %+v %v", want, err)
 	}
-	dir := t.TempDir()
-	root, err := confined.OpenRoot(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer root.Close()
-	events, err := root.MkdirAll("events", 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer events.Close()
+	dir, events := eventsDir(t)
 	a := &Authorizer{cfg: Config{Events: events}}
 	path := filepath.Join(dir, "events", "run.ndjson")
 	var c cachedRun
@@ -258,17 +248,7 @@ func TestSweepKeepsOnlyThisPayersSettlements(t *testing.T) {
 		}
 		return b.String()
 	}
-	dir := t.TempDir()
-	root, err := confined.OpenRoot(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer root.Close()
-	events, err := root.MkdirAll("events", 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer events.Close()
+	dir, events := eventsDir(t)
 	payers := payerSet{strings.ToLower(ours): true}
 	a := &Authorizer{cfg: Config{Events: events}, trace: &traceState{payers: payers}}
 	path := filepath.Join(dir, "events", "run.ndjson")
@@ -327,4 +307,22 @@ func TestSweepKeepsOnlyThisPayersSettlements(t *testing.T) {
 			t.Fatalf("%s: the cursor holds %d settlements, %d can bind", step.name, len(c.cur.run.Settlements), step.kept)
 		}
 	}
+}
+
+// eventsDir is a new root's events directory, opened as the Trace sweep
+// reads it, with the root's path; both are closed when t ends.
+func eventsDir(t *testing.T) (string, *confined.Dir) {
+	t.Helper()
+	dir := t.TempDir()
+	root, err := confined.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	events, err := root.MkdirAll("events", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { events.Close() })
+	return dir, events
 }
