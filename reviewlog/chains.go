@@ -277,11 +277,8 @@ func (c *Chains) openHead(ctx context.Context, r Reader, base, file string) (*no
 // rememberedLine is the remembered head of file when line, ending at end,
 // is exactly the line this Chains appended last there.
 func (c *Chains) rememberedLine(base, file string, end int64, line []byte) (*noa.Receipt, bool) {
-	hc := c.headCache()
-	hc.mu.Lock()
-	h, ok := hc.m[base]
-	hc.mu.Unlock()
-	if !ok || h.file != file || h.end != end || !bytes.Equal(h.line, line) {
+	h, ok := c.remembered(base, file)
+	if !ok || h.end != end || !bytes.Equal(h.line, line) {
 		return nil, false
 	}
 	head := h.head
@@ -290,16 +287,10 @@ func (c *Chains) rememberedLine(base, file string, end int64, line []byte) (*noa
 
 // cachedHead is the remembered head of file when s still ends with its
 // exact line, preceded by a line break or the file's start.
+// (A database's stream, a lastLiner, is read by rememberedLine instead.)
 func (c *Chains) cachedHead(base, file string, s Stream) (*noa.Receipt, bool) {
-	if _, ok := s.(lastLiner); ok {
-		// A database hands out its last row in one read anyway.
-		return nil, false
-	}
-	hc := c.headCache()
-	hc.mu.Lock()
-	h, ok := hc.m[base]
-	hc.mu.Unlock()
-	if !ok || h.file != file || s.Size() != h.end || int64(len(h.line)) > h.end {
+	h, ok := c.remembered(base, file)
+	if !ok || s.Size() != h.end || int64(len(h.line)) > h.end {
 		return nil, false
 	}
 	start := h.end - int64(len(h.line))
@@ -319,6 +310,16 @@ func (c *Chains) cachedHead(base, file string, s Stream) (*noa.Receipt, bool) {
 	}
 	head := h.head
 	return &head, true
+}
+
+// remembered is the head this Chains last appended to base, when it was
+// in file.
+func (c *Chains) remembered(base, file string) (chainHead, bool) {
+	hc := c.headCache()
+	hc.mu.Lock()
+	h, ok := hc.m[base]
+	hc.mu.Unlock()
+	return h, ok && h.file == file
 }
 
 func (c *Chains) remember(base string, h chainHead) {
