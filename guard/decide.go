@@ -407,14 +407,10 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 			}
 		}
 		if hostOnly {
-			var idx []int32
-			for _, i := range ix.open {
-				if !seen(i) && h.Ops[i].unattributableFor(kind) == "" {
-					idx = append(idx, i)
-				}
-			}
+			nIdx, idx := ix.openElsewhere(mine)
 			n, placed := ix.elided.openElsewhere(cp.Value)
-			elsewhereOpen, elsewhereMore = placedOps(&h, idx, placed), n-len(placed)
+			elsewhereOpen = placedOps(&h, idx, placed)
+			elsewhereMore = nIdx + n - len(elsewhereOpen)
 		}
 	} else {
 		for i := range h.Ops {

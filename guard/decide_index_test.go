@@ -87,3 +87,57 @@ func TestDecideWithIndexAgreesAtRandom(t *testing.T) {
 		}
 	}
 }
+
+// TestHostAloneCountsOpenElsewhereWithTheIndex holds the index's reading of
+// the open operations with other hosts, for a question naming a host
+// alone, to the walk's, where there are more of them than the evidence
+// lists, interleaved with open operations of the host asked about and open
+// ones no host can be tied to.
+func TestHostAloneCountsOpenElsewhereWithTheIndex(t *testing.T) {
+	cfg := mustConfig(t, `{}`)
+	req, err := ParseRequest(RawRequest{Counterparty: "api.example.com", Amount: "0.10"}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ops []Op
+	elsewhere := 0
+	for i := range 90 {
+		opts := []func(*Op){unsettled}
+		switch i % 3 {
+		case 0:
+			opts = append(opts, toB)
+			elsewhere++
+		case 1:
+			if i%2 == 1 {
+				opts = append(opts, noHost)
+			}
+		case 2:
+			if i%4 == 0 {
+				opts = []func(*Op){toB} // settled: not open
+			}
+		}
+		ops = append(ops, op(fmt.Sprintf("o%d", i), 50_000, time.Duration(i)*time.Minute, opts...))
+	}
+	plain := History{Ops: ops, Runs: 1}
+	indexed := History{Ops: ops, Runs: 1}
+	indexed.BuildIndex()
+	d, di := Decide(req, plain, cfg, fixedNow), Decide(req, indexed, cfg, fixedNow)
+	if !reflect.DeepEqual(d, di) {
+		t.Fatalf("with the index:\n%+v\nwalking:\n%+v", di, d)
+	}
+	var found bool
+	for _, r := range di.Reasons {
+		if r.Rule == RuleUnattributable && strings.Contains(r.Detail, "attributed to other hosts") {
+			found = true
+			if want := fmt.Sprintf("%d operations paid and not settled are attributed to other hosts", elsewhere); !strings.HasPrefix(r.Detail, want) {
+				t.Errorf("detail %q, want it to start %q", r.Detail, want)
+			}
+			if len(r.Evidence) != maxEvidence || r.Evidence[0].OperationID != "o0" || r.Evidence[1].OperationID != "o3" {
+				t.Errorf("evidence %+v, want the first %d in order from o0, o3", r.Evidence, maxEvidence)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("no reason names the open operations with other hosts: %+v", di.Reasons)
+	}
+}

@@ -19,8 +19,10 @@ type HistoryIndex struct {
 	// open ones are kept, the rest are counted.
 	unattributable    map[CounterpartyKind]*unattributed
 	settleUnconfirmed int
-	// open are every open operation, attributed or not.
-	open []int32
+	// openByHost are the open operations a host can be tied to (by the
+	// resource URL their seller declared), in order: those a question
+	// naming a host alone counts as possibly with it.
+	openByHost []int32
 	// paid is, per operation, whether it can show a reservation and the
 	// time of its first event (Op.paidAt), parsed once. latestPayTo and
 	// latestHost are, per counterparty, the latest of those times: a
@@ -216,9 +218,32 @@ func (ix *HistoryIndex) add(n int32, o Op) {
 	if o.SettlementUnconfirmed {
 		ix.settleUnconfirmed++
 	}
-	if o.Open {
-		ix.open = append(ix.open, n)
+	if o.Open && o.unattributableFor(KindHost) == "" {
+		ix.openByHost = append(ix.openByHost, n)
 	}
+}
+
+// openElsewhere is, for a question naming a host alone whose own
+// operations are mine, how many open operations tied to other hosts the
+// index holds and the first maxEvidence of them in order: their count is
+// taken from the list's length less the open ones of mine, so a decision
+// reads no more of them than it lists.
+func (ix *HistoryIndex) openElsewhere(mine *withOps) (n int, first []int32) {
+	n = len(ix.openByHost)
+	for _, i := range mine.open {
+		if _, ok := slices.BinarySearch(ix.openByHost, i); ok {
+			n--
+		}
+	}
+	for _, i := range ix.openByHost {
+		if len(first) == maxEvidence {
+			break
+		}
+		if _, ok := slices.BinarySearch(mine.all, i); !ok {
+			first = append(first, i)
+		}
+	}
+	return n, first
 }
 
 // with returns the positions of the operations with counterparty c.
