@@ -389,8 +389,10 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 		} else {
 			openIdx = slices.DeleteFunc(slices.Clone(list), func(i int32) bool { return !h.Ops[i].Open })
 		}
+		// The reason lists the first maxEvidence and counts the rest.
 		n, placed := ix.elided.openWith(cp, payCp)
-		open, openMore = placedOps(&h, openIdx, placed), n-len(placed)
+		open = placedOps(&h, openIdx[:min(len(openIdx), maxEvidence)], placed)
+		openMore = n + len(openIdx) - len(open)
 		u := ix.unattributable[kind]
 		f.Unattributable, f.PaidWithoutHost = u.n, 0
 		if cp.Kind == KindHost {
