@@ -51,7 +51,9 @@ type ReceiptTail struct {
 // Next reads the receipts appended to every segment since the last call
 // and returns those that reserve. A segment that shrank or was replaced is
 // read again from its start (its receipts may come again; a caller checks
-// each against the ledger, which is idempotent).
+// each against the ledger, which is idempotent) — unless the reader may lag
+// behind the tail (laggingReader), which reads such a segment as not yet
+// grown to where the tail read it, and leaves it to a later call.
 func (t *ReceiptTail) Next(ctx context.Context, r Reader) ([]Reserving, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -62,10 +64,20 @@ func (t *ReceiptTail) Next(ctx context.Context, r Reader) ([]Reserving, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list the decision chains: %w", err)
 	}
+	lags := false
+	if l, ok := r.(laggingReader); ok {
+		lags = l.SegmentsMayLag()
+	}
 	from := map[string]int64{}
 	for _, si := range infos {
 		m, ok := t.marks[si.Name]
 		switch {
+		case lags && ok && m.Identity == si.Identity && si.Size < m.Off:
+			// This reader's moment is older than what the tail read
+			// through another section since: nothing in the segment is
+			// new to it, and reading it again from the start would only
+			// read back what was checked.
+			continue
 		case !ok || m.Identity != si.Identity || si.Size < m.Off:
 			from[si.Name] = 0
 			t.marks[si.Name] = SegmentMark{Identity: si.Identity}
@@ -98,6 +110,16 @@ func (t *ReceiptTail) Next(ctx context.Context, r Reader) ([]Reserving, error) {
 		out = append(out, Reserving{ID: h.ID, Agent: h.Agent.ID, Canonical: h.Action.Canonical, TS: ts, Segment: l.Segment, Off: l.Off})
 	}
 	return out, nil
+}
+
+// laggingReader is a Reader whose view of the segments may be older than
+// what another reader of the same process read since: a PostgreSQL
+// section's streams are read at its start, and a section of another scope
+// may commit, and its process's tail read on, before it catches up. Such a
+// reader seeing a segment shorter than the tail read it is behind, not
+// looking at a segment cut short.
+type laggingReader interface {
+	SegmentsMayLag() bool
 }
 
 // Skip moves the tail past a receipt this process appended (a), once the

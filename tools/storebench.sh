@@ -10,7 +10,8 @@
 # decision chain is exported and verified with the store's keyring (VALID
 # expected). Prints a line a row: build, round, store, shape, replicas,
 # req/s, p50, p99, the CPU seconds the servers and PostgreSQL's backends
-# spent per 1000 answers, statements and round trips per answer, the load
+# spent per 1000 answers, statements and round trips per answer (and of
+# those round trips, the ones that only prepared statements), the load
 # average, errors, answers, chains and reviews; then the summary. Exits 1
 # when any row is not exact (an error, a chain not VALID, a review check
 # that fails).
@@ -34,7 +35,9 @@
 # and per build and replica count the distinct / shared ratio of req/s.
 # The servers reach PostgreSQL through tools/pgcount, a loopback proxy
 # that counts the statements and round trips every build sends (columns
-# stmt and rt: per answer). The load average is sampled after each row.
+# stmt and rt: per answer; prep: the round trips among rt that executed
+# nothing, a connection preparing statements it had not run yet). The
+# load average is sampled after each row.
 #
 # HAIA_BENCH_POSTGRES is any database the role can connect to; the role must
 # be allowed to CREATE DATABASE: the benchmark drops and creates its own
@@ -289,7 +292,7 @@ run_row() { # store-name shape replicas store-url round
 			--scope "trace:read trace:guard" --sub "$(printf 'bench-agent-%02d' "$i")" >"$work/token-$i"
 		tokens+=("$work/token-$i")
 	done
-	local json pg_pids=() cpu0 pgcpu0 cpu1 pgcpu1 ticks wire0=(0 0) wire1=(0 0)
+	local json pg_pids=() cpu0 pgcpu0 cpu1 pgcpu1 ticks wire0=(0 0 0) wire1=(0 0 0)
 	ticks=$(getconf CLK_TCK)
 	[[ -n $store ]] && mapfile -t pg_pids < <(pg_backends)
 	cpu0=$(cpu_ticks "${pids[@]}")
@@ -330,7 +333,7 @@ run_row() { # store-name shape replicas store-url round
 	else
 		reviews="$reviews ${verdict#OK }"
 	fi
-	local rps p50 p99 errs answers requests srv pg stmt=- rt=- load ok=true
+	local rps p50 p99 errs answers requests srv pg stmt=- rt=- prep=- load ok=true
 	rps=$(jq -r '.rps | floor' <<<"$json")
 	requests=$(jq -r '.requests' <<<"$json")
 	srv=$(jq -nr --argjson u "$(cpu_used "$cpu0" "$cpu1")" --argjson t "$ticks" --argjson n "$requests" '$u / $t / ($n / 1000) | . * 100 | round / 100')
@@ -339,6 +342,7 @@ run_row() { # store-name shape replicas store-url round
 		pg=$(jq -nr --argjson u "$(cpu_used "$pgcpu0" "$pgcpu1")" --argjson t "$ticks" --argjson n "$requests" '$u / $t / ($n / 1000) | . * 100 | round / 100')
 		stmt=$(jq -nr --argjson d "$((wire1[0] - wire0[0]))" --argjson n "$requests" 'if $n > 0 then $d / $n | . * 10 | round / 10 else "-" end')
 		rt=$(jq -nr --argjson d "$((wire1[1] - wire0[1]))" --argjson n "$requests" 'if $n > 0 then $d / $n | . * 10 | round / 10 else "-" end')
+		prep=$(jq -nr --argjson d "$((wire1[2] - wire0[2]))" --argjson n "$requests" 'if $n > 0 then $d / $n | . * 100 | round / 100 else "-" end')
 	fi
 	read -r load _ </proc/loadavg
 	p50=$(jq -r '.p50_ns / 1e6 | . * 100 | round / 100' <<<"$json")
@@ -347,12 +351,12 @@ run_row() { # store-name shape replicas store-url round
 	answers=$(jq -r '.decisions | to_entries | map("\(.key)=\(.value)") | join(",")' <<<"$json")
 	[[ $errs == 0 ]] || { status=1; ok=false; }
 	[[ $verdict == BAD* || $chains == *"NOT VALID"* || $chains != *VALID* ]] && ok=false
-	printf '%-8s %5s %-8s %-8s %8s %7s %7s %7s %6s %5s %5s %5s %5s %-8s %-24s %-7s  %s\n' "$label" "$round" "$name" "$shape" "$replicas" "$rps" "$p50" "$p99" "$srv" "$pg" "$stmt" "$rt" "$load" "$errs" "$answers" "$chains" "$reviews"
+	printf '%-8s %5s %-8s %-8s %8s %7s %7s %7s %6s %5s %5s %5s %5s %5s %-8s %-24s %-7s  %s\n' "$label" "$round" "$name" "$shape" "$replicas" "$rps" "$p50" "$p99" "$srv" "$pg" "$stmt" "$rt" "$prep" "$load" "$errs" "$answers" "$chains" "$reviews"
 	jq -nc --arg build "$label" --arg store "$name" --arg shape "$shape" --argjson replicas "$replicas" --argjson round "$round" \
 		--argjson rps "$(jq -r '.rps' <<<"$json")" --argjson p50 "$p50" --argjson p99 "$p99" --arg srv "$srv" --arg pg "$pg" \
-		--arg stmt "$stmt" --arg rt "$rt" --argjson load "$load" --argjson ok "$ok" \
+		--arg stmt "$stmt" --arg rt "$rt" --arg prep "$prep" --argjson load "$load" --argjson ok "$ok" \
 		'{$build, $store, $shape, $replicas, $round, $rps, $p50, $p99, srv: ($srv | tonumber? // null), pg: ($pg | tonumber? // null),
-		  stmt: ($stmt | tonumber? // null), rt: ($rt | tonumber? // null), $load, $ok}' >>"$work/results.ndjson"
+		  stmt: ($stmt | tonumber? // null), rt: ($rt | tonumber? // null), prep: ($prep | tonumber? // null), $load, $ok}' >>"$work/results.ndjson"
 }
 
 # proxied: the URL with its host and port replaced by the counting proxy's.
@@ -365,9 +369,10 @@ proxied() {
 	echo "${url%%://*}://$userinfo$pg_proxy/${rest#*/}"
 }
 
-# wire_counts: "statements round_trips" the counting proxy saw so far.
+# wire_counts: "statements round_trips prepares" the counting proxy saw so
+# far (prepares: 0 from a proxy that does not count them).
 wire_counts() {
-	curl -sf "$pg_counts" | awk '{ print $2, $4 }'
+	curl -sf "$pg_counts" | awk '{ print $2, $4, ($8 == "" ? 0 : $8) }'
 }
 
 # tenant_rows (TENANTS=1): one server with --tenants-dir, tenants a and b
@@ -460,8 +465,8 @@ tenant_fair_rows() { # off|on|none
 
 echo "check_before_pay, $clients callers, $duration a row, $rounds round(s), $(nproc) cores; each caller asks of one payee allowed and one sent to review"
 echo "builds: ${builds[*]}"
-echo "cpu: CPU seconds per 1000 answers (srv: the servers; pg: PostgreSQL's backends of the benchmark's database); stmt, rt: statements and round trips per answer; load: the 1-minute load average after the row"
-printf '%-8s %5s %-8s %-8s %8s %7s %7s %7s %6s %5s %5s %5s %5s %-8s %-24s %-7s  %s\n' build round store shape replicas 'req/s' 'p50 ms' 'p99 ms' 'srv' 'pg' stmt rt load errors answers chains 'reviews (by rules)'
+echo "cpu: CPU seconds per 1000 answers (srv: the servers; pg: PostgreSQL's backends of the benchmark's database); stmt, rt: statements and round trips per answer; prep: of those round trips, the ones that only prepared statements; load: the 1-minute load average after the row"
+printf '%-8s %5s %-8s %-8s %8s %7s %7s %7s %6s %5s %5s %5s %5s %5s %-8s %-24s %-7s  %s\n' build round store shape replicas 'req/s' 'p50 ms' 'p99 ms' 'srv' 'pg' stmt rt prep load errors answers chains 'reviews (by rules)'
 if [[ -n $pg_admin ]]; then
 	# The benchmark's database: the admin URL with its database replaced.
 	base=${pg_admin%%\?*}
@@ -521,9 +526,9 @@ read -r -d '' summary <<'JQ' || true
 	def r($d): if . == null then "-" else (. * $d | round / $d | tostring) end;
 	def med($k): map(.[$k]) | map(select(. != null)) | median;
 	if $part == "rows" then
-	  "build\tstore\treplicas\tshape\treq/s (min–max)\tp50 ms\tp99 ms\tsrv\tpg\tstmt\trt\tcheck",
+	  "build\tstore\treplicas\tshape\treq/s (min–max)\tp50 ms\tp99 ms\tsrv\tpg\tstmt\trt\tprep\tcheck",
 	  (group_by([.build, .store, .replicas, .shape])[]
-	   | "\(.[0].build)\t\(.[0].store)\t\(.[0].replicas)\t\(.[0].shape)\t\(med("rps") | r(1)) (\(map(.rps) | min | r(1))–\(map(.rps) | max | r(1)))\t\(med("p50") | r(10))\t\(med("p99") | r(10))\t\(med("srv") | r(100))\t\(med("pg") | r(100))\t\(med("stmt") | r(10))\t\(med("rt") | r(10))\t\(if all(.ok) then "exact" else "NOT EXACT" end)")
+	   | "\(.[0].build)\t\(.[0].store)\t\(.[0].replicas)\t\(.[0].shape)\t\(med("rps") | r(1)) (\(map(.rps) | min | r(1))–\(map(.rps) | max | r(1)))\t\(med("p50") | r(10))\t\(med("p99") | r(10))\t\(med("srv") | r(100))\t\(med("pg") | r(100))\t\(med("stmt") | r(10))\t\(med("rt") | r(10))\t\(med("prep") | r(100))\t\(if all(.ok) then "exact" else "NOT EXACT" end)")
 	elif $part == "ratios" then
 	  "build\tstore\treplicas\tby round\tof the medians\t1.3× (the median of the rounds)",
 	  (group_by([.build, .store, .replicas])[] | select(any(.shape == "distinct") and any(.shape == "shared"))

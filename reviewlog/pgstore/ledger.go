@@ -234,18 +234,42 @@ func segmentArgs(marks map[string]reviewlog.SegmentMark) []any {
 }
 
 func collectSegmentLines(rows pgx.Rows) ([]reviewlog.SegmentLine, error) {
+	out, _, err := collectSegmentLinesLast(rows)
+	return out, err
+}
+
+// collectSegmentLinesLast is collectSegmentLines with each stream's last
+// row as read, whole (rows come in offset order within a stream).
+func collectSegmentLinesLast(rows pgx.Rows) ([]reviewlog.SegmentLine, map[string]row, error) {
 	defer rows.Close()
 	var out []reviewlog.SegmentLine
+	last := map[string]row{}
 	for rows.Next() {
 		var name string
 		var off int64
 		var line []byte
 		if err := rows.Scan(&name, &off, &line); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
+		last[name] = row{off: off, line: line}
 		out = append(out, reviewlog.SegmentLine{Segment: strings.TrimPrefix(name, receiptsPrefix), Off: off, Line: bytes.TrimRight(line, "\r\n")})
 	}
-	return out, rows.Err()
+	return out, last, rows.Err()
+}
+
+// keepHeads remembers, as a segment's head, each last row read that ends
+// the segment as the reader sees it (of the generation and size in
+// streams, by stream name): the row a chain appending there next links
+// to, which is then not read again (LastLine). A row past that size
+// (another lane's, committed after the size was read) is not taken.
+func (r *reader) keepHeads(last map[string]row, streams map[string]streamInfo) {
+	for name, x := range last {
+		si, ok := streams[name]
+		if !ok || si.gen == "" || x.off+int64(len(x.line)) != si.size {
+			continue
+		}
+		r.s.heads.put(name, head{gen: si.gen, size: si.size, off: x.off, line: bytes.Clone(x.line)})
+	}
 }
 
 // prefetchedSegments are the chains' receipts a section read with its
@@ -287,6 +311,16 @@ func (w *scopedWriter) SegmentLinesSince(ctx context.Context, from map[string]in
 	return out, nil
 }
 
+// SegmentsMayLag: a reader's segments are as one moment saw them (a
+// section's snapshot, a view's transaction), which another section of the
+// same process may have read past since (reviewlog.ReceiptTail). A segment
+// here is never cut short by the server: its receipts are rows its role
+// cannot delete, and a size lowered in guard_streams makes the next append
+// there fail (its last row ends past the size, or the offset and seq it
+// would take are a row's already), so a segment shorter than the tail
+// read it is read as one not yet grown that far.
+func (r *reader) SegmentsMayLag() bool { return true }
+
 // SegmentLinesSince reads every named segment's new receipts in one
 // statement.
 func (r *reader) SegmentLinesSince(ctx context.Context, from map[string]int64) ([]reviewlog.SegmentLine, error) {
@@ -309,5 +343,14 @@ func (r *reader) SegmentLinesSince(ctx context.Context, from map[string]int64) (
 	if err != nil {
 		return nil, fmt.Errorf("PostgreSQL at %s: read the chains: %w", r.s.describe, scrub(err))
 	}
-	return collectSegmentLines(rows)
+	out, last, err := collectSegmentLinesLast(rows)
+	if err != nil {
+		return nil, err
+	}
+	streams := make(map[string]streamInfo, len(infos))
+	for _, si := range infos {
+		streams[receiptsPrefix+si.Name] = streamInfo{size: si.Size, gen: si.Identity}
+	}
+	r.keepHeads(last, streams)
+	return out, nil
 }

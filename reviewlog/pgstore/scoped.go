@@ -63,7 +63,8 @@ func (s *Store) LockedScopes(ctx context.Context, wait time.Duration, scopes []r
 	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
 	// Integers formatted here, never input.
 	b.Queue(fmt.Sprintf("SET LOCAL lock_timeout = %d", max(wait.Milliseconds(), 1)))
-	b.Queue(lockStatement(order))
+	lockSQL, lockArgs := lockStatement(order)
+	b.Queue(lockSQL, lockArgs...)
 	b.Queue("SELECT l FROM generate_series(0, $1::int - 1) AS l WHERE pg_try_advisory_xact_lock($2::int, l) LIMIT 1", chainLanes, laneClass).QueryRow(func(row pgx.Row) error {
 		err := row.Scan(&lane)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -129,8 +130,13 @@ func (s *Store) LockedScopes(ctx context.Context, wait time.Duration, scopes []r
 		}
 		w.preSegs = &prefetchedSegments{marks: pre.Segments}
 		b.Queue(segmentsSinceSQL, segmentArgs(pre.Segments)...).Query(func(rows pgx.Rows) error {
-			got, err := collectSegmentLines(rows)
+			got, last, err := collectSegmentLinesLast(rows)
 			w.preSegs.lines = got
+			if err == nil && w.snap.taken {
+				// The snapshot's statement came before this one in the
+				// batch, and its rows are read by now.
+				w.keepHeads(last, w.snap.streams)
+			}
 			return err
 		})
 	}
@@ -171,18 +177,25 @@ func (s *Store) LockedScopes(ctx context.Context, wait time.Duration, scopes []r
 }
 
 // lockStatement takes the guard's lock shared, then each scope's lock in
-// order.
-func lockStatement(order []reviewlog.Scope) string {
+// order. The keys are parameters: the statement's text depends only on how
+// many scopes there are and which are shared, so a connection prepares it
+// once for every question of that shape, not once per set of scopes (a
+// text with the keys in it cost a round trip of preparation each time a
+// connection met a new set).
+func lockStatement(order []reviewlog.Scope) (string, []any) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "SELECT pg_advisory_xact_lock_shared(%d)", int64(lockKey))
+	args := make([]any, 0, len(order)+1)
+	b.WriteString("SELECT pg_advisory_xact_lock_shared($1::bigint)")
+	args = append(args, int64(lockKey))
 	for _, sc := range order {
 		fn := "pg_advisory_xact_lock"
 		if sc.Shared {
 			fn = "pg_advisory_xact_lock_shared"
 		}
-		fmt.Fprintf(&b, ", %s(%d)", fn, sc.LockKey())
+		args = append(args, sc.LockKey())
+		fmt.Fprintf(&b, ", %s($%d::bigint)", fn, len(args))
 	}
-	return b.String()
+	return b.String(), args
 }
 
 func (s *Store) lockError(err error, wait time.Duration) error {

@@ -7,10 +7,14 @@
 //
 // It prints "proxy ADDR counts URL" on its first line of output, then proxies
 // every connection to ADDR to the upstream; GET URL answers "statements N
-// round_trips M connections C" so far. A simple query ('Q') is one statement
-// and one round trip; in the extended protocol each Execute ('E') is a
-// statement and each Sync ('S') a round trip (a batch of n statements is n
-// statements and one round trip, as pgx's tracer counts them). SSL and
+// round_trips M connections C prepares P" so far. A simple query ('Q') is one
+// statement and one round trip; in the extended protocol each Execute ('E')
+// is a statement and each Sync ('S') a round trip (a batch of n statements
+// is n statements and one round trip, as pgx's tracer counts them). A round
+// trip that executes nothing is also counted among the prepares: a client
+// preparing statements it has not run on that connection yet (pgx does so
+// once per connection and statement text, before the batch that first
+// runs it). SSL and
 // GSSAPI encryption requests are declined by the proxy itself, so the
 // stream stays readable: give clients sslmode=disable or prefer.
 package main
@@ -42,7 +46,7 @@ func main() {
 
 // counts are the totals over every connection.
 type counts struct {
-	statements, roundTrips, connections atomic.Int64
+	statements, roundTrips, connections, prepares atomic.Int64
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
@@ -64,7 +68,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	var c counts
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintf(w, "statements %d round_trips %d connections %d\n", c.statements.Load(), c.roundTrips.Load(), c.connections.Load())
+		fmt.Fprintf(w, "statements %d round_trips %d connections %d prepares %d\n", c.statements.Load(), c.roundTrips.Load(), c.connections.Load(), c.prepares.Load())
 	})}
 	go srv.Serve(stats)
 	go func() {
@@ -155,7 +159,8 @@ func serve(ctx context.Context, client net.Conn, upstream string, c *counts) err
 			}
 			c.statements.Add(f.statements)
 			c.roundTrips.Add(f.roundTrips)
-			f.statements, f.roundTrips = 0, 0
+			c.prepares.Add(f.prepares)
+			f.statements, f.roundTrips, f.prepares = 0, 0, 0
 			if _, err := server.Write(buf[:n]); err != nil {
 				return err
 			}
@@ -179,6 +184,9 @@ type frontend struct {
 	have                   int    // bytes of head read
 	skip                   uint32 // body bytes of the current message left
 	statements, roundTrips int64
+	// prepares are the round trips (Syncs) that ran no Execute since the
+	// one before; sinceSync counts the Executes since the last Sync.
+	prepares, sinceSync int64
 }
 
 func (f *frontend) feed(p []byte) error {
@@ -207,8 +215,13 @@ func (f *frontend) feed(p []byte) error {
 			f.roundTrips++
 		case 'E':
 			f.statements++
+			f.sinceSync++
 		case 'S':
 			f.roundTrips++
+			if f.sinceSync == 0 {
+				f.prepares++
+			}
+			f.sinceSync = 0
 		}
 	}
 	return nil

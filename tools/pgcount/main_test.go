@@ -37,15 +37,18 @@ func TestFrontendCounts(t *testing.T) {
 		name             string
 		stream           []byte
 		statements, trip int64
+		prepares         int64
 		bad              bool
 	}{
-		{"a simple query", msg('Q', "SELECT 1\x00"), 1, 1, false},
-		{"one extended statement", join(msg('B', "xx"), msg('E', "\x00\x00\x00\x00\x00"), msg('S', "")), 1, 1, false},
-		{"a batch of three", join(msg('B', ""), msg('E', ""), msg('B', ""), msg('E', ""), msg('B', ""), msg('E', ""), msg('S', "")), 3, 1, false},
-		{"a preparation", join(msg('P', "s\x00SELECT 1\x00\x00\x00"), msg('D', "Ss\x00"), msg('S', "")), 0, 1, false},
-		{"terminate", msg('X', ""), 0, 0, false},
-		{"a length under 4", []byte{'Q', 0, 0, 0, 3}, 0, 0, true},
-		{"a body of 1 MiB", join(msg('Q', strings.Repeat("x", 1<<20))), 1, 1, false},
+		{"a simple query", msg('Q', "SELECT 1\x00"), 1, 1, 0, false},
+		{"one extended statement", join(msg('B', "xx"), msg('E', "\x00\x00\x00\x00\x00"), msg('S', "")), 1, 1, 0, false},
+		{"a batch of three", join(msg('B', ""), msg('E', ""), msg('B', ""), msg('E', ""), msg('B', ""), msg('E', ""), msg('S', "")), 3, 1, 0, false},
+		{"a preparation", join(msg('P', "s\x00SELECT 1\x00\x00\x00"), msg('D', "Ss\x00"), msg('S', "")), 0, 1, 1, false},
+		{"two statements prepared, then run in a batch", join(msg('P', "a\x00SELECT 1\x00\x00\x00"), msg('D', "Sa\x00"), msg('P', "b\x00SELECT 2\x00\x00\x00"), msg('D', "Sb\x00"), msg('S', ""),
+			msg('B', ""), msg('E', ""), msg('B', ""), msg('E', ""), msg('S', "")), 2, 2, 1, false},
+		{"terminate", msg('X', ""), 0, 0, 0, false},
+		{"a length under 4", []byte{'Q', 0, 0, 0, 3}, 0, 0, 0, true},
+		{"a body of 1 MiB", join(msg('Q', strings.Repeat("x", 1<<20))), 1, 1, 0, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			// Whole, and one byte a read: the same counts.
@@ -58,8 +61,8 @@ func TestFrontendCounts(t *testing.T) {
 				if (err != nil) != c.bad {
 					t.Fatalf("reads of %d bytes: err %v, want failure %v", size, err, c.bad)
 				}
-				if !c.bad && (f.statements != c.statements || f.roundTrips != c.trip) {
-					t.Errorf("reads of %d bytes: %d statements, %d round trips; want %d, %d", size, f.statements, f.roundTrips, c.statements, c.trip)
+				if !c.bad && (f.statements != c.statements || f.roundTrips != c.trip || f.prepares != c.prepares) {
+					t.Errorf("reads of %d bytes: %d statements, %d round trips, %d prepares; want %d, %d, %d", size, f.statements, f.roundTrips, f.prepares, c.statements, c.trip, c.prepares)
 				}
 			}
 		})
@@ -83,8 +86,11 @@ func FuzzFrontend(f *testing.F) {
 		if (werr != nil) != (perr != nil) {
 			t.Fatalf("whole: %v, in pieces of %d: %v", werr, step, perr)
 		}
-		if werr == nil && (whole.statements != pieces.statements || whole.roundTrips != pieces.roundTrips) {
-			t.Fatalf("whole %d/%d, in pieces %d/%d", whole.statements, whole.roundTrips, pieces.statements, pieces.roundTrips)
+		if werr == nil && (whole.statements != pieces.statements || whole.roundTrips != pieces.roundTrips || whole.prepares != pieces.prepares) {
+			t.Fatalf("whole %d/%d/%d, in pieces %d/%d/%d", whole.statements, whole.roundTrips, whole.prepares, pieces.statements, pieces.roundTrips, pieces.prepares)
+		}
+		if whole.prepares > whole.roundTrips {
+			t.Fatalf("%d prepares in %d round trips", whole.prepares, whole.roundTrips)
 		}
 	})
 }
@@ -92,7 +98,8 @@ func FuzzFrontend(f *testing.F) {
 // Through the real proxy to the real PostgreSQL with pgx (sslmode=prefer,
 // so the proxy declines its SSL request): a cached statement is one
 // statement and one round trip, a batch of three cached statements three
-// and one.
+// and one, and a batch of a statement the connection has not run yet a
+// round trip more, counted among the prepares.
 func TestProxyCountsPgx(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	cfg, err := pgx.ParseConfig(dsn)
@@ -120,6 +127,7 @@ func TestProxyCountsPgx(t *testing.T) {
 	if _, err := fmt.Sscanf(first, "proxy %s counts %s", &proxyAddr, &statsURL); err != nil {
 		t.Fatalf("first line %q: %v", first, err)
 	}
+	var prep int64
 	get := func() (st, rt int64) {
 		t.Helper()
 		resp, err := http.Get(statsURL)
@@ -128,7 +136,7 @@ func TestProxyCountsPgx(t *testing.T) {
 		}
 		defer resp.Body.Close()
 		var conns int64
-		if _, err := fmt.Fscanf(resp.Body, "statements %d round_trips %d connections %d", &st, &rt, &conns); err != nil {
+		if _, err := fmt.Fscanf(resp.Body, "statements %d round_trips %d connections %d prepares %d", &st, &rt, &conns, &prep); err != nil {
 			t.Fatal(err)
 		}
 		return st, rt
@@ -183,5 +191,16 @@ func TestProxyCountsPgx(t *testing.T) {
 	st2, rt2 := get()
 	if st2-st1 != 3 || rt2-rt1 != 1 {
 		t.Errorf("a batch of three: %d statements, %d round trips", st2-st1, rt2-rt1)
+	}
+	prep2 := prep
+	b = &pgx.Batch{}
+	b.Queue("SELECT $1::int + 1", 1)
+	b.Queue("SELECT $1::int", 1)
+	if err := conn.SendBatch(cctx, b).Close(); err != nil {
+		t.Fatal(err)
+	}
+	st3, rt3 := get()
+	if st3-st2 != 2 || rt3-rt2 != 2 || prep-prep2 != 1 {
+		t.Errorf("a batch with a new statement: %d statements, %d round trips, %d prepares; want 2, 2, 1", st3-st2, rt3-rt2, prep-prep2)
 	}
 }
