@@ -477,3 +477,87 @@ func TestMigrationMovesUsesForward(t *testing.T) {
 		t.Fatalf("a second use of an approval used before the migration: %v, want ErrAlreadyDecided", err)
 	}
 }
+
+// A process's receipt tail read on by one reader (a later section) and then
+// caught up by a reader whose moment is older (a section of another scope
+// whose snapshot came first) sees a segment shorter than it read: behind,
+// not cut short. The tail keeps where it read to, reads nothing again, and
+// still reads what is appended next; before, it started that segment over
+// from byte 0, reading every receipt of it back in that section.
+func TestAnOlderSnapshotDoesNotRewindTheReceiptTail(t *testing.T) {
+	st := open(t, freshStore(t, true))
+	defer st.Close()
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &reviewlog.Chains{Signer: noa.NewKeySigner(key)}
+	seal := func() {
+		t.Helper()
+		err := st.Locked(t.Context(), time.Second, func(w reviewlog.Writer) error {
+			_, err := c.Append(t.Context(), w, noa.Draft{TS: time.Now(), Agent: noa.Agent{ID: "a", Principal: noa.PrincipalService},
+				Action:     noa.Action{ID: "x", Canonical: "payment.x402", RiskClass: "IRREVERSIBLE", ParamsHash: "hmac-sha256:" + strings.Repeat("0", 64)},
+				Governance: noa.Governance{Mode: "on", Verdict: noa.VerdictAllowed}})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var tail reviewlog.ReceiptTail
+	next := func(r reviewlog.Reader) map[string]reviewlog.SegmentMark {
+		t.Helper()
+		if _, err := tail.Next(t.Context(), r); err != nil {
+			t.Fatal(err)
+		}
+		return tail.Marks()
+	}
+	fresh := func() map[string]reviewlog.SegmentMark {
+		t.Helper()
+		var m map[string]reviewlog.SegmentMark
+		if err := st.View(t.Context(), func(r reviewlog.Reader) error { m = next(r); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	seal()
+	first := fresh()
+	file := reviewlog.SegmentFile(c.ChainID(), 0)
+	if first[file].Off == 0 {
+		t.Fatalf("after one receipt the tail is at %+v", first)
+	}
+	// The older reader: its snapshot is taken (its first statement) before
+	// the second receipt, and it catches up after a newer reader did.
+	taken, caughtUp := make(chan struct{}), make(chan struct{})
+	var older map[string]reviewlog.SegmentMark
+	done := make(chan error, 1)
+	go func() {
+		done <- st.View(t.Context(), func(r reviewlog.Reader) error {
+			if _, err := r.Segments(t.Context()); err != nil {
+				return err
+			}
+			close(taken)
+			<-caughtUp
+			older = next(r)
+			return nil
+		})
+	}()
+	<-taken
+	seal()
+	second := fresh()
+	if second[file].Off <= first[file].Off {
+		t.Fatalf("after the second receipt the tail is at %+v (first %+v)", second, first)
+	}
+	close(caughtUp)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if older[file] != second[file] {
+		t.Fatalf("caught up by an older snapshot, the tail went from %+v to %+v", second[file], older[file])
+	}
+	// And it reads on from there.
+	seal()
+	if third := fresh(); third[file].Off <= second[file].Off {
+		t.Fatalf("after a third receipt the tail is at %+v (was %+v)", third[file], second[file])
+	}
+}
