@@ -233,13 +233,9 @@ func segmentArgs(marks map[string]reviewlog.SegmentMark) []any {
 	return []any{names, offs, gens}
 }
 
-func collectSegmentLines(rows pgx.Rows) ([]reviewlog.SegmentLine, error) {
-	out, _, err := collectSegmentLinesLast(rows)
-	return out, err
-}
-
-// collectSegmentLinesLast is collectSegmentLines with each stream's last
-// row as read, whole (rows come in offset order within a stream).
+// collectSegmentLinesLast reads the rows of segmentLinesSQL or
+// segmentsSinceSQL: the whole lines, and each stream's last row as read,
+// line break included (rows come in offset order within a stream).
 func collectSegmentLinesLast(rows pgx.Rows) ([]reviewlog.SegmentLine, map[string]row, error) {
 	defer rows.Close()
 	var out []reviewlog.SegmentLine
