@@ -538,7 +538,10 @@ func TestAnOlderSnapshotDoesNotRewindTheReceiptTail(t *testing.T) {
 			}
 			close(taken)
 			<-caughtUp
-			older = next(r)
+			if _, err := tail.Next(t.Context(), r); err != nil {
+				return err
+			}
+			older = tail.Marks()
 			return nil
 		})
 	}()
