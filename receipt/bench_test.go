@@ -180,7 +180,7 @@ func BenchmarkDecodeText(b *testing.B) {
 	b.ReportAllocs()
 	defer reportCPU(b)()
 	for b.Loop() {
-		if _, err := decodeText(text, DefaultLimits()); err != nil {
+		if _, err := decodeText(text, DefaultLimits(), false); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -190,7 +190,7 @@ func BenchmarkDecodeText(b *testing.B) {
 // events indented as a receipt's events are, into one reused buffer.
 func BenchmarkPrintEvents(b *testing.B) {
 	text := benchText(b, 20_000)
-	evs, err := decodeText(text, DefaultLimits())
+	evs, err := decodeText(text, DefaultLimits(), false)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -6,9 +6,11 @@ package receipt
 import (
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"math"
 	"strings"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/jsjson"
 )
@@ -22,6 +24,31 @@ type Event struct {
 	ContextID                     string // "" means the event belongs to no operation
 	Line                          int    // 1-based line number in its run file
 	Raw                           jsjson.Value
+
+	// text is the event's line and sum its CRC-32C, kept where the line
+	// is the run file's own bytes mapped into memory (ReadRunFileHeld),
+	// which a writer could change after they were checked.
+	text string
+	sum  uint32
+}
+
+// castagnoli is the CRC-32C table (computed in hardware on amd64 and
+// arm64); it is never written after it is made.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// lineSum is the sum Event.changed compares.
+func lineSum(line string) uint32 {
+	return crc32.Checksum(unsafe.Slice(unsafe.StringData(line), len(line)), castagnoli)
+}
+
+// changed reports whether the line an event was decoded from is no longer
+// the bytes it was decoded from: a writer rewrote the run file in place
+// while it was mapped. An event read any other way holds its own copy and
+// never changes. A 32-bit sum misses a random change once in four billion;
+// it guards against a file rewritten by mistake, not against its writer,
+// who could have written anything before the read.
+func (e *Event) changed() bool {
+	return e.text != "" && lineSum(e.text) != e.sum
 }
 
 // Payload returns the event's payload object.

@@ -1,10 +1,12 @@
 package receipt
 
 import (
+	"fmt"
 	"io"
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/jsjson"
 )
@@ -139,9 +141,9 @@ func (w *appendWriter) Write(p []byte) (int, error) {
 // already printed are written to w in order; a few batches (a few hundred KiB
 // each) are in flight at a time.
 func (res *Result) WriteJSON(w io.Writer) error {
-	return writeDoc(w, len(res.Receipts) > 0, func(prefix string, write func([]byte) bool) {
+	return writeDoc(w, len(res.Receipts) > 0, func(prefix string, write func([]byte) bool, check func([]Event)) {
 		printBatches(res.Receipts, prefix, func(r *Receipt) int { return len(r.Events) },
-			func(o *out, r *Receipt) { o.receipt(r) }, write)
+			func(o *out, r *Receipt) { o.receipt(r); check(r.Events) }, write)
 	}, res.Unassigned)
 }
 
@@ -162,7 +164,7 @@ func WriteBuild(w io.Writer, events []Event, t *Template) error {
 		at += c
 	}
 	m := newMatcher(t)
-	return writeDoc(w, len(ops) > 0, func(prefix string, write func([]byte) bool) {
+	return writeDoc(w, len(ops) > 0, func(prefix string, write func([]byte) bool, check func([]Event)) {
 		printBatches(ops, prefix, func(s *span) int { return int(s.hi - s.lo) },
 			func(o *out, s *span) {
 				if o.fold == nil {
@@ -170,16 +172,35 @@ func WriteBuild(w io.Writer, events []Event, t *Template) error {
 				}
 				r := m.foldInto(events[s.lo:s.hi:s.hi], o.fold)
 				o.receipt(&r)
+				check(events[s.lo:s.hi])
 			}, write)
 	}, events[at:int(at)+unassigned])
 }
 
 // writeDoc writes {"receipts": [...], "unassigned": [...]} as AppendJSON
-// does; receipts prints the receipts' array items under prefix.
-func writeDoc(w io.Writer, hasReceipts bool, receipts func(prefix string, write func([]byte) bool), unassigned []Event) error {
+// does; receipts prints the receipts' array items under prefix, and
+// hands check the events of each item once printed. Events whose mapped
+// line changed since it was decoded (see Event.changed) stop the output
+// before the batch that printed them, with ErrRunChanged.
+func writeDoc(w io.Writer, hasReceipts bool, receipts func(prefix string, write func([]byte) bool, check func([]Event)), unassigned []Event) error {
 	o := newOut(make([]byte, 0, 64<<10), "", "  ")
-	var werr error
+	var (
+		werr    error
+		changed atomic.Int64 // the line of an event found changed, 0 if none
+	)
+	check := func(events []Event) {
+		for i := range events {
+			if events[i].changed() {
+				changed.CompareAndSwap(0, int64(max(events[i].Line, 1)))
+			}
+		}
+	}
+	// A batch is written after its printer checked it (printBatches hands
+	// batches over only once printed), so no unchecked byte is written.
 	write := func(b []byte) bool {
+		if line := changed.Load(); line != 0 && werr == nil {
+			werr = fmt.Errorf("line %d: %w", line, ErrRunChanged)
+		}
 		if werr == nil && len(b) > 0 {
 			_, werr = w.Write(b)
 		}
@@ -193,7 +214,7 @@ func writeDoc(w io.Writer, hasReceipts bool, receipts func(prefix string, write 
 		o.Open('[')
 		write(o.Buf)
 		o.Buf = o.Buf[:0]
-		receipts(o.Prefix(), write)
+		receipts(o.Prefix(), write, check)
 		o.Close(']')
 	}
 	o.Key(1, "unassigned")
@@ -204,7 +225,7 @@ func writeDoc(w io.Writer, hasReceipts bool, receipts func(prefix string, write 
 		write(o.Buf)
 		o.Buf = o.Buf[:0]
 		printBatches(unassigned, o.Prefix(), func(*Event) int { return 1 },
-			func(o *out, e *Event) { o.Value(e.Raw) }, write)
+			func(o *out, e *Event) { o.Value(e.Raw); check(unsafe.Slice(e, 1)) }, write)
 		o.Close(']')
 	}
 	o.Close('}')
@@ -232,6 +253,7 @@ func printBatches[E any](items []E, prefix string, events func(*E) int, print fu
 		lo, hi int
 		buf    []byte
 		done   chan struct{}
+		fault  any // met reading mapped text (see Guard)
 	}
 	render := func(b *batch) {
 		o := newOut(b.buf[:0], prefix, "  ")
@@ -278,7 +300,7 @@ func printBatches[E any](items []E, prefix string, events func(*E) int, print fu
 	for range workers {
 		wg.Go(func() {
 			for b := range jobs {
-				render(b)
+				b.fault = guarded(func() { render(b) })
 				close(b.done)
 			}
 		})
@@ -297,8 +319,13 @@ func printBatches[E any](items []E, prefix string, events func(*E) int, print fu
 			jobs <- b
 		}
 	}()
+	var fault any
 	for b := range inOrder {
 		<-b.done
+		if b.fault != nil && fault == nil {
+			fault = b.fault
+			failed.Store(true)
+		}
 		if !failed.Load() && !write(b.buf) {
 			failed.Store(true)
 		}
@@ -308,4 +335,7 @@ func printBatches[E any](items []E, prefix string, events func(*E) int, print fu
 		}
 	}
 	wg.Wait()
+	if fault != nil {
+		panic(fault) // for Guard, on the goroutine that called
+	}
 }

@@ -270,7 +270,7 @@ func isBlank[T string | []byte](b T) bool {
 // same rules as ReadEvents. Lines are decoded in parallel, one part of the
 // text per processor, into one slice of events; a plain event keeps only its
 // line's text (see jsjson.Decoder.Text), which the writer prints from.
-func decodeText(text string, lim Limits) ([]Event, error) {
+func decodeText(text string, lim Limits, summed bool) ([]Event, error) {
 	if int64(len(text)) > lim.MaxRunBytes {
 		return nil, &LineError{Rule: RuleRunSize, Err: fmt.Errorf("file is larger than the %s limit", size(lim.MaxRunBytes))}
 	}
@@ -290,7 +290,7 @@ func decodeText(text string, lim Limits) ([]Event, error) {
 	got := make([]int, len(parts))
 	errs := make([]error, len(parts))
 	parallel(len(parts), func(k int) {
-		got[k], errs[k] = decodePart(parts[k], first[k]+1, lim, events[first[k]:first[k+1]])
+		got[k], errs[k] = decodePart(parts[k], first[k]+1, lim, summed, events[first[k]:first[k+1]])
 	})
 	for _, err := range errs {
 		if err != nil {
@@ -307,8 +307,9 @@ func decodeText(text string, lim Limits) ([]Event, error) {
 }
 
 // decodePart decodes the lines of part, numbered from line, into out (one
-// slot per line) and returns how many events it decoded.
-func decodePart(part string, line int, lim Limits, out []Event) (int, error) {
+// slot per line) and returns how many events it decoded; summed keeps
+// each event's line and its sum (see Event.changed).
+func decodePart(part string, line int, lim Limits, summed bool, out []Event) (int, error) {
 	var dec jsjson.Decoder
 	lines := jsjson.NewLines(part)
 	n := 0
@@ -327,6 +328,9 @@ func decodePart(part string, line int, lim Limits, out []Event) (int, error) {
 				return n, atLine(err, line)
 			}
 			ev.Line = line
+			if summed {
+				ev.text, ev.sum = l, lineSum(l)
+			}
 			out[n] = ev
 			n++
 		}
@@ -353,17 +357,24 @@ func splitLines(text string, n int) []string {
 	return append(parts, text)
 }
 
-// parallel calls fn(0..n-1), each on its own goroutine, and waits.
+// parallel calls fn(0..n-1), each on its own goroutine, and waits. A
+// fault reading mapped text (see Guard) panics again here.
 func parallel(n int, fn func(k int)) {
 	if n == 1 {
 		fn(0)
 		return
 	}
 	var wg sync.WaitGroup
+	faults := make([]any, n)
 	for k := range n {
-		wg.Go(func() { fn(k) })
+		wg.Go(func() { faults[k] = guarded(func() { fn(k) }) })
 	}
 	wg.Wait()
+	for _, f := range faults {
+		if f != nil {
+			panic(f)
+		}
+	}
 }
 
 // RunIDFromFileName returns the run id of a run file name ("<id>.ndjson").
@@ -379,32 +390,26 @@ func RunIDFromFileName(name string) (string, bool) {
 // is the file name without ".ndjson" (or the whole base name otherwise).
 // Errors are *LineError values carrying the run id where a line is at fault.
 func ReadRunFile(path string, lim Limits) (runID string, events []Event, err error) {
-	return readRunFile(path, lim, func(n int) ([]byte, func()) { return make([]byte, n), func() {} })
+	return readRunFile(path, lim, false)
 }
 
 // ReadRunFileHeld is ReadRunFile for a process that reads one run, uses its
 // events and ends (the build command): the file's text, which the events
-// share, is held outside the Go heap (in huge pages on Linux) until
-// release is called, after which no event may be used. The collector
-// neither scans nor frees it, and it costs far fewer page faults.
+// share, is the file mapped into memory (Linux; read into the heap
+// elsewhere, or where the file cannot be mapped) until release is called,
+// after which no event may be used. It costs no copy and no fresh memory,
+// but the text is the file's own: each event keeps a sum of its line, which
+// WriteBuild checks for every event it prints before handing its bytes on
+// (so bytes rewritten in place under the build fail it instead of being
+// printed unchecked), and a read past the end of a file cut short under
+// it faults. The caller reads the events only inside Guard, which turns
+// such a fault into an error; the package's own goroutines guard
+// themselves.
 func ReadRunFileHeld(path string, lim Limits) (runID string, events []Event, release func(), err error) {
-	release = func() {}
-	runID, events, err = readRunFile(path, lim, func(n int) ([]byte, func()) {
-		buf, free := runText(n)
-		release = free
-		return buf, free
-	})
-	if err != nil {
-		release()
-		return runID, nil, func() {}, err
-	}
-	return runID, events, release, nil
+	return readRunFileHeld(path, lim, true)
 }
 
-// readRunFile reads the file whole into a buffer of alloc and decodes its
-// lines in place: events then share the file's text instead of each
-// holding a copy.
-func readRunFile(path string, lim Limits, alloc func(n int) ([]byte, func())) (runID string, events []Event, err error) {
+func readRunFileHeld(path string, lim Limits, mapped bool) (runID string, events []Event, release func(), err error) {
 	base := filepath.Base(path)
 	runID, ok := RunIDFromFileName(base)
 	if !ok {
@@ -413,41 +418,63 @@ func readRunFile(path string, lim Limits, alloc func(n int) ([]byte, func())) (r
 	lim = lim.orDefault()
 	f, err := os.Open(path)
 	if err != nil {
-		return runID, nil, fmt.Errorf("opening run file: %w", err)
+		return runID, nil, nil, fmt.Errorf("opening run file: %w", err)
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return runID, nil, fmt.Errorf("opening run file: %w", err)
+		return runID, nil, nil, fmt.Errorf("opening run file: %w", err)
 	}
 	if !st.Mode().IsRegular() {
-		return runID, nil, fmt.Errorf("run file %s is not a regular file", path)
+		return runID, nil, nil, fmt.Errorf("run file %s is not a regular file", path)
 	}
 	if st.Size() > lim.MaxRunBytes {
-		return runID, nil, &LineError{Run: runID, Rule: RuleRunSize,
+		return runID, nil, nil, &LineError{Run: runID, Rule: RuleRunSize,
 			Err: fmt.Errorf("file is %d bytes, over the %s limit", st.Size(), size(lim.MaxRunBytes))}
 	}
-	// One byte more than its size: a file that grew since (a recorder
-	// appending) is read up to the buffer's end, and at most to the limit.
-	buf, _ := alloc(int(st.Size()) + 1)
-	n, err := readAtParallel(f, buf)
-	if err != nil {
-		return runID, nil, fmt.Errorf("reading run file: %w", err)
+	var (
+		buf    []byte
+		n      int
+		summed bool
+	)
+	release = func() {}
+	if mapped {
+		// Exactly its size: what a recorder appends since is not read (a
+		// torn last line never is).
+		buf, release, summed = mapText(f, int(st.Size()))
+		n = len(buf)
+	}
+	if !summed {
+		release = func() {}
+		// One byte more than its size: a file that grew since (a recorder
+		// appending) is read up to the buffer's end, and at most to the limit.
+		buf = make([]byte, int(st.Size())+1)
+		if n, err = readAtParallel(f, buf); err != nil {
+			return runID, nil, nil, fmt.Errorf("reading run file: %w", err)
+		}
 	}
 	text := ""
 	if n > 0 {
 		// The buffer is not written again: the events' strings share it.
 		text = unsafe.String(&buf[0], n)
 	}
-	events, err = decodeText(text, lim)
+	events, err = decodeText(text, lim, summed)
 	if err != nil {
+		release()
 		var le *LineError
 		if errors.As(err, &le) {
 			le.Run = runID
 		}
-		return runID, nil, err
+		return runID, nil, nil, err
 	}
-	return runID, events, nil
+	return runID, events, release, nil
+}
+
+// readRunFile reads the file whole into the heap and decodes its lines in
+// place: events then share the file's text instead of each holding a copy.
+func readRunFile(path string, lim Limits, mapped bool) (runID string, events []Event, err error) {
+	runID, events, _, err = readRunFileHeld(path, lim, mapped)
+	return runID, events, err
 }
 
 // readChunk is the part of a run file one reader reads at a time.

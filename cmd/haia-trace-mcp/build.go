@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -49,25 +50,37 @@ func runBuild(ctx context.Context, stdout io.Writer, file, tmpl, dir string) err
 		return err
 	}
 	defer quietCollector()()
-	_, events, release, err := receipt.ReadRunFileHeld(file, receipt.DefaultLimits())
-	if err != nil {
+	// The events share the run file mapped into memory: Guard turns a read
+	// past the end of a file cut short under the build into an error.
+	err = receipt.Guard(func() error {
+		_, events, release, err := receipt.ReadRunFileHeld(file, receipt.DefaultLimits())
+		if err != nil {
+			return fmt.Errorf("%s: %w", file, err)
+		}
+		defer release()
+		// The events are not needed apart from their receipts: assemble them
+		// in place, folding each operation as it is printed. WriteBuild hands
+		// over its output a batch (a few hundred KiB) at a time: a small
+		// buffer gathers the few short pieces around them, and a batch goes
+		// to stdout from where it was printed instead of being copied
+		// through a buffer of its size.
+		out := bufio.NewWriterSize(stdout, 64<<10)
+		err = receipt.WriteBuild(out, events, t)
+		if err == nil {
+			err = out.Flush()
+		}
+		switch {
+		case errors.Is(err, receipt.ErrRunChanged):
+			return fmt.Errorf("%s: %w", file, err)
+		case err != nil:
+			return fmt.Errorf("writing output: %w", err)
+		}
+		return nil
+	})
+	if errors.Is(err, receipt.ErrRunCut) {
 		return fmt.Errorf("%s: %w", file, err)
 	}
-	defer release()
-	// The events are not needed apart from their receipts: assemble them in
-	// place, folding each operation as it is printed. WriteBuild hands over
-	// its output a batch (a few hundred KiB) at a time: a small buffer gathers the
-	// few short pieces around them, and a batch goes to stdout from where it
-	// was printed instead of being copied through a buffer of its size.
-	out := bufio.NewWriterSize(stdout, 64<<10)
-	err = receipt.WriteBuild(out, events, t)
-	if err == nil {
-		err = out.Flush()
-	}
-	if err != nil {
-		return fmt.Errorf("writing output: %w", err)
-	}
-	return nil
+	return err
 }
 
 // buildMemoryLimit is the heap the build command grows to before the
