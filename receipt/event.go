@@ -21,15 +21,15 @@ type Event struct {
 	Seq                           float64 // a validated non-negative integer
 	Role                          string
 	HasRole                       bool
-	ContextID                     string // "" means the event belongs to no operation
-	Line                          int    // 1-based line number in its run file
-	Raw                           jsjson.Value
-
-	// text is the event's line and sum its CRC-32C, kept where the line
-	// is the run file's own bytes mapped into memory (ReadRunFileHeld),
-	// which a writer could change after they were checked.
-	text string
-	sum  uint32
+	// mapped says the event's line is the run file's own bytes mapped
+	// into memory (ReadRunFileHeld), which a writer could change after
+	// they were checked, and sum is its CRC-32C then (see changed). They
+	// sit in HasRole's padding: an event is no larger for them.
+	mapped    bool
+	sum       uint32
+	ContextID string // "" means the event belongs to no operation
+	Line      int    // 1-based line number in its run file
+	Raw       jsjson.Value
 }
 
 // castagnoli is the CRC-32C table (computed in hardware on amd64 and
@@ -43,12 +43,14 @@ func lineSum(line string) uint32 {
 
 // changed reports whether the line an event was decoded from is no longer
 // the bytes it was decoded from: a writer rewrote the run file in place
-// while it was mapped. An event read any other way holds its own copy and
-// never changes. A 32-bit sum misses a random change once in four billion;
-// it guards against a file rewritten by mistake, not against its writer,
-// who could have written anything before the read.
+// while it was mapped. Every string of the event, and every byte printed
+// of it, is in that line (a line kept as text runs to its '\n', so a line
+// end written over makes it longer). An event read any other way holds
+// its own copy and never changes. A 32-bit sum misses a random change
+// once in four billion: it guards against a file rewritten by mistake,
+// not against its writer, who could have written anything before the read.
 func (e *Event) changed() bool {
-	return e.text != "" && lineSum(e.text) != e.sum
+	return e.mapped && lineSum(e.Raw.Source()) != e.sum
 }
 
 // Payload returns the event's payload object.

@@ -329,7 +329,7 @@ func decodePart(part string, line int, lim Limits, summed bool, out []Event) (in
 			}
 			ev.Line = line
 			if summed {
-				ev.text, ev.sum = l, lineSum(l)
+				ev.mapped, ev.sum = true, lineSum(l) // l is ev.Raw.Source()
 			}
 			out[n] = ev
 			n++

@@ -96,6 +96,20 @@ func (v Value) textSrc() string {
 	return s
 }
 
+// Source returns the text a whole document was parsed from (for a document
+// of Lines, its line up to the next '\n'), and "" for a value inside one.
+func (v Value) Source() string {
+	switch {
+	case v.d == nil:
+		return ""
+	case v.d.text:
+		return v.textSrc()
+	case v.i == 0:
+		return v.d.src
+	}
+	return ""
+}
+
 // full returns v with a tape: a text-only document is parsed again (it was
 // valid when it was made, so this cannot fail).
 func (v Value) full() Value {

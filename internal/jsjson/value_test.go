@@ -386,3 +386,35 @@ func TestSmallIntegerAgreesWithParseFloat(t *testing.T) {
 		}
 	}
 }
+
+func TestSource(t *testing.T) {
+	const line = `{"a":[1,{"b":"c"}]}`
+	v, err := ParseString(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := v.Get("a")
+	lines := NewLines("x\n" + line + "\nnext")
+	if got := lines.Line(v, 2).Source(); got != line {
+		t.Errorf("a line's Source = %q", got)
+	}
+	for _, c := range []struct {
+		v    Value
+		want string
+	}{{v, line}, {a, ""}, {Value{}, ""}} {
+		if got := c.v.Source(); got != c.want {
+			t.Errorf("Source = %q, want %q", got, c.want)
+		}
+	}
+}
+
+// TestTextChangedSinceParsed: a line kept as text and changed after it was
+// parsed (a mapped file rewritten) prints something, never a panic; its
+// reader tells the change by its sum.
+func TestTextChangedSinceParsed(t *testing.T) {
+	for _, s := range []string{`}}]]`, `{"a":"b}`, `"`, `{]}}`, `[1,2]]]`} {
+		var w Indenter
+		w.Reset(nil, "  ", "  ")
+		w.text(s)
+	}
+}

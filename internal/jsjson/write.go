@@ -251,7 +251,9 @@ func (w *Indenter) text(s string) {
 			}
 			i = j
 		case '}', ']':
-			line = line[:len(line)-len(w.indent)]
+			// Never below the prefix, even for text changed since it was
+			// parsed (a mapped file rewritten: its reader finds out).
+			line = line[:max(len(line)-len(w.indent), 1)]
 			if spaced {
 				buf = append(buf, line...)
 			}
