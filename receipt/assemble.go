@@ -267,25 +267,40 @@ func permute(events []Event, dest []int32) {
 // returns each event's destination, the operations' event counts and the
 // number of unassigned events.
 func placement(events []Event, order []int32) (dest []int32, counts []int32, unassigned int) {
-	// Sized for a few events an operation, so that a large run's index
-	// rarely grows.
-	index := make(map[string]int32, len(events)/4)
 	groupOf := make([]int32, len(events))
-	for _, j := range order {
-		e := &events[j]
-		if e.ContextID == "" {
-			groupOf[j] = -1
-			unassigned++
-			continue
+	if len(order) < 1<<14 || runtime.GOMAXPROCS(0) == 1 {
+		var g groups
+		g.assign(events, order, groupOf, len(events)/4)
+		counts, unassigned = g.counts, g.unassigned
+	} else {
+		// A large run: each half of the order grouped on a core of its own,
+		// then the second half's operations numbered after the first's in
+		// order of first appearance (one lookup per operation, not per event).
+		half := len(order) / 2
+		var h [2]groups
+		parallel(2, func(k int) {
+			lo, hi := 0, half
+			if k == 1 {
+				lo, hi = half, len(order)
+			}
+			h[k].assign(events, order[lo:hi], groupOf, (hi-lo)/4)
+		})
+		counts, unassigned = h[0].counts, h[0].unassigned+h[1].unassigned
+		global := make([]int32, len(h[1].counts))
+		for g, id := range h[1].ids {
+			first, ok := h[0].index[id]
+			if !ok {
+				first = int32(len(counts))
+				counts = append(counts, 0)
+			}
+			counts[first] += h[1].counts[g]
+			global[g] = first
 		}
-		g, ok := index[e.ContextID]
-		if !ok {
-			g = int32(len(counts))
-			index[e.ContextID] = g
-			counts = append(counts, 0)
+		for _, j := range order[half:] {
+			if g := groupOf[j]; g >= 0 {
+				groupOf[j] = global[g]
+			}
 		}
-		counts[g]++
-		groupOf[j] = g
 	}
 	next := make([]int32, len(counts)) // next free slot of each group
 	var at int32
@@ -304,6 +319,38 @@ func placement(events []Event, order []int32) (dest []int32, counts []int32, una
 		}
 	}
 	return dest, counts, unassigned
+}
+
+// groups numbers the operations of some events in order of first
+// appearance.
+type groups struct {
+	index      map[string]int32 // context id -> group
+	ids        []string         // group -> context id
+	counts     []int32          // group -> events
+	unassigned int
+}
+
+// assign numbers the operations of events[order...] into groupOf (-1 for
+// an event of none), sized for about hint operations.
+func (g *groups) assign(events []Event, order []int32, groupOf []int32, hint int) {
+	g.index = make(map[string]int32, hint)
+	for _, j := range order {
+		e := &events[j]
+		if e.ContextID == "" {
+			groupOf[j] = -1
+			g.unassigned++
+			continue
+		}
+		n, ok := g.index[e.ContextID]
+		if !ok {
+			n = int32(len(g.counts))
+			g.index[e.ContextID] = n
+			g.counts = append(g.counts, 0)
+			g.ids = append(g.ids, e.ContextID)
+		}
+		g.counts[n]++
+		groupOf[j] = n
+	}
 }
 
 // result folds the placed events into receipts.

@@ -439,3 +439,58 @@ func TestSortedOrderIsTheStableSort(t *testing.T) {
 		})
 	}
 }
+
+// TestPlacementInHalvesIsTheWholeOrders: a large run's operations,
+// numbered in two halves and joined, are those numbered in one pass over
+// the whole order (operations spanning both halves, events of none).
+func TestPlacementInHalvesIsTheWholeOrders(t *testing.T) {
+	r := rand.New(rand.NewSource(37))
+	for _, ops := range []int{1, 50, 5_000, 60_000} {
+		events := make([]Event, 40_000)
+		for i := range events {
+			if r.Intn(9) > 0 {
+				events[i].ContextID = fmt.Sprintf("op-%d", r.Intn(ops))
+			}
+		}
+		order := make([]int32, len(events))
+		for i, j := range r.Perm(len(events)) {
+			order[i] = int32(j)
+		}
+		dest, counts, unassigned := placement(events, order)
+		// One pass: operations in order of first appearance.
+		var g groups
+		groupOf := make([]int32, len(events))
+		g.assign(events, order, groupOf, 0)
+		if !slices.Equal(counts, g.counts) || unassigned != g.unassigned {
+			t.Fatalf("%d operations: counts or unassigned differ from one pass", ops)
+		}
+		// Destinations: each operation's events together, in order.
+		seen := make([]bool, len(events))
+		for _, j := range order {
+			seen[dest[j]] = true
+		}
+		for i, s := range seen {
+			if !s {
+				t.Fatalf("%d operations: slot %d never filled", ops, i)
+			}
+		}
+		at := make([]int32, len(g.counts)+1)
+		for k, c := range g.counts {
+			at[k+1] = at[k] + c
+		}
+		next := slices.Clone(at[:len(g.counts)])
+		free := at[len(g.counts)]
+		for _, j := range order {
+			want := free
+			if k := groupOf[j]; k >= 0 {
+				want = next[k]
+				next[k]++
+			} else {
+				free++
+			}
+			if dest[j] != want {
+				t.Fatalf("%d operations: event %d goes to %d, want %d", ops, j, dest[j], want)
+			}
+		}
+	}
+}
