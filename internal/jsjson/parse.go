@@ -3,6 +3,7 @@ package jsjson
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"strconv"
 	"unicode/utf8"
 )
@@ -590,15 +591,21 @@ func (p *parser) str() (span, bool, error) {
 	start := p.pos
 	s := p.src
 	i := p.pos
-	for i+8 <= len(s) && plainWord(load8(s, i)) {
-		i += 8
-	}
 	for i < len(s) {
-		c := s[i]
-		if plainByte(c) {
+		if i+8 <= len(s) {
+			// A word at a time; the lowest byte marked is the first one
+			// that is not plain (see plainMask).
+			if m := plainMask(load8(s, i)); m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+			} else {
+				i += 8
+				continue
+			}
+		} else if plainByte(s[i]) {
 			i++
 			continue
 		}
+		c := s[i]
 		switch {
 		case c == '"':
 			p.pos = i + 1
@@ -713,10 +720,15 @@ func load8(s string, i int) uint64 {
 // only mark bytes above a byte that was marked itself, so the answer is exact.
 // load8 and plainWord are small enough to be inlined into the loops that
 // use them, where a call per word cost more than its test.
-func plainWord(x uint64) bool {
+func plainWord(x uint64) bool { return plainMask(x) == 0 }
+
+// plainMask has the high bit of every byte of x that is not plainByte set,
+// and maybe of bytes above such a byte (a borrow): its lowest set bit
+// marks the first byte that is not plain, exactly.
+func plainMask(x uint64) uint64 {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
 	q, b := x^(ones*'"'), x^(ones*'\\')
-	return (x|(x-ones*0x20)|(q-ones)|(b-ones))&highs == 0
+	return (x | (x - ones*0x20) | (q - ones) | (b - ones)) & highs
 }
 
 // plainByte reports whether a string literal may hold c as it is:

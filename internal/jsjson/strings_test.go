@@ -1,6 +1,9 @@
 package jsjson
 
-import "testing"
+import (
+	"math/bits"
+	"testing"
+)
 
 func TestAppendString(t *testing.T) {
 	cases := []struct{ in, want string }{
@@ -90,6 +93,32 @@ func TestPlain8(t *testing.T) {
 			}
 			if got := plain8(string(w), 0); got != want {
 				t.Fatalf("plain8(%q) = %v, want %v", w, got, want)
+			}
+		}
+	}
+}
+
+// plainMask's lowest marked byte is the first byte that is not plainByte,
+// whatever follows it: every pair of byte values at every two positions.
+func TestPlainMaskFirstByte(t *testing.T) {
+	for lo := 0; lo < 8; lo++ {
+		for hi := lo + 1; hi < 8; hi++ {
+			for a := 0; a < 256; a++ {
+				for b := 0; b < 256; b += 3 {
+					w := []byte("abcdefgh")
+					w[lo], w[hi] = byte(a), byte(b)
+					first := 8
+					for i, c := range w {
+						if !plainByte(c) {
+							first = i
+							break
+						}
+					}
+					m := plainMask(load8(string(w), 0))
+					if got := bits.TrailingZeros64(m) >> 3; got != first {
+						t.Fatalf("%q: first byte not plain at %d, want %d", w, got, first)
+					}
+				}
 			}
 		}
 	}
