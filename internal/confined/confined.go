@@ -7,6 +7,9 @@
 package confined
 
 import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -350,6 +353,16 @@ func (d *Dir) WriteFileAtomic(name string, data []byte, perm os.FileMode) error 
 // WritePartsAtomic is WriteFileAtomic of the parts one after another, for
 // a writer that would otherwise copy them into one buffer first.
 func (d *Dir) WritePartsAtomic(name string, perm os.FileMode, parts ...[]byte) error {
+	rs := make([]io.Reader, len(parts))
+	for i, p := range parts {
+		rs[i] = bytes.NewReader(p)
+	}
+	return d.WriteReadersAtomic(name, perm, rs...)
+}
+
+// WriteReadersAtomic is WritePartsAtomic of what each reader yields, for a
+// writer whose parts are too large to hold in memory (a scratch file).
+func (d *Dir) WriteReadersAtomic(name string, perm os.FileMode, parts ...io.Reader) error {
 	if err := checkName(name); err != nil {
 		return err
 	}
@@ -359,8 +372,8 @@ func (d *Dir) WritePartsAtomic(name string, perm os.FileMode, parts ...[]byte) e
 	if err != nil {
 		return err
 	}
-	for _, data := range parts {
-		if _, err := f.Write(data); err != nil {
+	for _, part := range parts {
+		if _, err := io.Copy(f, part); err != nil {
 			f.Close()
 			_ = unix.Unlinkat(d.fd, tmp, 0)
 			return fmt.Errorf("write %s: %w", filepath.Join(d.path, name), err)
@@ -380,6 +393,26 @@ func (d *Dir) WritePartsAtomic(name string, perm os.FileMode, parts ...[]byte) e
 		return fmt.Errorf("rename into %s: %w", filepath.Join(d.path, name), err)
 	}
 	return nil
+}
+
+// Scratch creates a new file in the directory that has no name: it is
+// removed as soon as it is open, so that it is gone when the caller closes
+// it or the process stops, whatever happens meanwhile. The caller closes it.
+func (d *Dir) Scratch(prefix string) (*os.File, error) {
+	var rnd [8]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return nil, err
+	}
+	name := "." + prefix + "." + hex.EncodeToString(rnd[:])
+	f, err := d.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Unlinkat(d.fd, name, 0); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("remove the scratch file %s: %w", filepath.Join(d.path, name), err)
+	}
+	return f, nil
 }
 
 // Writable reports whether this process may create files in the directory.

@@ -1,6 +1,8 @@
 package runindex
 
 import (
+	"bufio"
+	"bytes"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -675,7 +677,17 @@ func (ix *Index[T, F]) save(snap []snapshot[T]) error {
 	ver := &Enc{strs: map[string]uint64{}}
 	ver.Str(ix.version())
 	writeTable(&head, ver)
-	var bodies []byte
+	// The runs' bodies (a big root's are over a hundred MiB) go to a
+	// scratch file as they are encoded, not into memory: a cold start
+	// saves while its index and the guard's first history are built, and
+	// a second copy of the summaries then was its peak.
+	scratch, err := ix.opt.State.Scratch(IndexFile + ".bodies")
+	if err != nil {
+		return err
+	}
+	defer scratch.Close()
+	bodies := bufio.NewWriterSize(scratch, 1<<20)
+	var bodiesLen int64
 	var e, h, block Enc
 	n := 0
 	var runs Enc
@@ -685,6 +697,9 @@ func (ix *Index[T, F]) save(snap []snapshot[T]) error {
 	// that kills the server a few seconds after closing its input) leaves
 	// the runs encoded so far for the next, which reads only the others.
 	write := func() error {
+		if err := bodies.Flush(); err != nil {
+			return fmt.Errorf("the run index's scratch file: %w", err)
+		}
 		// Written in parts, not copied into one buffer: the bodies and
 		// headers of a big root are hundreds of MiB.
 		top := &Enc{B: append([]byte(nil), head.B...)}
@@ -694,7 +709,8 @@ func (ix *Index[T, F]) save(snap []snapshot[T]) error {
 		for _, p := range [][]byte{lead, top.B, runs.B} {
 			mac.Write(p)
 		}
-		return ix.opt.State.WritePartsAtomic(IndexFile, 0o600, lead, top.B, runs.B, mac.Sum(nil), bodies)
+		return ix.opt.State.WriteReadersAtomic(IndexFile, 0o600, bytes.NewReader(lead), bytes.NewReader(top.B), bytes.NewReader(runs.B),
+			bytes.NewReader(mac.Sum(nil)), io.NewSectionReader(scratch, 0, bodiesLen))
 	}
 	every := time.Second
 	last := time.Now()
@@ -745,7 +761,10 @@ func (ix *Index[T, F]) save(snap []snapshot[T]) error {
 		block.B = block.B[:0]
 		writeTable(&block, &e)
 		sum := sha256.Sum256(block.B)
-		bodies = append(bodies, block.B...)
+		if _, err := bodies.Write(block.B); err != nil {
+			return fmt.Errorf("the run index's scratch file: %w", err)
+		}
+		bodiesLen += int64(len(block.B))
 
 		h = Enc{B: h.B[:0], strs: map[string]uint64{}, table: h.table[:0]}
 		h.Str(s.id)
