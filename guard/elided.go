@@ -43,6 +43,10 @@ type Elided struct {
 	// hostsIn counts, per host, the operations of Elsewhere that name it
 	// (while AddRun adds them).
 	hostsIn map[string]int
+	// keys are the counterparties' keys (cpKey) made so far, one copy
+	// each: Both and OpenBoth keep them per pair, and a run's pairs are
+	// about as many as its operations.
+	keys map[Counterparty]string
 	// parts are Elideds merged into this one by Merge whose With and Both
 	// are read per counterparty when asked, not added up ahead (a
 	// restart's first decision reads one or two counterparties of
@@ -148,7 +152,7 @@ func (e *Elided) AddRun(o Op, seq int) {
 	r := OpenRef{Seq: seq, Ref: o.ref()}
 	var keys []string
 	add := func(c Counterparty) {
-		k := cpKey(c)
+		k := e.key(c)
 		if slices.Contains(keys, k) {
 			return // the operation names it twice
 		}
@@ -240,14 +244,32 @@ func (e *Elided) Add(o Op) {
 	for i, h := range o.Money.Hosts {
 		count(Counterparty{Kind: KindHost, Value: h}, o.Money.Hosts[:i], h)
 	}
-	var keys []string
+	var buf [4]string
+	keys := buf[:0]
 	for _, p := range o.Money.PayTos {
-		keys = append(keys, cpKey(Counterparty{Kind: KindAddress, Value: p}))
+		keys = append(keys, e.key(Counterparty{Kind: KindAddress, Value: p}))
 	}
 	for _, h := range o.Money.Hosts {
-		keys = append(keys, cpKey(Counterparty{Kind: KindHost, Value: h}))
+		keys = append(keys, e.key(Counterparty{Kind: KindHost, Value: h}))
 	}
 	countPairs(keys, e.Both)
+}
+
+// Seal says no operation will be added to e: it lets go of the copies of
+// counterparty keys it held only to share them while it counted.
+func (e *Elided) Seal() { e.keys = nil }
+
+// key is cpKey(c), one copy per counterparty for all of e's counts.
+func (e *Elided) key(c Counterparty) string {
+	if k, ok := e.keys[c]; ok {
+		return k
+	}
+	if e.keys == nil {
+		e.keys = map[Counterparty]string{}
+	}
+	k := cpKey(c)
+	e.keys[c] = k
+	return k
 }
 
 // countPairs adds one to into for each pair of distinct counterparties
@@ -255,6 +277,14 @@ func (e *Elided) Add(o Op) {
 // operation names each pair of its counterparties once.
 func countPairs(keys []string, into map[[2]string]int) {
 	if len(keys) < 2 {
+		return
+	}
+	if len(keys) == 2 {
+		// The usual operation (one address, one host): one pair at most,
+		// without a set to count it once.
+		if keys[0] != keys[1] {
+			into[pairKey(keys[0], keys[1])]++
+		}
 		return
 	}
 	pairs := map[[2]string]bool{}
