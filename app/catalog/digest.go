@@ -40,6 +40,13 @@ type runDigest struct {
 	keptBlob []byte
 	kept     []guard.Op
 	keptErr  error
+	// items and keptAt, for a view in memory, are its summaries and the
+	// places of the kept ones among them: read from there, not copied (a
+	// cold start's history would otherwise hold every kept operation
+	// twice beside the index's).
+	items    []Summary
+	fillOnce sync.Once
+	keptAt   []int32
 }
 
 // elidable says whether a decision whose windows start at or after since
@@ -73,21 +80,78 @@ func (d *runDigest) keptOps() ([]guard.Op, error) {
 	return d.kept, d.keptErr
 }
 
+// appendKept appends the run's kept operations to ops.
+func (d *runDigest) appendKept(ops []guard.Op) ([]guard.Op, error) {
+	if d.items != nil {
+		d.counts()
+		for _, i := range d.keptAt {
+			ops = append(ops, d.items[i].Guard)
+		}
+		return ops, nil
+	}
+	kept, err := d.keptOps()
+	return append(ops, kept...), err
+}
+
+// keptLen is how many operations appendKept appends (0 when they cannot
+// be read).
+func (d *runDigest) keptLen() int {
+	if d.items != nil {
+		d.counts()
+		return len(d.keptAt)
+	}
+	kept, _ := d.keptOps()
+	return len(kept)
+}
+
 // digestOf is the digest of a view's summaries: with its kept operations
-// listed (keep), and counted (count) for a save. A view in memory is read
-// as its kept operations: their counts would be kept beside the
-// summaries as long as the view, for nothing a question needs.
+// listed (keep: a view in memory), or counted (count) for a save. A view
+// in memory is read as its kept operations: their counts would be kept
+// beside the summaries as long as the view, for nothing a question needs.
+// Its other operations are counted only when a question first reads them
+// (counts): a decision whose windows reach back past the run's newest
+// operation reads the run whole, and would never read the counts made
+// ahead (a cold start of a big root spent a fifth of its memory on them).
 func digestOf(items []Summary, keep, count bool) *runDigest {
-	d := &runDigest{elided: guard.NewElided()}
+	d := &runDigest{}
+	if !keep {
+		d.fill(items, count)
+		return d
+	}
+	d.items = items[:len(items):len(items)]
+	if d.items == nil {
+		d.items = []Summary{}
+	}
+	for i := range items {
+		o := &items[i].Guard
+		if guard.Keep(*o) {
+			continue
+		}
+		if at, ok := guard.Horizon(*o); !ok {
+			d.bad = true
+		} else if at.After(d.latest) {
+			d.latest = at
+		}
+	}
+	return d
+}
+
+// fill counts items into d: the operations left out (elided, and latest
+// and bad), the kept ones' places (for a view in memory) and, with count,
+// the kept ones counted too.
+func (d *runDigest) fill(items []Summary, count bool) {
+	d.elided = guard.NewElided()
 	if count {
 		d.counted = guard.NewElided()
 	}
+	var bad bool
+	var latest time.Time
 	for i := range items {
 		o := &items[i].Guard
 		at, ok := guard.Horizon(*o)
 		if guard.Keep(*o) {
-			if keep {
-				d.kept = append(d.kept, *o)
+			if d.items != nil {
+				d.keptAt = append(d.keptAt, int32(i))
 			}
 			switch {
 			case d.counted == nil:
@@ -103,12 +167,29 @@ func digestOf(items []Summary, keep, count bool) *runDigest {
 		}
 		d.elided.Add(*o)
 		if !ok {
-			d.bad = true
-		} else if at.After(d.latest) {
-			d.latest = at
+			bad = true
+		} else if at.After(latest) {
+			latest = at
 		}
 	}
-	return d
+	if d.items == nil {
+		// A view in memory had them from digestOf, and they may be read
+		// meanwhile.
+		d.bad, d.latest = bad, latest
+	}
+	d.elided.Seal()
+	if d.counted != nil {
+		d.counted.Seal()
+	}
+}
+
+// counts is what d counts of the operations it leaves out, counted now
+// for a view in memory when first asked.
+func (d *runDigest) counts() *guard.Elided {
+	if d.items != nil {
+		d.fillOnce.Do(func() { d.fill(d.items, false) })
+	}
+	return d.elided
 }
 
 // writeDigest is runindex.Options.Digest: a view's digest for the saved
@@ -439,6 +520,20 @@ func (c *Catalog) HistorySince(ctx context.Context, t *receipt.Template, since t
 		return h.hist, nil
 	}
 	hist := guard.History{Runs: len(listing.Runs)}
+	// Sized once: the history is kept while no run changes, and a slice
+	// grown by appends keeps up to as much room again unused.
+	total := 0
+	for i, rv := range listing.Runs {
+		switch {
+		case views[i].whole:
+			total += len(rv.Items)
+		case !views[i].counted:
+			total += digests[i].keptLen()
+		}
+	}
+	if total > 0 {
+		hist.Ops = make([]guard.Op, 0, total)
+	}
 	elided := guard.NewElided()
 	for i, rv := range listing.Runs {
 		if views[i].whole {
@@ -450,16 +545,14 @@ func (c *Catalog) HistorySince(ctx context.Context, t *receipt.Template, since t
 		if views[i].counted {
 			// Every operation of the run is older than the decision's
 			// windows: counted, the open ones' first evidence in place.
-			elided.MergeAt(digests[i].elided, len(hist.Ops))
+			elided.MergeAt(digests[i].counts(), len(hist.Ops))
 			elided.MergeAt(digests[i].counted, len(hist.Ops))
 			continue
 		}
-		kept, err := digests[i].keptOps()
-		if err != nil {
+		if hist.Ops, err = digests[i].appendKept(hist.Ops); err != nil {
 			return guard.History{}, fmt.Errorf("read history: %w", err)
 		}
-		hist.Ops = append(hist.Ops, kept...)
-		elided.Merge(digests[i].elided)
+		elided.Merge(digests[i].counts())
 	}
 	for _, u := range listing.Unreadable {
 		hist.Unreadable = append(hist.Unreadable, guard.UnreadableRun{RunID: u.RunID, Error: c.Relative(u.Err.Error())})
