@@ -677,39 +677,49 @@ func (ix *Index[T, F]) save(snap []snapshot[T]) error {
 	ver := &Enc{strs: map[string]uint64{}}
 	ver.Str(ix.version())
 	writeTable(&head, ver)
-	// The runs' bodies (a big root's are over a hundred MiB) go to a
-	// scratch file as they are encoded, not into memory: a cold start
-	// saves while its index and the guard's first history are built, and
-	// a second copy of the summaries then was its peak.
+	// The runs' bodies (a big root's are over a hundred MiB) and headers
+	// (tens of MiB, with the guard's digests) go to scratch files as they
+	// are encoded, not into memory: a cold start saves while its index
+	// and the guard's first history are built, and a second copy of the
+	// summaries then was its peak.
 	scratch, err := ix.opt.State.Scratch(IndexFile + ".bodies")
 	if err != nil {
 		return err
 	}
 	defer scratch.Close()
+	hscratch, err := ix.opt.State.Scratch(IndexFile + ".headers")
+	if err != nil {
+		return err
+	}
+	defer hscratch.Close()
 	bodies := bufio.NewWriterSize(scratch, 1<<20)
-	var bodiesLen int64
-	var e, h, block Enc
+	runs := bufio.NewWriterSize(hscratch, 256<<10)
+	var bodiesLen, runsLen int64
+	var e, h, block, size Enc
 	n := 0
-	var runs Enc
 	// What is encoded is written as it goes, a while after the last
 	// write and twice as long each time (at most twice the bytes of one
 	// write in all): a process stopped before the save ends (a client
 	// that kills the server a few seconds after closing its input) leaves
 	// the runs encoded so far for the next, which reads only the others.
 	write := func() error {
-		if err := bodies.Flush(); err != nil {
-			return fmt.Errorf("the run index's scratch file: %w", err)
+		for _, w := range []*bufio.Writer{bodies, runs} {
+			if err := w.Flush(); err != nil {
+				return fmt.Errorf("the run index's scratch file: %w", err)
+			}
 		}
 		// Written in parts, not copied into one buffer: the bodies and
 		// headers of a big root are hundreds of MiB.
 		top := &Enc{B: append([]byte(nil), head.B...)}
 		top.Uint(uint64(n))
-		lead := append([]byte(indexMagic), binary.LittleEndian.AppendUint64(nil, uint64(len(top.B)+len(runs.B)))...)
+		lead := append([]byte(indexMagic), binary.LittleEndian.AppendUint64(nil, uint64(int64(len(top.B))+runsLen))...)
 		mac := hmac.New(sha256.New, k)
-		for _, p := range [][]byte{lead, top.B, runs.B} {
-			mac.Write(p)
+		mac.Write(lead)
+		mac.Write(top.B)
+		if _, err := io.Copy(mac, io.NewSectionReader(hscratch, 0, runsLen)); err != nil {
+			return fmt.Errorf("the run index's scratch file: %w", err)
 		}
-		return ix.opt.State.WriteReadersAtomic(IndexFile, 0o600, bytes.NewReader(lead), bytes.NewReader(top.B), bytes.NewReader(runs.B),
+		return ix.opt.State.WriteReadersAtomic(IndexFile, 0o600, bytes.NewReader(lead), bytes.NewReader(top.B), io.NewSectionReader(hscratch, 0, runsLen),
 			bytes.NewReader(mac.Sum(nil)), io.NewSectionReader(scratch, 0, bodiesLen))
 	}
 	every := time.Second
@@ -809,8 +819,14 @@ func (ix *Index[T, F]) save(snap []snapshot[T]) error {
 		}
 		block.B = block.B[:0]
 		writeTable(&block, &h)
-		runs.Uint(uint64(len(block.B)))
-		runs.B = append(runs.B, block.B...)
+		size.B = size.B[:0]
+		size.Uint(uint64(len(block.B)))
+		for _, p := range [][]byte{size.B, block.B} {
+			if _, err := runs.Write(p); err != nil {
+				return fmt.Errorf("the run index's scratch file: %w", err)
+			}
+		}
+		runsLen += int64(len(size.B) + len(block.B))
 		n++
 	}
 	return write()
