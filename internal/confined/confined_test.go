@@ -2,12 +2,14 @@ package confined
 
 import (
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"testing/iotest"
 )
 
 func setup(t *testing.T) (*Dir, string) {
@@ -207,5 +209,61 @@ func TestOpenDirLazy(t *testing.T) {
 	if err == nil {
 		lazy.Close()
 		t.Fatal("a symbolic link was accepted")
+	}
+}
+
+func TestScratchAndWriteReadersAtomic(t *testing.T) {
+	dir := t.TempDir()
+	root, err := OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	f, err := root.Scratch("index.bodies")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// The scratch file has no name: nothing is left behind, whatever
+	// becomes of the process.
+	if ents, err := os.ReadDir(dir); err != nil || len(ents) != 0 {
+		t.Fatalf("the directory holds %v (%v), want nothing", ents, err)
+	}
+	if _, err := f.WriteString("tail of the file"); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name  string
+		parts []io.Reader
+		want  string
+	}{
+		{"bytes and a scratch file's section", []io.Reader{strings.NewReader("head "), io.NewSectionReader(f, 0, 4)}, "head tail"},
+		{"nothing", nil, ""},
+		{"the whole scratch file", []io.Reader{io.NewSectionReader(f, 0, 16)}, "tail of the file"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if err := root.WriteReadersAtomic("out.bin", 0o600, c.parts...); err != nil {
+				t.Fatal(err)
+			}
+			got, err := os.ReadFile(filepath.Join(dir, "out.bin"))
+			if err != nil || string(got) != c.want {
+				t.Fatalf("out.bin holds %q (%v), want %q", got, err, c.want)
+			}
+			if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+				t.Fatalf("the directory holds %v, want out.bin alone", ents)
+			}
+		})
+	}
+	// A reader that fails leaves the file as it was.
+	bad := io.MultiReader(strings.NewReader("part"), iotest.ErrReader(errors.New("disk gone")))
+	if err := root.WriteReadersAtomic("out.bin", 0o600, bad); err == nil {
+		t.Fatal("a failed part was written")
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, "out.bin")); string(got) != "tail of the file" {
+		t.Fatalf("after a failed write out.bin holds %q", got)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Fatalf("a failed write left %v", ents)
 	}
 }

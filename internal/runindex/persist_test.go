@@ -98,6 +98,19 @@ func TestRestartDecodesOnlyTheRunsAsked(t *testing.T) {
 	first, tmpl := savingIndex(t, dir)
 	want := listed(t, first, tmpl)
 	first.WaitSaved()
+	// The save's scratch files (its runs' parts and headers, written
+	// there as they were encoded) are gone with it.
+	ents, err := os.ReadDir(filepath.Join(dir, "guard"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if strings.Join(names, " ") != IndexFile+" "+KeyFile {
+		t.Fatalf("guard/ holds %v after a save, want %s and %s alone", names, IndexFile, KeyFile)
+	}
 
 	second, _ := savingIndex(t, dir)
 	l, err := second.ListSome(context.Background(), tmpl, nil, func(runs []RunView[item]) []bool {
