@@ -148,9 +148,11 @@ func (w *fileWriter) LedgerAppender() ledger.Appender {
 func (l *fileLedger) Lane() int { return 0 }
 
 // Append writes the lines at at.Off of lane 0 (cutting a torn tail off
-// first) and syncs them before it returns: the entry reaches the disk
-// before the receipt it stands for. The section's end is remembered so
-// that a section that fails cuts its entries off again.
+// first) and starts their sync: the next write of the section that must
+// follow them (the receipt the entry stands for) waits for it, so the
+// entry reaches the disk before its receipt is written, while the receipt
+// is signed during the sync. The section's end is remembered so that a
+// section that fails cuts its entries off again.
 func (l *fileLedger) Append(ctx context.Context, at ledger.Pos, lines [][]byte) error {
 	if at.Lane != 0 && !(reviewlog.IsBulk(ctx) && at.Lane > 0 && at.Lane < ledger.Lanes) {
 		return fmt.Errorf("the file store appends to ledger lane 0, not %d (other lanes only in a copy)", at.Lane)
@@ -164,7 +166,12 @@ func (l *fileLedger) Append(ctx context.Context, at ledger.Pos, lines [][]byte) 
 	if err != nil {
 		return fmt.Errorf("open the ledger: %w", err)
 	}
-	defer f.Close()
+	owned := false
+	defer func() {
+		if !owned {
+			f.Close()
+		}
+	}()
 	st, err := f.Stat()
 	if err != nil {
 		return err
@@ -199,11 +206,8 @@ func (l *fileLedger) Append(ctx context.Context, at ledger.Pos, lines [][]byte) 
 		_ = f.Truncate(at.Off)
 		return fmt.Errorf("append to the ledger %s: %w", l.w.Locate(LedgerFile), err)
 	}
-	if err := f.Sync(); err != nil {
-		_ = f.Truncate(at.Off)
-		return fmt.Errorf("sync the ledger %s: %w", l.w.Locate(LedgerFile), err)
-	}
-	l.w.heard(LedgerLaneFile(at.Lane))
+	owned = true
+	l.w.startSync(LedgerLaneFile(at.Lane), f, at.Off, true)
 	return nil
 }
 

@@ -16,7 +16,6 @@ import (
 	"slices"
 	"sort"
 	"strconv"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -42,6 +41,9 @@ type Store struct {
 	// synced, when set (by this package's tests), hears the name of every
 	// file a section has synced, in the order the syncs completed.
 	synced func(name string)
+	// syncFault, when set (by this package's tests), is the error a
+	// section's sync of name fails with instead of syncing (nil: synced).
+	syncFault func(name string) error
 }
 
 // New is the store under root's guard/ (created on the first write).
@@ -314,24 +316,103 @@ type pendingSync struct {
 	name  string
 	f     *os.File
 	start int64
+	// done, when set, hears the result of the sync already under way
+	// (startSync); nil: not started yet (deferSync).
+	done chan error
+	// barrier: the next receipt is written only once this sync is done
+	// (a ledger entry's).
+	barrier bool
+}
+
+// sync syncs f, the section's file name.
+func (w *fileWriter) sync(name string, f *os.File) error {
+	if w.s.syncFault != nil {
+		if err := w.s.syncFault(name); err != nil {
+			return err
+		}
+	}
+	return f.Sync()
+}
+
+// run starts p's sync in the background.
+func (w *fileWriter) run(p *pendingSync) {
+	done := make(chan error, 1)
+	go func(name string, f *os.File) { done <- w.sync(name, f) }(p.name, p.f)
+	p.done = done
 }
 
 // deferSync keeps f, appended to from start on, to be synced with the
-// others at the section's end: the receipts a section signed reach the
-// disk in one wait. f is owned by the writer
-// from now on. What must be on disk before something else — the ledger
-// entry before the receipt it stands for, a receipt before the release
-// bound to it, the terms receipt before the review log's line — is kept
-// so by syncPending at the start of every write that syncs at once.
+// others at the section's end: the receipts a copy wrote, and a chain's
+// further receipts in one section, reach the disk in one wait. f is owned
+// by the writer from now on. What must be on disk before something else —
+// the ledger entry before the receipt it stands for, a receipt before the
+// release bound to it, the terms receipt before the review log's line — is
+// kept so by syncPending at the start of every write that must follow
+// (a ledger entry, a log line, a mandate, the keyring, the policy), and by
+// waitBarriers before a receipt.
 func (w *fileWriter) deferSync(name string, f *os.File, start int64) {
 	for _, p := range w.pending {
-		if p.name == name {
+		if p.name == name && p.done == nil {
 			// Already waiting (from an earlier start): one sync covers both.
 			f.Close()
 			return
 		}
 	}
 	w.pending = append(w.pending, pendingSync{name: name, f: f, start: start})
+}
+
+// startSync starts syncing f, appended to from start on, at once, in the
+// background, and the section goes on meanwhile: with work that writes
+// nothing after a ledger entry (its receipt is signed during the entry's
+// sync), with what commits nothing after a receipt (its question). What
+// must reach the disk after f waits for its sync first — every write that
+// syncPending starts, and, when barrier is set (a ledger entry), the next
+// receipt (waitBarriers) — so the order on disk is the one a sync waited
+// for here would give. f is owned by the writer from now on.
+func (w *fileWriter) startSync(name string, f *os.File, start int64, barrier bool) {
+	p := pendingSync{name: name, f: f, start: start, barrier: barrier}
+	w.run(&p)
+	w.pending = append(w.pending, p)
+}
+
+// syncing reports whether a sync of name is kept or under way.
+func (w *fileWriter) syncing(name string) bool {
+	for _, p := range w.pending {
+		if p.name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// waitBarriers waits for the ledger entries' syncs under way, and leaves
+// the others for later. When one fails, what the section appended to that
+// file is cut off again (best effort) and the section fails, before the
+// receipt that must follow it is written.
+func (w *fileWriter) waitBarriers() error {
+	var (
+		failed error
+		kept   []pendingSync
+	)
+	for _, p := range w.pending {
+		if !p.barrier {
+			kept = append(kept, p)
+			continue
+		}
+		if err := <-p.done; err != nil {
+			if failed == nil {
+				failed = fmt.Errorf("sync %s: %w", w.Locate(p.name), err)
+			}
+			if p.f.Truncate(p.start) == nil {
+				_ = p.f.Sync()
+			}
+		} else {
+			w.heard(p.name)
+		}
+		p.f.Close()
+	}
+	w.pending = kept
+	return failed
 }
 
 // heard tells the test hook that name was synced.
@@ -352,18 +433,20 @@ func (w *fileWriter) syncPending() error {
 	pend := w.pending
 	w.pending = nil
 	errs := make([]error, len(pend))
-	if len(pend) == 1 {
-		errs[0] = pend[0].f.Sync()
-	} else {
-		var wg sync.WaitGroup
-		for i, p := range pend {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[i] = p.f.Sync()
-			}()
+	if len(pend) > 1 {
+		// All at once: one wait for every file.
+		for i := range pend {
+			if pend[i].done == nil {
+				w.run(&pend[i])
+			}
 		}
-		wg.Wait()
+	}
+	for i, p := range pend {
+		if p.done != nil {
+			errs[i] = <-p.done
+		} else {
+			errs[i] = w.sync(p.name, p.f)
+		}
 	}
 	var failed error
 	for i, p := range pend {
@@ -412,6 +495,11 @@ func (w *fileWriter) Segments(ctx context.Context) ([]reviewlog.StreamInfo, erro
 }
 
 func (w *fileWriter) AppendSegment(ctx context.Context, file string, end int64, data []byte) error {
+	// A ledger entry whose sync is under way reaches the disk before the
+	// receipt it stands for is written.
+	if err := w.waitBarriers(); err != nil {
+		return err
+	}
 	w.listed = false
 	dir, err := w.receipts(true)
 	if err != nil {
@@ -430,7 +518,16 @@ func (w *fileWriter) AppendSegment(ctx context.Context, file string, end int64, 
 		f.Close()
 		return fmt.Errorf("append: %w", err)
 	}
-	w.deferSync(reviewlog.ReceiptsDir+"/"+file, f, end)
+	name := reviewlog.ReceiptsDir + "/" + file
+	if reviewlog.IsBulk(ctx) || w.syncing(name) {
+		// A copy's receipts, or a chain's second receipt of the
+		// section: one sync at the end covers them.
+		w.deferSync(name, f, end)
+		return nil
+	}
+	// The receipt's sync starts now, and the section ends waiting for it
+	// (a decision's question is written meanwhile).
+	w.startSync(name, f, end, false)
 	return nil
 }
 

@@ -13,8 +13,10 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 )
 
-// TestSectionSyncOrder: a section's receipts are synced together at its
-// end, but whatever must be on disk before something else still is: the
+// TestSectionSyncOrder: a section's syncs run while it goes on (a receipt's
+// from its append, waited for at the section's end; a ledger entry's while
+// its receipt is signed), but whatever must be on disk before something
+// else still is: the
 // ledger entry before the receipt it stands for, a receipt before a ledger
 // entry bound to it (a release), the terms receipt before the review log's
 // line. A crash between two syncs then leaves at worst an entry counted,
@@ -163,5 +165,118 @@ func TestFailedSectionKeepsItsReceipts(t *testing.T) {
 	data, err := os.ReadFile(sg.path + "/" + reviewlog.ReceiptsDir + "/" + file)
 	if err != nil || string(data) != "{\"receipt\":1}\n" {
 		t.Fatalf("%q %v", data, err)
+	}
+}
+
+// TestEntryOnDiskBeforeItsReceiptIsWritten: the ledger entry's sync runs
+// while the section signs its receipt, but the receipt is written only once
+// that sync is done — not merely synced after it — so no crash, at any
+// instant, leaves a receipt on disk (or in the page cache, for the kernel
+// to write back first) without its entry on disk.
+func TestEntryOnDiskBeforeItsReceiptIsWritten(t *testing.T) {
+	sg := newSegGuard(t)
+	s := New(sg.root)
+	file := reviewlog.SegmentFile("decisions-haia-0123456789abcdef", 0)
+	segPath := sg.path + "/" + reviewlog.ReceiptsDir + "/" + file
+	var (
+		mu      sync.Mutex
+		atEntry = int64(-2) // the receipt's size when the entry's sync completed
+	)
+	s.syncFault = func(name string) error {
+		if name == LedgerFile {
+			// A slow disk: the section reaches its receipt meanwhile.
+			time.Sleep(50 * time.Millisecond)
+		}
+		return nil
+	}
+	s.synced = func(name string) {
+		if name != LedgerFile {
+			return
+		}
+		st, err := os.Stat(segPath)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			atEntry = -1
+		case err == nil:
+			atEntry = st.Size()
+		}
+	}
+	err := s.Locked(context.Background(), time.Second, func(w reviewlog.Writer) error {
+		if err := w.LedgerAppender().Append(context.Background(), ledger.Pos{Lane: 0}, [][]byte{[]byte(`{"entry":1}`)}); err != nil {
+			return err
+		}
+		return w.AppendSegment(context.Background(), file, 0, []byte("{\"receipt\":1}\n"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if atEntry > 0 || atEntry == -2 {
+		t.Fatalf("the receipt file held %d bytes when the entry's sync completed (-2: never heard); want none", atEntry)
+	}
+	data, err := os.ReadFile(segPath)
+	if err != nil || string(data) != "{\"receipt\":1}\n" {
+		t.Fatalf("%q %v", data, err)
+	}
+}
+
+// TestFailedEntrySyncWritesNoReceipt: when the ledger entry's sync fails,
+// the receipt it stands for is never written, the entry is cut off again
+// and the section fails — whether the failure is heard by the receipt
+// waiting for it or by the section's end.
+func TestFailedEntrySyncWritesNoReceipt(t *testing.T) {
+	file := reviewlog.SegmentFile("decisions-haia-0123456789abcdef", 0)
+	bad := errors.New("EIO from the test")
+	for _, tc := range []struct {
+		name    string
+		receipt bool // the section goes on to its receipt
+	}{
+		{"heard before the receipt", true},
+		{"heard at the section's end", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sg := newSegGuard(t)
+			s := New(sg.root)
+			// A first entry that stays.
+			if err := s.Locked(context.Background(), time.Second, func(w reviewlog.Writer) error {
+				return w.LedgerAppender().Append(context.Background(), ledger.Pos{Lane: 0}, [][]byte{[]byte(`{"entry":0}`)})
+			}); err != nil {
+				t.Fatal(err)
+			}
+			first := int64(len(`{"entry":0}`) + 1)
+			s.syncFault = func(name string) error {
+				if name == LedgerFile {
+					return bad
+				}
+				return nil
+			}
+			var receiptErr error
+			err := s.Locked(context.Background(), time.Second, func(w reviewlog.Writer) error {
+				if err := w.LedgerAppender().Append(context.Background(), ledger.Pos{Lane: 0, Seq: 1, Off: first}, [][]byte{[]byte(`{"entry":1}`)}); err != nil {
+					return err
+				}
+				if tc.receipt {
+					receiptErr = w.AppendSegment(context.Background(), file, 0, []byte("{\"receipt\":1}\n"))
+					return receiptErr
+				}
+				return nil
+			})
+			if !errors.Is(err, bad) {
+				t.Fatalf("the section returned %v, want the sync's failure", err)
+			}
+			if tc.receipt && !errors.Is(receiptErr, bad) {
+				t.Fatalf("the receipt's append returned %v, want the entry's sync failure", receiptErr)
+			}
+			if _, err := os.Stat(sg.path + "/" + reviewlog.ReceiptsDir + "/" + file); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("the receipt file exists (%v): a receipt written without its entry", err)
+			}
+			data, err := os.ReadFile(sg.path + "/" + LedgerFile)
+			if err != nil || string(data) != "{\"entry\":0}\n" {
+				t.Fatalf("the ledger holds %q (%v), want only the first entry", data, err)
+			}
+		})
 	}
 }
