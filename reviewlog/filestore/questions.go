@@ -15,8 +15,10 @@ import (
 
 // KeepQuestion appends a decision's question to guard/questions.ndjson,
 // inside the section's flock and after the decision's receipt, and syncs
-// it once the section has ended, off the answer's path (a copy's questions
-// are synced before its section ends): a crash may leave a receipt whose
+// it once the section has ended, off the answer's path, within
+// syncLaterEvery and with the questions of the other sections of that time
+// (a copy's questions are synced before its section ends): a crash of the
+// host may leave a receipt whose
 // question is not kept (a replay counts it as such) or a question without
 // its receipt, which a replay never trusts — a question is replayed only
 // with its receipt. A question commits nothing, so no answer waits for its

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -44,6 +45,8 @@ type Store struct {
 	// syncFault, when set (by this package's tests), is the error a
 	// section's sync of name fails with instead of syncing (nil: synced).
 	syncFault func(name string) error
+	// later are the files waiting for their background sync (syncSoon).
+	later laterSyncs
 }
 
 // New is the store under root's guard/ (created on the first write).
@@ -52,8 +55,17 @@ func New(root *confined.Dir) *Store { return &Store{root: root} }
 // Describe is the guard/ directory's path.
 func (s *Store) Describe() string { return s.root.Path() + "/" + reviewlog.DirName }
 
-// Close releases nothing: the root belongs to the caller.
-func (s *Store) Close() error { return nil }
+// Close syncs what waits for its background sync now; it releases
+// nothing else (the root belongs to the caller).
+func (s *Store) Close() error {
+	s.later.mu.Lock()
+	if s.later.timer != nil {
+		s.later.timer.Stop()
+	}
+	s.later.mu.Unlock()
+	s.syncLaterNow()
+	return nil
+}
 
 // View runs fn over guard/ as it is (an empty store when it is absent).
 func (s *Store) View(ctx context.Context, fn func(r reviewlog.Reader) error) error {
@@ -291,23 +303,64 @@ func (w *fileWriter) syncAfter(name string, f *os.File) {
 	w.after = append(w.after, pendingSync{name: name, f: f})
 }
 
-// syncLater syncs and closes, in the background, what syncAfter kept. A
-// sync that fails is not retried: what it loses is what a crash would
-// (for a question, a decision a replay counts as not kept).
+// syncLater hands what syncAfter kept to the store's background sync
+// (syncSoon), once the section has ended.
 func (w *fileWriter) syncLater() {
-	after := w.after
-	w.after = nil
-	if len(after) == 0 {
-		return
+	for _, p := range w.after {
+		w.s.syncSoon(p.name, p.f)
 	}
-	go func() {
-		for _, p := range after {
-			if p.f.Sync() == nil {
-				w.heard(p.name)
-			}
-			p.f.Close()
+	w.after = nil
+}
+
+// syncLaterEvery is how long a file syncAfter kept waits for its sync, at
+// most (and the sync takes): the syncs of the sections of that time are
+// one. What such a file holds commits nothing, so no answer waits for it,
+// and a crash of the process loses none of it (the kernel has it); only a
+// crash of the host may lose its last lines, as it could lose those whose
+// sync had not completed.
+const syncLaterEvery = 50 * time.Millisecond
+
+// laterSyncs are the files of ended sections waiting for their background
+// sync: the newest descriptor of each (a sync covers the file whole).
+type laterSyncs struct {
+	mu    sync.Mutex
+	files map[string]*os.File
+	timer *time.Timer
+}
+
+// syncSoon keeps f, the file name a section appended to, to be synced
+// within syncLaterEvery, in the background. f is owned by the store from
+// now on.
+func (s *Store) syncSoon(name string, f *os.File) {
+	s.later.mu.Lock()
+	defer s.later.mu.Unlock()
+	if old, ok := s.later.files[name]; ok {
+		// The same file, appended to again: one sync covers both.
+		old.Close()
+	}
+	if s.later.files == nil {
+		s.later.files = map[string]*os.File{}
+	}
+	s.later.files[name] = f
+	if s.later.timer == nil {
+		s.later.timer = time.AfterFunc(syncLaterEvery, s.syncLaterNow)
+	}
+}
+
+// syncLaterNow syncs and closes what syncSoon kept. A sync that fails is
+// not retried: what it loses is what a crash would (for a question, a
+// decision a replay counts as not kept).
+func (s *Store) syncLaterNow() {
+	s.later.mu.Lock()
+	files := s.later.files
+	s.later.files, s.later.timer = nil, nil
+	s.later.mu.Unlock()
+	for name, f := range files {
+		if f.Sync() == nil && s.synced != nil {
+			s.synced(name)
 		}
-	}()
+		f.Close()
+	}
 }
 
 // pendingSync is a file appended to in a section, not yet synced, and

@@ -1,10 +1,12 @@
 package filestore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -22,7 +24,7 @@ import (
 // line. A crash between two syncs then leaves at worst an entry counted,
 // never a receipt without its entry. A decision's kept question, which
 // commits nothing, is synced after all of them, once the section has
-// ended (the last group).
+// ended (the last group), in the background.
 func TestSectionSyncOrder(t *testing.T) {
 	seg := reviewlog.ReceiptsDir + "/" + reviewlog.SegmentFile("decisions-haia-0123456789abcdef", 0)
 	type step func(t *testing.T, w reviewlog.Writer)
@@ -278,5 +280,49 @@ func TestFailedEntrySyncWritesNoReceipt(t *testing.T) {
 				t.Fatalf("the ledger holds %q (%v), want only the first entry", data, err)
 			}
 		})
+	}
+}
+
+// TestQuestionsSyncedTogether: the questions of sections that follow one
+// another are synced in the background, at most once every syncLaterEvery,
+// and Close syncs what still waits.
+func TestQuestionsSyncedTogether(t *testing.T) {
+	sg := newSegGuard(t)
+	s := New(sg.root)
+	var (
+		mu    sync.Mutex
+		syncs int
+	)
+	s.synced = func(name string) {
+		if name == reviewlog.QuestionsFile {
+			mu.Lock()
+			syncs++
+			mu.Unlock()
+		}
+	}
+	const n = 20
+	start := time.Now()
+	for i := range n {
+		if err := s.Locked(context.Background(), time.Second, func(w reviewlog.Writer) error {
+			return w.(reviewlog.QuestionKeeper).KeepQuestion(context.Background(), "rcpt_"+strconv.Itoa(i), []byte(`{"q":`+strconv.Itoa(i)+`}`))
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	took := time.Since(start)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	got := syncs
+	mu.Unlock()
+	// One sync a window of syncLaterEvery the sections took, one more by
+	// Close; never one a question.
+	if most := int(took/syncLaterEvery) + 2; got < 1 || got > most {
+		t.Fatalf("%d syncs of the questions for %d sections in %s, want 1 to %d", got, n, took, most)
+	}
+	data, err := os.ReadFile(sg.path + "/" + reviewlog.QuestionsFile)
+	if err != nil || bytes.Count(data, []byte("\n")) != n {
+		t.Fatalf("%d questions kept (%v), want %d", bytes.Count(data, []byte("\n")), err, n)
 	}
 }
