@@ -229,7 +229,8 @@ func (st *Stack) logOptions(pol *guard.Config) reviewlog.Options {
 		Reviewers: func() (reviewlog.Reviewers, error) { return reviewlog.LoadReviewers(reviewers) },
 		Passkeys:  func() (reviewlog.Passkeys, error) { return reviewlog.LoadPasskeys(reviewers) },
 		Tenant:    st.tenant,
-		Grants:    func() (reviewlog.Grants, error) { return reviewlog.LoadGrants(reviewers) }}
+		Grants:    func() (reviewlog.Grants, error) { return reviewlog.LoadGrants(reviewers) },
+		Trust:     func() (reviewlog.ReviewerTrust, error) { return reviewlog.LoadReviewerTrust(reviewers, "") }}
 }
 
 // openTool opens the store, the policy the server recorded there and the

@@ -84,6 +84,11 @@ type Options struct {
 	// decision is verified (only with Tenant); nil grants nothing, so no
 	// decision counts.
 	Grants func() (Grants, error)
+	// Trust, when set, reads the trusted reviewers file whole — keys,
+	// passkeys and grants — once each time decisions are verified, in place
+	// of Reviewers, Passkeys and Grants (which the other readers still
+	// use): one reading of the file, not one for each.
+	Trust func() (ReviewerTrust, error)
 	// ReviewTTL: a pending review older than this reads Expired (never
 	// when 0).
 	ReviewTTL time.Duration
@@ -118,6 +123,7 @@ type Log struct {
 	// tenant and grants: see Options.Tenant and Options.Grants.
 	tenant string
 	grants func() (Grants, error)
+	trust  func() (ReviewerTrust, error)
 	// reviewTTL (nanoseconds) can change while the log is in use: the
 	// server re-reads its policy on SIGHUP (SetReviewTTL).
 	reviewTTL atomic.Int64
@@ -172,7 +178,7 @@ func (l *Log) SetReviewTTL(d time.Duration) {
 // OpenStore returns the review log kept in s.
 func OpenStore(s Store, opts Options) *Log {
 	l := &Log{store: s, now: opts.Now, lockWait: opts.LockWait, sem: make(chan struct{}, 1), reviewers: opts.Reviewers, passkeys: opts.Passkeys,
-		tenant: opts.Tenant, grants: opts.Grants, serverKeys: opts.ServerKeys}
+		tenant: opts.Tenant, grants: opts.Grants, trust: opts.Trust, serverKeys: opts.ServerKeys}
 	l.reviewTTL.Store(int64(opts.ReviewTTL))
 	if l.now == nil {
 		l.now = time.Now

@@ -541,6 +541,10 @@ func (l *Log) newFoldVerifier(ctx context.Context, r Reader) (*verifier, error) 
 func (l *Log) verifierOver(ctx context.Context, r Reader) *verifier {
 	v := &verifier{ctx: ctx, r: r, rx: &l.rx, src: l.rx.live, trusted: trustSet{reviewers: Reviewers{}, passkeys: Passkeys{}}, now: l.now(), ttl: l.ttl(), keys: l.serverKeys, fixedKeys: l.serverKeys != nil}
 	v.trusted.server = v.keysWith
+	if l.trust != nil {
+		l.trustedOnce(v)
+		return v
+	}
 	if l.reviewers != nil {
 		// A trusted reviewers file that cannot be read trusts no one: every
 		// decision then reads unverified (fail closed), and says why.
@@ -575,6 +579,30 @@ func (l *Log) verifierOver(ctx context.Context, r Reader) *verifier {
 		}
 	}
 	return v
+}
+
+// trustedOnce fills v's trusted reviewers from one reading of the trusted
+// reviewers file (Options.Trust). A file that cannot be read trusts no one
+// and grants nothing: every decision then reads unverified (fail closed),
+// and says why.
+func (l *Log) trustedOnce(v *verifier) {
+	t, err := l.trust()
+	if l.tenant != "" {
+		v.trusted.tenant, v.trusted.grants = l.tenant, Grants{}
+	}
+	if err != nil {
+		v.problem = fmt.Sprintf("the trusted reviewers file cannot be read, so no decision can be verified: %v", err)
+		return
+	}
+	if t.Reviewers != nil {
+		v.trusted.reviewers = t.Reviewers
+	}
+	if t.Passkeys != nil {
+		v.trusted.passkeys = t.Passkeys
+	}
+	if l.tenant != "" && t.Grants != nil {
+		v.trusted.grants = t.Grants
+	}
 }
 
 // keyring is the keys that verify s's signed terms (nil when s holds
