@@ -182,8 +182,11 @@ func (d *Dir) OpenFile(name string, flag int, perm os.FileMode) (*os.File, error
 		return nil, fmt.Errorf("%s: %w (%s)", filepath.Join(d.path, name), ErrNotRegular, kindOf(st.Mode))
 	}
 	// The descriptor stays non-blocking; for regular files that changes nothing,
-	// but clear it so callers get ordinary blocking semantics.
-	if err := unix.SetNonblock(fd, false); err != nil {
+	// but clear it so callers get ordinary blocking semantics. F_SETFL
+	// changes only the status flags (O_APPEND, O_NONBLOCK, ...), so the
+	// flags asked for without O_NONBLOCK are what it must hold: one call,
+	// not a read of the flags first.
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, flag&^unix.O_NONBLOCK); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("open %s: %w", filepath.Join(d.path, name), err)
 	}

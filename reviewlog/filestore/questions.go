@@ -64,8 +64,11 @@ func (w *fileWriter) KeepQuestion(ctx context.Context, receipt string, line []by
 		_ = f.Truncate(end)
 		return fmt.Errorf("append to %s: %w", w.Locate(reviewlog.QuestionsFile), err)
 	}
-	if err := f.Truncate(end + int64(len(buf))); err != nil {
-		return fmt.Errorf("append to %s: %w", w.Locate(reviewlog.QuestionsFile), err)
+	if st.Size() > end+int64(len(buf)) {
+		// What is left of a longer torn tail goes.
+		if err := f.Truncate(end + int64(len(buf))); err != nil {
+			return fmt.Errorf("append to %s: %w", w.Locate(reviewlog.QuestionsFile), err)
+		}
 	}
 	keep = true
 	if reviewlog.IsBulk(ctx) {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -324,5 +325,36 @@ func TestQuestionsSyncedTogether(t *testing.T) {
 	data, err := os.ReadFile(sg.path + "/" + reviewlog.QuestionsFile)
 	if err != nil || bytes.Count(data, []byte("\n")) != n {
 		t.Fatalf("%d questions kept (%v), want %d", bytes.Count(data, []byte("\n")), err, n)
+	}
+}
+
+// TestQuestionCutsATornTail: a question appended after a line a writer
+// died in the middle of replaces that torn tail, shorter or longer than
+// the new line, and the file holds whole lines only.
+func TestQuestionCutsATornTail(t *testing.T) {
+	for _, tc := range []struct{ name, before string }{
+		{"no tail", `{"q":0}` + "\n"},
+		{"a short torn tail", `{"q":0}` + "\n" + `{"q"`},
+		{"a torn tail longer than the line", `{"q":0}` + "\n" + `{"q":"` + strings.Repeat("x", 300)},
+		{"only a torn line", `{"q":"` + strings.Repeat("x", 30)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sg := newSegGuard(t)
+			path := sg.path + "/" + reviewlog.QuestionsFile
+			if err := os.WriteFile(path, []byte(tc.before), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			s := New(sg.root)
+			if err := s.Locked(context.Background(), time.Second, func(w reviewlog.Writer) error {
+				return w.(reviewlog.QuestionKeeper).KeepQuestion(context.Background(), "rcpt_1", []byte(`{"q":1}`))
+			}); err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+			want := tc.before[:strings.LastIndexByte(tc.before, '\n')+1] + `{"q":1}` + "\n"
+			if got, err := os.ReadFile(path); err != nil || string(got) != want {
+				t.Fatalf("the questions file holds %q (%v), want %q", got, err, want)
+			}
+		})
 	}
 }
