@@ -510,9 +510,20 @@ func (w *fileWriter) syncPending() error {
 			w.heard(p.name)
 		}
 	}
+	// A file appended to twice (a receipt's sync under way, a second one
+	// kept) is cut once, to where the section found it.
+	cut := map[string]int64{}
 	for _, p := range pend {
-		if failed != nil && p.f.Truncate(p.start) == nil {
-			_ = p.f.Sync()
+		if c, ok := cut[p.name]; !ok || p.start < c {
+			cut[p.name] = p.start
+		}
+	}
+	for _, p := range pend {
+		if c, ok := cut[p.name]; ok && failed != nil {
+			delete(cut, p.name)
+			if p.f.Truncate(c) == nil {
+				_ = p.f.Sync()
+			}
 		}
 		p.f.Close()
 	}

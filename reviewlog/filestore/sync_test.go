@@ -358,3 +358,40 @@ func TestQuestionCutsATornTail(t *testing.T) {
 		})
 	}
 }
+
+// TestFailedSyncCutsTwoReceiptsOnce: a chain appended to twice in one
+// section (the first receipt's sync under way, the second kept for the
+// section's end) is cut back to where the section found it when a sync
+// fails, never extended with zeros to where its second receipt began.
+func TestFailedSyncCutsTwoReceiptsOnce(t *testing.T) {
+	sg := newSegGuard(t)
+	s := New(sg.root)
+	file := reviewlog.SegmentFile("decisions-haia-0123456789abcdef", 0)
+	path := sg.path + "/" + reviewlog.ReceiptsDir + "/" + file
+	first := []byte("{\"receipt\":0}\n")
+	if err := s.Locked(context.Background(), time.Second, func(w reviewlog.Writer) error {
+		return w.AppendSegment(context.Background(), file, 0, first)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	bad := errors.New("EIO from the test")
+	s.syncFault = func(name string) error {
+		if name == reviewlog.ReceiptsDir+"/"+file {
+			return bad
+		}
+		return nil
+	}
+	one, two := []byte("{\"receipt\":1}\n"), []byte("{\"receipt\":2}\n")
+	err := s.Locked(context.Background(), time.Second, func(w reviewlog.Writer) error {
+		if err := w.AppendSegment(context.Background(), file, int64(len(first)), one); err != nil {
+			return err
+		}
+		return w.AppendSegment(context.Background(), file, int64(len(first)+len(one)), two)
+	})
+	if !errors.Is(err, bad) {
+		t.Fatalf("the section returned %v, want the sync's failure", err)
+	}
+	if data, err := os.ReadFile(path); err != nil || !bytes.Equal(data, first) {
+		t.Fatalf("the chain holds %q (%v), want only the first section's receipt", data, err)
+	}
+}
