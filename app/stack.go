@@ -349,7 +349,7 @@ func (st *Stack) openGuard(ctx context.Context) error {
 		"unreadable_history", pol.UnreadableHistory, "unattributable_history", pol.UnattributableHistory)
 	if cfg.Payer != nil {
 		findings, ambiguous := st.findingNotifier()
-		if st.payments, err = payment.New(payment.Config{Engine: st.engine, Signer: cfg.Payer, Events: st.catalog.Events(), TraceChanges: st.catalog.Changes, Logger: logger,
+		if st.payments, err = payment.New(payment.Config{Engine: st.engine, Signer: cfg.Payer, Events: st.catalog.Events(), State: st.state, TraceChanges: st.catalog.Changes, Logger: logger,
 			Findings: findings, Ambiguous: ambiguous}); err != nil {
 			return err
 		}

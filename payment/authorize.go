@@ -31,6 +31,9 @@ type Config struct {
 	// are bound to the authorizations signed (SettleFromTrace); nil reads
 	// none.
 	Events *confined.Dir
+	// State, when set, is where the sweep of Events is saved (SweepFile)
+	// for the next process to start from: guard/. Nil saves nothing.
+	State *confined.Dir
 	// TraceChanges, when set, moves whenever the catalog's listings found a
 	// run file of Events changed (catalog.Catalog.Changes): the sweep after
 	// a decision (SettleFromTraceSeen) reads nothing while it stays put.
@@ -84,6 +87,7 @@ func (a *Authorizer) Close() {
 	a.bgMu.Unlock()
 	a.close()
 	a.bg.Wait()
+	a.flushSweep()
 }
 
 // background runs f on its own goroutine unless Close was called.

@@ -134,10 +134,10 @@ func readTraceRun(r io.Reader, run string) (traceRun, error) {
 type runCursor struct {
 	off   int64
 	lines int
-	// head and tail are the first bytes of the file and the last before
-	// off: the file still holds them when it was only appended to (as the
-	// run index tells an append from a rewrite of the same file).
-	head, tail []byte
+	// head and tail hash the first bytes of the file and the last before
+	// off (runindex.HeadTail): the file still holds them when it was only
+	// appended to, as the run index tells an append from a rewrite.
+	head, tail [32]byte
 	run        traceRun
 	view       traceRun
 }

@@ -1,7 +1,6 @@
 package payment
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/runindex"
 	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 )
@@ -52,6 +52,16 @@ type traceState struct {
 	// the authorizations in the log, as of the last reading of it. A payer
 	// added later has every run read again.
 	payers payerSet
+	// saved is what an earlier process saved of its sweep (SweepFile),
+	// read at this process's first sweep: the runs it need not read
+	// again, each taken once (restore). loaded says it was read.
+	saved  *savedSweep
+	loaded bool
+	// readBytes, readWhole and restored count what the sweeps read (see
+	// TraceReads).
+	readBytes, readWhole, restored atomic.Int64
+	// save is the saving of the sweep (see saveSweep).
+	save sweepSaver
 }
 
 type cachedRun struct {
@@ -61,13 +71,11 @@ type cachedRun struct {
 	cur  runCursor
 }
 
-// tailBytes is how much of a run file before the end of what was read is
-// kept, to tell an append from a rewrite.
-const tailBytes = 64
-
 // readRun brings c up to date with the run file e: only the bytes appended
 // since the last reading are read when the file is the same one, only
-// grew, and still holds the bytes it ended with.
+// grew, and still holds the bytes it started and ended with. A run this
+// process has not read yet is taken from the saved sweep where that still
+// holds (see restore).
 func (a *Authorizer) readRun(e confined.Entry, name string, c cachedRun, had bool) (cachedRun, error) {
 	if had && c.ino == e.Ino && c.size == e.Size && c.mod.Equal(e.ModTime) {
 		return c, nil
@@ -77,14 +85,21 @@ func (a *Authorizer) readRun(e confined.Entry, name string, c cachedRun, had boo
 		return c, fmt.Errorf("open the Trace's run %s: %w", name, err)
 	}
 	defer f.Close()
-	if !had || c.ino != e.Ino || e.Size < c.cur.off || !holdsTail(f, c.cur) {
+	st := a.trace
+	if !had && st != nil {
+		c, had = st.restore(f, e)
+	} else if had && (c.ino != e.Ino || e.Size < c.cur.off || !holdsTail(f, c.cur)) {
+		had = false
+	}
+	if !had {
 		c = cachedRun{}
 	}
 	c.size, c.mod, c.ino = e.Size, e.ModTime, e.Ino
 	var payers payerSet
-	if a.trace != nil {
-		payers = a.trace.payers
+	if st != nil {
+		payers = st.payers
 	}
+	st.count(e.Size-c.cur.off, c.cur.off == 0)
 	if err := c.cur.readMore(io.NewSectionReader(f, c.cur.off, e.Size-c.cur.off), name, payers); err != nil {
 		return cachedRun{}, err
 	}
@@ -93,37 +108,22 @@ func (a *Authorizer) readRun(e confined.Entry, name string, c cachedRun, had boo
 		// read whole, where the nonce is seen before the settlement is
 		// pruned.
 		c = cachedRun{size: e.Size, mod: e.ModTime, ino: e.Ino}
+		st.count(e.Size, true)
 		if err := c.cur.readMore(io.NewSectionReader(f, 0, e.Size), name, payers); err != nil {
 			return cachedRun{}, err
 		}
 	}
-	start := max(c.cur.off-tailBytes, 0)
-	c.cur.tail = make([]byte, c.cur.off-start)
-	c.cur.head = make([]byte, min(c.cur.off, tailBytes))
-	for _, p := range []struct {
-		b  []byte
-		at int64
-	}{{c.cur.tail, start}, {c.cur.head, 0}} {
-		if n, err := f.ReadAt(p.b, p.at); n != len(p.b) {
-			return cachedRun{}, fmt.Errorf("read the Trace's run %s: %w", name, err)
-		}
+	if c.cur.head, c.cur.tail, err = runindex.HeadTail(f, c.cur.off); err != nil {
+		return cachedRun{}, fmt.Errorf("read the Trace's run %s: %w", name, err)
 	}
 	return c, nil
 }
 
-// holdsTail says whether f still holds what c read it ending and starting
+// holdsTail says whether f still holds what c read it starting and ending
 // with.
 func holdsTail(f io.ReaderAt, c runCursor) bool {
-	for _, p := range []struct {
-		want []byte
-		at   int64
-	}{{c.tail, c.off - int64(len(c.tail))}, {c.head, 0}} {
-		got := make([]byte, len(p.want))
-		if n, _ := f.ReadAt(got, p.at); n != len(got) || !bytes.Equal(got, p.want) {
-			return false
-		}
-	}
-	return true
+	head, tail, err := runindex.HeadTail(f, c.off)
+	return err == nil && head == c.head && tail == c.tail
 }
 
 // TraceSweep says what one reading of the Trace did.
@@ -188,9 +188,29 @@ func (a *Authorizer) SettleFromTrace(ctx context.Context) (TraceSweep, error) {
 		}
 		st.payers = a.payersOf(auths)
 	}
+	if !st.loaded {
+		st.loaded = true
+		st.saved = a.loadSweep()
+		for p := range st.payers {
+			if st.saved != nil && !st.saved.payers[p] {
+				a.cfg.Logger.Info("the saved sweep of the Trace's settlements kept fewer payers' settlements than the review log names: every run file is read",
+					"file", a.sweepPath(), "payer", p)
+				st.saved = nil
+			}
+		}
+	}
+	first := !st.swept.Load()
+	began, bytes0, whole0, restored0 := time.Now(), st.readBytes.Load(), st.readWhole.Load(), st.restored.Load()
 	for range 2 {
 		sw, again, err := a.sweepTrace(ctx, changes, gen, swept)
 		if err != nil || !again {
+			if err == nil {
+				if first {
+					a.cfg.Logger.Info("the Trace's settlements are read", "bytes_read", st.readBytes.Load()-bytes0, "runs_read_whole", st.readWhole.Load()-whole0,
+						"runs_from_the_saved_sweep", st.restored.Load()-restored0, "runs", len(st.runs), "took", time.Since(began).Round(time.Millisecond))
+				}
+				a.saveSweep()
+			}
 			return sw, err
 		}
 	}
@@ -245,6 +265,9 @@ func (a *Authorizer) sweepTrace(ctx context.Context, changes, gen uint64, swept 
 			delete(st.runs, n)
 		}
 	}
+	// Every run listed was taken from the saved sweep or read: what is
+	// left of it names files gone.
+	st.saved = nil
 	if fp.String() == st.fp {
 		swept()
 		return sw, false, nil

@@ -263,8 +263,11 @@ type savedBody[T any] struct {
 	err    error
 }
 
-// headTail hashes the first bytes of a file and those before offset.
-func headTail(f io.ReaderAt, offset int64) (head, tail [32]byte, err error) {
+// HeadTail hashes (SHA-256) the first bytes of a file (up to 256) and the
+// bytes before offset (up to 4,096): what a file that was only appended to
+// since offset still holds, as the saved index and the payment package's
+// saved sweep of the Trace compare it.
+func HeadTail(f io.ReaderAt, offset int64) (head, tail [32]byte, err error) {
 	buf := make([]byte, min(offset, tailBytes))
 	if _, err = f.ReadAt(buf[:min(offset, anchorBytes)], 0); err != nil {
 		return
@@ -549,7 +552,7 @@ func (ix *Index[T, F]) adopt(id string, e confined.Entry) *run[T, F] {
 		return nil
 	}
 	defer f.Close()
-	head, tail, err := headTail(f, s.offset)
+	head, tail, err := HeadTail(f, s.offset)
 	if err != nil || head != s.head || tail != s.tail {
 		return nil
 	}

@@ -907,7 +907,7 @@ func (ix *Index[T, F]) ingest(r *run[T, F], f *os.File) (batch[F], error) {
 	r.hashed = false
 	if err == nil {
 		var herr error
-		r.head, r.tail, herr = headTail(f, r.offset+consumed)
+		r.head, r.tail, herr = HeadTail(f, r.offset+consumed)
 		r.hashed = herr == nil
 	}
 	ix.account(func(_ *int64, st *Stats) { st.BytesRead += consumed })
