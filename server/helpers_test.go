@@ -3,6 +3,7 @@ package server
 import (
 	"crypto/ed25519"
 	"crypto/rand"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -46,6 +47,14 @@ func newPolicyServer(t testing.TB, dir string, indexBytes int64, pol *guard.Conf
 // payments with payerKeyHex.
 func newPayingServer(t testing.TB, dir string, indexBytes int64, pol *guard.Config, key ed25519.PrivateKey, payerKeyHex string) *Server {
 	t.Helper()
+	return newPayingServerLog(t, dir, indexBytes, pol, key, payerKeyHex, nil)
+}
+
+// newPayingServerLog is newPayingServer logging to logger (nil: the
+// default), the sweep of the Trace saved in the root's guard/ as the
+// server saves it.
+func newPayingServerLog(t testing.TB, dir string, indexBytes int64, pol *guard.Config, key ed25519.PrivateKey, payerKeyHex string, logger *slog.Logger) *Server {
+	t.Helper()
 	if err := os.MkdirAll(filepath.Join(dir, "events"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +66,11 @@ func newPayingServer(t testing.TB, dir string, indexBytes int64, pol *guard.Conf
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { events.Close(); root.Close() })
+	state, err := root.OpenDirLazy("guard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { state.Close(); events.Close(); root.Close() })
 	cat, err := catalog.New(catalog.Config{Root: root, Events: events, Limits: receipt.DefaultLimits(), MaxBytes: indexBytes})
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +94,7 @@ func newPayingServer(t testing.TB, dir string, indexBytes int64, pol *guard.Conf
 	if err != nil {
 		t.Fatal(err)
 	}
-	pay, err := payment.New(payment.Config{Engine: eng, Signer: x402.NewKeySigner(payerKey), Events: events, TraceChanges: cat.Changes})
+	pay, err := payment.New(payment.Config{Engine: eng, Signer: x402.NewKeySigner(payerKey), Events: events, State: state, TraceChanges: cat.Changes, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

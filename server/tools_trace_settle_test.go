@@ -5,6 +5,9 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
+	"github.com/haia-trace-mcp/haia-trace-mcp/payment"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -304,5 +307,189 @@ func TestTraceSweepReadsAgainForANewPayer(t *testing.T) {
 	}
 	if len(sts) != 1 || !strings.EqualFold(sts[0].Nonce, ab.Authorization.Nonce) || sts[0].Trace == nil || sts[0].Trace.Binding != "terms" || sts[0].Trace.Run != "run-b" {
 		t.Fatalf("settlements recorded: %+v, want b's by its terms from run-b", sts)
+	}
+}
+
+// A restart takes from the sweep saved in guard/ the run files an earlier
+// process swept and that hold nothing that can bind, and reads of them only
+// what was appended since; never over the events: a run file rewritten
+// where it was swept (at its size and time), or cut shorter, is read again
+// whole, as is one where a nonce comes later for an operation whose
+// settlement was left out; a run that holds a settlement of this server's
+// payer is read whole at every start; a saved sweep written over, or not
+// one at all, is said in the log, naming the file, and saved anew; and a
+// payer the saved sweep did not keep has every run read again.
+func TestTraceSweepRestartReadsOnlyWhatItDidNotSweep(t *testing.T) {
+	pol, err := guard.ParseConfig([]byte(`{"reviewAbove":"100.00"}`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := x402.ParseKey([]byte(testPayerKey), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := x402.NewKeySigner(k).Address().Hex()
+	const p9, other = "0x9999999999999999999999999999999999999999", "0x8da4ef21b864d2cc526dbdb2a120bd2874c36c9d0a1fb7f8c63d7f7a8b41de8f"
+	url := "https://nine.example/r"
+	pay := func(op, payer string, i int) tracePayment {
+		return tracePayment{op, url, p9, "10000", "", fmt.Sprintf("0x%064x", i), payer}
+	}
+	for _, d := range []string{"events", "guard"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeTraceRun(t, dir, "run-1", pay("op-1a", p9, 1), pay("op-1b", p9, 2))
+	writeTraceRun(t, dir, "run-2", pay("op-2a", p9, 3), pay("op-2b", p9, 4))
+	writeTraceRun(t, dir, "run-3", pay("op-3a", p9, 5))
+	writeTraceRun(t, dir, "run-ours", pay("op-o", ours, 6))
+	path := func(run string) string { return filepath.Join(dir, "events", run+".ndjson") }
+	size := func(runs ...string) int64 {
+		var n int64
+		for _, r := range runs {
+			fi, err := os.Stat(path(r))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += fi.Size()
+		}
+		return n
+	}
+	saved := filepath.Join(dir, "guard", payment.SweepFile)
+	// restart starts a server on dir, sweeps the Trace as its first
+	// check_before_pay does, and stops it.
+	restart := func(payerKey string) (payment.TraceReads, string) {
+		t.Helper()
+		var logs syncBuffer
+		s := newPayingServerLog(t, dir, 0, pol, key, payerKey, slog.New(slog.NewTextHandler(&logs, nil)))
+		if _, err := s.guard.Payments.SettleFromTrace(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		s.guard.Payments.Close()
+		return s.guard.Payments.TraceReads(), logs.String()
+	}
+	all := size("run-1", "run-2", "run-3", "run-ours")
+	if got, logs := restart(testPayerKey); got != (payment.TraceReads{Bytes: all, Whole: 4}) {
+		t.Fatalf("the first start read %+v, want every run whole (%d bytes)", got, all)
+	} else if _, err := os.Stat(saved); err != nil {
+		t.Fatalf("the sweep is not saved: %v\n%s", err, logs)
+	}
+	appended := func(run, text string) {
+		t.Helper()
+		f, err := os.OpenFile(path(run), os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteString(text); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	more := `{"event_id":"x","event_type":"other","occurred_at":"2026-07-24T09:01:00.000Z","seq":9,"adapter":"trace-x402","role":"client","context_id":"op-1c","payload":{}}` + "\n"
+	nonce := `{"event_id":"n","event_type":"x402.payment.submitted","occurred_at":"2026-07-24T09:01:00.000Z","seq":10,"adapter":"trace-x402","role":"client","context_id":"op-1a","payload":{"payment_payload":{"nonce":"0x` + strings.Repeat("7", 64) + `"}}}` + "\n"
+	// unended is the line run-3 ends with once cut, read again at each
+	// start until it is ended.
+	var unended int64
+	for _, step := range []struct {
+		name   string
+		change func()
+		payer  string
+		want   func() payment.TraceReads
+		log    string
+	}{
+		{"unchanged", func() {}, testPayerKey,
+			func() payment.TraceReads { return payment.TraceReads{Bytes: size("run-ours"), Whole: 1, Saved: 3} }, ""},
+		{"unchanged again", func() {}, testPayerKey,
+			func() payment.TraceReads { return payment.TraceReads{Bytes: size("run-ours"), Whole: 1, Saved: 3} }, ""},
+		{"a run appended to", func() { appended("run-1", more) }, testPayerKey,
+			func() payment.TraceReads {
+				return payment.TraceReads{Bytes: size("run-ours") + int64(len(more)), Whole: 1, Saved: 3}
+			}, ""},
+		{"a run rewritten where it was swept, at its size and time", func() {
+			fi, err := os.Stat(path("run-2"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, err := os.ReadFile(path("run-2"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			data = []byte(strings.Replace(string(data), fmt.Sprintf("0x%064x", 4), fmt.Sprintf("0x%064x", 44), 1))
+			if err := os.WriteFile(path("run-2"), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chtimes(path("run-2"), fi.ModTime(), fi.ModTime()); err != nil {
+				t.Fatal(err)
+			}
+			if size("run-2") != fi.Size() {
+				t.Fatal("the rewrite changed the size")
+			}
+		}, testPayerKey,
+			func() payment.TraceReads {
+				return payment.TraceReads{Bytes: size("run-2", "run-ours"), Whole: 2, Saved: 2}
+			}, ""},
+		{"a run cut shorter", func() {
+			data, err := os.ReadFile(path("run-3"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			data = data[:len(data)/2]
+			if err := os.WriteFile(path("run-3"), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			unended = int64(len(data) - strings.LastIndexByte(string(data), '\n') - 1)
+		}, testPayerKey,
+			func() payment.TraceReads {
+				return payment.TraceReads{Bytes: size("run-3", "run-ours"), Whole: 2, Saved: 2}
+			}, ""},
+		{"a nonce for an operation whose settlement was left out", func() { appended("run-1", nonce) }, testPayerKey,
+			// Read from where it was swept, then whole.
+			func() payment.TraceReads {
+				return payment.TraceReads{Bytes: int64(len(nonce)) + size("run-1", "run-ours") + unended, Whole: 2, Saved: 3}
+			}, ""},
+		{"the saved sweep written over", func() {
+			data, err := os.ReadFile(saved)
+			if err != nil {
+				t.Fatal(err)
+			}
+			data[len(data)/2] ^= 1
+			if err := os.WriteFile(saved, data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, testPayerKey,
+			func() payment.TraceReads {
+				return payment.TraceReads{Bytes: size("run-1", "run-2", "run-3", "run-ours"), Whole: 4}
+			}, "SHA-256 does not match"},
+		{"saved anew", func() {}, testPayerKey,
+			// run-1 carries a nonce now: read whole at every start.
+			func() payment.TraceReads {
+				return payment.TraceReads{Bytes: size("run-1", "run-ours") + unended, Whole: 2, Saved: 2}
+			}, ""},
+		{"not a saved sweep", func() {
+			if err := os.WriteFile(saved, []byte("HAIA-RUNINDEX 5\n..."), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, testPayerKey,
+			func() payment.TraceReads {
+				return payment.TraceReads{Bytes: size("run-1", "run-2", "run-3", "run-ours"), Whole: 4}
+			}, "not a saved sweep"},
+		{"a payer the saved sweep did not keep", func() {}, other,
+			func() payment.TraceReads {
+				return payment.TraceReads{Bytes: size("run-1", "run-2", "run-3", "run-ours"), Whole: 4}
+			}, "fewer payers"},
+	} {
+		step.change()
+		got, logs := restart(step.payer)
+		if want := step.want(); got != want {
+			t.Fatalf("%s: read %+v, want %+v\n%s", step.name, got, want, logs)
+		}
+		if step.log != "" && (!strings.Contains(logs, step.log) || !strings.Contains(logs, saved)) {
+			t.Fatalf("%s: the log does not say %q naming %s:\n%s", step.name, step.log, saved, logs)
+		}
 	}
 }
