@@ -51,6 +51,7 @@ type config struct {
 	serverTimeout time.Duration
 	first         string
 	http          string
+	idle          bool
 	args          stringList
 }
 
@@ -78,6 +79,13 @@ type report struct {
 	// FirstRSSMiB is the server's peak resident set when its first answer
 	// came (a restart decodes the rest of its saved index afterwards).
 	FirstRSSMiB float64 `json:"first_answer_peak_rss_mib"`
+	// With --idle: when the work the first answer left running in the
+	// background (the saved index's decode, the sweep of the Trace's
+	// settlements) was done, from the process's start, the server's CPU
+	// time then, and its peak resident set then.
+	IdleMS     float64 `json:"idle_from_process_start_ms,omitempty"`
+	IdleCPUMS  float64 `json:"idle_cpu_ms,omitempty"`
+	IdleRSSMiB float64 `json:"idle_peak_rss_mib,omitempty"`
 }
 
 func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
@@ -96,6 +104,7 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&c.serverTimeout, "timeout", 10*time.Minute, "bound on the whole measurement")
 	fs.StringVar(&c.first, "first", "list_operations", "the first call, whose time is the cold figure: list_operations, or check_before_pay (0.01 to api.example.com, whose answer needs every run)")
 	fs.StringVar(&c.http, "http", "", "serve Streamable HTTP on this loopback `HOST:PORT` (unauthenticated) instead of stdio")
+	fs.BoolVar(&c.idle, "idle", false, "after the first answer, wait until the server's CPU time stays flat (under 20 ms in 500 ms) and report when")
 	fs.Var(&c.args, "arg", "a `FLAG` passed to the server (repeatable), such as --arg=--store --arg=postgres://…")
 	if err := fs.Parse(argv); err != nil {
 		return 2
@@ -119,6 +128,9 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 		b, _ := json.Marshal(rep)
 		fmt.Fprintln(stdout, string(b))
 		return 0
+	}
+	if c.idle {
+		fmt.Fprintf(stdout, "%s: idle %.0f ms from process start, %.0f ms of CPU, peak RSS %.0f MiB then\n", rep.Label, rep.IdleMS, rep.IdleCPUMS, rep.IdleRSSMiB)
 	}
 	fmt.Fprintf(stdout, "%s: %d runs; cold %.0f ms (%.0f ms from process start, %.0f ms of CPU); warm p50 %.2f ms p99 %.2f ms; after +%d lines p50 %.2f ms p99 %.2f ms; peak RSS %.0f MiB (%.0f MiB at the first answer)\n",
 		rep.Label, rep.Runs, rep.ColdMS, rep.ColdStartMS, rep.ColdCPUMS, rep.WarmP50MS, rep.WarmP99MS, c.lines, rep.AppendP50MS, rep.AppendP99MS, rep.PeakRSSMiB, rep.FirstRSSMiB)
@@ -198,6 +210,21 @@ func measure(ctx context.Context, c config) (report, error) {
 	if cmd.Process != nil {
 		rep.ColdCPUMS = cpuMS(cmd.Process.Pid)
 		rep.FirstRSSMiB = peakRSS(cmd.Process.Pid)
+		if c.idle {
+			for last := rep.ColdCPUMS; ; {
+				select {
+				case <-ctx.Done():
+					return rep, ctx.Err()
+				case <-time.After(500 * time.Millisecond):
+				}
+				now := cpuMS(cmd.Process.Pid)
+				if now-last < 20 {
+					rep.IdleMS, rep.IdleCPUMS, rep.IdleRSSMiB = ms(time.Since(start)), now, peakRSS(cmd.Process.Pid)
+					break
+				}
+				last = now
+			}
+		}
 	}
 	// Counted after the first answer: a replica of an ingest store fills
 	// an empty root with its copy of the events before it serves.
