@@ -136,6 +136,8 @@ type Stack struct {
 	outboxMade bool
 	started    bool
 	cancel     context.CancelFunc
+	// warmCancel stops Warm's reading.
+	warmCancel context.CancelFunc
 	wg         sync.WaitGroup
 	closeOnce  sync.Once
 }
@@ -648,6 +650,36 @@ func (st *Stack) Start(ctx context.Context) error {
 	return nil
 }
 
+// Warm reads the Trace root's run index in the background, as the first
+// question would (Catalog.Warm), so that a server that starts on a large
+// root without a saved index reads it before its first question rather
+// than during it: Ready says not ready, with how far it went, until it has
+// read. The channel returned is closed when it ends. Close stops it (what
+// it read is kept by the index's own save).
+func (st *Stack) Warm(ctx context.Context) <-chan struct{} {
+	ctx, cancel := context.WithCancel(ctx)
+	st.warmCancel = cancel
+	st.catalog.BeginWarm()
+	st.wg.Add(1)
+	done := make(chan struct{})
+	go func() {
+		defer st.wg.Done()
+		defer close(done)
+		start := time.Now()
+		if err := st.catalog.Warm(ctx); err != nil {
+			if ctx.Err() == nil {
+				// A question reads the root again and says what is wrong.
+				st.cfg.Logger.Warn("the Trace root's runs could not be read at the start", "err", err)
+			}
+			return
+		}
+		if d := time.Since(start); d >= time.Second {
+			st.cfg.Logger.Info("the Trace root's runs are read", "took", d.Round(time.Millisecond))
+		}
+	}()
+	return done
+}
+
 // reviewPage is the console's page of a review ("" without a console).
 func (st *Stack) reviewPage(id string) string {
 	if f := st.reviewURL.Load(); f != nil {
@@ -745,6 +777,9 @@ func (st *Stack) Metrics() []prometheus.Collector {
 func (st *Stack) Ready(ctx context.Context) error {
 	if _, err := st.catalog.Events().ReadDir(); err != nil {
 		return &engine.NotReadyError{Reason: "the events directory cannot be listed", Err: err}
+	}
+	if warming, done, total := st.catalog.Warming(); warming {
+		return &engine.NotReadyError{Reason: fmt.Sprintf("the Trace root's runs are being read since the start (%d of %d read)", done, total)}
 	}
 	if st.engine == nil {
 		return nil
@@ -845,6 +880,9 @@ func (st *Stack) Close() {
 	st.closeOnce.Do(func() {
 		if st.cancel != nil {
 			st.cancel()
+		}
+		if st.warmCancel != nil {
+			st.warmCancel()
 		}
 		st.wg.Wait()
 		if st.payments != nil {

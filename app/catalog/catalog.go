@@ -7,6 +7,7 @@
 package catalog
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -71,6 +72,10 @@ type Catalog struct {
 	digestsRead atomic.Int64
 	// cursors writes the next-page cursors of List.
 	cursors cursorCodec
+	// warming is set while Warm reads the runs; readDone and readTotal are
+	// how far the last refresh that read runs went.
+	warming             atomic.Bool
+	readDone, readTotal atomic.Int64
 }
 
 // New builds a catalog over cfg.Events; nothing is read until asked.
@@ -102,18 +107,59 @@ func New(cfg Config) (*Catalog, error) {
 		Facet:       func(s *Summary) string { return s.Completeness },
 		OperationID: func(s *Summary) string { return s.OperationID },
 		Logger:      cfg.Logger,
-		Progress:    cfg.Progress,
-		State:       cfg.State,
-		EncodeItem:  encodeSummary,
-		DecodeItem:  decodeSummary,
-		Digest:      writeDigest,
-		SaveDelay:   cfg.SaveDelay,
-		Version:     buildVersion,
+		Progress: func(done, total int) {
+			c.readDone.Store(int64(done))
+			c.readTotal.Store(int64(total))
+			if cfg.Progress != nil {
+				cfg.Progress(done, total)
+			}
+		},
+		State:      cfg.State,
+		EncodeItem: encodeSummary,
+		DecodeItem: decodeSummary,
+		Digest:     writeDigest,
+		SaveDelay:  cfg.SaveDelay,
+		Version:    buildVersion,
 		// A restart lists from the saved index's headers, decoding the runs
 		// a page needs; the rest are decoded meanwhile, for the guard.
 		DecodeInBackground: !cfg.noBackground,
 	})
 	return c, nil
+}
+
+// Warm refreshes the run index once, as a server's first question would:
+// a first start reads every run, a restart checks the saved index against
+// the files and reads only what changed. It decodes nothing a restart took
+// from the saved index (a question decodes what it needs). While it runs,
+// Warming says so; call BeginWarm first when readiness must not see the
+// moment before it starts.
+func (c *Catalog) Warm(ctx context.Context) error {
+	c.BeginWarm()
+	defer c.warming.Store(false)
+	t, err := c.Template(guard.DefaultTemplate)
+	if err != nil {
+		return err
+	}
+	_, err = c.index.ListSomeQuiet(ctx, t, nil, func(runs []runindex.RunView[Summary]) []bool { return make([]bool, len(runs)) })
+	return err
+}
+
+// BeginWarm marks the catalog as warming until the Warm that follows ends.
+func (c *Catalog) BeginWarm() {
+	if !c.warming.Swap(true) {
+		c.readDone.Store(0)
+		c.readTotal.Store(0)
+	}
+}
+
+// Warming reports whether Warm is reading the runs and, when it is, how
+// many of the runs its refresh must read it has read (0 of 0 before it
+// knows).
+func (c *Catalog) Warming() (warming bool, done, total int64) {
+	if !c.warming.Load() {
+		return false, 0, 0
+	}
+	return true, c.readDone.Load(), c.readTotal.Load()
 }
 
 // Changes moves whenever a listing found a run file changed (see

@@ -83,6 +83,12 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 // while it saves a big one. It is never needed in use.
 const saveDelayEnv = "HAIA_TEST_INDEX_SAVE_DELAY"
 
+// readDelayEnv is a test hook: HAIA_TEST_INDEX_READ_DELAY=D makes a
+// refresh of the run index wait D after each run it reads, so that a test
+// sees a small root read as slowly as a big one (readiness while the root
+// is read at the start). It is never needed in use.
+const readDelayEnv = "HAIA_TEST_INDEX_READ_DELAY"
+
 // appConfig turns the serve flags into the application's configuration:
 // default key and reviewers paths resolved, the payer opened.
 func (f *serveFlags) appConfig(ctx context.Context, notifier *notify.Group, logger *slog.Logger) (app.Config, error) {
@@ -113,6 +119,26 @@ func (f *serveFlags) appConfig(ctx context.Context, notifier *notify.Group, logg
 			}
 			return newProgress(f.progressTo, name).runs
 		}
+	}
+	if v := os.Getenv(readDelayEnv); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > time.Minute {
+			return cfg, fmt.Errorf("%s=%q is not a duration from 0 to 1m (a test hook)", readDelayEnv, v)
+		}
+		progressOf := cfg.ProgressOf
+		cfg.ProgressOf = func(tenant string) func(done, total int) {
+			var p func(done, total int)
+			if progressOf != nil {
+				p = progressOf(tenant)
+			}
+			return func(done, total int) {
+				time.Sleep(d)
+				if p != nil {
+					p(done, total)
+				}
+			}
+		}
+		logger.Warn("a refresh of the run index waits after each run it reads (a test hook)", "env", readDelayEnv, "delay", d)
 	}
 	if f.readOnly {
 		return cfg, nil

@@ -356,6 +356,10 @@ func checkAllowedHost(v string) (string, error) {
 
 // runHTTP serves servers over Streamable HTTP: one server under the key
 // "", or one per tenant. ready is the stacks' readiness (/readyz).
+// warmWait is how long the server waits for its roots to be read before
+// it serves; after it, /readyz says how far the reading went.
+const warmWait = 2 * time.Second
+
 func runHTTP(ctx context.Context, servers map[string]*served, ready func(context.Context) error, h *httpFlags, logger *slog.Logger, stderr io.Writer) int {
 	var srv *server.Server
 	var tenants map[string]*server.Server
@@ -443,6 +447,18 @@ func runHTTP(ctx context.Context, servers map[string]*served, ready func(context
 		return exitFail
 	}
 	defer stopHUP()
+	// The root is read before the first question, and /readyz says not
+	// ready until it is: an orchestrator sends no traffic to a replica
+	// still reading a large root for the first time. A root read within
+	// warmWait is read before anything is served.
+	wctx, cancelWait := context.WithTimeout(ctx, warmWait)
+	for _, s := range servers {
+		select {
+		case <-s.st.Warm(ctx):
+		case <-wctx.Done():
+		}
+	}
+	cancelWait()
 	if p.auth == nil {
 		logger.Warn("serving WITHOUT authentication (--http-insecure-no-auth); loopback only")
 	}
