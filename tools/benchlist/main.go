@@ -81,8 +81,9 @@ type report struct {
 	FirstRSSMiB float64 `json:"first_answer_peak_rss_mib"`
 	// With --idle: when the work the first answer left running in the
 	// background (the saved index's decode, the sweep of the Trace's
-	// settlements) was done, from the process's start, the server's CPU
-	// time then, and its peak resident set then.
+	// settlements) was done (the last sample where the server's CPU
+	// moved), from the process's start, the server's CPU time then, and
+	// its peak resident set once idle.
 	IdleMS     float64 `json:"idle_from_process_start_ms,omitempty"`
 	IdleCPUMS  float64 `json:"idle_cpu_ms,omitempty"`
 	IdleRSSMiB float64 `json:"idle_peak_rss_mib,omitempty"`
@@ -104,7 +105,7 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&c.serverTimeout, "timeout", 10*time.Minute, "bound on the whole measurement")
 	fs.StringVar(&c.first, "first", "list_operations", "the first call, whose time is the cold figure: list_operations, or check_before_pay (0.01 to api.example.com, whose answer needs every run)")
 	fs.StringVar(&c.http, "http", "", "serve Streamable HTTP on this loopback `HOST:PORT` (unauthenticated) instead of stdio")
-	fs.BoolVar(&c.idle, "idle", false, "after the first answer, wait until the server's CPU time stays flat (under 20 ms in 500 ms) and report when")
+	fs.BoolVar(&c.idle, "idle", false, "after the first answer, wait until the server's CPU time stays flat (under 20 ms in each 500 ms, for 2 s) and report when it last moved")
 	fs.Var(&c.args, "arg", "a `FLAG` passed to the server (repeatable), such as --arg=--store --arg=postgres://…")
 	if err := fs.Parse(argv); err != nil {
 		return 2
@@ -211,19 +212,25 @@ func measure(ctx context.Context, c config) (report, error) {
 		rep.ColdCPUMS = cpuMS(cmd.Process.Pid)
 		rep.FirstRSSMiB = peakRSS(cmd.Process.Pid)
 		if c.idle {
-			for last := rep.ColdCPUMS; ; {
+			// Flat for 2 s, not one sample: a server waiting on the disk
+			// (a big root's pages evicted) is not done.
+			for last, flat := rep.ColdCPUMS, 0; flat < 4; {
 				select {
 				case <-ctx.Done():
 					return rep, ctx.Err()
 				case <-time.After(500 * time.Millisecond):
 				}
 				now := cpuMS(cmd.Process.Pid)
-				if now-last < 20 {
-					rep.IdleMS, rep.IdleCPUMS, rep.IdleRSSMiB = ms(time.Since(start)), now, peakRSS(cmd.Process.Pid)
-					break
+				if flat++; now-last >= 20 {
+					flat = 0
+					rep.IdleMS, rep.IdleCPUMS = ms(time.Since(start)), now
 				}
 				last = now
 			}
+			if rep.IdleMS == 0 {
+				rep.IdleMS, rep.IdleCPUMS = rep.ColdStartMS, rep.ColdCPUMS
+			}
+			rep.IdleRSSMiB = peakRSS(cmd.Process.Pid)
 		}
 	}
 	// Counted after the first answer: a replica of an ingest store fills
