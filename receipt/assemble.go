@@ -152,10 +152,7 @@ func sortedOrder(events []Event) []int32 {
 		half := len(keys) / 2
 		var ok [2]bool
 		parallel(2, func(k int) {
-			lo, hi := 0, half
-			if k == 1 {
-				lo, hi = half, len(keys)
-			}
+			lo, hi := halfOf(k, half, len(keys))
 			if ok[k] = timeKeys(keys[lo:hi], events, lo); ok[k] {
 				slices.SortFunc(keys[lo:hi], byKey)
 			}
@@ -279,10 +276,7 @@ func placement(events []Event, order []int32) (dest []int32, counts []int32, una
 		half := len(order) / 2
 		var h [2]groups
 		parallel(2, func(k int) {
-			lo, hi := 0, half
-			if k == 1 {
-				lo, hi = half, len(order)
-			}
+			lo, hi := halfOf(k, half, len(order))
 			h[k].assign(events, order[lo:hi], groupOf, (hi-lo)/4)
 		})
 		counts, unassigned = h[0].counts, h[0].unassigned+h[1].unassigned
@@ -514,4 +508,12 @@ func (m *matcher) foldInto(events []Event, buf *foldBuf) Receipt {
 		r.Completeness = Full
 	}
 	return r
+}
+
+// halfOf is the range [lo, hi) of half k (0 or 1) of n items split at mid.
+func halfOf(k, mid, n int) (lo, hi int) {
+	if k == 0 {
+		return 0, mid
+	}
+	return mid, n
 }

@@ -32,14 +32,7 @@ func TestBuildOfARunChangedUnderIt(t *testing.T) {
 		at := strings.LastIndex(string(text), `"event_id":"`) + len(`"event_id":"`)
 
 		t.Run(fmt.Sprintf("%d events rewritten", n), func(t *testing.T) {
-			if err := os.WriteFile(path, text, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			_, evs, release, err := ReadRunFileHeld(path, DefaultLimits())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer release()
+			evs := readHeld(t, path, text)
 			f, err := os.OpenFile(path, os.O_WRONLY, 0)
 			if err != nil {
 				t.Fatal(err)
@@ -59,14 +52,7 @@ func TestBuildOfARunChangedUnderIt(t *testing.T) {
 		})
 
 		t.Run(fmt.Sprintf("%d events cut", n), func(t *testing.T) {
-			if err := os.WriteFile(path, text, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			_, evs, release, err := ReadRunFileHeld(path, DefaultLimits())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer release()
+			evs := readHeld(t, path, text)
 			if err := os.Truncate(path, 0); err != nil {
 				t.Fatal(err)
 			}
@@ -81,14 +67,7 @@ func TestBuildOfARunChangedUnderIt(t *testing.T) {
 		})
 
 		t.Run(fmt.Sprintf("%d events appended to", n), func(t *testing.T) {
-			if err := os.WriteFile(path, text, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			_, evs, release, err := ReadRunFileHeld(path, DefaultLimits())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer release()
+			evs := readHeld(t, path, text)
 			// A recorder appending is not a change: what was read stays.
 			f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
 			if err != nil {
@@ -119,4 +98,19 @@ func TestGuardLeavesOtherPanics(t *testing.T) {
 	}()
 	var p *Event
 	_ = Guard(func() error { return errors.New(p.ID) })
+}
+
+// readHeld writes text to path and reads it back mapped, held until the
+// test ends.
+func readHeld(t *testing.T, path string, text []byte) []Event {
+	t.Helper()
+	if err := os.WriteFile(path, text, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, evs, release, err := ReadRunFileHeld(path, DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(release)
+	return evs
 }
