@@ -69,6 +69,12 @@ type Config struct {
 type Proxy struct {
 	cfg Config
 	up  *Upstream
+	// attached is set (under attachMu) once Attach has read and served
+	// the upstream; a changed list or a restart before that only sets
+	// missed, and Attach reads everything once more before it returns.
+	attachMu sync.Mutex
+	attached bool
+	missed   bool
 
 	mu sync.Mutex
 	// gm is the guard map in force, read at mapReadAt.
@@ -195,6 +201,9 @@ func (p *Proxy) Disconnected(why error) {
 // Reconnected reads a restarted upstream's tools again (UpstreamConfig's
 // OnConnect).
 func (p *Proxy) Reconnected() {
+	if !p.ready() {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := p.Sync(ctx); err != nil {
@@ -209,13 +218,49 @@ func (p *Proxy) Reconnected() {
 // and serves them. An error here stops the proxy's start.
 func (p *Proxy) Attach(ctx context.Context, up *Upstream) error {
 	p.up = up
-	if err := p.Sync(ctx); err != nil {
-		return err
+	for pass := 1; ; pass++ {
+		if err := p.Sync(ctx); err != nil {
+			return err
+		}
+		if pass == 1 {
+			if err := p.attachExtras(ctx); err != nil {
+				return fmt.Errorf("the upstream's resources or prompts: %w", err)
+			}
+		} else if err := p.syncExtras(ctx, p.caps); err != nil {
+			return fmt.Errorf("the upstream's resources or prompts: %w", err)
+		}
+		p.attachMu.Lock()
+		again := p.missed
+		p.missed = false
+		if !again || pass == maxAttachPasses {
+			p.attached = true
+		}
+		p.attachMu.Unlock()
+		if !again {
+			return nil
+		}
+		if pass == maxAttachPasses {
+			// An upstream that keeps changing its lists: serve what was
+			// read and read it again as after any later change.
+			go p.Reconnected()
+			return nil
+		}
 	}
-	if err := p.attachExtras(ctx); err != nil {
-		return fmt.Errorf("the upstream's resources or prompts: %w", err)
+}
+
+// maxAttachPasses bounds how often Attach reads an upstream whose lists
+// change while it reads them.
+const maxAttachPasses = 3
+
+// ready reports whether Attach is done; until it is, it notes that the
+// upstream changed something Attach must read again.
+func (p *Proxy) ready() bool {
+	p.attachMu.Lock()
+	defer p.attachMu.Unlock()
+	if !p.attached {
+		p.missed = true
 	}
-	return nil
+	return p.attached
 }
 
 // Sync reads the upstream's tools again, checks the map and the names, and
@@ -745,6 +790,15 @@ func (p *Proxy) onNotification(n mcp.JSONRPCNotification) {
 		params["_meta"] = n.Params.Meta
 	}
 	srv := p.cfg.Server.MCP()
+	switch n.Method {
+	case string(mcp.MethodNotificationResourcesListChanged), string(mcp.MethodNotificationPromptsListChanged), string(mcp.MethodNotificationToolsListChanged):
+		// A list changed while Attach reads the upstream (one that adds
+		// tools once it knows its client, as server-everything does) is
+		// read again by Attach itself.
+		if !p.ready() {
+			return
+		}
+	}
 	switch n.Method {
 	case string(mcp.MethodNotificationProgress):
 		tok, _ := params["progressToken"].(string)

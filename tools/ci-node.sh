@@ -48,13 +48,13 @@ bin="$cache/haia-trace-mcp-ci"
 (cd "$repo" && go build -o "$bin" ./cmd/haia-trace-mcp)
 "$repo/tools/conformance.sh" "$bin"
 
-(cd "$repo" && HAIA_NODE="$nodedir/bin/node" go test -race -count=1 -run 'OIDC|X402OnChain' -v ./cmd/haia-trace-mcp/ | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|SKIP|x402 on chain:|_test\.go:[0-9]+:')
+(cd "$repo" && HAIA_NODE="$nodedir/bin/node" go test -race -count=1 -run 'OIDC|X402OnChain' -v ./cmd/haia-trace-mcp/ | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|SKIP|x402 on chain:|_test\.go:[0-9]+:|^        ')
 (cd "$repo" && HAIA_NODE="$nodedir/bin/node" HAIA_EVERYTHING="$repo/tools/everything/node_modules/@modelcontextprotocol/server-everything/dist/index.js" \
-	go test -race -count=1 -run ProxyEverything -v ./cmd/haia-trace-mcp/ | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|SKIP|_test\.go:[0-9]+:')
+	go test -race -count=1 -run ProxyEverything -v ./cmd/haia-trace-mcp/ | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|SKIP|_test\.go:[0-9]+:|^        ')
 # Haia Trace core's own Control Plane writer against --ingest: it needs the
 # core package's sources (not on the npm registry), from HAIA_TRACE_CORE.
 if [[ -n ${HAIA_TRACE_CORE:-} ]]; then
-	(cd "$repo" && HAIA_NODE="$nodedir/bin/node" go test -race -count=1 -run TestIngestUpstreamWriter -v ./cmd/haia-trace-mcp/ | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|SKIP|_test\.go:[0-9]+:')
+	(cd "$repo" && HAIA_NODE="$nodedir/bin/node" go test -race -count=1 -run TestIngestUpstreamWriter -v ./cmd/haia-trace-mcp/ | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|SKIP|_test\.go:[0-9]+:|^        ')
 else
 	echo "ci-node: skip TestIngestUpstreamWriter: HAIA_TRACE_CORE (packages/core/src of a Haia-Finance/haia-trace checkout) is not set"
 fi

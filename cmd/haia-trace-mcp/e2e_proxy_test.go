@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -949,6 +950,36 @@ func TestProxyEverythingPassesThrough(t *testing.T) {
 	pcmd := exec.Command(binPath, append(te.args(), "--", node, entry, "stdio")...)
 	pcmd.Stderr = te.stderr
 	everythingTasks(t, startWire(t, dcmd), startWire(t, pcmd))
+}
+
+// An upstream whose tool list changes while the proxy starts (before its
+// initialize answer, once initialized, during the first tools/list) is read
+// again before the proxy serves; the proxy neither crashes nor serves a
+// stale list, and a paying call goes through the guard as usual.
+func TestProxyUpstreamChangingAtTheStart(t *testing.T) {
+	for i := range 3 {
+		e := newProxyEnv(t, proxyMapJSON, "")
+		e.start(t, nil, "PAY_EARLY_CHANGES=1")
+		lt, err := e.cs.ListTools(context.Background(), nil)
+		if err != nil {
+			t.Fatalf("start %d: %v (stderr %s)", i, err, e.stderr)
+		}
+		if len(lt.Tools) == 0 || !slices.ContainsFunc(lt.Tools, func(tool *mcp.Tool) bool { return tool.Name == "send_usdc" }) {
+			t.Fatalf("start %d: tools/list lacks send_usdc: %v", i, lt.Tools)
+		}
+		res := e.callRaw(t, "send_usdc", `{"to":"`+sellerA+`","amount":"0.25"}`)
+		if res.IsError || !strings.Contains(resultText(res), "paid by send_usdc") {
+			t.Fatalf("start %d: allowed call: %s (stderr %s)", i, resultText(res), e.stderr)
+		}
+		stderr := e.stderr.String()
+		if strings.Contains(stderr, "panic: ") || strings.Contains(stderr, "DATA RACE") {
+			t.Fatalf("start %d: the proxy crashed:\n%s", i, stderr)
+		}
+		// The change announced during the first tools/list is read again.
+		if n := strings.Count(stderr, `"msg":"upstream tools served"`); n < 2 {
+			t.Fatalf("start %d: the upstream's tools were read %d times, want the change during the start read again:\n%s", i, n, stderr)
+		}
+	}
 }
 
 // Ten paying calls of 1.00 at once under a per-counterparty limit of 5.00:

@@ -25,6 +25,10 @@ type wireClient struct {
 	ids    int
 	// stderr is the process's, for failures.
 	stderr io.Writer
+	// exited is closed once the process's output has ended and the
+	// process has been waited for; exit then says how it ended.
+	exited chan struct{}
+	exit   string
 }
 
 func startWire(t *testing.T, cmd *exec.Cmd) *wireClient {
@@ -40,9 +44,19 @@ func startWire(t *testing.T, cmd *exec.Cmd) *wireClient {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	w := &wireClient{in: in, msgs: make(chan map[string]any, 1024), stderr: cmd.Stderr}
+	w := &wireClient{in: in, msgs: make(chan map[string]any, 1024), stderr: cmd.Stderr, exited: make(chan struct{})}
 	go func() {
+		// Wait only after the last read (it closes the pipe), and before
+		// msgs closes, so a reader that sees the end can say how it came.
 		defer close(w.msgs)
+		defer func() {
+			if err := cmd.Wait(); err != nil {
+				w.exit = err.Error()
+			} else {
+				w.exit = "exit status 0"
+			}
+			close(w.exited)
+		}()
 		sc := bufio.NewScanner(out)
 		sc.Buffer(make([]byte, 0, 1<<20), 16<<20)
 		for sc.Scan() {
@@ -55,16 +69,26 @@ func startWire(t *testing.T, cmd *exec.Cmd) *wireClient {
 	}()
 	t.Cleanup(func() {
 		in.Close()
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
+		// What the test left unread must not hold the reader up.
+		go func() {
+			for range w.msgs {
+			}
+		}()
 		select {
-		case <-done:
+		case <-w.exited:
 		case <-time.After(10 * time.Second):
 			_ = cmd.Process.Kill()
-			<-done
+			<-w.exited
 		}
 	})
 	return w
+}
+
+// ended says how the process ended once its output has closed: its exit
+// status or the signal that ended it.
+func (w *wireClient) ended() string {
+	<-w.exited
+	return w.exit
 }
 
 func (w *wireClient) send(t *testing.T, msg any) {
@@ -115,7 +139,7 @@ func (w *wireClient) requestRaw(t *testing.T, method string, params any) ([]map[
 		select {
 		case m, ok := <-w.msgs:
 			if !ok {
-				t.Fatalf("%s: the process closed its output; its stderr:\n%v", method, w.stderr)
+				t.Fatalf("%s: the process closed its output (%s); its stderr:\n%v", method, w.ended(), w.stderr)
 			}
 			if m["id"] == id && m["method"] == nil {
 				return before, m
@@ -147,7 +171,7 @@ func (w *wireClient) waitFor(t *testing.T, method string, within time.Duration) 
 		select {
 		case m, ok := <-w.msgs:
 			if !ok {
-				t.Fatalf("waiting for %s: the process closed its output; its stderr:\n%v", method, w.stderr)
+				t.Fatalf("waiting for %s: the process closed its output (%s); its stderr:\n%v", method, w.ended(), w.stderr)
 			}
 			if meth, _ := m["method"].(string); meth != "" && m["id"] != nil {
 				var result any = map[string]any{}

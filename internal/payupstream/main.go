@@ -176,6 +176,7 @@ func main() {
 		opts = append(opts, server.WithPaginationLimit(n))
 	}
 	hooks := &server.Hooks{}
+	var onInitialized func(context.Context)
 	hooks.AddAfterCallTool(func(_ context.Context, _ any, m *mcp.CallToolRequest, result any) {
 		if cr, ok := result.(*mcp.CreateTaskResult); ok && m.Params.Task != nil {
 			u.tasks.created(m.Params.Task, cr.Task.TaskId)
@@ -184,8 +185,29 @@ func main() {
 	hooks.AddAfterCancelTask(func(_ context.Context, _ any, m *mcp.CancelTaskRequest, _ *mcp.CancelTaskResult) {
 		u.tasks.cancelled(m.Params.TaskId)
 	})
+	if os.Getenv("PAY_EARLY_CHANGES") != "" {
+		// A tool list that changes while the proxy starts: before the
+		// initialize answer, once initialized (as server-everything adds
+		// tools once it knows its client), and during the first tools/list.
+		early := func(ctx context.Context) {
+			if err := u.notify(ctx, string(mcp.MethodNotificationToolsListChanged), nil); err != nil {
+				fmt.Fprintln(os.Stderr, "payupstream: early tools/list_changed:", err)
+			}
+		}
+		var listed atomic.Bool
+		hooks.AddAfterInitialize(func(ctx context.Context, _ any, _ *mcp.InitializeRequest, _ *mcp.InitializeResult) { early(ctx) })
+		hooks.AddBeforeListTools(func(ctx context.Context, _ any, _ *mcp.ListToolsRequest) {
+			if !listed.Swap(true) {
+				early(ctx)
+			}
+		})
+		onInitialized = early
+	}
 	opts = append(opts, server.WithHooks(hooks))
 	u.srv = server.NewMCPServer("payupstream", "1", opts...)
+	if onInitialized != nil {
+		u.srv.AddNotificationHandler("notifications/initialized", func(ctx context.Context, _ mcp.JSONRPCNotification) { onInitialized(ctx) })
+	}
 	send := mcp.NewToolWithRawSchema("send_usdc", "Send USDC to an address.", json.RawMessage(
 		`{"type":"object","properties":{"to":{"type":"string"},"amount":{"type":"string","description":"display units"},"memo":{"type":"string"},"options":{"type":"object"}},"required":["to","amount"]}`))
 	u.srv.AddTool(send, u.pay("send_usdc"))
