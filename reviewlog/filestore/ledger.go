@@ -28,10 +28,18 @@ func LedgerLaneFile(lane int) string {
 	return "ledger.lane" + strconv.Itoa(lane) + ".ndjson"
 }
 
-// ledgerReader reads the ledger's lane files under guard/.
-type ledgerReader struct{ g *confined.Dir }
+// ledgerReader reads the ledger's lane files under guard/; in a locked
+// section (w set), through the section's descriptors, which its appends
+// write through too.
+type ledgerReader struct {
+	g *confined.Dir
+	w *fileWriter
+}
 
 func (r *fileReader) Ledger() ledger.Reader { return ledgerReader{g: r.g} }
+
+// Ledger reads the ledger through the section's descriptors.
+func (w *fileWriter) Ledger() ledger.Reader { return ledgerReader{g: w.g, w: w} }
 
 // Since reads each lane file from the offset asked; a file shorter than
 // that offset was cut short, and says so.
@@ -81,7 +89,7 @@ func (r ledgerReader) Since(ctx context.Context, from []ledger.Pos) ([]ledger.Ra
 		if !present[lane] {
 			continue
 		}
-		raws, err := readLane(r.g, lane, start[lane])
+		raws, err := r.readLane(lane, start[lane])
 		if err != nil {
 			return nil, err
 		}
@@ -90,10 +98,26 @@ func (r ledgerReader) Since(ctx context.Context, from []ledger.Pos) ([]ledger.Ra
 	return out, nil
 }
 
+// open opens one lane's file for reading: in a section, the section's
+// descriptor (left open); else one of its own, closed by the caller.
+func (r ledgerReader) open(name string) (f *os.File, owned bool, err error) {
+	if r.w != nil {
+		f, shared, err := r.w.file(r.g, name, false)
+		if !errors.Is(err, fs.ErrPermission) {
+			return f, !shared, err
+		}
+		// A lane this process may read and not write: read it as a
+		// reader does.
+	}
+	f, err = r.g.Open(name)
+	return f, true, err
+}
+
 // readLane reads one lane's whole lines from p on.
-func readLane(g *confined.Dir, lane int, p ledger.Pos) ([]ledger.Raw, error) {
+func (r ledgerReader) readLane(lane int, p ledger.Pos) ([]ledger.Raw, error) {
+	g := r.g
 	name := LedgerLaneFile(lane)
-	f, err := g.Open(name)
+	f, owned, err := r.open(name)
 	if errors.Is(err, fs.ErrNotExist) {
 		if p.Off > 0 {
 			return []ledger.Raw{{Pos: ledger.Pos{Lane: lane, Seq: -1}}}, nil
@@ -103,7 +127,9 @@ func readLane(g *confined.Dir, lane int, p ledger.Pos) ([]ledger.Raw, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open the ledger %s: %w", g.Path()+"/"+name, err)
 	}
-	defer f.Close()
+	if owned {
+		defer f.Close()
+	}
 	st, err := f.Stat()
 	if err != nil {
 		return nil, err
@@ -142,7 +168,7 @@ type fileLedger struct {
 }
 
 func (w *fileWriter) LedgerAppender() ledger.Appender {
-	return &fileLedger{ledgerReader: ledgerReader{g: w.g}, w: w}
+	return &fileLedger{ledgerReader: ledgerReader{g: w.g, w: w}, w: w}
 }
 
 func (l *fileLedger) Lane() int { return 0 }
@@ -162,13 +188,13 @@ func (l *fileLedger) Append(ctx context.Context, at ledger.Pos, lines [][]byte) 
 	if err := l.w.syncPending(); err != nil {
 		return err
 	}
-	f, err := l.w.g.OpenFile(LedgerLaneFile(at.Lane), os.O_RDWR|os.O_CREATE, 0o600)
+	f, shared, err := l.w.file(l.w.g, LedgerLaneFile(at.Lane), true)
 	if err != nil {
 		return fmt.Errorf("open the ledger: %w", err)
 	}
 	owned := false
 	defer func() {
-		if !owned {
+		if !owned && !shared {
 			f.Close()
 		}
 	}()
@@ -207,7 +233,7 @@ func (l *fileLedger) Append(ctx context.Context, at ledger.Pos, lines [][]byte) 
 		return fmt.Errorf("append to the ledger %s: %w", l.w.Locate(LedgerFile), err)
 	}
 	owned = true
-	l.w.startSync(LedgerLaneFile(at.Lane), f, at.Off, true)
+	l.w.startSync(LedgerLaneFile(at.Lane), f, at.Off, true, shared)
 	return nil
 }
 

@@ -72,7 +72,7 @@ func (w *fileWriter) KeepQuestion(ctx context.Context, receipt string, line []by
 	}
 	keep = true
 	if reviewlog.IsBulk(ctx) {
-		w.deferSync(reviewlog.QuestionsFile, f, end)
+		w.deferSync(reviewlog.QuestionsFile, f, end, false)
 	} else {
 		w.syncAfter(reviewlog.QuestionsFile, f)
 	}

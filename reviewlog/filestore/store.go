@@ -16,6 +16,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -109,6 +110,7 @@ func (s *Store) Locked(ctx context.Context, wait time.Duration, fn func(w review
 	defer f.Close()
 	w := &fileWriter{fileReader: fileReader{s: s, g: g, log: f}, ledgerEnd: -1}
 	defer w.closeReceipts()
+	defer w.closeFiles()
 	err = fn(w)
 	if serr := w.syncPending(); serr != nil && err == nil {
 		err = serr
@@ -287,6 +289,57 @@ type fileWriter struct {
 	// after are the files this section appended to that are synced once
 	// it has ended, waited for by no one (see syncAfter).
 	after []pendingSync
+	// files are the ledger's and the chains' files the section opened,
+	// by their name under guard/, kept open for reading and appending
+	// until it ends (closeFiles): a decision reads the ledger, then
+	// appends to it, and reads its chain twice before appending its
+	// receipt, and one descriptor serves them all. Nothing but the
+	// section itself writes them while it holds the flock, and no section
+	// replaces or removes them.
+	files map[string]*os.File
+}
+
+// maxSectionFiles bounds the descriptors a section keeps (file): a copy
+// writes many chains in one section, and past it each is opened as before,
+// closed once read or synced.
+const maxSectionFiles = 32
+
+// file is guard/name opened for reading and writing, once a section;
+// create makes it when it does not exist. When shared, the descriptor is
+// the section's, closed when it ends (its syncs do not close it); else
+// (past maxSectionFiles) it is the caller's.
+func (w *fileWriter) file(dir *confined.Dir, name string, create bool) (f *os.File, shared bool, err error) {
+	if f, ok := w.files[name]; ok {
+		return f, true, nil
+	}
+	flag := os.O_RDWR
+	if create {
+		flag |= os.O_CREATE
+	}
+	base := name
+	if i := strings.LastIndexByte(name, '/'); i >= 0 {
+		base = name[i+1:]
+	}
+	f, err = dir.OpenFile(base, flag, 0o600)
+	if err != nil {
+		return nil, false, err
+	}
+	if len(w.files) >= maxSectionFiles {
+		return f, false, nil
+	}
+	if w.files == nil {
+		w.files = map[string]*os.File{}
+	}
+	w.files[name] = f
+	return f, true, nil
+}
+
+// closeFiles closes what file opened, once the section's syncs are done.
+func (w *fileWriter) closeFiles() {
+	for name, f := range w.files {
+		f.Close()
+		delete(w.files, name)
+	}
 }
 
 // syncAfter keeps f to be synced once the section has ended, in the
@@ -375,6 +428,17 @@ type pendingSync struct {
 	// barrier: the next receipt is written only once this sync is done
 	// (a ledger entry's).
 	barrier bool
+	// shared: f is the section's (fileWriter.file), closed when it ends,
+	// not once synced.
+	shared bool
+}
+
+// release closes p's file once its sync is done, unless the section
+// closes it.
+func (p pendingSync) release() {
+	if !p.shared {
+		p.f.Close()
+	}
 }
 
 // sync syncs f, the section's file name.
@@ -403,15 +467,17 @@ func (w *fileWriter) run(p *pendingSync) {
 // kept so by syncPending at the start of every write that must follow
 // (a ledger entry, a log line, a mandate, the keyring, the policy), and by
 // waitBarriers before a receipt.
-func (w *fileWriter) deferSync(name string, f *os.File, start int64) {
+func (w *fileWriter) deferSync(name string, f *os.File, start int64, shared bool) {
 	for _, p := range w.pending {
 		if p.name == name && p.done == nil {
 			// Already waiting (from an earlier start): one sync covers both.
-			f.Close()
+			if !shared {
+				f.Close()
+			}
 			return
 		}
 	}
-	w.pending = append(w.pending, pendingSync{name: name, f: f, start: start})
+	w.pending = append(w.pending, pendingSync{name: name, f: f, start: start, shared: shared})
 }
 
 // startSync starts syncing f, appended to from start on, at once, in the
@@ -422,8 +488,8 @@ func (w *fileWriter) deferSync(name string, f *os.File, start int64) {
 // syncPending starts, and, when barrier is set (a ledger entry), the next
 // receipt (waitBarriers) — so the order on disk is the one a sync waited
 // for here would give. f is owned by the writer from now on.
-func (w *fileWriter) startSync(name string, f *os.File, start int64, barrier bool) {
-	p := pendingSync{name: name, f: f, start: start, barrier: barrier}
+func (w *fileWriter) startSync(name string, f *os.File, start int64, barrier, shared bool) {
+	p := pendingSync{name: name, f: f, start: start, barrier: barrier, shared: shared}
 	w.run(&p)
 	w.pending = append(w.pending, p)
 }
@@ -462,7 +528,7 @@ func (w *fileWriter) waitBarriers() error {
 		} else {
 			w.heard(p.name)
 		}
-		p.f.Close()
+		p.release()
 	}
 	w.pending = kept
 	return failed
@@ -525,7 +591,7 @@ func (w *fileWriter) syncPending() error {
 				_ = p.f.Sync()
 			}
 		}
-		p.f.Close()
+		p.release()
 	}
 	return failed
 }
@@ -569,30 +635,65 @@ func (w *fileWriter) AppendSegment(ctx context.Context, file string, end int64, 
 	if err != nil {
 		return fmt.Errorf("receipts directory: %w", err)
 	}
-	f, err := dir.OpenFile(file, os.O_RDWR|os.O_CREATE, 0o600)
+	name := reviewlog.ReceiptsDir + "/" + file
+	f, shared, err := w.file(dir, name, true)
 	if err != nil {
 		return fmt.Errorf("chain file: %w", err)
 	}
-	if err := f.Truncate(end); err != nil {
-		f.Close()
-		return fmt.Errorf("drop torn tail: %w", err)
+	keep := false
+	defer func() {
+		if !keep && !shared {
+			f.Close()
+		}
+	}()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return fmt.Errorf("stat the chain file %s: %w", w.Locate(name), err)
+	}
+	// Only a file that is not end bytes long is cut (a torn tail) or
+	// extended to end: a truncate to the size a file has already is a
+	// journalled change of its own on ext4, which the receipt's sync
+	// then waits for.
+	if st.Size != end {
+		if err := f.Truncate(end); err != nil {
+			return fmt.Errorf("drop torn tail: %w", err)
+		}
 	}
 	if _, err := f.WriteAt(data, end); err != nil {
 		_ = f.Truncate(end)
-		f.Close()
 		return fmt.Errorf("append: %w", err)
 	}
-	name := reviewlog.ReceiptsDir + "/" + file
 	if reviewlog.IsBulk(ctx) || w.syncing(name) {
 		// A copy's receipts, or a chain's second receipt of the
 		// section: one sync at the end covers them.
-		w.deferSync(name, f, end)
+		keep = true
+		w.deferSync(name, f, end, shared)
 		return nil
 	}
 	// The receipt's sync starts now, and the section ends waiting for it
 	// (a decision's question is written meanwhile).
-	w.startSync(name, f, end, false)
+	keep = true
+	w.startSync(name, f, end, false, shared)
 	return nil
+}
+
+// Segment reads a chain through the section's descriptor of its file
+// (file), which its AppendSegment writes through too.
+func (w *fileWriter) Segment(ctx context.Context, file string) (reviewlog.Stream, error) {
+	dir, err := w.receipts(false)
+	if err != nil {
+		return nil, err
+	}
+	f, shared, err := w.file(dir, reviewlog.ReceiptsDir+"/"+file, false)
+	if errors.Is(err, fs.ErrPermission) {
+		// A chain this process may read and not write (an operator's
+		// choice): read it as a reader does.
+		return w.fileReader.Segment(ctx, file)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return newFileStream(f, !shared)
 }
 
 func (w *fileWriter) AddKey(ctx context.Context, kid, spki string) error {
