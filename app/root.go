@@ -188,10 +188,11 @@ func LogTemplates(r *receipt.Registry, errs []error, logger *slog.Logger, msg st
 
 // Catalog is the read model of this root under templates, its run index
 // bounded by maxBytes (0: the default) and saved in state (nil: never);
-// progress, when set, follows the runs a refresh must read.
+// progress, when set, follows the runs a refresh must read, and reading
+// is told before a refresh reads run files (catalog.Config.Reading).
 // saveDelay is a test hook (catalog.Config.SaveDelay).
-func (r *Root) Catalog(templates receipt.TemplateSource, maxBytes int64, saveDelay time.Duration, state *confined.Dir, logger *slog.Logger, progress func(done, total int)) (*catalog.Catalog, error) {
-	return catalog.New(catalog.Config{Root: r.dir, Events: r.events, Templates: templates, Limits: receipt.DefaultLimits(), MaxBytes: maxBytes, State: state, Logger: logger, Progress: progress, SaveDelay: saveDelay})
+func (r *Root) Catalog(templates receipt.TemplateSource, maxBytes int64, saveDelay time.Duration, state *confined.Dir, logger *slog.Logger, progress func(done, total int), reading func(bytes int64) func()) (*catalog.Catalog, error) {
+	return catalog.New(catalog.Config{Root: r.dir, Events: r.events, Templates: templates, Limits: receipt.DefaultLimits(), MaxBytes: maxBytes, State: state, Logger: logger, Progress: progress, Reading: reading, SaveDelay: saveDelay})
 }
 
 // InitRoot makes the Trace root layout at dir from nothing — dir, events/

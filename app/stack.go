@@ -51,6 +51,12 @@ type Config struct {
 	// is told how a refresh of its run index that must read runs goes (a
 	// cold index on a terminal).
 	ProgressOf func(tenant string) func(done, total int)
+	// Reading, when set, is told before a refresh of the run index reads
+	// run files about how many bytes it will read, and what it returns is
+	// called once they are read (catalog.Config.Reading): a server makes
+	// its collector lazier for a cold read. It may be called by several
+	// tenants' indexes at once.
+	Reading func(bytes int64) (done func())
 	// ReadOnly opens the catalog alone: no policy, key, store or reviewers
 	// are opened, and nothing is written.
 	ReadOnly bool
@@ -196,7 +202,7 @@ func Open(ctx context.Context, cfg Config) (st *Stack, err error) {
 		}
 		st.state = state
 	}
-	if st.catalog, err = root.Catalog(st.templates, cfg.IndexMaxBytes, cfg.IndexSaveDelay, state, logger, progress); err != nil {
+	if st.catalog, err = root.Catalog(st.templates, cfg.IndexMaxBytes, cfg.IndexSaveDelay, state, logger, progress, cfg.Reading); err != nil {
 		return nil, err
 	}
 	if cfg.ReadOnly {

@@ -46,6 +46,10 @@ type Config struct {
 	// must read runs goes (a cold index reads them all): runindex's
 	// Options.Progress.
 	Progress func(done, total int)
+	// Reading, when set, is told before a refresh reads run files about
+	// how many bytes it will read, and what it returns is called once they
+	// are read: runindex's Options.Reading.
+	Reading func(bytes int64) (done func())
 	// SaveDelay is a test hook: a save of the run index waits this long
 	// before each run (runindex.Options.SaveDelay).
 	SaveDelay time.Duration
@@ -114,6 +118,7 @@ func New(cfg Config) (*Catalog, error) {
 				cfg.Progress(done, total)
 			}
 		},
+		Reading:    cfg.Reading,
 		State:      cfg.State,
 		EncodeItem: encodeSummary,
 		DecodeItem: decodeSummary,

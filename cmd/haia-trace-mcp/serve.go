@@ -111,6 +111,9 @@ func (f *serveFlags) appConfig(ctx context.Context, notifier *notify.Group, logg
 		cfg.IndexSaveDelay = d
 		logger.Warn("the run index's save waits before each run (a test hook)", "env", saveDelayEnv, "delay", d)
 	}
+	if cr := newColdRead(); cr != nil {
+		cfg.Reading = cr.reading
+	}
 	if f.progressTo != nil {
 		cfg.ProgressOf = func(tenant string) func(done, total int) {
 			name := "index"

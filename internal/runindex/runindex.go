@@ -106,6 +106,12 @@ type Options[T, F any] struct {
 	// run; a warm one reads only what changed. Calls come one at a time,
 	// done counting up from 1.
 	Progress func(done, total int)
+	// Reading, when set, is called before a refresh reads run files, with
+	// about how many bytes of them it will read (a cold index: every
+	// file's size), and what it returns is called once they are read. A
+	// process may make its collector lazier for a cold read's burst of
+	// allocations (see cmd/haia-trace-mcp's coldRead). Nil does nothing.
+	Reading func(bytes int64) (done func())
 }
 
 // DefaultMaxBytes is the default memory budget of the index: the summaries
@@ -563,6 +569,7 @@ func (ix *Index[T, F]) listLocked(ctx context.Context, t *receipt.Template, at m
 		work func()
 		v    *view[T]
 		pend *savedRun[T]
+		size int64
 	}
 	slots := make([]slot, 0, len(entries))
 	ix.templates[fp] = t
@@ -581,7 +588,7 @@ func (ix *Index[T, F]) listLocked(ctx context.Context, t *receipt.Template, at m
 			ix.adopt(id, e)
 		}
 		r, work := ix.plan(id, e, fp)
-		slots = append(slots, slot{id: id, r: r, work: work})
+		slots = append(slots, slot{id: id, r: r, work: work, size: e.Size})
 	}
 	changed := false
 	for id := range ix.runs {
@@ -602,6 +609,17 @@ func (ix *Index[T, F]) listLocked(ctx context.Context, t *receipt.Template, at m
 	}
 	if changed || toRead > 0 {
 		ix.changes.Add(1)
+	}
+	if toRead > 0 && ix.opt.Reading != nil {
+		var bytes int64
+		for _, sl := range slots {
+			if sl.r != nil && sl.work != nil {
+				// What is past what was read (a new file: all of it).
+				bytes += max(sl.size-sl.r.offset, 0)
+			}
+		}
+		done := ix.opt.Reading(bytes)
+		defer done()
 	}
 	var progress sync.Mutex
 	read := 0
