@@ -107,25 +107,50 @@ func checkAmountSyntax(s string) error {
 // ParseAtomic reads an amount already in atomic units (a non-negative integer
 // written in decimal digits, as x402's requirements.amount is).
 func ParseAtomic(s string) (*big.Int, error) {
-	if s == "" {
-		return nil, fmt.Errorf("%w: the atomic amount is empty", ErrAmount)
-	}
-	if len(s) > maxAtomicDigit {
-		return nil, fmt.Errorf("%w: the atomic amount has %d digits; at most %d are possible", ErrAmount, len(s), maxAtomicDigit)
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return nil, fmt.Errorf("%w: the atomic amount %q has the character %q at byte %d; only digits are allowed", ErrAmount, s, rune(s[i]), i)
-		}
-	}
-	if len(s) > 1 && s[0] == '0' {
-		return nil, fmt.Errorf("%w: the atomic amount %q has a leading zero", ErrAmount, s)
+	if err := checkAtomic(s); err != nil {
+		return nil, err
 	}
 	v, ok := new(big.Int).SetString(s, 10)
 	if !ok || v.Cmp(maxUint256) > 0 {
 		return nil, fmt.Errorf("%w: the atomic amount %q is larger than any token amount can be", ErrAmount, s)
 	}
 	return v, nil
+}
+
+// AtomicDigits is ParseAtomic for a caller that keeps the digits: s itself
+// when it is an amount ParseAtomic reads (whose big.Int prints back as s,
+// having no leading zero), without making the big.Int unless s is as long
+// as the largest amount.
+func AtomicDigits(s string) (string, error) {
+	if len(s) >= maxAtomicDigit {
+		if _, err := ParseAtomic(s); err != nil {
+			return "", err
+		}
+		return s, nil
+	}
+	if err := checkAtomic(s); err != nil {
+		return "", err
+	}
+	return s, nil // fewer than 78 digits: below 10^77, below 2^256
+}
+
+// checkAtomic is ParseAtomic's check of the text: digits, no leading zero.
+func checkAtomic(s string) error {
+	if s == "" {
+		return fmt.Errorf("%w: the atomic amount is empty", ErrAmount)
+	}
+	if len(s) > maxAtomicDigit {
+		return fmt.Errorf("%w: the atomic amount has %d digits; at most %d are possible", ErrAmount, len(s), maxAtomicDigit)
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return fmt.Errorf("%w: the atomic amount %q has the character %q at byte %d; only digits are allowed", ErrAmount, s, rune(s[i]), i)
+		}
+	}
+	if len(s) > 1 && s[0] == '0' {
+		return fmt.Errorf("%w: the atomic amount %q has a leading zero", ErrAmount, s)
+	}
+	return nil
 }
 
 // FormatAmount writes atomic units as a display decimal with no trailing

@@ -128,7 +128,20 @@ func CanonicalAddress(s string) (string, error) {
 			return "", fmt.Errorf("address %q has the non-hex character %q at position %d", clip(s), rune(hex[i]), i+2)
 		}
 	}
+	if s[1] == 'x' && !hasUpper(hex) {
+		return s, nil // already canonical: no copy
+	}
 	return "0x" + strings.ToLower(hex), nil
+}
+
+// hasUpper says s has an ASCII upper-case letter.
+func hasUpper(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if 'A' <= s[i] && s[i] <= 'Z' {
+			return true
+		}
+	}
+	return false
 }
 
 // PayToAddress reads a payee address as the reference EVM libraries do: a

@@ -166,11 +166,8 @@ func FactsOf(e receipt.Event) EventFacts {
 		return f
 	}
 	f.HasRequirements = true
-	pay, amt, asset, problem := readRequirements(req)
-	f.PayTo, f.Asset = pay, asset
-	if amt != nil {
-		f.Atomic = amt.String()
-	}
+	var problem string
+	f.PayTo, f.Atomic, f.Asset, problem = readRequirements(req)
 	if problem != "" {
 		f.Problem = fmt.Sprintf("event %s: %s", clip(e.ID), problem)
 	}
@@ -186,7 +183,7 @@ func moneyOf(facts []EventFacts) (*Money, string) {
 	var (
 		m          Money
 		seenReqs   bool
-		amountKey  string // "amount|asset" of the first event, to detect disagreement
+		amountKey  amountID // the first event's, to detect disagreement
 		amountFrom string
 	)
 	for _, f := range facts {
@@ -202,17 +199,17 @@ func moneyOf(facts []EventFacts) (*Money, string) {
 		if f.PayTo != "" {
 			m.PayTos = addUnique(m.PayTos, f.PayTo)
 		}
-		var amt *big.Int
-		if f.Problem == "" {
-			amt, _ = new(big.Int).SetString(f.Atomic, 10)
-		}
 		if !seenReqs {
 			seenReqs = true
+			var amt *big.Int
+			if f.Problem == "" {
+				amt, _ = new(big.Int).SetString(f.Atomic, 10)
+			}
 			m.Atomic, m.Asset, m.Problem = amt, f.Asset, f.Problem
-			amountKey, amountFrom = moneyKey(amt, f.Asset, f.Problem), f.EventID
+			amountKey, amountFrom = amountOf(f), f.EventID
 			continue
 		}
-		if k := moneyKey(amt, f.Asset, f.Problem); k != amountKey && m.Problem == "" {
+		if k := amountOf(f); k != amountKey && m.Problem == "" {
 			m.Atomic, m.Asset = nil, ""
 			m.Problem = fmt.Sprintf("events %s and %s disagree on requirements.amount or asset", clip(amountFrom), clip(f.EventID))
 		}
@@ -237,19 +234,29 @@ func addUnique(list []string, v string) []string {
 	return append(list, v)
 }
 
-func moneyKey(amt *big.Int, asset, problem string) string {
-	if problem != "" {
-		return "!" + problem
+// amountID is what two events' requirements must share to agree: the
+// same problem, or the same amount (as its big.Int prints) and asset.
+type amountID struct{ problem, amount, asset string }
+
+// amountOf is an event's amountID. The amount of an event FactsOf read is
+// already the digits its big.Int prints; other text is parsed and printed.
+func amountOf(f EventFacts) amountID {
+	if f.Problem != "" {
+		return amountID{problem: f.Problem}
 	}
-	return amt.String() + "|" + asset
+	if checkAtomic(f.Atomic) == nil {
+		return amountID{amount: f.Atomic, asset: f.Asset}
+	}
+	amt, _ := new(big.Int).SetString(f.Atomic, 10)
+	return amountID{amount: amt.String(), asset: f.Asset}
 }
 
 // readRequirements validates the x402 requirements object: pay_to an
-// address, amount a string of atomic units, asset a token address on
+// address, amount a string of atomic units (returned as its digits), asset a token address on
 // network (an x402 name or CAIP-2 id).
-func readRequirements(req jsjson.Value) (payTo string, atomic *big.Int, asset, problem string) {
+func readRequirements(req jsjson.Value) (payTo, atomic, asset, problem string) {
 	if req.Kind() != jsjson.Object {
-		return "", nil, "", "requirements is a " + req.Kind().String() + ", not an object"
+		return "", "", "", "requirements is a " + req.Kind().String() + ", not an object"
 	}
 	var problems []string
 	if v, ok := req.Get("pay_to"); ok {
@@ -266,7 +273,7 @@ func readRequirements(req jsjson.Value) (payTo string, atomic *big.Int, asset, p
 		problems = append(problems, "requirements.amount is a "+v.Kind().String()+", not a string of atomic units")
 	default:
 		s, _ := v.Str()
-		a, err := ParseAtomic(s)
+		a, err := AtomicDigits(s)
 		if err != nil {
 			problems = append(problems, "requirements.amount: "+shortErr(err))
 		} else {
@@ -294,7 +301,7 @@ func readRequirements(req jsjson.Value) (payTo string, atomic *big.Int, asset, p
 		asset = key
 	}
 	if len(problems) > 0 {
-		return payTo, nil, "", strings.Join(problems, "; ")
+		return payTo, "", "", strings.Join(problems, "; ")
 	}
 	return payTo, atomic, asset, ""
 }

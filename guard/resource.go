@@ -93,6 +93,15 @@ func unhex(c byte) (byte, bool) {
 // normalizeEscapes writes s with one percent-encoding (RFC 3986 §6.2.2).
 func normalizeEscapes(s string) (string, error) {
 	const hexDigits = "0123456789ABCDEF"
+	// Most paths and queries need nothing changed: given back as they are,
+	// without a copy.
+	plain := true
+	for i := 0; i < len(s) && plain; i++ {
+		plain = s[i] != '%' && (isUnreserved(s[i]) || keptAsIs(s[i]))
+	}
+	if plain {
+		return s, nil
+	}
 	var b strings.Builder
 	b.Grow(len(s))
 	for i := 0; i < len(s); i++ {
@@ -129,6 +138,11 @@ func normalizeEscapes(s string) (string, error) {
 
 // removeDotSegments is RFC 3986 §5.2.4 for an absolute path.
 func removeDotSegments(in string) string {
+	// An absolute path with no segment that starts with a dot has no dot
+	// segment: it is its own result.
+	if strings.HasPrefix(in, "/") && !strings.Contains(in, "/.") {
+		return in
+	}
 	var out []string
 	segs := strings.Split(in, "/")
 	if len(segs) > 0 && segs[0] == "" {

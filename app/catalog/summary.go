@@ -34,7 +34,8 @@ func compactEvent(e receipt.Event) receipt.Event {
 // copy, the others are copied.
 func extractFacts(e receipt.Event, share func(string) string) guard.EventFacts {
 	f := guard.FactsOf(e)
-	f.EventID, f.Problem = strings.Clone(f.EventID), strings.Clone(f.Problem)
+	// The event's ID is the index's own copy already (Options.Extract).
+	f.Problem = strings.Clone(f.Problem)
 	f.Host, f.Resource, f.PayTo, f.Atomic, f.Asset = share(f.Host), share(f.Resource), share(f.PayTo), share(f.Atomic), share(f.Asset)
 	return f
 }

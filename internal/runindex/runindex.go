@@ -50,9 +50,10 @@ type Options[T, F any] struct {
 	Compact func(receipt.Event) receipt.Event
 	// Extract reads, from each event while its Raw value is valid, the facts
 	// Summarize will need (what the payload says, mostly). Strings it keeps
-	// must be copied out of the event's: share returns the read's one copy
-	// of a string (for those that repeat: hosts, addresses, amounts). Nil
-	// keeps zero facts.
+	// must be copied out of the event's, except its ID and OccurredAt,
+	// which are the index's own copies already: share returns the read's
+	// one copy of a string (for those that repeat: hosts, addresses,
+	// amounts). Nil keeps zero facts.
 	Extract func(e receipt.Event, share func(string) string) F
 	// ItemCost estimates the memory one summary holds; summaries count
 	// against MaxBytes. Nil counts nothing.
@@ -828,6 +829,14 @@ func (m intern) of(s string) string {
 // file's text) into one the batch keeps: facts extracted, compacted, its
 // strings copied, its operation id the run's one copy.
 func (ix *Index[T, F]) take(b *batch[F], in intern, ev receipt.Event, opID string) {
+	// One copy for the two: a Builder always copies (a concatenation with
+	// an empty string would not). Made before Extract, which may keep them.
+	var sb strings.Builder
+	sb.Grow(len(ev.ID) + len(ev.OccurredAt))
+	sb.WriteString(ev.ID)
+	sb.WriteString(ev.OccurredAt)
+	both := sb.String()
+	ev.ID, ev.OccurredAt = both[:len(ev.ID)], both[len(ev.ID):]
 	var facts F
 	if ix.opt.Extract != nil {
 		facts = ix.opt.Extract(ev, in.of)
@@ -836,14 +845,6 @@ func (ix *Index[T, F]) take(b *batch[F], in intern, ev receipt.Event, opID strin
 		ev = ix.opt.Compact(ev)
 	}
 	ev.Raw = jsjson.Value{}
-	// One copy for the two: a Builder always copies (a concatenation with
-	// an empty string would not).
-	var sb strings.Builder
-	sb.Grow(len(ev.ID) + len(ev.OccurredAt))
-	sb.WriteString(ev.ID)
-	sb.WriteString(ev.OccurredAt)
-	both := sb.String()
-	ev.ID, ev.OccurredAt = both[:len(ev.ID)], both[len(ev.ID):]
 	ev.Type, ev.Adapter, ev.Role = in.of(ev.Type), in.of(ev.Adapter), in.of(ev.Role)
 	ev.ContextID = opID
 	b.events = append(b.events, ev)
