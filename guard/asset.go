@@ -89,11 +89,18 @@ func AssetKey(network, address string) (string, string, error) {
 		return "", "", err
 	}
 	if strings.HasPrefix(network, "eip155:") {
-		a, err := ParseAddress(address)
+		_, hex, err := addressDigits(address)
 		if err != nil {
 			return "", "", fmt.Errorf("token address: %w", err)
 		}
-		return network + "/" + a, a, nil
+		// One string for the key and the address (ParseAddress's) in it.
+		var b strings.Builder
+		b.Grow(len(network) + 3 + len(hex))
+		b.WriteString(network)
+		b.WriteByte('/')
+		writeLowerAddress(&b, hex)
+		key := b.String()
+		return key, key[len(network)+1:], nil
 	}
 	if len(address) < 1 || len(address) > 128 || !allBytes(address, func(c byte) bool { return c == '-' || c == '.' || c == '%' || isDigit(c) || isAlpha(c) }) {
 		return "", "", fmt.Errorf("token address %q must be 1 to 128 characters of [-.%%a-zA-Z0-9]", clip(address))

@@ -115,23 +115,48 @@ func hostCounterparty(s, h string) (Counterparty, error) {
 // prefix 0x or 0X, exactly 40 hex digits. It returns the address in lower
 // case (checksum case is not verified; the comparison ignores case).
 func CanonicalAddress(s string) (string, error) {
-	s = strings.TrimSpace(s)
-	if !strings.HasPrefix(s, "0x") && !strings.HasPrefix(s, "0X") {
-		return "", fmt.Errorf("address %q does not start with 0x", clip(s))
-	}
-	hex := s[2:]
-	if len(hex) != 40 {
-		return "", fmt.Errorf("address %q has %d hex digits after 0x; an address has 40", clip(s), len(hex))
-	}
-	for i := 0; i < len(hex); i++ {
-		if !isHex(hex[i]) {
-			return "", fmt.Errorf("address %q has the non-hex character %q at position %d", clip(s), rune(hex[i]), i+2)
-		}
+	s, hex, err := addressDigits(s)
+	if err != nil {
+		return "", err
 	}
 	if s[1] == 'x' && !hasUpper(hex) {
 		return s, nil // already canonical: no copy
 	}
-	return "0x" + strings.ToLower(hex), nil
+	var b strings.Builder
+	b.Grow(len(s))
+	writeLowerAddress(&b, hex)
+	return b.String(), nil
+}
+
+// addressDigits is CanonicalAddress's check: s trimmed and its 40 hex
+// digits, as written.
+func addressDigits(s string) (trimmed, hex string, err error) {
+	s = strings.TrimSpace(s)
+	if !strings.HasPrefix(s, "0x") && !strings.HasPrefix(s, "0X") {
+		return "", "", fmt.Errorf("address %q does not start with 0x", clip(s))
+	}
+	hex = s[2:]
+	if len(hex) != 40 {
+		return "", "", fmt.Errorf("address %q has %d hex digits after 0x; an address has 40", clip(s), len(hex))
+	}
+	for i := 0; i < len(hex); i++ {
+		if !isHex(hex[i]) {
+			return "", "", fmt.Errorf("address %q has the non-hex character %q at position %d", clip(s), rune(hex[i]), i+2)
+		}
+	}
+	return s, hex, nil
+}
+
+// writeLowerAddress writes "0x" and 40 hex digits in lower case.
+func writeLowerAddress(b *strings.Builder, hex string) {
+	b.WriteString("0x")
+	for i := 0; i < len(hex); i++ {
+		c := hex[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		b.WriteByte(c)
+	}
 }
 
 // hasUpper says s has an ASCII upper-case letter.
@@ -242,11 +267,15 @@ func CanonicalHost(h string) (string, error) {
 	if h == "" {
 		return "", fmt.Errorf("the host is empty")
 	}
-	if a, err := netip.ParseAddr(h); err == nil {
-		if a.Zone() != "" {
-			return "", fmt.Errorf("host %q: an address with a zone does not name a service", clip(h))
+	// An IP literal has a colon (IPv6) or only digits and dots (IPv4):
+	// other names are not tried as one (a failed parse costs an error).
+	if mayBeIP(h) {
+		if a, err := netip.ParseAddr(h); err == nil {
+			if a.Zone() != "" {
+				return "", fmt.Errorf("host %q: an address with a zone does not name a service", clip(h))
+			}
+			return canonicalIP(a), nil
 		}
-		return canonicalIP(a), nil
 	}
 	if strings.Contains(h, ":") {
 		return "", fmt.Errorf("host %q is not a host name or an IP address", clip(h))
@@ -264,8 +293,11 @@ func CanonicalHost(h string) (string, error) {
 	if len(h) > 253 {
 		return "", fmt.Errorf("host name is %d characters long; at most 253 are allowed", len(h))
 	}
-	labels := strings.Split(h, ".")
-	for _, l := range labels {
+	var last string
+	for rest, more := h, true; more; {
+		var l string
+		l, rest, more = strings.Cut(rest, ".")
+		last = l
 		if l == "" {
 			return "", fmt.Errorf("host %q has an empty label", clip(h))
 		}
@@ -279,7 +311,7 @@ func CanonicalHost(h string) (string, error) {
 			}
 		}
 	}
-	if last := labels[len(labels)-1]; allBytes(last, isDigit) {
+	if allBytes(last, isDigit) {
 		a, err := netip.ParseAddr(h)
 		if err != nil || !a.Is4() {
 			return "", fmt.Errorf("host %q looks numeric but is not a dotted IPv4 address", clip(h))
@@ -287,6 +319,12 @@ func CanonicalHost(h string) (string, error) {
 		return a.String(), nil
 	}
 	return h, nil
+}
+
+// mayBeIP says h could be an IP literal netip.ParseAddr reads: one with a
+// colon, or only digits and dots.
+func mayBeIP(h string) bool {
+	return strings.IndexByte(h, ':') >= 0 || allBytes(h, func(c byte) bool { return isDigit(c) || c == '.' })
 }
 
 // plainLDH: every label is lower-case letters and digits with inner hyphens
@@ -297,7 +335,9 @@ func plainLDH(h string) bool {
 	if h == "" || len(h) > 253 {
 		return false
 	}
-	for _, l := range strings.Split(h, ".") {
+	for rest, more := h, true; more; {
+		var l string
+		l, rest, more = strings.Cut(rest, ".")
 		// "ab--…" (hyphens third and fourth) is reserved for IDNA prefixes.
 		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' || (len(l) >= 4 && l[2] == '-' && l[3] == '-') {
 			return false

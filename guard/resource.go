@@ -143,6 +143,11 @@ func removeDotSegments(in string) string {
 	if strings.HasPrefix(in, "/") && !strings.Contains(in, "/.") {
 		return in
 	}
+	return removeDotSegmentsAll(in)
+}
+
+// removeDotSegmentsAll is removeDotSegments segment by segment.
+func removeDotSegmentsAll(in string) string {
 	var out []string
 	segs := strings.Split(in, "/")
 	if len(segs) > 0 && segs[0] == "" {
