@@ -92,7 +92,6 @@ func unhex(c byte) (byte, bool) {
 
 // normalizeEscapes writes s with one percent-encoding (RFC 3986 §6.2.2).
 func normalizeEscapes(s string) (string, error) {
-	const hexDigits = "0123456789ABCDEF"
 	// Most paths and queries need nothing changed: given back as they are,
 	// without a copy.
 	plain := true
@@ -102,6 +101,12 @@ func normalizeEscapes(s string) (string, error) {
 	if plain {
 		return s, nil
 	}
+	return normalizeEscapesAll(s)
+}
+
+// normalizeEscapesAll is normalizeEscapes byte by byte.
+func normalizeEscapesAll(s string) (string, error) {
+	const hexDigits = "0123456789ABCDEF"
 	var b strings.Builder
 	b.Grow(len(s))
 	for i := 0; i < len(s); i++ {
