@@ -508,3 +508,73 @@ func TestAppendRereadsOnlyTouchedOperations(t *testing.T) {
 		t.Fatalf("stats %+v: the changed run was not read again from the start", st)
 	}
 }
+
+// Reading is told, before a refresh reads, about how many bytes it will
+// read, and its done is called once the reads are over: a cold index
+// reads every file, a grown run only what was appended, a warm index
+// nothing (no call).
+func TestReadingToldTheBytesARefreshReads(t *testing.T) {
+	dir := t.TempDir()
+	d, err := confined.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	tmpl, err := receipt.Resolver{}.Resolve("x402-buyer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var told []int64
+	open := 0
+	ix := New(Options[item, string]{
+		Events: d,
+		Limits: receipt.DefaultLimits(),
+		Summarize: func(_ string, r *receipt.Receipt, _ func(*receipt.Event) string) item {
+			if open != 1 {
+				panic("a run was read outside Reading")
+			}
+			return item{op: r.Operation.OperationID}
+		},
+		Reading: func(bytes int64) func() {
+			told = append(told, bytes)
+			open++
+			return func() { open-- }
+		},
+	})
+	var size int64
+	for i := range 3 {
+		l := line(fmt.Sprintf("op%d", i), 1)
+		size += int64(len(l))
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("r%d.ndjson", i)), []byte(l), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	appended := line("op1", 2)
+	for _, tc := range []struct {
+		name   string
+		before func()
+		want   []int64
+	}{
+		{name: "cold: every file", want: []int64{size}},
+		{name: "warm: nothing read", want: nil},
+		{name: "one run grew: what was appended", before: func() {
+			f, err := os.OpenFile(filepath.Join(dir, "r1.ndjson"), os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprint(f, appended)
+			f.Close()
+		}, want: []int64{int64(len(appended))}},
+	} {
+		if tc.before != nil {
+			tc.before()
+		}
+		told = nil
+		if got, bad := ops(t, ix, tmpl); len(got) != 3 || len(bad) != 0 {
+			t.Fatalf("%s: listing %v %v", tc.name, got, bad)
+		}
+		if !slices.Equal(told, tc.want) || open != 0 {
+			t.Errorf("%s: Reading told %v (%d left open), want %v", tc.name, told, open, tc.want)
+		}
+	}
+}
