@@ -18,6 +18,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/steptime"
 	"github.com/haia-trace-mcp/haia-trace-mcp/payment/x402"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 )
@@ -187,13 +188,20 @@ func refusedf(format string, a ...any) error {
 // Authorize reads the 402, asks the engine, and signs on allow. An answer
 // that is not allow carries no signature; an allow whose authorization
 // cannot be signed and recorded is an error (no signature leaves).
-func (a *Authorizer) Authorize(ctx context.Context, caller string, req Request) (Result, error) {
+func (a *Authorizer) Authorize(ctx context.Context, caller string, req Request) (res Result, err error) {
+	// At debug level the time of each step is logged, so that where a
+	// payment's time goes can be read from a running server.
+	clock := steptime.Start(ctx, a.cfg.Logger)
+	defer func() {
+		clock.Log(ctx, a.cfg.Logger, "authorize_payment steps", "decision", res.Decision, "failed", err != nil)
+	}()
 	// The Trace's settlements are bound first: what they settle is
 	// recorded before this decision reads the Trace. A Trace that cannot
 	// be read here is the decision's to judge; it is only logged.
 	if _, err := a.SettleFromTrace(ctx); err != nil {
 		a.cfg.Logger.Warn("the Trace's settlements could not be read", "err", err)
 	}
+	clock.Step("settle_trace")
 	pol := a.cfg.Engine.Policy().For(caller)
 	rd, err := read402(req.PaymentRequired, req.Resource, pol, a.cfg.Now(), func() error {
 		// What cannot settle is refused before the engine is asked, so that
@@ -215,6 +223,7 @@ func (a *Authorizer) Authorize(ctx context.Context, caller string, req Request) 
 	// One clock reading gives both ends of the window, so its length is
 	// exactly what the offer and the policy allow, whatever second the
 	// signing falls in.
+	clock.Step("read_402")
 	maxSeconds := int64(a.cfg.Engine.Policy().MaxAuthorizationSeconds)
 	asked := a.cfg.Now()
 	before := x402.ValidBeforeFor(choice, asked, maxSeconds)
@@ -223,7 +232,8 @@ func (a *Authorizer) Authorize(ctx context.Context, caller string, req Request) 
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{Decision: ans.Decision, Reasons: ans.Reasons, ReceiptID: ans.ReceiptID, ReviewID: ans.ReviewID, ReviewURL: ans.ReviewURL, Reservation: ans.Reservation,
+	clock.Step("decide")
+	res = Result{Decision: ans.Decision, Reasons: ans.Reasons, ReceiptID: ans.ReceiptID, ReviewID: ans.ReviewID, ReviewURL: ans.ReviewURL, Reservation: ans.Reservation,
 		Accepted: rd.Accepted, Offer: offer}
 	if ans.Decision != guard.Allow {
 		return res, nil
@@ -240,6 +250,7 @@ func (a *Authorizer) Authorize(ctx context.Context, caller string, req Request) 
 	if err != nil {
 		return Result{}, err
 	}
+	clock.Step("sign")
 	au := terms.Authorization.JSON()
 	offerRaw, seal, err := offerSeal(offer, ev.Signer)
 	if err != nil {
@@ -255,6 +266,7 @@ func (a *Authorizer) Authorize(ctx context.Context, caller string, req Request) 
 	if err != nil {
 		return Result{}, err
 	}
+	clock.Step("record")
 	res.Payment = &pay
 	res.Authorization = &Signed{Payer: au.From, PayTo: au.To, Value: au.Value, ValidAfter: terms.Authorization.ValidAfter.Int64(),
 		ValidBefore: terms.Authorization.ValidBefore.Int64(), Nonce: au.Nonce, ReceiptID: rec.Receipt}

@@ -27,6 +27,7 @@ import (
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
+	"github.com/haia-trace-mcp/haia-trace-mcp/internal/steptime"
 	"github.com/haia-trace-mcp/haia-trace-mcp/server"
 )
 
@@ -563,6 +564,9 @@ func (p *Proxy) handler(name string) mcpserver.ToolHandlerFunc {
 }
 
 func (p *Proxy) paying(ctx context.Context, req mcp.CallToolRequest, name string, r *resolved, raw []byte) (*mcp.CallToolResult, error) {
+	// At debug level the time of each step is logged (see
+	// docs/performance.md): the proxy's own share of a paying call.
+	clock := steptime.Start(ctx, p.cfg.Logger)
 	caller := p.cfg.Server.CallerID(ctx)
 	q, canon, err := r.read(raw, p.cfg.Engine.Policy().For(caller), p.cfg.Now())
 	if err != nil {
@@ -573,7 +577,9 @@ func (p *Proxy) paying(ctx context.Context, req mcp.CallToolRequest, name string
 		}
 		return nil, err
 	}
+	clock.Step("read")
 	ans, err := p.cfg.Engine.CheckCall(ctx, caller, q, engine.Call{Tool: name, Arguments: canon})
+	clock.Step("decide")
 	if err == nil && p.cfg.AfterDecision != nil {
 		defer p.cfg.AfterDecision(context.WithoutCancel(ctx))
 	}
@@ -596,6 +602,7 @@ func (p *Proxy) paying(ctx context.Context, req mcp.CallToolRequest, name string
 		return res, nil
 	}
 	res, outcome, err := p.call(ctx, req, name, canon)
+	clock.Step("forward")
 	if outcome == engine.OutcomeToolError && r.m.Errors != ErrorsUnpaid {
 		// Only the operator can say a tool's error means "not paid".
 		outcome = engine.OutcomeToolErrorUnknown
@@ -624,6 +631,8 @@ func (p *Proxy) paying(ctx context.Context, req mcp.CallToolRequest, name string
 			record(context.WithoutCancel(ctx))
 		}()
 	}
+	clock.Step("record_outcome")
+	clock.Log(ctx, p.cfg.Logger, "paying call steps", "tool", name, "decision_receipt", ans.ReceiptID, "outcome", string(outcome))
 	if err != nil {
 		return toolError("%s was allowed (receipt %s) and forwarded, but %s", name, ans.ReceiptID, describeFailure(outcome, err)), nil
 	}
