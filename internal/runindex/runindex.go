@@ -886,10 +886,11 @@ func (ix *Index[T, F]) recount(r *run[T, F]) {
 // records where the new events' lines are, and returns them.
 func (ix *Index[T, F]) ingest(r *run[T, F], f *os.File) (batch[F], error) {
 	var b batch[F]
-	// Room for the new events, guessed low from the new bytes (a recorder
-	// line is over half a KiB) and capped (the size is the writer's to
-	// choose), so that the batch regrows less often.
-	if guess := min(max(r.ident.size-r.offset, 0)/1024, 1<<14); guess > 0 {
+	// Room for the new events, guessed from the new bytes (a recorder
+	// line is over half a KiB: a run of them needs no regrowing, which
+	// would copy the batch and more than double what it allocates) and
+	// capped (the size is the writer's to choose).
+	if guess := min(max(r.ident.size-r.offset, 0)/512, 1<<14); guess > 0 {
 		b.events = make([]receipt.Event, 0, guess)
 		b.facts = make([]F, 0, guess)
 	}
