@@ -354,12 +354,37 @@ func checkAllowedHost(v string) (string, error) {
 	return strings.ToLower(v), nil
 }
 
-// runHTTP serves servers over Streamable HTTP: one server under the key
-// "", or one per tenant. ready is the stacks' readiness (/readyz).
-// warmWait is how long the server waits for its roots to be read before
-// it serves; after it, /readyz says how far the reading went.
+// warmWait is how long a server or proxy over HTTP waits for its roots to
+// be read before it serves; after it, /readyz says how far the reading
+// went.
 const warmWait = 2 * time.Second
 
+// warmRoots starts reading every served Trace root at once (app.Stack.Warm:
+// /readyz says not ready until it has), so that an orchestrator sends no
+// traffic to a replica still reading a large root for the first time, and
+// waits up to wait for them all: roots read within it are read before
+// anything is served. runHTTP calls it for the server and the guard proxy
+// alike.
+func warmRoots(ctx context.Context, servers map[string]*served, wait time.Duration) {
+	done := make([]<-chan struct{}, 0, len(servers))
+	for _, s := range servers {
+		done = append(done, s.st.Warm(ctx))
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for _, d := range done {
+		select {
+		case <-d:
+		case <-timer.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// runHTTP serves servers over Streamable HTTP: one server under the key
+// "", or one per tenant. ready is the stacks' readiness (/readyz).
 func runHTTP(ctx context.Context, servers map[string]*served, ready func(context.Context) error, h *httpFlags, logger *slog.Logger, stderr io.Writer) int {
 	var srv *server.Server
 	var tenants map[string]*server.Server
@@ -447,18 +472,7 @@ func runHTTP(ctx context.Context, servers map[string]*served, ready func(context
 		return exitFail
 	}
 	defer stopHUP()
-	// The root is read before the first question, and /readyz says not
-	// ready until it is: an orchestrator sends no traffic to a replica
-	// still reading a large root for the first time. A root read within
-	// warmWait is read before anything is served.
-	wctx, cancelWait := context.WithTimeout(ctx, warmWait)
-	for _, s := range servers {
-		select {
-		case <-s.st.Warm(ctx):
-		case <-wctx.Done():
-		}
-	}
-	cancelWait()
+	warmRoots(ctx, servers, warmWait)
 	if p.auth == nil {
 		logger.Warn("serving WITHOUT authentication (--http-insecure-no-auth); loopback only")
 	}
