@@ -28,15 +28,7 @@ func line(op string, seq int) string {
 func newIndex(t testing.TB) (*Index[item, string], string, *receipt.Template) {
 	t.Helper()
 	dir := t.TempDir()
-	d, err := confined.OpenRoot(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	tmpl, err := receipt.Resolver{}.Resolve("x402-buyer")
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, tmpl := openEvents(t, dir)
 	ix := New(Options[item, string]{
 		Events:  d,
 		Limits:  receipt.DefaultLimits(),
@@ -165,15 +157,7 @@ func TestAppendIsIncremental(t *testing.T) {
 // budget counts only what it keeps, so the rest must really be freed.
 func TestCompactedEventsDoNotPinLines(t *testing.T) {
 	dir := t.TempDir()
-	d, err := confined.OpenRoot(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	tmpl, err := receipt.Resolver{}.Resolve("x402-buyer")
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, tmpl := openEvents(t, dir)
 	const lines, pad = 2000, 10 << 10 // about 20 MiB of payload
 	var b strings.Builder
 	for i := 1; i <= lines; i++ {
@@ -222,15 +206,7 @@ type sumItem struct {
 
 func sortedIndex(t *testing.T, dir string) (*Index[sumItem, string], *receipt.Template) {
 	t.Helper()
-	d, err := confined.OpenRoot(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	tmpl, err := receipt.Resolver{}.Resolve("x402-buyer")
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, tmpl := openEvents(t, dir)
 	return New(Options[sumItem, string]{
 		Events:  d,
 		Limits:  receipt.DefaultLimits(),
@@ -346,15 +322,7 @@ func TestViewsStayValidWhileTheIndexUpdates(t *testing.T) {
 // append.
 func TestProgressCountsTheRunsRead(t *testing.T) {
 	dir := t.TempDir()
-	d, err := confined.OpenRoot(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	tmpl, err := receipt.Resolver{}.Resolve("x402-buyer")
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, tmpl := openEvents(t, dir)
 	var mu sync.Mutex
 	var calls [][2]int
 	ix := New(Options[item, string]{
@@ -515,15 +483,7 @@ func TestAppendRereadsOnlyTouchedOperations(t *testing.T) {
 // nothing (no call).
 func TestReadingToldTheBytesARefreshReads(t *testing.T) {
 	dir := t.TempDir()
-	d, err := confined.OpenRoot(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	tmpl, err := receipt.Resolver{}.Resolve("x402-buyer")
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, tmpl := openEvents(t, dir)
 	var told []int64
 	open := 0
 	ix := New(Options[item, string]{
@@ -577,4 +537,20 @@ func TestReadingToldTheBytesARefreshReads(t *testing.T) {
 			t.Errorf("%s: Reading told %v (%d left open), want %v", tc.name, told, open, tc.want)
 		}
 	}
+}
+
+// openEvents opens dir as the events' root (closed when the test ends)
+// and resolves the x402-buyer template the tests read runs with.
+func openEvents(t testing.TB, dir string) (*confined.Dir, *receipt.Template) {
+	t.Helper()
+	d, err := confined.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	tmpl, err := receipt.Resolver{}.Resolve("x402-buyer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, tmpl
 }

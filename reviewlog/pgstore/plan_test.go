@@ -17,22 +17,7 @@ import (
 // since: a sequential scan there costs every decision the whole table.
 // A plan, not a timing: what the planner chose is read from EXPLAIN.
 func TestCatchUpReadsByIndexInTheCachedPlan(t *testing.T) {
-	dsn := pgtest.Database(t, pgtest.DSN(t))
-	if _, _, err := Migrate(t.Context(), dsn, nil); err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	exec := func(q string, args ...any) {
-		t.Helper()
-		if _, err := conn.Exec(ctx, q, args...); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	ctx, conn, exec := planConn(t)
 	seg := receiptsPrefix + "s1"
 	exec("ALTER TABLE ledger_entries SET (autovacuum_enabled = false)")
 	exec("ALTER TABLE receipts SET (autovacuum_enabled = false)")
@@ -96,4 +81,26 @@ func seqScanOf(node any, table string) bool {
 		}
 	}
 	return false
+}
+
+// planConn is a connection to a fresh migrated database for reading the
+// planner's choices, and exec runs a statement on it or fails the test.
+func planConn(t *testing.T) (context.Context, *pgx.Conn, func(q string, args ...any)) {
+	t.Helper()
+	dsn := pgtest.Database(t, pgtest.DSN(t))
+	if _, _, err := Migrate(t.Context(), dsn, nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	return ctx, conn, func(q string, args ...any) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, q, args...); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
 }

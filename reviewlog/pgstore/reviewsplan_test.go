@@ -1,16 +1,12 @@
 package pgstore
 
 import (
-	"context"
 	"encoding/json"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/haia-trace-mcp/haia-trace-mcp/internal/pgtest"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 )
 
@@ -22,22 +18,7 @@ import (
 // the tables are small and still once they have grown. Every shape reads
 // the rows it names and no other.
 func TestDecisionReviewsKeepOnePlan(t *testing.T) {
-	dsn := pgtest.Database(t, pgtest.DSN(t))
-	if _, _, err := Migrate(t.Context(), dsn, nil); err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	exec := func(q string, args ...any) {
-		t.Helper()
-		if _, err := conn.Exec(ctx, q, args...); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	ctx, conn, exec := planConn(t)
 	exec("ALTER TABLE reviews SET (autovacuum_enabled = false)")
 	exec("ALTER TABLE review_lines SET (autovacuum_enabled = false)")
 	// The rows alone (the lines they index are not what is read here).
