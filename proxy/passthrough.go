@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -177,12 +178,46 @@ func (p *Proxy) syncPrompts(ctx context.Context) error {
 }
 
 // resync reads a changed list again (a list_changed of the upstream).
-func (p *Proxy) resync(what string, fn func(context.Context) error) {
-	go func() {
+func (p *Proxy) resync(r *rereads, what string, fn func(context.Context) error) {
+	r.run(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if err := fn(ctx); err != nil {
 			p.cfg.Logger.Error("the upstream's changed list could not be read", "list", what, "err", err)
+		}
+	})
+}
+
+// rereads runs a list's re-read on a goroutine of its own, one at a time:
+// a notification that comes while one runs has it run once more after,
+// so an upstream that sends a flood of list_changed costs one goroutine
+// and at most one read behind the last notification, not one each.
+type rereads struct {
+	mu      sync.Mutex
+	running bool
+	again   bool
+}
+
+func (r *rereads) run(read func()) {
+	r.mu.Lock()
+	if r.running {
+		r.again = true
+		r.mu.Unlock()
+		return
+	}
+	r.running = true
+	r.mu.Unlock()
+	go func() {
+		for {
+			read()
+			r.mu.Lock()
+			if !r.again {
+				r.running = false
+				r.mu.Unlock()
+				return
+			}
+			r.again = false
+			r.mu.Unlock()
 		}
 	}()
 }

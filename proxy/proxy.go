@@ -76,6 +76,10 @@ type Proxy struct {
 	attachMu sync.Mutex
 	attached bool
 	missed   bool
+	// tools, resources and prompts each read their list again after the
+	// upstream says it changed: one read at a time, however many
+	// notifications come meanwhile.
+	tools, resources, prompts rereads
 
 	mu sync.Mutex
 	// gm is the guard map in force, read at mapReadAt.
@@ -828,19 +832,19 @@ func (p *Proxy) onNotification(n mcp.JSONRPCNotification) {
 		}
 	case string(mcp.MethodNotificationResourcesListChanged):
 		// The server tells its clients once the list is served again.
-		p.resync("resources", func(ctx context.Context) error {
+		p.resync(&p.resources, "resources", func(ctx context.Context) error {
 			return errors.Join(p.syncResources(ctx), p.syncTemplates(ctx))
 		})
 	case string(mcp.MethodNotificationPromptsListChanged):
-		p.resync("prompts", p.syncPrompts)
+		p.resync(&p.prompts, "prompts", p.syncPrompts)
 	case string(mcp.MethodNotificationToolsListChanged):
-		go func() {
+		p.tools.run(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			if err := p.Sync(ctx); err != nil {
 				p.cfg.Logger.Error("the upstream's changed tools do not match the guard map; every upstream call is refused until they do", "err", err)
 			}
-		}()
+		})
 	case mcp.MethodNotificationResourceUpdated:
 		// On the listen streams that name the resource; below, to the
 		// session-protocol clients as every other notification.
