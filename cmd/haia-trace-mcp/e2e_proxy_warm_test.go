@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -122,10 +121,7 @@ func TestProxyTenantsNotReadyWhileTheirRootsAreRead(t *testing.T) {
 	bin := payUpstream(t)
 	dir := t.TempDir()
 	secret := []byte(strings.Repeat("w", 48))
-	secretFile := filepath.Join(dir, "secret")
-	if err := os.WriteFile(secretFile, secret, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	secretFile := writeSecret(t, "secret", string(secret))
 	const issuer = "http://127.0.0.1/local-as"
 	p := startHTTPCommandEnv(t, []string{readDelayEnv + "=1500ms", "PAY_LOG=" + e.payLog, "PAY_PID_FILE=" + e.pidFile},
 		"proxy", "--http", "127.0.0.1:0", "--tenants-dir", tenants, "--tenant-claim", "org",
