@@ -1,12 +1,14 @@
 package receipt
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/jsjson"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -162,7 +164,43 @@ func collect(t *testing.T, text string, lim Limits) ([]Event, int64, int, error)
 			t.Errorf("ScanEvents: %v consumed %d next %d err %v; ReadEvents: %v %d %d %v", ids, sn, snext, serr, want, n, next, err)
 		}
 	}
+	checkBorrowed(t, text, lim, evs, n, next, err)
 	return evs, n, next, err
+}
+
+// checkBorrowed checks that ScanEventsBorrowed reads what another reader
+// read (evs, n, next, err), with a read buffer of its own and with one full of
+// another read's bytes, reading byte by byte or all at once. fn copies what
+// it keeps, as the contract asks.
+func checkBorrowed(t *testing.T, text string, lim Limits, evs []Event, n int64, next int, err error) {
+	t.Helper()
+	describe := func(e Event) string {
+		return strings.Join([]string{e.ID, e.Type, e.OccurredAt, e.Adapter, e.Role, e.ContextID, strconv.Itoa(e.Line)}, "|")
+	}
+	var want []string
+	for _, e := range evs {
+		want = append(want, describe(e))
+	}
+	dirty := bytes.Repeat([]byte("\n{\"x\""), 1<<19)[:0]
+	for _, buf := range [][]byte{nil, dirty} {
+		for _, r := range []io.Reader{strings.NewReader(text), iotest.OneByteReader(strings.NewReader(text))} {
+			var got []string
+			bn, bnext, kept, berr := ScanEventsBorrowed(r, 1, lim, buf, func(e Event, _ int64) error {
+				got = append(got, strings.Clone(describe(e)))
+				return nil
+			})
+			var le, ble *LineError
+			errors.As(err, &le)
+			errors.As(berr, &ble)
+			sameErr := (err == nil) == (berr == nil) && (le == nil) == (ble == nil) && (le == nil || (le.Rule == ble.Rule && le.Line == ble.Line))
+			if bn != n || bnext != next || !sameErr || (err == nil && !slices.Equal(got, want)) {
+				t.Errorf("ScanEventsBorrowed: %q consumed %d next %d err %v; want %q %d %d %v", got, bn, bnext, berr, want, n, next, err)
+			}
+			if (berr == nil) != (kept != nil) {
+				t.Errorf("ScanEventsBorrowed gave back buffer %v after error %v", kept != nil, berr)
+			}
+		}
+	}
 }
 
 func TestReadEvents(t *testing.T) {
@@ -421,4 +459,24 @@ func TestRealInstantAgreesWithTimeParse(t *testing.T) {
 	for _, hms := range []string{"00:00:00", "23:59:59", "24:00:00", "23:60:00", "23:59:60", "99:99:99", "09:05:07"} {
 		check("2026-07-24T" + hms + ".999Z")
 	}
+}
+
+// FuzzScanEventsBorrowed reads arbitrary bytes with a reused, dirty read
+// buffer and a small line limit (so lines straddle its refills), and checks
+// it reads what ScanEventsAt reads (which, unlike ReadEvents, refuses a
+// torn last line longer than the line limit).
+func FuzzScanEventsBorrowed(f *testing.F) {
+	f.Add(goodLine+"\n"+goodLine+"\n", 1<<10)
+	f.Add(goodLine+"\r\n\n  \n"+goodLine, 1<<10)
+	f.Add(goodLine+"\n{\"bad\n", 64)
+	f.Add(strings.Replace(goodLine, `"extra":[1]`, `"extra":"\\u00e9\\n"`, 1)+"\n", 300)
+	f.Fuzz(func(t *testing.T, text string, maxLine int) {
+		lim := Limits{MaxLineBytes: min(max(maxLine, 16), 1<<12), MaxRunBytes: 1 << 20}
+		var evs []Event
+		n, next, err := ScanEventsAt(strings.NewReader(text), 1, lim, func(e Event, _ int64) error {
+			evs = append(evs, e)
+			return nil
+		})
+		checkBorrowed(t, text, lim, evs, n, next, err)
+	})
 }

@@ -85,28 +85,58 @@ func ScanEvents(r io.Reader, firstLine int, lim Limits, fn func(Event) error) (c
 // starts, in bytes from where r started: an index that keeps no event can
 // read one operation's lines again (see DecodeLineAt) instead of the file.
 func ScanEventsAt(r io.Reader, firstLine int, lim Limits, fn func(ev Event, at int64) error) (consumed int64, nextLine int, err error) {
+	consumed, nextLine, _, err = scanEvents(r, firstLine, lim, nil, false, fn)
+	return consumed, nextLine, err
+}
+
+// ScanEventsBorrowed is ScanEventsAt for a caller that keeps none of an
+// event's strings past fn either (it copies what it keeps): they point into
+// the read buffer, which the next MiB read overwrites, so no MiB is copied
+// into a string of its own first. buf is a read buffer to use again (nil:
+// a new one); the buffer used is given back for the caller's next read, or
+// nil after an error (whose text may point into it). What is read, and
+// every error, is ScanEventsAt's.
+func ScanEventsBorrowed(r io.Reader, firstLine int, lim Limits, buf []byte, fn func(ev Event, at int64) error) (consumed int64, nextLine int, kept []byte, err error) {
+	return scanEvents(r, firstLine, lim, buf, true, fn)
+}
+
+// scanEvents is ScanEventsAt and ScanEventsBorrowed: with borrow, each
+// MiB's complete lines are decoded from buf itself.
+func scanEvents(r io.Reader, firstLine int, lim Limits, buf []byte, borrow bool, fn func(ev Event, at int64) error) (consumed int64, nextLine int, kept []byte, err error) {
 	lim = lim.orDefault()
 	if firstLine < 1 {
 		firstLine = 1
 	}
 	var dec jsjson.Decoder
 	line := firstLine
-	buf := make([]byte, 0, min(1<<20, lim.MaxLineBytes+2))
+	// Exactly the size a new buffer has: a full buffer with no line end
+	// is read on or refused by the same rule whatever buffer was handed in.
+	if want := min(1<<20, lim.MaxLineBytes+2); cap(buf) < want {
+		buf = make([]byte, 0, want)
+	} else {
+		buf = buf[:0:want]
+	}
 	fresh := 0 // where the bytes not yet searched for a line end start
 	for eof := false; ; {
 		if last := bytes.LastIndexByte(buf[fresh:], '\n'); last >= 0 {
 			last += fresh
-			chunk := string(buf[:last+1])
+			var chunk string
+			if borrow {
+				// Valid until buf is written again, after these lines.
+				chunk = unsafe.String(&buf[0], last+1)
+			} else {
+				chunk = string(buf[:last+1])
+			}
 			for len(chunk) > 0 {
 				nl := strings.IndexByte(chunk, '\n')
 				text := chunk[:nl]
 				chunk = chunk[nl+1:]
 				if len(text) > lim.MaxLineBytes {
-					return consumed, line, &LineError{Line: line, Rule: RuleLineSize,
+					return consumed, line, nil, &LineError{Line: line, Rule: RuleLineSize,
 						Err: fmt.Errorf("line is %d bytes, over the %s line limit", len(text), size(int64(lim.MaxLineBytes)))}
 				}
 				if consumed+int64(len(text))+1 > lim.MaxRunBytes {
-					return consumed, line, &LineError{Line: line, Rule: RuleRunSize,
+					return consumed, line, nil, &LineError{Line: line, Rule: RuleRunSize,
 						Err: fmt.Errorf("run file is larger than the %s limit", size(lim.MaxRunBytes))}
 				}
 				if !isBlank(text) {
@@ -115,7 +145,7 @@ func ScanEventsAt(r io.Reader, firstLine int, lim Limits, fn func(ev Event, at i
 						err = fn(ev, consumed)
 					}
 					if err != nil {
-						return consumed, line, err
+						return consumed, line, nil, err
 					}
 				}
 				consumed += int64(len(text)) + 1
@@ -125,12 +155,12 @@ func ScanEventsAt(r io.Reader, firstLine int, lim Limits, fn func(ev Event, at i
 		}
 		fresh = len(buf)
 		if eof {
-			return consumed, line, nil // whatever is left is a torn tail
+			return consumed, line, buf, nil // whatever is left is a torn tail
 		}
 		if len(buf) == cap(buf) {
 			// No line end in a full buffer: one long line.
 			if len(buf) > lim.MaxLineBytes {
-				return consumed, line, &LineError{Line: line, Rule: RuleLineSize,
+				return consumed, line, nil, &LineError{Line: line, Rule: RuleLineSize,
 					Err: fmt.Errorf("line is longer than the %s line limit", size(int64(lim.MaxLineBytes)))}
 			}
 			buf = slices.Grow(buf, min(cap(buf), lim.MaxLineBytes+2-len(buf)))
@@ -141,7 +171,7 @@ func ScanEventsAt(r io.Reader, firstLine int, lim Limits, fn func(ev Event, at i
 		case rerr == io.EOF:
 			eof = true
 		case rerr != nil:
-			return consumed, line, fmt.Errorf("reading line %d: %w", line, rerr)
+			return consumed, line, nil, fmt.Errorf("reading line %d: %w", line, rerr)
 		}
 	}
 }

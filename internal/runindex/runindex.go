@@ -50,7 +50,8 @@ type Options[T, F any] struct {
 	Compact func(receipt.Event) receipt.Event
 	// Extract reads, from each event while its Raw value is valid, the facts
 	// Summarize will need (what the payload says, mostly). Strings it keeps
-	// must be copied out of the event's, except its ID and OccurredAt,
+	// must be copied out of the event's (they are the read buffer's, used
+	// again for the next lines), except its ID and OccurredAt,
 	// which are the index's own copies already: share returns the read's
 	// one copy of a string (for those that repeat: hosts, addresses,
 	// amounts). Nil keeps zero facts.
@@ -159,6 +160,14 @@ type Index[T, F any] struct {
 	saves           sync.WaitGroup
 	versionOnce     sync.Once
 	versionName     string
+	// freeBufs and freeBatches (under free) are what a run's read used,
+	// for the next read of the same listing to use again: a cold index
+	// reads every run, and fresh memory for each (a MiB of read buffer,
+	// room for its events) cost page faults and collections. A listing
+	// drops them when it ends, so that nothing of a read outlives it.
+	free        sync.Mutex
+	freeBufs    [][]byte
+	freeBatches []batch[F]
 }
 
 // presentListing is a listing of the present: seq numbers it among those
@@ -554,6 +563,7 @@ func (ix *Index[T, F]) listAt(ctx context.Context, t *receipt.Template, at map[s
 
 // listLocked lists the directory under ix.mu.
 func (ix *Index[T, F]) listLocked(ctx context.Context, t *receipt.Template, at map[string]int, fp string) (Listing[T], error) {
+	defer ix.dropScratch()
 	if !ix.loaded {
 		ix.load()
 	}
@@ -800,6 +810,66 @@ type batch[F any] struct {
 	facts  []F // facts[i] belongs to events[i]
 }
 
+// getBatch returns an empty batch with room for at least n events: one a
+// read before gave back (putBatch), or a new one.
+func (ix *Index[T, F]) getBatch(n int) batch[F] {
+	ix.free.Lock()
+	if k := len(ix.freeBatches); k > 0 && cap(ix.freeBatches[k-1].events) >= n {
+		b := ix.freeBatches[k-1]
+		ix.freeBatches = ix.freeBatches[:k-1]
+		ix.free.Unlock()
+		return b
+	}
+	ix.free.Unlock()
+	if n <= 0 {
+		return batch[F]{}
+	}
+	return batch[F]{events: make([]receipt.Event, 0, n), facts: make([]F, 0, n)}
+}
+
+// putBatch gives b's room back for another read, once nothing uses its
+// events or facts (what was built from them holds copies, not pointers
+// into them).
+func (ix *Index[T, F]) putBatch(b *batch[F]) {
+	if cap(b.events) == 0 || cap(b.facts) < cap(b.events) {
+		return
+	}
+	// Cleared, so that the pool holds no string of a run read long ago.
+	clear(b.events[:cap(b.events)])
+	clear(b.facts[:cap(b.facts)])
+	ix.free.Lock()
+	ix.freeBatches = append(ix.freeBatches, batch[F]{events: b.events[:0], facts: b.facts[:0]})
+	ix.free.Unlock()
+	*b = batch[F]{}
+}
+
+// dropScratch forgets the read buffers and batches kept for reuse.
+func (ix *Index[T, F]) dropScratch() {
+	ix.free.Lock()
+	ix.freeBufs, ix.freeBatches = nil, nil
+	ix.free.Unlock()
+}
+
+// scan reads events with ScanEventsBorrowed into a read buffer another read
+// used before, and gives it back for the next: fn keeps only copies of an
+// event's strings (take copies what the batch keeps).
+func (ix *Index[T, F]) scan(r io.Reader, firstLine int, fn func(ev receipt.Event, at int64) error) (consumed int64, nextLine int, err error) {
+	var buf []byte
+	ix.free.Lock()
+	if k := len(ix.freeBufs); k > 0 {
+		buf = ix.freeBufs[k-1]
+		ix.freeBufs = ix.freeBufs[:k-1]
+	}
+	ix.free.Unlock()
+	consumed, nextLine, buf, err = receipt.ScanEventsBorrowed(r, firstLine, ix.opt.Limits, buf, fn)
+	if buf != nil {
+		ix.free.Lock()
+		ix.freeBufs = append(ix.freeBufs, buf)
+		ix.free.Unlock()
+	}
+	return consumed, nextLine, err
+}
+
 // factsOf returns the facts of one of the batch's events, found by its line
 // number.
 func (b *batch[F]) factsOf(e *receipt.Event) F {
@@ -826,8 +896,9 @@ func (m intern) of(s string) string {
 }
 
 // take turns an event just read (its Raw valid, its strings parts of the
-// file's text) into one the batch keeps: facts extracted, compacted, its
-// strings copied, its operation id the run's one copy.
+// read buffer, which the next MiB overwrites) into one the batch keeps:
+// facts extracted, compacted, its strings copied, its operation id the
+// run's one copy.
 func (ix *Index[T, F]) take(b *batch[F], in intern, ev receipt.Event, opID string) {
 	// One copy for the two: a Builder always copies (a concatenation with
 	// an empty string would not). Made before Extract, which may keep them.
@@ -885,15 +956,11 @@ func (ix *Index[T, F]) recount(r *run[T, F]) {
 // ingest reads the run from its offset to the end of its complete lines,
 // records where the new events' lines are, and returns them.
 func (ix *Index[T, F]) ingest(r *run[T, F], f *os.File) (batch[F], error) {
-	var b batch[F]
 	// Room for the new events, guessed from the new bytes (a recorder
 	// line is over half a KiB: a run of them needs no regrowing, which
 	// would copy the batch and more than double what it allocates) and
 	// capped (the size is the writer's to choose).
-	if guess := min(max(r.ident.size-r.offset, 0)/512, 1<<14); guess > 0 {
-		b.events = make([]receipt.Event, 0, guess)
-		b.facts = make([]F, 0, guess)
-	}
+	b := ix.getBatch(int(min(max(r.ident.size-r.offset, 0)/512, 1<<14)))
 	if r.offset > 0 {
 		if _, err := f.Seek(r.offset, io.SeekStart); err != nil {
 			return b, fmt.Errorf("run %s: seek to %d: %w", r.id, r.offset, err)
@@ -905,14 +972,17 @@ func (ix *Index[T, F]) ingest(r *run[T, F], f *os.File) (batch[F], error) {
 	}
 	in := intern{}
 	remaining := ix.opt.Limits.MaxRunBytes - r.offset
-	consumed, next, err := receipt.ScanEventsAt(io.LimitReader(f, remaining+1), r.nextLine, ix.opt.Limits, func(ev receipt.Event, at int64) error {
+	consumed, next, err := ix.scan(io.LimitReader(f, remaining+1), r.nextLine, func(ev receipt.Event, at int64) error {
 		opID := ""
 		if ev.ContextID != "" {
 			k, ok := opIdx[ev.ContextID]
 			if !ok {
+				// The key is the run's copy: ev's strings are the read
+				// buffer's, overwritten by the next MiB.
+				id := strings.Clone(ev.ContextID)
 				k = int32(len(r.ops))
-				opIdx[ev.ContextID] = k
-				r.ops = append(r.ops, strings.Clone(ev.ContextID))
+				opIdx[id] = k
+				r.ops = append(r.ops, id)
 			}
 			opID = r.ops[k]
 			r.locs = append(r.locs, loc{off: r.offset + at, line: int32(ev.Line), op: k})
@@ -970,6 +1040,7 @@ func (ix *Index[T, F]) readAll(r *run[T, F], cur identity, fp string) {
 			r.views[k] = v
 		}
 	}
+	ix.putBatch(&b)
 	ix.recount(r)
 }
 
@@ -1120,7 +1191,7 @@ var errStop = errors.New("stop")
 func (ix *Index[T, F]) readPrefix(r *run[T, F], f io.ReaderAt, lines int) (batch[F], error) {
 	var b batch[F]
 	in := intern{}
-	consumed, _, err := receipt.ScanEventsAt(io.NewSectionReader(f, 0, r.offset), 1, ix.opt.Limits, func(ev receipt.Event, _ int64) error {
+	consumed, _, err := ix.scan(io.NewSectionReader(f, 0, r.offset), 1, func(ev receipt.Event, _ int64) error {
 		if ev.Line > lines {
 			return errStop
 		}
