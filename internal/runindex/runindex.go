@@ -807,7 +807,8 @@ func (ix *Index[T, F]) plan(id string, e confined.Entry, fp string) (*run[T, F],
 // batch is events read for one assembly, in line order, with their facts.
 type batch[F any] struct {
 	events []receipt.Event
-	facts  []F // facts[i] belongs to events[i]
+	facts  []F   // facts[i] belongs to events[i] as read
+	lines  []int // lines[i] is events[i].Line as read: an assembly in place moves events
 }
 
 // getBatch returns an empty batch with room for at least n events: one a
@@ -824,7 +825,7 @@ func (ix *Index[T, F]) getBatch(n int) batch[F] {
 	if n <= 0 {
 		return batch[F]{}
 	}
-	return batch[F]{events: make([]receipt.Event, 0, n), facts: make([]F, 0, n)}
+	return batch[F]{events: make([]receipt.Event, 0, n), facts: make([]F, 0, n), lines: make([]int, 0, n)}
 }
 
 // putBatch gives b's room back for another read, once nothing uses its
@@ -838,7 +839,7 @@ func (ix *Index[T, F]) putBatch(b *batch[F]) {
 	clear(b.events[:cap(b.events)])
 	clear(b.facts[:cap(b.facts)])
 	ix.free.Lock()
-	ix.freeBatches = append(ix.freeBatches, batch[F]{events: b.events[:0], facts: b.facts[:0]})
+	ix.freeBatches = append(ix.freeBatches, batch[F]{events: b.events[:0], facts: b.facts[:0], lines: b.lines[:0]})
 	ix.free.Unlock()
 	*b = batch[F]{}
 }
@@ -873,9 +874,9 @@ func (ix *Index[T, F]) scan(r io.Reader, firstLine int, fn func(ev receipt.Event
 // factsOf returns the facts of one of the batch's events, found by its line
 // number.
 func (b *batch[F]) factsOf(e *receipt.Event) F {
-	i := sort.Search(len(b.events), func(i int) bool { return b.events[i].Line >= e.Line })
+	i, found := slices.BinarySearch(b.lines, e.Line)
 	var zero F
-	if i < len(b.events) && b.events[i].Line == e.Line {
+	if found {
 		return b.facts[i]
 	}
 	return zero
@@ -920,6 +921,7 @@ func (ix *Index[T, F]) take(b *batch[F], in intern, ev receipt.Event, opID strin
 	ev.ContextID = opID
 	b.events = append(b.events, ev)
 	b.facts = append(b.facts, facts)
+	b.lines = append(b.lines, ev.Line)
 }
 
 // reset forgets what was read of a run, before it is read from the start.
@@ -960,17 +962,21 @@ func (ix *Index[T, F]) ingest(r *run[T, F], f *os.File) (batch[F], error) {
 	// line is over half a KiB: a run of them needs no regrowing, which
 	// would copy the batch and more than double what it allocates) and
 	// capped (the size is the writer's to choose).
-	b := ix.getBatch(int(min(max(r.ident.size-r.offset, 0)/512, 1<<14)))
+	guess := int(min(max(r.ident.size-r.offset, 0)/512, 1<<14))
+	b := ix.getBatch(guess)
 	if r.offset > 0 {
 		if _, err := f.Seek(r.offset, io.SeekStart); err != nil {
 			return b, fmt.Errorf("run %s: seek to %d: %w", r.id, r.offset, err)
 		}
 	}
-	opIdx := make(map[string]int32, len(r.ops))
+	// Sized for a recorder's few events an operation and the strings each
+	// shares (its resource, its payee), so that neither map grows
+	// step by step through a run.
+	opIdx := make(map[string]int32, len(r.ops)+guess/4)
 	for i, id := range r.ops {
 		opIdx[id] = int32(i)
 	}
-	in := intern{}
+	in := make(intern, guess/2)
 	remaining := ix.opt.Limits.MaxRunBytes - r.offset
 	consumed, next, err := ix.scan(io.LimitReader(f, remaining+1), r.nextLine, func(ev receipt.Event, at int64) error {
 		opID := ""
@@ -1033,9 +1039,16 @@ func (ix *Index[T, F]) readAll(r *run[T, F], cur identity, fp string) {
 		return
 	}
 	r.views = make(map[string]*view[T], len(fps))
-	for _, k := range fps {
+	for i, k := range fps {
 		if t := ix.templates[k]; t != nil {
-			v := ix.build(r, t, &b)
+			var v *view[T]
+			if i == len(fps)-1 {
+				// The batch is not read again: its events are put in
+				// receipt order where they are, not copied.
+				v = ix.buildInPlace(r, t, &b)
+			} else {
+				v = ix.build(r, t, &b)
+			}
 			v.fp, v.lines = k, r.nextLine-1
 			r.views[k] = v
 		}
@@ -1092,6 +1105,7 @@ func (ix *Index[T, F]) readMore(r *run[T, F], cur identity, fp string) {
 			if fresh.events[i].ContextID != "" {
 				sel.events = append(sel.events, fresh.events[i])
 				sel.facts = append(sel.facts, fresh.facts[i])
+				sel.lines = append(sel.lines, fresh.lines[i])
 			}
 		}
 		ids := map[string]bool{}
@@ -1261,7 +1275,18 @@ func (ix *Index[T, F]) viewAt(r *run[T, F], fp string, t *receipt.Template, line
 
 // build assembles a batch of the run's events into a sorted view.
 func (ix *Index[T, F]) build(r *run[T, F], t *receipt.Template, b *batch[F]) *view[T] {
-	res := receipt.Assemble(b.events, t)
+	return ix.view(r, b, receipt.Assemble(b.events, t))
+}
+
+// buildInPlace is build for the batch's last assembly: it moves the
+// batch's events (AssembleInPlace) instead of copying them, and only
+// factsOf (by line) may read the batch after.
+func (ix *Index[T, F]) buildInPlace(r *run[T, F], t *receipt.Template, b *batch[F]) *view[T] {
+	return ix.view(r, b, receipt.AssembleInPlace(b.events, t))
+}
+
+// view summarises an assembly of b's events into a sorted view.
+func (ix *Index[T, F]) view(r *run[T, F], b *batch[F], res receipt.Result) *view[T] {
 	items := make([]T, 0, len(res.Receipts))
 	for i := range res.Receipts {
 		items = append(items, ix.opt.Summarize(r.id, &res.Receipts[i], b.factsOf))
