@@ -1294,8 +1294,9 @@ func (ix *Index[T, F]) view(r *run[T, F], b *batch[F], res receipt.Result) *view
 	return ix.finish(ix.sorted(items))
 }
 
-// sorted returns items in Options.Compare order, stably. Summaries can be
-// large structs, so positions are sorted and each item is moved once.
+// sorted puts items in Options.Compare order, stably, and returns them.
+// Summaries can be large structs, so positions are sorted and each item is
+// moved once, where it is (a copy would allocate the view twice).
 func (ix *Index[T, F]) sorted(items []T) []T {
 	if ix.opt.Compare == nil || len(items) < 2 {
 		return items
@@ -1310,11 +1311,26 @@ func (ix *Index[T, F]) sorted(items []T) []T {
 		}
 		return cmp.Compare(a, b)
 	})
-	out := make([]T, len(items))
-	for k, i := range order {
-		out[k] = items[i]
+	// items[k] takes items[order[k]]: each cycle of the permutation is
+	// followed once, its first item held aside; a done position is -1.
+	for k := range order {
+		if order[k] < 0 {
+			continue
+		}
+		held := items[k]
+		j := k
+		for {
+			src := int(order[j])
+			order[j] = -1
+			if src == k {
+				items[j] = held
+				break
+			}
+			items[j] = items[src]
+			j = src
+		}
 	}
-	return out
+	return items
 }
 
 // updated brings a view up to date with an append: the operations ids

@@ -1,8 +1,10 @@
 package runindex
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -553,4 +555,43 @@ func openEvents(t testing.TB, dir string) (*confined.Dir, *receipt.Template) {
 		t.Fatal(err)
 	}
 	return d, tmpl
+}
+
+// sorted moves items into Compare order where they are, keeping equal
+// items in their order, whatever cycles the permutation has.
+func TestSortedInPlace(t *testing.T) {
+	type kv struct{ k, v int }
+	ix := New(Options[kv, string]{Compare: func(a, b *kv) int { return cmp.Compare(a.k, b.k) }})
+	for _, keys := range [][]int{
+		nil,
+		{1},
+		{2, 1},
+		{1, 2, 3},
+		{3, 2, 1},
+		{2, 2, 1, 1, 0, 0},
+		{5, 0, 4, 1, 3, 2, 2, 6, 0},
+		{1, 1, 1, 1},
+	} {
+		items := make([]kv, len(keys))
+		for i, k := range keys {
+			items[i] = kv{k, i}
+		}
+		want := slices.Clone(items)
+		slices.SortStableFunc(want, func(a, b kv) int { return cmp.Compare(a.k, b.k) })
+		got := ix.sorted(items)
+		if !slices.Equal(got, want) {
+			t.Errorf("sorted(%v) = %v, want %v", keys, got, want)
+		}
+	}
+	// A larger shuffle, with many ties.
+	r := rand.New(rand.NewPCG(1, 2))
+	items := make([]kv, 5000)
+	for i := range items {
+		items[i] = kv{r.IntN(300), i}
+	}
+	want := slices.Clone(items)
+	slices.SortStableFunc(want, func(a, b kv) int { return cmp.Compare(a.k, b.k) })
+	if got := ix.sorted(items); !slices.Equal(got, want) {
+		t.Error("sorted a shuffle of 5000 out of order")
+	}
 }
