@@ -885,14 +885,26 @@ func (b *batch[F]) factsOf(e *receipt.Event) F {
 // intern keeps one copy of the short strings that repeat across a read's
 // events (types, adapters, roles), so that what they share is not a copy of
 // each line.
-type intern map[string]string
+type intern struct {
+	m map[string]string
+	// share is of, made once: a method value made for each event's
+	// Extract would be an allocation an event.
+	share func(string) string
+}
 
-func (m intern) of(s string) string {
-	if v, ok := m[s]; ok {
+// newIntern returns an intern with room for about n strings.
+func newIntern(n int) *intern {
+	in := &intern{m: make(map[string]string, n)}
+	in.share = in.of
+	return in
+}
+
+func (in *intern) of(s string) string {
+	if v, ok := in.m[s]; ok {
 		return v
 	}
 	v := strings.Clone(s)
-	m[v] = v
+	in.m[v] = v
 	return v
 }
 
@@ -900,7 +912,7 @@ func (m intern) of(s string) string {
 // read buffer, which the next MiB overwrites) into one the batch keeps:
 // facts extracted, compacted, its strings copied, its operation id the
 // run's one copy.
-func (ix *Index[T, F]) take(b *batch[F], in intern, ev receipt.Event, opID string) {
+func (ix *Index[T, F]) take(b *batch[F], in *intern, ev receipt.Event, opID string) {
 	// One copy for the two: a Builder always copies (a concatenation with
 	// an empty string would not). Made before Extract, which may keep them.
 	var sb strings.Builder
@@ -911,7 +923,7 @@ func (ix *Index[T, F]) take(b *batch[F], in intern, ev receipt.Event, opID strin
 	ev.ID, ev.OccurredAt = both[:len(ev.ID)], both[len(ev.ID):]
 	var facts F
 	if ix.opt.Extract != nil {
-		facts = ix.opt.Extract(ev, in.of)
+		facts = ix.opt.Extract(ev, in.share)
 	}
 	if ix.opt.Compact != nil {
 		ev = ix.opt.Compact(ev)
@@ -976,7 +988,7 @@ func (ix *Index[T, F]) ingest(r *run[T, F], f *os.File) (batch[F], error) {
 	for i, id := range r.ops {
 		opIdx[id] = int32(i)
 	}
-	in := make(intern, guess/2)
+	in := newIntern(guess / 2)
 	remaining := ix.opt.Limits.MaxRunBytes - r.offset
 	consumed, next, err := ix.scan(io.LimitReader(f, remaining+1), r.nextLine, func(ev receipt.Event, at int64) error {
 		opID := ""
@@ -1149,7 +1161,7 @@ func (ix *Index[T, F]) readMore(r *run[T, F], cur identity, fp string) {
 // is still the event of its operation read there before, and returns them.
 func (ix *Index[T, F]) reread(r *run[T, F], f io.ReaderAt, locs []loc, end int64) (batch[F], error) {
 	var b batch[F]
-	in := intern{}
+	in := newIntern(0)
 	buf := make([]byte, 0, 64<<10)
 	base := int64(-1) // where buf starts in the file
 	for _, l := range locs {
@@ -1204,7 +1216,7 @@ var errStop = errors.New("stop")
 // readPrefix reads the run's events up to line lines (at most its offset).
 func (ix *Index[T, F]) readPrefix(r *run[T, F], f io.ReaderAt, lines int) (batch[F], error) {
 	var b batch[F]
-	in := intern{}
+	in := newIntern(0)
 	consumed, _, err := ix.scan(io.NewSectionReader(f, 0, r.offset), 1, func(ev receipt.Event, _ int64) error {
 		if ev.Line > lines {
 			return errStop
