@@ -247,6 +247,27 @@ func AssembleInPlace(events []Event, t *Template) Result {
 	return result(events, counts, unassigned, t)
 }
 
+// AssembleInPlaceEach is AssembleInPlace for a caller that reads each
+// receipt once, as it is folded: fn is handed the receipts in
+// AssembleInPlace's order, each valid only during fn (its stages, their
+// events, its missing stages and exceptions are storage reused for the
+// next; its Events are its part of events, put in receipt order where they
+// are). It returns the events that belong to no operation.
+func AssembleInPlaceEach(events []Event, t *Template, fn func(*Receipt)) (unassigned []Event) {
+	order := sortedOrder(events)
+	dest, counts, n := placement(events, order)
+	permute(events, dest)
+	m := newMatcher(t)
+	var buf foldBuf
+	var at int32
+	for _, c := range counts {
+		r := m.foldInto(events[at:at+c:at+c], &buf)
+		fn(&r)
+		at += c
+	}
+	return events[at : int(at)+n : int(at)+n]
+}
+
 // permute moves each events[j] to events[dest[j]], following each cycle of
 // the permutation so that every event moves once; dest is used up.
 func permute(events []Event, dest []int32) {

@@ -338,6 +338,27 @@ func TestWriteBuildEqualsAssemble(t *testing.T) {
 	if !bytes.Equal(res.AppendJSON(nil), want) {
 		t.Fatal("AssembleInPlace differs from Assemble")
 	}
+	_, evs, _ = ReadRunFile(path, DefaultLimits())
+	var each Result
+	each.Unassigned = AssembleInPlaceEach(evs, tm, func(r *Receipt) {
+		each.Receipts = append(each.Receipts, cloneReceipt(r))
+	})
+	if got := each.AppendJSON(nil); !bytes.Equal(got, want) {
+		i := diffAt(got, want)
+		t.Fatalf("AssembleInPlaceEach differs at byte %d of %d:\n got: %s\nwant: %s", i, len(want), around(got, i), around(want, i))
+	}
+}
+
+// cloneReceipt copies what AssembleInPlaceEach hands fn only for its call.
+func cloneReceipt(r *Receipt) Receipt {
+	c := *r
+	c.Stages = slices.Clone(r.Stages)
+	for i := range c.Stages {
+		c.Stages[i].Events = slices.Clone(c.Stages[i].Events)
+	}
+	c.Missing = slices.Clone(r.Missing)
+	c.Exceptions = slices.Clone(r.Exceptions)
+	return c
 }
 
 // A run whose lines break rules in several parallel parts reports the first

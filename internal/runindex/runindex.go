@@ -62,9 +62,10 @@ type Options[T, F any] struct {
 	// Summarize turns one assembled receipt into what callers list. It is
 	// called once per operation and template, and again only for the
 	// operations an append touches; its results are cached, and must not
-	// keep the receipt's events or strings other than theirs (which the
-	// index copies out of the file's text). It may be called from several
-	// goroutines at once.
+	// keep the receipt's events, any of its slices (r is valid only during
+	// the call: its storage is reused for the next receipt), or strings
+	// other than its events' (which the index copies out of the file's
+	// text). It may be called from several goroutines at once.
 	Summarize func(runID string, r *receipt.Receipt, facts func(e *receipt.Event) F) T
 	// Compare orders a run's summaries as callers list them (see
 	// RunView.Items); nil keeps the order of first appearance.
@@ -1291,10 +1292,17 @@ func (ix *Index[T, F]) build(r *run[T, F], t *receipt.Template, b *batch[F]) *vi
 }
 
 // buildInPlace is build for the batch's last assembly: it moves the
-// batch's events (AssembleInPlace) instead of copying them, and only
-// factsOf (by line) may read the batch after.
+// batch's events (AssembleInPlaceEach) instead of copying them, and
+// summarises each receipt as it is folded, in storage reused for the next;
+// only factsOf (by line) may read the batch after.
 func (ix *Index[T, F]) buildInPlace(r *run[T, F], t *receipt.Template, b *batch[F]) *view[T] {
-	return ix.view(r, b, receipt.AssembleInPlace(b.events, t))
+	// One receipt an operation read (the batch is the whole run): the
+	// view keeps this array, so it is made to size.
+	items := make([]T, 0, len(r.ops))
+	receipt.AssembleInPlaceEach(b.events, t, func(rc *receipt.Receipt) {
+		items = append(items, ix.opt.Summarize(r.id, rc, b.factsOf))
+	})
+	return ix.finish(ix.sorted(items))
 }
 
 // view summarises an assembly of b's events into a sorted view.
