@@ -888,6 +888,10 @@ func (b *batch[F]) factsOf(e *receipt.Event) F {
 // each line.
 type intern struct {
 	m map[string]string
+	// recent holds the last string interned in each of a few slots (by
+	// its length and last byte): an event's type, adapter, role, host and
+	// asset are mostly the previous event's, found without hashing.
+	recent [16]string
 	// share is of, made once: a method value made for each event's
 	// Extract would be an allocation an event.
 	share func(string) string
@@ -901,11 +905,19 @@ func newIntern(n int) *intern {
 }
 
 func (in *intern) of(s string) string {
-	if v, ok := in.m[s]; ok {
+	if s == "" {
+		return ""
+	}
+	k := (len(s) + int(s[len(s)-1])) & (len(in.recent) - 1)
+	if v := in.recent[k]; v == s {
 		return v
 	}
-	v := strings.Clone(s)
-	in.m[v] = v
+	v, ok := in.m[s]
+	if !ok {
+		v = strings.Clone(s)
+		in.m[v] = v
+	}
+	in.recent[k] = v
 	return v
 }
 

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/confined"
 	"github.com/haia-trace-mcp/haia-trace-mcp/internal/jsjson"
@@ -593,5 +594,27 @@ func TestSortedInPlace(t *testing.T) {
 	slices.SortStableFunc(want, func(a, b kv) int { return cmp.Compare(a.k, b.k) })
 	if got := ix.sorted(items); !slices.Equal(got, want) {
 		t.Error("sorted a shuffle of 5000 out of order")
+	}
+}
+
+// intern returns a string equal to the one it is given, the same copy for
+// equal strings (slot collisions included), and a copy of its own, not
+// the caller's bytes.
+func TestInternSharesOneCopy(t *testing.T) {
+	in := newIntern(0)
+	buf := []byte("x402.payment.required")
+	first := in.of(unsafe.String(&buf[0], len(buf))) // the caller's bytes, as a read buffer's
+	for _, s := range []string{"", "a", "b", "q", "ab", "ba", "x402.payment.required", "trace-x402", "client", "a", "", "ab"} {
+		got := in.of(strings.Clone(s))
+		if got != s {
+			t.Fatalf("of(%q) = %q", s, got)
+		}
+		if again := in.of(strings.Clone(s)); s != "" && unsafe.StringData(again) != unsafe.StringData(got) {
+			t.Errorf("of(%q) twice gave two copies", s)
+		}
+	}
+	copy(buf, "XXXX")
+	if got := in.of("x402.payment.required"); got != "x402.payment.required" || unsafe.StringData(got) != unsafe.StringData(first) {
+		t.Errorf("of kept the caller's bytes or made a second copy: %q", got)
 	}
 }
