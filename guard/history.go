@@ -52,9 +52,15 @@ func OpFromFacts(runID string, r *receipt.Receipt, facts func(e *receipt.Event) 
 	if len(r.Events) > 0 {
 		o.FirstEventAt = r.Events[0].OccurredAt
 	}
-	fs := make([]EventFacts, len(r.Events))
+	// An operation has a few events: their facts are read on the stack
+	// unless there are many (a cold listing summarises every operation).
+	var few [8]EventFacts
+	fs := few[:0]
+	if len(r.Events) > len(few) {
+		fs = make([]EventFacts, 0, len(r.Events))
+	}
 	for i := range r.Events {
-		fs[i] = facts(&r.Events[i])
+		fs = append(fs, facts(&r.Events[i]))
 	}
 	if paid, outcome, ok := receipt.StageRoles(o.Template); ok && hasStage(r, paid) && hasStage(r, outcome) {
 		// An operator's own template may reuse a bundled name with other
