@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 )
@@ -20,8 +21,8 @@ func TestLockStatementTextIsTheShapeAlone(t *testing.T) {
 		})
 	}
 	a, b := scopes("agent-1", "0xaaa"), scopes("agent-2", "0xbbb")
-	sqlA, argsA := lockStatement(a)
-	sqlB, argsB := lockStatement(b)
+	sqlA, argsA := lockStatement(a, time.Second)
+	sqlB, argsB := lockStatement(b, time.Second)
 	if sqlA != sqlB {
 		t.Errorf("two questions of one shape, two texts:\n%s\n%s", sqlA, sqlB)
 	}
@@ -29,22 +30,23 @@ func TestLockStatementTextIsTheShapeAlone(t *testing.T) {
 		order []reviewlog.Scope
 		args  []any
 	}{{a, argsA}, {b, argsB}} {
-		want := []any{int64(lockKey)}
+		want := []any{"1000", int64(lockKey)}
 		for _, s := range c.order {
 			want = append(want, s.LockKey())
 		}
+		want = append(want, chainLanes, laneClass)
 		if !slices.Equal(c.args, want) {
 			t.Errorf("arguments %v, want the guard's key then each scope's in order %v", c.args, want)
 		}
 	}
-	if one, _ := lockStatement(a[:1]); one == sqlA {
+	if one, _ := lockStatement(a[:1], time.Second); one == sqlA {
 		t.Errorf("one scope and two share a text: %s", one)
 	}
 	// Which lock is shared is in the text.
 	totals := reviewlog.Scope{Kind: reviewlog.ScopeTotals, Tenant: "acme"}
-	alone, _ := lockStatement([]reviewlog.Scope{totals})
+	alone, _ := lockStatement([]reviewlog.Scope{totals}, time.Second)
 	totals.Shared = true
-	if shared, _ := lockStatement([]reviewlog.Scope{totals}); shared == alone || !strings.HasSuffix(shared, "pg_advisory_xact_lock_shared($2::bigint)") {
+	if shared, _ := lockStatement([]reviewlog.Scope{totals}, time.Second); shared == alone || !strings.Contains(shared, "pg_advisory_xact_lock_shared($3::bigint),") {
 		t.Errorf("the totals read and held alone: %q and %q", shared, alone)
 	}
 }

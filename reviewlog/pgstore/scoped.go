@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -55,23 +56,26 @@ func (s *Store) LockedScopes(ctx context.Context, wait time.Duration, scopes []r
 			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
 		}
 	}()
-	// One round trip: begin, bound the wait, take the guard's lock shared
-	// and each scope's lock in order, try the lanes, then read every
-	// stream's size — a statement of its own, after every lock is held.
+	// One round trip: begin, then one statement that bounds the wait, takes
+	// the guard's lock shared and each scope's lock in order and tries the
+	// lanes, then read every stream's size — a statement of its own, after
+	// every lock is held.
 	lane := -1
 	b := &pgx.Batch{}
 	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
-	// Integers formatted here, never input.
-	b.Queue(fmt.Sprintf("SET LOCAL lock_timeout = %d", max(wait.Milliseconds(), 1)))
-	lockSQL, lockArgs := lockStatement(order)
-	b.Queue(lockSQL, lockArgs...)
-	b.Queue("SELECT l FROM generate_series(0, $1::int - 1) AS l WHERE pg_try_advisory_xact_lock($2::int, l) LIMIT 1", chainLanes, laneClass).QueryRow(func(row pgx.Row) error {
-		err := row.Scan(&lane)
-		if errors.Is(err, pgx.ErrNoRows) {
-			lane = -1 // every lane is busy
-			return nil
+	lockSQL, lockArgs := lockStatement(order, wait)
+	b.Queue(lockSQL, lockArgs...).QueryRow(func(row pgx.Row) error {
+		var got *int
+		// set_config's value and the locks' voids, then the lane.
+		dest := make([]any, len(order)+3)
+		dest[len(dest)-1] = &got
+		if err := row.Scan(dest...); err != nil {
+			return err
 		}
-		return err
+		if got != nil {
+			lane = *got
+		} // else every lane is busy
+		return nil
 	})
 	b.Queue(snapshotLastSQL).Query(func(rows pgx.Rows) error { return w.readSnapshotLast(rows) })
 	if q, ok := reviewlog.ReviewQueryOf(ctx); ok {
@@ -97,16 +101,11 @@ func (s *Store) LockedScopes(ctx context.Context, wait time.Duration, scopes []r
 		})
 		if pre.Caller != "" {
 			w.preQuestion = &prefetchedQuestion{agent: pre.Caller, paramsHash: pre.ParamsHash}
-			b.Queue(questionReceiptsSQL, pre.Caller, pre.ParamsHash).Query(func(rows pgx.Rows) error {
-				got, err := collectReceipts(rows)
-				w.preQuestion.rows = got
-				return err
-			})
-			// And the receipts of each of those reviews, which a question
-			// asked again reads to resolve them.
-			b.Queue(questionActionReceiptsSQL, pre.Caller, pre.ParamsHash).Query(func(rows pgx.Rows) error {
-				got, err := collectReceipts(rows)
-				w.preQuestion.actions = got
+			// And, in the same statement, the receipts of each of those
+			// reviews, which a question asked again reads to resolve them.
+			b.Queue(questionBothSQL, pre.Caller, pre.ParamsHash).Query(func(rows pgx.Rows) error {
+				var err error
+				w.preQuestion.rows, w.preQuestion.actions, err = collectQuestionReceipts(rows)
 				return err
 			})
 		}
@@ -176,17 +175,23 @@ func (s *Store) LockedScopes(ctx context.Context, wait time.Duration, scopes []r
 	return nil
 }
 
-// lockStatement takes the guard's lock shared, then each scope's lock in
-// order. The keys are parameters: the statement's text depends only on how
-// many scopes there are and which are shared, so a connection prepares it
-// once for every question of that shape, not once per set of scopes (a
-// text with the keys in it cost a round trip of preparation each time a
-// connection met a new set).
-func lockStatement(order []reviewlog.Scope) (string, []any) {
+// lockStatement bounds the wait for the locks (lock_timeout, for the
+// transaction, as SET LOCAL would), takes the guard's lock shared, then
+// each scope's lock in order, then tries the chain lanes, in one statement
+// and in that order: PostgreSQL evaluates a select list from left to right,
+// and the lanes' subquery when its column is reached, after every scope's
+// lock is held (a section never holds a lane while it waits for a scope).
+// Its last column is the lane it holds (NULL: every lane is busy). The keys are parameters: the statement's text
+// depends only on how many scopes there are and which are shared, so a
+// connection prepares it once for every question of that shape, not once
+// per set of scopes (a text with the keys in it cost a round trip of
+// preparation each time a connection met a new set). One statement where
+// there were three: each costs the database its executor's start and end.
+func lockStatement(order []reviewlog.Scope, wait time.Duration) (string, []any) {
 	var b strings.Builder
-	args := make([]any, 0, len(order)+1)
-	b.WriteString("SELECT pg_advisory_xact_lock_shared($1::bigint)")
-	args = append(args, int64(lockKey))
+	args := make([]any, 0, len(order)+4)
+	args = append(args, strconv.FormatInt(max(wait.Milliseconds(), 1), 10), int64(lockKey))
+	b.WriteString("SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock_shared($2::bigint)")
 	for _, sc := range order {
 		fn := "pg_advisory_xact_lock"
 		if sc.Shared {
@@ -195,6 +200,8 @@ func lockStatement(order []reviewlog.Scope) (string, []any) {
 		args = append(args, sc.LockKey())
 		fmt.Fprintf(&b, ", %s($%d::bigint)", fn, len(args))
 	}
+	args = append(args, chainLanes, laneClass)
+	fmt.Fprintf(&b, ",\n\t(SELECT l FROM generate_series(0, $%d::int - 1) AS l WHERE pg_try_advisory_xact_lock($%d::int, l) LIMIT 1)", len(args)-1, len(args))
 	return b.String(), args
 }
 
