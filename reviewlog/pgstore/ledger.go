@@ -2,8 +2,10 @@ package pgstore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -26,13 +28,14 @@ const unbounded = "4611686018427387904"
 // primary key (LATERAL: an index range a lane, whatever the table holds),
 // and, where $3, each lane's last seq as a row without a line, so that a
 // lane cut short behind the position asked is seen in the same statement.
-// The bound above seq (unbounded) is never reached; see unbounded.
+// The bound above seq (unbounded) is never reached; see unbounded. The rows
+// come in no order: collectLedger orders them (a sort in the statement cost
+// the database a sort node's start and end at every decision).
 const ledgerSinceSQL = `SELECT h.lane, e.seq, e.line FROM unnest($1::int[], $2::bigint[]) AS h(lane, seq)
 CROSS JOIN LATERAL (SELECT seq, line FROM ledger_entries WHERE lane = h.lane AND seq >= h.seq AND seq < h.seq + ` + unbounded + ` ORDER BY seq) AS e
 UNION ALL
 SELECT h.lane, coalesce((SELECT seq FROM ledger_entries WHERE lane = h.lane ORDER BY seq DESC LIMIT 1), -1), NULL
-FROM unnest($1::int[], $2::bigint[]) AS h(lane, seq) WHERE $3 AND h.seq > 0
-ORDER BY 1, 2`
+FROM unnest($1::int[], $2::bigint[]) AS h(lane, seq) WHERE $3 AND h.seq > 0`
 
 type pgLedger struct {
 	q   querier
@@ -99,6 +102,10 @@ func collectLedger(rows pgx.Rows, from []ledger.Pos, ends bool) ([]ledger.Raw, e
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read the ledger: %w", scrub(err))
 	}
+	// In lane and seq order, as a lane is replayed.
+	slices.SortFunc(out, func(a, b ledger.Raw) int {
+		return cmp.Or(cmp.Compare(a.Pos.Lane, b.Pos.Lane), cmp.Compare(a.Pos.Seq, b.Pos.Seq))
+	})
 	if ends {
 		for i, s := range seqs {
 			if s > 0 && !seen[i] && last[i]+1 < s {
@@ -214,13 +221,14 @@ ORDER BY 1, 2`
 
 // segmentsSinceSQL reads, for a section's prefetch, every segment's
 // receipts past where its process read it (from the start for a segment it
-// has not read, or whose generation changed).
+// has not read, or whose generation changed), in no order:
+// collectSegmentLinesLast orders them (a sort here cost the database a
+// sort node's start and end at every decision).
 const segmentsSinceSQL = `SELECT g.name, r.off, r.line FROM guard_streams AS g
 LEFT JOIN unnest($1::text[], $2::bigint[], $3::text[]) AS m(stream, off, gen) ON m.stream = g.name
 CROSS JOIN LATERAL (SELECT CASE WHEN m.gen = g.generation THEN m.off ELSE 0 END AS off) AS f
 CROSS JOIN LATERAL (SELECT off, line FROM receipts WHERE stream = g.name AND off >= f.off AND off < f.off + ` + unbounded + ` ORDER BY off) AS r
-WHERE starts_with(g.name, '` + receiptsPrefix + `')
-ORDER BY 1, 2`
+WHERE starts_with(g.name, '` + receiptsPrefix + `')`
 
 func segmentArgs(marks map[string]reviewlog.SegmentMark) []any {
 	var names, gens []string
@@ -234,23 +242,33 @@ func segmentArgs(marks map[string]reviewlog.SegmentMark) []any {
 }
 
 // collectSegmentLinesLast reads the rows of segmentLinesSQL or
-// segmentsSinceSQL: the whole lines, and each stream's last row as read,
-// line break included (rows come in offset order within a stream).
+// segmentsSinceSQL, in any order: the whole lines in stream and offset
+// order, and each stream's last row as read, line break included.
 func collectSegmentLinesLast(rows pgx.Rows) ([]reviewlog.SegmentLine, map[string]row, error) {
 	defer rows.Close()
-	var out []reviewlog.SegmentLine
-	last := map[string]row{}
+	type named struct {
+		name string
+		row
+	}
+	var got []named
 	for rows.Next() {
-		var name string
-		var off int64
-		var line []byte
-		if err := rows.Scan(&name, &off, &line); err != nil {
+		var n named
+		if err := rows.Scan(&n.name, &n.off, &n.line); err != nil {
 			return nil, nil, err
 		}
-		last[name] = row{off: off, line: line}
-		out = append(out, reviewlog.SegmentLine{Segment: strings.TrimPrefix(name, receiptsPrefix), Off: off, Line: bytes.TrimRight(line, "\r\n")})
+		got = append(got, n)
 	}
-	return out, last, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	slices.SortFunc(got, func(a, b named) int { return cmp.Or(strings.Compare(a.name, b.name), cmp.Compare(a.off, b.off)) })
+	out := make([]reviewlog.SegmentLine, 0, len(got))
+	last := map[string]row{}
+	for _, n := range got {
+		last[n.name] = n.row
+		out = append(out, reviewlog.SegmentLine{Segment: strings.TrimPrefix(n.name, receiptsPrefix), Off: n.off, Line: bytes.TrimRight(n.line, "\r\n")})
+	}
+	return out, last, nil
 }
 
 // keepHeads remembers, as a segment's head, each last row read that ends
