@@ -48,47 +48,19 @@ func collectReceipts(rows pgx.Rows) ([]reviewlog.IndexedReceipt, error) {
 	defer rows.Close()
 	var out []reviewlog.IndexedReceipt
 	for rows.Next() {
-		ir, err := scanReceipt(rows)
-		if err != nil {
+		var ir reviewlog.IndexedReceipt
+		var stream string
+		var reserves *string
+		if err := rows.Scan(&stream, &ir.Off, &ir.Line, &ir.ReceiptID, &ir.ActionID, &reserves, &ir.Count); err != nil {
 			return nil, err
+		}
+		ir.Segment = strings.TrimPrefix(stream, receiptsPrefix)
+		if reserves != nil {
+			ir.Reserves = *reserves
 		}
 		out = append(out, ir)
 	}
 	return out, rows.Err()
-}
-
-// scanReceipt reads one row of indexedCols, after the columns lead.
-func scanReceipt(rows pgx.Rows, lead ...any) (reviewlog.IndexedReceipt, error) {
-	var ir reviewlog.IndexedReceipt
-	var stream string
-	var reserves *string
-	if err := rows.Scan(append(lead, &stream, &ir.Off, &ir.Line, &ir.ReceiptID, &ir.ActionID, &reserves, &ir.Count)...); err != nil {
-		return ir, err
-	}
-	ir.Segment = strings.TrimPrefix(stream, receiptsPrefix)
-	if reserves != nil {
-		ir.Reserves = *reserves
-	}
-	return ir, nil
-}
-
-// collectQuestionReceipts reads the rows of questionBothSQL: the
-// question's receipts, then its review actions' receipts.
-func collectQuestionReceipts(rows pgx.Rows) (question, actions []reviewlog.IndexedReceipt, err error) {
-	defer rows.Close()
-	for rows.Next() {
-		var action bool
-		ir, err := scanReceipt(rows, &action)
-		if err != nil {
-			return nil, nil, err
-		}
-		if action {
-			actions = append(actions, ir)
-		} else {
-			question = append(question, ir)
-		}
-	}
-	return question, actions, rows.Err()
 }
 
 func (r *reader) lookup(ctx context.Context, what, sql string, args ...any) ([]reviewlog.IndexedReceipt, error) {
@@ -122,41 +94,29 @@ const actionReceiptsSQL = `SELECT ` + indexedCols + ` FROM (
 	LEFT JOIN receipts r ON r.stream = x.stream AND r.off = x.off
 	ORDER BY x.ts, x.stream, x.off`
 
-// questionActionRows: the receipt rows actionReceiptsSQL gives for each
-// review action questionRows ($1 agent, $2 paramsHash) finds.
-const questionActionRows = `
+// questionActionReceiptsSQL: what actionReceiptsSQL gives for each review
+// action questionReceiptsSQL ($1 agent, $2 paramsHash) finds, in one
+// statement: a decision prefetches them with its locks.
+const questionActionReceiptsSQL = `SELECT ` + indexedCols + ` FROM (
 		SELECT DISTINCT ON (x.action_id, k.service, k.agent, k.verdict, k.rule, k.stream, k.off) x.*
 		FROM receipt_rows x, ` + actionKey + `
 		WHERE starts_with(x.action_id, 'review:') AND x.action_id IN (
 			SELECT q.action_id FROM receipt_rows q
 			WHERE q.principal = 'SERVICE' AND q.verdict = 'DEFERRED' AND starts_with(q.action_id, 'review:') AND q.agent_id = $1 AND q.params_hash = $2)
-		ORDER BY x.action_id, k.service, k.agent, k.verdict, k.rule, k.stream, k.off, x.ts, x.stream, x.off`
-
-// questionBothSQL is what questionReceiptsSQL gives (action false), then
-// the receipts of each review action among them (action true), each in
-// its statement's order: a decision prefetches both with its locks, in
-// one statement (two cost the database two executors' start and end).
-const questionBothSQL = `SELECT action, stream, off, line, receipt_id, action_id, reserves, rcount FROM (
-	SELECT false AS action, ` + indexedCols + `, x.ts FROM (` + questionRows + `) AS x
+		ORDER BY x.action_id, k.service, k.agent, k.verdict, k.rule, k.stream, k.off, x.ts, x.stream, x.off) AS x
 	LEFT JOIN receipts r ON r.stream = x.stream AND r.off = x.off
-	UNION ALL
-	SELECT true, ` + indexedCols + `, x.ts FROM (` + questionActionRows + `) AS x
-	LEFT JOIN receipts r ON r.stream = x.stream AND r.off = x.off) AS u
-	ORDER BY action, ts, stream, off`
+	ORDER BY x.ts, x.stream, x.off`
 
 func (r *reader) ActionReceipts(ctx context.Context, action string) ([]reviewlog.IndexedReceipt, error) {
 	return r.lookup(ctx, "the receipts of "+action, actionReceiptsSQL, action)
 }
 
-// questionRows: the first service DEFERRED receipt row of each review
+// questionReceiptsSQL: the first service DEFERRED receipt of each review
 // given to agent $1 for paramsHash $2.
-const questionRows = `
+const questionReceiptsSQL = `SELECT ` + indexedCols + ` FROM (
 		SELECT DISTINCT ON (x.action_id) x.* FROM receipt_rows x
 		WHERE x.principal = 'SERVICE' AND x.verdict = 'DEFERRED' AND starts_with(x.action_id, 'review:') AND x.agent_id = $1 AND x.params_hash = $2
-		ORDER BY x.action_id, x.ts, x.stream, x.off`
-
-// questionReceiptsSQL: the receipts of questionRows.
-const questionReceiptsSQL = `SELECT ` + indexedCols + ` FROM (` + questionRows + `) AS x
+		ORDER BY x.action_id, x.ts, x.stream, x.off) AS x
 	LEFT JOIN receipts r ON r.stream = x.stream AND r.off = x.off
 	ORDER BY x.ts, x.stream, x.off`
 

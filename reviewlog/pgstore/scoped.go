@@ -101,11 +101,19 @@ func (s *Store) LockedScopes(ctx context.Context, wait time.Duration, scopes []r
 		})
 		if pre.Caller != "" {
 			w.preQuestion = &prefetchedQuestion{agent: pre.Caller, paramsHash: pre.ParamsHash}
-			// And, in the same statement, the receipts of each of those
-			// reviews, which a question asked again reads to resolve them.
-			b.Queue(questionBothSQL, pre.Caller, pre.ParamsHash).Query(func(rows pgx.Rows) error {
-				var err error
-				w.preQuestion.rows, w.preQuestion.actions, err = collectQuestionReceipts(rows)
+			b.Queue(questionReceiptsSQL, pre.Caller, pre.ParamsHash).Query(func(rows pgx.Rows) error {
+				got, err := collectReceipts(rows)
+				w.preQuestion.rows = got
+				return err
+			})
+			// And the receipts of each of those reviews, which a question
+			// asked again reads to resolve them. A statement of its own:
+			// the two as one (a UNION ALL) cost the database more to
+			// execute than the two cost it apart (EXPLAIN ANALYZE: 0.11–0.13
+			// ms against 0.06–0.07 ms).
+			b.Queue(questionActionReceiptsSQL, pre.Caller, pre.ParamsHash).Query(func(rows pgx.Rows) error {
+				got, err := collectReceipts(rows)
+				w.preQuestion.actions = got
 				return err
 			})
 		}
