@@ -192,8 +192,10 @@ func (a *Authorizer) Authorize(ctx context.Context, caller string, req Request) 
 	// At debug level the time of each step is logged, so that where a
 	// payment's time goes can be read from a running server.
 	clock := steptime.Start(ctx, a.cfg.Logger)
+	// signer is the time the signing took, inside decide.
+	var signer time.Duration
 	defer func() {
-		clock.Log(ctx, a.cfg.Logger, "authorize_payment steps", "decision", res.Decision, "failed", err != nil)
+		clock.Log(ctx, a.cfg.Logger, "authorize_payment steps", "signer", signer, "decision", res.Decision, "failed", err != nil)
 	}()
 	// The Trace's settlements are bound first: what they settle is
 	// recorded before this decision reads the Trace. A Trace that cannot
@@ -227,46 +229,64 @@ func (a *Authorizer) Authorize(ctx context.Context, caller string, req Request) 
 	maxSeconds := int64(a.cfg.Engine.Policy().MaxAuthorizationSeconds)
 	asked := a.cfg.Now()
 	before := x402.ValidBeforeFor(choice, asked, maxSeconds)
+	offerRaw, seal, err := offerSeal(offer, ev.Signer)
+	if err != nil {
+		return Result{}, fmt.Errorf("the seller's offer cannot be recorded: %w", err)
+	}
+	// The authorization is signed inside the engine's section that allows
+	// it, and recorded there with the allow (engine.AuthorizationTerms.Sign):
+	// the engine decides; this only signs what it allowed.
+	var (
+		pay   x402.Payment
+		terms x402.Terms
+	)
+	sign := func(ctx context.Context, s engine.Signing) (reviewlog.Authorized, [32]byte, error) {
+		began := time.Now()
+		defer func() { signer = time.Since(began) }()
+		t, err := x402.TermsUntil(choice, a.cfg.Signer.Address(), s.DecisionReceipt, asked, before)
+		if err != nil {
+			return reviewlog.Authorized{}, [32]byte{}, fmt.Errorf("authorization terms: %w", err)
+		}
+		sig, err := x402.Sign(ctx, a.cfg.Signer, t)
+		if err != nil {
+			return reviewlog.Authorized{}, [32]byte{}, err
+		}
+		p, err := x402.BuildPayment(pr, choice, t, sig)
+		if err != nil {
+			return reviewlog.Authorized{}, [32]byte{}, err
+		}
+		pay, terms = p, t
+		au := t.Authorization.JSON()
+		return reviewlog.Authorized{
+			DecisionReceipt: s.DecisionReceipt, ReviewID: s.ReviewID, Network: choice.Network, Token: choice.Token.Hex(),
+			Name: t.Domain.Name, Version: t.Domain.Version, From: au.From, To: au.To, Value: au.Value,
+			ValidAfter: au.ValidAfter, ValidBefore: au.ValidBefore, Nonce: au.Nonce,
+			Signature: "0x" + hex.EncodeToString(sig[:]), Digest: "0x" + hex.EncodeToString(t.Digest[:]), Resource: resource,
+			Offer: offerRaw, OfferSigner: ev.Signer, OfferSeal: seal,
+		}, t.Digest, nil
+	}
 	ans, err := a.cfg.Engine.AuthorizeTerms(ctx, caller, rd.Question, engine.AuthorizationTerms{Payer: a.cfg.Signer.Address().Lower(), ValidBefore: time.Unix(before, 0),
-		Nonce: func(receiptID string) string { n := x402.NonceFor(receiptID); return "0x" + hex.EncodeToString(n[:]) }})
+		Nonce: func(receiptID string) string { n := x402.NonceFor(receiptID); return "0x" + hex.EncodeToString(n[:]) },
+		Sign:  sign})
 	if err != nil {
 		return Result{}, err
 	}
+	// decide: the engine's section, with the signature and the
+	// authorization's records when it allowed.
 	clock.Step("decide")
 	res = Result{Decision: ans.Decision, Reasons: ans.Reasons, ReceiptID: ans.ReceiptID, ReviewID: ans.ReviewID, ReviewURL: ans.ReviewURL, Reservation: ans.Reservation,
 		Accepted: rd.Accepted, Offer: offer}
 	if ans.Decision != guard.Allow {
 		return res, nil
 	}
-	terms, err := x402.TermsUntil(choice, a.cfg.Signer.Address(), ans.ReceiptID, asked, before)
-	if err != nil {
-		return Result{}, fmt.Errorf("authorization terms: %w", err)
+	rec := ans.Authorization
+	if rec == nil || rec.DecisionReceipt != ans.ReceiptID || rec.Nonce != strings.ToLower(terms.Authorization.JSON().Nonce) {
+		// Never expected: an allow the engine gave without the
+		// authorization signed in its section.
+		return Result{}, &engine.NotRecordedError{Message: fmt.Sprintf("the payment was allowed (receipt %s) but its authorization was not recorded with it, so none is given (fail closed)", ans.ReceiptID),
+			Err: errors.New("payment: an allow without its recorded authorization")}
 	}
-	sig, err := x402.Sign(ctx, a.cfg.Signer, terms)
-	if err != nil {
-		return Result{}, &engine.NotRecordedError{Message: fmt.Sprintf("the payment was allowed (receipt %s) but the payer signer did not sign it, so no authorization is given (fail closed); the operator's log says why", ans.ReceiptID), Err: err}
-	}
-	pay, err := x402.BuildPayment(pr, choice, terms, sig)
-	if err != nil {
-		return Result{}, err
-	}
-	clock.Step("sign")
 	au := terms.Authorization.JSON()
-	offerRaw, seal, err := offerSeal(offer, ev.Signer)
-	if err != nil {
-		return Result{}, fmt.Errorf("the seller's offer cannot be recorded: %w", err)
-	}
-	rec, err := a.cfg.Engine.RecordAuthorization(ctx, caller, reviewlog.Authorized{
-		DecisionReceipt: ans.ReceiptID, ReviewID: ans.ReviewID, Network: choice.Network, Token: choice.Token.Hex(),
-		Name: terms.Domain.Name, Version: terms.Domain.Version, From: au.From, To: au.To, Value: au.Value,
-		ValidAfter: au.ValidAfter, ValidBefore: au.ValidBefore, Nonce: au.Nonce,
-		Signature: "0x" + hex.EncodeToString(sig[:]), Digest: "0x" + hex.EncodeToString(terms.Digest[:]), Resource: resource,
-		Offer: offerRaw, OfferSigner: ev.Signer, OfferSeal: seal,
-	}, terms.Digest)
-	if err != nil {
-		return Result{}, err
-	}
-	clock.Step("record")
 	res.Payment = &pay
 	res.Authorization = &Signed{Payer: au.From, PayTo: au.To, Value: au.Value, ValidAfter: terms.Authorization.ValidAfter.Int64(),
 		ValidBefore: terms.Authorization.ValidBefore.Int64(), Nonce: au.Nonce, ReceiptID: rec.Receipt}

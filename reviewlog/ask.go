@@ -45,6 +45,12 @@ type AskRequest struct {
 	// Reserve gives the reservation recorded with an answer whose plan
 	// says Reserve, in the same commit; it runs after the hook.
 	Reserve func(tx Tx) (*Reservation, error)
+	// Authorized, when set, gives the signed authorization the hook
+	// committed (nil: none), after the hook and Reserve: it is appended as
+	// the caller's authorized record with the answer's records, in the
+	// same commit, so that the authorization is recorded in the section
+	// that allowed it (see RecordAuthorization for one recorded alone).
+	Authorized func() *Authorized
 	// DryRun: decide and run the hook, but append nothing (the hook must
 	// write nothing either).
 	DryRun bool
@@ -190,6 +196,14 @@ func (l *Log) Ask(ctx context.Context, req AskRequest, decide func(v *AskView) (
 			}
 			if res != nil {
 				recs = append(recs, reservationRecord(at, res))
+			}
+		}
+		if req.Authorized != nil {
+			if a := req.Authorized(); a != nil {
+				if err := checkAuthorized(a); err != nil {
+					return nil, fmt.Errorf("%w: %w", ErrBadInput, err)
+				}
+				recs = append(recs, record{Type: typeAuthorized, At: formatTime(at), Caller: req.Caller, Authorization: a})
 			}
 		}
 		return recs, nil

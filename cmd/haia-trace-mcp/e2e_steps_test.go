@@ -75,7 +75,12 @@ func TestStdioAuthorizePaymentLogsItsSteps(t *testing.T) {
 			if len(lines) != 1 || lines[0]["decision"] != "allow" || lines[0]["failed"] != false {
 				t.Fatalf("want one step line of the allow: %v\n%s", lines, stderr)
 			}
-			checkSteps(t, lines[0], "settle_trace", "read_402", "decide", "sign", "record")
+			// The authorization is signed and recorded inside decide, in
+			// the section that allowed it; signer is the signing's share.
+			checkSteps(t, lines[0], "settle_trace", "read_402", "decide")
+			if d, ok := lines[0]["signer"].(float64); !ok || d <= 0 || d > lines[0]["decide"].(float64) {
+				t.Fatalf("the signer's time is not within decide: %v", lines[0])
+			}
 		})
 	}
 }

@@ -53,6 +53,10 @@ type AskRequest struct {
 	// would now be answered without review; a moot review does not count
 	// towards MaxPending.
 	Moot func(r reviewlog.Review) bool
+	// Authorized, when set, gives the signed authorization the hook
+	// committed, recorded in the same commit (see
+	// reviewlog.AskRequest.Authorized).
+	Authorized func() *reviewlog.Authorized
 	// DryRun: decide and run the hook, but append nothing (the hook must
 	// write nothing either).
 	DryRun bool
@@ -72,7 +76,8 @@ type AskRequest struct {
 // review into an allow.
 func Ask(ctx context.Context, log *reviewlog.Log, req AskRequest, hook func(tx reviewlog.Tx, out reviewlog.AskOutcome) error) (reviewlog.AskOutcome, error) {
 	rec := reviewlog.AskRequest{Caller: req.Caller, Question: req.Question, ParamsHash: req.ParamsHash,
-		Tenant: req.Tenant, Resource: req.Resource, AmountAtomic: req.AmountAtomic, Approvals: req.Approvals, DryRun: req.DryRun, Totals: req.Totals, Prefetch: req.Prefetch}
+		Tenant: req.Tenant, Resource: req.Resource, AmountAtomic: req.AmountAtomic, Approvals: req.Approvals, DryRun: req.DryRun, Totals: req.Totals, Prefetch: req.Prefetch,
+		Authorized: req.Authorized}
 	return log.Ask(ctx, rec, func(v *reviewlog.AskView) (reviewlog.AskPlan, error) { return settle(v, req) }, hook)
 }
 

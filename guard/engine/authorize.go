@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"time"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog"
 	"github.com/haia-trace-mcp/haia-trace-mcp/reviewlog/noa"
@@ -66,6 +67,44 @@ func AuthorizationParamsHash(digest [32]byte) string {
 	return "sha256:" + hex.EncodeToString(h[:])
 }
 
+// Signing is what an allow's authorization is signed for, inside the
+// section that allowed it (AuthorizationTerms.Sign).
+type Signing struct {
+	// DecisionReceipt is the allow's receipt, which the nonce derives from.
+	DecisionReceipt string
+	// ReviewID is the review whose approval the allow uses ("" none).
+	ReviewID string
+}
+
+// SignFunc signs the authorization an allow commits and gives its record
+// (its Receipt left for the engine to fill) and its EIP-712 digest. It runs
+// holding the allow's locks and must not block for long: the x402 signer
+// answers in a fraction of a millisecond.
+type SignFunc func(ctx context.Context, s Signing) (reviewlog.Authorized, [32]byte, error)
+
+// signFailed is a SignFunc's failure, told apart from the store's.
+type signFailed struct{ err error }
+
+func (e *signFailed) Error() string { return "sign the authorization: " + e.err.Error() }
+func (e *signFailed) Unwrap() error { return e.err }
+
+// authorizationDraft is the receipt of a signed authorization: action
+// x402.authorization.signed, its EIP-712 digest's hash as paramsHash (the
+// sealed one with an offer seal), the nonce as action id.
+func authorizationDraft(caller string, a reviewlog.Authorized, digest [32]byte, ts time.Time) noa.Draft {
+	rule := RuleAuthorizationSigned
+	if a.OfferSeal != nil {
+		rule = RuleAuthorizationOfferSealed
+	}
+	return noa.Draft{
+		TS:    ts,
+		Agent: noa.Agent{ID: caller, Principal: noa.PrincipalService},
+		Action: noa.Action{ID: "x402-authorization:" + a.Nonce, Canonical: reviewlog.CanonicalAuthorizationSigned,
+			RiskClass: "IRREVERSIBLE", ParamsHash: AuthorizationReceiptParamsHash(digest, a), Reversible: false},
+		Governance: noa.Governance{Mode: governanceMode, Verdict: noa.VerdictAllowed, RuleID: &rule},
+	}
+}
+
 // RecordAuthorization signs a receipt for an authorization into the
 // decision chain (action x402.authorization.signed, its EIP-712 digest's
 // hash as paramsHash, the nonce as action id) and appends the
@@ -77,19 +116,8 @@ func (e *Engine) RecordAuthorization(ctx context.Context, caller string, a revie
 	if caller == "" {
 		return reviewlog.Authorized{}, errors.New("engine: no caller identity")
 	}
-	rule := RuleAuthorizationSigned
-	if a.OfferSeal != nil {
-		rule = RuleAuthorizationOfferSealed
-	}
-	params := AuthorizationReceiptParamsHash(digest, a)
 	out, err := e.cfg.Log.RecordAuthorization(ctx, caller, a, func(tx reviewlog.Tx) (string, error) {
-		r, err := e.cfg.Chains.Append(ctx, tx.Store, noa.Draft{
-			TS:    e.cfg.Now(),
-			Agent: noa.Agent{ID: caller, Principal: noa.PrincipalService},
-			Action: noa.Action{ID: "x402-authorization:" + a.Nonce, Canonical: reviewlog.CanonicalAuthorizationSigned,
-				RiskClass: "IRREVERSIBLE", ParamsHash: params, Reversible: false},
-			Governance: noa.Governance{Mode: governanceMode, Verdict: noa.VerdictAllowed, RuleID: &rule},
-		})
+		r, err := e.cfg.Chains.Append(ctx, tx.Store, authorizationDraft(caller, a, digest, e.cfg.Now()))
 		if err != nil {
 			return "", err
 		}

@@ -185,6 +185,9 @@ type Answer struct {
 	ParamsHash string `json:"-"`
 	// Reservation is what an allow reserved (nil for review and block).
 	Reservation *ReservationInfo `json:"reservation,omitempty"`
+	// Authorization is the authorization signed and recorded with the
+	// allow (AuthorizationTerms.Sign), its Receipt set; nil otherwise.
+	Authorization *reviewlog.Authorized `json:"-"`
 	// DryRun: the answer is what the guard would say; nothing was
 	// recorded, reserved, opened or used.
 	DryRun bool `json:"dry_run,omitempty"`
@@ -331,7 +334,14 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 		wrote reviewlog.Appended
 		// under is the mandate the answer allows under (nil: none).
 		under *mandateUse
+		// signed is the authorization signed and recorded in the allow's
+		// section (AuthorizationTerms.Sign).
+		signed *reviewlog.Authorized
 	)
+	var sign SignFunc
+	if opts.Hold && opts.Authorization != nil && !opts.DryRun {
+		sign = opts.Authorization.Sign
+	}
 	kind := ledger.KindHold
 	switch {
 	case opts.Hold:
@@ -373,7 +383,8 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 		Prefetch: func() *reviewlog.Prefetch {
 			return &reviewlog.Prefetch{Ledger: e.book.Heads(), Segments: e.tail.Marks(), Caller: caller, ParamsHash: paramsHash}
 		},
-		Moot: func(r reviewlog.Review) bool { return e.moot(r, judged, now) },
+		Moot:       func(r reviewlog.Review) bool { return e.moot(r, judged, now) },
+		Authorized: func() *reviewlog.Authorized { return signed },
 	}, func(tx reviewlog.Tx, out reviewlog.AskOutcome) error {
 		if out.Kind == reviewlog.AskOpened && !opts.DryRun {
 			// The server signs the review's terms first: the human decides
@@ -403,7 +414,11 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 		if opts.DryRun {
 			return nil
 		}
-		own, wrote = nil, reviewlog.Appended{}
+		own, wrote, signed = nil, reviewlog.Appended{}, nil
+		var (
+			signing    *reviewlog.Authorized
+			signDigest [32]byte
+		)
 		if a.Decision == guard.Allow {
 			// The commitment reaches the ledger before its receipt the
 			// chain: a receipt never stands without its entry.
@@ -428,6 +443,17 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 			}
 			own = &raw
 			ans.Reservation = e.entryInfo(en)
+			if sign != nil {
+				// Signed while the entry syncs, before any receipt is
+				// written: a signer that fails leaves only the entry,
+				// which the failed section takes back.
+				au, digest, err := sign(ctx, Signing{DecisionReceipt: id, ReviewID: a.ReviewID})
+				if err != nil {
+					return &signFailed{err: err}
+				}
+				au.DecisionReceipt, au.ReviewID = id, a.ReviewID
+				signing, signDigest = &au, digest
+			}
 		}
 		r, at, err := e.cfg.Chains.AppendAt(ctx, tx.Store, d)
 		if err != nil {
@@ -439,14 +465,31 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 		if err := e.keepQuestion(ctx, tx.Store, r, questionKind(opts, call), caller, req, q, call); err != nil {
 			return err
 		}
+		if signing != nil {
+			// The authorization's receipt follows the decision's in its
+			// chain (one sync covers both where the store syncs), and its
+			// log line follows both; the section ends only once all are on
+			// disk, so the signature leaves with its records durable.
+			ar, err := e.cfg.Chains.Append(ctx, tx.Store, authorizationDraft(caller, *signing, signDigest, tx.At))
+			if err != nil {
+				return err
+			}
+			signing.Receipt = ar.ID
+			signed = signing
+		}
 		ans.ReceiptID = r.ID
 		ans.ActionID = d.Action.ID
 		ans.ParamsHash = paramsHash
 		return nil
 	})
+	if sf := (*signFailed)(nil); errors.As(err, &sf) {
+		e.cfg.Logger.Error("the payer signer did not sign an allowed payment; nothing was recorded", "err", sf.err, "caller", caller)
+		return Answer{}, &NotRecordedError{Message: "the payment would be allowed, but the payer signer did not sign it, so nothing was recorded, reserved or signed (fail closed); the operator's log says why", Err: sf.err}
+	}
 	if err != nil {
 		return Answer{}, e.notRecorded("record the "+dec.Decision+" decision", err)
 	}
+	ans.Authorization = signed
 	if own != nil {
 		e.committed(*own)
 	}
@@ -475,6 +518,9 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 		e.cfg.Notify(rv)
 	}
 	e.cfg.Logger.Info("check_before_pay", "decision", ans.Decision, "outcome", out.Kind, "review_id", ans.ReviewID, "receipt_id", ans.ReceiptID, "caller", caller)
+	if au := ans.Authorization; au != nil {
+		e.cfg.Logger.Info("authorize_payment", "decision_receipt", au.DecisionReceipt, "receipt_id", au.Receipt, "nonce", au.Nonce, "to", au.To, "value", au.Value, "caller", caller)
+	}
 	return ans, nil
 }
 

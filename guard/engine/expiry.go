@@ -71,6 +71,15 @@ type AuthorizationTerms struct {
 	ValidBefore time.Time
 	// Nonce derives the nonce (0x and 64 hex digits) from the receipt id.
 	Nonce func(receiptID string) string
+	// Sign, when set, signs the authorization of an allow inside the
+	// locked section that allowed it, once the allow's ledger entry is on
+	// disk and its decision receipt written: the authorization's receipt
+	// and its review log line are then written in that same section and
+	// commit with the allow (Answer.Authorization), so that the signature
+	// is never given before they are durable and no second section is
+	// needed. When Sign fails, the section fails: nothing is recorded,
+	// reserved or signed.
+	Sign SignFunc
 }
 
 // expiryState is what this process remembers between decisions: when each
