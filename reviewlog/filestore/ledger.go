@@ -232,6 +232,9 @@ func (l *fileLedger) Append(ctx context.Context, at ledger.Pos, lines [][]byte) 
 		_ = f.Truncate(at.Off)
 		return fmt.Errorf("append to the ledger %s: %w", l.w.Locate(LedgerFile), err)
 	}
+	if at.Lane == 0 {
+		l.w.ledgerTop = at.Off + int64(len(buf))
+	}
 	owned = true
 	l.w.startSync(LedgerLaneFile(at.Lane), f, at.Off, true, shared)
 	return nil

@@ -280,8 +280,11 @@ type fileWriter struct {
 	segs   []reviewlog.StreamInfo
 	listed bool
 	// ledgerEnd is where the ledger ended before this section appended
-	// to it (-1: it did not).
+	// to it (-1: it did not), or, once a receipt followed its entries,
+	// where they end: a failed section cuts the ledger back to it.
 	ledgerEnd int64
+	// ledgerTop is where the section's last entries end.
+	ledgerTop int64
 	// pending are the files this section appended to whose sync waits
 	// for the section's end, or for the next write that must reach the
 	// disk after them (see deferSync).
@@ -662,6 +665,12 @@ func (w *fileWriter) AppendSegment(ctx context.Context, file string, end int64, 
 	if _, err := f.WriteAt(data, end); err != nil {
 		_ = f.Truncate(end)
 		return fmt.Errorf("append: %w", err)
+	}
+	if w.ledgerEnd >= 0 {
+		// The entries before this receipt stand for it (their syncs are
+		// done): should the section fail now, they stay with it, counted,
+		// rather than leave a signed receipt without its entry.
+		w.ledgerEnd = w.ledgerTop
 	}
 	if reviewlog.IsBulk(ctx) || w.syncing(name) {
 		// A copy's receipts, or a chain's second receipt of the

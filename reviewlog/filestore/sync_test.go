@@ -66,6 +66,8 @@ func TestSectionSyncOrder(t *testing.T) {
 			[][]string{{seg}, {LedgerFile}}},
 		{"a review opened: the terms receipt, the log line, then the decision's receipt, then its question", []step{receipt, logLine, receipt, question},
 			[][]string{{seg}, {reviewlog.FileName}, {seg}, {reviewlog.QuestionsFile}}},
+		{"an authorization: the entry, then the decision's and the authorization's receipts together, then the log line, then its question", []step{entry, receipt, question, receipt, logLine},
+			[][]string{{LedgerFile}, {seg, seg}, {reviewlog.FileName}, {reviewlog.QuestionsFile}}},
 		{"a plain decision: its receipt at the section's end, its question after", []step{receipt, question},
 			[][]string{{seg}, {reviewlog.QuestionsFile}}},
 	} {
@@ -168,6 +170,57 @@ func TestFailedSectionKeepsItsReceipts(t *testing.T) {
 	data, err := os.ReadFile(sg.path + "/" + reviewlog.ReceiptsDir + "/" + file)
 	if err != nil || string(data) != "{\"receipt\":1}\n" {
 		t.Fatalf("%q %v", data, err)
+	}
+}
+
+// TestFailedSectionKeepsTheEntriesItsReceiptsStandFor: a section that
+// fails after a receipt followed its ledger entry (an authorization whose
+// signed record could not be appended after its allow) keeps that entry with
+// the receipt, counted, and cuts off only the entries written after the last
+// receipt: a signed receipt never stands without its entry, so no failure
+// leaves a finding that answers every question review.
+func TestFailedSectionKeepsTheEntriesItsReceiptsStandFor(t *testing.T) {
+	entryA, entryB := []byte(`{"entry":"a"}`), []byte(`{"entry":"b"}`)
+	file := reviewlog.SegmentFile("decisions-haia-0123456789abcdef", 0)
+	for _, tc := range []struct {
+		name       string
+		after      bool // entry b after the receipt
+		wantLedger string
+	}{
+		{"entry, receipt, failure", false, string(entryA) + "\n"},
+		{"entry, receipt, entry, failure", true, string(entryA) + "\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sg := newSegGuard(t)
+			s := New(sg.root)
+			boom := errors.New("boom")
+			err := s.Locked(context.Background(), time.Second, func(w reviewlog.Writer) error {
+				ctx := context.Background()
+				if err := w.LedgerAppender().Append(ctx, ledger.Pos{Lane: 0, Off: 0}, [][]byte{entryA}); err != nil {
+					t.Fatal(err)
+				}
+				if err := w.AppendSegment(ctx, file, 0, []byte("{\"receipt\":1}\n")); err != nil {
+					t.Fatal(err)
+				}
+				if tc.after {
+					if err := w.LedgerAppender().Append(ctx, ledger.Pos{Lane: 0, Off: int64(len(entryA) + 1)}, [][]byte{entryB}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				return boom
+			})
+			if !errors.Is(err, boom) {
+				t.Fatal(err)
+			}
+			data, err := os.ReadFile(sg.path + "/" + LedgerFile)
+			if err != nil || string(data) != tc.wantLedger {
+				t.Fatalf("ledger %q %v, want %q", data, err, tc.wantLedger)
+			}
+			rc, err := os.ReadFile(sg.path + "/" + reviewlog.ReceiptsDir + "/" + file)
+			if err != nil || string(rc) != "{\"receipt\":1}\n" {
+				t.Fatalf("receipts %q %v", rc, err)
+			}
+		})
 	}
 }
 
