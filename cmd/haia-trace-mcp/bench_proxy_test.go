@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,7 +51,13 @@ func BenchmarkProxyLatency(b *testing.B) {
 		return cs
 	}
 	direct := connect(exec.Command(bin))
-	pcmd := e.command(nil)
+	var pcmd *exec.Cmd
+	if benchSteps() {
+		pcmd = e.command(nil, "--log-level", "debug")
+		defer func() { reportSteps(e.stderr.String(), "paying call steps") }()
+	} else {
+		pcmd = e.command(nil)
+	}
 	proxied := connect(pcmd)
 	pay := json.RawMessage(`{"to":"` + sellerA + `","amount":"0.01"}`)
 	echo := json.RawMessage(`{"text":"x"}`)
@@ -101,6 +109,44 @@ func reportWindows(b *testing.B, name string, ds []time.Duration) {
 	b.ReportMetric(ms(first), name+"-first-p50-ms")
 	b.ReportMetric(ms(last), name+"-last-p50-ms")
 	fmt.Fprintf(os.Stderr, "%-17s first %d p50=%.2fms, last %d (after %d) p50=%.2fms\n", name, benchWindow, ms(first), benchWindow, len(ds)-benchWindow, ms(last))
+}
+
+// benchSteps says whether HAIA_BENCH_STEPS asks the paying benchmarks to
+// run the binary at --log-level debug and report where the time of the
+// last benchWindow calls went (reportSteps).
+func benchSteps() bool { return os.Getenv("HAIA_BENCH_STEPS") != "" }
+
+// reportSteps prints the p50 of each step (every number of a step line,
+// in ms) over the last benchWindow lines of stderr whose msg is msg.
+func reportSteps(stderr, msg string) {
+	var lines []map[string]any
+	sc := bufio.NewScanner(strings.NewReader(stderr))
+	sc.Buffer(make([]byte, 0, 1<<16), 1<<20)
+	for sc.Scan() {
+		var line map[string]any
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line["msg"] == msg {
+			lines = append(lines, line)
+		}
+	}
+	if len(lines) > benchWindow {
+		lines = lines[len(lines)-benchWindow:]
+	}
+	steps := map[string][]time.Duration{}
+	for _, l := range lines {
+		for k, v := range l {
+			if f, ok := v.(float64); ok {
+				steps[k] = append(steps[k], time.Duration(f))
+			}
+		}
+	}
+	names := make([]string, 0, len(steps))
+	for k := range steps {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		fmt.Fprintf(os.Stderr, "%s, last %d: %s p50=%.3fms\n", msg, len(lines), k, ms(percentile(steps[k], 50)))
+	}
 }
 
 func percentile(ds []time.Duration, q int) time.Duration {

@@ -420,7 +420,16 @@ func BenchmarkAuthorizePaymentStdio(b *testing.B) {
 	if err := os.WriteFile(payerKey, []byte(e2ePayerKey), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	cmd := exec.Command(binPath, "--dir", root, "--key-file", filepath.Join(b.TempDir(), "k.pem"), "--payer-key", payerKey, "--log-level", "warn")
+	level := "warn"
+	var stderr *lockedBuffer
+	if benchSteps() {
+		level, stderr = "debug", &lockedBuffer{}
+		defer func() { reportSteps(stderr.String(), "authorize_payment steps") }()
+	}
+	cmd := exec.Command(binPath, "--dir", root, "--key-file", filepath.Join(b.TempDir(), "k.pem"), "--payer-key", payerKey, "--log-level", level)
+	if stderr != nil {
+		cmd.Stderr = stderr
+	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil)
 	ctx := context.Background()
 	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
