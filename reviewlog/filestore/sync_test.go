@@ -101,9 +101,24 @@ func TestSectionSyncOrder(t *testing.T) {
 				}
 				return nil
 			})
+			mu.Lock()
+			atReturn := len(got)
+			mu.Unlock()
 			close(returned)
 			if err != nil {
 				t.Fatal(err)
+			}
+			// Whatever commits the answer (every group but the question's)
+			// is on disk before the section returns: an authorization's
+			// receipt and log line before its signature is given.
+			committing := 0
+			for _, g := range tc.want {
+				if !slices.Contains(g, reviewlog.QuestionsFile) {
+					committing += len(g)
+				}
+			}
+			if atReturn < committing {
+				t.Fatalf("the section returned with %d of its %d committing syncs done: %v", atReturn, committing, got[:atReturn])
 			}
 			total := 0
 			for _, g := range tc.want {
