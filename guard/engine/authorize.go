@@ -112,6 +112,9 @@ func authorizationDraft(caller string, a reviewlog.Authorized, digest [32]byte, 
 // carries an offer seal, the receipt seals it too (rule
 // RuleAuthorizationOfferSealed, paramsHash AuthorizationSealedParamsHash). Until it
 // returns without error, the signature must not be given to anyone.
+// authorize_payment does not use it: its authorization is recorded in the
+// section of the allow it pays (AuthorizationTerms.Sign), the same receipt
+// and line without a second section.
 func (e *Engine) RecordAuthorization(ctx context.Context, caller string, a reviewlog.Authorized, digest [32]byte) (reviewlog.Authorized, error) {
 	if caller == "" {
 		return reviewlog.Authorized{}, errors.New("engine: no caller identity")
