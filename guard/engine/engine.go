@@ -484,7 +484,7 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 	})
 	if sf := (*signFailed)(nil); errors.As(err, &sf) {
 		e.cfg.Logger.Error("the payer signer did not sign an allowed payment; nothing was recorded", "err", sf.err, "caller", caller)
-		return Answer{}, &NotRecordedError{Message: "the payment would be allowed, but the payer signer did not sign it, so nothing was recorded, reserved or signed (fail closed); the operator's log says why", Err: sf.err}
+		return Answer{}, &NotRecordedError{Message: "the payment would be allowed, but the payer signer did not sign it, so no authorization is given and nothing was recorded, reserved or signed (fail closed); the operator's log says why", Err: sf.err}
 	}
 	if err != nil {
 		return Answer{}, e.notRecorded("record the "+dec.Decision+" decision", err)
