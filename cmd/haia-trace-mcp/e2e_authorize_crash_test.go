@@ -1,12 +1,10 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -42,14 +40,7 @@ func TestAuthorizeCrashSafety(t *testing.T) {
 	next := func() int { mu.Lock(); defer mu.Unlock(); seller++; return seller }
 	const rounds = 5
 	for round := 0; round < rounds; round++ {
-		cmd := exec.Command(binPath, "--dir", root, "--key-file", key, "--payer-key", payerKey, "--log-level", "error")
-		client := mcp.NewClient(&mcp.Implementation{Name: "crash", Version: "1"}, nil)
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
-		if err != nil {
-			cancel()
-			t.Fatalf("round %d: connect: %v", round, err)
-		}
+		cmd, cs, ctx, cancel := killableSession(t, round, "--dir", root, "--key-file", key, "--payer-key", payerKey, "--log-level", "error")
 		var wg sync.WaitGroup
 		for range 2 {
 			wg.Add(1)

@@ -34,14 +34,7 @@ func TestCrashSafety(t *testing.T) {
 
 	const rounds = 6
 	for round := 0; round < rounds; round++ {
-		cmd := exec.Command(binPath, "--dir", root, "--key-file", key, "--log-level", "error")
-		client := mcp.NewClient(&mcp.Implementation{Name: "crash", Version: "1"}, nil)
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
-		if err != nil {
-			cancel()
-			t.Fatalf("round %d: connect: %v", round, err)
-		}
+		cmd, cs, ctx, cancel := killableSession(t, round, "--dir", root, "--key-file", key, "--log-level", "error")
 		var wg sync.WaitGroup
 		for w := 0; w < 3; w++ {
 			wg.Add(1)
@@ -148,4 +141,21 @@ func TestCrashSafety(t *testing.T) {
 	if len(answeredReviews) == 0 {
 		t.Fatal("no decision was answered at all; the test proved nothing")
 	}
+}
+
+// killableSession starts the real binary with args and connects an MCP
+// session to it through its own process, which the caller kills
+// (SIGKILL) in the middle of its calls: round names the attempt in a
+// failure. The caller cancels ctx and closes cs once the process is gone.
+func killableSession(t *testing.T, round int, args ...string) (*exec.Cmd, *mcp.ClientSession, context.Context, context.CancelFunc) {
+	t.Helper()
+	cmd := exec.Command(binPath, args...)
+	client := mcp.NewClient(&mcp.Implementation{Name: "crash", Version: "1"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		cancel()
+		t.Fatalf("round %d: connect: %v", round, err)
+	}
+	return cmd, cs, ctx, cancel
 }
