@@ -166,7 +166,17 @@ func (p *Proxy) Drain() { p.outcomes.wait() }
 type progressRoute struct {
 	ctx   context.Context
 	token mcp.ProgressToken
+	// stream is the caller's HTTP response (nil over stdio); from is how
+	// many progress notifications it had written when the call began, and
+	// sent how many of this call's the proxy has handed to mcp-go since.
+	stream *server.Stream
+	from   int64
+	sent   atomic.Int64
 }
+
+// progressFlushWait bounds how long a call's result waits for its progress
+// notifications to be written before it (server.Stream says why it waits).
+const progressFlushWait = 250 * time.Millisecond
 
 // New builds a proxy; Attach connects it to its upstream.
 func New(cfg Config) (*Proxy, error) {
@@ -666,8 +676,19 @@ func (p *Proxy) call(ctx context.Context, req mcp.CallToolRequest, name string, 
 		}
 		if m.ProgressToken != nil {
 			tok := "haia-proxy-" + strconv.FormatInt(p.tokens.Add(1), 10)
-			p.progress.Store(tok, progressRoute{ctx: ctx, token: m.ProgressToken})
-			defer p.progress.Delete(tok)
+			route := &progressRoute{ctx: ctx, token: m.ProgressToken, stream: server.StreamFrom(ctx)}
+			if route.stream != nil {
+				route.from = route.stream.Progress()
+			}
+			p.progress.Store(tok, route)
+			defer func() {
+				// The upstream's notifications all came before its result;
+				// the result leaves only once they are out to the caller.
+				if n := route.sent.Load(); route.stream != nil && n > 0 {
+					route.stream.WaitProgress(ctx, route.from+n, progressFlushWait)
+				}
+				p.progress.Delete(tok)
+			}()
 			meta.ProgressToken = tok
 		}
 	}
@@ -819,7 +840,7 @@ func (p *Proxy) onNotification(n mcp.JSONRPCNotification) {
 		if !ok {
 			return
 		}
-		route := v.(progressRoute)
+		route := v.(*progressRoute)
 		params["progressToken"] = route.token
 		if p.cfg.Stdio != nil {
 			if _, err := p.cfg.Stdio.notify(n.Method, params, true); err != nil {
@@ -829,7 +850,9 @@ func (p *Proxy) onNotification(n mcp.JSONRPCNotification) {
 		}
 		if err := srv.SendNotificationToClient(route.ctx, n.Method, params); err != nil {
 			p.cfg.Logger.Debug("progress not passed on", "err", err)
+			return
 		}
+		route.sent.Add(1)
 	case string(mcp.MethodNotificationResourcesListChanged):
 		// The server tells its clients once the list is served again.
 		p.resync(&p.resources, "resources", func(ctx context.Context) error {

@@ -651,6 +651,7 @@ type statusWriter struct {
 	http.ResponseWriter
 	status int
 	bytes  int64
+	stream *Stream
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -666,6 +667,9 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	}
 	n, err := w.ResponseWriter.Write(b)
 	w.bytes += int64(n)
+	if err == nil && n == len(b) {
+		w.stream.wrote(b)
+	}
 	return n, err
 }
 
@@ -688,8 +692,9 @@ func (h *HTTP) observe(next http.Handler) http.Handler {
 		h.metrics.inFlight.Inc()
 		defer h.metrics.inFlight.Dec()
 		note := &reqNote{}
-		sw := &statusWriter{ResponseWriter: w}
-		next.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), reqNoteKey{}, note)))
+		sw := &statusWriter{ResponseWriter: w, stream: &Stream{}}
+		ctx := context.WithValue(context.WithValue(r.Context(), reqNoteKey{}, note), streamKey{}, sw.stream)
+		next.ServeHTTP(sw, r.WithContext(ctx))
 		if sw.status == 0 {
 			sw.status = http.StatusOK
 		}
