@@ -176,6 +176,59 @@ type Op struct {
 	// Reserved: this is no recorded operation but a reservation (an allow
 	// the Trace does not show paid yet), counted as a payment.
 	Reserved bool
+	// times, when set (CacheTimes), are FirstEventAt and LastEventAt
+	// parsed once.
+	times opTimes
+}
+
+// opTimes are an operation's FirstEventAt and LastEventAt as parsed, kept
+// where the operation is made: a history rebuilt while ingest appends to
+// the runs is indexed again for every decision, and parsing every
+// operation's times again was a third of that (docs/performance.md).
+type opTimes struct {
+	first, last     int64 // Unix nanoseconds
+	firstOK, lastOK bool  // the text reads as RFC 3339
+	set             bool
+}
+
+// CacheTimes returns o with its FirstEventAt and LastEventAt parsed once,
+// for whoever keeps operations and hands them to many decisions (the
+// catalog's summaries). Neither time may change afterwards. A time that
+// reads but that Unix nanoseconds cannot hold is left to be parsed when
+// read, as is every time of an operation made without CacheTimes.
+func CacheTimes(o Op) Op {
+	first, firstOK, fine := parseNano(o.FirstEventAt)
+	last, lastOK, fine2 := parseNano(o.LastEventAt)
+	if !fine || !fine2 {
+		o.times = opTimes{}
+		return o
+	}
+	o.times = opTimes{first: first, last: last, firstOK: firstOK, lastOK: lastOK, set: true}
+	return o
+}
+
+// parseNano parses an event time as the guard does (RFC 3339) into Unix
+// nanoseconds; fine is false when it reads but falls outside them.
+func parseNano(s string) (ns int64, ok, fine bool) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return 0, false, true
+	}
+	ns = t.UnixNano()
+	return ns, true, time.Unix(0, ns).Equal(t)
+}
+
+// firstTime is the time of the operation's first event, and whether it
+// reads.
+func (o *Op) firstTime() (time.Time, bool) {
+	if o.times.set {
+		if !o.times.firstOK {
+			return time.Time{}, false
+		}
+		return time.Unix(0, o.times.first).UTC(), true
+	}
+	t, err := time.Parse(time.RFC3339Nano, o.FirstEventAt)
+	return t, err == nil
 }
 
 // UnreadableRun is a run file the caller could not read.
@@ -673,6 +726,12 @@ func (t timedOp) inWindow(from time.Time) (in, ok bool) {
 
 // lastTime is the time of the operation's last event, and whether it reads.
 func (o *Op) lastTime() paidTime {
+	if o.times.set {
+		if !o.times.lastOK {
+			return paidTime{}
+		}
+		return paidTime{at: time.Unix(0, o.times.last).UTC(), ok: true}
+	}
 	t, err := time.Parse(time.RFC3339Nano, o.LastEventAt)
 	return paidTime{at: t, ok: err == nil}
 }

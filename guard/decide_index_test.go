@@ -28,6 +28,15 @@ func TestDecideWithIndexAgreesAtRandom(t *testing.T) {
 		func(o *Op) { o.Money.PayTos = append(o.Money.PayTos, b) },
 		func(o *Op) { o.Money.PayTos = append(o.Money.PayTos, o.Money.PayTos...) },
 		func(o *Op) { o.Money.Resources = []string{"https://api.example.com/x"} },
+		// Times in another zone, that read but that Unix nanoseconds
+		// cannot hold, and a first event's time (CacheTimes reads both).
+		func(o *Op) {
+			if t, err := time.Parse(time.RFC3339Nano, o.LastEventAt); err == nil {
+				o.LastEventAt = t.In(time.FixedZone("X", -5400)).Format(time.RFC3339Nano)
+			}
+		},
+		func(o *Op) { o.LastEventAt = "2400-01-01T00:00:00Z" },
+		func(o *Op) { o.FirstEventAt = o.LastEventAt },
 	}
 	questions := []RawRequest{
 		{Counterparty: addrA, Amount: "0.10", Resource: "https://api.example.com/x"},
@@ -69,6 +78,26 @@ func TestDecideWithIndexAgreesAtRandom(t *testing.T) {
 		extended.Ops = ops
 		extended.ExtendIndex()
 		d, di := Decide(req, plain, cfg, fixedNow), Decide(req, indexed, cfg, fixedNow)
+		// The same operations with their times parsed once beforehand (as
+		// the catalog keeps them) decide the same, indexed or walked.
+		cachedOps := make([]Op, len(ops))
+		for i, o := range ops {
+			cachedOps[i] = CacheTimes(o)
+		}
+		cachedIndexed := History{Ops: cachedOps, Runs: 1, Reserved: reserved}
+		cachedIndexed.BuildIndex()
+		if dc := Decide(req, cachedIndexed, cfg, fixedNow); !reflect.DeepEqual(dc, di) {
+			t.Fatalf("round %d: with times cached:\n%+v\nparsed when read:\n%+v", round, dc, di)
+		}
+		if dc := Decide(req, History{Ops: cachedOps, Runs: 1, Reserved: reserved}, cfg, fixedNow); !reflect.DeepEqual(dc, d) {
+			t.Fatalf("round %d: walked with times cached:\n%+v\nparsed when read:\n%+v", round, dc, d)
+		}
+		for i := range ops {
+			at, ok := Horizon(ops[i])
+			if cat, cok := Horizon(cachedOps[i]); cok != ok || !cat.Equal(at) {
+				t.Fatalf("round %d: Horizon of %+v: %v %v cached, %v %v parsed", round, ops[i], cat, cok, at, ok)
+			}
+		}
 		if de := Decide(req, extended, cfg, fixedNow); !reflect.DeepEqual(de, di) {
 			t.Fatalf("round %d: with the index extended:\n%+v\nbuilt at once:\n%+v", round, de, di)
 		}
@@ -139,5 +168,35 @@ func TestHostAloneCountsOpenElsewhereWithTheIndex(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("no reason names the open operations with other hosts: %+v", di.Reasons)
+	}
+}
+
+// CacheTimes parses an operation's times as reading them later would:
+// the same instant where they read, none where they do not, and nothing
+// cached where Unix nanoseconds cannot hold a time that reads (such a time
+// is parsed when read, as before).
+func TestCacheTimes(t *testing.T) {
+	for _, tc := range []struct {
+		first, last string
+		set         bool
+	}{
+		{"2026-07-25T11:00:00.123456789Z", "2026-07-25T11:00:01Z", true},
+		{"2026-07-25T12:30:00+01:30", "2026-07-25T11:00:00.5-00:00", true},
+		{"", "not a time", true},
+		{"2026-07-25T11:00:00Z", "2400-01-01T00:00:00Z", false},
+		{"1600-01-01T00:00:00Z", "2026-07-25T11:00:00Z", false},
+		{"0001-01-01T00:00:00Z", "", false},
+	} {
+		plain := Op{FirstEventAt: tc.first, LastEventAt: tc.last}
+		c := CacheTimes(plain)
+		if c.times.set != tc.set {
+			t.Errorf("%q %q: cached %v, want %v", tc.first, tc.last, c.times.set, tc.set)
+		}
+		pf, pok := plain.firstTime()
+		cf, cok := c.firstTime()
+		pl, cl := plain.lastTime(), c.lastTime()
+		if pok != cok || !pf.Equal(cf) || pl.ok != cl.ok || !pl.at.Equal(cl.at) {
+			t.Errorf("%q %q: cached first %v %v last %+v; parsed first %v %v last %+v", tc.first, tc.last, cf, cok, cl, pf, pok, pl)
+		}
 	}
 }

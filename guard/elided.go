@@ -110,8 +110,8 @@ func Horizon(o Op) (at time.Time, ok bool) {
 		at = t.at
 	}
 	if o.shows() {
-		t, err := time.Parse(time.RFC3339Nano, o.FirstEventAt)
-		if err != nil {
+		t, ok := o.firstTime()
+		if !ok {
 			return time.Time{}, false
 		}
 		if t.After(at) {

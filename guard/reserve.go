@@ -180,8 +180,7 @@ func (o Op) paidAt() (time.Time, bool) {
 	if !o.shows() {
 		return time.Time{}, false
 	}
-	t, err := time.Parse(time.RFC3339Nano, o.FirstEventAt)
-	return t, err == nil
+	return o.firstTime()
 }
 
 // all is every operation Decide counts: the recorded ones and the

@@ -74,6 +74,8 @@ func TestReserveIndexAgreesWithScan(t *testing.T) {
 			return ""
 		case 2: // another zone, the same instant as a minute of base
 			return base.Add(time.Duration(rng.IntN(20)) * time.Minute).In(time.FixedZone("X", 3600)).Format(time.RFC3339Nano)
+		case 3: // reads, but Unix nanoseconds cannot hold it (CacheTimes leaves it)
+			return "2400-01-01T00:00:00Z"
 		}
 		return base.Add(time.Duration(rng.IntN(20))*time.Minute + time.Duration(rng.IntN(3))*time.Millisecond).Format(time.RFC3339Nano)
 	}
@@ -109,13 +111,21 @@ func TestReserveIndexAgreesWithScan(t *testing.T) {
 		now := base.Add(30 * time.Minute)
 		want := History{Ops: ops}
 		wantShown := reserveByScan(&want, rs, now)
+		// Each way with the operations' times parsed when read, and with
+		// them parsed once beforehand (CacheTimes, as the catalog keeps them).
+		cached := make([]Op, len(ops))
+		for i, o := range ops {
+			cached[i] = CacheTimes(o)
+		}
 		for _, indexed := range []bool{false, true} {
-			h := History{Ops: ops}
-			if indexed {
-				h.BuildIndex()
-			}
-			if shown := h.Reserve(rs, now); shown != wantShown || !slices.EqualFunc(h.Reserved, want.Reserved, func(a, b Op) bool { return a.OperationID == b.OperationID }) {
-				t.Fatalf("round %d, indexed %v: shown %d, reserved %v; the scan shows %d, reserves %v", round, indexed, shown, ids(h.Reserved), wantShown, ids(want.Reserved))
+			for _, hops := range [][]Op{ops, cached} {
+				h := History{Ops: hops}
+				if indexed {
+					h.BuildIndex()
+				}
+				if shown := h.Reserve(rs, now); shown != wantShown || !slices.EqualFunc(h.Reserved, want.Reserved, func(a, b Op) bool { return a.OperationID == b.OperationID }) {
+					t.Fatalf("round %d, indexed %v, times cached %v: shown %d, reserved %v; the scan shows %d, reserves %v", round, indexed, hops[0].times.set, shown, ids(h.Reserved), wantShown, ids(want.Reserved))
+				}
 			}
 		}
 	}

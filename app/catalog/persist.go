@@ -164,5 +164,7 @@ func decodeSummary(runID string, d *runindex.Dec) Summary {
 		m.Asset, m.Problem = d.Str(), d.Str()
 		g.Money = m
 	}
+	// As summarize does: the times are not saved, they are parsed again.
+	s.Guard = guard.CacheTimes(s.Guard)
 	return s
 }

@@ -82,6 +82,10 @@ func summarize(runID string, r *receipt.Receipt, facts func(e *receipt.Event) gu
 	both := b.String()
 	sum.Guard.FirstEventAt, sum.LastEventAt = both[:len(first)], both[len(first):]
 	sum.Guard.LastEventAt = sum.LastEventAt
+	// Parsed once here: the guard's history is indexed again whenever a
+	// run changes, from these summaries (an append keeps the summaries of
+	// the operations it did not touch).
+	sum.Guard = guard.CacheTimes(sum.Guard)
 	return sum
 }
 
