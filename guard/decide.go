@@ -432,7 +432,7 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 			list, seen = ix.ours(cp, payCp)
 			matched = make([]timedOp, 0, len(list)+len(h.Reserved))
 			for _, i := range list {
-				sawMatch(&h.Ops[i], ix.last[i])
+				sawMatch(&h.Ops[i], ix.lastOf(h.Ops, i))
 			}
 			nListed = len(matched)
 		}
@@ -500,8 +500,8 @@ func Decide(req Request, h History, cfg *Config, now time.Time) Decision {
 	spentFrom := func(from time.Time) iter.Seq[timedOp] {
 		return func(yield func(timedOp) bool) {
 			if mine != nil {
-				for _, i := range mine.spentFrom(h.Index, from) {
-					if !yield(timedOp{op: &h.Ops[i], last: h.Index.last[i]}) {
+				for _, i := range mine.spentFrom(h.Index, h.Ops, from) {
+					if !yield(timedOp{op: &h.Ops[i], last: h.Index.lastOf(h.Ops, i)}) {
 						return
 					}
 				}
@@ -743,8 +743,8 @@ func (h History) timed() iter.Seq[timedOp] {
 		ix := h.Index
 		for i := range h.Ops {
 			t := timedOp{op: &h.Ops[i]}
-			if ix != nil && i < len(ix.last) {
-				t.last = ix.last[i]
+			if ix != nil && i < ix.n {
+				t.last = ix.lastOf(h.Ops, int32(i))
 			} else {
 				t.last = t.op.lastTime()
 			}

@@ -89,6 +89,16 @@ func TestDecideWithIndexAgreesAtRandom(t *testing.T) {
 		if dc := Decide(req, cachedIndexed, cfg, fixedNow); !reflect.DeepEqual(dc, di) {
 			t.Fatalf("round %d: with times cached:\n%+v\nparsed when read:\n%+v", round, dc, di)
 		}
+		// Extended, the index keeps the times itself from the first
+		// operation that does not carry its own (one that Unix
+		// nanoseconds cannot hold).
+		cachedExtended := History{Ops: cachedOps[:rng.IntN(len(cachedOps)+1)], Runs: 1, Reserved: reserved}
+		cachedExtended.BuildIndex()
+		cachedExtended.Ops = cachedOps
+		cachedExtended.ExtendIndex()
+		if dc := Decide(req, cachedExtended, cfg, fixedNow); !reflect.DeepEqual(dc, di) {
+			t.Fatalf("round %d: with times cached, the index extended:\n%+v\nparsed when read:\n%+v", round, dc, di)
+		}
 		if dc := Decide(req, History{Ops: cachedOps, Runs: 1, Reserved: reserved}, cfg, fixedNow); !reflect.DeepEqual(dc, d) {
 			t.Fatalf("round %d: walked with times cached:\n%+v\nparsed when read:\n%+v", round, dc, d)
 		}

@@ -23,6 +23,8 @@ type HistoryIndex struct {
 	// resource URL their seller declared), in order: those a question
 	// naming a host alone counts as possibly with it.
 	openByHost []int32
+	// n is how many operations are indexed.
+	n int
 	// paid is, per operation, whether it can show a reservation and the
 	// time of its first event (Op.paidAt), parsed once. latestPayTo and
 	// latestHost are, per counterparty, the latest of those times: a
@@ -31,6 +33,11 @@ type HistoryIndex struct {
 	paid []paidTime
 	// last is, per operation, the time of its last event (Op.lastTime),
 	// parsed once: what every window of Decide is judged on.
+	//
+	// Both are nil while every operation indexed carries its times
+	// (CacheTimes): they are read from the operations then (paidOf,
+	// lastOf), and a history indexed again for each decision while ingest
+	// appends does not allocate them again.
 	last []paidTime
 	// mine are, per counterparty, what Decide reads of its operations
 	// (withOps); sortLater are those whose spent list an operation came
@@ -62,16 +69,45 @@ type unattributed struct {
 // ExtendIndex).
 func (h *History) BuildIndex() {
 	ix := &HistoryIndex{byPayTo: map[string][]int32{}, byHost: map[string][]int32{}, unattributable: map[CounterpartyKind]*unattributed{},
-		paid: make([]paidTime, 0, len(h.Ops)), last: make([]paidTime, 0, len(h.Ops)),
 		minePayTo: map[string]*withOps{}, mineHost: map[string]*withOps{}, latestPayTo: map[string]time.Time{}, latestHost: map[string]time.Time{}}
 	for _, k := range []CounterpartyKind{KindAddress, KindHost} {
 		ix.unattributable[k] = &unattributed{why: map[string]int{}}
 	}
-	for i, o := range h.Ops {
-		ix.add(int32(i), o)
+	for i := range h.Ops {
+		ix.add(h.Ops, int32(i))
 	}
-	ix.sort()
+	ix.sort(h.Ops)
 	h.Index = ix
+}
+
+// lastOf is Op.lastTime of the operation at position i of ops, the
+// operations indexed.
+func (ix *HistoryIndex) lastOf(ops []Op, i int32) paidTime {
+	if ix.last != nil {
+		return ix.last[i]
+	}
+	return ops[i].lastTime()
+}
+
+// paidOf is Op.paidAt of the operation at position i of ops.
+func (ix *HistoryIndex) paidOf(ops []Op, i int32) paidTime {
+	if ix.paid != nil {
+		return ix.paid[i]
+	}
+	at, ok := ops[i].paidAt()
+	return paidTime{at: at, ok: ok}
+}
+
+// keepTimes makes the index keep the times of the operations indexed so
+// far (ops[:ix.n]) itself: the next one does not carry its own.
+func (ix *HistoryIndex) keepTimes(ops []Op) {
+	ix.last = make([]paidTime, ix.n, max(len(ops), 1))
+	ix.paid = make([]paidTime, ix.n, max(len(ops), 1))
+	for i := range int32(ix.n) {
+		ix.last[i] = ops[i].lastTime()
+		at, ok := ops[i].paidAt()
+		ix.paid[i] = paidTime{at: at, ok: ok}
+	}
 }
 
 // ExtendIndex indexes the operations appended to h.Ops since its index was
@@ -84,10 +120,10 @@ func (h *History) ExtendIndex() {
 		h.BuildIndex()
 		return
 	}
-	for i := len(h.Index.paid); i < len(h.Ops); i++ {
-		h.Index.add(int32(i), h.Ops[i])
+	for i := h.Index.n; i < len(h.Ops); i++ {
+		h.Index.add(h.Ops, int32(i))
 	}
-	h.Index.sort()
+	h.Index.sort(h.Ops)
 }
 
 // withOps is what Decide reads of the operations with one counterparty, so
@@ -103,7 +139,8 @@ type withOps struct {
 	unsorted        bool
 }
 
-func (ix *HistoryIndex) push(m map[string]*withOps, key string, n int32, o *Op) {
+func (ix *HistoryIndex) push(m map[string]*withOps, key string, ops []Op, n int32, last paidTime) {
+	o := &ops[n]
 	c := m[key]
 	if c == nil {
 		c = &withOps{}
@@ -122,11 +159,11 @@ func (ix *HistoryIndex) push(m map[string]*withOps, key string, n int32, o *Op) 
 	if !o.Spent {
 		return
 	}
-	if !ix.last[n].ok {
+	if !last.ok {
 		c.spentBad = append(c.spentBad, n)
 		return
 	}
-	if k := len(c.spent); k > 0 && ix.last[n].at.Before(ix.last[c.spent[k-1]].at) && !c.unsorted {
+	if k := len(c.spent); k > 0 && last.at.Before(ix.lastOf(ops, c.spent[k-1]).at) && !c.unsorted {
 		c.unsorted = true
 		ix.sortLater = append(ix.sortLater, c)
 	}
@@ -135,9 +172,9 @@ func (ix *HistoryIndex) push(m map[string]*withOps, key string, n int32, o *Op) 
 
 // sort puts back in time order the spent lists operations came to out of
 // order.
-func (ix *HistoryIndex) sort() {
+func (ix *HistoryIndex) sort(ops []Op) {
 	for _, c := range ix.sortLater {
-		slices.SortStableFunc(c.spent, func(a, b int32) int { return ix.last[a].at.Compare(ix.last[b].at) })
+		slices.SortStableFunc(c.spent, func(a, b int32) int { return ix.lastOf(ops, a).at.Compare(ix.lastOf(ops, b).at) })
 		c.unsorted = false
 	}
 	ix.sortLater = ix.sortLater[:0]
@@ -156,10 +193,10 @@ func (ix *HistoryIndex) mine(c Counterparty) *withOps {
 
 // spentFrom are the positions, in order, of the spent operations with c
 // whose last time is at or after from or does not read: those a window
-// from from counts.
-func (c *withOps) spentFrom(ix *HistoryIndex, from time.Time) []int32 {
+// from from counts. ops are the operations indexed.
+func (c *withOps) spentFrom(ix *HistoryIndex, ops []Op, from time.Time) []int32 {
 	lo, _ := slices.BinarySearchFunc(c.spent, from, func(i int32, t time.Time) int {
-		if ix.last[i].at.Before(t) {
+		if ix.lastOf(ops, i).at.Before(t) {
 			return -1
 		}
 		return 1
@@ -170,16 +207,24 @@ func (c *withOps) spentFrom(ix *HistoryIndex, from time.Time) []int32 {
 	return in
 }
 
-// add indexes operation o at position n (the next one).
-func (ix *HistoryIndex) add(n int32, o Op) {
+// add indexes the operation at position n of ops (the next one).
+func (ix *HistoryIndex) add(ops []Op, n int32) {
+	o := &ops[n]
+	if !o.times.set && ix.last == nil {
+		ix.keepTimes(ops)
+	}
+	ix.n++
 	var pt paidTime
-	ix.last = append(ix.last, o.lastTime())
+	last := o.lastTime()
+	if ix.last != nil {
+		ix.last = append(ix.last, last)
+	}
 	if o.Money != nil {
 		for _, p := range o.Money.PayTos {
-			ix.push(ix.minePayTo, p, n, &o)
+			ix.push(ix.minePayTo, p, ops, n, last)
 		}
 		for _, host := range o.Money.Hosts {
-			ix.push(ix.mineHost, host, n, &o)
+			ix.push(ix.mineHost, host, ops, n, last)
 		}
 		at, shows := o.paidAt()
 		pt = paidTime{at: at, ok: shows}
@@ -196,7 +241,9 @@ func (ix *HistoryIndex) add(n int32, o Op) {
 			}
 		}
 	}
-	ix.paid = append(ix.paid, pt)
+	if ix.paid != nil {
+		ix.paid = append(ix.paid, pt)
+	}
 	for _, k := range []CounterpartyKind{KindAddress, KindHost} {
 		why := o.unattributableFor(k)
 		if why == "" {

@@ -151,7 +151,7 @@ func (h *History) showing(r Reservation, used map[int]bool) (int, bool) {
 			return -1, false
 		}
 		for _, i := range ix.with(c) {
-			if p := ix.paid[i]; p.ok {
+			if p := ix.paidOf(h.Ops, i); p.ok {
 				try(int(i), p.at)
 			}
 		}
