@@ -57,3 +57,21 @@ func BenchmarkDecideHostOnlyOpen(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkBuildIndex200kOpen indexes the history TestIngestThroughput's
+// recorders leave after ~15 s: 200,000 open operations with one payee and
+// one host, their times read once beforehand (as the catalog's summaries
+// carry them). While ingest appends, a decision indexes it again.
+func BenchmarkBuildIndex200kOpen(b *testing.B) {
+	ops := make([]Op, 200_000)
+	for i := range ops {
+		o := op(fmt.Sprintf("op-%d", i), 500_000, time.Duration(len(ops)-i)*time.Millisecond, unsettled)
+		o.FirstEventAt = o.LastEventAt
+		ops[i] = CacheTimes(o)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		h := History{Ops: ops, Runs: 4}
+		h.BuildIndex()
+	}
+}

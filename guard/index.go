@@ -12,8 +12,14 @@ import (
 // changed) builds it once with BuildIndex; Decide uses it when present and
 // scans otherwise, with the same result.
 type HistoryIndex struct {
-	byPayTo map[string][]int32
-	byHost  map[string][]int32
+	// payTos and hosts are, per counterparty, the operations with it;
+	// memo is the last one add looked up of each kind (the operations of
+	// a run often share their payee).
+	payTos, hosts map[string]*counterpartyOps
+	memo          [2]struct {
+		key string
+		c   *counterpartyOps
+	}
 	// unattributable sums up, per question kind, the operations that cannot
 	// be told to be or not to be with a counterparty of that kind: only the
 	// open ones are kept, the rest are counted.
@@ -26,10 +32,8 @@ type HistoryIndex struct {
 	// n is how many operations are indexed.
 	n int
 	// paid is, per operation, whether it can show a reservation and the
-	// time of its first event (Op.paidAt), parsed once. latestPayTo and
-	// latestHost are, per counterparty, the latest of those times: a
-	// reservation made after it is shown by none, which Reserve learns
-	// without looking at the operations one by one.
+	// time of its first event (Op.paidAt), parsed once (the latest of
+	// those times per counterparty is counterpartyOps.latest).
 	paid []paidTime
 	// last is, per operation, the time of its last event (Op.lastTime),
 	// parsed once: what every window of Decide is judged on.
@@ -39,16 +43,27 @@ type HistoryIndex struct {
 	// lastOf), and a history indexed again for each decision while ingest
 	// appends does not allocate them again.
 	last []paidTime
-	// mine are, per counterparty, what Decide reads of its operations
-	// (withOps); sortLater are those whose spent list an operation came
-	// out of order to.
-	minePayTo, mineHost map[string]*withOps
-	sortLater           []*withOps
-	latestPayTo         map[string]time.Time
-	latestHost          map[string]time.Time
+	// sortLater are the counterparties' withOps whose spent list an
+	// operation came out of order to.
+	sortLater []*withOps
 	// elided, when set, counts the operations the History leaves out of
 	// Ops (see SetElided).
 	elided *Elided
+}
+
+// counterpartyOps is what the index holds of the operations with one
+// counterparty.
+type counterpartyOps struct {
+	// pos are their positions in order, one for each time an operation
+	// names it.
+	pos []int32
+	// mine is what Decide reads of them.
+	mine withOps
+	// latest is the latest Op.paidAt of those that can show a reservation
+	// (hasLatest: one can): a reservation made after it is shown by none,
+	// which Reserve learns without looking at the operations one by one.
+	latest    time.Time
+	hasLatest bool
 }
 
 // paidTime is Op.paidAt's answer, or Op.lastTime's.
@@ -68,8 +83,7 @@ type unattributed struct {
 // BuildIndex indexes h.Ops; h must not change afterwards (but see
 // ExtendIndex).
 func (h *History) BuildIndex() {
-	ix := &HistoryIndex{byPayTo: map[string][]int32{}, byHost: map[string][]int32{}, unattributable: map[CounterpartyKind]*unattributed{},
-		minePayTo: map[string]*withOps{}, mineHost: map[string]*withOps{}, latestPayTo: map[string]time.Time{}, latestHost: map[string]time.Time{}}
+	ix := &HistoryIndex{payTos: map[string]*counterpartyOps{}, hosts: map[string]*counterpartyOps{}, unattributable: map[CounterpartyKind]*unattributed{}}
 	for _, k := range []CounterpartyKind{KindAddress, KindHost} {
 		ix.unattributable[k] = &unattributed{why: map[string]int{}}
 	}
@@ -139,13 +153,28 @@ type withOps struct {
 	unsorted        bool
 }
 
-func (ix *HistoryIndex) push(m map[string]*withOps, key string, ops []Op, n int32, last paidTime) {
-	o := &ops[n]
+// entry is what the index holds of counterparty key of a kind (0 a
+// payee address, 1 a host), made when absent.
+func (ix *HistoryIndex) entry(kind int, key string) *counterpartyOps {
+	memo := &ix.memo[kind]
+	if memo.c != nil && memo.key == key {
+		return memo.c
+	}
+	m := ix.payTos
+	if kind == 1 {
+		m = ix.hosts
+	}
 	c := m[key]
 	if c == nil {
-		c = &withOps{}
+		c = &counterpartyOps{}
 		m[key] = c
 	}
+	memo.key, memo.c = key, c
+	return c
+}
+
+func (ix *HistoryIndex) push(c *withOps, ops []Op, n int32, last paidTime) {
+	o := &ops[n]
 	if k := len(c.all); k > 0 && c.all[k-1] == n {
 		return // the operation names it twice
 	}
@@ -182,11 +211,19 @@ func (ix *HistoryIndex) sort(ops []Op) {
 
 // mine is what the index holds of the operations with c (nil: none).
 func (ix *HistoryIndex) mine(c Counterparty) *withOps {
+	if e := ix.of(c); e != nil {
+		return &e.mine
+	}
+	return nil
+}
+
+// of is what the index holds of the operations with c (nil: none).
+func (ix *HistoryIndex) of(c Counterparty) *counterpartyOps {
 	switch c.Kind {
 	case KindAddress:
-		return ix.minePayTo[c.Value]
+		return ix.payTos[c.Value]
 	case KindHost:
-		return ix.mineHost[c.Value]
+		return ix.hosts[c.Value]
 	}
 	return nil
 }
@@ -220,24 +257,16 @@ func (ix *HistoryIndex) add(ops []Op, n int32) {
 		ix.last = append(ix.last, last)
 	}
 	if o.Money != nil {
-		for _, p := range o.Money.PayTos {
-			ix.push(ix.minePayTo, p, ops, n, last)
-		}
-		for _, host := range o.Money.Hosts {
-			ix.push(ix.mineHost, host, ops, n, last)
-		}
 		at, shows := o.paidAt()
 		pt = paidTime{at: at, ok: shows}
-		for _, p := range o.Money.PayTos {
-			ix.byPayTo[p] = append(ix.byPayTo[p], n)
-			if l, seen := ix.latestPayTo[p]; shows && (!seen || at.After(l)) {
-				ix.latestPayTo[p] = at
-			}
-		}
-		for _, host := range o.Money.Hosts {
-			ix.byHost[host] = append(ix.byHost[host], n)
-			if l, seen := ix.latestHost[host]; shows && (!seen || at.After(l)) {
-				ix.latestHost[host] = at
+		for kind, keys := range [2][]string{o.Money.PayTos, o.Money.Hosts} {
+			for _, key := range keys {
+				c := ix.entry(kind, key)
+				ix.push(&c.mine, ops, n, last)
+				c.pos = append(c.pos, n)
+				if shows && (!c.hasLatest || at.After(c.latest)) {
+					c.latest, c.hasLatest = at, true
+				}
 			}
 		}
 	}
@@ -295,11 +324,8 @@ func (ix *HistoryIndex) openElsewhere(mine *withOps) (n int, first []int32) {
 
 // with returns the positions of the operations with counterparty c.
 func (ix *HistoryIndex) with(c Counterparty) []int32 {
-	switch c.Kind {
-	case KindAddress:
-		return ix.byPayTo[c.Value]
-	case KindHost:
-		return ix.byHost[c.Value]
+	if e := ix.of(c); e != nil {
+		return e.pos
 	}
 	return nil
 }
@@ -336,10 +362,8 @@ func (ix *HistoryIndex) ours(c Counterparty, pay *Counterparty) (list []int32, h
 // latest is the time of the latest payment with counterparty c that can
 // show a reservation (Op.paidAt), and whether there is one.
 func (ix *HistoryIndex) latest(c Counterparty) (time.Time, bool) {
-	m := ix.latestHost
-	if c.Kind == KindAddress {
-		m = ix.latestPayTo
+	if e := ix.of(c); e != nil && e.hasLatest {
+		return e.latest, true
 	}
-	t, ok := m[c.Value]
-	return t, ok
+	return time.Time{}, false
 }
