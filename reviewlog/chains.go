@@ -175,6 +175,36 @@ type Appended struct {
 
 // AppendAt is Append, and says where the receipt's line went.
 func (c *Chains) AppendAt(ctx context.Context, w Writer, d noa.Draft) (noa.Receipt, Appended, error) {
+	r, _, at, err := c.appendAt(ctx, w, d, nil)
+	return r, at, err
+}
+
+// AppendPairAt is AppendAt for d followed by the receipt of the draft next
+// makes of d's receipt (an authorization's own receipt after the decision
+// that allowed it): both are sealed before either is written, then written
+// in one append, so a store that syncs a chain file once a write covers
+// both with one sync. It says where d's receipt went. When the pair does
+// not fit the chain's last segment, the two are appended one after the
+// other as Append would. When a signature fails, nothing is written.
+func (c *Chains) AppendPairAt(ctx context.Context, w Writer, d noa.Draft, next func(first noa.Receipt) noa.Draft) (noa.Receipt, noa.Receipt, Appended, error) {
+	r, r2, at, err := c.appendAt(ctx, w, d, next)
+	if err != nil || next == nil || r2 != nil {
+		var second noa.Receipt
+		if r2 != nil {
+			second = *r2
+		}
+		return r, second, at, err
+	}
+	// Not written together (a segment starts or is full): the second
+	// follows on its own.
+	second, err := c.Append(ctx, w, next(r))
+	return r, second, at, err
+}
+
+// appendAt is AppendAt; with next set, it appends next's receipt after
+// d's in the same write when both fit the last segment (second non-nil),
+// and leaves it to the caller otherwise.
+func (c *Chains) appendAt(ctx context.Context, w Writer, d noa.Draft, next func(first noa.Receipt) noa.Draft) (noa.Receipt, *noa.Receipt, Appended, error) {
 	base := c.ChainID()
 	if l, ok := w.(ChainLaner); ok {
 		base = LaneChainID(base, l.ChainLane())
@@ -182,14 +212,14 @@ func (c *Chains) AppendAt(ctx context.Context, w Writer, d noa.Draft) (noa.Recei
 	d.Tenant = c.Tenant
 	maxN, maxB, err := c.limits()
 	if err != nil {
-		return noa.Receipt{}, Appended{}, fmt.Errorf("chain %s: %w", base, err)
+		return noa.Receipt{}, nil, Appended{}, fmt.Errorf("chain %s: %w", base, err)
 	}
 	if err := c.ensureKeyring(ctx, w); err != nil {
-		return noa.Receipt{}, Appended{}, err
+		return noa.Receipt{}, nil, Appended{}, err
 	}
 	segs, err := segmentNumbers(ctx, w, base)
 	if err != nil {
-		return noa.Receipt{}, Appended{}, err
+		return noa.Receipt{}, nil, Appended{}, err
 	}
 	k := 0
 	if len(segs) > 0 {
@@ -198,17 +228,17 @@ func (c *Chains) AppendAt(ctx context.Context, w Writer, d noa.Draft) (noa.Recei
 	name := noa.SegmentChain(base, k)
 	head, end, err := c.openHead(ctx, w, base, SegmentFile(base, k))
 	if err != nil {
-		return noa.Receipt{}, Appended{}, fmt.Errorf("chain %s: %w", name, err)
+		return noa.Receipt{}, nil, Appended{}, fmt.Errorf("chain %s: %w", name, err)
 	}
 	if head == nil && k > 0 {
 		// A segment started by a writer that died before its
 		// continuation reached the disk: start it again.
 		prev, err := segmentHead(ctx, w, base, k-1)
 		if err != nil {
-			return noa.Receipt{}, Appended{}, err
+			return noa.Receipt{}, nil, Appended{}, err
 		}
 		r, err := c.startSegment(ctx, w, end, base, k, *prev, d)
-		return r, Appended{}, err
+		return r, nil, Appended{}, err
 	}
 	d.Chain = name
 	if head != nil {
@@ -221,22 +251,39 @@ func (c *Chains) AppendAt(ctx context.Context, w Writer, d noa.Draft) (noa.Recei
 	}
 	r, line, err := noa.Seal(ctx, d, head, c.Signer)
 	if err != nil {
-		return noa.Receipt{}, Appended{}, fmt.Errorf("sign decision receipt: %w", err)
+		return noa.Receipt{}, nil, Appended{}, fmt.Errorf("sign decision receipt: %w", err)
 	}
 	if head != nil && (head.Chain.Seq+1 >= maxN || end+int64(len(line)) > maxB) {
 		_, nend, err := openHead(ctx, w, SegmentFile(base, k+1))
 		if err != nil {
-			return noa.Receipt{}, Appended{}, fmt.Errorf("chain %s: %w", noa.SegmentChain(base, k+1), err)
+			return noa.Receipt{}, nil, Appended{}, fmt.Errorf("chain %s: %w", noa.SegmentChain(base, k+1), err)
 		}
 		r, err := c.startSegment(ctx, w, nend, base, k+1, *head, d)
-		return r, Appended{}, err
+		return r, nil, Appended{}, err
 	}
-	if err := w.AppendSegment(ctx, SegmentFile(base, k), end, line); err != nil {
+	data, last, lastLine := line, r, line
+	var second *noa.Receipt
+	if next != nil && head != nil && head.Chain.Seq+2 < maxN {
+		d2 := next(r)
+		d2.Tenant, d2.Chain = c.Tenant, name
+		if prev, err := time.Parse(time.RFC3339Nano, r.TS); err == nil && d2.TS.Before(prev) {
+			d2.TS = prev
+		}
+		r2, line2, err := noa.Seal(ctx, d2, &r, c.Signer)
+		if err != nil {
+			return noa.Receipt{}, nil, Appended{}, fmt.Errorf("sign decision receipt: %w", err)
+		}
+		if end+int64(len(line)+len(line2)) <= maxB {
+			data = append(append(make([]byte, 0, len(line)+len(line2)), line...), line2...)
+			last, lastLine, second = r2, line2, &r2
+		}
+	}
+	if err := w.AppendSegment(ctx, SegmentFile(base, k), end, data); err != nil {
 		c.forget(base)
-		return noa.Receipt{}, Appended{}, fmt.Errorf("chain %s: %w", name, err)
+		return noa.Receipt{}, nil, Appended{}, fmt.Errorf("chain %s: %w", name, err)
 	}
-	c.remember(base, chainHead{file: SegmentFile(base, k), end: end + int64(len(line)), line: bytes.Clone(line), head: r})
-	return r, Appended{Segment: SegmentFile(base, k), Off: end, End: end + int64(len(line))}, nil
+	c.remember(base, chainHead{file: SegmentFile(base, k), end: end + int64(len(data)), line: bytes.Clone(lastLine), head: last})
+	return r, second, Appended{Segment: SegmentFile(base, k), Off: end, End: end + int64(len(line))}, nil
 }
 
 // openHead is the package's openHead for the chain base, without reading

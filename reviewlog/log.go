@@ -568,8 +568,27 @@ func (l *Log) transactAll(ctx context.Context, scopes []Scope, pre *Prefetch, fn
 		if err != nil {
 			return err
 		}
+		if lb, ok := w.(LogBesideAppender); ok && besideReceipts(st, recs) {
+			return lb.AppendLogBeside(ctx, buf)
+		}
 		return w.AppendLog(ctx, buf)
 	})
+}
+
+// besideReceipts says whether recs may be synced at the same time as the
+// receipts of their section (LogBesideAppender): authorized lines alone,
+// after a log that ends clean. A used, opened or decided line, or a
+// repair, still reaches the disk only after the receipts it follows.
+func besideReceipts(st *state, recs []record) bool {
+	if !st.endsClean || len(st.tailLines()) > 0 {
+		return false
+	}
+	for _, r := range recs {
+		if r.Type != typeAuthorized {
+			return false
+		}
+	}
+	return true
 }
 
 // appendix is what an append writes after the current log: the records,

@@ -115,6 +115,18 @@ type Writer interface {
 	AppendMandate(ctx context.Context, n int, line []byte) error
 }
 
+// LogBesideAppender is a Writer whose store syncs some log lines at the
+// same time as the section's receipts rather than after them (the file
+// store; the PostgreSQL store commits a section in one transaction).
+// transactAll uses it only for authorized lines alone: no decision reads
+// them, their signed receipts (written first, synced in the same wait) and
+// their ledger entry (on disk before either) are what counts, so a crash
+// that leaves such a line without its receipts leaves nothing trusted
+// (audit reports it as INCOMPLETE).
+type LogBesideAppender interface {
+	AppendLogBeside(ctx context.Context, data []byte) error
+}
+
 // ErrMandateTaken is an append of a mandate record after fewer records
 // than the store holds: another writer appended one first.
 var ErrMandateTaken = errors.New("another mandate record was appended first; read them again")

@@ -455,27 +455,30 @@ func (e *Engine) check(ctx context.Context, caller string, q Question, call *Cal
 				signing, signDigest = &au, digest
 			}
 		}
-		r, at, err := e.cfg.Chains.AppendAt(ctx, tx.Store, d)
-		if err != nil {
-			return err
-		}
-		wrote = at
-		// The question beside its receipt, for a policy tried on
-		// history (Simulate).
-		if err := e.keepQuestion(ctx, tx.Store, r, questionKind(opts, call), caller, req, q, call); err != nil {
-			return err
-		}
+		var r noa.Receipt
 		if signing != nil {
 			// The authorization's receipt follows the decision's in its
-			// chain (one sync covers both where the store syncs), and its
+			// chain: both sealed while the entry syncs and written in one
+			// append (one sync covers both where the store syncs), and its
 			// log line follows both; the section ends only once all are on
 			// disk, so the signature leaves with its records durable.
-			ar, err := e.cfg.Chains.Append(ctx, tx.Store, authorizationDraft(caller, *signing, signDigest, tx.At))
+			au, digest := *signing, signDigest
+			var ar noa.Receipt
+			r, ar, wrote, err = e.cfg.Chains.AppendPairAt(ctx, tx.Store, d, func(noa.Receipt) noa.Draft {
+				return authorizationDraft(caller, au, digest, tx.At)
+			})
 			if err != nil {
 				return err
 			}
 			signing.Receipt = ar.ID
 			signed = signing
+		} else if r, wrote, err = e.cfg.Chains.AppendAt(ctx, tx.Store, d); err != nil {
+			return err
+		}
+		// The question beside its receipt, for a policy tried on
+		// history (Simulate).
+		if err := e.keepQuestion(ctx, tx.Store, r, questionKind(opts, call), caller, req, q, call); err != nil {
+			return err
 		}
 		ans.ReceiptID = r.ID
 		ans.ActionID = d.Action.ID

@@ -615,6 +615,34 @@ func (w *fileWriter) AppendLog(ctx context.Context, data []byte) error {
 	return nil
 }
 
+// AppendLogBeside appends lines that no later write of the section needs
+// on disk first (an authorization's authorized line, whose receipts were
+// written before it) and syncs them at the same time as the section's
+// receipts, in one wait, instead of after them: the section still ends
+// only once all are on disk. A crash of the host in that wait may leave
+// the line without its receipts (the entry the receipts stand for was on
+// disk before either was written); audit reports that as INCOMPLETE and
+// nothing decides from such a line. When any of the syncs fails, what the
+// section appended to each file, the line included, is cut off again and
+// the section fails.
+func (w *fileWriter) AppendLogBeside(ctx context.Context, data []byte) error {
+	// The ledger entries under way reach the disk before the line is
+	// written, as before a receipt.
+	if err := w.waitBarriers(); err != nil {
+		return err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(w.log.Fd()), &st); err != nil {
+		return fmt.Errorf("stat %s: %w", w.Locate(reviewlog.FileName), err)
+	}
+	if _, err := w.log.Write(data); err != nil {
+		_ = w.log.Truncate(st.Size)
+		return fmt.Errorf("append to %s: %w", w.Locate(reviewlog.FileName), err)
+	}
+	w.pending = append(w.pending, pendingSync{name: reviewlog.FileName, f: w.log, start: st.Size, shared: true})
+	return w.syncPending()
+}
+
 // Segments lists the chains' segments once a section, until it appends.
 func (w *fileWriter) Segments(ctx context.Context) ([]reviewlog.StreamInfo, error) {
 	if !w.listed {
