@@ -30,6 +30,10 @@ type AuditReport struct {
 	// Mandated are the entries charged to a mandate and not released, in
 	// the order they were committed.
 	Mandated []Entry
+	// Authorizations are the authorization entries by the receipt of the
+	// decision they commit: what an authorized line of the review log must
+	// stand on (see the audit command).
+	Authorizations map[string]Entry
 }
 
 // Audit checks a whole ledger (every lane, from its start) against the
@@ -72,9 +76,13 @@ func Audit(raws []Raw, key []byte, tenant string, receipts []Commitment) AuditRe
 	if b.genesis != nil && !signed[b.genesis.Receipt] {
 		missing = append(missing, fmt.Sprintf("the ledger's start (receipt %s) has no receipt in any chain: a writer stopped between the two", b.genesis.Receipt))
 	}
-	for _, r := range b.byReceipt {
+	rep.Authorizations = map[string]Entry{}
+	for id, r := range b.byReceipt {
 		if r.e.Mandate != "" && !r.released {
 			rep.Mandated = append(rep.Mandated, r.e)
+		}
+		if r.e.Kind == KindAuthorization {
+			rep.Authorizations[id] = r.e
 		}
 	}
 	b.mu.Unlock()

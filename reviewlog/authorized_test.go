@@ -79,3 +79,37 @@ func TestOfferSealRecord(t *testing.T) {
 		}
 	}
 }
+
+// TestOnlyAuthorizedLinesSyncBesideTheirReceipts: the lines a store may
+// sync in the same wait as the section's receipts are authorized lines
+// alone, after a log that ends clean. A used line (an approval spent), an
+// opened or a decided one, or a repair of a torn tail, reaches the disk only
+// after the receipts it follows, as audit expects of them.
+func TestOnlyAuthorizedLinesSyncBesideTheirReceipts(t *testing.T) {
+	auth := record{Type: typeAuthorized}
+	for _, tc := range []struct {
+		name  string
+		recs  []record
+		clean bool
+		tail  []int
+		want  bool
+	}{
+		{"an authorized line", []record{auth}, true, nil, true},
+		{"two authorized lines", []record{auth, auth}, true, nil, true},
+		{"an approval used, then its authorization", []record{{Type: typeUsed}, auth}, true, nil, false},
+		{"a review opened", []record{{Type: typeOpened}}, true, nil, false},
+		{"an authorized line after a torn tail", []record{auth}, false, nil, false},
+		{"an authorized line after lines to repair", []record{auth}, true, []int{7}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newState()
+			st.endsClean = tc.clean
+			for _, n := range tc.tail {
+				st.partial = n
+			}
+			if got := besideReceipts(st, tc.recs); got != tc.want {
+				t.Fatalf("besideReceipts = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

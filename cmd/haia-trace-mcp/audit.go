@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/haia-trace-mcp/haia-trace-mcp/app"
 	"github.com/haia-trace-mcp/haia-trace-mcp/guard/engine"
@@ -149,6 +150,14 @@ func runAudit(ctx context.Context, stdout, stderr io.Writer, f *stackFlags, keyr
 	for _, f := range lrep.Incomplete {
 		rep.Incomplete = append(rep.Incomplete, "ledger: "+f)
 	}
+	// Every authorized line, against its receipts and its ledger entry.
+	found, incomplete, err := auditAuthorized(ctx, st, lrep.Authorizations)
+	if err != nil {
+		fmt.Fprintf(stderr, "haia-trace-mcp audit: the authorized records: %s\n", termsafe.String(err.Error()))
+		return exitCode(exitFail)
+	}
+	rep.Findings = append(rep.Findings, found...)
+	rep.Incomplete = append(rep.Incomplete, incomplete...)
 	// Every use of a mandate, against the signed records that grant it.
 	mandates, err := engine.ReadMandates(ctx, log, signedAs)
 	if err != nil {
@@ -216,4 +225,51 @@ func auditLedger(ctx context.Context, st *app.Stack, tenant string, keys [][]byt
 		return rep, "", nil
 	}
 	return rep, "no params key found here seals the spend ledger (give the server's --key-file, or its --params-key-file): its links, order and receipts were checked, its seals were not", nil
+}
+
+// auditAuthorized holds every authorized line of the review log to the
+// receipts it names. On the file store the line is synced in the same wait
+// as its decision's and its own receipt, after the decision's ledger entry
+// is on disk, so a crash of the host in that wait can leave the line with
+// one or both receipts missing: that is incomplete (exit 4) when the spend
+// ledger holds the sealed authorization entry of its decision with its
+// nonce — the section that signed it had begun, and it never answered. A
+// line whose receipts are missing and whose decision has no such entry was
+// written by no section of the server: a finding.
+func auditAuthorized(ctx context.Context, st *app.Stack, entries map[string]ledger.Entry) (findings, incomplete []string, err error) {
+	auths, err := st.Log().Authorizations(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	ids := make([]string, 0, 2*len(auths))
+	for _, a := range auths {
+		ids = append(ids, a.DecisionReceipt, a.Receipt)
+	}
+	if len(ids) == 0 {
+		return nil, nil, nil
+	}
+	have, err := findReceipts(ctx, st.Store(), ids...)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, a := range auths {
+		var missing []string
+		for _, id := range []string{a.DecisionReceipt, a.Receipt} {
+			if _, ok := have[id]; !ok {
+				missing = append(missing, id)
+			}
+		}
+		if len(missing) == 0 {
+			continue
+		}
+		en, ok := entries[a.DecisionReceipt]
+		if ok && (en.Nonce == "" || strings.EqualFold(en.Nonce, a.Nonce)) {
+			incomplete = append(incomplete, fmt.Sprintf("%s line %d: the authorization of nonce %s (decision %s) has no receipt %s in any chain: a crash before they reached the disk, its answer never given; its ledger entry counts",
+				reviewlog.FileName, a.Line, a.Nonce, a.DecisionReceipt, strings.Join(missing, " nor ")))
+			continue
+		}
+		findings = append(findings, fmt.Sprintf("TAMPERED %s line %d: the authorization of nonce %s names receipts no chain holds (%s), and the spend ledger holds no authorization entry of decision %s: a line no section of the server wrote",
+			reviewlog.FileName, a.Line, a.Nonce, strings.Join(missing, ", "), a.DecisionReceipt))
+	}
+	return findings, incomplete, nil
 }

@@ -53,6 +53,18 @@ func TestSectionSyncOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	logBeside := func(t *testing.T, w reviewlog.Writer) {
+		if err := w.(reviewlog.LogBesideAppender).AppendLogBeside(context.Background(), []byte("{\"line\":1}\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	receipts := func(t *testing.T, w reviewlog.Writer) {
+		two := []byte("{\"receipt\":1}\n{\"receipt\":2}\n")
+		if err := w.AppendSegment(context.Background(), reviewlog.SegmentFile("decisions-haia-0123456789abcdef", 0), segEnd, two); err != nil {
+			t.Fatal(err)
+		}
+		segEnd += int64(len(two))
+	}
 	for _, tc := range []struct {
 		name  string
 		steps []step
@@ -68,6 +80,8 @@ func TestSectionSyncOrder(t *testing.T) {
 			[][]string{{seg}, {reviewlog.FileName}, {seg}, {reviewlog.QuestionsFile}}},
 		{"an authorization: the entry, then the decision's and the authorization's receipts together, then the log line, then its question", []step{entry, receipt, question, receipt, logLine},
 			[][]string{{LedgerFile}, {seg, seg}, {reviewlog.FileName}, {reviewlog.QuestionsFile}}},
+		{"an authorization: the entry, then its two receipts in one append with its log line beside them, then its question", []step{entry, receipts, question, logBeside},
+			[][]string{{LedgerFile}, {seg, reviewlog.FileName}, {reviewlog.QuestionsFile}}},
 		{"a plain decision: its receipt at the section's end, its question after", []step{receipt, question},
 			[][]string{{seg}, {reviewlog.QuestionsFile}}},
 	} {
@@ -461,5 +475,99 @@ func TestFailedSyncCutsTwoReceiptsOnce(t *testing.T) {
 	}
 	if data, err := os.ReadFile(path); err != nil || !bytes.Equal(data, first) {
 		t.Fatalf("the chain holds %q (%v), want only the first section's receipt", data, err)
+	}
+}
+
+// TestEntryOnDiskBeforeTheLineBeside: a line synced beside the receipts
+// (AppendLogBeside) is written only once the ledger entries under way are
+// on disk, as a receipt is, so no crash leaves an authorized line whose
+// entry is not on disk.
+func TestEntryOnDiskBeforeTheLineBeside(t *testing.T) {
+	sg := newSegGuard(t)
+	s := New(sg.root)
+	logPath := sg.path + "/" + reviewlog.FileName
+	var (
+		mu      sync.Mutex
+		atEntry = int64(-2) // the log's size when the entry's sync completed
+	)
+	s.syncFault = func(name string) error {
+		if name == LedgerFile {
+			time.Sleep(50 * time.Millisecond)
+		}
+		return nil
+	}
+	s.synced = func(name string) {
+		if name != LedgerFile {
+			return
+		}
+		st, err := os.Stat(logPath)
+		mu.Lock()
+		defer mu.Unlock()
+		if err == nil {
+			atEntry = st.Size()
+		}
+	}
+	err := s.Locked(context.Background(), time.Second, func(w reviewlog.Writer) error {
+		if err := w.LedgerAppender().Append(context.Background(), ledger.Pos{Lane: 0}, [][]byte{[]byte(`{"entry":1}`)}); err != nil {
+			return err
+		}
+		return w.(reviewlog.LogBesideAppender).AppendLogBeside(context.Background(), []byte("{\"line\":1}\n"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if atEntry != 0 {
+		t.Fatalf("the log held %d bytes when the entry's sync completed (-2: never heard); want 0", atEntry)
+	}
+	if data, err := os.ReadFile(logPath); err != nil || string(data) != "{\"line\":1}\n" {
+		t.Fatalf("%q %v", data, err)
+	}
+}
+
+// TestFailedSyncCutsTheLineBeside: when the receipts' sync or the line's
+// own fails, the section fails and what it appended to the chain and to the
+// log is cut off again: the log keeps no authorized line of an answer not
+// given, and the chain no receipt of it.
+func TestFailedSyncCutsTheLineBeside(t *testing.T) {
+	file := reviewlog.SegmentFile("decisions-haia-0123456789abcdef", 0)
+	seg := reviewlog.ReceiptsDir + "/" + file
+	bad := errors.New("EIO from the test")
+	for _, failing := range []string{seg, reviewlog.FileName} {
+		t.Run(failing, func(t *testing.T) {
+			sg := newSegGuard(t)
+			s := New(sg.root)
+			first, line0 := []byte("{\"receipt\":0}\n"), []byte("{\"line\":0}\n")
+			if err := s.Locked(context.Background(), time.Second, func(w reviewlog.Writer) error {
+				if err := w.AppendSegment(context.Background(), file, 0, first); err != nil {
+					return err
+				}
+				return w.AppendLog(context.Background(), line0)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			s.syncFault = func(name string) error {
+				if name == failing {
+					return bad
+				}
+				return nil
+			}
+			err := s.Locked(context.Background(), time.Second, func(w reviewlog.Writer) error {
+				if err := w.AppendSegment(context.Background(), file, int64(len(first)), []byte("{\"receipt\":1}\n{\"receipt\":2}\n")); err != nil {
+					return err
+				}
+				return w.(reviewlog.LogBesideAppender).AppendLogBeside(context.Background(), []byte("{\"line\":1}\n"))
+			})
+			if !errors.Is(err, bad) {
+				t.Fatalf("the section returned %v, want the sync's failure", err)
+			}
+			if data, err := os.ReadFile(sg.path + "/" + seg); err != nil || !bytes.Equal(data, first) {
+				t.Fatalf("the chain holds %q (%v), want only the first section's receipt", data, err)
+			}
+			if data, err := os.ReadFile(sg.path + "/" + reviewlog.FileName); err != nil || !bytes.Equal(data, line0) {
+				t.Fatalf("the log holds %q (%v), want only the first section's line", data, err)
+			}
+		})
 	}
 }
