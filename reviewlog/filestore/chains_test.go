@@ -380,3 +380,50 @@ func TestAppendChainsOnTheHeadOnDisk(t *testing.T) {
 		})
 	}
 }
+
+// TestAppendPairAt: an authorization's two receipts, sealed together and
+// written in one append where they fit the last segment, one after the
+// other across a segment's end, make a chain that verifies end to end with
+// every receipt once, each second one right after its first, never dated
+// before it.
+func TestAppendPairAt(t *testing.T) {
+	sg := newSegGuard(t)
+	c := &reviewlog.Chains{Signer: sg.s, Tenant: "ops", SegmentReceipts: 4}
+	sg.appendN(t, c, 0, 1)
+	const pairs = 7
+	for i := range pairs {
+		first := segDraft(10 + i)
+		r, r2, at, err := c.AppendPairAt(context.Background(), sg.w(), first, func(got noa.Receipt) noa.Draft {
+			d := segDraft(i) // dated before its first: moved to it
+			d.Action.ID = "second-of:" + got.ID
+			return d
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// In one segment the second links to its first; across a
+		// segment's end, to the continuation that opens the next.
+		linked := r2.Chain.PrevHash != nil && *r2.Chain.PrevHash == r.Chain.Hash
+		if r2.Scope.Chain != r.Scope.Chain {
+			linked = r2.Chain.Seq == 1
+		}
+		if r2.Action.ID != "second-of:"+r.ID || !linked || r2.TS < r.TS {
+			t.Fatalf("pair %d: the second %+v does not follow its first %+v", i, r2.Chain, r.Chain)
+		}
+		if at.Segment != "" {
+			data, err := os.ReadFile(filepath.Join(sg.path, reviewlog.ReceiptsDir, at.Segment))
+			if err != nil || !bytes.Contains(data[at.Off:at.End], []byte(`"id":"`+r.ID+`"`)) || bytes.Contains(data[at.Off:at.End], []byte(r2.ID)) {
+				t.Fatalf("pair %d: [%d, %d) of %s is not the first receipt's line alone (%v)", i, at.Off, at.End, at.Segment, err)
+			}
+		}
+	}
+	res, err := reviewlog.VerifySegments(context.Background(), sg.r(), c.ChainID(), noa.Options{Keyring: sg.keyring(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 15 receipts, 4 a segment with a continuation opening each after the
+	// first: 4 + 3 + 3 + 3 + 2 decisions in 5 segments.
+	if res.Verdict != noa.Valid || res.Count != 1+2*pairs+res.Segments-1 || res.Segments < 4 {
+		t.Fatalf("end to end: %s (%+v)", res.Line(), res)
+	}
+}
