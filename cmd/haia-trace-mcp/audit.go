@@ -30,7 +30,10 @@ What a crash can leave is told apart: on the file store a receipt is committed
 before its log line, so a writer killed between the two leaves receipts whose
 line was never written (an opening, a decision, a use). Those are listed as
 INCOMPLETE, with their own exit code: nothing was forged, and the guard reads
-such a review as the receipts say.
+such a review as the receipts say. An authorization's authorized line is synced
+beside its two receipts, after its ledger entry: a crash of the host there can
+leave the line without its receipts, which is INCOMPLETE when the ledger holds
+the sealed entry of its decision with its nonce, and TAMPERED when it does not.
 
 The spend ledger is checked whole: every lane links without a gap from its
 start, each entry is sealed by the server's params key (found where the server

@@ -37,7 +37,9 @@ const maxKeyring = 1 << 20
 // host sharing the root (not across hosts: that is the PostgreSQL store's
 // job). A locked section's writes are not one transaction: the receipt is
 // synced before the log line, so a crash between the two leaves a receipt
-// of a review the log never opened (audit reports it), never the reverse.
+// of a review the log never opened (audit reports it), never the reverse —
+// except an authorization's authorized line, which no decision reads and
+// which is synced beside its receipts (AppendLogBeside).
 type Store struct {
 	root *confined.Dir
 	// synced, when set (by this package's tests), hears the name of every
