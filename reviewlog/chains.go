@@ -271,7 +271,7 @@ func (c *Chains) appendAt(ctx context.Context, w Writer, d noa.Draft, next func(
 		}
 		r2, line2, err := noa.Seal(ctx, d2, &r, c.Signer)
 		if err != nil {
-			return noa.Receipt{}, nil, Appended{}, fmt.Errorf("sign decision receipt: %w", err)
+			return noa.Receipt{}, nil, Appended{}, fmt.Errorf("sign the receipt that follows the decision's: %w", err)
 		}
 		if end+int64(len(line)+len(line2)) <= maxB {
 			data = append(append(make([]byte, 0, len(line)+len(line2)), line...), line2...)
