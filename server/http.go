@@ -628,6 +628,9 @@ type reqNote struct {
 	tenant  string      // the tenant whose decision slot the request took
 	turn    *fairq.Turn // how it was admitted to the slot (nil: refused or no fair share)
 	body    []byte      // the request body, read by limitBody
+	// writer is the response's, whose progress counter the session's
+	// replaces once the session is known (sessionStream).
+	writer *statusWriter
 }
 
 type reqNoteKey struct{}
@@ -691,8 +694,8 @@ func (h *HTTP) observe(next http.Handler) http.Handler {
 		start := time.Now()
 		h.metrics.inFlight.Inc()
 		defer h.metrics.inFlight.Dec()
-		note := &reqNote{}
 		sw := &statusWriter{ResponseWriter: w, stream: &Stream{}}
+		note := &reqNote{writer: sw}
 		ctx := context.WithValue(context.WithValue(r.Context(), reqNoteKey{}, note), streamKey{}, sw.stream)
 		next.ServeHTTP(sw, r.WithContext(ctx))
 		if sw.status == 0 {

@@ -90,6 +90,10 @@ type sessionEntry struct {
 	last       time.Time
 	terminated bool          // a DELETE ended it; kept as a tombstone so the id answers 404
 	stream     *streamHandle // its live GET stream, if any
+	// progress counts the progress notifications written on any of the
+	// session's responses: mcp-go hands one to whichever of them takes
+	// it first (Stream).
+	progress *Stream
 }
 
 // dropReason labels why an entry left the table.
@@ -198,7 +202,7 @@ func (t *sessionTable) admit(subject, id string) admitResult {
 		}
 	} else {
 		victims, reasons = t.makeRoomLocked(now)
-		t.byID[id] = t.lru.PushFront(&sessionEntry{id: id, last: now})
+		t.byID[id] = t.lru.PushFront(&sessionEntry{id: id, last: now, progress: &Stream{}})
 	}
 	t.size.Set(float64(len(t.byID)))
 	t.mu.Unlock()
@@ -294,6 +298,39 @@ func (t *sessionTable) detach(id string, h *streamHandle) {
 			e.stream = nil
 		}
 	}
+}
+
+// progressOf returns the progress counter of id's live session, or nil
+// when the table holds none.
+func (t *sessionTable) progressOf(id string) *Stream {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if el, ok := t.byID[id]; ok {
+		if e := el.Value.(*sessionEntry); !e.terminated {
+			return e.progress
+		}
+	}
+	return nil
+}
+
+// sessionStream makes the session's progress counter the one r's response
+// writes to and r's handlers see (StreamFrom), when r names a session the
+// table holds; otherwise r keeps the counter of its own response.
+func (h *HTTP) sessionStream(r *http.Request) *http.Request {
+	id := r.Header.Get(mcpserver.HeaderKeySessionID)
+	if id == "" {
+		return r
+	}
+	n, ok := r.Context().Value(reqNoteKey{}).(*reqNote)
+	if !ok || n.writer == nil {
+		return r
+	}
+	st := h.sessions.progressOf(id)
+	if st == nil {
+		return r
+	}
+	n.writer.stream = st
+	return r.WithContext(context.WithValue(r.Context(), streamKey{}, st))
 }
 
 // touch records activity on a live entry without entering anything.
@@ -417,6 +454,7 @@ func (h *HTTP) gate(next http.Handler) http.Handler {
 				h.serveStream(w, r, "", next)
 				return
 			}
+			r = h.sessionStream(r)
 			if h.fair != nil {
 				h.fair.admit(w, r, next, h.logger)
 				return
@@ -439,7 +477,7 @@ func (h *HTTP) gate(next http.Handler) http.Handler {
 				return
 			}
 			if r.Method == http.MethodGet {
-				h.serveStream(w, r, id, next)
+				h.serveStream(w, h.sessionStream(r), id, next)
 				return
 			}
 			next.ServeHTTP(w, r)

@@ -7,9 +7,12 @@ import (
 	"time"
 )
 
-// Stream counts the progress notifications one HTTP response has written,
-// so that a tool handler that passed some on can wait until they are out
-// before it returns its result.
+// Stream counts the progress notifications written on the responses of one
+// MCP session over HTTP (of one request, outside a session the front
+// holds), so that a tool handler that passed some on can wait until they
+// are out before it returns its result. It counts the whole session's
+// because mcp-go hands a session's notification to whichever of its
+// responses takes it first: the call's own or the session's GET stream.
 //
 // Why: mcp-go (v1.2.1) hands a notification sent during a request to a
 // forwarder goroutine, and when the handler's result comes back while the
