@@ -134,11 +134,7 @@ func (l *Log) Ask(ctx context.Context, req AskRequest, decide func(v *AskView) (
 		// its locks where the store can.
 		ctx = withMark(ctx, req.reviewQuery(l.now(), l.ttl()))
 	}
-	var pre *Prefetch
-	if req.Prefetch != nil {
-		pre = req.Prefetch()
-	}
-	err := l.transactAll(ctx, req.scopes(), pre, func(g Writer, st *state, at time.Time) ([]record, error) {
+	err := l.transactAll(ctx, req.scopes(), req.Prefetch, func(g Writer, st *state, at time.Time) ([]record, error) {
 		_, scoped := g.(ScopedWriter)
 		view := &AskView{l: l, ctx: ctx, g: g, st: st, at: at, req: &req, scoped: scoped}
 		plan, err := decide(view)

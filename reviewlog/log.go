@@ -152,6 +152,9 @@ type Log struct {
 	// this log answers every question itself).
 	lanes chan *Log
 	subs  []*Log
+	// gate is the process's turn at each scope, shared by the lanes (nil:
+	// the store does not lock scopes).
+	gate *scopeGate
 }
 
 // cachedState is the fold of the log with the identity it was read from.
@@ -187,6 +190,7 @@ func OpenStore(s Store, opts Options) *Log {
 		l.lockWait = defaultLockWait
 	}
 	if _, ok := s.(ScopedStore); ok {
+		l.gate = newScopeGate()
 		n := opts.Parallel
 		if n == 0 {
 			n = DefaultParallel
@@ -197,6 +201,7 @@ func OpenStore(s Store, opts Options) *Log {
 			l.lanes = make(chan *Log, n)
 			for range n {
 				sub := OpenStore(s, one)
+				sub.gate = l.gate
 				l.subs = append(l.subs, sub)
 				l.lanes <- sub
 			}
@@ -517,7 +522,11 @@ type step func(w Writer, st *state, at time.Time) (*record, error)
 // scopes, a store that can (ScopedStore) locks only those: fn must then
 // depend on nothing outside them, or return errWiden to be run again
 // under the whole lock.
-func (l *Log) locked(ctx context.Context, scopes []Scope, pre *Prefetch, fn func(w Writer, st *state, at time.Time) error) error {
+//
+// pre, when not nil, says what the section reads beside its locks
+// (Prefetch); it is asked once the process's turn at the scopes is taken,
+// so that it names what the process read up to then.
+func (l *Log) locked(ctx context.Context, scopes []Scope, pre func() *Prefetch, fn func(w Writer, st *state, at time.Time) error) error {
 	deadline := time.Now().Add(l.lockWait)
 	release, err := l.acquire(ctx, deadline)
 	if err != nil {
@@ -535,12 +544,30 @@ func (l *Log) locked(ctx context.Context, scopes []Scope, pre *Prefetch, fn func
 		return l.withFold(ctx, w, func(st *state) error { return fn(w, st, l.now()) })
 	}
 	if ss, ok := l.store.(ScopedStore); ok && len(scopes) > 0 {
-		err := ss.LockedScopes(ctx, max(time.Until(deadline), time.Millisecond), scopes, pre, section)
+		err := l.lockedScopes(ctx, ss, deadline, scopes, pre, section)
 		if !errors.Is(err, errWiden) {
 			return err
 		}
 	}
 	return l.store.Locked(ctx, max(time.Until(deadline), time.Millisecond), section)
+}
+
+// lockedScopes runs section holding scopes in the store, after this
+// process's turn at each of them (scopeGate), which it keeps until the
+// store's section ends.
+func (l *Log) lockedScopes(ctx context.Context, ss ScopedStore, deadline time.Time, scopes []Scope, pre func() *Prefetch, section func(w Writer) error) error {
+	if l.gate != nil {
+		leave, err := l.gate.enter(ctx, LockOrder(scopes), deadline, l.Path(), l.lockWait)
+		if err != nil {
+			return err
+		}
+		defer leave()
+	}
+	var p *Prefetch
+	if pre != nil {
+		p = pre()
+	}
+	return ss.LockedScopes(ctx, max(time.Until(deadline), time.Millisecond), scopes, p, section)
 }
 
 // transact is the locked section: lock, bring the fold up to date, let fn
@@ -558,7 +585,7 @@ func (l *Log) transact(ctx context.Context, fn step) error {
 
 // transactAll is transact for a step that appends several records, in one
 // write, locking only scopes where the store can (nil: everything).
-func (l *Log) transactAll(ctx context.Context, scopes []Scope, pre *Prefetch, fn func(w Writer, st *state, at time.Time) ([]record, error)) error {
+func (l *Log) transactAll(ctx context.Context, scopes []Scope, pre func() *Prefetch, fn func(w Writer, st *state, at time.Time) ([]record, error)) error {
 	return l.locked(ctx, scopes, pre, func(w Writer, st *state, at time.Time) error {
 		recs, err := fn(w, st, at)
 		if err != nil || len(recs) == 0 {
