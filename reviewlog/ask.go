@@ -62,7 +62,10 @@ type AskRequest struct {
 	Totals bool
 	// Prefetch, when set, names what decide will read beside the log (the
 	// spend ledger, the chains' new receipts), for a store that can read
-	// it with its locks; it is called once the question is checked.
+	// it with its locks; it is called once the question holds its
+	// process's turn at its scopes, just before the store's locks are
+	// asked for (so it names what the process's questions of the same
+	// scopes read and wrote before it).
 	Prefetch func() *Prefetch
 }
 
