@@ -36,7 +36,9 @@ part is checked against the signed receipts: the review log's copy of the
 terms is unsigned, the receipts are not. RECEIPT_ID is the decision's
 receipt or the authorization's own.
 exit codes: 0 shown and consistent, 1 failure, 2 usage, 3 no such
-authorization, 4 the terms and the signed receipts disagree (TAMPERED)
+authorization, 4 the terms and the signed receipts disagree (TAMPERED) or a
+receipt they name is in no chain (MISSING: a host crash while the receipts
+were synced leaves that too; audit tells it, INCOMPLETE, from tampering)
 `
 
 const (
