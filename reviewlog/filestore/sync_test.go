@@ -263,31 +263,7 @@ func TestEntryOnDiskBeforeItsReceiptIsWritten(t *testing.T) {
 	s := New(sg.root)
 	file := reviewlog.SegmentFile("decisions-haia-0123456789abcdef", 0)
 	segPath := sg.path + "/" + reviewlog.ReceiptsDir + "/" + file
-	var (
-		mu      sync.Mutex
-		atEntry = int64(-2) // the receipt's size when the entry's sync completed
-	)
-	s.syncFault = func(name string) error {
-		if name == LedgerFile {
-			// A slow disk: the section reaches its receipt meanwhile.
-			time.Sleep(50 * time.Millisecond)
-		}
-		return nil
-	}
-	s.synced = func(name string) {
-		if name != LedgerFile {
-			return
-		}
-		st, err := os.Stat(segPath)
-		mu.Lock()
-		defer mu.Unlock()
-		switch {
-		case errors.Is(err, os.ErrNotExist):
-			atEntry = -1
-		case err == nil:
-			atEntry = st.Size()
-		}
-	}
+	atEntry := sizeWhenTheEntryIsSynced(s, segPath)
 	err := s.Locked(context.Background(), time.Second, func(w reviewlog.Writer) error {
 		if err := w.LedgerAppender().Append(context.Background(), ledger.Pos{Lane: 0}, [][]byte{[]byte(`{"entry":1}`)}); err != nil {
 			return err
@@ -297,10 +273,8 @@ func TestEntryOnDiskBeforeItsReceiptIsWritten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if atEntry > 0 || atEntry == -2 {
-		t.Fatalf("the receipt file held %d bytes when the entry's sync completed (-2: never heard); want none", atEntry)
+	if n := atEntry(); n > 0 || n == -2 {
+		t.Fatalf("the receipt file held %d bytes when the entry's sync completed (-2: never heard); want none", n)
 	}
 	data, err := os.ReadFile(segPath)
 	if err != nil || string(data) != "{\"receipt\":1}\n" {
@@ -486,27 +460,7 @@ func TestEntryOnDiskBeforeTheLineBeside(t *testing.T) {
 	sg := newSegGuard(t)
 	s := New(sg.root)
 	logPath := sg.path + "/" + reviewlog.FileName
-	var (
-		mu      sync.Mutex
-		atEntry = int64(-2) // the log's size when the entry's sync completed
-	)
-	s.syncFault = func(name string) error {
-		if name == LedgerFile {
-			time.Sleep(50 * time.Millisecond)
-		}
-		return nil
-	}
-	s.synced = func(name string) {
-		if name != LedgerFile {
-			return
-		}
-		st, err := os.Stat(logPath)
-		mu.Lock()
-		defer mu.Unlock()
-		if err == nil {
-			atEntry = st.Size()
-		}
-	}
+	atEntry := sizeWhenTheEntryIsSynced(s, logPath)
 	err := s.Locked(context.Background(), time.Second, func(w reviewlog.Writer) error {
 		if err := w.LedgerAppender().Append(context.Background(), ledger.Pos{Lane: 0}, [][]byte{[]byte(`{"entry":1}`)}); err != nil {
 			return err
@@ -516,10 +470,8 @@ func TestEntryOnDiskBeforeTheLineBeside(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if atEntry != 0 {
-		t.Fatalf("the log held %d bytes when the entry's sync completed (-2: never heard); want 0", atEntry)
+	if n := atEntry(); n != 0 {
+		t.Fatalf("the log held %d bytes when the entry's sync completed (-1: no file, -2: never heard); want 0", n)
 	}
 	if data, err := os.ReadFile(logPath); err != nil || string(data) != "{\"line\":1}\n" {
 		t.Fatalf("%q %v", data, err)
@@ -569,5 +521,41 @@ func TestFailedSyncCutsTheLineBeside(t *testing.T) {
 				t.Fatalf("the log holds %q (%v), want only the first section's line", data, err)
 			}
 		})
+	}
+}
+
+// sizeWhenTheEntryIsSynced makes s's ledger syncs slow (the section reaches
+// what follows the entry meanwhile) and returns what path's size was when
+// the entry's sync completed: -1 when the file did not exist, -2 when no
+// ledger sync completed.
+func sizeWhenTheEntryIsSynced(s *Store, path string) func() int64 {
+	var (
+		mu   sync.Mutex
+		size = int64(-2)
+	)
+	s.syncFault = func(name string) error {
+		if name == LedgerFile {
+			time.Sleep(50 * time.Millisecond)
+		}
+		return nil
+	}
+	s.synced = func(name string) {
+		if name != LedgerFile {
+			return
+		}
+		st, err := os.Stat(path)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			size = -1
+		case err == nil:
+			size = st.Size()
+		}
+	}
+	return func() int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return size
 	}
 }
