@@ -315,7 +315,9 @@ func (t *sessionTable) progressOf(id string) *Stream {
 
 // sessionStream makes the session's progress counter the one r's response
 // writes to and r's handlers see (StreamFrom), when r names a session the
-// table holds; otherwise r keeps the counter of its own response.
+// table holds for r's subject; otherwise r keeps the counter of its own
+// response (another subject's id is refused later, and counts on nothing
+// of that session).
 func (h *HTTP) sessionStream(r *http.Request) *http.Request {
 	id := r.Header.Get(mcpserver.HeaderKeySessionID)
 	if id == "" {
@@ -323,6 +325,10 @@ func (h *HTTP) sessionStream(r *http.Request) *http.Request {
 	}
 	n, ok := r.Context().Value(reqNoteKey{}).(*reqNote)
 	if !ok || n.writer == nil {
+		return r
+	}
+	sub, _ := auth.SubjectFrom(r.Context())
+	if !h.sessions.valid(sub, id) {
 		return r
 	}
 	st := h.sessions.progressOf(id)
