@@ -245,9 +245,7 @@ func (c *Chains) appendAt(ctx context.Context, w Writer, d noa.Draft, next func(
 		// One chain, one order: a receipt is never dated before the one it
 		// follows (sections of one lane may read their clocks in another
 		// order than they take the lane).
-		if prev, err := time.Parse(time.RFC3339Nano, head.TS); err == nil && d.TS.Before(prev) {
-			d.TS = prev
-		}
+		d.TS = notBefore(d.TS, head.TS)
 	}
 	r, line, err := noa.Seal(ctx, d, head, c.Signer)
 	if err != nil {
@@ -266,9 +264,7 @@ func (c *Chains) appendAt(ctx context.Context, w Writer, d noa.Draft, next func(
 	if next != nil && head != nil && head.Chain.Seq+2 < maxN {
 		d2 := next(r)
 		d2.Tenant, d2.Chain = c.Tenant, name
-		if prev, err := time.Parse(time.RFC3339Nano, r.TS); err == nil && d2.TS.Before(prev) {
-			d2.TS = prev
-		}
+		d2.TS = notBefore(d2.TS, r.TS)
 		r2, line2, err := noa.Seal(ctx, d2, &r, c.Signer)
 		if err != nil {
 			return noa.Receipt{}, nil, Appended{}, fmt.Errorf("sign the receipt that follows the decision's: %w", err)
@@ -400,14 +396,21 @@ func openHead(ctx context.Context, r Reader, file string) (*noa.Receipt, int64, 
 	return readHead(s)
 }
 
+// notBefore is ts, or the time of the receipt it follows (prevTS) when ts
+// is earlier: one chain, one order of time.
+func notBefore(ts time.Time, prevTS string) time.Time {
+	if prev, err := time.Parse(time.RFC3339Nano, prevTS); err == nil && ts.Before(prev) {
+		return prev
+	}
+	return ts
+}
+
 // startSegment writes the continuation of segment k after prev and d's
 // receipt after it, as the start of the segment (end is where its torn
 // tail, if any, begins).
 func (c *Chains) startSegment(ctx context.Context, w Writer, end int64, base string, k int, prev noa.Receipt, d noa.Draft) (noa.Receipt, error) {
 	name := noa.SegmentChain(base, k)
-	if t, err := time.Parse(time.RFC3339Nano, prev.TS); err == nil && d.TS.Before(t) {
-		d.TS = t
-	}
+	d.TS = notBefore(d.TS, prev.TS)
 	cont, contLine, err := noa.Seal(ctx, noa.ContinueDraft(base, k, prev, d.TS, c.Tenant), nil, c.Signer)
 	if err != nil {
 		return noa.Receipt{}, fmt.Errorf("sign the continuation of chain %s: %w", name, err)
